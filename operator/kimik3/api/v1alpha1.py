@@ -1,0 +1,649 @@
+"""KimiK3Deployment v1alpha1: the spec a user writes and the status the operator reports.
+
+These pydantic models are the single source of the CRD (``kimik3 crd`` generates ``crds/``
+from them): field docstrings become the OpenAPI descriptions ``kubectl explain`` shows, and the
+``x-kubernetes-validations`` CEL rules attached here are enforced by the API server itself.
+Python names are snake_case; the Kubernetes names are their camelCase aliases.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from kimik3.topology.profiles import MODEL_MEMORY_FLOOR_GB, PROFILES, Accelerator
+
+DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=32)]
+"""A Go-style duration such as ``5ms``, ``90s``, ``1h30m``."""
+
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration_seconds(value: str) -> float:
+    """Seconds in a duration string (``"1h30m"`` -> 5400.0, ``"5ms"`` -> 0.005).
+
+    Raises ValueError when the string is not a duration of the ``Duration`` pattern."""
+    if not re.fullmatch(DURATION_PATTERN, value):
+        raise ValueError(f"not a duration (e.g. 5ms, 90s, 1h30m): {value!r}")
+    return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(value))
+
+
+def _cel_map(values: dict[str, int]) -> str:
+    return "{" + ", ".join(f"'{k}': {v}" for k, v in values.items()) + "}"
+
+
+GPUS_PER_NODE_CEL = _cel_map({k: p.gpus_per_node for k, p in PROFILES.items()})
+GPU_MEMORY_GB_CEL = _cel_map({k: p.gpu_memory_gb for k, p in PROFILES.items()})
+MEMORY_FLOOR_GB_CEL = _cel_map(MODEL_MEMORY_FLOOR_GB)
+
+
+def rule(cel: str, message: str, field_path: str | None = None, reason: str | None = None) -> dict[str, str]:
+    """One ``x-kubernetes-validations`` entry (CEL evaluated by the API server on admission)."""
+    entry = {"rule": cel, "message": message}
+    if field_path:
+        entry["fieldPath"] = field_path
+    if reason:
+        entry["reason"] = reason
+    return entry
+
+
+class Model(BaseModel):
+    """Base: camelCase aliases, unknown fields refused, docstrings as descriptions."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        use_attribute_docstrings=True,
+        validate_default=True,
+    )
+
+
+# ---------------------------------------------------------------- model ---------------------
+
+
+class SecretKeyRef(Model):
+    """A key of a Secret in the deployment's namespace."""
+
+    name: str = Field(min_length=1, max_length=253)
+    """Secret name."""
+    key: str = Field(min_length=1, max_length=253)
+    """Key inside the Secret."""
+
+
+class PVCSource(Model):
+    """Weights pre-staged on a PersistentVolumeClaim (recommended: a 1.5 TB checkpoint)."""
+
+    claim_name: str = Field(min_length=1, max_length=253)
+    """Name of the PersistentVolumeClaim holding the checkpoint."""
+    sub_path: str | None = Field(default=None, max_length=1024)
+    """Folder inside the volume that holds config.json and the safetensors shards."""
+
+
+class HostPathSource(Model):
+    """Weights pre-staged on every GPU node's local disk."""
+
+    path: str = Field(pattern=r"^/.*", max_length=1024)
+    """Absolute path of the checkpoint folder on the node."""
+
+
+class HubSource(Model):
+    """Weights downloaded from the Hugging Face hub at start (slow: ~1.5 TB per group)."""
+
+    token_secret: SecretKeyRef | None = None
+    """Secret key holding an HF token, passed to the engine as HF_TOKEN."""
+    cache_size: str = Field(default="2Ti", pattern=r"^[0-9]+(Gi|Ti)$")
+    """Size of the emptyDir that caches the download on each node."""
+
+
+class ModelSource(Model):
+    """Where the weights come from: exactly one of pvc, hostPath, hub."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                rule(
+                    "[has(self.pvc), has(self.hostPath), has(self.hub)].filter(x, x).size() == 1",
+                    "set exactly one of pvc, hostPath, hub",
+                )
+            ]
+        }
+    )
+    pvc: PVCSource | None = None
+    """Read the checkpoint from a PersistentVolumeClaim (mounted read-only)."""
+    host_path: HostPathSource | None = None
+    """Read the checkpoint from a folder on the node."""
+    hub: HubSource | None = None
+    """Download the checkpoint from the hub named by spec.model.name."""
+
+
+class ModelFeatures(Model):
+    """Serving features of Kimi K3 in vLLM."""
+
+    tool_calling: bool = True
+    """--enable-auto-tool-choice --tool-call-parser kimi_k3."""
+    reasoning_parser: bool = True
+    """--reasoning-parser kimi_k3."""
+    prefix_caching: bool = True
+    """--enable-prefix-caching (off by default for K3 in vLLM)."""
+    language_model_only: bool = True
+    """--language-model-only: skip the vision tower."""
+
+
+class ModelSpec(Model):
+    """The model served."""
+
+    name: str = Field(default="moonshotai/Kimi-K3", min_length=1, max_length=256)
+    """Hugging Face id of the checkpoint (also the hub id when source is hub)."""
+    revision: str | None = Field(default=None, max_length=128)
+    """Hub revision (branch, tag or commit) to pin."""
+    variant: Literal["mxfp4", "nvfp4"] = "mxfp4"
+    """Weight format: mxfp4 (moonshotai/Kimi-K3, ~1680 GB of GPU memory) or nvfp4 (RedHatAI/Kimi-K3-NVFP4, ~1650 GB)."""
+    served_model_name: str = Field(default="kimi-k3", min_length=1, max_length=128)
+    """Name clients put in the OpenAI "model" field; also the model_name label of the metrics."""
+    max_model_len: int | None = Field(default=None, ge=1024, le=1048576)
+    """Context length in tokens (Kimi K3: up to 1048576). Unset: the model's own."""
+    source: ModelSource
+    """Where the weights come from."""
+    features: ModelFeatures = Field(default_factory=ModelFeatures)
+    """Tool calling, reasoning parser, prefix caching, text-only."""
+
+
+# ---------------------------------------------------------------- engine --------------------
+
+ENGINE_IMAGE = "vllm/vllm-openai:v0.33.0"
+"""The pinned engine: vLLM 0.33.0 (CUDA 13, torch 2.14.0), the first release with the megakernel decode path."""
+
+
+class EnvVar(Model):
+    """A literal environment variable for the engine container."""
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=128)
+    """Variable name."""
+    value: str = Field(default="", max_length=4096)
+    """Variable value."""
+
+
+class Resources(Model):
+    """CPU and memory of each engine pod (GPUs come from the topology)."""
+
+    cpu: str | None = Field(default=None, pattern=r"^[0-9]+(\.[0-9]+)?m?$")
+    """CPU request and limit, e.g. "64"."""
+    memory: str | None = Field(default=None, pattern=r"^[0-9]+(Ki|Mi|Gi|Ti)?$")
+    """Memory request and limit, e.g. "800Gi"."""
+
+
+class EngineSpec(Model):
+    """The vLLM engine: image, decode path, kernels and batch limits."""
+
+    image: str = Field(default=ENGINE_IMAGE, min_length=1, max_length=512)
+    """Engine image. Pinned at vLLM 0.33.0; the megakernel decode path needs >= 0.33.0."""
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    """Kubernetes image pull policy."""
+    decode_backend: Literal["latency_specialized", "stock"] = "stock"
+    """latency_specialized: vLLM 0.33's megakernel decode path (TP8/TP16 on SM100/SM103, no expert parallelism, speculative decoding off or dspark with <= 7 tokens). stock: the standard decode path."""
+    moe_backend: Literal["auto", "flashinfer_trtllm", "deep_gemm_mega_moe", "flashinfer_cutlass", "triton"] | None = None
+    """--moe-backend. flashinfer_trtllm for TP > 1; deep_gemm_mega_moe for DEP inside one NVL72 rack."""
+    all2all_backend: Literal["flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided", "deepep_v2", "deepep_low_latency", "deepep_high_throughput", "allgather_reducescatter", "naive"] | None = None
+    """--all2all-backend for expert parallelism. Unset with DEP: flashinfer_nvlink_one_sided on NVLink."""
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"] = "fp8"
+    """--kv-cache-dtype. Kimi K3 recipes use fp8."""
+    gpu_memory_utilization: float = Field(default=0.9, ge=0.5, le=0.98)
+    """--gpu-memory-utilization: share of each GPU's memory vLLM may use (0.5-0.98)."""
+    max_num_seqs: int = Field(default=256, ge=1, le=4096)
+    """--max-num-seqs: most sequences in one engine step (batch limit)."""
+    max_num_batched_tokens: int = Field(default=8192, ge=256, le=1048576)
+    """--max-num-batched-tokens: most tokens in one engine step."""
+    load_format: Literal["auto", "safetensors", "fastsafetensors", "runai_streamer"] | None = None
+    """--load-format. fastsafetensors speeds the ~1.5 TB load on GB300 recipes."""
+    cudagraph_mode: Literal["FULL_AND_PIECEWISE", "FULL_DECODE_ONLY", "FULL", "PIECEWISE"] | None = None
+    """compilation_config.cudagraph_mode. The megakernel path needs FULL decode graphs."""
+    enforce_eager: bool = False
+    """--enforce-eager (no CUDA graphs; refused with the megakernel path)."""
+    extra_args: list[Annotated[str, Field(max_length=4096)]] = Field(default_factory=list, max_length=64)
+    """More vLLM flags, passed as given. Flags the operator sets itself are refused here: use their fields."""
+    env: list[EnvVar] = Field(default_factory=list, max_length=64)
+    """More environment variables for every engine container."""
+    resources: Resources = Field(default_factory=Resources)
+    """CPU and memory per pod."""
+    shm_size: str = Field(default="200Gi", pattern=r"^[0-9]+(Mi|Gi)$")
+    """Size of the in-memory /dev/shm volume (NCCL and vLLM IPC; Dynamo's GB300 manifests use 200Gi)."""
+
+
+# ---------------------------------------------------------------- speculative decoding -----
+
+
+class SpeculativeDecodingSpec(Model):
+    """Speculative decoding: a drafter proposes tokens the target model verifies in one step."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                rule(
+                    "!(self.method in ['dspark', 'eagle3']) || has(self.draftModel)",
+                    "dspark and eagle3 need draftModel (e.g. Inferact/Kimi-K3-DSpark)",
+                    ".draftModel",
+                ),
+                rule(
+                    "self.method == 'none' || has(self.numSpeculativeTokens)",
+                    "numSpeculativeTokens is required unless method is none",
+                    ".numSpeculativeTokens",
+                ),
+                rule(
+                    "!has(self.adaptiveVerification) || !self.adaptiveVerification || self.method == 'dspark'",
+                    "adaptiveVerification exists only for dspark",
+                    ".adaptiveVerification",
+                ),
+                rule(
+                    "self.method == 'ngram' || (!has(self.promptLookupMin) && !has(self.promptLookupMax))",
+                    "promptLookupMin/promptLookupMax apply to ngram only",
+                    ".method",
+                ),
+                rule(
+                    "!has(self.promptLookupMin) || !has(self.promptLookupMax) || self.promptLookupMin <= self.promptLookupMax",
+                    "promptLookupMin must be <= promptLookupMax",
+                    ".promptLookupMin",
+                ),
+            ]
+        }
+    )
+    method: Literal["dspark", "eagle3", "mtp", "ngram", "none"] = "none"
+    """dspark (block drafter, K3's fastest), eagle3, mtp, ngram (prompt lookup), or none."""
+    draft_model: str | None = Field(default=None, max_length=256)
+    """Drafter checkpoint for dspark/eagle3: Inferact/Kimi-K3-DSpark (7 tokens) or RedHatAI/Kimi-K3-speculator.dspark (8 tokens)."""
+    num_speculative_tokens: int | None = Field(default=None, ge=1, le=16)
+    """Tokens drafted per step. The megakernel decode path takes at most 7."""
+    draft_sample_method: Literal["greedy", "probabilistic"] | None = None
+    """How the drafter samples (dspark recipes: probabilistic)."""
+    rejection_sample_method: Literal["standard", "block"] | None = None
+    """How the target accepts drafts (dspark recipes: block)."""
+    adaptive_verification: bool = False
+    """dspark only: verify a variable number of drafts per step (refused by the megakernel path)."""
+    draft_tensor_parallel_size: int | None = Field(default=None, ge=1, le=64)
+    """TP of the drafter: 1 or the target's TP."""
+    prompt_lookup_min: int | None = Field(default=None, ge=1, le=64)
+    """ngram only: shortest n-gram matched in the prompt."""
+    prompt_lookup_max: int | None = Field(default=None, ge=1, le=64)
+    """ngram only: longest n-gram matched in the prompt."""
+
+
+# ---------------------------------------------------------------- topology ------------------
+
+_TOPOLOGY_RULES = [
+    rule(
+        "self.strategy != 'tp' || !has(self.dataParallelSize) || self.dataParallelSize == 1",
+        "strategy tp takes no dataParallelSize: use strategy tp-dp or dep",
+        ".dataParallelSize",
+    ),
+    rule(
+        "self.strategy == 'tp' || !has(self.pipelineParallelSize) || self.pipelineParallelSize == 1",
+        "pipeline parallelism is supported with strategy tp only",
+        ".pipelineParallelSize",
+    ),
+    rule(
+        "self.strategy != 'dep' || !has(self.tensorParallelSize) || self.tensorParallelSize == 1",
+        "strategy dep runs TP=1 per rank: set dataParallelSize to the group's GPUs",
+        ".tensorParallelSize",
+    ),
+    rule(
+        "self.strategy == 'tp' || has(self.dataParallelSize)",
+        "strategies dep and tp-dp need dataParallelSize",
+        ".dataParallelSize",
+    ),
+    rule(
+        "self.strategy != 'dep' || self.dataParallelSize % "
+        f"{GPUS_PER_NODE_CEL}[self.accelerator] == 0",
+        "dep: dataParallelSize must be a multiple of the accelerator's GPUs per node (4 on gb300/gb200, 8 on b300/b200/h200)",
+        ".dataParallelSize",
+    ),
+    rule(
+        "self.strategy != 'tp-dp' || "
+        f"{GPUS_PER_NODE_CEL}[self.accelerator] % self.tensorParallelSize == 0",
+        "tp-dp: tensorParallelSize must divide the accelerator's GPUs per node (4 on gb300/gb200, 8 on b300/b200/h200)",
+        ".tensorParallelSize",
+    ),
+    rule(
+        "self.strategy != 'tp-dp' || self.dataParallelSize % "
+        f"({GPUS_PER_NODE_CEL}[self.accelerator] / self.tensorParallelSize) == 0",
+        "tp-dp: dataParallelSize must be a multiple of the data-parallel ranks per node (GPUs per node / tensorParallelSize)",
+        ".dataParallelSize",
+    ),
+    rule(
+        "self.strategy != 'tp' || (self.tensorParallelSize * self.pipelineParallelSize) <= "
+        f"{GPUS_PER_NODE_CEL}[self.accelerator] || "
+        f"(self.tensorParallelSize * self.pipelineParallelSize) % {GPUS_PER_NODE_CEL}[self.accelerator] == 0",
+        "tp: tensorParallelSize x pipelineParallelSize must fit one node or fill whole nodes",
+        ".tensorParallelSize",
+    ),
+]
+
+
+class TopologySpec(Model):
+    """The parallel shape of one engine group (one replica = one LeaderWorkerSet group).
+
+    tp: one engine over tensorParallelSize x pipelineParallelSize GPUs, across trays.
+    dep: wide expert parallelism, dataParallelSize ranks of TP=1 with --enable-expert-parallel.
+    tp-dp: TP inside a node, data parallel across nodes (optionally with expert parallelism).
+    """
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": _TOPOLOGY_RULES})
+    accelerator: Accelerator = "gb300"
+    """GPU system: gb300/gb200 (4-GPU NVL72 trays), b300/b200/h200 (8-GPU nodes)."""
+    strategy: Literal["tp", "dep", "tp-dp"] = "tp"
+    """Parallel strategy: tp, dep (data + expert parallel), tp-dp."""
+    tensor_parallel_size: int = Field(default=8, ge=1, le=72)
+    """TP: with tp, GPUs of the engine (8 = 2 GB300 trays); with tp-dp, GPUs per DP rank."""
+    pipeline_parallel_size: int = Field(default=1, ge=1, le=8)
+    """PP stages (tp only). DSpark and the megakernel path need 1."""
+    data_parallel_size: int | None = Field(default=None, ge=1, le=72)
+    """DP ranks of the group (dep: the group's GPUs, e.g. 16 = 4 GB300 trays)."""
+    expert_parallel: bool | None = None
+    """--enable-expert-parallel. Always on with dep; optional with tp-dp; off with tp."""
+
+
+# ---------------------------------------------------------------- autoscaling ---------------
+
+
+class LatencyTarget(Model):
+    """The decode-latency objective."""
+
+    metric: Literal["timePerOutputToken", "interTokenLatency"] = "timePerOutputToken"
+    """timePerOutputToken: per output token as users feel it (ITL / tokens per step under speculative decoding). interTokenLatency: vLLM's raw ITL histogram (one observation per engine step)."""
+    percentile: int = Field(default=90, ge=50, le=99)
+    """Percentile of the windowed histogram held under value."""
+    value: Duration = "5ms"
+    """Target, e.g. 5ms (~200 tokens/s per user)."""
+
+
+class MetricsSource(Model):
+    """Where decode metrics are read."""
+
+    type: Literal["prometheus", "podScrape"] = "prometheus"
+    """prometheus: PromQL over HTTP; podScrape: the leader pods' /metrics."""
+    prometheus_url: str | None = Field(default=None, pattern=r"^https?://", max_length=512)
+    """Prometheus base URL, e.g. http://prometheus-operated.monitoring:9090."""
+
+
+class AutoscalingSpec(Model):
+    """Replicas (groups) driven by measured decode latency."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                rule("self.minReplicas <= self.maxReplicas", "minReplicas must be <= maxReplicas", ".minReplicas"),
+            ]
+        }
+    )
+    enabled: bool = False
+    """When true the operator owns the LeaderWorkerSet's replicas."""
+    min_replicas: int = Field(default=1, ge=0, le=64)
+    """Fewest groups; 0 allows scale to zero when there is no traffic."""
+    max_replicas: int = Field(default=1, ge=1, le=64)
+    """Most groups."""
+    target: LatencyTarget = Field(default_factory=LatencyTarget)
+    """Decode-latency objective."""
+    interval: Duration = "30s"
+    """Time between decisions."""
+    window: Duration = "2m"
+    """Window of the histogram quantile."""
+    scale_up_stabilization: Duration = "0s"
+    """Highest recommendation over this window is used for scale-up."""
+    scale_down_stabilization: Duration = "5m"
+    """Scale down only if every recommendation over this window allowed it."""
+    metrics_source: MetricsSource = Field(default_factory=MetricsSource)
+    """Where metrics come from."""
+
+
+# ---------------------------------------------------------------- scheduling etc. -----------
+
+
+class Toleration(Model):
+    """A pod toleration (core/v1 Toleration)."""
+
+    key: str | None = Field(default=None, max_length=317)
+    """Taint key; empty with operator Exists tolerates everything."""
+    operator: Literal["Exists", "Equal"] = "Equal"
+    """Exists or Equal."""
+    value: str | None = Field(default=None, max_length=63)
+    """Taint value for Equal."""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    """Taint effect to tolerate; empty means all."""
+    toleration_seconds: int | None = Field(default=None, ge=0)
+    """For NoExecute: seconds the pod stays bound after the taint appears."""
+
+
+class SchedulingSpec(Model):
+    """Where groups may run."""
+
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    """Extra node labels every engine pod requires (the GPU product label is added by the operator)."""
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=32)
+    """Tolerations of the engine pods (GPU nodes are often tainted)."""
+    priority_class_name: str | None = Field(default=None, max_length=253)
+    """PriorityClass of the engine pods."""
+    scheduler_name: str | None = Field(default=None, max_length=253)
+    """Scheduler (e.g. a gang scheduler) for the engine pods."""
+    topology_key: str = Field(default="nvidia.com/gpu.clique", max_length=317)
+    """Node label whose value bounds one NVLink domain; each multi-node group lands alone inside one value."""
+
+
+class ServiceSpec(Model):
+    """The client Service in front of the group leaders."""
+
+    type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
+    """Service type."""
+    port: int = Field(default=8000, ge=1, le=65535)
+    """Port of the OpenAI-compatible API."""
+    annotations: dict[str, str] = Field(default_factory=dict)
+    """Annotations of the Service (e.g. for a cloud load balancer)."""
+
+
+class DisruptionBudgetSpec(Model):
+    """A PodDisruptionBudget that counts whole groups: a group with one pod gone is down."""
+
+    enabled: bool = True
+    """Create the budget (skipped, with a Warning event, while it would block every drain: replicas <= 1)."""
+    min_available: int | Annotated[str, Field(pattern=r"^[0-9]{1,3}%$")] = Field(
+        default="75%",
+        json_schema_extra={"x-kubernetes-validations": [rule(
+            "type(self) == int ? self >= 0 : self.matches('^[0-9]{1,3}%$')",
+            "a group count (>= 0) or a percentage such as 75%")]},
+    )
+    """Groups that must stay up during voluntary disruptions: a count, or a percentage of replicas (rounded up)."""
+
+
+class MonitoringSpec(Model):
+    """Prometheus scraping of the engines."""
+
+    enabled: bool = True
+    """Create a PodMonitor (prometheus-operator) for the API-serving pods."""
+    interval: Duration = "15s"
+    """Scrape interval."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Labels of the PodMonitor (to match a Prometheus' podMonitorSelector)."""
+
+
+class ProbesSpec(Model):
+    """Start-up and health of the engine."""
+
+    load_timeout: Duration = "90m"
+    """Longest a group may take to load weights and warm up before it counts as failed: the leader's startup probe budget and VLLM_ENGINE_READY_TIMEOUT_S. Kimi K3 loads ~1.5 TB: keep >= 60m."""
+    leader_address_timeout: Duration = "30m"
+    """Longest a worker waits for the leader's address to resolve (covers a slow image pull of the leader) before it exits non-zero."""
+    period_seconds: int = Field(default=10, ge=1, le=300)
+    """Probe period of the leader's /health probes."""
+    liveness_failure_threshold: int = Field(default=6, ge=1, le=100)
+    """Failed liveness probes (after start-up) before the leader restarts."""
+
+
+# ---------------------------------------------------------------- spec ----------------------
+
+_SPEC_RULES = [
+    rule(
+        "self.speculativeDecoding.method != 'dspark' || self.topology.pipelineParallelSize == 1",
+        "dspark does not work with pipeline parallelism (vllm#50098): set topology.pipelineParallelSize to 1",
+        ".speculativeDecoding.method",
+    ),
+    rule(
+        "self.engine.decodeBackend != 'latency_specialized' || (self.topology.strategy == 'tp' && "
+        "self.topology.tensorParallelSize in [8, 16] && self.topology.pipelineParallelSize == 1)",
+        "the megakernel decode path (latency_specialized) needs strategy tp with tensorParallelSize 8 or 16 and no pipeline or expert parallelism: use decodeBackend stock",
+        ".engine.decodeBackend",
+    ),
+    rule(
+        "self.engine.decodeBackend != 'latency_specialized' || self.topology.accelerator != 'h200'",
+        "the megakernel decode path needs an SM100/SM103 GPU (gb300, gb200, b300, b200), not h200",
+        ".engine.decodeBackend",
+    ),
+    rule(
+        "self.engine.decodeBackend != 'latency_specialized' || "
+        "(self.speculativeDecoding.method in ['none', 'dspark'] && "
+        "(!has(self.speculativeDecoding.numSpeculativeTokens) || self.speculativeDecoding.numSpeculativeTokens <= 7) && "
+        "!self.speculativeDecoding.adaptiveVerification)",
+        "the megakernel decode path takes speculative decoding none or dspark with at most 7 tokens and no adaptive verification",
+        ".speculativeDecoding",
+    ),
+    rule(
+        "self.engine.decodeBackend != 'latency_specialized' || !self.engine.enforceEager",
+        "the megakernel decode path needs full decode CUDA graphs: enforceEager must be false",
+        ".engine.enforceEager",
+    ),
+    rule(
+        "(self.topology.strategy == 'tp' ? self.topology.tensorParallelSize * self.topology.pipelineParallelSize : "
+        "!has(self.topology.dataParallelSize) ? 0 : "
+        "(self.topology.strategy == 'dep' || (has(self.topology.expertParallel) && self.topology.expertParallel)) ? "
+        "self.topology.dataParallelSize * self.topology.tensorParallelSize : self.topology.tensorParallelSize) * "
+        f"{GPU_MEMORY_GB_CEL}[self.topology.accelerator] >= {MEMORY_FLOOR_GB_CEL}[self.model.variant]",
+        "the GPUs holding one copy of the weights have too little memory for Kimi K3 (~1680 GB mxfp4, ~1650 GB nvfp4): use >= 8 gb300/b300 or >= 16 gb200/b200/h200 GPUs per model copy",
+        ".topology",
+    ),
+    rule(
+        "!self.autoscaling.enabled || self.autoscaling.minReplicas > 0 || "
+        "self.autoscaling.metricsSource.type == 'prometheus'",
+        "scale to zero needs the prometheus metrics source (no pod is left to scrape at zero groups)",
+        ".autoscaling.minReplicas",
+    ),
+    rule(
+        "!self.autoscaling.enabled || self.autoscaling.metricsSource.type != 'prometheus' || "
+        "has(self.autoscaling.metricsSource.prometheusUrl)",
+        "autoscaling with the prometheus source needs autoscaling.metricsSource.prometheusUrl",
+        ".autoscaling.metricsSource.prometheusUrl",
+    ),
+]
+
+
+class KimiK3DeploymentSpec(Model):
+    """What to serve and how: model, engine, speculative decoding, topology, replicas."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": _SPEC_RULES})
+    model: ModelSpec
+    """The model and where its weights come from."""
+    engine: EngineSpec = Field(default_factory=EngineSpec)
+    """The vLLM engine."""
+    speculative_decoding: SpeculativeDecodingSpec = Field(default_factory=SpeculativeDecodingSpec)
+    """Speculative decoding."""
+    topology: TopologySpec = Field(default_factory=TopologySpec)
+    """Parallel shape of one group; the operator derives nodes per group and placement."""
+    replicas: int = Field(default=1, ge=0, le=64)
+    """Engine groups (each a whole multi-node engine). Owned by the autoscaler when it is enabled."""
+    autoscaling: AutoscalingSpec = Field(default_factory=AutoscalingSpec)
+    """Decode-latency autoscaling."""
+    scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
+    """Node selection and placement."""
+    service: ServiceSpec = Field(default_factory=ServiceSpec)
+    """Client Service."""
+    disruption_budget: DisruptionBudgetSpec = Field(default_factory=DisruptionBudgetSpec)
+    """Group-aware PodDisruptionBudget."""
+    monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec)
+    """Prometheus scraping."""
+    probes: ProbesSpec = Field(default_factory=ProbesSpec)
+    """Start-up budget and health probes."""
+
+
+# ---------------------------------------------------------------- status --------------------
+
+
+class Condition(Model):
+    """A Kubernetes-style condition (metav1.Condition)."""
+
+    type: str
+    """Ready, Progressing, Degraded, MetricsAvailable or ScalingLimited."""
+    status: Literal["True", "False", "Unknown"]
+    """True, False or Unknown."""
+    reason: str
+    """CamelCase reason."""
+    message: str = ""
+    """Human-readable detail."""
+    last_transition_time: str
+    """RFC 3339 time the status last changed."""
+    observed_generation: int | None = None
+    """metadata.generation this condition was computed from."""
+
+
+class DecodeStatus(Model):
+    """Decode speed as measured over the autoscaling window."""
+
+    p90_itl_seconds: float | None = None
+    """P90 time per output token, seconds (ITL / tokens per step under speculative decoding)."""
+    tokens_per_second_per_user: float | None = None
+    """1 / time per output token."""
+    acceptance_length: float | None = None
+    """Tokens per engine step: 1 + accepted / drafts (speculative decoding)."""
+    observed_at: str | None = None
+    """RFC 3339 time of the measurement."""
+
+
+class ScaleEvent(Model):
+    """The last replica change the autoscaler made."""
+
+    time: str
+    """RFC 3339 time."""
+    from_replicas: int = Field(alias="from")
+    """Groups before."""
+    to_replicas: int = Field(alias="to")
+    """Groups after."""
+    reason: str
+    """Why."""
+
+
+class PlanStatus(Model):
+    """The topology the operator derived from the spec."""
+
+    gpus_per_node: int
+    """GPUs requested by each pod."""
+    nodes_per_group: int
+    """Pods (trays or nodes) per group: the LeaderWorkerSet size."""
+    gpus_per_group: int
+    """GPUs of one engine group."""
+    compute_domain: bool
+    """Whether groups span trays of an NVLink domain (ComputeDomain and clique placement)."""
+
+
+class KimiK3DeploymentStatus(Model):
+    """What the operator observed."""
+
+    observed_generation: int | None = None
+    """metadata.generation of the spec the status describes."""
+    conditions: list[Condition] = Field(default_factory=list)
+    """Ready, Progressing, Degraded, MetricsAvailable, ScalingLimited."""
+    replicas: int | None = None
+    """Groups that exist (LeaderWorkerSet status.replicas)."""
+    ready_replicas: int | None = None
+    """Groups whose every pod is ready."""
+    desired_replicas: int | None = None
+    """Groups the autoscaler wants."""
+    selector: str | None = None
+    """Label selector of the group leaders (scale subresource)."""
+    endpoint: str | None = None
+    """In-cluster URL of the OpenAI-compatible API."""
+    plan: PlanStatus | None = None
+    """Derived topology."""
+    decode: DecodeStatus | None = None
+    """Measured decode speed."""
+    last_scale: ScaleEvent | None = None
+    """Last autoscaling decision that changed replicas."""

@@ -1,0 +1,1 @@
+"""vLLM argument building and the in-pod launcher (stdlib only: it runs inside the vLLM image)."""

@@ -1,0 +1,198 @@
+"""vLLM command lines and environment of every rank of a group.
+
+``rank_args(spec, plan, rank)`` returns the arguments after ``vllm serve`` for pod ``rank`` of a
+group (0 = leader). The leader's address is not known when the operator renders (it is the
+leader pod's DNS name, set by LeaderWorkerSet as ``LWS_LEADER_ADDRESS``), so the arguments hold
+``LEADER_ADDRESS`` and the in-pod launcher substitutes it after the name resolves.
+
+Launch lines follow vLLM's multi-node documentation for 0.33 (no Ray), see kimi-k3-and-vllm.md:
+- tp:    ``--tensor-parallel-size T --nnodes N --node-rank i --master-addr L --master-port P``; i > 0 ``--headless``
+- tp-dp: ``--tensor-parallel-size T --data-parallel-size D --data-parallel-size-local d
+          --data-parallel-address L --data-parallel-rpc-port P --data-parallel-start-rank i*d``; i > 0 ``--headless``
+- dep:   the tp-dp line with T=1, d = GPUs per node, plus ``--enable-expert-parallel --all2all-backend B``.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+from kimik3.api.errors import SpecError
+from kimik3.api.v1alpha1 import KimiK3DeploymentSpec, duration_seconds
+from kimik3.topology.plan import GroupPlan
+
+LEADER_ADDRESS = "${LWS_LEADER_ADDRESS}"
+"""Placeholder the launcher replaces with the resolved leader address."""
+MASTER_PORT = 29501
+"""torch.distributed rendezvous port of multi-node TP (vLLM's documented example port)."""
+DP_RPC_PORT = 13345
+"""Data-parallel coordinator RPC port (vLLM's documented example port)."""
+API_PORT_NAME = "http"
+MODEL_MOUNT = "/models"
+VLLM_VERSION = "0.33.0"
+"""The engine version the arguments are written for (the megakernel decode path is new in 0.33.0)."""
+
+OWNED_FLAGS = frozenset({
+    "--model", "--served-model-name", "--port", "--host", "--trust-remote-code", "--revision",
+    "--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp", "--data-parallel-size", "-dp",
+    "--data-parallel-size-local", "-dpl", "--data-parallel-address", "-dpa", "--data-parallel-rpc-port", "-dpp",
+    "--data-parallel-start-rank", "-dpr", "--data-parallel-hybrid-lb", "--data-parallel-external-lb",
+    "--enable-expert-parallel", "-ep", "--nnodes", "-n", "--node-rank", "-r", "--master-addr", "--master-port",
+    "--headless", "--speculative-config", "-sc", "--additional-config", "--kv-cache-dtype",
+    "--gpu-memory-utilization", "--max-num-seqs", "--max-num-batched-tokens", "--max-model-len",
+    "--moe-backend", "--all2all-backend", "--load-format", "--enforce-eager", "--compilation-config", "-cc",
+    "--enable-prefix-caching", "--no-enable-prefix-caching", "--tool-call-parser", "--enable-auto-tool-choice",
+    "--reasoning-parser", "--language-model-only",
+})
+"""Flags the operator derives from typed fields; ``spec.engine.extraArgs`` may not set them."""
+
+
+def speculative_config(spec: KimiK3DeploymentSpec) -> dict[str, Any] | None:
+    """The ``--speculative-config`` value in vLLM's snake_case keys, or None when method is none."""
+    sd = spec.speculative_decoding
+    if sd.method == "none":
+        return None
+    cfg: dict[str, Any] = {"method": sd.method, "num_speculative_tokens": sd.num_speculative_tokens}
+    if sd.draft_model:
+        cfg["model"] = sd.draft_model
+    if sd.draft_sample_method:
+        cfg["draft_sample_method"] = sd.draft_sample_method
+    if sd.rejection_sample_method:
+        cfg["rejection_sample_method"] = sd.rejection_sample_method
+    if sd.adaptive_verification:
+        cfg["enable_adaptive_verification"] = True
+    if sd.draft_tensor_parallel_size:
+        cfg["draft_tensor_parallel_size"] = sd.draft_tensor_parallel_size
+    if sd.prompt_lookup_min is not None:
+        cfg["prompt_lookup_min"] = sd.prompt_lookup_min
+    if sd.prompt_lookup_max is not None:
+        cfg["prompt_lookup_max"] = sd.prompt_lookup_max
+    return cfg
+
+
+def model_path(spec: KimiK3DeploymentSpec) -> str:
+    """What ``vllm serve`` loads: the mounted checkpoint folder, or the hub id."""
+    src = spec.model.source
+    if src.pvc is not None:
+        return f"{MODEL_MOUNT}/{src.pvc.sub_path.strip('/')}" if src.pvc.sub_path else MODEL_MOUNT
+    if src.host_path is not None:
+        return MODEL_MOUNT
+    return spec.model.name
+
+
+def _json(value: dict[str, Any]) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def check_extra_args(spec: KimiK3DeploymentSpec) -> list[SpecError]:
+    """Refuse extraArgs that set a flag the operator owns (field path and the field to use)."""
+    out = []
+    for i, arg in enumerate(spec.engine.extra_args):
+        flag = arg.split("=", 1)[0]
+        if flag in OWNED_FLAGS:
+            out.append(SpecError(f"spec.engine.extraArgs[{i}]",
+                                 f"{flag} is set by the operator from typed fields (engine, topology, "
+                                 f"speculativeDecoding, model): set it there instead"))
+    return out
+
+
+def common_args(spec: KimiK3DeploymentSpec) -> list[str]:
+    """Arguments every rank shares (model, kernels, batch limits, features, speculation)."""
+    e, m = spec.engine, spec.model
+    args = [model_path(spec), "--served-model-name", m.served_model_name, "--trust-remote-code",
+            "--port", str(spec.service.port)]
+    if m.revision:
+        args += ["--revision", m.revision]
+    if m.max_model_len:
+        args += ["--max-model-len", str(m.max_model_len)]
+    args += ["--kv-cache-dtype", e.kv_cache_dtype,
+             "--gpu-memory-utilization", f"{e.gpu_memory_utilization:g}",
+             "--max-num-seqs", str(e.max_num_seqs),
+             "--max-num-batched-tokens", str(e.max_num_batched_tokens)]
+    if e.moe_backend:
+        args += ["--moe-backend", e.moe_backend]
+    if e.load_format:
+        args += ["--load-format", e.load_format]
+    if e.enforce_eager:
+        args.append("--enforce-eager")
+    if e.cudagraph_mode:
+        args += ["--compilation-config", _json({"cudagraph_mode": e.cudagraph_mode})]
+    if e.decode_backend == "latency_specialized":
+        args += ["--additional-config", _json({"decode_backend": "latency_specialized"})]
+    f = m.features
+    if f.tool_calling:
+        args += ["--enable-auto-tool-choice", "--tool-call-parser", "kimi_k3"]
+    if f.reasoning_parser:
+        args += ["--reasoning-parser", "kimi_k3"]
+    if f.prefix_caching:
+        args.append("--enable-prefix-caching")
+    if f.language_model_only:
+        args.append("--language-model-only")
+    sc = speculative_config(spec)
+    if sc is not None:
+        args += ["--speculative-config", _json(sc)]
+    return args
+
+
+def parallel_args(spec: KimiK3DeploymentSpec, plan: GroupPlan, rank: int) -> list[str]:
+    """The parallelism and multi-node arguments of pod ``rank`` (0 = leader)."""
+    if not 0 <= rank < plan.nodes_per_group:
+        raise ValueError(f"rank {rank} outside a group of {plan.nodes_per_group} pods")
+    args: list[str] = []
+    if plan.strategy == "tp":
+        args += ["--tensor-parallel-size", str(plan.tensor_parallel_size)]
+        if plan.pipeline_parallel_size > 1:
+            args += ["--pipeline-parallel-size", str(plan.pipeline_parallel_size)]
+        if plan.multi_node:
+            args += ["--nnodes", str(plan.nodes_per_group), "--node-rank", str(rank),
+                     "--master-addr", LEADER_ADDRESS, "--master-port", str(MASTER_PORT)]
+    else:
+        args += ["--tensor-parallel-size", str(plan.tensor_parallel_size),
+                 "--data-parallel-size", str(plan.data_parallel_size),
+                 "--data-parallel-size-local", str(plan.data_parallel_size_local)]
+        if plan.multi_node:
+            args += ["--data-parallel-address", LEADER_ADDRESS,
+                     "--data-parallel-rpc-port", str(DP_RPC_PORT),
+                     "--data-parallel-start-rank", str(rank * plan.data_parallel_size_local)]
+        if plan.expert_parallel:
+            args.append("--enable-expert-parallel")
+            backend = spec.engine.all2all_backend
+            if backend is None and spec.engine.moe_backend != "deep_gemm_mega_moe":
+                backend = "flashinfer_nvlink_one_sided" if plan.profile.multi_node_nvlink else "deepep_v2"
+            if backend:
+                args += ["--all2all-backend", backend]
+    if plan.multi_node and rank > 0:
+        args.append("--headless")
+    return args
+
+
+def rank_args(spec: KimiK3DeploymentSpec, plan: GroupPlan, rank: int) -> list[str]:
+    """Everything after ``vllm serve`` for pod ``rank``: common, parallel, then extraArgs."""
+    return common_args(spec) + parallel_args(spec, plan, rank) + list(spec.engine.extra_args)
+
+
+def engine_env(spec: KimiK3DeploymentSpec, plan: GroupPlan) -> dict[str, str]:
+    """Environment of every engine container (values from the GB300 recipes, kimi-k3-and-vllm.md).
+
+    User ``spec.engine.env`` entries override these."""
+    env = {
+        "VLLM_ENGINE_READY_TIMEOUT_S": str(int(duration_seconds(spec.probes.load_timeout))),
+        "VLLM_USE_V2_MODEL_RUNNER": "1",
+    }
+    if plan.profile.multi_node_nvlink:
+        env |= {"VLLM_ALLREDUCE_USE_FLASHINFER": "1", "VLLM_FLASHINFER_ALLREDUCE_BACKEND": "mnnvl",
+                "VLLM_USE_NCCL_SYMM_MEM": "0", "NCCL_MNNVL_ENABLE": "1", "NCCL_CUMEM_ENABLE": "1"}
+    if spec.model.source.hub is None:
+        env |= {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    else:
+        env["HF_HOME"] = "/hf-cache"
+    for var in spec.engine.env:
+        env[var.name] = var.value
+    return env
+
+
+def command_line(args: list[str]) -> str:
+    """A shell-quoted ``vllm serve ...`` line for people to read (the launcher execs the list)."""
+    return shlex.join(["vllm", "serve", *args])
+

@@ -1,0 +1,64 @@
+"""All children of one KimiK3Deployment, in apply order.
+
+``render(obj)`` takes the custom resource as stored (metadata + spec) and returns a ``Rendered``:
+the objects to apply (ComputeDomain, launcher ConfigMap, LeaderWorkerSet, Service,
+PodDisruptionBudget, PodMonitor), the kinds that must not exist (e.g. the budget at one
+replica, the ComputeDomain at zero replicas), and warnings for the user. Raises ``SpecErrors``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kimik3.admission import admit
+from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
+from kimik3.render.computedomain import compute_domain
+from kimik3.render.configmap import launcher_configmap
+from kimik3.render.disruption import disruption_budget
+from kimik3.render.leaderworkerset import leader_worker_set
+from kimik3.render.meta import Owner
+from kimik3.render.podmonitor import pod_monitor
+from kimik3.render.service import client_service
+from kimik3.topology.plan import GroupPlan
+
+
+@dataclass
+class Rendered:
+    spec: KimiK3DeploymentSpec
+    plan: GroupPlan
+    objects: list[dict[str, Any]]
+    """Children to apply, in order (the ComputeDomain before the pods that claim it)."""
+    absent: list[tuple[str, str]] = field(default_factory=list)
+    """(apiVersion, kind) of children that must not exist now."""
+    warnings: list[str] = field(default_factory=list)
+
+
+def render(obj: dict[str, Any], replicas: int | None = None) -> Rendered:
+    """Children of ``obj``; ``replicas`` overrides spec.replicas (the autoscaler's choice)."""
+    spec, plan = admit(obj.get("spec") or {})
+    owner = Owner.from_object(obj)
+    groups = spec.replicas if replicas is None else replicas
+    objects: list[dict[str, Any]] = []
+    absent: list[tuple[str, str]] = []
+    warnings: list[str] = []
+    cd = compute_domain(owner)
+    if plan.needs_compute_domain and groups > 0:
+        objects.append(cd)
+    elif plan.needs_compute_domain:
+        absent.append((cd["apiVersion"], cd["kind"]))
+    objects.append(launcher_configmap(owner, spec, plan))
+    objects.append(leader_worker_set(owner, spec, plan, groups))
+    objects.append(client_service(owner, spec))
+    pdb, why = disruption_budget(owner, spec, plan, groups)
+    if pdb is not None:
+        objects.append(pdb)
+    else:
+        absent.append(("policy/v1", "PodDisruptionBudget"))
+        if why:
+            warnings.append(why)
+    if spec.monitoring.enabled:
+        objects.append(pod_monitor(owner, spec))
+    else:
+        absent.append(("monitoring.coreos.com/v1", "PodMonitor"))
+    return Rendered(spec, plan, objects, absent, warnings)

@@ -1,0 +1,48 @@
+"""The launcher ConfigMap: the stdlib launcher and the group plan it reads in each pod."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from typing import Any
+
+from kimik3.api.v1alpha1 import KimiK3DeploymentSpec, duration_seconds
+from kimik3.engine.args import VLLM_VERSION, rank_args
+from kimik3.render.meta import Owner
+from kimik3.topology.plan import GroupPlan
+
+MOUNT_PATH = "/etc/kimik3"
+LAUNCHER_KEY = "launcher.py"
+PLAN_KEY = "plan.json"
+ENGINE_COMMAND = ["vllm", "serve"]
+
+
+def configmap_name(owner: Owner) -> str:
+    return f"{owner.name}-launcher"
+
+
+def launcher_source() -> str:
+    """Source of kimik3.engine.launcher, shipped verbatim to the pods."""
+    return resources.files("kimik3.engine").joinpath("launcher.py").read_text(encoding="utf-8")
+
+
+def group_plan_document(spec: KimiK3DeploymentSpec, plan: GroupPlan) -> dict[str, Any]:
+    """What the launcher reads: the command, each rank's arguments and the leader wait bound."""
+    return {
+        "vllmVersion": VLLM_VERSION,
+        "command": ENGINE_COMMAND,
+        "leaderAddressTimeoutSeconds": duration_seconds(spec.probes.leader_address_timeout),
+        "ranks": [{"index": i, "args": rank_args(spec, plan, i)} for i in range(plan.nodes_per_group)],
+    }
+
+
+def launcher_configmap(owner: Owner, spec: KimiK3DeploymentSpec, plan: GroupPlan) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": owner.metadata(configmap_name(owner)),
+        "data": {
+            LAUNCHER_KEY: launcher_source(),
+            PLAN_KEY: json.dumps(group_plan_document(spec, plan), indent=2, sort_keys=True),
+        },
+    }

@@ -1,0 +1,158 @@
+"""The LeaderWorkerSet: one group of ``nodes_per_group`` pods per replica.
+
+Leader and worker pods run the same launcher; they differ in probes and ports. Choices and their
+sources (gb300-on-kubernetes.md, failure-cases.md):
+- ``restartPolicy: RecreateGroupOnPodRestart``: a multi-node engine cannot lose one rank, so a
+  failed pod recreates its whole group and only that group (F14);
+- ``startupPolicy: LeaderCreated``: with LeaderReady a TP group deadlocks (its leader is Ready
+  only once the workers joined); workers instead wait for the leader's address (F1);
+- the ``exclusive-topology`` annotation on ``nvidia.com/gpu.clique`` puts each group alone in one
+  NVL72 rack;
+- the leader's startup probe allows ``probes.loadTimeout`` for the ~1.5 TB load (F12); workers
+  get no HTTP probes (headless ranks serve no HTTP).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any
+
+from kimik3.api.v1alpha1 import KimiK3DeploymentSpec, duration_seconds
+from kimik3.engine.args import API_PORT_NAME, MODEL_MOUNT, engine_env
+from kimik3.render import computedomain, configmap
+from kimik3.render.meta import LWS_EXCLUSIVE_TOPOLOGY, ROLE_LABEL, Owner
+from kimik3.topology.plan import GroupPlan
+from kimik3.topology.profiles import GPU_RESOURCE, PRODUCT_LABEL
+
+API_VERSION = "leaderworkerset.x-k8s.io/v1"
+PLAN_HASH_ANNOTATION = "inference.kimik3.io/plan-hash"
+CONTAINER = "engine"
+
+
+def lws_name(owner: Owner) -> str:
+    return f"{owner.name}-engine"
+
+
+def plan_hash(spec: KimiK3DeploymentSpec, plan: GroupPlan) -> str:
+    """Hash of the launch plan and env: a change rolls the groups."""
+    doc = {"plan": configmap.group_plan_document(spec, plan), "env": engine_env(spec, plan)}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _volumes(owner: Owner, spec: KimiK3DeploymentSpec) -> tuple[list[dict], list[dict]]:
+    src = spec.model.source
+    volumes: list[dict[str, Any]] = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.engine.shm_size}},
+        {"name": "launcher", "configMap": {"name": configmap.configmap_name(owner), "defaultMode": 0o444}},
+    ]
+    mounts: list[dict[str, Any]] = [
+        {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "launcher", "mountPath": configmap.MOUNT_PATH, "readOnly": True},
+    ]
+    if src.pvc is not None:
+        volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": src.pvc.claim_name, "readOnly": True}})
+        mounts.append({"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True})
+    elif src.host_path is not None:
+        volumes.append({"name": "model", "hostPath": {"path": src.host_path.path, "type": "Directory"}})
+        mounts.append({"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True})
+    else:
+        volumes.append({"name": "hf-cache", "emptyDir": {"sizeLimit": src.hub.cache_size}})
+        mounts.append({"name": "hf-cache", "mountPath": "/hf-cache"})
+    return volumes, mounts
+
+
+def _env(spec: KimiK3DeploymentSpec, plan: GroupPlan) -> list[dict[str, Any]]:
+    env = [{"name": k, "value": v} for k, v in sorted(engine_env(spec, plan).items())]
+    env.append({"name": "KIMIK3_PLAN", "value": f"{configmap.MOUNT_PATH}/{configmap.PLAN_KEY}"})
+    hub = spec.model.source.hub
+    if hub is not None and hub.token_secret is not None:
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
+            "name": hub.token_secret.name, "key": hub.token_secret.key}}})
+    return env
+
+
+def _probes(spec: KimiK3DeploymentSpec) -> dict[str, Any]:
+    p = spec.probes
+    health = {"httpGet": {"path": "/health", "port": API_PORT_NAME}, "periodSeconds": p.period_seconds,
+              "timeoutSeconds": 5}
+    budget = math.ceil(duration_seconds(p.load_timeout) / p.period_seconds)
+    return {
+        "startupProbe": {**health, "failureThreshold": budget},
+        "livenessProbe": {**health, "failureThreshold": p.liveness_failure_threshold},
+        "readinessProbe": {**health, "failureThreshold": 3},
+    }
+
+
+def pod_template(owner: Owner, spec: KimiK3DeploymentSpec, plan: GroupPlan, serves_api: bool) -> dict[str, Any]:
+    """Pod template of a leader (``serves_api``: ports and /health probes) or a headless worker."""
+    volumes, mounts = _volumes(owner, spec)
+    limits: dict[str, Any] = {GPU_RESOURCE: plan.gpus_per_node}
+    if spec.engine.resources.cpu:
+        limits["cpu"] = spec.engine.resources.cpu
+    if spec.engine.resources.memory:
+        limits["memory"] = spec.engine.resources.memory
+    resources: dict[str, Any] = {"limits": limits, "requests": dict(limits)}
+    if plan.needs_compute_domain:
+        resources["claims"] = [{"name": computedomain.CLAIM_NAME}]
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": spec.engine.image,
+        "imagePullPolicy": spec.engine.image_pull_policy,
+        "command": ["python3", f"{configmap.MOUNT_PATH}/{configmap.LAUNCHER_KEY}"],
+        "env": _env(spec, plan),
+        "resources": resources,
+        "volumeMounts": mounts,
+        "securityContext": {"allowPrivilegeEscalation": False, "privileged": False},
+    }
+    if serves_api:
+        container["ports"] = [{"name": API_PORT_NAME, "containerPort": spec.service.port, "protocol": "TCP"}]
+        container.update(_probes(spec))
+    sched = spec.scheduling
+    pod: dict[str, Any] = {
+        "containers": [container],
+        "volumes": volumes,
+        "nodeSelector": {PRODUCT_LABEL: plan.profile.product_label, "kubernetes.io/arch": plan.profile.arch,
+                         **sched.node_selector},
+        "terminationGracePeriodSeconds": 60,
+        "enableServiceLinks": False,
+    }
+    if sched.tolerations:
+        pod["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in sched.tolerations]
+    if sched.priority_class_name:
+        pod["priorityClassName"] = sched.priority_class_name
+    if sched.scheduler_name:
+        pod["schedulerName"] = sched.scheduler_name
+    if plan.needs_compute_domain:
+        pod["resourceClaims"] = [{"name": computedomain.CLAIM_NAME,
+                                  "resourceClaimTemplateName": computedomain.channel_template_name(owner)}]
+    labels = {**owner.labels(), ROLE_LABEL: "leader" if serves_api else "worker"}
+    return {"metadata": {"labels": labels, "annotations": {PLAN_HASH_ANNOTATION: plan_hash(spec, plan)}},
+            "spec": pod}
+
+
+def leader_worker_set(owner: Owner, spec: KimiK3DeploymentSpec, plan: GroupPlan, replicas: int) -> dict[str, Any]:
+    """The LeaderWorkerSet with ``replicas`` groups of ``plan.nodes_per_group`` pods."""
+    annotations = {LWS_EXCLUSIVE_TOPOLOGY: spec.scheduling.topology_key} if plan.clique_placement else {}
+    template: dict[str, Any] = {"size": plan.nodes_per_group, "restartPolicy": "RecreateGroupOnPodRestart"}
+    if plan.multi_node:
+        template["leaderTemplate"] = pod_template(owner, spec, plan, serves_api=True)
+        template["workerTemplate"] = pod_template(owner, spec, plan, serves_api=False)
+    else:
+        template["workerTemplate"] = pod_template(owner, spec, plan, serves_api=True)
+    meta = owner.metadata(lws_name(owner))
+    if annotations:
+        meta["annotations"] = annotations
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "LeaderWorkerSet",
+        "metadata": meta,
+        "spec": {
+            "replicas": replicas,
+            "startupPolicy": "LeaderCreated",
+            "rolloutStrategy": {"type": "RollingUpdate",
+                                "rollingUpdateConfiguration": {"maxUnavailable": 1, "maxSurge": 0}},
+            "leaderWorkerTemplate": template,
+        },
+    }

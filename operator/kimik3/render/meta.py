@@ -1,0 +1,62 @@
+"""Names, labels, selectors and owner references shared by every child."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kimik3 import GROUP, KIND, VERSION
+
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_EXCLUSIVE_TOPOLOGY = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+DEPLOYMENT_LABEL = f"{GROUP}/deployment"
+ROLE_LABEL = f"{GROUP}/role"
+MANAGED_BY = "kimik3-operator"
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The KimiK3Deployment the children belong to."""
+
+    name: str
+    namespace: str
+    uid: str
+
+    @classmethod
+    def from_object(cls, obj: dict[str, Any]) -> Owner:
+        meta = obj["metadata"]
+        return cls(meta["name"], meta.get("namespace", "default"), meta.get("uid", ""))
+
+    def labels(self) -> dict[str, str]:
+        """Labels on every child and pod."""
+        return {
+            "app.kubernetes.io/name": "kimi-k3",
+            "app.kubernetes.io/instance": self.name,
+            "app.kubernetes.io/managed-by": MANAGED_BY,
+            DEPLOYMENT_LABEL: self.name,
+        }
+
+    def metadata(self, name: str, **extra: Any) -> dict[str, Any]:
+        """Child metadata with labels and a controller owner reference (garbage collection)."""
+        meta: dict[str, Any] = {
+            "name": name,
+            "namespace": self.namespace,
+            "labels": self.labels(),
+            "ownerReferences": [{
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": KIND,
+                "name": self.name,
+                "uid": self.uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }],
+        }
+        meta.update(extra)
+        return meta
+
+
+def selector_string(labels: dict[str, str]) -> str:
+    """A label selector in the string form of ``status.selector`` (sorted, comma-separated)."""
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))

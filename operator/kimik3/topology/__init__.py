@@ -1,0 +1,1 @@
+"""Accelerator profiles and the parallel plan of one engine group."""
