@@ -63,8 +63,9 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
 
 
 def _default_nested_objects(schema: dict[str, Any], model: type[BaseModel]) -> None:
-    """Give sub-objects built by a default factory the default ``{}`` so the API server fills
-    their own defaults (pydantic leaves factory defaults out of the JSON schema)."""
+    """Give sub-objects built by a default factory their full default value (pydantic leaves
+    factory defaults out of the JSON schema; the API server checks a default against the CEL
+    rules as written, without filling nested defaults, so ``{}`` would not do)."""
     for name, field in model.model_fields.items():
         alias = field.alias or name
         prop = schema.get("properties", {}).get(alias)
@@ -73,7 +74,7 @@ def _default_nested_objects(schema: dict[str, Any], model: type[BaseModel]) -> N
         annotation = field.annotation
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             if field.default_factory is not None:
-                prop["default"] = {}
+                prop["default"] = annotation().model_dump(by_alias=True, exclude_none=True, mode="json")
             _default_nested_objects(prop, annotation)
 
 

@@ -1,0 +1,127 @@
+"""Kubernetes API access of the operator: server-side apply, get, delete, list, status, events.
+
+One field manager (``kimik3-operator``) owns every field the operator writes. Calls are
+synchronous (the official ``kubernetes`` client); the controller runs them in worker threads.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from kimik3 import GROUP, PLURAL, VERSION
+
+FIELD_MANAGER = "kimik3-operator"
+REQUEST_TIMEOUT_S = 30
+
+# apiVersion/kind -> plural of every kind the operator reads or writes.
+PLURALS: dict[tuple[str, str], str] = {
+    (f"{GROUP}/{VERSION}", "KimiK3Deployment"): PLURAL,
+    ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): "leaderworkersets",
+    ("resource.nvidia.com/v1beta1", "ComputeDomain"): "computedomains",
+    ("monitoring.coreos.com/v1", "PodMonitor"): "podmonitors",
+    ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets",
+    ("v1", "ConfigMap"): "configmaps",
+    ("v1", "Service"): "services",
+    ("v1", "Pod"): "pods",
+    ("v1", "Event"): "events",
+}
+
+
+def resource_path(api_version: str, kind: str, namespace: str, name: str | None = None) -> str:
+    """REST path of a namespaced object or collection."""
+    plural = PLURALS[(api_version, kind)]
+    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    path = f"{base}/namespaces/{namespace}/{plural}"
+    return f"{path}/{name}" if name else path
+
+
+def api_client_from_kubeconfig(path: str | None) -> client.ApiClient:
+    """An ApiClient for a kubeconfig file, or the in-cluster service account when ``path`` is None."""
+    if path:
+        return config.new_client_from_config(config_file=path)
+    cfg = client.Configuration()
+    config.load_incluster_config(client_configuration=cfg)
+    return client.ApiClient(cfg)
+
+
+@dataclass
+class Kube:
+    """Thin typed wrapper over ``ApiClient.call_api`` for the calls the controller makes."""
+
+    api: client.ApiClient
+
+    def _call(self, method: str, path: str, body: Any = None, query: list | None = None,
+              content_type: str = "application/json") -> Any:
+        request = self.api.param_serialize(
+            method=method, resource_path=path, query_params=query or [],
+            header_params={"Accept": "application/json", "Content-Type": content_type},
+            body=body, auth_settings=["BearerToken"])
+        response = self.api.call_api(*request, _request_timeout=REQUEST_TIMEOUT_S)
+        response.read()
+        if not 200 <= response.status <= 299:
+            raise ApiException.from_response(http_resp=response, body=response.data.decode(errors="replace"),
+                                             data=None)
+        return json.loads(response.data) if response.data else None
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """The object, or None when it does not exist."""
+        try:
+            return self._call("GET", resource_path(api_version, kind, namespace, name))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def apply(self, obj: dict[str, Any], force: bool = True) -> dict[str, Any]:
+        """Server-side apply ``obj`` as the operator's field manager (strict field validation)."""
+        meta = obj["metadata"]
+        path = resource_path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+        query = [("fieldManager", FIELD_MANAGER), ("fieldValidation", "Strict")]
+        if force:
+            query.append(("force", "true"))
+        return self._call("PATCH", path, body=obj, query=query, content_type="application/apply-patch+yaml")
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str,
+               propagation: str = "Background") -> bool:
+        """Delete; False when it was already gone."""
+        try:
+            self._call("DELETE", resource_path(api_version, kind, namespace, name),
+                       body={"propagationPolicy": propagation})
+            return True
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+
+    def list(self, api_version: str, kind: str, namespace: str, selector: str) -> list[dict[str, Any]]:
+        out = self._call("GET", resource_path(api_version, kind, namespace), query=[("labelSelector", selector)])
+        return out.get("items", [])
+
+    def patch_merge(self, api_version: str, kind: str, namespace: str, name: str, patch: dict[str, Any],
+                    subresource: str | None = None) -> dict[str, Any]:
+        path = resource_path(api_version, kind, namespace, name) + (f"/{subresource}" if subresource else "")
+        return self._call("PATCH", path, body=patch, content_type="application/merge-patch+json")
+
+    def event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """Record a core/v1 Event on ``obj`` (Normal or Warning). Never raises: events are best effort."""
+        meta = obj["metadata"]
+        now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"],
+                               "namespace": meta["namespace"], "uid": meta.get("uid")},
+            "type": type_, "reason": reason, "message": message[:1024],
+            "source": {"component": FIELD_MANAGER}, "reportingComponent": FIELD_MANAGER,
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        }
+        try:
+            self._call("POST", resource_path("v1", "Event", meta["namespace"]), body=body)
+        except ApiException:
+            pass

@@ -1,0 +1,228 @@
+"""Wiring: kopf watches -> a keyed work queue -> ``Reconciler``; plus health and metrics.
+
+kopf provides the watches (listing, reconnects, 410 Gone re-lists) and login. Its event handlers
+only enqueue the owning KimiK3Deployment; the reconcile is level-based (no kopf progress or
+diff-base annotations are written, so a large spec never overflows annotation limits, F5).
+
+Health server (aiohttp, one port): ``/healthz`` fails when the work queue has not made progress
+within ``stall_after_s`` while work is due, or the watch layer is down; ``/readyz`` is 200 once
+kopf is ready; ``/metrics`` serves the operator's Prometheus metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from kimik3 import GROUP, KIND, PLURAL, VERSION
+from kimik3.controller import metrics
+from kimik3.controller.kube import Kube, api_client_from_kubeconfig
+from kimik3.controller.reconcile import Reconciler
+from kimik3.render.meta import DEPLOYMENT_LABEL, MANAGED_BY
+
+log = logging.getLogger("kimik3.operator")
+
+Key = tuple[str, str]
+
+# Children watched to catch drift and deletion, and pods for group status and teardown.
+WATCHED_CHILDREN = [
+    ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets"),
+    ("resource.nvidia.com", "v1beta1", "computedomains"),
+    ("monitoring.coreos.com", "v1", "podmonitors"),
+    ("policy", "v1", "poddisruptionbudgets"),
+    ("", "v1", "configmaps"),
+    ("", "v1", "services"),
+    ("", "v1", "pods"),
+]
+
+
+class WorkQueue:
+    """Keyed delay queue: each key is pending at most once (earliest due time wins) and is never
+    processed by two workers at once; failures back off exponentially per key (1 s .. 5 min)."""
+
+    def __init__(self) -> None:
+        self._due: dict[Key, float] = {}
+        self._heap: list[tuple[float, Key]] = []
+        self._active: set[Key] = set()
+        self._later: dict[Key, float] = {}
+        """Due times asked for keys that were being reconciled at the time."""
+        self._failures: dict[Key, int] = {}
+        self._wake = asyncio.Event()
+        self.last_progress = time.monotonic()
+
+    def add(self, key: Key, delay: float = 0.0) -> None:
+        due = time.monotonic() + delay
+        if key in self._active:
+            self._later[key] = min(self._later.get(key, due), due)
+            return
+        if key in self._due and self._due[key] <= due:
+            return
+        self._due[key] = due
+        heapq.heappush(self._heap, (due, key))
+        metrics.QUEUE_DEPTH.set(len(self._due))
+        self._wake.set()
+
+    def overdue(self, now: float) -> bool:
+        """Whether some key has been due for over a second (used by the liveness check)."""
+        return any(due < now - 1 for due in self._due.values())
+
+    async def _next(self) -> Key:
+        while True:
+            now = time.monotonic()
+            while self._heap and self._due.get(self._heap[0][1]) != self._heap[0][0]:
+                heapq.heappop(self._heap)  # stale entry: the key was re-added earlier or taken
+            if self._heap and self._heap[0][0] <= now:
+                _, key = heapq.heappop(self._heap)
+                del self._due[key]
+                self._active.add(key)
+                metrics.QUEUE_DEPTH.set(len(self._due))
+                return key
+            timeout = (self._heap[0][0] - now) if self._heap else None
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass
+
+    def _done(self, key: Key, requeue_after: float | None, failed: bool) -> None:
+        self._active.discard(key)
+        self.last_progress = time.monotonic()
+        if failed:
+            n = self._failures[key] = self._failures.get(key, 0) + 1
+            requeue_after = min(300.0, 2.0 ** (n - 1))
+        else:
+            self._failures.pop(key, None)
+        delays = [] if requeue_after is None else [requeue_after]
+        if key in self._later:
+            delays.append(self._later.pop(key) - time.monotonic())
+        if delays:
+            self.add(key, max(0.0, min(delays)))
+
+    async def worker(self, reconciler: Reconciler) -> None:
+        while True:
+            key = await self._next()
+            failed, requeue = False, None
+            try:
+                result = await asyncio.to_thread(reconciler.reconcile, *key)
+                requeue = result.requeue_after
+            except Exception:  # the queue retries with backoff; the error is counted and logged
+                log.exception("reconcile of %s/%s failed", *key)
+                failed = True
+            self._done(key, requeue, failed)
+
+
+@dataclass
+class OperatorConfig:
+    kubeconfig: str | None = None
+    """Kubeconfig file; None = in-cluster service account."""
+    namespaces: list[str] = field(default_factory=list)
+    """Namespaces to watch; empty = cluster-wide."""
+    health_port: int = 8080
+    health_host: str = "0.0.0.0"
+    workers: int = 4
+    stall_after_s: float = 120.0
+    """Liveness fails when due work waited this long without any reconcile finishing (F6)."""
+
+
+def build_registry(cfg: OperatorConfig, queue: WorkQueue) -> kopf.OperatorRegistry:
+    """kopf handlers for one operator instance (a registry of its own, so tests can run several)."""
+    registry = kopf.OperatorRegistry()
+    api = api_client_from_kubeconfig(cfg.kubeconfig)
+
+    @kopf.on.login(registry=registry)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        c = api.configuration
+        header = c.get_api_key_with_prefix("BearerToken") or c.get_api_key_with_prefix("authorization") or ""
+        token = header.split(" ", 1)[-1] if header else None
+        return kopf.ConnectionInfo(server=c.host, ca_path=c.ssl_ca_cert, insecure=not c.verify_ssl,
+                                   scheme="Bearer" if token else None, token=token,
+                                   certificate_path=c.cert_file, private_key_path=c.key_file)
+
+    @kopf.on.startup(registry=registry)
+    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.posting.enabled = False  # our Events are posted by the reconciler
+        settings.watching.server_timeout = 300
+        settings.watching.client_timeout = 330
+        settings.watching.connect_timeout = 10
+        settings.watching.reconnect_backoff = 1.0
+        settings.networking.request_timeout = 60
+        settings.peering.standalone = True
+
+    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
+    def on_deployment(body: kopf.Body, **_: Any) -> None:
+        metrics.WATCH_EVENTS.labels(resource=PLURAL).inc()
+        queue.add((body.metadata.namespace, body.metadata.name))
+
+    def owner_key(body: kopf.Body) -> Key | None:
+        for ref in body.metadata.get("ownerReferences", []) or []:
+            if ref.get("kind") == KIND and ref.get("apiVersion", "").startswith(GROUP + "/"):
+                return body.metadata.namespace, ref["name"]
+        name = (body.metadata.labels or {}).get(DEPLOYMENT_LABEL)
+        return (body.metadata.namespace, name) if name else None
+
+    for group, version, plural in WATCHED_CHILDREN:
+        def on_child(body: kopf.Body, _plural: str = plural, **_: Any) -> None:
+            metrics.WATCH_EVENTS.labels(resource=_plural).inc()
+            key = owner_key(body)
+            if key:
+                queue.add(key, 0.5)  # coalesce bursts (a group's pods change together)
+
+        kopf.on.event(group, version, plural, registry=registry, id=f"child-{plural}",
+                      labels={"app.kubernetes.io/managed-by": MANAGED_BY})(on_child)
+    return registry
+
+
+async def _health_server(cfg: OperatorConfig, queue: WorkQueue, ready: asyncio.Event) -> web.AppRunner:
+    async def healthz(_: web.Request) -> web.Response:
+        now = time.monotonic()
+        if queue.overdue(now) and now - queue.last_progress > cfg.stall_after_s:
+            return web.Response(status=500, text=f"stalled: no reconcile finished for {now - queue.last_progress:.0f} s")
+        return web.Response(text="ok")
+
+    async def readyz(_: web.Request) -> web.Response:
+        return web.Response(text="ready") if ready.is_set() else web.Response(status=503, text="starting")
+
+    async def metrics_handler(_: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app = web.Application()
+    app.add_routes([web.get("/healthz", healthz), web.get("/readyz", readyz), web.get("/metrics", metrics_handler)])
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, cfg.health_host, cfg.health_port).start()
+    return runner
+
+
+async def run_operator(cfg: OperatorConfig, stop: threading.Event | asyncio.Event | None = None,
+                       ready: threading.Event | None = None) -> None:
+    """Run until ``stop`` is set (or forever). ``ready`` is set once kopf has started watching."""
+    queue = WorkQueue()
+    registry = build_registry(cfg, queue)
+    reconciler = Reconciler(Kube(api_client_from_kubeconfig(cfg.kubeconfig)))
+    kopf_ready = asyncio.Event()
+    runner = await _health_server(cfg, queue, kopf_ready)
+    workers = [asyncio.create_task(queue.worker(reconciler)) for _ in range(cfg.workers)]
+
+    async def mark_ready() -> None:
+        await kopf_ready.wait()
+        if ready is not None:
+            ready.set()
+
+    marker = asyncio.create_task(mark_ready())
+    try:
+        await kopf.operator(registry=registry, clusterwide=not cfg.namespaces, namespaces=cfg.namespaces,
+                            stop_flag=stop, ready_flag=kopf_ready, standalone=True)
+    finally:
+        for task in [*workers, marker]:
+            task.cancel()
+        await asyncio.gather(*workers, marker, return_exceptions=True)
+        await runner.cleanup()

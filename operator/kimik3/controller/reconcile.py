@@ -1,0 +1,177 @@
+"""Level-based reconcile of one KimiK3Deployment: render, apply, prune, status; or tear down.
+
+``Reconciler.reconcile(namespace, name)`` reads the CR and makes the world match it. It is
+idempotent and keeps no state between calls apart from which Events it already posted, so a
+restarted operator, a lost watch or a deleted child all converge by calling it again. It returns
+when to look again (``Result.requeue_after``, seconds).
+
+Teardown order (failure case F4): the CR carries the finalizer ``inference.kimik3.io/teardown``;
+on deletion the LeaderWorkerSet goes first, then, once no pod of the deployment is left holding
+the ComputeDomain channel, the ComputeDomain, then the finalizer. The other children go by
+garbage collection through their owner references.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes.client.rest import ApiException
+
+from kimik3 import GROUP, KIND, VERSION
+from kimik3.api.errors import SpecErrors
+from kimik3.controller import metrics
+from kimik3.controller.kube import Kube
+from kimik3.controller.status import compute_status, invalid_status, lws_selector
+from kimik3.render.children import render
+from kimik3.render.computedomain import API_VERSION as CD_API_VERSION
+from kimik3.render.leaderworkerset import API_VERSION as LWS_API_VERSION
+from kimik3.render.leaderworkerset import lws_name
+from kimik3.render.meta import Owner
+
+FINALIZER = f"{GROUP}/teardown"
+CR_API_VERSION = f"{GROUP}/{VERSION}"
+RESYNC_READY_S = 60.0
+"""Drift check period of a settled deployment (child watches catch most drift sooner)."""
+RESYNC_STARTING_S = 10.0
+"""Status refresh period while groups start."""
+TEARDOWN_POLL_S = 3.0
+
+log = logging.getLogger("kimik3.reconcile")
+
+
+@dataclass(frozen=True)
+class Result:
+    outcome: str
+    """applied | invalid | tearing-down | deleted | gone"""
+    requeue_after: float | None
+
+
+class Reconciler:
+    """Reconciles KimiK3Deployments through ``kube``."""
+
+    def __init__(self, kube: Kube):
+        self.kube = kube
+        self._posted: dict[tuple[str, str], set[str]] = {}
+
+    # -- events ------------------------------------------------------------------------------
+    def _event_once(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """Post an Event unless the same one was posted for this object already."""
+        key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+        seen = self._posted.setdefault(key, set())
+        token = f"{obj['metadata'].get('generation')}|{reason}|{message}"
+        if token in seen:
+            return
+        seen.add(token)
+        self.kube.event(obj, type_, reason, message)
+
+    # -- entry point -------------------------------------------------------------------------
+    def reconcile(self, namespace: str, name: str) -> Result:
+        start = time.monotonic()
+        obj = self.kube.get(CR_API_VERSION, KIND, namespace, name)
+        if obj is None:
+            self._posted.pop((namespace, name), None)
+            return Result("gone", None)
+        try:
+            if obj["metadata"].get("deletionTimestamp"):
+                result = self._teardown(obj)
+            else:
+                result = self._apply(obj)
+        except Exception:
+            metrics.RECONCILES.labels(result="error").inc()
+            raise
+        metrics.RECONCILES.labels(result=result.outcome).inc()
+        metrics.RECONCILE_SECONDS.observe(time.monotonic() - start)
+        return result
+
+    # -- create / update / resume ------------------------------------------------------------
+    def _ensure_finalizer(self, obj: dict[str, Any]) -> dict[str, Any]:
+        finalizers = obj["metadata"].get("finalizers", [])
+        if FINALIZER in finalizers:
+            return obj
+        meta = obj["metadata"]
+        return self.kube.patch_merge(CR_API_VERSION, KIND, meta["namespace"], meta["name"], {
+            "metadata": {"finalizers": [*finalizers, FINALIZER], "resourceVersion": meta["resourceVersion"]}})
+
+    def _write_status(self, obj: dict[str, Any], status: dict[str, Any]) -> None:
+        if (obj.get("status") or {}) == {**(obj.get("status") or {}), **status}:
+            return
+        meta = obj["metadata"]
+        self.kube.patch_merge(CR_API_VERSION, KIND, meta["namespace"], meta["name"], {"status": status},
+                              subresource="status")
+
+    def _apply(self, obj: dict[str, Any]) -> Result:
+        try:
+            rendered = render(obj)
+        except SpecErrors as exc:
+            problems = "; ".join(map(str, exc.errors))
+            self._event_once(obj, "Warning", "InvalidSpec", f"spec refused, nothing changed: {problems}")
+            self._write_status(obj, invalid_status(obj, problems))
+            return Result("invalid", None)
+        obj = self._ensure_finalizer(obj)
+        owner = Owner.from_object(obj)
+        for warning in rendered.warnings:
+            self._event_once(obj, "Warning", "DisruptionBudgetSkipped", warning)
+        applied: dict[str, dict[str, Any]] = {}
+        apply_error = None
+        for child in rendered.objects:
+            try:
+                applied[child["kind"]] = self.kube.apply(child)
+                metrics.CHILDREN_APPLIED.labels(kind=child["kind"]).inc()
+            except ApiException as exc:
+                apply_error = f"{child['kind']} {child['metadata']['name']}: {exc.status} {exc.reason}: " \
+                              f"{(exc.body or '')[:500]}"
+                metrics.APPLY_ERRORS.labels(kind=child["kind"]).inc()
+                self._event_once(obj, "Warning", "ApplyFailed", apply_error)
+                break
+        for api_version, kind in rendered.absent:
+            if self.kube.delete(api_version, kind, owner.namespace, owner.name):
+                self._event_once(obj, "Normal", "Deleted", f"{kind} {owner.name} removed: not needed by the spec")
+        lws = applied.get("LeaderWorkerSet") or self.kube.get(LWS_API_VERSION, "LeaderWorkerSet",
+                                                              owner.namespace, lws_name(owner))
+        pods = self.kube.list("v1", "Pod", owner.namespace, lws_selector(owner))
+        desired = int(((lws or {}).get("spec") or {}).get("replicas", rendered.spec.replicas))
+        status = compute_status(obj, rendered.spec, rendered.plan, lws, pods, desired, apply_error)
+        if (obj.get("status") or {}).get("observedGeneration") != obj["metadata"].get("generation") and not apply_error:
+            kinds = ", ".join(c["kind"] for c in rendered.objects)
+            self._event_once(obj, "Normal", "Applied",
+                             f"generation {obj['metadata'].get('generation')}: applied {kinds}; "
+                             f"{desired} group(s) of {rendered.plan.nodes_per_group} pods x "
+                             f"{rendered.plan.gpus_per_node} GPUs")
+        self._write_status(obj, status)
+        ready = next(c for c in status["conditions"] if c["type"] == "Ready")["status"] == "True"
+        return Result("applied", RESYNC_READY_S if ready and not apply_error else RESYNC_STARTING_S)
+
+    # -- delete ------------------------------------------------------------------------------
+    def _teardown(self, obj: dict[str, Any]) -> Result:
+        meta = obj["metadata"]
+        if FINALIZER not in meta.get("finalizers", []):
+            return Result("gone", None)
+        owner = Owner.from_object(obj)
+        ns = owner.namespace
+        lws = self.kube.get(LWS_API_VERSION, "LeaderWorkerSet", ns, lws_name(owner))
+        if lws is not None:
+            if not lws["metadata"].get("deletionTimestamp"):
+                self.kube.delete(LWS_API_VERSION, "LeaderWorkerSet", ns, lws_name(owner), propagation="Foreground")
+                self._event_once(obj, "Normal", "TeardownStarted",
+                                 "deleting the LeaderWorkerSet first; the ComputeDomain goes once its pods are gone")
+            return Result("tearing-down", TEARDOWN_POLL_S)
+        pods = self.kube.list("v1", "Pod", ns, lws_selector(owner))
+        if pods:
+            pod = pods[0]["metadata"]["name"]
+            self._event_once(obj, "Normal", "TeardownWaiting",
+                             f"waiting for pod {pod} ({len(pods)} left) to terminate before releasing the ComputeDomain")
+            return Result("tearing-down", TEARDOWN_POLL_S)
+        cd = self.kube.get(CD_API_VERSION, "ComputeDomain", ns, owner.name)
+        if cd is not None:
+            if not cd["metadata"].get("deletionTimestamp"):
+                self.kube.delete(CD_API_VERSION, "ComputeDomain", ns, owner.name)
+            return Result("tearing-down", TEARDOWN_POLL_S)
+        self.kube.patch_merge(CR_API_VERSION, KIND, ns, owner.name, {"metadata": {
+            "finalizers": [f for f in meta["finalizers"] if f != FINALIZER],
+            "resourceVersion": meta["resourceVersion"]}})
+        self._posted.pop((ns, owner.name), None)
+        log.info("teardown of %s/%s complete", ns, owner.name)
+        return Result("deleted", None)

@@ -1,0 +1,133 @@
+"""The CR's status from what exists: the LeaderWorkerSet, its pods, and spec problems.
+
+Pure functions (no API calls). Conditions follow the Kubernetes API conventions: a map-list
+keyed by type, ``lastTransitionTime`` changed only when ``status`` changes, ``observedGeneration``
+on each. Reasons:
+- Ready: AllGroupsReady | ScaledToZero | GroupsNotReady | InvalidSpec
+- Progressing: Reconciling | GroupsStarting | Stable | InvalidSpec
+- Degraded: AsExpected | InvalidSpec | ApplyFailed
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from kimik3.api.v1alpha1 import KimiK3DeploymentSpec, PlanStatus
+from kimik3.render.leaderworkerset import lws_name
+from kimik3.render.meta import LWS_GROUP_INDEX_LABEL, LWS_WORKER_INDEX_LABEL, Owner, selector_string
+from kimik3.render.service import endpoint, leader_selector
+from kimik3.topology.plan import GroupPlan
+
+
+def now_rfc3339() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def set_condition(conditions: list[dict[str, Any]], type_: str, status: str, reason: str, message: str,
+                  generation: int | None) -> list[dict[str, Any]]:
+    """A copy of ``conditions`` with ``type_`` set; the transition time moves only on a status change."""
+    out = [dict(c) for c in conditions if c.get("type") != type_]
+    previous = next((c for c in conditions if c.get("type") == type_), None)
+    since = previous["lastTransitionTime"] if previous and previous.get("status") == status else now_rfc3339()
+    entry = {"type": type_, "status": status, "reason": reason, "message": message[:4096],
+             "lastTransitionTime": since}
+    if generation is not None:
+        entry["observedGeneration"] = generation
+    out.append(entry)
+    return sorted(out, key=lambda c: c["type"])
+
+
+def _pod_ready(pod: dict[str, Any]) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in pod.get("status", {}).get("conditions", []))
+
+
+def _pod_wait_reason(pod: dict[str, Any]) -> str:
+    status = pod.get("status", {})
+    for cs in status.get("containerStatuses", []) or []:
+        waiting = cs.get("state", {}).get("waiting")
+        if waiting:
+            return waiting.get("reason", "Waiting")
+    for cond in status.get("conditions", []) or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return f"Unschedulable: {cond.get('message', '')}".strip()
+    return status.get("phase", "Pending")
+
+
+def waiting_for(pods: list[dict[str, Any]], spec: KimiK3DeploymentSpec, plan: GroupPlan) -> str:
+    """What the groups wait for, in words (failure case F1: the status says what it waits for)."""
+    not_ready = [p for p in pods if not _pod_ready(p)]
+    if not not_ready:
+        return ""
+    leaders = [p for p in not_ready if p["metadata"].get("labels", {}).get(LWS_WORKER_INDEX_LABEL) == "0"]
+    pod = (leaders or not_ready)[0]
+    labels = pod["metadata"].get("labels", {})
+    group = labels.get(LWS_GROUP_INDEX_LABEL, "?")
+    role = "leader" if labels.get(LWS_WORKER_INDEX_LABEL) == "0" else "worker"
+    text = f"group {group}: {role} pod {pod['metadata']['name']} is {_pod_wait_reason(pod)}"
+    if role == "leader" and plan.multi_node:
+        text += (f"; its workers wait for the leader address up to {spec.probes.leader_address_timeout} "
+                 f"(probes.leaderAddressTimeout), and the leader has {spec.probes.load_timeout} to load "
+                 "(probes.loadTimeout)")
+    if len(not_ready) > 1:
+        text += f" ({len(not_ready)} pods not ready)"
+    return text
+
+
+def compute_status(obj: dict[str, Any], spec: KimiK3DeploymentSpec, plan: GroupPlan,
+                   lws: dict[str, Any] | None, pods: list[dict[str, Any]], desired_groups: int,
+                   apply_error: str | None = None) -> dict[str, Any]:
+    """Status of a reconciled CR (spec valid). ``desired_groups`` is the LWS's spec.replicas."""
+    owner = Owner.from_object(obj)
+    previous = obj.get("status") or {}
+    gen = obj["metadata"].get("generation")
+    lws_status = (lws or {}).get("status") or {}
+    groups = int(lws_status.get("replicas", 0) or 0)
+    ready = int(lws_status.get("readyReplicas", 0) or 0)
+    conditions = previous.get("conditions", [])
+    if desired_groups == 0:
+        ready_c = ("True", "ScaledToZero", "replicas is 0: no groups run and no GPUs are held")
+    elif ready >= desired_groups:
+        ready_c = ("True", "AllGroupsReady", f"{ready}/{desired_groups} groups ready")
+    else:
+        detail = waiting_for(pods, spec, plan)
+        msg = f"{ready}/{desired_groups} groups ready" + (f"; {detail}" if detail else
+                                                         "; waiting for the LeaderWorkerSet to create the groups")
+        ready_c = ("False", "GroupsNotReady", msg)
+    conditions = set_condition(conditions, "Ready", *ready_c, gen)
+    settled = ready_c[0] == "True" and groups == desired_groups
+    conditions = set_condition(conditions, "Progressing", "False" if settled else "True",
+                               "Stable" if settled else "GroupsStarting",
+                               "children applied; all groups as desired" if settled else ready_c[2], gen)
+    if apply_error:
+        conditions = set_condition(conditions, "Degraded", "True", "ApplyFailed", apply_error, gen)
+    else:
+        conditions = set_condition(conditions, "Degraded", "False", "AsExpected", "children applied", gen)
+    status = {
+        "observedGeneration": gen,
+        "conditions": conditions,
+        "replicas": groups,
+        "readyReplicas": ready,
+        "selector": selector_string(leader_selector(owner)),
+        "endpoint": endpoint(owner, spec),
+        "plan": PlanStatus(gpus_per_node=plan.gpus_per_node, nodes_per_group=plan.nodes_per_group,
+                           gpus_per_group=plan.gpus_per_group,
+                           compute_domain=plan.needs_compute_domain).model_dump(by_alias=True),
+    }
+    return status
+
+
+def invalid_status(obj: dict[str, Any], problems: str) -> dict[str, Any]:
+    """Status of a CR whose spec the operator refuses: nothing was changed, every problem named."""
+    previous = obj.get("status") or {}
+    gen = obj["metadata"].get("generation")
+    conditions = previous.get("conditions", [])
+    for type_, status in (("Ready", "False"), ("Progressing", "False"), ("Degraded", "True")):
+        conditions = set_condition(conditions, type_, status, "InvalidSpec", problems, gen)
+    return {"observedGeneration": gen, "conditions": conditions}
+
+
+def lws_selector(owner: Owner) -> str:
+    """Selector of every pod of the deployment's LeaderWorkerSet."""
+    return f"leaderworkerset.sigs.k8s.io/name={lws_name(owner)}"
