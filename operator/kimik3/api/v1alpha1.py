@@ -274,6 +274,13 @@ class SpeculativeDecodingSpec(Model):
 
 # ---------------------------------------------------------------- topology ------------------
 
+def _tp_expr(t: str) -> str:
+    """CEL for the effective TP of topology ``t``: as set, else 8 for tp, 1 for dep, a node for tp-dp."""
+    return (f"(has({t}.tensorParallelSize) ? {t}.tensorParallelSize : ({t}.strategy == 'tp' ? 8 : "
+            f"({t}.strategy == 'dep' ? 1 : {GPUS_PER_NODE_CEL}[{t}.accelerator])))")
+
+
+_TP = _tp_expr("self")
 _TOPOLOGY_RULES = [
     rule(
         "self.strategy != 'tp' || !has(self.dataParallelSize) || self.dataParallelSize == 1",
@@ -303,20 +310,20 @@ _TOPOLOGY_RULES = [
     ),
     rule(
         "self.strategy != 'tp-dp' || "
-        f"{GPUS_PER_NODE_CEL}[self.accelerator] % self.tensorParallelSize == 0",
+        f"{GPUS_PER_NODE_CEL}[self.accelerator] % {_TP} == 0",
         "tp-dp: tensorParallelSize must divide the accelerator's GPUs per node (4 on gb300/gb200, 8 on b300/b200/h200)",
         ".tensorParallelSize",
     ),
     rule(
         "self.strategy != 'tp-dp' || self.dataParallelSize % "
-        f"({GPUS_PER_NODE_CEL}[self.accelerator] / self.tensorParallelSize) == 0",
+        f"({GPUS_PER_NODE_CEL}[self.accelerator] / {_TP}) == 0",
         "tp-dp: dataParallelSize must be a multiple of the data-parallel ranks per node (GPUs per node / tensorParallelSize)",
         ".dataParallelSize",
     ),
     rule(
-        "self.strategy != 'tp' || (self.tensorParallelSize * self.pipelineParallelSize) <= "
+        f"self.strategy != 'tp' || ({_TP} * self.pipelineParallelSize) <= "
         f"{GPUS_PER_NODE_CEL}[self.accelerator] || "
-        f"(self.tensorParallelSize * self.pipelineParallelSize) % {GPUS_PER_NODE_CEL}[self.accelerator] == 0",
+        f"({_TP} * self.pipelineParallelSize) % {GPUS_PER_NODE_CEL}[self.accelerator] == 0",
         "tp: tensorParallelSize x pipelineParallelSize must fit one node or fill whole nodes",
         ".tensorParallelSize",
     ),
@@ -336,8 +343,8 @@ class TopologySpec(Model):
     """GPU system: gb300/gb200 (4-GPU NVL72 trays), b300/b200/h200 (8-GPU nodes)."""
     strategy: Literal["tp", "dep", "tp-dp"] = "tp"
     """Parallel strategy: tp, dep (data + expert parallel), tp-dp."""
-    tensor_parallel_size: int = Field(default=8, ge=1, le=72)
-    """TP: with tp, GPUs of the engine (8 = 2 GB300 trays); with tp-dp, GPUs per DP rank."""
+    tensor_parallel_size: int | None = Field(default=None, ge=1, le=72)
+    """TP: with tp, GPUs of the engine (default 8 = 2 GB300 trays); with tp-dp, GPUs per DP rank (default: one node); with dep, 1."""
     pipeline_parallel_size: int = Field(default=1, ge=1, le=8)
     """PP stages (tp only). DSpark and the megakernel path need 1."""
     data_parallel_size: int | None = Field(default=None, ge=1, le=72)
@@ -491,7 +498,7 @@ _SPEC_RULES = [
     ),
     rule(
         "self.engine.decodeBackend != 'latency_specialized' || (self.topology.strategy == 'tp' && "
-        "self.topology.tensorParallelSize in [8, 16] && self.topology.pipelineParallelSize == 1)",
+        f"{_tp_expr('self.topology')} in [8, 16] && self.topology.pipelineParallelSize == 1)",
         "the megakernel decode path (latency_specialized) needs strategy tp with tensorParallelSize 8 or 16 and no pipeline or expert parallelism: use decodeBackend stock",
         ".engine.decodeBackend",
     ),
@@ -514,10 +521,10 @@ _SPEC_RULES = [
         ".engine.enforceEager",
     ),
     rule(
-        "(self.topology.strategy == 'tp' ? self.topology.tensorParallelSize * self.topology.pipelineParallelSize : "
+        f"(self.topology.strategy == 'tp' ? {_tp_expr('self.topology')} * self.topology.pipelineParallelSize : "
         "!has(self.topology.dataParallelSize) ? 0 : "
         "(self.topology.strategy == 'dep' || (has(self.topology.expertParallel) && self.topology.expertParallel)) ? "
-        "self.topology.dataParallelSize * self.topology.tensorParallelSize : self.topology.tensorParallelSize) * "
+        f"self.topology.dataParallelSize * {_tp_expr('self.topology')} : {_tp_expr('self.topology')}) * "
         f"{GPU_MEMORY_GB_CEL}[self.topology.accelerator] >= {MEMORY_FLOOR_GB_CEL}[self.model.variant]",
         "the GPUs holding one copy of the weights have too little memory for Kimi K3 (~1680 GB mxfp4, ~1650 GB nvfp4): use >= 8 gb300/b300 or >= 16 gb200/b200/h200 GPUs per model copy",
         ".topology",

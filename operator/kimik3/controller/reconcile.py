@@ -154,7 +154,7 @@ class Reconciler:
         lws = self.kube.get(LWS_API_VERSION, "LeaderWorkerSet", ns, lws_name(owner))
         if lws is not None:
             if not lws["metadata"].get("deletionTimestamp"):
-                self.kube.delete(LWS_API_VERSION, "LeaderWorkerSet", ns, lws_name(owner), propagation="Foreground")
+                self.kube.delete(LWS_API_VERSION, "LeaderWorkerSet", ns, lws_name(owner))
                 self._event_once(obj, "Normal", "TeardownStarted",
                                  "deleting the LeaderWorkerSet first; the ComputeDomain goes once its pods are gone")
             return Result("tearing-down", TEARDOWN_POLL_S)

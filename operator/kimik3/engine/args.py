@@ -85,11 +85,21 @@ def _json(value: dict[str, Any]) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
+def normalize_flag(arg: str) -> str:
+    """The flag an argument sets, spelled as vLLM's FlexibleArgumentParser reads it: the text
+    before ``=``, before a ``.`` (``--json-arg.key value`` sets one key of a JSON flag), with
+    ``_`` read as ``-`` (``--tensor_parallel_size`` is ``--tensor-parallel-size``)."""
+    flag = arg.split("=", 1)[0].split(".", 1)[0]
+    if flag.startswith("--"):
+        return "--" + flag[2:].replace("_", "-")
+    return flag
+
+
 def check_extra_args(spec: KimiK3DeploymentSpec) -> list[SpecError]:
     """Refuse extraArgs that set a flag the operator owns (field path and the field to use)."""
     out = []
     for i, arg in enumerate(spec.engine.extra_args):
-        flag = arg.split("=", 1)[0]
+        flag = normalize_flag(arg)
         if flag in OWNED_FLAGS:
             out.append(SpecError(f"spec.engine.extraArgs[{i}]",
                                  f"{flag} is set by the operator from typed fields (engine, topology, "

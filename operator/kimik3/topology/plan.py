@@ -67,8 +67,12 @@ def plan_group(spec: KimiK3DeploymentSpec) -> GroupPlan:
     profile = PROFILES[topo.accelerator]
     g = profile.gpus_per_node
     errors: list[SpecError] = []
-    tp, pp = topo.tensor_parallel_size, topo.pipeline_parallel_size
+    pp = topo.pipeline_parallel_size
+    tp = topo.tensor_parallel_size or {"tp": 8, "dep": 1, "tp-dp": g}[topo.strategy]
     dp = topo.data_parallel_size or 1
+    need = MODEL_MEMORY_FLOOR_GB[spec.model.variant]
+    min_copy_gpus = -(-need // profile.gpu_memory_gb)
+    """Fewest GPUs of this profile that hold one copy of the weights: suggestions never go below."""
 
     if topo.strategy == "tp":
         if topo.data_parallel_size not in (None, 1):
@@ -79,7 +83,7 @@ def plan_group(spec: KimiK3DeploymentSpec) -> GroupPlan:
                                     "strategy tp has no expert parallelism: use strategy dep or tp-dp"))
         gpus = tp * pp
         if gpus > g and gpus % g:
-            fits = [x for x in range(g, 73, g) if x % pp == 0][:3]
+            fits = [x for x in range(g, 73, g) if x % pp == 0 and x >= min_copy_gpus][:2]
             errors.append(SpecError(
                 "spec.topology.tensorParallelSize",
                 f"TP x PP = {gpus} GPUs neither fits one {topo.accelerator} node ({g} GPUs) nor fills whole "
@@ -94,13 +98,14 @@ def plan_group(spec: KimiK3DeploymentSpec) -> GroupPlan:
             errors.append(SpecError("spec.topology.pipelineParallelSize",
                                     "pipeline parallelism is supported with strategy tp only"))
         if topo.strategy == "dep":
-            if tp != 1 and "tensor_parallel_size" in topo.model_fields_set:
+            if tp != 1:
                 errors.append(SpecError("spec.topology.tensorParallelSize",
                                         "strategy dep runs TP=1 per rank: set dataParallelSize to the group's GPUs"))
             tp, ep, dp_local = 1, True, g
             if dp % g:
                 lower, upper = (dp // g) * g, (dp // g + 1) * g
-                fit = " or ".join(str(x) for x in (lower, upper) if x)
+                fit = " or ".join(str(x) for x in (lower, max(upper, -(-min_copy_gpus // g) * g))
+                                  if x >= min_copy_gpus)
                 errors.append(SpecError(
                     "spec.topology.dataParallelSize",
                     f"DP={dp} does not divide into {topo.accelerator} nodes of {g} GPUs: use {fit}"))
@@ -125,11 +130,9 @@ def plan_group(spec: KimiK3DeploymentSpec) -> GroupPlan:
 
     # Memory: the GPUs that hold one copy of the weights must hold the model.
     copy_gpus = tp * pp if not (topo.strategy != "tp" and ep) else dp * tp
-    need = MODEL_MEMORY_FLOOR_GB[spec.model.variant]
     have = copy_gpus * profile.gpu_memory_gb
     if have < need:
-        per_gpu = profile.gpu_memory_gb
-        min_gpus = -(-need // per_gpu)
+        min_gpus = min_copy_gpus
         fit = next(x for x in (8, 16, 24, 32, 48, 64, 72) if x >= min_gpus)
         errors.append(SpecError(
             "spec.topology",
@@ -142,15 +145,15 @@ def plan_group(spec: KimiK3DeploymentSpec) -> GroupPlan:
             "spec.topology",
             f"a group of {nodes} {topo.accelerator} trays exceeds one NVL72 rack ({profile.nvlink_domain_nodes} trays)"))
 
-    errors += _megakernel_errors(spec, ep)
-    errors += _speculative_errors(spec, pp)
+    errors += _megakernel_errors(spec, tp, ep)
+    errors += _speculative_errors(spec, tp, pp)
     if errors:
         raise SpecErrors(errors)
     return GroupPlan(profile, topo.strategy, tp, pp, dp if topo.strategy != "tp" else 1, dp_local, ep,
                      per_node, nodes)
 
 
-def _megakernel_errors(spec: KimiK3DeploymentSpec, expert_parallel: bool) -> list[SpecError]:
+def _megakernel_errors(spec: KimiK3DeploymentSpec, tp: int, expert_parallel: bool) -> list[SpecError]:
     """vLLM 0.33.0 refuses the specialised decode path ("Kimi K3 specialized decode does not
     support <reason>") outside these constraints (kimi-k3-and-vllm.md)."""
     if spec.engine.decode_backend != "latency_specialized":
@@ -164,9 +167,9 @@ def _megakernel_errors(spec: KimiK3DeploymentSpec, expert_parallel: bool) -> lis
     if topo.strategy != "tp" or expert_parallel:
         out.append(SpecError(path, f"the megakernel decode path refuses expert/data parallelism (strategy "
                                    f"{topo.strategy}): use strategy tp with tensorParallelSize 8 or 16, or decodeBackend stock"))
-    elif topo.tensor_parallel_size not in (8, 16):
+    elif tp not in (8, 16):
         out.append(SpecError("spec.topology.tensorParallelSize",
-                             f"the megakernel decode path needs TP 8 or 16, not {topo.tensor_parallel_size}"))
+                             f"the megakernel decode path needs TP 8 or 16, not {tp}"))
     if topo.pipeline_parallel_size != 1:
         out.append(SpecError("spec.topology.pipelineParallelSize", "the megakernel decode path needs pipeline parallel 1"))
     if sd.method not in ("none", "dspark"):
@@ -184,7 +187,7 @@ def _megakernel_errors(spec: KimiK3DeploymentSpec, expert_parallel: bool) -> lis
     return out
 
 
-def _speculative_errors(spec: KimiK3DeploymentSpec, pp: int) -> list[SpecError]:
+def _speculative_errors(spec: KimiK3DeploymentSpec, tp: int, pp: int) -> list[SpecError]:
     sd = spec.speculative_decoding
     out: list[SpecError] = []
     if sd.method == "dspark" and pp > 1:
@@ -202,7 +205,7 @@ def _speculative_errors(spec: KimiK3DeploymentSpec, pp: int) -> list[SpecError]:
         out.append(SpecError("spec.speculativeDecoding.method", "promptLookupMin/promptLookupMax apply to ngram only"))
     if sd.prompt_lookup_min and sd.prompt_lookup_max and sd.prompt_lookup_min > sd.prompt_lookup_max:
         out.append(SpecError("spec.speculativeDecoding.promptLookupMin", "promptLookupMin must be <= promptLookupMax"))
-    if sd.draft_tensor_parallel_size not in (None, 1, spec.topology.tensor_parallel_size):
+    if sd.draft_tensor_parallel_size not in (None, 1, tp):
         out.append(SpecError("spec.speculativeDecoding.draftTensorParallelSize",
-                             f"draftTensorParallelSize must be 1 or the target's TP ({spec.topology.tensor_parallel_size})"))
+                             f"draftTensorParallelSize must be 1 or the target's TP ({tp})"))
     return out

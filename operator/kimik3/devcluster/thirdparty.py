@@ -1,0 +1,161 @@
+"""Locate the real third-party CRD manifests the operator works with.
+
+The CRDs come from the Go modules their projects publish: ``go mod download -json
+<module>@<version>`` puts the module in the Go module cache (``go env GOMODCACHE``, kept
+between runs, so only the first call on a machine downloads) and names its directory; the
+manifests are files inside it. Nothing is copied into the repository, except where the module
+is not served by the Go module proxy that the project's machines reach (see
+``COMPUTE_DOMAIN_CRD``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "COMPUTE_DOMAIN_CRD",
+    "GATEWAY_API_MODULE",
+    "GATEWAY_API_VERSION",
+    "LWS_MODULE",
+    "LWS_VERSION",
+    "PROMETHEUS_OPERATOR_MODULE",
+    "PROMETHEUS_OPERATOR_VERSION",
+    "ThirdPartyCRDError",
+    "go_module_dir",
+    "thirdparty_crd_paths",
+]
+
+# LeaderWorkerSet (leaderworkerset.x-k8s.io/v1). v0.10.0 is the release the project targets,
+# but the Go module proxy reachable here refuses its zip (403 "This module version is not
+# available", seen 2026-11-29); v0.9.0 is the newest release it serves. Same API group/version.
+LWS_MODULE = "sigs.k8s.io/lws"
+LWS_VERSION = "v0.9.0"
+
+# Prometheus Operator (monitoring.coreos.com/v1): root module, the only version the proxy lists
+# (`go list -m -versions github.com/prometheus-operator/prometheus-operator`, 2026-11-29).
+PROMETHEUS_OPERATOR_MODULE = "github.com/prometheus-operator/prometheus-operator"
+PROMETHEUS_OPERATOR_VERSION = "v0.85.0"
+
+# Gateway API (gateway.networking.k8s.io/v1), standard channel. v1.6.3 is the newest release
+# that builds with this machine's Go 1.26 (v1.7.0 needs Go 1.27).
+GATEWAY_API_MODULE = "sigs.k8s.io/gateway-api"
+GATEWAY_API_VERSION = "v1.6.3"
+
+# ComputeDomain (resource.nvidia.com/v1beta1) from NVIDIA's DRA driver for GPUs. Neither
+# github.com/NVIDIA/k8s-dra-driver-gpu nor its successor sigs.k8s.io/dra-driver-nvidia-gpu is
+# served by the Go module proxy reachable here (403 for every version, 2026-11-29), so the
+# upstream file of release v25.12.0 (newest release under the github.com/NVIDIA module path,
+# commit 0882da8720c28763137e0987778ec476ec4cf8df,
+# deployments/helm/nvidia-dra-driver-gpu/crds/resource.nvidia.com_computedomains.yaml)
+# is vendored unchanged beside this module, with a provenance header.
+COMPUTE_DOMAIN_CRD = Path(__file__).resolve().parent / "crds" / "resource.nvidia.com_computedomains.yaml"
+
+_GO_DOWNLOAD_TIMEOUT_S = 600.0
+"""Upper bound for one ``go mod download`` (seconds); a cold download of these modules is a few MB."""
+
+
+class ThirdPartyCRDError(RuntimeError):
+    """A third-party CRD manifest could not be located."""
+
+
+@dataclass(frozen=True)
+class _ModuleCRD:
+    module: str
+    version: str
+    path: str  # inside the module
+
+
+_MODULE_CRDS: dict[str, _ModuleCRD] = {
+    "LeaderWorkerSet": _ModuleCRD(
+        LWS_MODULE, LWS_VERSION, "config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml"
+    ),
+    "PodMonitor": _ModuleCRD(
+        PROMETHEUS_OPERATOR_MODULE,
+        PROMETHEUS_OPERATOR_VERSION,
+        "example/prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml",
+    ),
+    "ServiceMonitor": _ModuleCRD(
+        PROMETHEUS_OPERATOR_MODULE,
+        PROMETHEUS_OPERATOR_VERSION,
+        "example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml",
+    ),
+    "GatewayClass": _ModuleCRD(
+        GATEWAY_API_MODULE, GATEWAY_API_VERSION, "config/crd/standard/gateway.networking.k8s.io_gatewayclasses.yaml"
+    ),
+    "Gateway": _ModuleCRD(
+        GATEWAY_API_MODULE, GATEWAY_API_VERSION, "config/crd/standard/gateway.networking.k8s.io_gateways.yaml"
+    ),
+    "HTTPRoute": _ModuleCRD(
+        GATEWAY_API_MODULE, GATEWAY_API_VERSION, "config/crd/standard/gateway.networking.k8s.io_httproutes.yaml"
+    ),
+}
+
+
+def _go_binary() -> str:
+    found = shutil.which("go") or ("/usr/local/go/bin/go" if os.access("/usr/local/go/bin/go", os.X_OK) else None)
+    if not found:
+        raise ThirdPartyCRDError(
+            "the `go` command is needed to fetch third-party CRDs from their Go modules; install Go 1.26"
+        )
+    return found
+
+
+@functools.cache
+def go_module_dir(module: str, version: str) -> Path:
+    """Return the directory of ``module@version`` in the Go module cache, downloading it if needed.
+
+    Runs ``go mod download -json`` in an empty temporary directory with ``GOFLAGS=-mod=mod`` and
+    ``GOTOOLCHAIN=local`` (this machine's Go, never a downloaded toolchain). Cached modules are
+    answered from disk without network access.
+    """
+    env = dict(os.environ, GOFLAGS="-mod=mod", GOTOOLCHAIN="local")
+    with tempfile.TemporaryDirectory(prefix="kimik3-gomod-") as tmp:
+        try:
+            proc = subprocess.run(
+                [_go_binary(), "mod", "download", "-json", f"{module}@{version}"],
+                cwd=tmp,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=_GO_DOWNLOAD_TIMEOUT_S,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise ThirdPartyCRDError(
+                f"go mod download {module}@{version} took longer than {_GO_DOWNLOAD_TIMEOUT_S:.0f} s"
+            ) from exc
+    try:
+        info = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        info = {}
+    error = info.get("Error") or (proc.stderr.strip() if proc.returncode else "")
+    directory = info.get("Dir")
+    if error or not directory:
+        raise ThirdPartyCRDError(f"go mod download {module}@{version} failed: {error or proc.stderr.strip()}")
+    return Path(directory)
+
+
+def thirdparty_crd_paths() -> dict[str, Path]:
+    """Return the third-party CRD manifest files, keyed by the kind each defines.
+
+    Kinds: LeaderWorkerSet, ComputeDomain, PodMonitor, ServiceMonitor, GatewayClass, Gateway,
+    HTTPRoute. Versions are the module-level constants of this module. Raises
+    ``ThirdPartyCRDError`` naming the module when one cannot be fetched or lacks the file.
+    """
+    paths: dict[str, Path] = {}
+    for kind, src in _MODULE_CRDS.items():
+        path = go_module_dir(src.module, src.version) / src.path
+        if not path.is_file():
+            raise ThirdPartyCRDError(f"{src.module}@{src.version} has no {src.path} (needed for {kind})")
+        paths[kind] = path
+    if not COMPUTE_DOMAIN_CRD.is_file():
+        raise ThirdPartyCRDError(f"vendored ComputeDomain CRD missing: {COMPUTE_DOMAIN_CRD}")
+    paths["ComputeDomain"] = COMPUTE_DOMAIN_CRD
+    return paths

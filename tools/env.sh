@@ -1,0 +1,30 @@
+# Sourced by tools/kimik3 and tools/test: makes sure the Python environment and the control-plane
+# binaries exist (built once per machine, cached outside the repository), then exports:
+#   KIMIK3_VENV      the virtualenv (~/.cache/kimik3/venv-<hash of pyproject.toml>)
+#   KIMIK3_BIN_DIR   etcd / kube-apiserver binaries (~/.cache/kimik3/bin)
+# and puts the venv first on PATH. Safe to source repeatedly: cached steps are skipped.
+set -euo pipefail
+KIMIK3_REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+KIMIK3_CACHE="${KIMIK3_CACHE:-$HOME/.cache/kimik3}"
+export KIMIK3_BIN_DIR="${KIMIK3_BIN_DIR:-$KIMIK3_CACHE/bin}"
+PYTHON="${PYTHON:-python3.11}"
+command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+
+deps_hash="$(sha256sum "$KIMIK3_REPO/pyproject.toml" | cut -c1-12)"
+export KIMIK3_VENV="$KIMIK3_CACHE/venv-$deps_hash"
+if [ ! -f "$KIMIK3_VENV/.complete" ]; then
+  echo "[env] creating $KIMIK3_VENV (first run on this machine)" >&2
+  rm -rf "$KIMIK3_VENV"
+  "$PYTHON" -m venv "$KIMIK3_VENV"
+  "$KIMIK3_VENV/bin/pip" install --quiet --disable-pip-version-check --upgrade pip
+  "$KIMIK3_VENV/bin/pip" install --quiet --disable-pip-version-check -e "$KIMIK3_REPO[test]"
+  touch "$KIMIK3_VENV/.complete"
+fi
+# The venv is shared by every clone of this revision's dependencies: point its editable install
+# at this checkout (cheap: no dependency resolution).
+if ! grep -qsF "$KIMIK3_REPO/operator" "$KIMIK3_VENV"/lib/python*/site-packages/__editable__*kimik3* 2>/dev/null; then
+  "$KIMIK3_VENV/bin/pip" install --quiet --disable-pip-version-check --no-deps -e "$KIMIK3_REPO" >&2
+fi
+export PATH="$KIMIK3_VENV/bin:$PATH"
+"$KIMIK3_REPO/tools/build-binaries.sh" etcd kube-apiserver >&2
+set +euo pipefail
