@@ -189,7 +189,7 @@ class EngineSpec(Model):
     """latency_specialized: vLLM 0.33's megakernel decode path (TP8/TP16 on SM100/SM103, no expert parallelism, speculative decoding off or dspark with <= 7 tokens). stock: the standard decode path."""
     moe_backend: Literal["auto", "flashinfer_trtllm", "deep_gemm_mega_moe", "flashinfer_cutlass", "triton"] | None = None
     """--moe-backend. flashinfer_trtllm for TP > 1; deep_gemm_mega_moe for DEP inside one NVL72 rack."""
-    all2all_backend: Literal["flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided", "deepep_v2", "deepep_low_latency", "deepep_high_throughput", "allgather_reducescatter", "naive"] | None = None
+    all2all_backend: Annotated[Literal["flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided", "deepep_v2", "deepep_low_latency", "deepep_high_throughput", "allgather_reducescatter", "naive"] | None, Field(alias="all2allBackend")] = None
     """--all2all-backend for expert parallelism. Unset with DEP: flashinfer_nvlink_one_sided on NVLink."""
     kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"] = "fp8"
     """--kv-cache-dtype. Kimi K3 recipes use fp8."""

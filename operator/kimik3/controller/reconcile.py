@@ -126,12 +126,14 @@ class Reconciler:
                 metrics.APPLY_ERRORS.labels(kind=child["kind"]).inc()
                 self._event_once(obj, "Warning", "ApplyFailed", apply_error)
                 break
+        pods = self.kube.list("v1", "Pod", owner.namespace, lws_selector(owner))
         for api_version, kind in rendered.absent:
+            if kind == "ComputeDomain" and pods:
+                continue  # F4: pods still hold its channel claim; deleted once they are gone
             if self.kube.delete(api_version, kind, owner.namespace, owner.name):
                 self._event_once(obj, "Normal", "Deleted", f"{kind} {owner.name} removed: not needed by the spec")
         lws = applied.get("LeaderWorkerSet") or self.kube.get(LWS_API_VERSION, "LeaderWorkerSet",
                                                               owner.namespace, lws_name(owner))
-        pods = self.kube.list("v1", "Pod", owner.namespace, lws_selector(owner))
         desired = int(((lws or {}).get("spec") or {}).get("replicas", rendered.spec.replicas))
         status = compute_status(obj, rendered.spec, rendered.plan, lws, pods, desired, apply_error)
         if (obj.get("status") or {}).get("observedGeneration") != obj["metadata"].get("generation") and not apply_error:

@@ -3,9 +3,9 @@
 The CRDs come from the Go modules their projects publish: ``go mod download -json
 <module>@<version>`` puts the module in the Go module cache (``go env GOMODCACHE``, kept
 between runs, so only the first call on a machine downloads) and names its directory; the
-manifests are files inside it. Nothing is copied into the repository, except where the module
-is not served by the Go module proxy that the project's machines reach (see
-``COMPUTE_DOMAIN_CRD``).
+manifests are files inside it. Nothing is copied into the repository. Where the publishing
+module is not served by the Go module proxy the project's machines reach (ComputeDomain), a
+stand-in written by this project is used instead (see ``COMPUTE_DOMAIN_CRD``).
 """
 
 from __future__ import annotations
@@ -49,12 +49,9 @@ GATEWAY_API_MODULE = "sigs.k8s.io/gateway-api"
 GATEWAY_API_VERSION = "v1.6.3"
 
 # ComputeDomain (resource.nvidia.com/v1beta1) from NVIDIA's DRA driver for GPUs. Neither
-# github.com/NVIDIA/k8s-dra-driver-gpu nor its successor sigs.k8s.io/dra-driver-nvidia-gpu is
-# served by the Go module proxy reachable here (403 for every version, 2026-11-29), so the
-# upstream file of release v25.12.0 (newest release under the github.com/NVIDIA module path,
-# commit 0882da8720c28763137e0987778ec476ec4cf8df,
-# deployments/helm/nvidia-dra-driver-gpu/crds/resource.nvidia.com_computedomains.yaml)
-# is vendored unchanged beside this module, with a provenance header.
+# github.com/NVIDIA/k8s-dra-driver-gpu nor sigs.k8s.io/dra-driver-nvidia-gpu is served by the Go
+# module proxy reachable here (403 for every version, 2026-11-29), so a stand-in CRD written by
+# this project from the published API description lies beside this module (see its header).
 COMPUTE_DOMAIN_CRD = Path(__file__).resolve().parent / "crds" / "resource.nvidia.com_computedomains.yaml"
 
 _GO_DOWNLOAD_TIMEOUT_S = 600.0
@@ -156,6 +153,6 @@ def thirdparty_crd_paths() -> dict[str, Path]:
             raise ThirdPartyCRDError(f"{src.module}@{src.version} has no {src.path} (needed for {kind})")
         paths[kind] = path
     if not COMPUTE_DOMAIN_CRD.is_file():
-        raise ThirdPartyCRDError(f"vendored ComputeDomain CRD missing: {COMPUTE_DOMAIN_CRD}")
+        raise ThirdPartyCRDError(f"stand-in ComputeDomain CRD missing: {COMPUTE_DOMAIN_CRD}")
     paths["ComputeDomain"] = COMPUTE_DOMAIN_CRD
     return paths

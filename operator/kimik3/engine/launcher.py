@@ -80,8 +80,23 @@ def wait_for_leader(name: str, timeout_s: float, poll_s: float) -> str:
         time.sleep(min(poll_s, max(0.0, deadline - now)))
 
 
+def _check_plan(plan: object) -> None:
+    """Raise LaunchError (exit 2) naming what a malformed plan lacks."""
+    if not isinstance(plan, dict):
+        raise LaunchError(EXIT_BAD_INPUT, "plan is not a JSON object")
+    ranks, command = plan.get("ranks"), plan.get("command")
+    if not isinstance(command, list) or not command or not all(isinstance(c, str) for c in command):
+        raise LaunchError(EXIT_BAD_INPUT, 'plan has no "command" (a non-empty list of strings)')
+    if not isinstance(ranks, list) or not ranks:
+        raise LaunchError(EXIT_BAD_INPUT, 'plan has no "ranks" (a non-empty list)')
+    for i, rank in enumerate(ranks):
+        if not isinstance(rank, dict) or not isinstance(rank.get("args"), list):
+            raise LaunchError(EXIT_BAD_INPUT, f'plan rank {i} has no "args" list')
+
+
 def build_argv(plan: dict, env: dict[str, str]) -> list[str]:
     """The argv to exec for this pod: plan command + rank arguments with the leader address in."""
+    _check_plan(plan)
     rank = _int_env(env, "LWS_WORKER_INDEX", 0)
     size = _int_env(env, "LWS_GROUP_SIZE", len(plan["ranks"]))
     ranks = plan["ranks"]

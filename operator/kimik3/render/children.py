@@ -45,7 +45,7 @@ def render(obj: dict[str, Any], replicas: int | None = None) -> Rendered:
     cd = compute_domain(owner)
     if plan.needs_compute_domain and groups > 0:
         objects.append(cd)
-    elif plan.needs_compute_domain:
+    else:  # also when a spec change moved the deployment to nodes that need none
         absent.append((cd["apiVersion"], cd["kind"]))
     objects.append(launcher_configmap(owner, spec, plan))
     objects.append(leader_worker_set(owner, spec, plan, groups))

@@ -120,10 +120,16 @@ def plan_group(spec: KimiK3DeploymentSpec) -> GroupPlan:
             else:
                 dp_local = g // tp
                 if dp % dp_local:
+                    # With expert parallelism one copy of the weights spans all DP x TP GPUs.
+                    floor = -(-min_copy_gpus // tp) if ep else 1
+                    fits = [x for x in (dp - dp % dp_local, dp + dp_local - dp % dp_local)
+                            if x >= max(dp_local, floor)]
+                    if not fits:
+                        fits = [-(-max(floor, dp_local) // dp_local) * dp_local]
                     errors.append(SpecError(
                         "spec.topology.dataParallelSize",
                         f"with TP={tp} a {topo.accelerator} node holds {dp_local} DP ranks: DP={dp} must be a multiple "
-                        f"of {dp_local} (e.g. {max(dp_local, dp - dp % dp_local)} or {dp + dp_local - dp % dp_local})"))
+                        f"of {dp_local} (use {' or '.join(map(str, fits))})"))
         dp_local = min(dp_local, dp)
         nodes = max(1, dp // dp_local)
         per_node = tp * dp_local
@@ -181,9 +187,11 @@ def _megakernel_errors(spec: KimiK3DeploymentSpec, tp: int, expert_parallel: boo
                              f"{sd.num_speculative_tokens}: use 7 with Inferact/Kimi-K3-DSpark"))
     if sd.adaptive_verification:
         out.append(SpecError("spec.speculativeDecoding.adaptiveVerification",
-                             "the megakernel decode path refuses adaptive verification"))
+                             "the megakernel decode path refuses adaptive verification: set adaptiveVerification "
+                             "false, or decodeBackend stock"))
     if spec.engine.enforce_eager:
-        out.append(SpecError("spec.engine.enforceEager", "the megakernel decode path needs full decode CUDA graphs"))
+        out.append(SpecError("spec.engine.enforceEager", "the megakernel decode path needs full decode CUDA graphs: "
+                                                         "set enforceEager false, or decodeBackend stock"))
     return out
 
 

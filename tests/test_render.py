@@ -1,0 +1,263 @@
+"""Children of a KimiK3Deployment (``kimik3.render.children.render``) for the shipped recipes.
+
+Covers placement (ComputeDomain, clique, GPU product), the group shape of the LeaderWorkerSet,
+probes (F12), the client Service, the group-aware PodDisruptionBudget (F3) and what must be
+absent (F11: no ComputeDomain at zero groups).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kimik3.engine.args import rank_args
+from kimik3.render.children import render
+
+REPO = Path(__file__).resolve().parents[1]
+TP8_RECIPE = "gb300-tp8-megakernel-dspark.yaml"
+DEP16_RECIPE = "gb300-dep16-throughput.yaml"
+UID = "7a1c2b9e-0000-4000-8000-000000000001"
+CD = ("resource.nvidia.com/v1beta1", "ComputeDomain")
+PDB = ("policy/v1", "PodDisruptionBudget")
+POD_MONITOR = ("monitoring.coreos.com/v1", "PodMonitor")
+LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
+WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+
+
+def merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        out[key] = merge(out.get(key) or {}, value) if isinstance(value, dict) else value
+    return out
+
+
+def recipe(name: str, **spec: Any) -> dict[str, Any]:
+    """A recipe as stored by the API server (with a uid), its spec deep-merged with ``spec``."""
+    obj = yaml.safe_load((REPO / "recipes" / name).read_text())
+    obj["metadata"]["uid"] = UID
+    obj["spec"] = merge(obj["spec"], spec)
+    return obj
+
+
+def by_kind(objects: list[dict], kind: str) -> dict:
+    found = [o for o in objects if o["kind"] == kind]
+    assert len(found) == 1, f"{len(found)} {kind} in {[o['kind'] for o in objects]}"
+    return found[0]
+
+
+def templates(lws: dict) -> tuple[dict, dict]:
+    t = lws["spec"]["leaderWorkerTemplate"]
+    return t["leaderTemplate"], t["workerTemplate"]
+
+
+def container(template: dict) -> dict:
+    (c,) = template["spec"]["containers"]
+    return c
+
+
+# ---------------------------------------------------------------- kinds and owners ---------
+
+@pytest.mark.parametrize("name,replicas,kinds", [
+    (TP8_RECIPE, 1, ["ComputeDomain", "ConfigMap", "LeaderWorkerSet", "Service", "PodMonitor"]),
+    (DEP16_RECIPE, 1, ["ComputeDomain", "ConfigMap", "LeaderWorkerSet", "Service", "PodMonitor"]),
+    (DEP16_RECIPE, 4, ["ComputeDomain", "ConfigMap", "LeaderWorkerSet", "Service", "PodDisruptionBudget",
+                       "PodMonitor"]),
+])
+def test_kinds_in_apply_order(name, replicas, kinds):
+    out = render(recipe(name, replicas=replicas))
+    assert [o["kind"] for o in out.objects] == kinds
+    assert out.objects[0]["apiVersion"] == CD[0]
+
+
+@pytest.mark.parametrize("name", [TP8_RECIPE, DEP16_RECIPE])
+def test_every_child_has_a_controller_owner_reference_to_the_cr(name):
+    obj = recipe(name, replicas=4)
+    for child in render(obj).objects:
+        meta = child["metadata"]
+        assert meta["namespace"] == "inference"
+        assert meta["ownerReferences"] == [{
+            "apiVersion": "inference.kimik3.io/v1alpha1", "kind": "KimiK3Deployment",
+            "name": obj["metadata"]["name"], "uid": UID, "controller": True, "blockOwnerDeletion": True,
+        }], child["kind"]
+
+
+# ---------------------------------------------------------------- LeaderWorkerSet ----------
+
+@pytest.mark.parametrize("name,size", [(TP8_RECIPE, 2), (DEP16_RECIPE, 4)])
+def test_leader_worker_set_group_shape_and_placement(name, size):
+    out = render(recipe(name))
+    lws = by_kind(out.objects, "LeaderWorkerSet")
+    spec = lws["spec"]
+    assert spec["replicas"] == 1
+    assert spec["startupPolicy"] == "LeaderCreated"  # LeaderReady deadlocks a TP group (F1)
+    assert spec["leaderWorkerTemplate"]["size"] == size
+    assert spec["leaderWorkerTemplate"]["restartPolicy"] == "RecreateGroupOnPodRestart"
+    assert lws["metadata"]["annotations"]["leaderworkerset.sigs.k8s.io/exclusive-topology"] == \
+        "nvidia.com/gpu.clique"
+    cd = by_kind(out.objects, "ComputeDomain")
+    rct = cd["spec"]["channel"]["resourceClaimTemplate"]["name"]
+    for template in templates(lws):
+        pod = template["spec"]
+        c = container(template)
+        assert c["resources"]["limits"]["nvidia.com/gpu"] == 4
+        assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-GB300", "kubernetes.io/arch": "arm64"}
+        # The pod claims the ComputeDomain's IMEX channel and the container uses that claim.
+        (claim,) = pod["resourceClaims"]
+        assert claim["resourceClaimTemplateName"] == rct
+        assert c["resources"]["claims"] == [{"name": claim["name"]}]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+        assert volumes[mounts["/dev/shm"]["name"]]["emptyDir"]["medium"] == "Memory"
+        model = volumes[mounts["/models"]["name"]]["persistentVolumeClaim"]
+        assert model == {"claimName": "kimi-k3-weights", "readOnly": True}
+        assert mounts["/models"]["readOnly"] is True
+
+
+def test_compute_domain_spec():
+    cd = by_kind(render(recipe(TP8_RECIPE)).objects, "ComputeDomain")
+    assert cd["spec"]["numNodes"] == 0
+    assert cd["spec"]["channel"]["allocationMode"] == "Single"
+
+
+@pytest.mark.parametrize("name", [TP8_RECIPE, DEP16_RECIPE])
+def test_launcher_configmap_holds_every_rank_of_the_plan(name):
+    out = render(recipe(name))
+    cm = by_kind(out.objects, "ConfigMap")
+    doc = json.loads(cm["data"]["plan.json"])
+    assert doc["ranks"] == [{"index": r, "args": rank_args(out.spec, out.plan, r)}
+                            for r in range(out.plan.nodes_per_group)]
+    assert doc["leaderAddressTimeoutSeconds"] == 1800  # probes.leaderAddressTimeout default 30m
+    assert doc["command"] == ["vllm", "serve"]
+    lws = by_kind(out.objects, "LeaderWorkerSet")
+    for template in templates(lws):
+        c = container(template)
+        assert c["command"] == ["python3", "/etc/kimik3/launcher.py"]
+        assert {"name": "KIMIK3_PLAN", "value": "/etc/kimik3/plan.json"} in c["env"]
+        volumes = {v["name"]: v for v in template["spec"]["volumes"]}
+        mount = next(m for m in c["volumeMounts"] if m["mountPath"] == "/etc/kimik3")
+        assert volumes[mount["name"]]["configMap"]["name"] == cm["metadata"]["name"]
+
+
+# ---------------------------------------------------------------- probes (F12) -------------
+
+@pytest.mark.parametrize("probes,budget_s", [
+    ({}, 5400),  # recipe: 90m
+    ({"loadTimeout": "60m"}, 3600),
+    ({"loadTimeout": "60m", "periodSeconds": 7}, 3600),  # 3600 / 7 is not whole: round up
+    ({"loadTimeout": "2h", "periodSeconds": 30}, 7200),
+])
+def test_leader_startup_probe_covers_the_load_timeout(probes, budget_s):
+    out = render(recipe(TP8_RECIPE, probes=probes))
+    leader, _ = templates(by_kind(out.objects, "LeaderWorkerSet"))
+    c = container(leader)
+    probe = c["startupProbe"]
+    assert probe["httpGet"]["path"] == "/health"
+    assert probe["periodSeconds"] * probe["failureThreshold"] >= budget_s
+    assert probe["periodSeconds"] * (probe["failureThreshold"] - 1) < budget_s  # not wildly more
+    assert c["livenessProbe"]["httpGet"]["path"] == "/health"
+    assert c["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
+
+
+@pytest.mark.parametrize("name", [TP8_RECIPE, DEP16_RECIPE])
+def test_workers_have_no_probes_and_no_ports(name):
+    _, worker = templates(by_kind(render(recipe(name)).objects, "LeaderWorkerSet"))
+    c = container(worker)
+    for key in ("startupProbe", "livenessProbe", "readinessProbe", "ports"):
+        assert key not in c
+
+
+# ---------------------------------------------------------------- Service -----------------
+
+def test_service_selects_the_group_leaders_of_this_lws():
+    out = render(recipe(DEP16_RECIPE))
+    lws = by_kind(out.objects, "LeaderWorkerSet")
+    svc = by_kind(out.objects, "Service")
+    assert svc["spec"]["selector"] == {LWS_NAME: lws["metadata"]["name"], WORKER_INDEX: "0"}
+    assert svc["spec"]["ports"] == [{"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"}]
+    pm = by_kind(out.objects, "PodMonitor")
+    assert pm["spec"]["selector"]["matchLabels"] == svc["spec"]["selector"]
+
+
+# ---------------------------------------------------------------- disruption budget (F3) ---
+
+@pytest.mark.parametrize("name,spec,pods", [
+    pytest.param(DEP16_RECIPE, {}, 12, id="dep16-size4-75pct"),
+    pytest.param(TP8_RECIPE, {"engine": {"decodeBackend": "stock"}, "topology": {"tensorParallelSize": 32}}, 24,
+                 id="tp32-size8-75pct"),
+    pytest.param(DEP16_RECIPE, {"disruptionBudget": {"minAvailable": 2}}, 8, id="dep16-two-groups"),
+    pytest.param(DEP16_RECIPE, {"disruptionBudget": {"minAvailable": "50%"}}, 8, id="dep16-50pct"),
+])
+def test_budget_counts_whole_groups(name, spec, pods):
+    out = render(recipe(name, replicas=4, **spec))
+    pdb = by_kind(out.objects, "PodDisruptionBudget")
+    lws = by_kind(out.objects, "LeaderWorkerSet")
+    assert pdb["spec"]["minAvailable"] == pods
+    assert pods % lws["spec"]["leaderWorkerTemplate"]["size"] == 0
+    assert pdb["spec"]["selector"] == {"matchLabels": {LWS_NAME: lws["metadata"]["name"]}}
+    assert PDB not in out.absent and out.warnings == []
+
+
+@pytest.mark.parametrize("replicas,spec", [(1, {}), (0, {}), (2, {}), (4, {"disruptionBudget": {"minAvailable": 4}})])
+def test_no_budget_that_blocks_every_drain(replicas, spec):
+    out = render(recipe(DEP16_RECIPE, replicas=replicas, **spec))
+    assert "PodDisruptionBudget" not in [o["kind"] for o in out.objects]
+    assert PDB in out.absent
+    assert len(out.warnings) == 1 and "PodDisruptionBudget" in out.warnings[0]
+
+
+def test_disabled_budget_is_absent_without_warning():
+    out = render(recipe(DEP16_RECIPE, replicas=4, disruptionBudget={"enabled": False}))
+    assert PDB in out.absent and out.warnings == []
+
+
+# ---------------------------------------------------------------- scale to zero, absent ----
+
+@pytest.mark.parametrize("how", ["spec", "override"])
+def test_zero_groups_release_the_compute_domain(how):
+    obj = recipe(TP8_RECIPE, replicas=0 if how == "spec" else 3)
+    out = render(obj) if how == "spec" else render(obj, replicas=0)
+    kinds = [o["kind"] for o in out.objects]
+    assert "ComputeDomain" not in kinds
+    assert CD in out.absent
+    assert by_kind(out.objects, "LeaderWorkerSet")["spec"]["replicas"] == 0
+
+
+def test_autoscaler_replicas_override_the_spec():
+    out = render(recipe(DEP16_RECIPE, replicas=1), replicas=4)
+    assert by_kind(out.objects, "LeaderWorkerSet")["spec"]["replicas"] == 4
+    assert by_kind(out.objects, "PodDisruptionBudget")["spec"]["minAvailable"] == 12
+
+
+def test_monitoring_disabled_means_no_pod_monitor():
+    out = render(recipe(TP8_RECIPE, monitoring={"enabled": False}))
+    assert "PodMonitor" not in [o["kind"] for o in out.objects]
+    assert POD_MONITOR in out.absent
+
+
+# ---------------------------------------------------------------- HGX nodes ----------------
+
+H200_TP16 = {"engine": {"decodeBackend": "stock"}, "topology": {"accelerator": "h200", "tensorParallelSize": 16}}
+
+
+def test_hgx_group_has_no_compute_domain_or_clique_placement():
+    out = render(recipe(TP8_RECIPE, **H200_TP16))
+    assert "ComputeDomain" not in [o["kind"] for o in out.objects]
+    lws = by_kind(out.objects, "LeaderWorkerSet")
+    assert "leaderworkerset.sigs.k8s.io/exclusive-topology" not in lws["metadata"].get("annotations", {})
+    assert lws["spec"]["leaderWorkerTemplate"]["size"] == 2
+    for template in templates(lws):
+        assert "resourceClaims" not in template["spec"]
+        assert "claims" not in container(template)["resources"]
+        assert container(template)["resources"]["limits"]["nvidia.com/gpu"] == 8
+        assert template["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H200",
+                                                    "kubernetes.io/arch": "amd64"}
+
+
+def test_hgx_group_lists_a_leftover_compute_domain_as_absent():
+    out = render(recipe(TP8_RECIPE, **H200_TP16))
+    assert CD in out.absent
