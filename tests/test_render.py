@@ -261,3 +261,17 @@ def test_hgx_group_has_no_compute_domain_or_clique_placement():
 def test_hgx_group_lists_a_leftover_compute_domain_as_absent():
     out = render(recipe(TP8_RECIPE, **H200_TP16))
     assert CD in out.absent
+
+
+def test_without_a_dra_driver_no_compute_domain_or_claims_and_a_warning():
+    out = render(recipe(TP8_RECIPE), compute_domains=False)
+    assert CD in out.absent
+    assert [o["kind"] for o in out.objects][0] == "ConfigMap"
+    lws = next(o for o in out.objects if o["kind"] == "LeaderWorkerSet")
+    for name in ("leaderTemplate", "workerTemplate"):
+        pod = lws["spec"]["leaderWorkerTemplate"][name]["spec"]
+        assert "resourceClaims" not in pod
+        assert "claims" not in pod["containers"][0]["resources"]
+    # Placement inside one NVL72 rack still holds without the driver.
+    assert lws["metadata"]["annotations"]["leaderworkerset.sigs.k8s.io/exclusive-topology"] == "nvidia.com/gpu.clique"
+    assert any("--no-compute-domains" in w for w in out.warnings)

@@ -125,15 +125,17 @@ def plan(filename: str) -> None:
 @click.option("-n", "--namespace", "namespaces", multiple=True, help="Watch only these namespaces.")
 @click.option("--health-port", default=8080, show_default=True, type=int)
 @click.option("--health-host", default="0.0.0.0", show_default=True)
+@click.option("--compute-domains/--no-compute-domains", default=True, show_default=True,
+              help="Create ComputeDomains for multi-tray groups (needs NVIDIA's DRA driver).")
 @click.option("-v", "--verbose", is_flag=True)
 def run(kubeconfig: str | None, namespaces: tuple[str, ...], health_port: int, health_host: str,
-        verbose: bool) -> None:
+        compute_domains: bool, verbose: bool) -> None:
     """Run the operator (health on /healthz, /readyz; metrics on /metrics)."""
     from kimik3.controller.operator import OperatorConfig, run_operator
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = OperatorConfig(kubeconfig=kubeconfig, namespaces=list(namespaces), health_port=health_port,
-                         health_host=health_host)
+                         health_host=health_host, compute_domains=compute_domains)
     asyncio.run(run_operator(cfg))
 
 

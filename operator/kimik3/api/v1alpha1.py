@@ -628,7 +628,9 @@ class PlanStatus(Model):
     gpus_per_group: int
     """GPUs of one engine group."""
     compute_domain: bool
-    """Whether groups span trays of an NVLink domain (ComputeDomain and clique placement)."""
+    """Whether a ComputeDomain joins each group's trays over NVLink (multi-tray NVL72 groups)."""
+    compute_domain_note: str | None = None
+    """Why no ComputeDomain exists although the shape needs one (an operator without the DRA driver)."""
 
 
 class KimiK3DeploymentStatus(Model):

@@ -129,6 +129,8 @@ class OperatorConfig:
     health_port: int = 8080
     health_host: str = "0.0.0.0"
     workers: int = 4
+    compute_domains: bool = True
+    """Create ComputeDomains and channel claims (needs NVIDIA's DRA driver in the cluster)."""
     stall_after_s: float = 120.0
     """Liveness fails when due work waited this long without any reconcile finishing (F6)."""
 
@@ -207,7 +209,7 @@ async def run_operator(cfg: OperatorConfig, stop: threading.Event | asyncio.Even
     """Run until ``stop`` is set (or forever). ``ready`` is set once kopf has started watching."""
     queue = WorkQueue()
     registry = build_registry(cfg, queue)
-    reconciler = Reconciler(Kube(api_client_from_kubeconfig(cfg.kubeconfig)))
+    reconciler = Reconciler(Kube(api_client_from_kubeconfig(cfg.kubeconfig)), compute_domains=cfg.compute_domains)
     kopf_ready = asyncio.Event()
     runner = await _health_server(cfg, queue, kopf_ready)
     workers = [asyncio.create_task(queue.worker(reconciler)) for _ in range(cfg.workers)]

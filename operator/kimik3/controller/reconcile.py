@@ -25,7 +25,7 @@ from kimik3.api.errors import SpecErrors
 from kimik3.controller import metrics
 from kimik3.controller.kube import Kube
 from kimik3.controller.status import compute_status, invalid_status, lws_selector
-from kimik3.render.children import render
+from kimik3.render.children import COMPUTE_DOMAIN_SKIPPED, render
 from kimik3.render.computedomain import API_VERSION as CD_API_VERSION
 from kimik3.render.leaderworkerset import API_VERSION as LWS_API_VERSION
 from kimik3.render.leaderworkerset import lws_name
@@ -52,8 +52,10 @@ class Result:
 class Reconciler:
     """Reconciles KimiK3Deployments through ``kube``."""
 
-    def __init__(self, kube: Kube):
+    def __init__(self, kube: Kube, compute_domains: bool = True):
         self.kube = kube
+        self.compute_domains = compute_domains
+        """False in clusters without NVIDIA's DRA driver: no ComputeDomain or channel claims."""
         self._posted: dict[tuple[str, str], set[str]] = {}
 
     # -- events ------------------------------------------------------------------------------
@@ -104,7 +106,7 @@ class Reconciler:
 
     def _apply(self, obj: dict[str, Any]) -> Result:
         try:
-            rendered = render(obj)
+            rendered = render(obj, compute_domains=self.compute_domains)
         except SpecErrors as exc:
             problems = "; ".join(map(str, exc.errors))
             self._event_once(obj, "Warning", "InvalidSpec", f"spec refused, nothing changed: {problems}")
@@ -113,7 +115,8 @@ class Reconciler:
         obj = self._ensure_finalizer(obj)
         owner = Owner.from_object(obj)
         for warning in rendered.warnings:
-            self._event_once(obj, "Warning", "DisruptionBudgetSkipped", warning)
+            reason = "ComputeDomainSkipped" if warning == COMPUTE_DOMAIN_SKIPPED else "DisruptionBudgetSkipped"
+            self._event_once(obj, "Warning", reason, warning)
         applied: dict[str, dict[str, Any]] = {}
         apply_error = None
         for child in rendered.objects:
@@ -135,7 +138,8 @@ class Reconciler:
         lws = applied.get("LeaderWorkerSet") or self.kube.get(LWS_API_VERSION, "LeaderWorkerSet",
                                                               owner.namespace, lws_name(owner))
         desired = int(((lws or {}).get("spec") or {}).get("replicas", rendered.spec.replicas))
-        status = compute_status(obj, rendered.spec, rendered.plan, lws, pods, desired, apply_error)
+        status = compute_status(obj, rendered.spec, rendered.plan, lws, pods, desired, apply_error,
+                                compute_domain_note=None if self.compute_domains else COMPUTE_DOMAIN_SKIPPED)
         if (obj.get("status") or {}).get("observedGeneration") != obj["metadata"].get("generation") and not apply_error:
             kinds = ", ".join(c["kind"] for c in rendered.objects)
             self._event_once(obj, "Normal", "Applied",

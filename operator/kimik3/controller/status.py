@@ -77,7 +77,7 @@ def waiting_for(pods: list[dict[str, Any]], spec: KimiK3DeploymentSpec, plan: Gr
 
 def compute_status(obj: dict[str, Any], spec: KimiK3DeploymentSpec, plan: GroupPlan,
                    lws: dict[str, Any] | None, pods: list[dict[str, Any]], desired_groups: int,
-                   apply_error: str | None = None) -> dict[str, Any]:
+                   apply_error: str | None = None, compute_domain_note: str | None = None) -> dict[str, Any]:
     """Status of a reconciled CR (spec valid). ``desired_groups`` is the LWS's spec.replicas."""
     owner = Owner.from_object(obj)
     previous = obj.get("status") or {}
@@ -113,7 +113,9 @@ def compute_status(obj: dict[str, Any], spec: KimiK3DeploymentSpec, plan: GroupP
         "endpoint": endpoint(owner, spec),
         "plan": PlanStatus(gpus_per_node=plan.gpus_per_node, nodes_per_group=plan.nodes_per_group,
                            gpus_per_group=plan.gpus_per_group,
-                           compute_domain=plan.needs_compute_domain).model_dump(by_alias=True),
+                           compute_domain=plan.needs_compute_domain and not compute_domain_note,
+                           compute_domain_note=compute_domain_note if plan.needs_compute_domain else None,
+                           ).model_dump(by_alias=True, exclude_none=True),
     }
     return status
 

@@ -34,8 +34,15 @@ class Rendered:
     warnings: list[str] = field(default_factory=list)
 
 
-def render(obj: dict[str, Any], replicas: int | None = None) -> Rendered:
-    """Children of ``obj``; ``replicas`` overrides spec.replicas (the autoscaler's choice)."""
+COMPUTE_DOMAIN_SKIPPED = ("no ComputeDomain: the operator runs with --no-compute-domains (a cluster without "
+                          "NVIDIA's DRA driver, such as `kimik3 dev up`); on real NVL72 trays this group's "
+                          "multi-node NVLink needs one")
+
+
+def render(obj: dict[str, Any], replicas: int | None = None, compute_domains: bool = True) -> Rendered:
+    """Children of ``obj``; ``replicas`` overrides spec.replicas (the autoscaler's choice);
+    ``compute_domains=False`` renders no ComputeDomain and no channel claims (clusters without
+    the DRA driver) and says so in ``warnings``."""
     spec, plan = admit(obj.get("spec") or {})
     owner = Owner.from_object(obj)
     groups = spec.replicas if replicas is None else replicas
@@ -43,12 +50,15 @@ def render(obj: dict[str, Any], replicas: int | None = None) -> Rendered:
     absent: list[tuple[str, str]] = []
     warnings: list[str] = []
     cd = compute_domain(owner)
-    if plan.needs_compute_domain and groups > 0:
+    with_cd = plan.needs_compute_domain and compute_domains
+    if plan.needs_compute_domain and not compute_domains:
+        warnings.append(COMPUTE_DOMAIN_SKIPPED)
+    if with_cd and groups > 0:
         objects.append(cd)
     else:  # also when a spec change moved the deployment to nodes that need none
         absent.append((cd["apiVersion"], cd["kind"]))
     objects.append(launcher_configmap(owner, spec, plan))
-    objects.append(leader_worker_set(owner, spec, plan, groups))
+    objects.append(leader_worker_set(owner, spec, plan, groups, channel_claims=with_cd))
     objects.append(client_service(owner, spec))
     pdb, why = disruption_budget(owner, spec, plan, groups)
     if pdb is not None:

@@ -85,8 +85,11 @@ def _probes(spec: KimiK3DeploymentSpec) -> dict[str, Any]:
     }
 
 
-def pod_template(owner: Owner, spec: KimiK3DeploymentSpec, plan: GroupPlan, serves_api: bool) -> dict[str, Any]:
-    """Pod template of a leader (``serves_api``: ports and /health probes) or a headless worker."""
+def pod_template(owner: Owner, spec: KimiK3DeploymentSpec, plan: GroupPlan, serves_api: bool,
+                 channel_claims: bool = True) -> dict[str, Any]:
+    """Pod template of a leader (``serves_api``: ports and /health probes) or a headless worker;
+    ``channel_claims``: claim the ComputeDomain's IMEX channel (multi-tray NVL72 groups)."""
+    claims = plan.needs_compute_domain and channel_claims
     volumes, mounts = _volumes(owner, spec)
     limits: dict[str, Any] = {GPU_RESOURCE: plan.gpus_per_node}
     if spec.engine.resources.cpu:
@@ -94,7 +97,7 @@ def pod_template(owner: Owner, spec: KimiK3DeploymentSpec, plan: GroupPlan, serv
     if spec.engine.resources.memory:
         limits["memory"] = spec.engine.resources.memory
     resources: dict[str, Any] = {"limits": limits, "requests": dict(limits)}
-    if plan.needs_compute_domain:
+    if claims:
         resources["claims"] = [{"name": computedomain.CLAIM_NAME}]
     container: dict[str, Any] = {
         "name": CONTAINER,
@@ -124,7 +127,7 @@ def pod_template(owner: Owner, spec: KimiK3DeploymentSpec, plan: GroupPlan, serv
         pod["priorityClassName"] = sched.priority_class_name
     if sched.scheduler_name:
         pod["schedulerName"] = sched.scheduler_name
-    if plan.needs_compute_domain:
+    if claims:
         pod["resourceClaims"] = [{"name": computedomain.CLAIM_NAME,
                                   "resourceClaimTemplateName": computedomain.channel_template_name(owner)}]
     labels = {**owner.labels(), ROLE_LABEL: "leader" if serves_api else "worker"}
@@ -132,15 +135,16 @@ def pod_template(owner: Owner, spec: KimiK3DeploymentSpec, plan: GroupPlan, serv
             "spec": pod}
 
 
-def leader_worker_set(owner: Owner, spec: KimiK3DeploymentSpec, plan: GroupPlan, replicas: int) -> dict[str, Any]:
+def leader_worker_set(owner: Owner, spec: KimiK3DeploymentSpec, plan: GroupPlan, replicas: int,
+                      channel_claims: bool = True) -> dict[str, Any]:
     """The LeaderWorkerSet with ``replicas`` groups of ``plan.nodes_per_group`` pods."""
     annotations = {LWS_EXCLUSIVE_TOPOLOGY: spec.scheduling.topology_key} if plan.clique_placement else {}
     template: dict[str, Any] = {"size": plan.nodes_per_group, "restartPolicy": "RecreateGroupOnPodRestart"}
     if plan.multi_node:
-        template["leaderTemplate"] = pod_template(owner, spec, plan, serves_api=True)
-        template["workerTemplate"] = pod_template(owner, spec, plan, serves_api=False)
+        template["leaderTemplate"] = pod_template(owner, spec, plan, True, channel_claims)
+        template["workerTemplate"] = pod_template(owner, spec, plan, False, channel_claims)
     else:
-        template["workerTemplate"] = pod_template(owner, spec, plan, serves_api=True)
+        template["workerTemplate"] = pod_template(owner, spec, plan, True, channel_claims)
     meta = owner.metadata(lws_name(owner))
     if annotations:
         meta["annotations"] = annotations
