@@ -20,11 +20,9 @@ if [ ! -f "$KIMIK3_VENV/.complete" ]; then
   "$KIMIK3_VENV/bin/pip" install --quiet --disable-pip-version-check -e "$KIMIK3_REPO[test]"
   touch "$KIMIK3_VENV/.complete"
 fi
-# The venv is shared by every clone of this revision's dependencies: point its editable install
-# at this checkout (cheap: no dependency resolution).
-if ! grep -qsF "$KIMIK3_REPO/operator" "$KIMIK3_VENV"/lib/python*/site-packages/__editable__*kimik3* 2>/dev/null; then
-  "$KIMIK3_VENV/bin/pip" install --quiet --disable-pip-version-check --no-deps -e "$KIMIK3_REPO" >&2
-fi
+# The venv is shared by every clone with these dependencies; PYTHONPATH makes `kimik3` and the
+# tests import this checkout's package whichever clone the venv's editable install points at.
+export PYTHONPATH="$KIMIK3_REPO/operator${PYTHONPATH:+:$PYTHONPATH}"
 export PATH="$KIMIK3_VENV/bin:$PATH"
 "$KIMIK3_REPO/tools/build-binaries.sh" etcd kube-apiserver >&2
 set +euo pipefail
