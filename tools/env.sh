@@ -12,6 +12,9 @@ command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 
 deps_hash="$(sha256sum "$KIMIK3_REPO/pyproject.toml" | cut -c1-12)"
 export KIMIK3_VENV="$KIMIK3_CACHE/venv-$deps_hash"
+mkdir -p "$KIMIK3_CACHE"
+exec 9>"$KIMIK3_CACHE/.env.lock"
+flock 9  # one setup at a time (several test runs may start together)
 if [ ! -f "$KIMIK3_VENV/.complete" ]; then
   echo "[env] creating $KIMIK3_VENV (first run on this machine)" >&2
   rm -rf "$KIMIK3_VENV"
@@ -25,4 +28,5 @@ fi
 export PYTHONPATH="$KIMIK3_REPO/operator${PYTHONPATH:+:$PYTHONPATH}"
 export PATH="$KIMIK3_VENV/bin:$PATH"
 "$KIMIK3_REPO/tools/build-binaries.sh" etcd kube-apiserver >&2
+flock -u 9
 set +euo pipefail
