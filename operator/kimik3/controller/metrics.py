@@ -10,3 +10,13 @@ CHILDREN_APPLIED = Counter("kimik3_children_applied", "Server-side applies of ch
 APPLY_ERRORS = Counter("kimik3_apply_errors", "Failed applies of child objects by kind", ["kind"])
 QUEUE_DEPTH = Gauge("kimik3_workqueue_depth", "KimiK3Deployments waiting to be reconciled")
 WATCH_EVENTS = Counter("kimik3_watch_events", "Watch events received by resource", ["resource"])
+DESIRED_GROUPS = Gauge("kimik3_autoscaler_desired_groups", "Groups the autoscaler wants", ["namespace", "deployment"])
+CURRENT_GROUPS = Gauge("kimik3_autoscaler_ready_groups", "Groups serving at the last decision",
+                       ["namespace", "deployment"])
+OBSERVED_TPOT = Gauge("kimik3_autoscaler_observed_tpot_seconds",
+                      "Per-token decode latency at the target percentile over the last window, seconds",
+                      ["namespace", "deployment"])
+SLO_ATTAINMENT = Gauge("kimik3_autoscaler_slo_attainment",
+                       "Share of decision windows of the past hour with latency <= target (0..1)",
+                       ["namespace", "deployment"])
+DECISIONS = Counter("kimik3_autoscaler_decisions", "Autoscaler decisions by reason", ["reason"])

@@ -1,7 +1,9 @@
 """The PodMonitor (prometheus-operator) that scrapes the API-serving pods' /metrics.
 
 Only API-server pods serve /metrics (group leaders); headless workers do not (kimi-k3-and-vllm.md).
-Target labels carry the deployment and group index so queries can sum per deployment.
+Relabelings give every series the labels the autoscaler's PromQL selects on: ``deployment``,
+``group`` and ``role`` (prometheus-operator adds ``namespace`` and ``pod``), the same labels the
+local cluster's file_sd targets carry.
 """
 
 from __future__ import annotations
@@ -11,6 +13,14 @@ from typing import Any
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
 from kimik3.engine.args import API_PORT_NAME
 from kimik3.render.meta import DEPLOYMENT_LABEL, LWS_GROUP_INDEX_LABEL, ROLE_LABEL, Owner
+
+TARGET_LABELS = {"deployment": DEPLOYMENT_LABEL, "group": LWS_GROUP_INDEX_LABEL, "role": ROLE_LABEL}
+"""Series label -> pod label it is copied from."""
+
+
+def _meta_label(pod_label: str) -> str:
+    """Prometheus' service-discovery name of a pod label (non-alphanumerics become ``_``)."""
+    return "__meta_kubernetes_pod_label_" + "".join(ch if ch.isalnum() else "_" for ch in pod_label)
 from kimik3.render.service import leader_selector
 
 API_VERSION = "monitoring.coreos.com/v1"
@@ -25,8 +35,10 @@ def pod_monitor(owner: Owner, spec: KimiK3DeploymentSpec) -> dict[str, Any]:
         "metadata": meta,
         "spec": {
             "selector": {"matchLabels": leader_selector(owner)},
-            "podMetricsEndpoints": [{"port": API_PORT_NAME, "path": "/metrics",
-                                     "interval": spec.monitoring.interval}],
-            "podTargetLabels": [DEPLOYMENT_LABEL, LWS_GROUP_INDEX_LABEL, ROLE_LABEL],
+            "podMetricsEndpoints": [{
+                "port": API_PORT_NAME, "path": "/metrics", "interval": spec.monitoring.interval,
+                "relabelings": [{"sourceLabels": [_meta_label(pod_label)], "targetLabel": label, "action": "replace"}
+                                for label, pod_label in TARGET_LABELS.items()],
+            }],
         },
     }

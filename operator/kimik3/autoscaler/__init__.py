@@ -1,0 +1,1 @@
+"""Decode-latency autoscaling: metric sources -> windowed quantiles -> policy -> desired groups."""

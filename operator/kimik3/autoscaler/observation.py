@@ -1,0 +1,89 @@
+"""What the autoscaler knows about one deployment over one window, from either metric source.
+
+vLLM's ITL histogram times engine *steps*: each observation is the time between two successive
+outputs of a running request, and under speculative decoding a step emits 1 + accepted tokens
+(~4-5 with DSpark). The per-token latency a user feels (TPOT, the inverse of tokens/s per user)
+is therefore the step time divided by the tokens per step, 1 + accepted / drafts over the same
+window (kimi-k3-and-vllm.md, "what ITL really measures"). ``token_latency_quantile`` applies
+that conversion; ``step_latency_quantile`` is vLLM's raw ITL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kimik3.autoscaler.histogram import Histogram, quantile
+
+ITL = "vllm:inter_token_latency_seconds"
+ITL_OLD = "vllm:time_per_output_token_seconds"
+"""Deprecated in vLLM 0.11 and removed in 2026; read only when ITL is absent (failure case F8)."""
+TTFT = "vllm:time_to_first_token_seconds"
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+KV_USAGE = "vllm:kv_cache_usage_perc"
+DRAFTS = "vllm:spec_decode_num_drafts"
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
+GENERATION_TOKENS = "vllm:generation_tokens"
+
+
+class MetricsUnavailable(Exception):
+    """No usable reading: the autoscaler holds replicas and sets MetricsAvailable=False with
+    this reason (a CamelCase word) and message."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclass(frozen=True)
+class DecodeObservation:
+    """One deployment over ``window_s`` seconds ending at ``at`` (unix seconds).
+
+    Histograms hold the observations made inside the window, summed over every engine of every
+    group that reported. Gauges are the latest values summed over engines (KV usage: the
+    highest engine). Counters are increases over the window.
+    """
+
+    at: float
+    window_s: float
+    itl: Histogram
+    """Engine-step latency observations (seconds), from ``itl_metric``."""
+    itl_metric: str
+    ttft: Histogram = field(default_factory=Histogram)
+    running: float = 0.0
+    """Requests in the running batch, summed over engines and groups."""
+    waiting: float = 0.0
+    """Requests queued, summed over engines and groups."""
+    kv_usage: float | None = None
+    """Highest KV-cache usage of any engine, 0..1."""
+    drafts: float = 0.0
+    accepted: float = 0.0
+    generation_tokens: float = 0.0
+    """Output tokens produced in the window."""
+    groups: frozenset[str] = frozenset()
+    """Group indexes that reported."""
+
+    @property
+    def acceptance_length(self) -> float:
+        """Tokens per engine step: 1 + accepted / drafts (1.0 without speculative decoding)."""
+        return 1.0 + self.accepted / self.drafts if self.drafts > 0 else 1.0
+
+    @property
+    def has_traffic(self) -> bool:
+        """Any request ran or waited in the window ("no traffic" is a valid reading)."""
+        return self.itl.count > 0 or self.running > 0 or self.waiting > 0 or self.generation_tokens > 0
+
+    def step_latency_quantile(self, q: float) -> float | None:
+        """Quantile of vLLM's raw ITL (seconds per engine step), None without observations."""
+        return quantile(q, self.itl)
+
+    def token_latency_quantile(self, q: float) -> float | None:
+        """Quantile of the per-output-token latency (seconds per token): step quantile divided by
+        the window's mean tokens per step."""
+        step = self.step_latency_quantile(q)
+        return None if step is None else step / self.acceptance_length
+
+    def tokens_per_second_per_user(self, q: float = 0.9) -> float | None:
+        t = self.token_latency_quantile(q)
+        return 1.0 / t if t else None

@@ -1,0 +1,260 @@
+"""Metric sources behind one interface: ``observe(namespace, deployment, window_s)``.
+
+- ``PrometheusSource``: PromQL over Prometheus' HTTP API (``requests``; the JSON answer is
+  decoded by the library, no hand-written parser). Series are selected by the labels the
+  PodMonitor gives (``namespace``, ``deployment``, ``group``; see render/podmonitor.py).
+- ``PodScrapeSource``: GETs each group leader's ``/metrics``, parses it with prometheus-client's
+  parser and differences the histograms and counters against the previous scrape of the same pod.
+
+Both return a ``DecodeObservation`` or raise ``MetricsUnavailable`` (hold, and say why).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from kimik3.autoscaler.histogram import INF, Histogram, merge
+from kimik3.autoscaler.observation import (ACCEPTED, DRAFTS, GENERATION_TOKENS, ITL, ITL_OLD, KV_USAGE, RUNNING,
+                                           TTFT, WAITING, DecodeObservation, MetricsUnavailable)
+
+HTTP_TIMEOUT_S = 5.0
+MAX_RESPONSE_BYTES = 32 * 1024 * 1024
+"""A /metrics or PromQL answer larger than this is refused (a guard against runaway label sets)."""
+
+
+class MetricSource(Protocol):
+    def observe(self, namespace: str, deployment: str, window_s: float) -> DecodeObservation: ...
+
+
+# ---------------------------------------------------------------- exposition parsing -------
+
+SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
+
+
+@dataclass
+class Scrape:
+    """One parsed /metrics page: histograms and scalar samples per (name, labels)."""
+
+    histograms: dict[SeriesKey, Histogram]
+    scalars: dict[SeriesKey, float]
+
+    def histograms_named(self, name: str) -> list[Histogram]:
+        return [h for (n, _), h in self.histograms.items() if n == name]
+
+    def total(self, name: str) -> float:
+        return sum(v for (n, _), v in self.scalars.items() if n == name)
+
+    def values(self, name: str) -> list[float]:
+        return [v for (n, _), v in self.scalars.items() if n == name]
+
+
+def parse_scrape(text: str) -> Scrape:
+    """Parse Prometheus text exposition (prometheus-client's parser). Counter samples are keyed
+    without their ``_total`` suffix; histogram buckets are gathered per series (labels minus le).
+    Raises ValueError on malformed text."""
+    buckets: dict[SeriesKey, dict[float, float]] = {}
+    sums: dict[SeriesKey, float] = {}
+    scalars: dict[SeriesKey, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            labels = tuple(sorted((k, v) for k, v in s.labels.items() if k != "le"))
+            if family.type == "histogram":
+                key = (family.name, labels)
+                if s.name.endswith("_bucket"):
+                    buckets.setdefault(key, {})[float(s.labels["le"])] = s.value
+                elif s.name.endswith("_sum"):
+                    sums[key] = s.value
+            elif family.type in ("counter", "gauge", "untyped", "unknown") and not s.name.endswith("_created"):
+                # Counters are keyed without "_total", whether the TYPE line carried it or not.
+                name = s.name[:-len("_total")] if s.name.endswith("_total") else s.name
+                scalars[(name, labels)] = s.value
+    return Scrape({k: Histogram(b, sums.get(k, 0.0)) for k, b in buckets.items()}, scalars)
+
+
+def _itl_name(scrape: Scrape) -> str:
+    """ITL, else the deprecated name; never both (F8). Empty when neither is exposed."""
+    return next((name for name in (ITL, ITL_OLD) if scrape.histograms_named(name)), "")
+
+
+# ---------------------------------------------------------------- pod scrape ----------------
+
+
+@dataclass(frozen=True)
+class ScrapeTarget:
+    """A group leader to scrape: ``key`` identifies the pod incarnation (its UID)."""
+
+    key: str
+    group: str
+    url: str
+
+
+class PodScrapeSource:
+    """Scrapes leaders' /metrics; the window is the time since the previous scrape of each pod.
+
+    ``targets(namespace, deployment)`` lists the leaders to scrape (the controller builds it from
+    the leader pods; the URL resolver decides the address: pod IP in a cluster, a loopback port
+    for the simulator). A pod seen for the first time gives no window yet."""
+
+    def __init__(self, targets: Callable[[str, str], Iterable[ScrapeTarget]],
+                 session: requests.Session | None = None, clock: Callable[[], float] = time.time):
+        self.targets = targets
+        self.session = session or requests.Session()
+        self.clock = clock
+        self._previous: dict[str, tuple[float, Scrape]] = {}
+
+    def _fetch(self, url: str) -> Scrape:
+        response = self.session.get(url, timeout=HTTP_TIMEOUT_S, stream=True)
+        response.raise_for_status()
+        body = response.raw.read(MAX_RESPONSE_BYTES + 1, decode_content=True)
+        if len(body) > MAX_RESPONSE_BYTES:
+            raise ValueError(f"/metrics larger than {MAX_RESPONSE_BYTES} bytes")
+        return parse_scrape(body.decode("utf-8", errors="replace"))
+
+    def observe(self, namespace: str, deployment: str, window_s: float) -> DecodeObservation:
+        targets = list(self.targets(namespace, deployment))
+        if not targets:
+            raise MetricsUnavailable("NoTargets", "no group leader to scrape")
+        now = self.clock()
+        deltas: list[tuple[str, Scrape, Scrape, float]] = []
+        errors = []
+        for t in targets:
+            try:
+                scrape = self._fetch(t.url)
+            except (requests.RequestException, ValueError) as exc:
+                errors.append(f"group {t.group}: {type(exc).__name__}: {str(exc)[:200]}")
+                continue
+            previous = self._previous.get(t.key)
+            self._previous[t.key] = (now, scrape)
+            if previous is not None:
+                deltas.append((t.group, scrape, previous[1], now - previous[0]))
+        live = {t.key for t in targets}
+        for key in [k for k in self._previous if k not in live]:
+            del self._previous[key]
+        if not deltas:
+            if errors:
+                raise MetricsUnavailable("ScrapeFailed", "; ".join(errors))
+            raise MetricsUnavailable("WarmingUp", "first scrape of every leader: no window yet")
+        itl, ttft, names = [], [], set()
+        drafts = accepted = tokens = running = waiting = 0.0
+        kv: list[float] = []
+        for _, new, old, _ in deltas:
+            name = _itl_name(new)
+            if name:
+                names.add(name)
+                old_by_key = {k: h for k, h in old.histograms.items() if k[0] == name}
+                for key, h in new.histograms.items():
+                    if key[0] == name:
+                        itl.append(h - old_by_key.get(key, Histogram()))
+            for key, h in new.histograms.items():
+                if key[0] == TTFT:
+                    ttft.append(h - old.histograms.get(key, Histogram()))
+            drafts += _counter_delta(new, old, DRAFTS)
+            accepted += _counter_delta(new, old, ACCEPTED)
+            tokens += _counter_delta(new, old, GENERATION_TOKENS)
+            running += new.total(RUNNING)
+            waiting += new.total(WAITING)
+            kv += new.values(KV_USAGE)
+        if not names:
+            raise MetricsUnavailable("NoLatencyMetric", f"leaders expose neither {ITL} nor {ITL_OLD}")
+        window = max(d[3] for d in deltas)
+        return DecodeObservation(
+            at=now, window_s=window, itl=merge(itl), itl_metric=ITL if ITL in names else ITL_OLD,
+            ttft=merge(ttft), running=running, waiting=waiting, kv_usage=max(kv) if kv else None,
+            drafts=drafts, accepted=accepted, generation_tokens=tokens,
+            groups=frozenset(d[0] for d in deltas))
+
+
+def _counter_delta(new: Scrape, old: Scrape, name: str) -> float:
+    total = 0.0
+    for key, value in new.scalars.items():
+        if key[0] == name:
+            before = old.scalars.get(key, 0.0)
+            total += value - before if value >= before else value  # reset: engine restarted
+    return total
+
+
+# ---------------------------------------------------------------- Prometheus ----------------
+
+
+class PrometheusSource:
+    """PromQL over HTTP. Buckets are fetched per ``le`` and the quantile computed here, so the
+    per-token conversion and the F8 fallback use the same code as the pod-scrape path."""
+
+    def __init__(self, url: str, session: requests.Session | None = None,
+                 clock: Callable[[], float] = time.time):
+        self.url = url.rstrip("/")
+        self.session = session or requests.Session()
+        self.clock = clock
+
+    def _query(self, promql: str, at: float) -> list[dict]:
+        try:
+            response = self.session.get(f"{self.url}/api/v1/query", params={"query": promql, "time": f"{at:.3f}"},
+                                        timeout=HTTP_TIMEOUT_S)
+        except requests.RequestException as exc:
+            raise MetricsUnavailable("PrometheusUnreachable", f"{self.url}: {type(exc).__name__}") from None
+        if len(response.content) > MAX_RESPONSE_BYTES:
+            raise MetricsUnavailable("PrometheusError", "answer too large")
+        try:
+            payload = response.json()
+        except ValueError:
+            raise MetricsUnavailable("PrometheusError",
+                                     f"HTTP {response.status_code}, not JSON: {response.text[:200]!r}") from None
+        if response.status_code != 200 or not isinstance(payload, dict) or payload.get("status") != "success":
+            error = payload.get("error") if isinstance(payload, dict) else None
+            raise MetricsUnavailable("PrometheusError", f"HTTP {response.status_code}: {error or 'bad answer'}")
+        result = (payload.get("data") or {}).get("result")
+        if not isinstance(result, list):
+            raise MetricsUnavailable("PrometheusError", "answer without a result vector")
+        return result
+
+    @staticmethod
+    def _value(sample: dict) -> float:
+        try:
+            return float(sample["value"][1])
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise MetricsUnavailable("PrometheusError", f"malformed sample {str(sample)[:200]}") from None
+
+    def _scalar(self, promql: str, at: float) -> float:
+        return sum(self._value(s) for s in self._query(promql, at))
+
+    def _histogram(self, name: str, selector: str, window: str, at: float) -> Histogram:
+        rows = self._query(f"sum by (le) (increase({name}_bucket{{{selector}}}[{window}]))", at)
+        buckets = {}
+        for row in rows:
+            le = (row.get("metric") or {}).get("le")
+            if le is None:
+                continue
+            buckets[INF if le == "+Inf" else float(le)] = self._value(row)
+        total = self._scalar(f"sum(increase({name}_sum{{{selector}}}[{window}]))", at) if buckets else 0.0
+        return Histogram(buckets, total)
+
+    def observe(self, namespace: str, deployment: str, window_s: float) -> DecodeObservation:
+        at = self.clock()
+        sel = f'namespace="{namespace}",deployment="{deployment}"'
+        window = f"{max(1, int(window_s))}s"
+        groups = {(r.get("metric") or {}).get("group", "") for r in
+                  self._query(f"count by (group) ({RUNNING}{{{sel}}})", at)}
+        if not groups:
+            raise MetricsUnavailable("NoSeries", f"Prometheus has no {RUNNING} series for {namespace}/{deployment}")
+        itl_metric, itl = ITL, self._histogram(ITL, sel, window, at)
+        if not itl.buckets:
+            itl_metric, itl = ITL_OLD, self._histogram(ITL_OLD, sel, window, at)
+            if not itl.buckets:
+                raise MetricsUnavailable("NoLatencyMetric", f"no {ITL} or {ITL_OLD} series for {namespace}/{deployment}")
+        kv = [self._value(s) for s in self._query(f"max({KV_USAGE}{{{sel}}})", at)]
+        return DecodeObservation(
+            at=at, window_s=window_s, itl=itl, itl_metric=itl_metric,
+            ttft=self._histogram(TTFT, sel, window, at),
+            running=self._scalar(f"sum({RUNNING}{{{sel}}})", at),
+            waiting=self._scalar(f"sum({WAITING}{{{sel}}})", at),
+            kv_usage=kv[0] if kv else None,
+            drafts=self._scalar(f"sum(increase({DRAFTS}_total{{{sel}}}[{window}]))", at),
+            accepted=self._scalar(f"sum(increase({ACCEPTED}_total{{{sel}}}[{window}]))", at),
+            generation_tokens=self._scalar(f"sum(increase({GENERATION_TOKENS}_total{{{sel}}}[{window}]))", at),
+            groups=frozenset(g for g in groups if g))

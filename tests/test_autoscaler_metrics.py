@@ -1,0 +1,201 @@
+"""Metric sources and quantiles: F8 (metric names), F9 (data-parallel series), the per-token
+conversion under speculative decoding, and robustness to bad answers."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from kimik3.autoscaler.histogram import INF, Histogram, merge, quantile
+from kimik3.autoscaler.observation import DecodeObservation, MetricsUnavailable
+from kimik3.autoscaler.sources import PodScrapeSource, PrometheusSource, ScrapeTarget, parse_scrape
+
+ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+               40.0, 80.0]
+
+
+def exposition(name: str, per_engine: dict[int, list[float]], model: str = "kimi-k3",
+               running: float = 4, drafts: float = 0, accepted: float = 0, tokens: float = 0) -> str:
+    """vLLM-style text: one histogram series per DP engine, from raw observations (seconds)."""
+    lines = [f"# HELP {name} Histogram of inter-token latency in seconds.", f"# TYPE {name} histogram"]
+    for engine, obs in per_engine.items():
+        labels = f'engine="{engine}",model_name="{model}"'
+        for le in ITL_BUCKETS:
+            lines.append(f'{name}_bucket{{{labels},le="{le}"}} {sum(1 for o in obs if o <= le)}')
+        lines.append(f'{name}_bucket{{{labels},le="+Inf"}} {len(obs)}')
+        lines.append(f"{name}_count{{{labels}}} {len(obs)}")
+        lines.append(f"{name}_sum{{{labels}}} {sum(obs)}")
+    lines += ["# TYPE vllm:num_requests_running gauge",
+              f'vllm:num_requests_running{{engine="0",model_name="{model}"}} {running}',
+              "# TYPE vllm:num_requests_waiting gauge",
+              f'vllm:num_requests_waiting{{engine="0",model_name="{model}"}} 0',
+              "# TYPE vllm:spec_decode_num_drafts counter",
+              f'vllm:spec_decode_num_drafts_total{{engine="0",model_name="{model}"}} {drafts}',
+              "# TYPE vllm:spec_decode_num_accepted_tokens counter",
+              f'vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="{model}"}} {accepted}',
+              "# TYPE vllm:generation_tokens counter",
+              f'vllm:generation_tokens_total{{engine="0",model_name="{model}"}} {tokens}']
+    return "\n".join(lines) + "\n"
+
+
+def test_quantile_interpolates_like_histogram_quantile():
+    h = Histogram({0.01: 50, 0.025: 90, 0.05: 100, INF: 100})
+    assert quantile(0.5, h) == pytest.approx(0.01)
+    assert quantile(0.9, h) == pytest.approx(0.025)
+    assert quantile(0.7, h) == pytest.approx(0.01 + 0.015 * (70 - 50) / 40)
+    assert quantile(0.99, Histogram({0.1: 1, INF: 100})) == 0.1  # rank in +Inf: largest finite bound
+    assert quantile(0.9, Histogram({0.1: 0, INF: 0})) is None
+
+
+def test_delta_handles_counter_reset():
+    old = Histogram({0.1: 10, INF: 12}, 1.0)
+    assert (Histogram({0.1: 15, INF: 20}, 2.0) - old).buckets == {0.1: 5, INF: 8}
+    restarted = Histogram({0.1: 3, INF: 3}, 0.2)
+    assert (restarted - old).buckets == {0.1: 3, INF: 3}
+
+
+def test_buckets_are_summed_over_engines_before_the_quantile():
+    """F9: engines 0..7 of a group, only engine 3 slow: the quantile of the summed buckets, not
+    the slowest engine's and not a mean of quantiles."""
+    fast = [0.008] * 100
+    slow = [0.4] * 100
+    engines = {e: (slow if e == 3 else fast) for e in range(8)}
+    scrape = parse_scrape(exposition("vllm:inter_token_latency_seconds", engines))
+    series = scrape.histograms_named("vllm:inter_token_latency_seconds")
+    assert len(series) == 8
+    total = merge(series)
+    assert total.count == 800
+    assert quantile(0.5, total) <= 0.01          # the typical step is fast
+    # 1 step in 8 is slow: rank 720 of 800 falls 20/100 into the slow bucket (0.3, 0.4].
+    assert quantile(0.9, total) == pytest.approx(0.32)
+    assert quantile(0.9, merge(s for s in series[:3])) <= 0.01  # without the slow engine
+    assert quantile(0.8, total) <= 0.01
+
+
+class MetricsServer:
+    """Serves a settable /metrics text on 127.0.0.1 (a stand-in leader pod)."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.status = 200
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                body = outer.text.encode()
+                self.send_response(outer.status)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+@pytest.fixture
+def leader() -> Iterator[MetricsServer]:
+    s = MetricsServer()
+    yield s
+    s.close()
+
+
+def scrape_source(leader: MetricsServer, clock: list[float]) -> PodScrapeSource:
+    return PodScrapeSource(lambda ns, name: [ScrapeTarget("uid-1", "0", leader.url)], clock=lambda: clock[0])
+
+
+@pytest.mark.parametrize("names", [["vllm:inter_token_latency_seconds"], ["vllm:time_per_output_token_seconds"],
+                                   ["vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"]])
+def test_itl_name_fallback_never_double_counts(leader, names):
+    """F8: only ITL, only the old name, or both: the right series, counted once."""
+    clock = [1000.0]
+    src = scrape_source(leader, clock)
+    leader.text = "".join(exposition(n, {0: [0.01] * 10}) for n in names[:1]) + "".join(
+        exposition(n, {0: [0.01] * 10}).split("# TYPE vllm:num_requests_running")[0] for n in names[1:])
+    with pytest.raises(MetricsUnavailable) as first:
+        src.observe("ns", "k3", 60)
+    assert first.value.reason == "WarmingUp"
+    clock[0] += 30
+    leader.text = "".join(exposition(n, {0: [0.01] * 10 + [0.3] * 30}) for n in names[:1]) + "".join(
+        exposition(n, {0: [0.01] * 10 + [0.3] * 30}).split("# TYPE vllm:num_requests_running")[0] for n in names[1:])
+    obs = src.observe("ns", "k3", 60)
+    assert obs.itl_metric == names[0]
+    assert obs.itl.count == 30                      # 30 new steps, not 60
+    assert obs.window_s == pytest.approx(30)
+
+
+def test_neither_latency_metric_means_unavailable(leader):
+    clock = [0.0]
+    src = scrape_source(leader, clock)
+    leader.text = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine=\"0\"} 1\n"
+    with pytest.raises(MetricsUnavailable):
+        src.observe("ns", "k3", 60)
+    clock[0] += 30
+    with pytest.raises(MetricsUnavailable) as err:
+        src.observe("ns", "k3", 60)
+    assert err.value.reason == "NoLatencyMetric"
+
+
+def test_per_token_latency_under_dspark_divides_step_time_by_acceptance_length(leader):
+    """A DSpark step emits 1 + accepted/drafts tokens: a 12 ms step at acceptance length 4.0 is
+    3 ms per token (333 tok/s per user), not 12 ms."""
+    clock = [0.0]
+    src = scrape_source(leader, clock)
+    leader.text = exposition("vllm:inter_token_latency_seconds", {0: []}, drafts=0, accepted=0)
+    with pytest.raises(MetricsUnavailable):
+        src.observe("ns", "k3", 60)
+    clock[0] += 60
+    leader.text = exposition("vllm:inter_token_latency_seconds", {0: [0.012] * 100}, drafts=100, accepted=300,
+                             tokens=400)
+    obs = src.observe("ns", "k3", 60)
+    assert obs.acceptance_length == pytest.approx(4.0)
+    step = obs.step_latency_quantile(0.9)
+    assert 0.01 < step <= 0.025
+    assert obs.token_latency_quantile(0.9) == pytest.approx(step / 4.0)
+    assert obs.generation_tokens == 400
+
+
+def test_without_speculation_token_latency_is_itl():
+    obs = DecodeObservation(at=0, window_s=60, itl=Histogram({0.01: 90, 0.025: 100, INF: 100}),
+                            itl_metric="vllm:inter_token_latency_seconds")
+    assert obs.acceptance_length == 1.0
+    assert obs.token_latency_quantile(0.9) == obs.step_latency_quantile(0.9)
+
+
+@pytest.mark.parametrize("text,status", [("not a metric line {{{", 200), ("", 500), ("x" * 10, 503)])
+def test_bad_metrics_pages_do_not_crash(leader, text, status):
+    clock = [0.0]
+    src = scrape_source(leader, clock)
+    leader.text, leader.status = text, status
+    for _ in range(2):
+        with pytest.raises(MetricsUnavailable) as err:
+            src.observe("ns", "k3", 60)
+        clock[0] += 30
+    assert err.value.reason in ("ScrapeFailed", "WarmingUp")
+
+
+@pytest.mark.parametrize("body,status", [("garbage", 200), ('{"status":"error","error":"boom"}', 500),
+                                         ('{"status":"success","data":{}}', 200), ("[1,2]", 200)])
+def test_prometheus_errors_and_garbage_are_unavailable_not_crashes(leader, body, status):
+    leader.text, leader.status = body, status
+    src = PrometheusSource(leader.url.rsplit("/", 1)[0])
+    with pytest.raises(MetricsUnavailable) as err:
+        src.observe("ns", "k3", 120)
+    assert err.value.reason in ("PrometheusError", "NoSeries")
+
+
+def test_prometheus_unreachable_is_unavailable():
+    src = PrometheusSource("http://127.0.0.1:9")  # discard port: connection refused
+    with pytest.raises(MetricsUnavailable) as err:
+        src.observe("ns", "k3", 120)
+    assert err.value.reason == "PrometheusUnreachable"
