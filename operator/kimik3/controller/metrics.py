@@ -7,6 +7,7 @@ RECONCILES = Counter("kimik3_reconciles", "Reconciles of KimiK3Deployments by re
 RECONCILE_SECONDS = Histogram("kimik3_reconcile_duration_seconds", "Wall time of one reconcile, seconds",
                               buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
 CHILDREN_APPLIED = Counter("kimik3_children_applied", "Server-side applies of child objects by kind", ["kind"])
+APPLIES_SKIPPED = Counter("kimik3_applies_skipped", "Child applies skipped: the watched object is what was applied")
 APPLY_ERRORS = Counter("kimik3_apply_errors", "Failed applies of child objects by kind", ["kind"])
 QUEUE_DEPTH = Gauge("kimik3_workqueue_depth", "KimiK3Deployments waiting to be reconciled")
 WATCH_EVENTS = Counter("kimik3_watch_events", "Watch events received by resource", ["resource"])

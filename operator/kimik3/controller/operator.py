@@ -25,6 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kimik3 import GROUP, KIND, PLURAL, VERSION
 from kimik3.controller import metrics
+from kimik3.controller.cache import ObjectCache
 from kimik3.controller.kube import Kube, api_client_from_kubeconfig
 from kimik3.controller.reconcile import Reconciler
 from kimik3.render.meta import DEPLOYMENT_LABEL, MANAGED_BY
@@ -38,6 +39,7 @@ WATCHED_CHILDREN = [
     ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets"),
     ("resource.nvidia.com", "v1beta1", "computedomains"),
     ("monitoring.coreos.com", "v1", "podmonitors"),
+    ("gateway.networking.k8s.io", "v1", "httproutes"),
     ("policy", "v1", "poddisruptionbudgets"),
     ("", "v1", "configmaps"),
     ("", "v1", "services"),
@@ -135,7 +137,7 @@ class OperatorConfig:
     """Liveness fails when due work waited this long without any reconcile finishing (F6)."""
 
 
-def build_registry(cfg: OperatorConfig, queue: WorkQueue) -> kopf.OperatorRegistry:
+def build_registry(cfg: OperatorConfig, queue: WorkQueue, cache: ObjectCache) -> kopf.OperatorRegistry:
     """kopf handlers for one operator instance (a registry of its own, so tests can run several)."""
     registry = kopf.OperatorRegistry()
     api = api_client_from_kubeconfig(cfg.kubeconfig)
@@ -158,6 +160,10 @@ def build_registry(cfg: OperatorConfig, queue: WorkQueue) -> kopf.OperatorRegist
         settings.watching.reconnect_backoff = 1.0
         settings.networking.request_timeout = 60
         settings.peering.standalone = True
+        # Watching only given namespaces (a namespace-scoped install): no cluster-wide CRD or
+        # namespace observation, so a Role per namespace is all the RBAC it needs. CRDs installed
+        # later are then picked up at the next restart; cluster-wide, kopf watches CRDs itself.
+        settings.scanning.disabled = bool(cfg.namespaces)
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
     def on_deployment(body: kopf.Body, **_: Any) -> None:
@@ -172,10 +178,13 @@ def build_registry(cfg: OperatorConfig, queue: WorkQueue) -> kopf.OperatorRegist
         return (body.metadata.namespace, name) if name else None
 
     for group, version, plural in WATCHED_CHILDREN:
-        def on_child(body: kopf.Body, _plural: str = plural, **_: Any) -> None:
+        def on_child(body: kopf.Body, event: dict[str, Any], _plural: str = plural, **_: Any) -> None:
             metrics.WATCH_EVENTS.labels(resource=_plural).inc()
+            raw = event.get("object") or dict(body)
+            echo = event.get("type") != "DELETED" and cache.is_echo(raw)
+            cache.update(event.get("type"), raw)
             key = owner_key(body)
-            if key:
+            if key and not echo:
                 queue.add(key, 0.5)  # coalesce bursts (a group's pods change together)
 
         kopf.on.event(group, version, plural, registry=registry, id=f"child-{plural}",
@@ -208,8 +217,10 @@ async def run_operator(cfg: OperatorConfig, stop: threading.Event | asyncio.Even
                        ready: threading.Event | None = None) -> None:
     """Run until ``stop`` is set (or forever). ``ready`` is set once kopf has started watching."""
     queue = WorkQueue()
-    registry = build_registry(cfg, queue)
-    reconciler = Reconciler(Kube(api_client_from_kubeconfig(cfg.kubeconfig)), compute_domains=cfg.compute_domains)
+    cache = ObjectCache()
+    registry = build_registry(cfg, queue, cache)
+    reconciler = Reconciler(Kube(api_client_from_kubeconfig(cfg.kubeconfig)), compute_domains=cfg.compute_domains,
+                            cache=cache)
     kopf_ready = asyncio.Event()
     runner = await _health_server(cfg, queue, kopf_ready)
     workers = [asyncio.create_task(queue.worker(reconciler)) for _ in range(cfg.workers)]

@@ -23,6 +23,7 @@ from kubernetes.client.rest import ApiException
 from kimik3 import GROUP, KIND, VERSION
 from kimik3.api.errors import SpecErrors
 from kimik3.controller import metrics
+from kimik3.controller.cache import ObjectCache, desired_hash
 from kimik3.controller.kube import Kube
 from kimik3.controller.status import compute_status, invalid_status, lws_selector
 from kimik3.render.children import COMPUTE_DOMAIN_SKIPPED, render
@@ -33,10 +34,11 @@ from kimik3.render.meta import Owner
 
 FINALIZER = f"{GROUP}/teardown"
 CR_API_VERSION = f"{GROUP}/{VERSION}"
-RESYNC_READY_S = 60.0
-"""Drift check period of a settled deployment (child watches catch most drift sooner)."""
-RESYNC_STARTING_S = 10.0
-"""Status refresh period while groups start."""
+RESYNC_READY_S = 600.0
+"""Safety resync of a settled deployment: watches on every child and pod trigger the reconciles
+that matter (drift, deletion, group status) within a second."""
+RESYNC_STARTING_S = 120.0
+"""Safety resync while groups start (pod and LeaderWorkerSet watches drive status sooner)."""
 TEARDOWN_POLL_S = 3.0
 
 log = logging.getLogger("kimik3.reconcile")
@@ -52,8 +54,10 @@ class Result:
 class Reconciler:
     """Reconciles KimiK3Deployments through ``kube``."""
 
-    def __init__(self, kube: Kube, compute_domains: bool = True):
+    def __init__(self, kube: Kube, compute_domains: bool = True, cache: ObjectCache | None = None):
         self.kube = kube
+        self.cache = cache
+        """What the watches saw; without it every read goes to the API server."""
         self.compute_domains = compute_domains
         """False in clusters without NVIDIA's DRA driver: no ComputeDomain or channel claims."""
         self._posted: dict[tuple[str, str], set[str]] = {}
@@ -68,6 +72,30 @@ class Reconciler:
             return
         seen.add(token)
         self.kube.event(obj, type_, reason, message)
+
+    # -- reads and writes through the cache --------------------------------------------------
+    def _apply_child(self, child: dict[str, Any]) -> dict[str, Any]:
+        """Apply unless the watched object is still exactly what we applied for this desired state."""
+        digest = desired_hash(child)
+        if self.cache is not None and self.cache.unchanged(child, digest):
+            metrics.APPLIES_SKIPPED.inc()
+            meta = child["metadata"]
+            return self.cache.get(child["apiVersion"], child["kind"], meta["namespace"], meta["name"])
+        applied = self.kube.apply(child)
+        metrics.CHILDREN_APPLIED.labels(kind=child["kind"]).inc()
+        if self.cache is not None:
+            self.cache.record_apply(applied, digest)
+        return applied
+
+    def _get_child(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        if self.cache is not None:
+            return self.cache.get(api_version, kind, namespace, name)
+        return self.kube.get(api_version, kind, namespace, name)
+
+    def _pods(self, owner: Owner) -> list[dict[str, Any]]:
+        if self.cache is not None:
+            return self.cache.pods(owner.namespace, lws_name(owner))
+        return self.kube.list("v1", "Pod", owner.namespace, lws_selector(owner))
 
     # -- entry point -------------------------------------------------------------------------
     def reconcile(self, namespace: str, name: str) -> Result:
@@ -121,22 +149,23 @@ class Reconciler:
         apply_error = None
         for child in rendered.objects:
             try:
-                applied[child["kind"]] = self.kube.apply(child)
-                metrics.CHILDREN_APPLIED.labels(kind=child["kind"]).inc()
+                applied[child["kind"]] = self._apply_child(child)
             except ApiException as exc:
                 apply_error = f"{child['kind']} {child['metadata']['name']}: {exc.status} {exc.reason}: " \
                               f"{(exc.body or '')[:500]}"
                 metrics.APPLY_ERRORS.labels(kind=child["kind"]).inc()
                 self._event_once(obj, "Warning", "ApplyFailed", apply_error)
                 break
-        pods = self.kube.list("v1", "Pod", owner.namespace, lws_selector(owner))
+        pods = self._pods(owner)
         for api_version, kind in rendered.absent:
             if kind == "ComputeDomain" and pods:
                 continue  # F4: pods still hold its channel claim; deleted once they are gone
+            if self.cache is not None and self.cache.get(api_version, kind, owner.namespace, owner.name) is None:
+                continue  # the watch saw none
             if self.kube.delete(api_version, kind, owner.namespace, owner.name):
                 self._event_once(obj, "Normal", "Deleted", f"{kind} {owner.name} removed: not needed by the spec")
-        lws = applied.get("LeaderWorkerSet") or self.kube.get(LWS_API_VERSION, "LeaderWorkerSet",
-                                                              owner.namespace, lws_name(owner))
+        lws = applied.get("LeaderWorkerSet") or self._get_child(LWS_API_VERSION, "LeaderWorkerSet",
+                                                                owner.namespace, lws_name(owner))
         desired = int(((lws or {}).get("spec") or {}).get("replicas", rendered.spec.replicas))
         status = compute_status(obj, rendered.spec, rendered.plan, lws, pods, desired, apply_error,
                                 compute_domain_note=None if self.compute_domains else COMPUTE_DOMAIN_SKIPPED)
@@ -146,6 +175,9 @@ class Reconciler:
                              f"generation {obj['metadata'].get('generation')}: applied {kinds}; "
                              f"{desired} group(s) of {rendered.plan.nodes_per_group} pods x "
                              f"{rendered.plan.gpus_per_node} GPUs")
+        limited = next((c for c in status["conditions"] if c["type"] == "ScalingLimited"), None)
+        if limited and limited["status"] == "True" and limited["reason"] == "Unschedulable":
+            self._event_once(obj, "Warning", "Unschedulable", limited["message"])
         self._write_status(obj, status)
         ready = next(c for c in status["conditions"] if c["type"] == "Ready")["status"] == "True"
         return Result("applied", RESYNC_READY_S if ready and not apply_error else RESYNC_STARTING_S)
