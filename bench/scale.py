@@ -34,7 +34,7 @@ import yaml
 from kimik3.controller.kube import Kube
 from kimik3.devcluster.controlplane import ControlPlane
 from kimik3.devcluster.operator_thread import free_port
-from kimik3.devcluster.thirdparty import thirdparty_crd_paths
+from kimik3.devcluster.install import install_apis
 from kimik3.render.children import render
 
 REPO = Path(__file__).resolve().parents[1]
@@ -87,7 +87,7 @@ def main() -> int:
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="kimik3-scale-") as tmp, ControlPlane(Path(tmp) / "cp") as cp:
-        cp.apply_crds([*thirdparty_crd_paths().values(), *sorted((REPO / "crds").glob("*.yaml"))])
+        install_apis(cp)
         with cp.api_client("admin") as api:
             kube = Kube(api)
             # -- floor: the rendered children applied directly ---------------------------------

@@ -4,31 +4,23 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from kimik3.controller.kube import Kube
 from kimik3.devcluster.controlplane import ControlPlane
-from kimik3.devcluster.thirdparty import thirdparty_crd_paths
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-OWN_CRDS_DIR = REPO_ROOT / "crds"
-
-
-def own_crd_files() -> list[Path]:
-    """The project's own CRD manifests (``crds/*.yaml``); empty while none are written yet."""
-    if not OWN_CRDS_DIR.is_dir():
-        return []
-    return sorted(p for p in OWN_CRDS_DIR.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+from kimik3.devcluster.install import install_apis
+from kimik3.devcluster.operator_thread import OperatorThread
 
 
 @pytest.fixture(scope="session")
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    """A started ControlPlane with the third-party CRDs and the project's own CRDs Established."""
+    """A started ControlPlane with the third-party CRDs, the project's own CRDs Established and
+    its admission policy installed (``crds/``)."""
     with ControlPlane(tmp_path_factory.mktemp("control-plane")) as cp:
-        cp.apply_crds([*thirdparty_crd_paths().values(), *own_crd_files()])
+        install_apis(cp)
         yield cp
 
 
@@ -58,3 +50,16 @@ def namespace(admin_api: client.ApiClient) -> Iterator[str]:
     except ApiException as exc:
         if exc.status != 404:
             raise
+
+
+@pytest.fixture(scope="session")
+def operator(control_plane: ControlPlane) -> Iterator[OperatorThread]:
+    """The operator (kopf, cluster-wide, admin identity) running in a thread for the session."""
+    with OperatorThread(str(control_plane.admin_kubeconfig)) as op:
+        yield op
+
+
+@pytest.fixture(scope="session")
+def kube(admin_api: client.ApiClient) -> Kube:
+    """The operator's own API wrapper, as admin."""
+    return Kube(admin_api)

@@ -20,7 +20,6 @@ from kubernetes.client.exceptions import ApiException
 
 from kimik3.admission import admit
 from kimik3.api.errors import SpecErrors
-from kimik3.controller.kube import Kube
 from kimik3.render.children import render
 
 ACCELERATORS = ["gb300", "gb200", "b300", "b200", "h200"]
@@ -127,12 +126,7 @@ def test_admission_never_crashes_and_what_it_admits_renders(spec):
         assert len(plan["ranks"]) == rendered.plan.nodes_per_group
 
 
-@pytest.fixture(scope="module")
-def kube(admin_api) -> Kube:
-    return Kube(admin_api)
-
-
-def dry_run(kube: Kube, namespace: str, spec: dict[str, Any]) -> tuple[bool, str]:
+def dry_run(kube, namespace: str, spec: dict[str, Any]) -> tuple[bool, str]:
     body = {"apiVersion": "inference.kimik3.io/v1alpha1", "kind": "KimiK3Deployment",
             "metadata": {"name": "prop", "namespace": namespace}, "spec": copy.deepcopy(spec)}
     try:

@@ -8,7 +8,7 @@ import json
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,6 @@ from kubernetes.client.exceptions import ApiException
 
 from kimik3.controller.kube import Kube
 from kimik3.controller.reconcile import FINALIZER
-from kimik3.devcluster.operator_thread import OperatorThread
 
 REPO = Path(__file__).resolve().parents[1]
 CR = ("inference.kimik3.io/v1alpha1", "KimiK3Deployment")
@@ -41,17 +40,6 @@ def wait_for(fn: Callable[[], Any], timeout: float = 20.0, what: str = "conditio
             return last
         time.sleep(0.2)
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; last value {last!r}")
-
-
-@pytest.fixture(scope="module")
-def operator(control_plane) -> Iterator[OperatorThread]:
-    with OperatorThread(str(control_plane.admin_kubeconfig)) as op:
-        yield op
-
-
-@pytest.fixture(scope="module")
-def kube(admin_api) -> Kube:
-    return Kube(admin_api)
 
 
 def apply_cr(kube: Kube, namespace: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -22,16 +22,11 @@ from kimik3 import GROUP, KIND, PLURAL, VERSION
 from kimik3.controller.kube import Kube
 from kimik3.devcluster.controlplane import ControlPlane
 from kimik3.devcluster.operator_thread import OperatorThread
-from kimik3.devcluster.thirdparty import thirdparty_crd_paths
+from kimik3.devcluster.install import install_apis
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 CHILD_KINDS = [("resource.nvidia.com/v1beta1", "ComputeDomain"), ("v1", "ConfigMap"),
                ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"), ("v1", "Service"),
                ("policy/v1", "PodDisruptionBudget"), ("monitoring.coreos.com/v1", "PodMonitor")]
-
-
-def own_crds() -> list[Path]:
-    return sorted((REPO_ROOT / "crds").glob("*.yaml"))
 
 
 def apply_strict(kube: Kube, obj: dict[str, Any]) -> dict[str, Any]:
@@ -62,7 +57,7 @@ def run_demo(recipe: Path, state_dir: Path, timeout_s: float) -> int:
     with ControlPlane(state_dir) as cp:
         print(f"    API server {cp.server} ready in {cp.startup_seconds:.1f} s; kubeconfig {cp.admin_kubeconfig}")
         _step("installing CRDs: LeaderWorkerSet, ComputeDomain, PodMonitor, ServiceMonitor, HTTPRoute, KimiK3Deployment")
-        names = cp.apply_crds([*thirdparty_crd_paths().values(), *own_crds()])
+        names = install_apis(cp)
         print("    " + ", ".join(names))
         with cp.api_client("admin") as api:
             kube = Kube(api)
