@@ -53,7 +53,14 @@ for c in "${components[@]}"; do
     kube-apiserver|kube-controller-manager|kube-scheduler)
       build "$c" "$c-${K8S_VERSION}" "$here/kubernetes" "k8s.io/kubernetes/cmd/$c" "$k8s_ldflags" ;;
     kwok) install kwok "kwok-${KWOK_VERSION}" "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}" kwok ;;
-    lws) install lws "lws-manager-${LWS_VERSION}" "sigs.k8s.io/lws/cmd@${LWS_VERSION}" cmd ;;
+    lws)  # `go install sigs.k8s.io/lws/cmd@...` fails here: its deprecation check reads the module's
+          # version list, which the proxy refuses (403). Build the downloaded module in place.
+      tmpd="$(mktemp -d)"
+      lws_dir="$(cd "$tmpd" && GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/lws@${LWS_VERSION}" \
+        | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+      rmdir "$tmpd"
+      [ -n "$lws_dir" ] || { echo "[build] lws FAILED: go mod download sigs.k8s.io/lws@${LWS_VERSION}" >&2; exit 1; }
+      build lws "lws-manager-${LWS_VERSION}" "$lws_dir" ./cmd "-s -w" ;;
     helm) install helm "helm-${HELM_VERSION}" "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}" helm ;;
     *) echo "unknown component: $c" >&2; exit 2 ;;
   esac

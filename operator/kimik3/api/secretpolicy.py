@@ -53,8 +53,14 @@ def _validation(path: tuple[str, ...]) -> dict[str, str]:
     presence = " && ".join(f"has(object.{'.'.join(path[:i])})" for i in range(2, len(path) + 1))
     check = (f"authorizer.group('').resource('secrets').namespace(object.metadata.namespace)"
              f".name({obj}.name).check('get').allowed()")
+    # An update that keeps the reference as it was (the operator's finalizer patch, a label, a
+    # scale) is not checked again: its author adds no Secret, and the operator itself may not read
+    # Secrets (its RBAC has no `get secrets`), so checking it would block every such CR.
+    old = "oldObject." + ".".join(path)
+    old_presence = " && ".join(f"has(oldObject.{'.'.join(path[:i])})" for i in range(2, len(path) + 1))
+    unchanged = f"(oldObject != null && {old_presence} && {old}.name == {obj}.name)"
     return {
-        "expression": f"!({presence}) || {check}",
+        "expression": f"!({presence}) || {unchanged} || {check}",
         "messageExpression": (f"'{'.'.join(path)}: you may not get Secret ' + {obj}.name + ' in namespace ' + "
                               "object.metadata.namespace + ', so this KimiK3Deployment may not reference it'"),
         "reason": "Forbidden",

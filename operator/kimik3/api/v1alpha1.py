@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from kimik3.topology.profiles import MODEL_MEMORY_FLOOR_GB, PROFILES, Accelerator
@@ -120,6 +120,13 @@ class ModelSource(Model):
     """Read the checkpoint from a folder on the node."""
     hub: HubSource | None = None
     """Download the checkpoint from the hub named by spec.model.name."""
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ModelSource:
+        """The same rule as the CEL above, for ``kimik3 validate`` and the operator."""
+        if sum(x is not None for x in (self.pvc, self.host_path, self.hub)) != 1:
+            raise ValueError("set exactly one of pvc, hostPath, hub")
+        return self
 
 
 class ModelFeatures(Model):
@@ -389,7 +396,7 @@ class AutoscalingSpec(Model):
     enabled: bool = False
     """When true the operator owns the LeaderWorkerSet's replicas."""
     min_replicas: int = Field(default=1, ge=0, le=64)
-    """Fewest groups; 0 allows scale to zero when there is no traffic."""
+    """Fewest groups; 0 allows scale to zero when the whole scale-down window saw no traffic. At zero no engine reports load: wake the deployment by raising minReplicas (e.g. from a gateway or activator)."""
     max_replicas: int = Field(default=1, ge=1, le=64)
     """Most groups."""
     target: LatencyTarget = Field(default_factory=LatencyTarget)
@@ -439,6 +446,33 @@ class SchedulingSpec(Model):
     """Node label whose value bounds one NVLink domain; each multi-node group lands alone inside one value."""
 
 
+class GatewayParentRef(Model):
+    """A Gateway (gateway.networking.k8s.io/v1) the HTTPRoute attaches to."""
+
+    name: str = Field(min_length=1, max_length=253)
+    """Gateway name."""
+    namespace: str | None = Field(default=None, min_length=1, max_length=63)
+    """Gateway namespace (default: the deployment's). Its listener's allowedRoutes must admit this namespace."""
+    section_name: str | None = Field(default=None, min_length=1, max_length=253)
+    """Listener of the Gateway to attach to (default: every listener that admits the route)."""
+
+
+GATEWAY_HOSTNAME_PATTERN = r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
+class HTTPRouteSpec(Model):
+    """An HTTPRoute (Gateway API v1) that exposes the client Service through a Gateway."""
+
+    parent_refs: list[GatewayParentRef] = Field(min_length=1, max_length=8)
+    """Gateways the route attaches to."""
+    hostnames: list[Annotated[str, Field(pattern=GATEWAY_HOSTNAME_PATTERN, max_length=253)]] = Field(
+        default_factory=list, max_length=16)
+    """Host names the route answers (empty: every host name of the listener)."""
+    path_prefixes: list[Annotated[str, Field(pattern=r"^/", max_length=1024)]] = Field(
+        default_factory=lambda: ["/v1"], min_length=1, max_length=16)
+    """Path prefixes routed to the engines. Default /v1 only: vLLM checks the API key on /v1 but serves /health, /metrics, /tokenize, /pause and others without it."""
+
+
 class ServiceSpec(Model):
     """The client Service in front of the group leaders."""
 
@@ -448,6 +482,10 @@ class ServiceSpec(Model):
     """Port of the OpenAI-compatible API."""
     annotations: dict[str, str] = Field(default_factory=dict)
     """Annotations of the Service (e.g. for a cloud load balancer)."""
+    api_key_secret: SecretKeyRef | None = None
+    """Secret key holding the API key, passed to the API-serving pods as VLLM_API_KEY: vLLM then requires "Authorization: Bearer <key>" on /v1 (not on /health or /metrics)."""
+    http_route: HTTPRouteSpec | None = None
+    """Expose the API through a Gateway with an HTTPRoute (Gateway API CRDs and a Gateway needed)."""
 
 
 class DisruptionBudgetSpec(Model):
@@ -520,6 +558,27 @@ _SPEC_RULES = [
         "the megakernel decode path needs full decode CUDA graphs: enforceEager must be false",
         ".engine.enforceEager",
     ),
+    # The next three mirror vLLM 0.33.0's specialised-decode `unsupported` list (checked against
+    # that code by tests/conformance; topology/plan.py has the same rules for `kimik3 validate`).
+    rule(
+        "self.engine.decodeBackend != 'latency_specialized' || !has(self.engine.cudagraphMode) || "
+        "self.engine.cudagraphMode != 'PIECEWISE'",
+        "the megakernel decode path needs FULL decode CUDA graphs: cudagraphMode PIECEWISE is refused by vLLM",
+        ".engine.cudagraphMode",
+    ),
+    rule(
+        "self.engine.decodeBackend != 'latency_specialized' || !has(self.engine.env) || "
+        "!self.engine.env.exists(e, e.name == 'VLLM_USE_V2_MODEL_RUNNER' && (has(e.value) ? e.value : '') != '1')",
+        "the megakernel decode path runs on the V2 model runner: VLLM_USE_V2_MODEL_RUNNER must be 1 (or unset)",
+        ".engine.env",
+    ),
+    rule(
+        "self.engine.decodeBackend != 'latency_specialized' || self.speculativeDecoding.method == 'none' || "
+        "!has(self.engine.env) || !self.engine.env.exists(e, e.name == 'VLLM_KIMI_K3_AUX_ATTN_RES_STREAM' && "
+        "(has(e.value) ? e.value : '') != '0')",
+        "the megakernel decode path refuses the AttnRes aux stream with speculative decoding: unset VLLM_KIMI_K3_AUX_ATTN_RES_STREAM",
+        ".engine.env",
+    ),
     rule(
         f"(self.topology.strategy == 'tp' ? {_tp_expr('self.topology')} * self.topology.pipelineParallelSize : "
         "!has(self.topology.dataParallelSize) ? 0 : "
@@ -528,12 +587,6 @@ _SPEC_RULES = [
         f"{GPU_MEMORY_GB_CEL}[self.topology.accelerator] >= {MEMORY_FLOOR_GB_CEL}[self.model.variant]",
         "the GPUs holding one copy of the weights have too little memory for Kimi K3 (~1680 GB mxfp4, ~1650 GB nvfp4): use >= 8 gb300/b300 or >= 16 gb200/b200/h200 GPUs per model copy",
         ".topology",
-    ),
-    rule(
-        "!self.autoscaling.enabled || self.autoscaling.minReplicas > 0 || "
-        "self.autoscaling.metricsSource.type == 'prometheus'",
-        "scale to zero needs the prometheus metrics source (no pod is left to scrape at zero groups)",
-        ".autoscaling.minReplicas",
     ),
     rule(
         "!self.autoscaling.enabled || self.autoscaling.metricsSource.type != 'prometheus' || "

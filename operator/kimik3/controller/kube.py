@@ -25,6 +25,7 @@ PLURALS: dict[tuple[str, str], str] = {
     ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): "leaderworkersets",
     ("resource.nvidia.com/v1beta1", "ComputeDomain"): "computedomains",
     ("monitoring.coreos.com/v1", "PodMonitor"): "podmonitors",
+    ("gateway.networking.k8s.io/v1", "HTTPRoute"): "httproutes",
     ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets",
     ("v1", "ConfigMap"): "configmaps",
     ("v1", "Service"): "services",

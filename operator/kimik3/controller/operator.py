@@ -24,6 +24,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kimik3 import GROUP, KIND, PLURAL, VERSION
+from kimik3.admission import AdmissionPolicy
 from kimik3.controller import metrics
 from kimik3.controller.cache import ObjectCache
 from kimik3.controller.kube import Kube, api_client_from_kubeconfig
@@ -133,6 +134,8 @@ class OperatorConfig:
     workers: int = 4
     compute_domains: bool = True
     """Create ComputeDomains and channel claims (needs NVIDIA's DRA driver in the cluster)."""
+    policy: AdmissionPolicy = field(default_factory=AdmissionPolicy)
+    """What specs may do beyond the schema (allowed hostPath folders)."""
     stall_after_s: float = 120.0
     """Liveness fails when due work waited this long without any reconcile finishing (F6)."""
 
@@ -220,7 +223,7 @@ async def run_operator(cfg: OperatorConfig, stop: threading.Event | asyncio.Even
     cache = ObjectCache()
     registry = build_registry(cfg, queue, cache)
     reconciler = Reconciler(Kube(api_client_from_kubeconfig(cfg.kubeconfig)), compute_domains=cfg.compute_domains,
-                            cache=cache)
+                            cache=cache, policy=cfg.policy)
     kopf_ready = asyncio.Event()
     runner = await _health_server(cfg, queue, kopf_ready)
     workers = [asyncio.create_task(queue.worker(reconciler)) for _ in range(cfg.workers)]

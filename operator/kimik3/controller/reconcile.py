@@ -21,11 +21,13 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 
 from kimik3 import GROUP, KIND, VERSION
+from kimik3.admission import AdmissionPolicy
 from kimik3.api.errors import SpecErrors
 from kimik3.controller import metrics
+from kimik3.controller.autoscaling import Autoscaling
 from kimik3.controller.cache import ObjectCache, desired_hash
 from kimik3.controller.kube import Kube
-from kimik3.controller.status import compute_status, invalid_status, lws_selector
+from kimik3.controller.status import compute_status, invalid_status, lws_selector, set_condition
 from kimik3.render.children import COMPUTE_DOMAIN_SKIPPED, render
 from kimik3.render.computedomain import API_VERSION as CD_API_VERSION
 from kimik3.render.leaderworkerset import API_VERSION as LWS_API_VERSION
@@ -54,8 +56,12 @@ class Result:
 class Reconciler:
     """Reconciles KimiK3Deployments through ``kube``."""
 
-    def __init__(self, kube: Kube, compute_domains: bool = True, cache: ObjectCache | None = None):
+    def __init__(self, kube: Kube, compute_domains: bool = True, cache: ObjectCache | None = None,
+                 policy: AdmissionPolicy = AdmissionPolicy(), autoscaling: Autoscaling | None = None):
         self.kube = kube
+        self.policy = policy
+        self.autoscaling = autoscaling or Autoscaling()
+        """Decode-latency autoscaler state of every deployment with spec.autoscaling.enabled."""
         self.cache = cache
         """What the watches saw; without it every read goes to the API server."""
         self.compute_domains = compute_domains
@@ -134,7 +140,7 @@ class Reconciler:
 
     def _apply(self, obj: dict[str, Any]) -> Result:
         try:
-            rendered = render(obj, compute_domains=self.compute_domains)
+            rendered = render(obj, compute_domains=self.compute_domains, policy=self.policy)
         except SpecErrors as exc:
             problems = "; ".join(map(str, exc.errors))
             self._event_once(obj, "Warning", "InvalidSpec", f"spec refused, nothing changed: {problems}")
@@ -142,6 +148,17 @@ class Reconciler:
             return Result("invalid", None)
         obj = self._ensure_finalizer(obj)
         owner = Owner.from_object(obj)
+        scaled = None
+        if rendered.spec.autoscaling.enabled:
+            scaled = self.autoscaling.step(
+                obj, rendered.spec, rendered.plan,
+                self._get_child(LWS_API_VERSION, "LeaderWorkerSet", owner.namespace, lws_name(owner)),
+                self._pods(owner))
+            rendered = render(obj, replicas=scaled.replicas, compute_domains=self.compute_domains, policy=self.policy)
+            for type_, reason, message in scaled.events:
+                self._event_once(obj, type_, reason, message)
+        else:
+            self.autoscaling.forget(owner.namespace, owner.name)
         for warning in rendered.warnings:
             reason = "ComputeDomainSkipped" if warning == COMPUTE_DOMAIN_SKIPPED else "DisruptionBudgetSkipped"
             self._event_once(obj, "Warning", reason, warning)
@@ -178,9 +195,14 @@ class Reconciler:
         limited = next((c for c in status["conditions"] if c["type"] == "ScalingLimited"), None)
         if limited and limited["status"] == "True" and limited["reason"] == "Unschedulable":
             self._event_once(obj, "Warning", "Unschedulable", limited["message"])
+        if scaled is not None:
+            status.update(scaled.status)
+            status["conditions"] = set_condition(status["conditions"], "MetricsAvailable", *scaled.condition,
+                                                 obj["metadata"].get("generation"))
         self._write_status(obj, status)
         ready = next(c for c in status["conditions"] if c["type"] == "Ready")["status"] == "True"
-        return Result("applied", RESYNC_READY_S if ready and not apply_error else RESYNC_STARTING_S)
+        requeue = RESYNC_READY_S if ready and not apply_error else RESYNC_STARTING_S
+        return Result("applied", min(requeue, scaled.requeue_after) if scaled is not None else requeue)
 
     # -- delete ------------------------------------------------------------------------------
     def _teardown(self, obj: dict[str, Any]) -> Result:

@@ -6,6 +6,9 @@ on each. Reasons:
 - Ready: AllGroupsReady | ScaledToZero | GroupsNotReady | InvalidSpec
 - Progressing: Reconciling | GroupsStarting | Stable | InvalidSpec
 - Degraded: AsExpected | InvalidSpec | ApplyFailed
+- ScalingLimited: Unschedulable (True: a group's pod has PodScheduled=False reason Unschedulable,
+  i.e. no rack/node can hold it; the message names the group and quotes the scheduler) |
+  AllGroupsPlaced (False). Other writers' reasons for ScalingLimited are left alone.
 """
 
 from __future__ import annotations
@@ -55,6 +58,34 @@ def _pod_wait_reason(pod: dict[str, Any]) -> str:
     return status.get("phase", "Pending")
 
 
+def unschedulable_groups(pods: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
+    """Groups the scheduler cannot place: ``{group index: (pod name, scheduler message)}``.
+
+    A group counts when any of its pods (not being deleted) has the condition
+    ``PodScheduled=False`` with reason ``Unschedulable`` (set by kube-scheduler when no node
+    fits, e.g. no NVL72 rack has room for the group). The first such pod by name is quoted.
+    """
+    out: dict[str, tuple[str, str]] = {}
+    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        if pod["metadata"].get("deletionTimestamp"):
+            continue
+        for cond in pod.get("status", {}).get("conditions", []) or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False" \
+                    and cond.get("reason") == "Unschedulable":
+                group = pod["metadata"].get("labels", {}).get(LWS_GROUP_INDEX_LABEL, "?")
+                out.setdefault(group, (pod["metadata"]["name"], cond.get("message", "").strip()))
+    return dict(sorted(out.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 1 << 30))
+
+
+def scaling_limited_message(unplaced: dict[str, tuple[str, str]]) -> str:
+    """``ScalingLimited`` message for ``unschedulable_groups(...)`` (non-empty)."""
+    groups = ", ".join(unplaced)
+    parts = [f"group {g}: pod {pod} is Unschedulable: {msg or '(no scheduler message)'}"
+             for g, (pod, msg) in unplaced.items()]
+    noun = "group" if len(unplaced) == 1 else "groups"
+    return f"{noun} {groups} cannot be placed now (no rack or node has room); " + "; ".join(parts)
+
+
 def waiting_for(pods: list[dict[str, Any]], spec: KimiK3DeploymentSpec, plan: GroupPlan) -> str:
     """What the groups wait for, in words (failure case F1: the status says what it waits for)."""
     not_ready = [p for p in pods if not _pod_ready(p)]
@@ -100,6 +131,14 @@ def compute_status(obj: dict[str, Any], spec: KimiK3DeploymentSpec, plan: GroupP
     conditions = set_condition(conditions, "Progressing", "False" if settled else "True",
                                "Stable" if settled else "GroupsStarting",
                                "children applied; all groups as desired" if settled else ready_c[2], gen)
+    unplaced = unschedulable_groups(pods)
+    previous_limit = next((c for c in conditions if c.get("type") == "ScalingLimited"), None)
+    if unplaced:
+        conditions = set_condition(conditions, "ScalingLimited", "True", "Unschedulable",
+                                   scaling_limited_message(unplaced), gen)
+    elif previous_limit is None or previous_limit.get("reason") in ("Unschedulable", "AllGroupsPlaced"):
+        conditions = set_condition(conditions, "ScalingLimited", "False", "AllGroupsPlaced",
+                                   "the scheduler has placed every pod of every group", gen)
     if apply_error:
         conditions = set_condition(conditions, "Degraded", "True", "ApplyFailed", apply_error, gen)
     else:

@@ -263,8 +263,18 @@ class ControlPlane:
         binaries_dir: Path | None = None,
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
         stop_grace_s: float = DEFAULT_STOP_GRACE_S,
+        disable_admission_plugins: Iterable[str] = ("ServiceAccount",),
+        detach: bool = False,
     ) -> None:
         self.state_dir = Path(state_dir).resolve()
+        self.disable_admission_plugins = tuple(disable_admission_plugins)
+        """Passed to ``--disable-admission-plugins``. The default turns ``ServiceAccount`` off
+        because without kube-controller-manager no ``default`` service account exists and the
+        plugin would reject every pod; ``kimik3 dev up`` runs the controller-manager and passes ()."""
+        self.detach = detach
+        """True: the processes outlive this Python process (no parent-death signal, no atexit
+        stop); ``kimik3 dev down`` stops them by their pidfiles. False (tests, demo): they die
+        with the thread that started them."""
         self.binaries_dir = binaries_dir
         self.start_timeout_s = start_timeout_s
         self.stop_grace_s = stop_grace_s
@@ -323,7 +333,8 @@ class ControlPlane:
             self.state_dir.mkdir(parents=True, exist_ok=True)
             _write_pki(self.pki_dir)
             self._write_tokens()
-            atexit.register(self.stop)
+            if not self.detach:
+                atexit.register(self.stop)
             try:
                 for attempt in range(_START_ATTEMPTS):
                     try:
@@ -372,7 +383,7 @@ class ControlPlane:
 
     def _spawn(self, argv: list[str], log_path: Path, parent_death_signal: int) -> subprocess.Popen[bytes]:
         preexec = None
-        if threading.current_thread() is threading.main_thread():
+        if not self.detach and threading.current_thread() is threading.main_thread():
             preexec = functools.partial(_die_with_parent, parent_death_signal)
         with open(log_path, "wb") as log:
             return subprocess.Popen(
@@ -446,9 +457,8 @@ class ControlPlane:
             "--allow-privileged=true",
             "--endpoint-reconciler-type=none",
             "--enable-priority-and-fairness=false",
-            # No kube-controller-manager creates service-account tokens, so this plugin would
-            # reject every pod.
-            "--disable-admission-plugins=ServiceAccount",
+            *([f"--disable-admission-plugins={','.join(self.disable_admission_plugins)}"]
+              if self.disable_admission_plugins else []),
             "--profiling=false",
         ]
 

@@ -8,7 +8,8 @@ leader pod's DNS name, set by LeaderWorkerSet as ``LWS_LEADER_ADDRESS``), so the
 Launch lines follow vLLM's multi-node documentation for 0.33 (no Ray), see kimi-k3-and-vllm.md:
 - tp:    ``--tensor-parallel-size T --nnodes N --node-rank i --master-addr L --master-port P``; i > 0 ``--headless``
 - tp-dp: ``--tensor-parallel-size T --data-parallel-size D --data-parallel-size-local d
-          --data-parallel-address L --data-parallel-rpc-port P --data-parallel-start-rank i*d``; i > 0 ``--headless``
+          --data-parallel-address L --data-parallel-rpc-port P``; i > 0 ``--data-parallel-start-rank i*d --headless``
+         (on the leader vLLM 0.33 would take an explicit start rank as hybrid load balancing)
 - dep:   the tp-dp line with T=1, d = GPUs per node, plus ``--enable-expert-parallel --all2all-backend B``.
 """
 
@@ -163,8 +164,14 @@ def parallel_args(spec: KimiK3DeploymentSpec, plan: GroupPlan, rank: int) -> lis
                  "--data-parallel-size-local", str(plan.data_parallel_size_local)]
         if plan.multi_node:
             args += ["--data-parallel-address", LEADER_ADDRESS,
-                     "--data-parallel-rpc-port", str(DP_RPC_PORT),
-                     "--data-parallel-start-rank", str(rank * plan.data_parallel_size_local)]
+                     "--data-parallel-rpc-port", str(DP_RPC_PORT)]
+            if rank > 0:
+                # Not on the leader: vLLM 0.33.0 reads an explicit start rank on a non-headless
+                # node as hybrid load balancing (and, with one DP rank per node, as external load
+                # balancing), so the leader's API server would serve only its own node's engines
+                # while the headless workers' engines idle (EngineArgs.create_engine_config;
+                # tests/conformance checks the resulting ParallelConfig). Its start rank is 0.
+                args += ["--data-parallel-start-rank", str(rank * plan.data_parallel_size_local)]
         if plan.expert_parallel:
             args.append("--enable-expert-parallel")
             backend = spec.engine.all2all_backend

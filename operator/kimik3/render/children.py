@@ -2,7 +2,7 @@
 
 ``render(obj)`` takes the custom resource as stored (metadata + spec) and returns a ``Rendered``:
 the objects to apply (ComputeDomain, launcher ConfigMap, LeaderWorkerSet, Service,
-PodDisruptionBudget, PodMonitor), the kinds that must not exist (e.g. the budget at one
+PodDisruptionBudget, PodMonitor, HTTPRoute), the kinds that must not exist (e.g. the budget at one
 replica, the ComputeDomain at zero replicas), and warnings for the user. Raises ``SpecErrors``.
 """
 
@@ -11,11 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kimik3.admission import admit
+from kimik3.admission import AdmissionPolicy, admit
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
 from kimik3.render.computedomain import compute_domain
 from kimik3.render.configmap import launcher_configmap
 from kimik3.render.disruption import disruption_budget
+from kimik3.render.httproute import API_VERSION as HTTPROUTE_API_VERSION
+from kimik3.render.httproute import http_route
 from kimik3.render.leaderworkerset import leader_worker_set
 from kimik3.render.meta import Owner
 from kimik3.render.podmonitor import pod_monitor
@@ -39,11 +41,12 @@ COMPUTE_DOMAIN_SKIPPED = ("no ComputeDomain: the operator runs with --no-compute
                           "multi-node NVLink needs one")
 
 
-def render(obj: dict[str, Any], replicas: int | None = None, compute_domains: bool = True) -> Rendered:
+def render(obj: dict[str, Any], replicas: int | None = None, compute_domains: bool = True,
+           policy: AdmissionPolicy = AdmissionPolicy()) -> Rendered:
     """Children of ``obj``; ``replicas`` overrides spec.replicas (the autoscaler's choice);
     ``compute_domains=False`` renders no ComputeDomain and no channel claims (clusters without
     the DRA driver) and says so in ``warnings``."""
-    spec, plan = admit(obj.get("spec") or {})
+    spec, plan = admit(obj.get("spec") or {}, policy)
     owner = Owner.from_object(obj)
     groups = spec.replicas if replicas is None else replicas
     objects: list[dict[str, Any]] = []
@@ -71,4 +74,8 @@ def render(obj: dict[str, Any], replicas: int | None = None, compute_domains: bo
         objects.append(pod_monitor(owner, spec))
     else:
         absent.append(("monitoring.coreos.com/v1", "PodMonitor"))
+    if spec.service.http_route is not None:
+        objects.append(http_route(owner, spec))
+    else:
+        absent.append((HTTPROUTE_API_VERSION, "HTTPRoute"))
     return Rendered(spec, plan, objects, absent, warnings)

@@ -29,6 +29,7 @@ from kimik3.topology.profiles import GPU_RESOURCE, PRODUCT_LABEL
 API_VERSION = "leaderworkerset.x-k8s.io/v1"
 PLAN_HASH_ANNOTATION = "inference.kimik3.io/plan-hash"
 CONTAINER = "engine"
+API_KEY_ENV = "VLLM_API_KEY"
 
 
 def lws_name(owner: Owner) -> str:
@@ -109,6 +110,11 @@ def pod_template(owner: Owner, spec: KimiK3DeploymentSpec, plan: GroupPlan, serv
         "volumeMounts": mounts,
         "securityContext": {"allowPrivilegeEscalation": False, "privileged": False},
     }
+    if serves_api and spec.service.api_key_secret is not None:
+        # vLLM reads VLLM_API_KEY when no --api-key is given; only API servers get the key.
+        ref = spec.service.api_key_secret
+        container["env"] = [e for e in container["env"] if e["name"] != API_KEY_ENV] + [
+            {"name": API_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}]
     if serves_api:
         container["ports"] = [{"name": API_PORT_NAME, "containerPort": spec.service.port, "protocol": "TCP"}]
         container.update(_probes(spec))

@@ -152,6 +152,7 @@ def plan_group(spec: KimiK3DeploymentSpec) -> GroupPlan:
             f"a group of {nodes} {topo.accelerator} trays exceeds one NVL72 rack ({profile.nvlink_domain_nodes} trays)"))
 
     errors += _megakernel_errors(spec, tp, ep)
+    errors += _extra_args_shape_errors(spec, tp)
     errors += _speculative_errors(spec, tp, pp)
     if errors:
         raise SpecErrors(errors)
@@ -192,6 +193,86 @@ def _megakernel_errors(spec: KimiK3DeploymentSpec, tp: int, expert_parallel: boo
     if spec.engine.enforce_eager:
         out.append(SpecError("spec.engine.enforceEager", "the megakernel decode path needs full decode CUDA graphs: "
                                                          "set enforceEager false, or decodeBackend stock"))
+    out += _megakernel_engine_errors(spec, tp)
+    return out
+
+
+MEGAKERNEL_REFUSED_FLAGS = {
+    "--enable-lora": "LoRA", "--enable-sleep-mode": "sleep mode", "--enable-dbo": "DBO micro-batching",
+    "--use-replayssm": "ReplaySSM / RecoverSSM",
+}
+"""extraArgs flags vLLM 0.33.0's specialised decode refuses outright (its ``unsupported`` list)."""
+
+
+def _extra_flag_values(extra_args: list[str]) -> list[tuple[int, str, str | None]]:
+    """(index, flag as vLLM reads it, its value or None) for each flag in extraArgs;
+    ``-O3``/``-O=3``/``-O 3`` read as ``--optimization-level 3`` (FlexibleArgumentParser)."""
+    from kimik3.engine.args import normalize_flag
+    out = []
+    for i, arg in enumerate(extra_args):
+        if not arg.startswith("-"):
+            continue
+        if arg.startswith("-O") and not arg.startswith("--") and arg != "-O":
+            out.append((i, "--optimization-level", arg[3:] if arg[2:3] == "=" else arg[2:]))
+            continue
+        flag = "--optimization-level" if arg == "-O" else normalize_flag(arg)
+        if "=" in arg:
+            value: str | None = arg.split("=", 1)[1]
+        elif i + 1 < len(extra_args) and not extra_args[i + 1].startswith("-"):
+            value = extra_args[i + 1]
+        else:
+            value = None
+        out.append((i, flag, value))
+    return out
+
+
+def _extra_args_shape_errors(spec: KimiK3DeploymentSpec, tp: int) -> list[SpecError]:
+    """extraArgs that vLLM 0.33.0's ParallelConfig refuses for this shape (checked by tests/conformance)."""
+    out = []
+    for i, flag, value in _extra_flag_values(spec.engine.extra_args):
+        if flag in ("--decode-context-parallel-size", "-dcp") and (
+                not (value or "").isdigit() or int(value) < 1 or tp % int(value)):
+            out.append(SpecError(f"spec.engine.extraArgs[{i}]",
+                                 f"decode context parallel {value} must divide the tensor parallel size {tp} "
+                                 f"(vLLM: tp_size must be divisible by dcp_size)"))
+    return out
+
+
+def _megakernel_engine_errors(spec: KimiK3DeploymentSpec, tp: int) -> list[SpecError]:
+    """The rest of vLLM 0.33.0's ``unsupported`` list for the specialised decode path
+    (vllm/models/kimi_k3/nvidia/specialized_decode/runtime), checked against that code by
+    tests/conformance: FULL decode CUDA graphs, the V2 model runner, no AttnRes aux stream with
+    speculative decoding, and no extraArgs that switch on what it refuses."""
+    e = spec.engine
+    out: list[SpecError] = []
+    if e.cudagraph_mode == "PIECEWISE":
+        out.append(SpecError("spec.engine.cudagraphMode",
+                             "the megakernel decode path needs FULL decode CUDA graphs: use FULL_AND_PIECEWISE, "
+                             "FULL_DECODE_ONLY or FULL, or decodeBackend stock"))
+    speculative = spec.speculative_decoding.method != "none"
+    for i, var in enumerate(e.env):
+        if var.name == "VLLM_USE_V2_MODEL_RUNNER" and var.value != "1":
+            out.append(SpecError(f"spec.engine.env[{i}]", "the megakernel decode path runs on the V2 model runner: "
+                                                          "VLLM_USE_V2_MODEL_RUNNER must be 1 (or unset)"))
+        if var.name == "VLLM_KIMI_K3_AUX_ATTN_RES_STREAM" and var.value != "0" and speculative:
+            out.append(SpecError(f"spec.engine.env[{i}]", "the megakernel decode path refuses the AttnRes aux stream "
+                                                          "with speculative decoding: unset VLLM_KIMI_K3_AUX_ATTN_RES_STREAM"))
+    for i, flag, value in _extra_flag_values(e.extra_args):
+        path = f"spec.engine.extraArgs[{i}]"
+        why = None
+        if flag in MEGAKERNEL_REFUSED_FLAGS and (value or "true").lower() not in ("false", "0"):
+            why = MEGAKERNEL_REFUSED_FLAGS[flag]
+        elif flag in ("--decode-context-parallel-size", "-dcp") and value not in ("1", str(tp)):
+            why = f"decode context parallel {value} (it takes 1 or the TP size {tp})"
+        elif flag == "--mamba-cache-dtype" and value not in ("auto", "bfloat16"):
+            why = f"a KDA conv state in {value} (it keeps BF16: auto or bfloat16)"
+        elif flag == "--mamba-ssm-cache-dtype" and value not in ("auto", "float32"):
+            why = f"a KDA recurrent state in {value} (it keeps FP32: auto or float32)"
+        elif flag == "--optimization-level" and value in ("0", "1") and e.cudagraph_mode is None:
+            why = f"optimization level {value} (no FULL decode CUDA graphs; set cudagraphMode, or use -O2/-O3)"
+        if why:
+            out.append(SpecError(path, f"the megakernel decode path (vLLM 0.33.0) refuses {why}: "
+                                       f"remove it, or use decodeBackend stock"))
     return out
 
 

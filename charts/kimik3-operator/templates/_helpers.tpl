@@ -1,0 +1,116 @@
+{{/* Names and labels. */}}
+{{- define "kimik3-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "kimik3-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "kimik3-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kimik3-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "kimik3-operator.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "kimik3-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: kimik3-operator
+{{- end }}
+
+{{- define "kimik3-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "kimik3-operator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "kimik3-operator.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The operator's permissions on namespaced resources: exactly the calls it makes (see
+operator/kimik3/controller/kube.py, reconcile.py and operator.py), one rule per resource.
+tests/chart/test_rbac_minimal.py removes each verb of each rule in turn, runs the operator under
+what is left and shows which behaviour breaks. Children are written by server-side apply only:
+"patch", plus "create" because the API server authorizes an apply that creates the object as a
+create (seen here: "cannot create resource computedomains"); nothing is ever updated with PUT.
+*/}}
+{{- define "kimik3-operator.namespacedRules" -}}
+# KimiK3Deployments: kopf lists and watches them; the reconciler reads one (get) and adds or
+# removes its teardown finalizer (patch).
+- apiGroups: ["inference.kimik3.io"]
+  resources: ["kimik3deployments"]
+  verbs: ["get", "list", "watch", "patch"]
+# The CR's status (conditions, groups, endpoint, plan): a merge patch of the status subresource.
+- apiGroups: ["inference.kimik3.io"]
+  resources: ["kimik3deployments/status"]
+  verbs: ["patch"]
+# The engine groups: applied (server-side apply: create + patch), watched for drift and status,
+# read during teardown (get), deleted first on teardown.
+- apiGroups: ["leaderworkerset.x-k8s.io"]
+  resources: ["leaderworkersets"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Multi-node NVLink (NVIDIA DRA driver): applied, watched, read and deleted on teardown and at
+# zero groups once no pod holds its channel.
+- apiGroups: ["resource.nvidia.com"]
+  resources: ["computedomains"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Engine scraping (Prometheus Operator): applied, watched, deleted when monitoring is disabled.
+- apiGroups: ["monitoring.coreos.com"]
+  resources: ["podmonitors"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
+# Gateway exposure (spec.service.httpRoute): applied, watched, deleted when the route is removed.
+- apiGroups: ["gateway.networking.k8s.io"]
+  resources: ["httproutes"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
+# Group-aware disruption budget: applied, watched, deleted at <= 1 group (F3).
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
+# The launcher ConfigMap and the client Service: applied and watched (removed by garbage
+# collection through their owner reference, never by the operator).
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["list", "watch", "create", "patch"]
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["list", "watch", "create", "patch"]
+# Engine pods: listed for group status (F1) and teardown order (F4), watched to follow them.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch"]
+# Events on the CR (Applied, InvalidSpec, DisruptionBudgetSkipped, TeardownWaiting, ...).
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+{{- end }}
+
+{{/*
+Cluster-wide only: kopf watches CustomResourceDefinitions to start watching a kind whose CRD is
+installed (or changed) after the operator started, e.g. the Gateway API or the Prometheus
+Operator installed later. Read-only. A namespace-scoped install turns this observation off.
+*/}}
+{{- define "kimik3-operator.clusterRules" -}}
+# kopf's CRD observation (cluster-wide installs only): kinds whose CRD appears after start get watched.
+- apiGroups: ["apiextensions.k8s.io"]
+  resources: ["customresourcedefinitions"]
+  verbs: ["list", "watch"]
+{{- end }}

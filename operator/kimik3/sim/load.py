@@ -1,0 +1,342 @@
+"""A request stream against an OpenAI-compatible endpoint, and what its users saw.
+
+``run_load(url, phases)`` sends requests phase by phase: each ``Phase`` runs for ``duration_s`` at
+either an open-loop Poisson ``rate`` (requests/s) or a closed-loop ``concurrency`` (that many users,
+each sending its next request when the previous one ends), with the phase's prompt and output
+lengths. Everything is bounded: at most ``max_requests`` requests, at most 512 in flight, and every
+request ends (or is cancelled and counted as an error) by ``deadline = sum(durations) + drain_s``.
+
+What a user sees, measured client-side from the stream (``RequestResult``):
+- TTFT: request sent -> first content chunk;
+- ITL per token: the gap between two content chunks divided by the tokens the later chunk carries
+  (vLLM's ``continuous_usage_stats`` gives the running completion-token count in every chunk; a
+  DSpark step delivers several tokens in one chunk);
+- tokens/s per user: (output tokens - 1) / (last chunk - first chunk) (decode speed, TTFT excluded);
+  without streaming: output tokens / end-to-end time.
+
+Built-in shapes (``builtin_phases``): ``steady`` (one phase), ``step`` (half the time at the base
+load, then x4), ``burst`` (base, a burst at x8 for a tenth of the time, base again). A phases file
+(YAML or JSON) is a list of ``{duration: 30s, rate: 2 | concurrency: 4, promptTokens: 512,
+outputTokens: 256, name: warm}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import random
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+from kimik3.api.v1alpha1 import duration_seconds
+
+MAX_IN_FLIGHT = 512
+"""Most requests open at once (open-loop rates beyond what the engine serves pile up to this)."""
+DEFAULT_DRAIN_S = 60.0
+"""Seconds after the last phase that in-flight requests may take to finish."""
+_WORD = "token"
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One stretch of constant load."""
+
+    duration_s: float
+    rate: float | None = None
+    """Open loop: Poisson arrivals per second."""
+    concurrency: int | None = None
+    """Closed loop: users each with one request in flight."""
+    prompt_tokens: int = 512
+    output_tokens: int = 256
+    name: str = "steady"
+
+
+def builtin_phases(shape: str, duration_s: float, *, rate: float | None = None, concurrency: int | None = None,
+                   prompt_tokens: int = 512, output_tokens: int = 256) -> list[Phase]:
+    """Phases of a built-in shape (``steady``, ``step``, ``burst``) around a base rate or concurrency."""
+    if (rate is None) == (concurrency is None):
+        raise ValueError("give exactly one of rate and concurrency")
+
+    def at(scale: float, seconds: float, name: str) -> Phase:
+        return Phase(seconds, rate * scale if rate is not None else None,
+                     max(1, round(concurrency * scale)) if concurrency is not None else None,
+                     prompt_tokens, output_tokens, name)
+
+    if shape == "steady":
+        return [at(1, duration_s, "steady")]
+    if shape == "step":
+        return [at(1, duration_s / 2, "base"), at(4, duration_s / 2, "step-x4")]
+    if shape == "burst":
+        burst = duration_s / 10
+        return [at(1, (duration_s - burst) / 2, "base"), at(8, burst, "burst-x8"),
+                at(1, (duration_s - burst) / 2, "after")]
+    raise ValueError(f"unknown shape {shape!r}: steady, step or burst")
+
+
+def load_phases(path: str | Path, *, prompt_tokens: int = 512, output_tokens: int = 256) -> list[Phase]:
+    """Phases from a YAML/JSON file: a list (or ``{phases: [...]}``) of phase mappings."""
+    doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    if isinstance(doc, dict):
+        doc = doc.get("phases")
+    if not isinstance(doc, list) or not doc:
+        raise ValueError(f"{path}: expected a list of phases")
+    out = []
+    for i, item in enumerate(doc):
+        if not isinstance(item, dict) or "duration" not in item:
+            raise ValueError(f"{path}: phase {i} needs a duration")
+        rate, conc = item.get("rate"), item.get("concurrency")
+        if (rate is None) == (conc is None):
+            raise ValueError(f"{path}: phase {i} needs exactly one of rate and concurrency")
+        dur = item["duration"]
+        out.append(Phase(duration_seconds(dur) if isinstance(dur, str) else float(dur),
+                         float(rate) if rate is not None else None, int(conc) if conc is not None else None,
+                         int(item.get("promptTokens", item.get("prompt_tokens", prompt_tokens))),
+                         int(item.get("outputTokens", item.get("output_tokens", output_tokens))),
+                         str(item.get("name", f"phase-{i}"))))
+    return out
+
+
+def resolve_url(state_dir: str | Path, deployment: str, namespace: str | None = None) -> tuple[str, str | None]:
+    """(base URL, served model name) of a deployment from the simulator's ``endpoints.json``.
+    ``deployment`` is ``name`` (with ``namespace``) or ``namespace/name``."""
+    path = Path(state_dir) / "sim" / "endpoints.json"
+    try:
+        endpoints = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise LookupError(f"{path} does not exist: is `kimik3 dev sim` running with --state-dir {state_dir}?") from None
+    key = deployment if "/" in deployment else None
+    if key is None:
+        matches = [k for k in endpoints if k.split("/", 1)[1] == deployment and (namespace is None or k.startswith(namespace + "/"))]
+        if len(matches) != 1:
+            raise LookupError(f"deployment {deployment!r} {'not found' if not matches else 'is ambiguous'} in {path}; "
+                              f"known: {', '.join(sorted(endpoints)) or 'none'}")
+        key = matches[0]
+    if key not in endpoints:
+        raise LookupError(f"deployment {key!r} not found in {path}; known: {', '.join(sorted(endpoints)) or 'none'}")
+    return endpoints[key]["url"], endpoints[key].get("model")
+
+
+@dataclass
+class RequestResult:
+    """One request as its user saw it (seconds)."""
+
+    phase: str
+    ok: bool
+    start: float
+    error: str | None = None
+    ttft: float | None = None
+    e2e: float | None = None
+    output_tokens: int = 0
+    itl_per_token: list[float] = field(default_factory=list)
+    tokens_per_s: float | None = None
+
+
+def _prompt(tokens: int) -> str:
+    return " ".join([_WORD] * max(1, tokens))
+
+
+async def _one_request(session: aiohttp.ClientSession, url: str, model: str | None, phase: Phase, *,
+                       stream: bool, chat: bool, workload: str | float | None) -> RequestResult:
+    body: dict[str, Any] = {"max_tokens": phase.output_tokens, "temperature": 0.0}
+    if model:
+        body["model"] = model
+    if chat:
+        body["messages"] = [{"role": "user", "content": _prompt(phase.prompt_tokens - 8)}]
+        path = "/v1/chat/completions"
+    else:
+        body["prompt"] = _prompt(phase.prompt_tokens)
+        path = "/v1/completions"
+    if workload is not None:
+        body["kimik3_workload"] = workload
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+    start = time.monotonic()
+    res = RequestResult(phase.name, False, start)
+    try:
+        async with session.post(url.rstrip("/") + path, json=body) as resp:
+            if resp.status != 200:
+                res.error = f"HTTP {resp.status}"
+                return res
+            if not stream:
+                doc = await resp.json()
+                res.e2e = time.monotonic() - start
+                res.output_tokens = int(doc.get("usage", {}).get("completion_tokens") or 0)
+                res.ttft = res.e2e
+                if res.output_tokens and res.e2e > 0:
+                    res.tokens_per_s = res.output_tokens / res.e2e
+                res.ok = True
+                return res
+            first = last = None
+            seen = 0
+            async for raw in resp.content:
+                line = raw.strip()
+                if not line.startswith(b"data:"):
+                    continue
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    break
+                doc = json.loads(data)
+                usage = doc.get("usage") or {}
+                choices = doc.get("choices") or []
+                total = usage.get("completion_tokens")
+                if total is None:  # no usage in chunks: count one token per non-empty chunk
+                    has_text = any((c.get("text") or (c.get("delta") or {}).get("content")) for c in choices)
+                    total = seen + (1 if has_text else 0)
+                new = int(total) - seen
+                if new <= 0 or not choices:
+                    continue
+                now = time.monotonic()
+                if first is None:
+                    first = now
+                    res.ttft = now - start
+                else:
+                    res.itl_per_token.extend([(now - last) / new] * new)
+                last = now
+                seen = int(total)
+            res.e2e = time.monotonic() - start
+            res.output_tokens = seen
+            if first is not None and last is not None and seen > 1 and last > first:
+                res.tokens_per_s = (seen - 1) / (last - first)
+            res.ok = seen > 0
+            if not res.ok:
+                res.error = "empty stream"
+            return res
+    except asyncio.CancelledError:
+        res.error = "cancelled at the deadline"
+        raise
+    except (aiohttp.ClientError, asyncio.TimeoutError, json.JSONDecodeError, ValueError) as exc:
+        res.error = f"{type(exc).__name__}: {exc}"[:200]
+        return res
+
+
+async def run_load(url: str, phases: list[Phase], *, model: str | None = None, stream: bool = True,
+                   chat: bool = False, max_requests: int = 10_000, drain_s: float = DEFAULT_DRAIN_S,
+                   seed: int | None = None, workload: str | float | None = None) -> list[RequestResult]:
+    """Send the phases' requests to ``url`` (a base URL such as ``http://127.0.0.1:8000``) and
+    return every request's result (cancelled ones as errors)."""
+    rng = random.Random(seed)
+    results: list[RequestResult] = []
+    tasks: set[asyncio.Task] = set()
+    sent = 0
+    in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
+    deadline = time.monotonic() + sum(p.duration_s for p in phases) + drain_s
+    connector = aiohttp.TCPConnector(limit=MAX_IN_FLIGHT)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
+
+        async def fire(phase: Phase) -> None:
+            placeholder = RequestResult(phase.name, False, time.monotonic(), error="cancelled at the deadline")
+            try:
+                async with in_flight:
+                    placeholder = await _one_request(session, url, model, phase, stream=stream, chat=chat,
+                                                     workload=workload)
+            finally:
+                results.append(placeholder)
+
+        def spawn(phase: Phase) -> asyncio.Task:
+            nonlocal sent
+            sent += 1
+            task = asyncio.create_task(fire(phase))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+            return task
+
+        for phase in phases:
+            end = time.monotonic() + phase.duration_s
+            if phase.rate is not None:
+                next_at = time.monotonic()
+                while sent < max_requests:
+                    next_at += rng.expovariate(phase.rate) if phase.rate > 0 else math.inf
+                    if next_at >= end:
+                        break
+                    await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+                    spawn(phase)
+                await asyncio.sleep(max(0.0, end - time.monotonic()))
+            else:
+                async def user(phase: Phase = phase, end: float = end) -> None:
+                    while time.monotonic() < end and sent < max_requests:
+                        await spawn(phase)
+
+                users = [asyncio.create_task(user()) for _ in range(phase.concurrency or 0)]
+                await asyncio.sleep(max(0.0, end - time.monotonic()))
+                # users finish their current request in the next phase's time (closed loop)
+                tasks.update(users)
+        remaining = max(0.0, deadline - time.monotonic())
+        if tasks:
+            _, pending = await asyncio.wait(set(tasks), timeout=remaining)
+            for task in pending:
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(*pending, return_exceptions=True)
+    return results
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, math.ceil(q / 100 * len(s)) - 1))]
+
+
+def summarize(results: list[RequestResult], phases: list[Phase] | None = None) -> dict[str, dict[str, Any]]:
+    """Per phase (in order) and ``total``: requests, errors, tokens/s per user (mean, P50, P10),
+    ITL per token (P50, P90, seconds), TTFT (P50, P90, seconds), output tokens/s of the phase."""
+    order = [p.name for p in phases] if phases else []
+    for r in results:
+        if r.phase not in order:
+            order.append(r.phase)
+    out: dict[str, dict[str, Any]] = {}
+    for name in [*order, "total"]:
+        rs = [r for r in results if name == "total" or r.phase == name]
+        ok = [r for r in rs if r.ok]
+        tps = [r.tokens_per_s for r in ok if r.tokens_per_s]
+        itl = [x for r in ok for x in r.itl_per_token]
+        ttft = [r.ttft for r in ok if r.ttft is not None]
+        errors: dict[str, int] = {}
+        for r in rs:
+            if not r.ok:
+                errors[r.error or "error"] = errors.get(r.error or "error", 0) + 1
+        out[name] = {
+            "requests": len(rs), "ok": len(ok), "errors": sum(errors.values()), "error_kinds": errors,
+            "output_tokens": sum(r.output_tokens for r in ok),
+            "tokens_per_s_per_user_mean": statistics.fmean(tps) if tps else None,
+            "tokens_per_s_per_user_p50": _pct(tps, 50), "tokens_per_s_per_user_p10": _pct(tps, 10),
+            "itl_p50_s": _pct(itl, 50), "itl_p90_s": _pct(itl, 90),
+            "ttft_p50_s": _pct(ttft, 50), "ttft_p90_s": _pct(ttft, 90),
+        }
+    return out
+
+
+def format_summary(summary: dict[str, dict[str, Any]]) -> str:
+    """A table for people: one line per phase and a total."""
+    def num(v: float | None, scale: float = 1.0, fmt: str = "{:.0f}") -> str:
+        return "-" if v is None else fmt.format(v * scale)
+
+    head = (f"{'phase':<12} {'reqs':>5} {'ok':>5} {'err':>4}  {'tok/s/user':>10} {'p50':>6} {'p10':>6}"
+            f"  {'ITL/tok p50':>11} {'p90':>7}  {'TTFT p50':>8} {'p90':>7}")
+    lines = [head, "-" * len(head)]
+    for name, s in summary.items():
+        lines.append(
+            f"{name:<12} {s['requests']:>5} {s['ok']:>5} {s['errors']:>4}  "
+            f"{num(s['tokens_per_s_per_user_mean']):>10} {num(s['tokens_per_s_per_user_p50']):>6} "
+            f"{num(s['tokens_per_s_per_user_p10']):>6}  "
+            f"{num(s['itl_p50_s'], 1e3, '{:.2f}') + ' ms':>11} {num(s['itl_p90_s'], 1e3, '{:.2f}'):>7}  "
+            f"{num(s['ttft_p50_s'], 1e3) + ' ms':>8} {num(s['ttft_p90_s'], 1e3):>7}")
+    errs = {k: v for s in list(summary.values())[-1:] for k, v in s["error_kinds"].items()}
+    if errs:
+        lines.append("errors: " + ", ".join(f"{k} x{v}" for k, v in sorted(errs.items())))
+    return "\n".join(lines)
+
+
+def results_json(results: list[RequestResult], summary: dict[str, dict[str, Any]]) -> str:
+    """Summary and per-request results as JSON (ITL lists left out)."""
+    rows = [{k: v for k, v in asdict(r).items() if k != "itl_per_token"} for r in results]
+    return json.dumps({"summary": summary, "requests": rows}, indent=2)

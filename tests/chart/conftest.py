@@ -1,0 +1,244 @@
+"""Fixtures of the chart tests: real helm (v3.21.4, built by tools/build-binaries.sh), a real
+kube-apiserver of their own, and the operator run as a process under the chart's RBAC.
+
+The chart tests start their own ControlPlane (not the session one of tests/conftest.py): that one
+pre-installs the KimiK3Deployment CRD with another field manager, which Helm refuses to adopt, and
+these tests install, downgrade (F13) and keep the CRD. Only the third-party CRDs are installed up
+front. The operator's token (``operator.kubeconfig``) is the service account
+``system:serviceaccount:kimik3-system:kimik3-operator``: installing the chart as release
+``kimik3-operator`` in namespace ``kimik3-system`` binds exactly that identity, so the operator
+process these tests start has the chart's RBAC and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from kimik3.controller.kube import Kube
+from kimik3.devcluster.controlplane import OPERATOR_NAMESPACE, OPERATOR_SERVICE_ACCOUNT, ControlPlane, bin_dir
+from kimik3.devcluster.thirdparty import thirdparty_crd_paths
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "kimik3-operator"
+HELM_VERSION = "v3.21.4"
+KUBE_VERSION = "1.35.4"
+"""--kube-version for `helm template` (a `go install`ed helm defaults to v1.20.0)."""
+RELEASE = OPERATOR_SERVICE_ACCOUNT
+"""Release name: the chart names its ServiceAccount after it (kimik3-operator)."""
+RELEASE_NAMESPACE = OPERATOR_NAMESPACE
+CR = ("inference.kimik3.io/v1alpha1", "KimiK3Deployment")
+CRD_NAME = "kimik3deployments.inference.kimik3.io"
+
+
+def helm_binary() -> Path:
+    path = bin_dir() / f"helm-{HELM_VERSION}"
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"helm {HELM_VERSION} not built: run `tools/build-binaries.sh helm` (tools/env.sh does it)")
+    return path
+
+
+class Helm:
+    """The helm CLI with its own config/cache/data dirs (nothing under ~) and a kubeconfig."""
+
+    def __init__(self, home: Path, kubeconfig: Path | None = None):
+        self.binary = helm_binary()
+        self.kubeconfig = kubeconfig
+        self.env = {**os.environ, "HELM_CACHE_HOME": str(home / "cache"), "HELM_CONFIG_HOME": str(home / "config"),
+                    "HELM_DATA_HOME": str(home / "data")}
+
+    def run(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        argv = [str(self.binary), *args]
+        if self.kubeconfig is not None:
+            argv.append(f"--kubeconfig={self.kubeconfig}")
+        proc = subprocess.run(argv, capture_output=True, text=True, env=self.env, timeout=timeout, check=False)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"helm {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def template(self, *args: str, chart: Path = CHART) -> list[dict[str, Any]]:
+        out = self.run("template", RELEASE, str(chart), "--namespace", RELEASE_NAMESPACE,
+                       "--kube-version", KUBE_VERSION, *args).stdout
+        return [d for d in yaml.safe_load_all(out) if d]
+
+
+def wait_for(fn: Callable[[], Any], timeout: float = 20.0, what: str = "condition", interval: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; last value {last!r}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def kimik3_argv() -> list[str]:
+    """The `kimik3` console script (the operator image's ENTRYPOINT) of this environment."""
+    script = Path(sys.executable).parent / "kimik3"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "kimik3.cli"]
+
+
+class OperatorProcess:
+    """``kimik3 <args>`` as its own process (what the chart's Deployment runs), with the health
+    server moved to a free loopback port and the given kubeconfig instead of the in-cluster one.
+    Its output goes to ``log_path``."""
+
+    def __init__(self, args: list[str], kubeconfig: Path, log_path: Path, ready_timeout_s: float = 45.0):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        kept = [a for a in args if not a.startswith("--health-port") and not a.startswith("--health-host")]
+        self.argv = [*kimik3_argv(), *kept, f"--health-port={self.port}", "--health-host=127.0.0.1",
+                     f"--kubeconfig={kubeconfig}"]
+        self.log_path = log_path
+        self.ready_timeout_s = ready_timeout_s
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> OperatorProcess:
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                         cwd=REPO)
+        deadline = time.monotonic() + self.ready_timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"operator exited with {self.proc.returncode}:\n{self.log()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/readyz", timeout=2) as resp:
+                    if resp.status == 200:
+                        return self
+            except OSError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise AssertionError(f"operator not ready within {self.ready_timeout_s:g} s:\n{self.log()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def kill(self) -> None:
+        """Stop at once (SIGKILL): for runs whose graceful stop does not matter."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"{self.url}/metrics", timeout=5) as resp:
+            return resp.read().decode()
+
+    def __enter__(self) -> OperatorProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@pytest.fixture(scope="package")
+def chart_cp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """A control plane with the third-party CRDs only (the chart installs the KimiK3Deployment CRD)
+    and the operator's namespace."""
+    with ControlPlane(tmp_path_factory.mktemp("chart-control-plane")) as cp:
+        cp.apply_crds(thirdparty_crd_paths().values())
+        with cp.api_client("admin") as api:
+            client.CoreV1Api(api).create_namespace({"metadata": {"name": RELEASE_NAMESPACE}})
+        yield cp
+
+
+@pytest.fixture(scope="package")
+def admin(chart_cp: ControlPlane) -> Iterator[client.ApiClient]:
+    with chart_cp.api_client("admin") as api:
+        yield api
+
+
+@pytest.fixture(scope="package")
+def kube(admin: client.ApiClient) -> Kube:
+    return Kube(admin)
+
+
+@pytest.fixture(scope="package")
+def helm(chart_cp: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    """helm with the admin kubeconfig (a platform team installs the chart as cluster admin)."""
+    return Helm(tmp_path_factory.mktemp("helm-home"), chart_cp.admin_kubeconfig)
+
+
+@pytest.fixture
+def helm_offline(tmp_path: Path) -> Helm:
+    """helm without a cluster (lint, template)."""
+    return Helm(tmp_path / "helm-home")
+
+
+def make_namespace(admin: client.ApiClient, name: str, labels: dict[str, str] | None = None) -> str:
+    try:
+        client.CoreV1Api(admin).create_namespace({"metadata": {"name": name, "labels": labels or {}}})
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    return name
+
+
+def deployment_args(admin: client.ApiClient) -> list[str]:
+    """Container args of the operator Deployment the chart installed."""
+    dep = client.AppsV1Api(admin).read_namespaced_deployment(RELEASE, RELEASE_NAMESPACE)
+    (container,) = dep.spec.template.spec.containers
+    return list(container.args)
+
+
+def apply(kube: Kube, body: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
+    """Server-side apply as admin, strict field validation (what `kubectl apply --server-side` does)."""
+    body = json.loads(json.dumps(body))
+    if namespace is not None:
+        body["metadata"]["namespace"] = namespace
+    return kube.apply(body, force=False)
+
+
+def recipe(name: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((REPO / "recipes" / name).read_text()) if d]
+
+
+def reconciled(kube: Kube, namespace: str, name: str, generation: int = 1, timeout: float = 30.0) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        obj = kube.get(*CR, namespace, name)
+        return obj if obj and (obj.get("status") or {}).get("observedGeneration") == generation else None
+    return wait_for(check, timeout, f"status of {namespace}/{name} at generation {generation}")
+
+
+def uninstall_if_present(helm: Helm) -> None:
+    listed = json.loads(helm.run("list", "-n", RELEASE_NAMESPACE, "-a", "-o", "json").stdout)
+    if any(r["name"] == RELEASE for r in listed):
+        helm.run("uninstall", RELEASE, "-n", RELEASE_NAMESPACE, "--wait", "--timeout", "60s")
+
+
+def copy_chart(dest: Path) -> Path:
+    target = dest / CHART.name
+    shutil.copytree(CHART, target)
+    return target

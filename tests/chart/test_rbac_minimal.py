@@ -1,0 +1,508 @@
+"""The chart's RBAC is minimal: every verb of every rule of the rendered ClusterRole backs a named
+operator behaviour, shown by taking that one verb away and watching the behaviour break.
+
+The chart is installed (cluster-wide). For each (resource, verb) of its ClusterRole, the operator
+runs as its own process (the chart's Deployment command) under an identity that has the
+ClusterRole less that verb, and drives one scenario, step by named step, stopping at the first
+behaviour that does not happen. With the full ClusterRole every step happens (the baselines);
+without the verb exactly the behaviour named in ``EXPECTED`` fails. A verb whose removal breaks
+nothing makes its test fail: such a rule must go.
+
+Identities: namespaced behaviours run ten at a time, each under a service account of its own
+whose token the API server mints (TokenRequest), bound to a copy of the ClusterRole less one verb,
+its operator watching one namespace of its own. kopf observes CRDs only when it watches the whole
+cluster, so the CRD verbs run one at a time, cluster-wide, as the chart installed them: the
+chart's ServiceAccount token with the chart's ClusterRole patched without the verb.
+
+Scenario (one fresh namespace each run), in order:
+  reconcile            the CR gets the teardown finalizer
+  apply <Kind>         each child exists (ComputeDomain, ConfigMap, LeaderWorkerSet, Service,
+                       PodDisruptionBudget, PodMonitor, HTTPRoute; two groups, monitoring, a route)
+  status               status.observedGeneration is written
+  event                the Applied Event is recorded
+  follow LeaderWorkerSet  the CR turns Ready soon after the LWS reports its groups ready
+  heal <Kind>          a deleted child is back within HEAL_WINDOW_S (the resync is minutes away)
+  follow pods          a leader pod that appears shows up in the Ready message
+  remove <Kind>        replicas 1, monitoring off, no route: the budget, PodMonitor, HTTPRoute go
+  teardown <step>      deleting the CR deletes the LeaderWorkerSet, then the ComputeDomain, then
+                       releases the CR
+The "late CRD" variant deletes the HTTPRoute CRD before the operator starts and installs it again
+after: "heal HTTPRoute" then needs kopf's observation of CRDs.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from prometheus_client.parser import text_string_to_metric_families
+
+from kimik3.controller.kube import Kube
+from kimik3.controller.reconcile import RESYNC_READY_S, RESYNC_STARTING_S
+from kimik3.devcluster.controlplane import ControlPlane
+from kimik3.devcluster.thirdparty import thirdparty_crd_paths
+
+from .conftest import (
+    CHART,
+    CR,
+    RELEASE,
+    RELEASE_NAMESPACE,
+    Helm,
+    OperatorProcess,
+    apply,
+    deployment_args,
+    make_namespace,
+    recipe,
+    uninstall_if_present,
+    wait_for,
+)
+
+NAME = "k3-rbac"
+LWS = ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
+CHILDREN = [  # apply order, with the name each child gets
+    (("resource.nvidia.com/v1beta1", "ComputeDomain"), NAME),
+    (("v1", "ConfigMap"), f"{NAME}-launcher"),
+    (LWS, f"{NAME}-engine"),
+    (("v1", "Service"), NAME),
+    (("policy/v1", "PodDisruptionBudget"), NAME),
+    (("monitoring.coreos.com/v1", "PodMonitor"), NAME),
+    (("gateway.networking.k8s.io/v1", "HTTPRoute"), NAME),
+]
+HTTPROUTE_CRD = "httproutes.gateway.networking.k8s.io"
+HEAL_WINDOW_S = 8.0
+"""A deleted child must be back this soon: only a watch event, not the operator's periodic resync
+(minutes), can do that."""
+PARALLEL = 10
+"""Scenarios run at once (each mostly waits on the API server)."""
+
+# (resource, verb) of the ClusterRole -> the behaviour that breaks without it.
+EXPECTED: dict[tuple[str, str], str] = {
+    ("kimik3deployments", "get"): "reconcile",
+    ("kimik3deployments", "list"): "reconcile",
+    ("kimik3deployments", "watch"): "reconcile",
+    ("kimik3deployments", "patch"): "reconcile",
+    ("kimik3deployments/status", "patch"): "status",
+    ("leaderworkersets", "get"): "teardown LeaderWorkerSet deleted",
+    ("leaderworkersets", "list"): "follow LeaderWorkerSet",
+    ("leaderworkersets", "watch"): "follow LeaderWorkerSet",
+    ("leaderworkersets", "create"): "apply LeaderWorkerSet",
+    ("leaderworkersets", "patch"): "apply LeaderWorkerSet",
+    ("leaderworkersets", "delete"): "teardown LeaderWorkerSet deleted",
+    ("computedomains", "get"): "teardown ComputeDomain released",
+    ("computedomains", "list"): "heal ComputeDomain",
+    ("computedomains", "watch"): "heal ComputeDomain",
+    ("computedomains", "create"): "apply ComputeDomain",
+    ("computedomains", "patch"): "apply ComputeDomain",
+    ("computedomains", "delete"): "teardown ComputeDomain released",
+    ("podmonitors", "list"): "heal PodMonitor",
+    ("podmonitors", "watch"): "heal PodMonitor",
+    ("podmonitors", "create"): "apply PodMonitor",
+    ("podmonitors", "patch"): "apply PodMonitor",
+    ("podmonitors", "delete"): "remove PodMonitor",
+    ("httproutes", "list"): "heal HTTPRoute",
+    ("httproutes", "watch"): "heal HTTPRoute",
+    ("httproutes", "create"): "apply HTTPRoute",
+    ("httproutes", "patch"): "apply HTTPRoute",
+    ("httproutes", "delete"): "remove HTTPRoute",
+    ("poddisruptionbudgets", "list"): "heal PodDisruptionBudget",
+    ("poddisruptionbudgets", "watch"): "heal PodDisruptionBudget",
+    ("poddisruptionbudgets", "create"): "apply PodDisruptionBudget",
+    ("poddisruptionbudgets", "patch"): "apply PodDisruptionBudget",
+    ("poddisruptionbudgets", "delete"): "remove PodDisruptionBudget",
+    ("configmaps", "list"): "heal ConfigMap",
+    ("configmaps", "watch"): "heal ConfigMap",
+    ("configmaps", "create"): "apply ConfigMap",
+    ("configmaps", "patch"): "apply ConfigMap",
+    ("services", "list"): "heal Service",
+    ("services", "watch"): "heal Service",
+    ("services", "create"): "apply Service",
+    ("services", "patch"): "apply Service",
+    ("pods", "list"): "follow pods",
+    ("pods", "watch"): "follow pods",
+    ("events", "create"): "event",
+    ("customresourcedefinitions", "list"): "heal HTTPRoute",
+    ("customresourcedefinitions", "watch"): "heal HTTPRoute",
+}
+LATE_CRD_RULES = {("customresourcedefinitions", "list"), ("customresourcedefinitions", "watch")}
+
+
+class Broken(Exception):
+    """A named behaviour did not happen."""
+
+    def __init__(self, behaviour: str, detail: str):
+        super().__init__(f"{behaviour}: {detail}")
+        self.behaviour = behaviour
+
+
+def expect(behaviour: str, fn: Callable[[], Any], timeout: float) -> Any:
+    try:
+        return wait_for(fn, timeout, behaviour, interval=0.1)
+    except AssertionError as exc:
+        raise Broken(behaviour, str(exc)) from None
+
+
+def cr_body(namespace: str) -> dict[str, Any]:
+    (body,) = recipe("gb300-tp8-megakernel-dspark.yaml")
+    body = copy.deepcopy(body)
+    body["metadata"] = {"name": NAME, "namespace": namespace}
+    body["spec"]["replicas"] = 2
+    body["spec"]["disruptionBudget"] = {"minAvailable": 1}
+    body["spec"]["service"] = {"httpRoute": {"parentRefs": [{"name": "gw"}]}}
+    return body
+
+
+def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
+    for c in ((obj or {}).get("status") or {}).get("conditions", []):
+        if c["type"] == type_:
+            return c
+    return {}
+
+
+def scenario(kube: Kube, core: client.CoreV1Api, namespace: str) -> None:
+    """Drive the operator through every behaviour; raise Broken at the first that fails."""
+    get = kube.get
+    apply(kube, cr_body(namespace))
+    expect("reconcile", lambda: "inference.kimik3.io/teardown" in (get(*CR, namespace, NAME)["metadata"]
+                                                                      .get("finalizers") or []), 15)
+    for (api_version, kind), name in CHILDREN:
+        expect(f"apply {kind}", lambda: get(api_version, kind, namespace, name), 15)
+    expect("status", lambda: (get(*CR, namespace, NAME).get("status") or {}).get("observedGeneration") == 1, 15)
+    expect("event", lambda: any(e.reason == "Applied" and e.involved_object.name == NAME
+                                for e in core.list_namespaced_event(namespace).items), 10)
+
+    kube.patch_merge(*LWS, namespace, f"{NAME}-engine", {"status": {"replicas": 2, "readyReplicas": 2}},
+                     subresource="status")
+    expect("follow LeaderWorkerSet",
+           lambda: condition(get(*CR, namespace, NAME), "Ready").get("status") == "True", HEAL_WINDOW_S)
+    for (api_version, kind), name in CHILDREN:
+        if kind == "LeaderWorkerSet":
+            continue
+        before = get(api_version, kind, namespace, name)["metadata"]["uid"]
+        kube.delete(api_version, kind, namespace, name)
+        expect(f"heal {kind}", lambda: (get(api_version, kind, namespace, name) or {"metadata": {"uid": before}})
+               ["metadata"]["uid"] != before, HEAL_WINDOW_S)
+
+    kube.patch_merge(*LWS, namespace, f"{NAME}-engine", {"status": {"replicas": 2, "readyReplicas": 1}},
+                     subresource="status")
+    expect("follow LeaderWorkerSet",
+           lambda: condition(get(*CR, namespace, NAME), "Ready").get("status") == "False", HEAL_WINDOW_S)
+    pod = f"{NAME}-engine-0"
+    core.create_namespaced_pod(namespace, {"metadata": {"name": pod, "labels": {
+        "leaderworkerset.sigs.k8s.io/name": f"{NAME}-engine", "leaderworkerset.sigs.k8s.io/group-index": "0",
+        "leaderworkerset.sigs.k8s.io/worker-index": "0", "app.kubernetes.io/managed-by": "kimik3-operator",
+        "inference.kimik3.io/deployment": NAME}}, "spec": {"containers": [{"name": "engine", "image": "x"}]}})
+    expect("follow pods", lambda: pod in condition(get(*CR, namespace, NAME), "Ready").get("message", ""),
+           HEAL_WINDOW_S)
+    core.delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
+    wait_for(lambda: pod not in {p.metadata.name for p in core.list_namespaced_pod(namespace).items}, 10,
+             "the test pod gone")
+
+    kube.patch_merge(*CR, namespace, NAME, {"spec": {"replicas": 1, "monitoring": {"enabled": False},
+                                                     "service": {"httpRoute": None}}})
+    for api_version, kind in [("policy/v1", "PodDisruptionBudget"), ("monitoring.coreos.com/v1", "PodMonitor"),
+                              ("gateway.networking.k8s.io/v1", "HTTPRoute")]:
+        expect(f"remove {kind}", lambda: get(api_version, kind, namespace, NAME) is None, 8)
+
+    kube.delete(*CR, namespace, NAME)
+    expect("teardown LeaderWorkerSet deleted", lambda: get(*LWS, namespace, f"{NAME}-engine") is None, 8)
+    expect("teardown ComputeDomain released",
+           lambda: get("resource.nvidia.com/v1beta1", "ComputeDomain", namespace, NAME) is None, 10)
+    expect("teardown CR released", lambda: get(*CR, namespace, NAME) is None, 10)
+
+
+CANARY = "k3-canary"
+CANARY_LABELS = {"app.kubernetes.io/managed-by": "kimik3-operator", "inference.kimik3.io/deployment": CANARY,
+                 "leaderworkerset.sigs.k8s.io/name": f"{CANARY}-engine"}
+GATED = ("kimik3deployments", "leaderworkersets", "pods")
+"""Kinds whose first listing must be over before the steps that a late listing could fake."""
+
+
+def plant_canaries(kube: Kube, core: client.CoreV1Api, namespace: str) -> None:
+    """Objects that exist before the operator starts, so that its first listing of CRs,
+    LeaderWorkerSets and pods shows up in its watch-event counters: a step must never pass
+    because a listing happened late rather than because a watch delivered the event."""
+    canary = cr_body(namespace)
+    canary["metadata"]["name"] = CANARY
+    canary["spec"].update(replicas=0, monitoring={"enabled": False}, service={})
+    apply(kube, canary)
+    apply(kube, {"apiVersion": LWS[0], "kind": LWS[1], "metadata": {
+        "name": f"{CANARY}-engine", "namespace": namespace, "labels": CANARY_LABELS},
+        "spec": {"replicas": 0, "leaderWorkerTemplate": {"size": 1, "workerTemplate": {
+            "spec": {"containers": [{"name": "engine", "image": "x"}]}}}}})
+    core.create_namespaced_pod(namespace, {"metadata": {"name": f"{CANARY}-engine-0", "labels": CANARY_LABELS},
+                                           "spec": {"containers": [{"name": "engine", "image": "x"}]}})
+
+
+def watch_events(op: OperatorProcess) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(op.metrics()):
+        for sample in family.samples:
+            if sample.name == "kimik3_watch_events_total":
+                out[sample.labels["resource"]] = sample.value
+    return out
+
+
+def await_first_listings(op: OperatorProcess, timeout: float = 15.0) -> None:
+    """Wait (bounded) until the operator has listed the gated kinds. A kind it may not list never
+    gets there: the steps that need it then fail as they should."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        seen = watch_events(op)
+        if all(seen.get(kind, 0) >= 1 for kind in GATED):
+            return
+        time.sleep(0.2)
+
+
+def cleanup(kube: Kube, namespace: str) -> None:
+    """Whatever the broken operator left (no garbage collector runs here)."""
+    for name in (NAME, CANARY):
+        obj = kube.get(*CR, namespace, name)
+        if obj is not None:
+            if obj["metadata"].get("finalizers"):
+                kube.patch_merge(*CR, namespace, name, {"metadata": {"finalizers": None}})
+            kube.delete(*CR, namespace, name)
+    for (api_version, kind), name in [*CHILDREN, (LWS, f"{CANARY}-engine"), (("v1", "ConfigMap"), f"{CANARY}-launcher"),
+                                      (("v1", "Service"), CANARY), (("v1", "Pod"), f"{CANARY}-engine-0")]:
+        try:
+            kube.delete(api_version, kind, namespace, name)
+        except ApiException:
+            pass
+
+
+def clusterrole_rules(admin: client.ApiClient, name: str = RELEASE) -> list[dict[str, Any]]:
+    role = client.RbacAuthorizationV1Api(admin).read_cluster_role(name)
+    return [admin.sanitize_for_serialization(r) for r in role.rules]
+
+
+def allowed(api: client.ApiClient, group: str, resource: str, verb: str) -> bool:
+    """What the authorizer answers the caller (a SelfSubjectAccessReview)."""
+    plural, _, sub = resource.partition("/")
+    attrs = {"group": group, "resource": plural, "subresource": sub, "verb": verb, "namespace": "rbac-probe"}
+    if group == "apiextensions.k8s.io":
+        attrs.pop("namespace")
+    review = client.AuthorizationV1Api(api).create_self_subject_access_review({"spec": {"resourceAttributes": attrs}})
+    return bool(review.status.allowed)
+
+
+def without(rules: list[dict[str, Any]], resource: str | None, verb: str | None) -> list[dict[str, Any]]:
+    out = []
+    for rule in rules:
+        if rule["resources"] == [resource]:
+            rule = {**rule, "verbs": [v for v in rule["verbs"] if v != verb]}
+            if not rule["verbs"]:
+                continue
+        out.append(rule)
+    return out
+
+
+def group_of(rules: list[dict[str, Any]], resource: str) -> str:
+    return next(r["apiGroups"][0] for r in rules if r["resources"] == [resource])
+
+
+WATCHED_PATHS = ["/apis/inference.kimik3.io/v1alpha1/kimik3deployments", "/api/v1/pods", "/api/v1/configmaps",
+                 "/api/v1/services", "/apis/policy/v1/poddisruptionbudgets",
+                 "/apis/leaderworkerset.x-k8s.io/v1/leaderworkersets",
+                 "/apis/resource.nvidia.com/v1beta1/computedomains", "/apis/monitoring.coreos.com/v1/podmonitors",
+                 "/apis/gateway.networking.k8s.io/v1/httproutes",
+                 "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"]
+
+
+def warm_watch_caches(kube: Kube, skip: tuple[str, ...] = ()) -> None:
+    """Wait until the API server serves every watched kind from its watch cache: right after a
+    CRD is (re)created it answers 429 "storage is (re)initializing" for a while, and kopf backs off
+    on that, which would look like a missing watch to the timed steps."""
+    def ready(path: str) -> bool:
+        try:
+            kube._call("GET", path, query=[("resourceVersion", "0"), ("limit", "1")])
+            return True
+        except ApiException as exc:
+            if exc.status in (429, 404):
+                return False
+            raise
+    for path in WATCHED_PATHS:
+        if path.endswith(skip):
+            continue
+        wait_for(lambda: ready(path), 60, f"watch cache of {path}")
+
+
+@dataclass
+class Identity:
+    """A service account of its own with a minted token (TokenRequest), bound to one ClusterRole."""
+
+    name: str
+    kubeconfig: Path
+    api: client.ApiClient
+
+
+def mint_identity(cp: ControlPlane, admin: client.ApiClient, name: str, rules: list[dict[str, Any]],
+                  directory: Path) -> Identity:
+    """ServiceAccount kimik3-system/<name>, ClusterRole + ClusterRoleBinding <name> with ``rules``,
+    and a kubeconfig with a real service-account token the API server signed for it."""
+    core, rbac = client.CoreV1Api(admin), client.RbacAuthorizationV1Api(admin)
+    core.create_namespaced_service_account(RELEASE_NAMESPACE, {"metadata": {"name": name}})
+    rbac.create_cluster_role({"metadata": {"name": name, "labels": {"kimik3.io/test": "rbac-minimal"}},
+                              "rules": rules})
+    rbac.create_cluster_role_binding({
+        "metadata": {"name": name, "labels": {"kimik3.io/test": "rbac-minimal"}},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": RELEASE_NAMESPACE}]})
+    token = core.create_namespaced_service_account_token(
+        name, RELEASE_NAMESPACE, {"spec": {"expirationSeconds": 3600}}).status.token
+    kubeconfig = directory / f"{name}.kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": name,
+        "clusters": [{"name": "c", "cluster": {"server": cp.server, "certificate-authority": str(cp.ca_file)}}],
+        "users": [{"name": name, "user": {"token": token}}],
+        "contexts": [{"name": name, "context": {"cluster": "c", "user": name}}]}))
+    return Identity(name, kubeconfig, config.new_client_from_config(config_file=str(kubeconfig)))
+
+
+def drop_identity(admin: client.ApiClient, identity: Identity) -> None:
+    identity.api.close()
+    rbac = client.RbacAuthorizationV1Api(admin)
+    for call in (lambda: rbac.delete_cluster_role_binding(identity.name), lambda: rbac.delete_cluster_role(identity.name),
+                 lambda: client.CoreV1Api(admin).delete_namespaced_service_account(identity.name, RELEASE_NAMESPACE)):
+        try:
+            call()
+        except ApiException:
+            pass
+
+
+def run_scenario(args: list[str], kubeconfig: Path, kube: Kube, admin: client.ApiClient, log_path: Path,
+                 namespace: str, late_crd: bool = False, cp: ControlPlane | None = None) -> tuple[str | None, str]:
+    """Start the operator with ``args`` (the chart's Deployment command) and ``kubeconfig``, run the
+    scenario in ``namespace``; return the first broken behaviour (None: all happened) and the log."""
+    ext = client.ApiextensionsV1Api(admin)
+    if late_crd:
+        ext.delete_custom_resource_definition(HTTPROUTE_CRD)
+        wait_for(lambda: HTTPROUTE_CRD not in {c.metadata.name for c in ext.list_custom_resource_definition().items},
+                 30, "HTTPRoute CRD deleted")
+    op = OperatorProcess(args, kubeconfig, log_path, ready_timeout_s=90)
+    try:
+        plant_canaries(kube, client.CoreV1Api(admin), namespace)
+        try:
+            op.start()
+        except AssertionError as exc:
+            return "operator ready", str(exc)
+        await_first_listings(op)
+        if late_crd:
+            assert cp is not None
+            cp.apply_crds([thirdparty_crd_paths()["HTTPRoute"]])
+            warm_watch_caches(kube)
+            time.sleep(2)  # kopf's CRD watch re-scans the group
+        try:
+            scenario(kube, client.CoreV1Api(admin), namespace)
+            return None, op.log()
+        except Broken as broken:
+            return broken.behaviour, f"{broken}\n--- operator log ---\n{op.log()[-4000:]}"
+    finally:
+        op.kill()
+        cleanup(kube, namespace)
+        if late_crd and HTTPROUTE_CRD not in {c.metadata.name for c in ext.list_custom_resource_definition().items}:
+            assert cp is not None
+            cp.apply_crds([thirdparty_crd_paths()["HTTPRoute"]])
+
+
+HARNESS_ERROR = "harness error"
+Job = tuple[str, str] | None  # (resource, verb) taken away; None = the full ClusterRole
+
+
+@pytest.fixture(scope="module")
+def results(helm: Helm, chart_cp: ControlPlane, admin: client.ApiClient, kube: Kube,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[tuple[Job, bool], tuple[str | None, str]]]:
+    """Install the chart; run the scenario once per job; yield {(job, late_crd): (broken, log)}.
+
+    Namespaced behaviours run in parallel: each job gets a service account of its own (a token the
+    API server mints) bound to the chart's ClusterRole less one verb, and its operator watches one
+    namespace of its own (the chart's command plus --namespace). kopf's CRD observation exists only
+    cluster-wide, so the late-CRD variant runs afterwards, one at a time, as the chart installed it:
+    the chart's own ServiceAccount token and ClusterRole (patched without the verb)."""
+    assert min(RESYNC_READY_S, RESYNC_STARTING_S) > 4 * HEAL_WINDOW_S, (
+        "the timed steps tell a watch from the operator's periodic resync: keep the resync periods "
+        f"well above {HEAL_WINDOW_S} s or widen HEAL_WINDOW_S")
+    uninstall_if_present(helm)
+    helm.run("install", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE)
+    rules = clusterrole_rules(admin)
+    args = deployment_args(admin)
+    directory = tmp_path_factory.mktemp("rbac-minimal")
+    warm_watch_caches(kube)
+    out: dict[tuple[Job, bool], tuple[str | None, str]] = {}
+
+    def namespaced(index: int, job: Job) -> tuple[str | None, str]:
+        try:
+            identity = mint_identity(chart_cp, admin, f"rbac-{index}", without(rules, *(job or (None, None))),
+                                     directory)
+            try:
+                if job is not None:
+                    group = group_of(rules, job[0])
+                    wait_for(lambda: not allowed(identity.api, group, *job), 30, f"{job} revoked")
+                namespace = make_namespace(admin, f"rbac-{index}-{uuid.uuid4().hex[:6]}")
+                return run_scenario([*args, f"--namespace={namespace}"], identity.kubeconfig, kube, admin,
+                                    directory / f"rbac-{index}.log", namespace)
+            finally:
+                drop_identity(admin, identity)
+        except Exception:  # the harness itself failed: reported by this job's test, not all of them
+            return HARNESS_ERROR, traceback.format_exc()
+
+    try:
+        jobs: list[Job] = [None, *sorted(k for k in EXPECTED if k not in LATE_CRD_RULES)]
+        with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
+            futures = {job: pool.submit(namespaced, i, job) for i, job in enumerate(jobs)}
+            for job, future in futures.items():
+                out[(job, False)] = future.result()
+        with chart_cp.api_client("operator") as chart_sa:
+            for job in [None, *sorted(LATE_CRD_RULES)]:
+                client.RbacAuthorizationV1Api(admin).patch_cluster_role(
+                    RELEASE, {"rules": without(rules, *(job or (None, None)))})
+                try:
+                    if job is not None:
+                        group = group_of(rules, job[0])
+                        wait_for(lambda: not allowed(chart_sa, group, *job), 10, f"{job} revoked")
+                    namespace = make_namespace(admin, f"rbac-late-{uuid.uuid4().hex[:6]}")
+                    out[(job, True)] = run_scenario(args, chart_cp.operator_kubeconfig, kube, admin,
+                                                    directory / f"late-{job}.log", namespace, late_crd=True, cp=chart_cp)
+                except Exception:
+                    out[(job, True)] = HARNESS_ERROR, traceback.format_exc()
+                finally:
+                    client.RbacAuthorizationV1Api(admin).patch_cluster_role(RELEASE, {"rules": rules})
+                    if job is not None:
+                        wait_for(lambda: allowed(chart_sa, group, *job), 10, f"{job} granted again")
+        yield out
+    finally:
+        uninstall_if_present(helm)
+
+
+def test_every_clusterrole_rule_has_a_named_behaviour(helm_offline):
+    (role,) = [d for d in helm_offline.template() if d["kind"] == "ClusterRole"]
+    granted = {(r["resources"][0], v) for r in role["rules"] for v in r["verbs"]}
+    assert granted == set(EXPECTED), (
+        f"rules without a behaviour here: {sorted(granted - set(EXPECTED))}; "
+        f"behaviours whose rule the chart lacks: {sorted(set(EXPECTED) - granted)}")
+    for rule in role["rules"]:
+        assert len(rule["resources"]) == 1 and "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
+
+
+@pytest.mark.parametrize("late_crd", [False, True], ids=["namespaced-crds-first", "cluster-wide-late-crd"])
+def test_baseline_every_behaviour_happens_under_the_chart_rbac(results, late_crd):
+    broken, log = results[(None, late_crd)]
+    assert broken != HARNESS_ERROR, log
+    assert broken is None, log
+
+
+@pytest.mark.parametrize("resource,verb", sorted(EXPECTED), ids=[f"{r}-{v}" for r, v in sorted(EXPECTED)])
+def test_removing_one_verb_breaks_its_behaviour(results, resource, verb):
+    broken, log = results[((resource, verb), (resource, verb) in LATE_CRD_RULES)]
+    assert broken != HARNESS_ERROR, log
+    assert broken is not None, f"nothing broke without {verb} on {resource}: the rule should go"
+    assert broken == EXPECTED[(resource, verb)], log

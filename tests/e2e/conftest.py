@@ -1,0 +1,54 @@
+"""The dev cluster (``kimik3 dev up``) once per test session, brought down at the end.
+
+Shape: 3 GB300 racks x 4 trays (12 kwok nodes, 48 GPUs). Three racks because the operator
+asks LeaderWorkerSet for *exclusive* clique placement (annotation
+``leaderworkerset.sigs.k8s.io/exclusive-topology: nvidia.com/gpu.clique``): each group gets a
+rack to itself, so 3 groups need 3 racks and a 4th group is the one no rack can hold. Four
+trays fit the TP16 shape (4 trays per group) of failure case F14.
+
+Every test gets its own namespace (``ns``), deleted afterwards; deleting it waits until its
+pods are gone so the next test finds every rack free.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from devenv import SHAPE, DevEnv, wait_until
+from kubernetes.client.rest import ApiException
+
+from kimik3.devcluster.cluster import DevCluster, UpOptions
+from kimik3.devcluster.racks import RackShape
+from kimik3.devcluster.rest import Rest
+from kimik3.devcluster.workloads import ensure_namespace
+
+
+@pytest.fixture(scope="session")
+def dev_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevEnv]:
+    """``kimik3 dev up`` (3 racks x 4 GB300 trays) for the session; ``dev down`` at the end."""
+    cluster = DevCluster(tmp_path_factory.mktemp("dev"))
+    state = cluster.up(UpOptions(shape=RackShape(**SHAPE), die_with_parent=True, wait_timeout_s=180.0))
+    try:
+        with cluster.api_client() as api:
+            yield DevEnv(cluster, state, Rest(api))
+    finally:
+        cluster.down()
+
+
+@pytest.fixture
+def ns(dev_env: DevEnv) -> Iterator[str]:
+    """A fresh namespace. Afterwards its KimiK3Deployment is deleted and the test waits until
+    its pods are gone (the racks are free again); the namespace itself is then deleted in the
+    background (the namespace controller's retries take ~15 s more)."""
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    ensure_namespace(dev_env.rest, name)
+    yield name
+    try:
+        dev_env.rest.delete(dev_env.cr_path(name))
+    except ApiException:
+        pass
+    wait_until(f"the pods of namespace {name} to be gone",
+               lambda: not dev_env.rest.items(f"/api/v1/namespaces/{name}/pods"), timeout_s=120.0)
+    dev_env.rest.delete(f"/api/v1/namespaces/{name}")

@@ -1,0 +1,143 @@
+"""Helpers the e2e tests share: the ``DevEnv`` handle on a running dev cluster, bounded waits,
+and a polling ``Recorder`` (see conftest.py for the fixtures)."""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from kimik3 import GROUP, PLURAL, VERSION
+from kimik3.devcluster.cluster import DevCluster
+from kimik3.devcluster.rest import Rest
+from kimik3.devcluster.workloads import apply_deployment
+from kimik3.render.meta import LWS_GROUP_INDEX_LABEL, LWS_NAME_LABEL, LWS_WORKER_INDEX_LABEL
+from kimik3.topology.profiles import CLIQUE_LABEL
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+RECIPE = REPO_ROOT / "recipes" / "gb300-tp8-megakernel-dspark.yaml"
+SHAPE = dict(profile="gb300", racks=3, trays_per_rack=4)
+WAIT_S = 90.0
+"""Bound on every wait for the cluster to converge, seconds (kwok makes pods Ready at once;
+the slow parts on a shared 2-core machine are scheduling retries and garbage collection)."""
+T = TypeVar("T")
+
+
+def wait_until(what: str, fn: Callable[[], T | None], timeout_s: float = WAIT_S, poll_s: float = 0.2) -> T:
+    """Call ``fn`` until it returns a truthy value and return it; fail naming ``what`` and the
+    last value after ``timeout_s`` seconds."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while True:
+        last = fn()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}; last: {last!r}")
+        time.sleep(poll_s)
+
+
+class DevEnv:
+    """The running dev cluster plus the helpers the e2e tests share."""
+
+    def __init__(self, cluster: DevCluster, state: dict[str, Any], rest: Rest) -> None:
+        self.cluster, self.state, self.rest = cluster, state, rest
+        nodes = rest.items("/api/v1/nodes")
+        self.clique_of = {n["metadata"]["name"]: n["metadata"]["labels"].get(CLIQUE_LABEL) for n in nodes}
+
+    # -- objects -------------------------------------------------------------------------------
+    @staticmethod
+    def deployment(namespace: str, name: str = "k3", replicas: int = 1, tensor_parallel: int = 8) -> dict[str, Any]:
+        """The GB300 recipe (TP8 over 2 trays) in ``namespace``; ``tensor_parallel=16`` gives 4 trays."""
+        cr = copy.deepcopy(next(d for d in yaml.safe_load_all(RECIPE.read_text()) if d))
+        cr["metadata"] = {"name": name, "namespace": namespace}
+        cr["spec"]["replicas"] = replicas
+        cr["spec"]["topology"]["tensorParallelSize"] = tensor_parallel
+        return cr
+
+    def apply(self, cr: dict[str, Any]) -> dict[str, Any]:
+        return apply_deployment(self.rest, copy.deepcopy(cr))
+
+    def cr_path(self, namespace: str, name: str = "k3") -> str:
+        return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
+
+    def get_cr(self, namespace: str, name: str = "k3") -> dict[str, Any] | None:
+        return self.rest.get(self.cr_path(namespace, name))
+
+    def scale(self, namespace: str, replicas: int, name: str = "k3") -> None:
+        self.rest.call("PATCH", self.cr_path(namespace, name), body={"spec": {"replicas": replicas}},
+                       content_type="application/merge-patch+json")
+
+    def condition(self, namespace: str, type_: str, name: str = "k3") -> dict[str, Any] | None:
+        cr = self.get_cr(namespace, name) or {}
+        return next((c for c in (cr.get("status") or {}).get("conditions", []) if c["type"] == type_), None)
+
+    def pods(self, namespace: str, name: str = "k3") -> list[dict[str, Any]]:
+        return self.rest.items(f"/api/v1/namespaces/{namespace}/pods", f"{LWS_NAME_LABEL}={name}-engine")
+
+    def groups(self, namespace: str, name: str = "k3") -> dict[int, list[dict[str, Any]]]:
+        """Live (not terminating) pods by group index, each list sorted by worker index."""
+        out: dict[int, list[dict[str, Any]]] = {}
+        for pod in self.pods(namespace, name):
+            if pod["metadata"].get("deletionTimestamp"):
+                continue
+            labels = pod["metadata"]["labels"]
+            out.setdefault(int(labels[LWS_GROUP_INDEX_LABEL]), []).append(pod)
+        for pods in out.values():
+            pods.sort(key=lambda p: int(p["metadata"]["labels"][LWS_WORKER_INDEX_LABEL]))
+        return dict(sorted(out.items()))
+
+    @staticmethod
+    def ready(pod: dict[str, Any]) -> bool:
+        return any(c["type"] == "Ready" and c["status"] == "True"
+                   for c in (pod.get("status") or {}).get("conditions", []))
+
+    def ready_groups(self, namespace: str, size: int, count: int, name: str = "k3") -> dict[int, list[dict]] | None:
+        """The groups when exactly groups 0..count-1 exist, each with ``size`` Ready pods; else None."""
+        groups = self.groups(namespace, name)
+        if sorted(groups) != list(range(count)):
+            return None
+        if all(len(p) == size and all(self.ready(x) for x in p) for p in groups.values()):
+            return groups
+        return None
+
+    def cliques(self, pods: list[dict[str, Any]]) -> set[str | None]:
+        return {self.clique_of.get(p["spec"].get("nodeName")) for p in pods}
+
+    def events(self, namespace: str, name: str = "k3") -> list[dict[str, Any]]:
+        items = self.rest.items(f"/api/v1/namespaces/{namespace}/events")
+        return [e for e in items if e.get("involvedObject", {}).get("kind") == "KimiK3Deployment"
+                and e["involvedObject"].get("name") == name]
+
+
+class Recorder:
+    """Polls ``fn`` every ``period_s`` in a thread and keeps every distinct consecutive value."""
+
+    def __init__(self, fn: Callable[[], Any], period_s: float = 0.05) -> None:
+        self.fn, self.period_s = fn, period_s
+        self.values: list[Any] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                value = self.fn()
+            except Exception:  # noqa: BLE001 - a failed read is not a value
+                value = None
+            if value is not None and (not self.values or self.values[-1] != value):
+                self.values.append(value)
+            self._stop.wait(self.period_s)
+
+    def __enter__(self) -> Recorder:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)

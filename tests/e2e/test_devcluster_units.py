@@ -1,0 +1,264 @@
+"""The dev cluster's parts that need no cluster: rack shapes, kwok/LWS/Prometheus configuration,
+background processes, failure messages, the status overview, and the operator's
+``ScalingLimited`` status for groups the scheduler cannot place."""
+
+from __future__ import annotations
+
+import base64
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kimik3.admission import admit
+from kimik3.controller.status import compute_status, scaling_limited_message, unschedulable_groups
+from kimik3.devcluster import kwok, lws, processes, prometheus
+from kimik3.devcluster.overview import render
+from kimik3.devcluster.racks import KWOK_ANNOTATION, RACK_LABEL, RackShape, node_manifests
+from kimik3.devcluster.readiness import ComponentError, http_get, wait_for
+from kimik3.topology.profiles import CLIQUE_LABEL, GPU_RESOURCE, PRODUCT_LABEL
+
+RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "gb300-tp8-megakernel-dspark.yaml"
+
+
+# -- racks ---------------------------------------------------------------------------------------
+def test_gb300_racks_are_nvl72_trays_with_one_clique_per_rack() -> None:
+    shape = RackShape(racks=2, trays_per_rack=18, cluster_uuid="c0ffee")
+    nodes = node_manifests(shape)
+    assert len(nodes) == 36 and shape.gpus == 144
+    first, last = nodes[0], nodes[-1]
+    assert first["metadata"]["name"] == "gb300-r0-t00" and last["metadata"]["name"] == "gb300-r1-t17"
+    labels = first["metadata"]["labels"]
+    assert labels["kubernetes.io/arch"] == "arm64"
+    assert labels[PRODUCT_LABEL] == "NVIDIA-GB300"
+    assert labels["nvidia.com/gpu.count"] == "4"
+    assert labels["nvidia.com/gpu.memory"] == str(288 * 10**9 // 2**20)
+    assert first["status"]["capacity"] == first["status"]["allocatable"] == {
+        "cpu": "144", "memory": "960G", "pods": "110", GPU_RESOURCE: "4"}
+    assert first["metadata"]["annotations"] == {KWOK_ANNOTATION[0]: KWOK_ANNOTATION[1]}
+    cliques = {n["metadata"]["labels"][CLIQUE_LABEL] for n in nodes}
+    assert cliques == {"c0ffee.0", "c0ffee.1"}
+    assert [n["metadata"]["labels"][CLIQUE_LABEL] for n in nodes[:18]] == ["c0ffee.0"] * 18
+    assert {n["metadata"]["labels"][RACK_LABEL] for n in nodes[18:]} == {"rack-1"}
+
+
+def test_h200_profile_is_8_gpu_amd64_nodes_without_clique() -> None:
+    nodes = node_manifests(RackShape(profile="h200", racks=1, trays_per_rack=3))
+    assert len(nodes) == 3
+    for n in nodes:
+        labels = n["metadata"]["labels"]
+        assert (labels["kubernetes.io/arch"], labels[PRODUCT_LABEL], labels["nvidia.com/gpu.count"]) == \
+            ("amd64", "NVIDIA-H200", "8")
+        assert CLIQUE_LABEL not in labels
+        assert n["status"]["allocatable"][GPU_RESOURCE] == "8"
+
+
+def test_rack_shape_refuses_impossible_shapes() -> None:
+    with pytest.raises(ValueError, match="at most 18 trays"):
+        RackShape(trays_per_rack=19)
+    with pytest.raises(ValueError, match="unknown profile"):
+        RackShape(profile="tpu")
+    with pytest.raises(ValueError, match=">= 1"):
+        RackShape(racks=0)
+
+
+# -- kwok, LWS, Prometheus configuration ---------------------------------------------------------
+def test_kwok_config_uses_kwok_own_stages_with_a_graceful_pod_delete(tmp_path: Path) -> None:
+    path = kwok.write_config(tmp_path)
+    docs = list(yaml.safe_load_all(path.read_text()))
+    config, stages = docs[0], docs[1:]
+    assert config["kind"] == "KwokConfiguration"
+    assert config["options"]["manageNodesWithAnnotationSelector"] == "kwok.x-k8s.io/node=fake"
+    assert config["options"]["nodeLeaseParallelism"] == 4
+    assert [s["metadata"]["name"] for s in stages] == [
+        "node-initialize", "node-heartbeat-with-lease", "pod-ready", "pod-complete", "pod-delete"]
+    delete = stages[-1]
+    assert delete["spec"]["delay"] == {"durationMilliseconds": kwok.POD_DELETE_DELAY_MS}
+    assert delete["spec"]["next"]["delete"] is True
+    assert kwok.argv(Path("/b/kwok"), Path("/k"), path, 1234)[-1] == "--server-address=127.0.0.1:1234"
+
+
+def test_lws_webhooks_point_at_loopback_with_our_ca(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.crt"
+    ca.write_bytes(b"-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n")
+    docs = lws.webhook_configurations(9443, ca)
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
+        ("MutatingWebhookConfiguration", "lws-mutating-webhook-configuration"),
+        ("ValidatingWebhookConfiguration", "lws-validating-webhook-configuration")]
+    hooks = {h["name"]: h for d in docs for h in d["webhooks"]}
+    assert hooks["mpod.kb.io"]["clientConfig"] == {
+        "url": "https://127.0.0.1:9443/mutate--v1-pod", "caBundle": base64.b64encode(ca.read_bytes()).decode()}
+    assert hooks["mleaderworkerset.kb.io"]["clientConfig"]["url"] == \
+        "https://127.0.0.1:9443/mutate-leaderworkerset-x-k8s-io-v1-leaderworkerset"
+    # only LWS pods go through the pod webhooks (as LWS's own kustomize patch does)
+    for name in ("mpod.kb.io", "vpod.kb.io"):
+        assert hooks[name]["objectSelector"] == {
+            "matchExpressions": [{"key": "leaderworkerset.sigs.k8s.io/name", "operator": "Exists"}]}
+    assert "objectSelector" not in hooks["vleaderworkerset.kb.io"]
+    assert all("service" not in h["clientConfig"] for h in hooks.values())
+    assert [p.name for p in lws.crd_paths()] == ["leaderworkerset.x-k8s.io_leaderworkersets.yaml",
+                                                 "disaggregatedset.x-k8s.io_disaggregatedsets.yaml"]
+
+
+def test_lws_config_turns_off_cert_management_and_leader_election(tmp_path: Path) -> None:
+    from cryptography import x509
+    from kimik3.devcluster.controlplane import _write_pki
+    _write_pki(tmp_path / "pki")
+    path = lws.write_config(tmp_path, 9443, 9444)
+    config = yaml.safe_load(path.read_text())
+    assert config["leaderElection"] == {"leaderElect": False}
+    assert config["internalCertManagement"] == {"enable": False}
+    assert config["webhook"] == {"host": "127.0.0.1", "port": 9443, "certDir": str(tmp_path / "lws" / "certs")}
+    assert config["health"] == {"healthProbeBindAddress": "127.0.0.1:9444"}
+    assert config["metrics"] == {"bindAddress": "0"}
+    cert = x509.load_pem_x509_certificate((tmp_path / "lws" / "certs" / "tls.crt").read_bytes())
+    ca = x509.load_pem_x509_certificate((tmp_path / "pki" / "ca.crt").read_bytes())
+    assert cert.issuer == ca.subject
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1", "::1"]
+    assert "--leader-elect=false" in lws.argv(Path("/b/lws"), Path("/k"), path)
+
+
+def test_prometheus_config_uses_file_sd_on_the_simulator_targets(tmp_path: Path) -> None:
+    path = prometheus.write_config(tmp_path, operator_metrics="127.0.0.1:8080")
+    config = yaml.safe_load(path.read_text())
+    assert config["global"]["scrape_interval"] == "5s"
+    engines, operator = config["scrape_configs"]
+    assert engines["file_sd_configs"] == [{"files": [str(tmp_path / "sim" / "targets.json")], "refresh_interval": "5s"}]
+    assert operator["static_configs"] == [{"targets": ["127.0.0.1:8080"]}]
+    # prometheus_client escapes ':' in OpenMetrics samples for Prometheus 2.42: renamed back
+    assert engines["metric_relabel_configs"] == [{"source_labels": ["__name__"], "regex": "vllm_(.+)",
+                                                  "target_label": "__name__", "replacement": "vllm:$1"}]
+    assert (tmp_path / "sim" / "targets.json").read_text() == "[]\n"
+    argv = prometheus.argv(Path("/usr/bin/prometheus"), path, tmp_path, 9090)
+    assert "--web.listen-address=127.0.0.1:9090" in argv
+    assert f"--storage.tsdb.path={tmp_path / 'prometheus' / 'data'}" in argv
+
+
+# -- processes, waits, failure messages ----------------------------------------------------------
+def test_spawned_process_has_pidfile_rss_and_stops(tmp_path: Path) -> None:
+    rec = processes.spawn(tmp_path, "sleeper", [sys.executable, "-c", "import time; print('hi', flush=True); time.sleep(60)"],
+                          die_with_parent=True)
+    try:
+        assert rec.alive
+        assert processes.read_record(tmp_path, "sleeper") == rec
+        wait_for("sleeper", lambda: "hi" in Path(rec.log).read_text(), 10)
+        assert processes.tree_rss_bytes(rec.pid) > 1 << 20  # a running Python interpreter
+    finally:
+        assert processes.stop(tmp_path, "sleeper", grace_s=5)
+    assert not rec.alive
+    assert processes.read_record(tmp_path, "sleeper") is None
+    assert processes.stop(tmp_path, "sleeper") is False
+
+
+def test_a_recycled_pid_is_not_ours(tmp_path: Path) -> None:
+    rec = processes.ProcessRecord("x", 1, 12345, ["init"], "/dev/null")  # pid 1 started at another time
+    assert not rec.alive
+
+
+def test_failed_wait_names_component_log_and_retry(tmp_path: Path) -> None:
+    rec = processes.spawn(tmp_path, "crasher", [sys.executable, "-c", "print('boom: port taken'); raise SystemExit(3)"])
+    with pytest.raises(ComponentError) as info:
+        wait_for("crasher", lambda: False, 30, process=rec, retry="kimik3 dev up")
+    text = str(info.value)
+    assert text.startswith("crasher: exited during start")
+    assert f"log: {rec.log}" in text and "boom: port taken" in text and "retry: kimik3 dev up" in text
+    with pytest.raises(ComponentError, match=r"not ready within 0 s \(last check: 3 of 4\)"):
+        wait_for("slow", lambda: "3 of 4", 0.0)
+
+
+def test_http_get_refuses_anything_but_loopback() -> None:
+    with pytest.raises(ValueError, match="only talks to 127.0.0.1"):
+        http_get("http://10.244.0.1:8000/health")
+
+
+# -- ScalingLimited in the operator's status -----------------------------------------------------
+def _pod(name: str, group: str, worker: str, scheduled: dict | None) -> dict:
+    conditions = [scheduled] if scheduled else [{"type": "PodScheduled", "status": "True"}]
+    return {"metadata": {"name": name, "labels": {"leaderworkerset.sigs.k8s.io/group-index": group,
+                                                  "leaderworkerset.sigs.k8s.io/worker-index": worker}},
+            "status": {"phase": "Pending" if scheduled else "Running", "conditions": conditions}}
+
+
+UNSCHEDULABLE = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                 "message": "0/12 nodes are available: 4 node(s) didn't match pod anti-affinity rules."}
+
+
+def test_unschedulable_groups_are_named_with_the_scheduler_message() -> None:
+    pods = [_pod("k3-engine-0", "0", "0", None), _pod("k3-engine-3", "3", "0", UNSCHEDULABLE),
+            _pod("k3-engine-10", "10", "0", UNSCHEDULABLE),
+            _pod("k3-engine-2", "2", "0", {**UNSCHEDULABLE, "reason": "SchedulingGated"})]
+    deleting = _pod("k3-engine-4", "4", "0", UNSCHEDULABLE)
+    deleting["metadata"]["deletionTimestamp"] = "2026-11-29T00:00:00Z"
+    unplaced = unschedulable_groups([*pods, deleting])
+    assert unplaced == {"3": ("k3-engine-3", UNSCHEDULABLE["message"]), "10": ("k3-engine-10", UNSCHEDULABLE["message"])}
+    assert scaling_limited_message({"3": unplaced["3"]}) == (
+        "group 3 cannot be placed now (no rack or node has room); group 3: pod k3-engine-3 is Unschedulable: "
+        "0/12 nodes are available: 4 node(s) didn't match pod anti-affinity rules.")
+    assert scaling_limited_message(unplaced).startswith("groups 3, 10 cannot be placed now")
+
+
+def _cr(status: dict | None = None) -> dict:
+    cr = yaml.safe_load(RECIPE.read_text())
+    cr["metadata"].update(uid="u1", generation=2)
+    if status:
+        cr["status"] = status
+    return cr
+
+
+def test_compute_status_sets_and_clears_scaling_limited() -> None:
+    cr = _cr()
+    spec, plan = admit(cr["spec"])
+    lws_obj = {"status": {"replicas": 4, "readyReplicas": 3}}
+    pods = [_pod("k3-latency-engine-3", "3", "0", UNSCHEDULABLE)]
+    status = compute_status(cr, spec, plan, lws_obj, pods, 4)
+    limited = next(c for c in status["conditions"] if c["type"] == "ScalingLimited")
+    assert (limited["status"], limited["reason"], limited["observedGeneration"]) == ("True", "Unschedulable", 2)
+    assert limited["message"].startswith("group 3 cannot be placed now")
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "GroupsNotReady")
+
+    time.sleep(1.1)  # a new transition gets a new lastTransitionTime (RFC 3339 seconds)
+    cleared = compute_status(_cr(status), spec, plan, {"status": {"replicas": 3, "readyReplicas": 3}}, [], 3)
+    limited2 = next(c for c in cleared["conditions"] if c["type"] == "ScalingLimited")
+    assert (limited2["status"], limited2["reason"]) == ("False", "AllGroupsPlaced")
+    assert limited2["lastTransitionTime"] != limited["lastTransitionTime"]
+
+
+def test_scaling_limited_set_by_someone_else_is_left_alone() -> None:
+    cr = _cr({"conditions": [{"type": "ScalingLimited", "status": "True", "reason": "AtMaxReplicas",
+                              "message": "autoscaler at maxReplicas 4", "lastTransitionTime": "2026-11-29T00:00:00Z"}]})
+    spec, plan = admit(cr["spec"])
+    status = compute_status(cr, spec, plan, {"status": {"replicas": 1, "readyReplicas": 1}}, [], 1)
+    limited = next(c for c in status["conditions"] if c["type"] == "ScalingLimited")
+    assert (limited["status"], limited["reason"]) == ("True", "AtMaxReplicas")
+
+
+# -- dev status text -----------------------------------------------------------------------------
+def test_overview_render_names_racks_trays_and_split_groups() -> None:
+    data = {
+        "racks": [{"name": "rack-0", "clique": "u.0", "nodes": 4, "ready": 4, "gpus": 16, "gpus_used": 8, "gpus_free": 8}],
+        "groups": [
+            {"namespace": "ns", "deployment": "k3", "lws": "k3-engine", "group": 0, "racks": ["rack-0"],
+             "trays": ["gb300-r0-t00", "gb300-r0-t01"], "ready": 2, "size": 2,
+             "pods": [{"name": "k3-engine-0", "waiting": "", "terminating": False}]},
+            {"namespace": "ns", "deployment": "k3", "lws": "k3-engine", "group": 1, "racks": ["rack-0", "rack-1"],
+             "trays": ["a", "b"], "ready": 2, "size": 2, "pods": []},
+            {"namespace": "ns", "deployment": "k3", "lws": "k3-engine", "group": 2, "racks": [], "trays": [],
+             "ready": 0, "size": 1, "pods": [{"name": "k3-engine-2", "waiting": "Unschedulable: 0/4 nodes",
+                                              "terminating": False}]},
+        ],
+        "deployments": [{"namespace": "ns", "name": "k3", "replicas": 3, "groups": 3, "ready": 2,
+                         "endpoint": "http://k3.ns.svc:8000/v1", "sim_endpoint": "http://127.0.0.1:4000",
+                         "conditions": [{"type": "Ready", "status": "False", "reason": "GroupsNotReady", "message": "2/3"}]}],
+    }
+    text = render(data).splitlines()
+    assert "  rack-0     clique u.0" in text[1] and text[1].endswith("4/4 trays Ready   GPUs 8 used / 8 free of 16")
+    assert "  ns/k3 group 0: rack rack-0 (trays gb300-r0-t00, gb300-r0-t01)  2/2 pods ready" in text
+    assert "  ns/k3 group 1: SPLIT over racks rack-0, rack-1 (trays a, b)  2/2 pods ready" in text
+    assert "  ns/k3 group 2: not placed  0/1 pods ready" in text
+    assert "      pod k3-engine-2: Unschedulable: 0/4 nodes" in text
+    assert "      endpoint http://k3.ns.svc:8000/v1   simulator http://127.0.0.1:4000" in text
+    assert "      Ready=False (GroupsNotReady): 2/3" in text

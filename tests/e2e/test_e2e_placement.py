@@ -1,0 +1,85 @@
+"""Placement on simulated GB300 NVL72 racks with the real scheduler, LWS manager and webhooks.
+
+Each group must land inside one NVLink clique (all its pods share one
+``nvidia.com/gpu.clique`` value); with exclusive placement each group has its rack to itself;
+a group no rack can hold is refused in the CR's status (``ScalingLimited=True``, reason
+``Unschedulable``) and by a Warning Event.
+"""
+
+from __future__ import annotations
+
+from devenv import DevEnv, wait_until
+
+TRAYS_TP8 = 2  # TP8 on 4-GPU GB300 trays
+
+
+def _assert_one_rack_each(env: DevEnv, groups: dict[int, list[dict]]) -> None:
+    cliques = {}
+    for index, pods in groups.items():
+        seen = env.cliques(pods)
+        assert len(seen) == 1 and None not in seen, f"group {index} spans cliques {seen}"
+        cliques[index] = seen.pop()
+    # exclusive topology: no two groups share a rack
+    assert len(set(cliques.values())) == len(cliques), cliques
+
+
+def test_scaling_1_3_1_places_each_group_in_one_rack(dev_env: DevEnv, ns: str) -> None:
+    dev_env.apply(dev_env.deployment(ns, replicas=1))
+    groups = wait_until("1 ready group", lambda: dev_env.ready_groups(ns, TRAYS_TP8, 1))
+    _assert_one_rack_each(dev_env, groups)
+    leader_uid = groups[0][0]["metadata"]["uid"]
+
+    dev_env.scale(ns, 3)
+    groups = wait_until("3 ready groups", lambda: dev_env.ready_groups(ns, TRAYS_TP8, 3))
+    _assert_one_rack_each(dev_env, groups)
+    assert len({dev_env.cliques(p).pop() for p in groups.values()}) == 3  # all three racks used
+    assert groups[0][0]["metadata"]["uid"] == leader_uid  # scaling up left group 0 alone
+    cr = wait_until("status readyReplicas 3", lambda: (c := dev_env.get_cr(ns)) and
+                    c.get("status", {}).get("readyReplicas") == 3 and c)
+    assert cr["status"]["replicas"] == 3
+    assert dev_env.condition(ns, "Ready")["status"] == "True"
+    assert dev_env.condition(ns, "ScalingLimited")["status"] == "False"
+
+    dev_env.scale(ns, 1)
+    groups = wait_until("back to 1 group", lambda: dev_env.ready_groups(ns, TRAYS_TP8, 1)
+                        if len(dev_env.pods(ns)) == TRAYS_TP8 else None)
+    assert groups[0][0]["metadata"]["uid"] == leader_uid  # scaling down removed groups 1 and 2 only
+    _assert_one_rack_each(dev_env, groups)
+    wait_until("status readyReplicas 1", lambda: (dev_env.get_cr(ns) or {}).get("status", {}).get("replicas") == 1)
+
+
+def test_group_no_rack_can_hold_is_refused_with_condition_and_event(dev_env: DevEnv, ns: str) -> None:
+    dev_env.apply(dev_env.deployment(ns, replicas=4))  # 3 racks, exclusive placement: group 3 has nowhere to go
+
+    def refused() -> dict | None:
+        c = dev_env.condition(ns, "ScalingLimited")
+        return c if c and c["status"] == "True" else None
+    cond = wait_until("ScalingLimited=True", refused)
+    assert cond["reason"] == "Unschedulable"
+    assert cond["message"].startswith("group 3 cannot be placed")
+    assert "pod k3-engine-3 is Unschedulable: 0/12 nodes are available" in cond["message"]
+
+    def three_placed_one_pending() -> dict | None:
+        groups = dev_env.groups(ns)
+        if sorted(groups) != [0, 1, 2, 3] or len(groups[3]) != 1:
+            return None
+        placed = [groups[i] for i in range(3)]
+        return groups if all(len(g) == TRAYS_TP8 and all(map(dev_env.ready, g)) for g in placed) else None
+    groups = wait_until("groups 0-2 ready and group 3 pending", three_placed_one_pending)
+    assert groups[3][0]["spec"].get("nodeName") is None  # its leader is pending; LWS made no workers for it
+    _assert_one_rack_each(dev_env, {i: g for i, g in groups.items() if i < 3})
+
+    event = wait_until("Warning event Unschedulable",
+                       lambda: next((e for e in dev_env.events(ns) if e["reason"] == "Unschedulable"), None))
+    assert event["type"] == "Warning"
+    assert event["message"].startswith("group 3 cannot be placed")
+    assert dev_env.condition(ns, "Ready")["status"] == "False"
+    cr = wait_until("readyReplicas 3", lambda: (c := dev_env.get_cr(ns)) and
+                    c.get("status", {}).get("readyReplicas") == 3 and c)
+    assert cr["status"]["readyReplicas"] == 3
+
+    dev_env.scale(ns, 3)
+    cond = wait_until("ScalingLimited=False after scaling to what fits",
+                      lambda: (c := dev_env.condition(ns, "ScalingLimited")) and c["status"] == "False" and c)
+    assert cond["reason"] == "AllGroupsPlaced"
+    wait_until("Ready again", lambda: (c := dev_env.condition(ns, "Ready")) and c["status"] == "True")

@@ -1,0 +1,68 @@
+"""``kimik3 dev status`` names the rack (and trays) each group landed on, and the cluster's
+processes, racks and CR status; the dev cluster's processes are the real ones."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from click.testing import CliRunner
+from devenv import SHAPE, DevEnv, wait_until
+
+from kimik3.cli import main
+from kimik3.devcluster.racks import RACK_LABEL
+
+TRAYS_TP8 = 2
+GPUS_PER_TRAY = 4
+
+
+def test_dev_status_names_the_rack_of_each_group(dev_env: DevEnv, ns: str) -> None:
+    dev_env.apply(dev_env.deployment(ns, replicas=2))
+    groups = wait_until("2 ready groups", lambda: dev_env.ready_groups(ns, TRAYS_TP8, 2))
+    wait_until("status readyReplicas 2", lambda: (dev_env.get_cr(ns) or {}).get("status", {}).get("readyReplicas") == 2)
+    nodes = {n["metadata"]["name"]: n for n in dev_env.rest.items("/api/v1/nodes")}
+    state_dir = str(dev_env.cluster.state_dir)
+
+    result = CliRunner().invoke(main, ["dev", "status", "--state-dir", state_dir])
+    assert result.exit_code == 0, result.output
+    text = result.output
+    used_racks = set()
+    for index, pods in groups.items():
+        trays = [p["spec"]["nodeName"] for p in pods]
+        rack = nodes[trays[0]]["metadata"]["labels"][RACK_LABEL]
+        used_racks.add(rack)
+        assert f"{ns}/k3 group {index}: rack {rack} (trays {', '.join(trays)})  2/2 pods ready" in text, text
+    for rack in used_racks:  # each used rack: 2 trays x 4 GPUs busy, 2 trays free
+        busy = TRAYS_TP8 * GPUS_PER_TRAY
+        free = SHAPE["trays_per_rack"] * GPUS_PER_TRAY - busy
+        assert any(line.strip().startswith(rack) and f"GPUs {busy} used / {free} free" in line
+                   for line in text.splitlines()), text
+    assert f"{ns}/k3: replicas 2, groups 2, ready 2" in text
+    assert f"endpoint http://k3.{ns}.svc:8000/v1" in text
+    assert "Ready=True (AllGroupsReady)" in text
+
+    as_json = CliRunner().invoke(main, ["dev", "status", "--state-dir", state_dir, "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    data = json.loads(as_json.output)
+    mine = [g for g in data["groups"] if g["namespace"] == ns]
+    assert [(g["group"], len(g["racks"]), g["ready"]) for g in mine] == [(0, 1, 2), (1, 1, 2)]
+    assert len({g["racks"][0] for g in mine}) == 2  # exclusive: one rack each
+
+
+def test_dev_up_started_real_processes_on_loopback(dev_env: DevEnv) -> None:
+    running = {r.name: r for r in dev_env.cluster.running()}
+    assert set(running) >= {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "lws-manager",
+                            "kwok", "operator", "prometheus"}
+    assert running["kwok"].argv[0].endswith("kwok-v0.8.0")
+    assert running["lws-manager"].argv[0].endswith("lws-manager-v0.9.0")
+    assert running["prometheus"].argv[0] == "/usr/bin/prometheus"
+    for name, url in dev_env.state["urls"].items():
+        if url.startswith("http"):
+            assert url.split("//", 1)[1].startswith("127.0.0.1:"), (name, url)
+    rss = dev_env.cluster.rss_bytes()
+    assert all(v > 1 << 20 for v in rss.values()), rss  # every process holds > 1 MiB resident
+    for r in running.values():
+        assert os.path.exists(r.log)
+    webhooks = dev_env.rest.items("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations")
+    urls = [h["clientConfig"]["url"] for w in webhooks for h in w["webhooks"]]
+    assert urls and all(u.startswith(dev_env.state["urls"]["lws-webhooks"] + "/") for u in urls), urls

@@ -1,0 +1,176 @@
+"""The autoscaler inside the reconcile, on a real kube-apiserver: decisions drive the
+LeaderWorkerSet's replicas, and status, Events and conditions tell the story (F8, F10, F11).
+
+A Reconciler is driven directly with a fake clock (no kopf here: decisions must be deterministic)
+against its own control plane; group leaders are stand-in /metrics pages on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+
+from kimik3.controller.autoscaling import Autoscaling
+from kimik3.controller.kube import Kube
+from kimik3.controller.reconcile import Reconciler
+from kimik3.devcluster.controlplane import ControlPlane
+from kimik3.devcluster.install import install_apis
+from test_autoscaler_metrics import MetricsServer, exposition
+from test_operator import CD, CR, LWS, condition, events, recipe
+
+ITL = "vllm:inter_token_latency_seconds"
+
+
+@pytest.fixture(scope="module")
+def cp(tmp_path_factory) -> Iterator[ControlPlane]:
+    with ControlPlane(tmp_path_factory.mktemp("autoscaling-cp")) as plane:
+        install_apis(plane)
+        yield plane
+
+
+@pytest.fixture
+def env(cp) -> Iterator[dict]:
+    api = cp.api_client("admin")
+    ns = f"as-{uuid.uuid4().hex[:8]}"
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": ns}})
+    leader = MetricsServer()
+    clock = [1_000_000.0]
+    kube = Kube(api)
+    reconciler = Reconciler(kube, autoscaling=Autoscaling(scrape_url=lambda pod, port: leader.url,
+                                                          clock=lambda: clock[0]))
+    yield {"kube": kube, "api": api, "ns": ns, "leader": leader, "clock": clock, "rec": reconciler}
+    leader.close()
+    api.close()
+
+
+def autoscaled_cr(ns: str, **autoscaling) -> dict:
+    body = recipe("gb300-tp8-megakernel-dspark.yaml")
+    body["metadata"]["namespace"] = ns
+    body["spec"]["autoscaling"] = {"enabled": True, "minReplicas": 1, "maxReplicas": 4,
+                                   "metricsSource": {"type": "podScrape"},
+                                   "target": {"metric": "timePerOutputToken", "percentile": 90, "value": "5ms"},
+                                   "interval": "30s", "window": "1m", "scaleDownStabilization": "2m",
+                                   **autoscaling}
+    return body
+
+
+def running_leaders(e: dict, groups: int, ready: bool = True) -> None:
+    """What the LWS controller and kubelet would report: leader pods Running, groups ready."""
+    core = client.CoreV1Api(e["api"])
+    for g in range(groups):
+        name = f"k3-latency-engine-{g}"
+        try:
+            core.read_namespaced_pod(name, e["ns"])
+            continue
+        except client.ApiException:
+            pass
+        core.create_namespaced_pod(e["ns"], {"metadata": {"name": name, "labels": {
+            "leaderworkerset.sigs.k8s.io/name": "k3-latency-engine", "leaderworkerset.sigs.k8s.io/group-index": str(g),
+            "leaderworkerset.sigs.k8s.io/worker-index": "0", "app.kubernetes.io/managed-by": "kimik3-operator"}},
+            "spec": {"containers": [{"name": "engine", "image": "x"}]}})
+        core.patch_namespaced_pod_status(name, e["ns"], {"status": {"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "True" if ready else "False"}]}})
+    e["kube"].patch_merge(*LWS, e["ns"], "k3-latency-engine",
+                          {"status": {"replicas": groups, "readyReplicas": groups if ready else 0}}, subresource="status")
+
+
+def tick(e: dict, seconds: float = 30) -> dict:
+    e["clock"][0] += seconds
+    e["rec"].reconcile(e["ns"], "k3-latency")
+    return e["kube"].get(*CR, e["ns"], "k3-latency")
+
+
+def serve(e: dict, steps: int, step_s: float, running: float, tokens: float, drafts: float = 0, accepted: float = 0,
+          name: str = ITL) -> None:
+    e["leader"].text = exposition(name, {0: [step_s] * steps}, running=running, drafts=drafts, accepted=accepted,
+                                  tokens=tokens)
+
+
+def test_load_step_scales_up_and_tells_the_story(env):
+    e = env
+    e["kube"].apply(autoscaled_cr(e["ns"]), force=False)
+    e["rec"].reconcile(e["ns"], "k3-latency")
+    running_leaders(e, 1)
+    serve(e, 0, 0.01, running=0, tokens=0)
+    obj = tick(e)
+    assert condition(obj, "MetricsAvailable")["reason"] == "WarmingUp"
+    assert obj["status"]["desiredReplicas"] == 1
+    # A load step: 40 requests on one group, ~21 ms steps at 4.2 tokens/step (P90 5.6 ms per
+    # token, over the 5 ms target), 30 s of 8000 output tokens/s.
+    serve(e, 3000, 0.021, running=40, tokens=240_000, drafts=3000, accepted=9600)
+    obj = tick(e)
+    desired = obj["status"]["desiredReplicas"]
+    assert desired >= 2, obj["status"]
+    assert obj["status"]["decode"]["p90ItlSeconds"] == pytest.approx((0.01 + 0.015 * 0.9) / 4.2)
+    assert e["kube"].get(*LWS, e["ns"], "k3-latency-engine")["spec"]["replicas"] == desired
+    assert obj["status"]["lastScale"]["from"] == 1 and obj["status"]["lastScale"]["to"] == desired
+    assert obj["status"]["lastScale"]["reason"].startswith("ScaleUp")
+    assert obj["status"]["decode"]["acceptanceLength"] == pytest.approx(4.2)
+    assert 150 < obj["status"]["decode"]["tokensPerSecondPerUser"] < 260
+    assert condition(obj, "MetricsAvailable")["status"] == "True"
+    scale_events = [ev for ev in events(e["api"], e["ns"]) if ev.reason.startswith("ScaleUp")]
+    assert len(scale_events) == 1 and f"groups 1 -> {desired}" in scale_events[0].message
+
+
+def test_no_latency_metric_holds_replicas_and_says_why(env):
+    """F8: neither ITL name: replicas hold, MetricsAvailable=False names the reason."""
+    e = env
+    e["kube"].apply(autoscaled_cr(e["ns"], minReplicas=2), force=False)
+    e["rec"].reconcile(e["ns"], "k3-latency")
+    running_leaders(e, 2)
+    e["leader"].text = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine=\"0\"} 30\n"
+    tick(e)
+    obj = tick(e)
+    cond = condition(obj, "MetricsAvailable")
+    assert (cond["status"], cond["reason"]) == ("False", "NoLatencyMetric")
+    assert "holding replicas at 2" in cond["message"]
+    assert e["kube"].get(*LWS, e["ns"], "k3-latency-engine")["spec"]["replicas"] == 2
+    assert obj["status"]["desiredReplicas"] == 2
+
+
+def test_scale_to_zero_with_no_traffic_releases_the_compute_domain(env):
+    """F11: minReplicas 0 and no traffic: LWS at 0, ComputeDomain released, Ready/ScaledToZero."""
+    e = env
+    e["kube"].apply(autoscaled_cr(e["ns"], minReplicas=0, metricsSource={"type": "podScrape"}), force=False)
+    e["rec"].reconcile(e["ns"], "k3-latency")
+    running_leaders(e, 1)
+    serve(e, 0, 0.01, running=0, tokens=0)
+    for _ in range(7):  # 3.5 minutes of silence > the 2-minute scale-down window
+        obj = tick(e)
+    assert obj["status"]["desiredReplicas"] == 0, obj["status"]
+    assert e["kube"].get(*LWS, e["ns"], "k3-latency-engine")["spec"]["replicas"] == 0
+    client.CoreV1Api(e["api"]).delete_collection_namespaced_pod(e["ns"])  # as the LWS controller would
+    e["kube"].patch_merge(*LWS, e["ns"], "k3-latency-engine", {"status": {"replicas": 0, "readyReplicas": 0}},
+                          subresource="status")
+    obj = tick(e)
+    assert e["kube"].get(*CD, e["ns"], "k3-latency") is None
+    ready = condition(obj, "Ready")
+    assert (ready["status"], ready["reason"]) == ("True", "ScaledToZero")
+    assert condition(obj, "MetricsAvailable")["status"] == "True"
+
+
+def test_no_further_scale_up_while_a_group_loads(env):
+    """F10: a new group loading inside its load timeout counts as coming."""
+    e = env
+    e["kube"].apply(autoscaled_cr(e["ns"], maxReplicas=2), force=False)
+    e["rec"].reconcile(e["ns"], "k3-latency")
+    running_leaders(e, 1)
+    serve(e, 0, 0.01, running=0, tokens=0)
+    tick(e)
+    serve(e, 3000, 0.03, running=40, tokens=240_000, drafts=3000, accepted=9600)
+    obj = tick(e)
+    assert obj["status"]["desiredReplicas"] == 2
+    # Group 1 exists but loads (created just now, not ready).
+    core = client.CoreV1Api(e["api"])
+    core.create_namespaced_pod(e["ns"], {"metadata": {"name": "k3-latency-engine-1", "labels": {
+        "leaderworkerset.sigs.k8s.io/name": "k3-latency-engine", "leaderworkerset.sigs.k8s.io/group-index": "1",
+        "leaderworkerset.sigs.k8s.io/worker-index": "0"}}, "spec": {"containers": [{"name": "engine", "image": "x"}]}})
+    for i in range(4):
+        serve(e, 3000 * (i + 2), 0.03, running=60, tokens=240_000 * (i + 2), drafts=3000 * (i + 2),
+              accepted=9600 * (i + 2))
+        obj = tick(e)
+        assert obj["status"]["desiredReplicas"] == 2
+    assert e["kube"].get(*LWS, e["ns"], "k3-latency-engine")["spec"]["replicas"] == 2

@@ -1,0 +1,205 @@
+"""The fleet simulator, traces, baselines and benchmark output (issue 4, part 4), on short runs."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from kimik3.autoscaler.baselines import (HPAPolicy, KEDAPolicy, KPAPolicy, OptimalPolicy, StaticPolicy,
+                                         provisioning_schedule)
+from kimik3.autoscaler.histogram import quantile
+from kimik3.autoscaler.observation import DecodeObservation
+from kimik3.autoscaler.policy import Decision, FleetState
+from kimik3.sim import benchmark, traces
+from kimik3.sim.fleet import FleetConfig, FleetSim, GroupModel
+from kimik3.sim.perfmodel import acceptance_length, decode_point, perf_params
+
+RECIPE = "recipes/gb300-tp8-megakernel-dspark.yaml"
+
+
+@pytest.fixture(scope="module")
+def setup():
+    return benchmark.setup(RECIPE)
+
+
+def _sim(s, policy, reqs, duration, initial, cfg=None):
+    return FleetSim(cfg or s.cfg, policy, reqs, duration, initial, model=GroupModel(cfg or s.cfg)).run()
+
+
+class Scripted:
+    """A policy that asks for ``plan[t]`` groups from time t on, and records what it saw."""
+
+    def __init__(self, plan: dict[float, int], interval_s: float = 30.0):
+        self.plan, self.interval_s, self.window_s = sorted(plan.items()), interval_s, 120.0
+        self.seen: list[tuple[float, DecodeObservation | None, FleetState]] = []
+
+    def decide(self, now, obs, fleet):
+        self.seen.append((now, obs, fleet))
+        want = fleet.current
+        for t, n in self.plan:
+            if now >= t:
+                want = n
+        return Decision(want, "Scripted")
+
+
+def test_recipe_fleet_config(setup):
+    cfg = setup.cfg
+    assert (cfg.shape.tensor_parallel_size, cfg.shape.decode_backend, cfg.shape.spec_method) == (8, "latency_specialized", "dspark")
+    assert (cfg.max_num_seqs, cfg.trays_per_group, cfg.gpus_per_group, cfg.capacity_groups) == (64, 2, 8, 18)
+    assert cfg.load_time_s == 900.0
+
+
+def test_a_static_group_at_a_known_batch_has_the_perf_models_latency(setup):
+    """Four long requests at t=0 on one group: every decode token comes at tpot(batch 4)."""
+    reqs = [traces.Request(0.001 * i, 16, 20_000) for i in range(4)]
+    res = _sim(setup, StaticPolicy(1), reqs, 60, 1)
+    params = perf_params(setup.cfg.shape)
+    point = decode_point(params, 4)
+    assert res.minutes[0].p90_tpot_s == pytest.approx(point.tpot_s, abs=2e-6)
+    assert point.tpot_s == pytest.approx(0.004366, abs=1e-5)  # 229 tok/s per user at batch 4
+    # 60 s at 4 x 229 tok/s, less the one prefill step: the group's throughput.
+    assert res.minutes[0].tokens == pytest.approx(60 * point.group_tokens_per_s, rel=0.01)
+    assert res.gpu_hours == pytest.approx(8 * 60 / 3600)
+
+
+def test_the_observation_is_what_vllm_would_export(setup):
+    """ITL is per engine step (AL tokens), spec-decode counters give the acceptance length back."""
+    reqs = [traces.Request(0.001 * i, 16, 60_000) for i in range(4)]
+    policy = Scripted({})
+    _sim(setup, policy, reqs, 150, 1)
+    now, obs, fleet = policy.seen[-1]
+    al = acceptance_length("dspark", 7)
+    point = decode_point(perf_params(setup.cfg.shape), 4)
+    assert (now, obs.window_s, fleet) == (150.0, 120.0, FleetState(current=1, ready=1))
+    assert obs.acceptance_length == pytest.approx(al, rel=1e-6)  # 4.26 (Dynamo's chat figure)
+    assert obs.running == 4 and obs.waiting == 0
+    assert obs.generation_tokens / obs.window_s == pytest.approx(point.group_tokens_per_s, rel=1e-3)
+    # Steps of 18.6 ms in 1 ms buckets: the quantile lands inside the step's bucket.
+    assert point.step_s == pytest.approx(0.0186, abs=1e-4)
+    assert 0.018 <= quantile(0.9, obs.itl) <= 0.019
+    assert obs.itl.count == pytest.approx(4 * 120 / point.step_s, rel=1e-3)
+
+
+def test_a_group_added_loads_for_exactly_the_load_time(setup):
+    cfg = replace(setup.cfg, load_time_s=120.0)
+    policy = Scripted({30: 2})
+    res = _sim(setup, policy, [], 300, 1, cfg=cfg)
+    assert res.groups[1][1:] == (30.0, 150.0, None)  # created at 30 s, ready at 150 s
+    states = {now: fleet for now, _, fleet in policy.seen}
+    assert states[60.0] == FleetState(current=2, ready=1, loading=1)
+    assert states[150.0] == FleetState(current=2, ready=1, loading=1)  # decisions come before readiness
+    assert states[180.0] == FleetState(current=2, ready=2)
+    # GPU-hours count the loading group: 300 s x 8 GPUs + 270 s x 8 GPUs.
+    assert res.gpu_hours == pytest.approx((300 + 270) * 8 / 3600)
+    assert res.scale_events == 1
+
+
+def test_capacity_limits_placement(setup):
+    """One rack of 4 trays holds 2 groups of 2 trays: the 3rd and 4th stay pending until a
+    group is removed; pending groups hold no GPUs."""
+    cfg = replace(setup.cfg, racks=1, trays_per_rack=4, load_time_s=60.0)
+    assert cfg.capacity_groups == 2
+    policy = Scripted({30: 4, 300: 3})
+    res = _sim(setup, policy, [], 600, 1, cfg=cfg)
+    states = {now: fleet for now, _, fleet in policy.seen}
+    assert states[120.0] == FleetState(current=4, ready=2, loading=0, unplaceable=2)
+    # At 300 s the newest (pending) group goes; the other pending one still has no room.
+    assert states[330.0] == FleetState(current=3, ready=2, loading=0, unplaceable=1)
+    assert res.gpu_hours == pytest.approx((600 + 570) * 8 / 3600)  # group 1 from 30 s; none pending
+
+
+def test_scale_down_drains_the_newest_group(setup):
+    reqs = [traces.Request(0.5 * i, 16, 400) for i in range(100)]
+    res = _sim(setup, Scripted({60: 1}), reqs, 120, 2)
+    created_ready_gone = {g[0]: g[1:] for g in res.groups}
+    assert created_ready_gone[0] == (0.0, 0.0, None)
+    assert created_ready_gone[1][2] is not None and 60.0 <= created_ready_gone[1][2] < 65.0
+
+
+def test_traces_are_deterministic_and_have_their_shape():
+    full = traces.step()
+    assert full.rate(1799) == 4.0 and full.rate(1860) == 16.0 and full.rate(6000) == 4.0
+    assert full.jumps == (1800.0,) and full.duration_s == 7200
+    step = traces.step(at_s=300, hold_s=300, duration_s=900)
+    a, b = step.requests(0), step.requests(0)
+    assert a == b and a != step.requests(1)
+    assert len(a) == pytest.approx(sum(step.rates), rel=0.03)
+    mean_out = sum(r.output_tokens for r in a) / len(a)
+    mean_prompt = sum(r.prompt_tokens for r in a) / len(a)
+    assert mean_out == pytest.approx(400, rel=0.03) and mean_prompt == pytest.approx(2000, rel=0.03)
+    d = traces.diurnal()
+    assert d.duration_s == 4 * 3600
+    assert min(d.rates) == pytest.approx(4.5, rel=0.01) and max(d.rates) == pytest.approx(18.0, rel=0.01)
+    assert d.rate(30 * 60) == pytest.approx(4.5, rel=0.01)  # 03:00 of the compressed day
+    burst = traces.bursts()
+    assert burst == traces.bursts() and len(burst.jumps) == 5
+    assert max(burst.rates) == pytest.approx(20.0) and min(burst.rates) == pytest.approx(8.0)
+    assert traces.steady().rates == (20.0,) * 7200
+
+
+def test_provisioning_schedule_loads_early_and_keeps_short_gaps():
+    ready = [2, 2, 3, 3, 2, 2, 2, 3, 2, 2, 2, 2, 2, 2]
+    # The 3rd group is needed at minutes 2-3 and 7; the gap (3 min) is <= the load time (3 min):
+    # it is kept; it loads from minute 0 (2 - 3 clipped: before the trace).
+    assert provisioning_schedule(ready, 3) == [3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2]
+    assert provisioning_schedule([1, 1, 1, 1, 1, 1, 1, 2, 2, 1], 2) == [1, 1, 1, 1, 1, 2, 2, 2, 2, 1]
+
+
+def test_hpa_follows_the_published_rule():
+    hpa = HPAPolicy(target_s=0.005, min_replicas=1, max_replicas=20)
+    obs = _obs(latency=0.0104)  # ratio 2.08 -> ceil(4 x 2.08) = 9, capped at max(+100%, +4) = 8
+    assert hpa.decide(0, obs, FleetState(current=4, ready=4)).desired == 8
+    hold = HPAPolicy(target_s=0.005, min_replicas=1, max_replicas=20)
+    assert hold.decide(0, _obs(latency=0.0053), FleetState(current=4, ready=4)).desired == 4  # inside 10%
+    down = HPAPolicy(target_s=0.005, min_replicas=1, max_replicas=20)
+    assert down.decide(0, _obs(latency=0.0049), FleetState(current=4, ready=4)).desired == 4
+    assert down.decide(30, _obs(latency=0.0025), FleetState(current=4, ready=4)).desired == 4  # window max
+    assert down.decide(331, _obs(latency=0.0025), FleetState(current=4, ready=4)).desired == 2
+
+
+def test_keda_scales_on_waiting_requests_only():
+    keda = KEDAPolicy(threshold=5, min_replicas=1, max_replicas=20)
+    assert keda.decide(0, _obs(latency=0.012, waiting=40), FleetState(current=3, ready=3)).desired == 7
+    assert keda.decide(30, _obs(latency=0.012, waiting=0), FleetState(current=7, ready=7)).desired == 7
+
+
+def test_kpa_panics_at_twice_the_target():
+    kpa = KPAPolicy(target=5.0, min_replicas=1, max_replicas=20)
+    for t in range(0, 60, 2):
+        kpa.decide(t, _obs(latency=0.004, running=10), FleetState(current=2, ready=2))
+    d = kpa.decide(60, _obs(latency=0.01, running=60), FleetState(current=2, ready=2))
+    assert d.reason == "KPAPanic" and d.desired == 4  # panic wants 12, rate-limited to 2 x 2 ready
+
+
+def _obs(latency: float, running: float = 20, waiting: float = 0) -> DecodeObservation:
+    from kimik3.autoscaler.histogram import INF, Histogram
+    return DecodeObservation(at=0, window_s=30, itl=Histogram({latency * 0.999: 0, latency: 100, INF: 100}),
+                             itl_metric="vllm:inter_token_latency_seconds", running=running, waiting=waiting,
+                             generation_tokens=1000)
+
+
+def test_benchmark_json_has_the_required_shape(setup, tmp_path):
+    short = [traces.step(at_s=180, hold_s=180, duration_s=480), traces.steady(rate=6, duration_s=300)]
+    cfg = replace(setup.cfg, load_time_s=60.0)
+    s = replace(setup, cfg=cfg, model=GroupModel(cfg))
+    runs = [benchmark.run_trace(s, t) for t in short]
+    benchmark.write_json(runs, tmp_path / "autoscaler.json")
+    data = json.loads((tmp_path / "autoscaler.json").read_text())
+    assert set(data) == {"step", "steady"}
+    for trace, by_policy in data.items():
+        assert set(by_policy) == set(benchmark.POLICIES) and "kimik3" in by_policy and "optimal" in by_policy
+        for metrics in by_policy.values():
+            assert set(metrics) == {"slo_attainment", "gpu_hours", "scale_events", "recovery_s", "worst_p90_itl_s"}
+            assert 0 <= metrics["slo_attainment"] <= 1 and metrics["gpu_hours"] > 0
+            assert (metrics["recovery_s"] is None) == (trace == "steady")
+    step = data["step"]
+    assert step["optimal"]["slo_attainment"] == 1.0
+    assert step["static-peak"]["scale_events"] == 0 and step["static-peak"]["slo_attainment"] == 1.0
+    assert "kimik3" in benchmark.table(runs, s.target_s)
+
+
+def test_optimal_policy_plays_its_schedule():
+    p = OptimalPolicy([2, 2, 5, 3])
+    assert [p.decide(t, None, FleetState(2, 2)).desired for t in (0, 60, 120, 150, 180, 600)] == [2, 2, 5, 5, 3, 3]

@@ -1,0 +1,269 @@
+"""Every recipe: `kimik3 validate` accepts it with the expected shape, its header says its
+intended use, expected speed and the source of the figure, and the real API server plus the
+operator turn it into the expected children. Also the two fields the dedicated-endpoint recipe
+needs: spec.service.apiKeySecret (VLLM_API_KEY from a Secret) and spec.service.httpRoute."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from kimik3.render.children import render
+
+REPO = Path(__file__).resolve().parents[1]
+RECIPES = sorted((REPO / "recipes").glob("*.yaml"))
+CR = ("inference.kimik3.io/v1alpha1", "KimiK3Deployment")
+LWS = ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
+CD = ("resource.nvidia.com/v1beta1", "ComputeDomain")
+ROUTE = ("gateway.networking.k8s.io/v1", "HTTPRoute")
+MEASURED_TOK_S = {111, 118, 331, 370, 423, 840}
+"""Batch-1 tok/s per user measured on GB300 NVL72 (shared/reference/kimi-k3-and-vllm.md)."""
+NEW_RECIPES = {"gb200-tp16-megakernel-dspark.yaml", "h200-tp16-two-nodes.yaml", "b300-tp8-single-node.yaml",
+               "dedicated-endpoint.yaml"}
+
+# recipe -> (CR name, nodes per group, GPUs per node, accelerator, ComputeDomain, HTTPRoute)
+SHAPES = {
+    "gb300-tp8-megakernel-dspark.yaml": ("k3-latency", 2, 4, "gb300", True, False),
+    "gb300-dep16-throughput.yaml": ("k3-throughput", 4, 4, "gb300", True, False),
+    "gb200-tp16-megakernel-dspark.yaml": ("k3-gb200", 4, 4, "gb200", True, False),
+    "h200-tp16-two-nodes.yaml": ("k3-h200", 2, 8, "h200", False, False),
+    "b300-tp8-single-node.yaml": ("k3-b300", 1, 8, "b300", False, False),
+    "dedicated-endpoint.yaml": ("k3-acme", 2, 4, "gb300", True, True),
+}
+PRODUCT = {"gb300": "NVIDIA-GB300", "gb200": "NVIDIA-GB200", "h200": "NVIDIA-H200", "b300": "NVIDIA-B300"}
+
+
+def documents(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def deployment(path: Path) -> dict[str, Any]:
+    (cr,) = [d for d in documents(path) if d["kind"] == "KimiK3Deployment"]
+    return cr
+
+
+def header(path: Path) -> str:
+    lines = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line.lstrip("# "))
+    return " ".join(lines)
+
+
+def test_recipes_are_the_documented_set():
+    assert {p.name for p in RECIPES} == set(SHAPES)
+    readme = (REPO / "recipes" / "README.md").read_text()
+    for p in RECIPES:
+        assert f"`{p.name}`" in readme, f"{p.name} missing from recipes/README.md"
+    assert "Prefill/decode disaggregation" in readme and "not supported" in readme
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
+def test_kimik3_validate_accepts_the_recipe(path):
+    name, nodes, gpus, accelerator, cd, _ = SHAPES[path.name]
+    out = subprocess.run([sys.executable, "-m", "kimik3.cli", "validate", "-f", str(path)],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+    placement = "a ComputeDomain and clique placement" if cd else "no ComputeDomain"
+    assert out.stdout.strip() == (f"{name}: valid: {nodes} node(s) x {gpus} {accelerator} GPUs per group, "
+                                  f"{placement}")
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
+def test_recipe_documents_use_speed_and_source(path):
+    text = header(path)
+    assert "Expected speed" in text and "kimi-k3-and-vllm.md" in text
+    cited = {int(n) for n in re.findall(r"(\d+) tok/s", text)}
+    assert cited, "no speed figure"
+    assert cited <= MEASURED_TOK_S, f"figures not in the reference: {cited - MEASURED_TOK_S}"
+    if path.name in NEW_RECIPES:
+        assert "Intended use:" in text and "Source:" in text
+
+
+def test_megakernel_recipes_respect_its_limits():
+    """The megakernel path: SM100/SM103, TP 8 or 16, dspark with <= 7 tokens (kimi-k3-and-vllm.md)."""
+    for path in RECIPES:
+        spec = deployment(path)["spec"]
+        if spec["engine"].get("decodeBackend") != "latency_specialized":
+            continue
+        assert spec["topology"]["accelerator"] != "h200"
+        assert spec["topology"]["strategy"] == "tp" and spec["topology"]["tensorParallelSize"] in (8, 16)
+        assert spec["speculativeDecoding"]["method"] == "dspark"
+        assert spec["speculativeDecoding"]["numSpeculativeTokens"] <= 7
+
+
+# ---------------------------------------------------------------- render (no cluster) ---------
+
+
+def stored(path: Path, **spec: Any) -> dict[str, Any]:
+    cr = copy.deepcopy(deployment(path))
+    cr["metadata"]["uid"] = "00000000-0000-4000-8000-000000000001"
+    cr["spec"].update(spec)
+    return cr
+
+
+def env_of(template: dict[str, Any]) -> list[dict[str, Any]]:
+    return template["spec"]["containers"][0]["env"]
+
+
+def test_api_key_goes_to_the_api_servers_only_from_the_secret():
+    rendered = render(stored(REPO / "recipes" / "dedicated-endpoint.yaml"))
+    lws = next(o for o in rendered.objects if o["kind"] == "LeaderWorkerSet")
+    tmpl = lws["spec"]["leaderWorkerTemplate"]
+    key = {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": "k3-api-key", "key": "api-key"}}}
+    assert env_of(tmpl["leaderTemplate"]).count(key) == 1
+    assert not any(e["name"] == "VLLM_API_KEY" for e in env_of(tmpl["workerTemplate"])), "headless ranks serve no API"
+    # A literal VLLM_API_KEY in engine.env never reaches the API server next to the Secret's.
+    cr = stored(REPO / "recipes" / "dedicated-endpoint.yaml")
+    cr["spec"]["engine"]["env"] = [{"name": "VLLM_API_KEY", "value": "leaked"}]
+    tmpl = next(o for o in render(cr).objects if o["kind"] == "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]
+    assert [e for e in env_of(tmpl["leaderTemplate"]) if e["name"] == "VLLM_API_KEY"] == [key]
+    # Without apiKeySecret: no key at all (vLLM serves without authentication).
+    lws = next(o for o in render(stored(REPO / "recipes" / "b300-tp8-single-node.yaml")).objects
+               if o["kind"] == "LeaderWorkerSet")
+    assert not any(e["name"] == "VLLM_API_KEY" for e in env_of(lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]))
+
+
+def test_api_key_on_a_single_node_group():
+    cr = stored(REPO / "recipes" / "b300-tp8-single-node.yaml",
+                service={"apiKeySecret": {"name": "s", "key": "k"}})
+    lws = next(o for o in render(cr).objects if o["kind"] == "LeaderWorkerSet")
+    tmpl = lws["spec"]["leaderWorkerTemplate"]
+    assert "leaderTemplate" not in tmpl  # one pod per group: it serves the API
+    assert {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}} in env_of(
+        tmpl["workerTemplate"])
+
+
+def test_http_route_routes_v1_to_the_client_service():
+    rendered = render(stored(REPO / "recipes" / "dedicated-endpoint.yaml"))
+    route = next(o for o in rendered.objects if o["kind"] == "HTTPRoute")
+    assert route["apiVersion"] == "gateway.networking.k8s.io/v1"
+    assert route["metadata"]["ownerReferences"][0]["kind"] == "KimiK3Deployment"
+    assert route["spec"] == {
+        "parentRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "inference-gateway",
+                        "namespace": "gateway-system", "sectionName": "https"}],
+        "hostnames": ["acme.inference.example.com"],
+        "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": "/v1"}}],
+                   "backendRefs": [{"group": "", "kind": "Service", "name": "k3-acme", "port": 8000}]}],
+    }
+    service = next(o for o in rendered.objects if o["kind"] == "Service")
+    assert service["metadata"]["name"] == "k3-acme" and service["spec"]["ports"][0]["port"] == 8000
+    # Without httpRoute the route must not exist (a removed field deletes it).
+    plain = render(stored(REPO / "recipes" / "b300-tp8-single-node.yaml"))
+    assert "HTTPRoute" not in {o["kind"] for o in plain.objects} and ROUTE in plain.absent
+
+
+def test_http_route_minimal_form():
+    cr = stored(REPO / "recipes" / "b300-tp8-single-node.yaml",
+                service={"port": 9000, "httpRoute": {"parentRefs": [{"name": "gw"}],
+                                                    "pathPrefixes": ["/v1/chat", "/v1/models"]}})
+    route = next(o for o in render(cr).objects if o["kind"] == "HTTPRoute")
+    assert route["spec"]["parentRefs"] == [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw"}]
+    assert "hostnames" not in route["spec"]
+    assert route["spec"]["rules"][0]["matches"] == [{"path": {"type": "PathPrefix", "value": "/v1/chat"}},
+                                                    {"path": {"type": "PathPrefix", "value": "/v1/models"}}]
+    assert route["spec"]["rules"][0]["backendRefs"][0]["port"] == 9000
+
+
+# ---------------------------------------------------------------- real API server --------------
+# `operator` and `kube` are the session's (tests/conftest.py): one operator, cluster-wide, as admin.
+
+
+def wait_for(fn, timeout: float = 20.0, what: str = "condition"):
+    import time
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; last value {last!r}")
+
+
+def contains(stored: Any, sent: Any) -> bool:
+    """Everything sent is stored as sent (the API server may add defaults, nothing else)."""
+    if isinstance(sent, dict):
+        return isinstance(stored, dict) and all(k in stored and contains(stored[k], v) for k, v in sent.items())
+    return stored == sent
+
+
+def loopback_prometheus(cr: dict[str, Any]) -> dict[str, Any]:
+    """Tests reach nothing but 127.0.0.1: point an autoscaling recipe's Prometheus at a closed
+    loopback port (the operator then holds replicas and says the metrics are unavailable)."""
+    source = ((cr["spec"].get("autoscaling") or {}).get("metricsSource") or {})
+    if source.get("prometheusUrl"):
+        source["prometheusUrl"] = "http://127.0.0.1:9"
+    return cr
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
+def test_recipe_is_applied_and_reconciled(operator, kube, admin_api, namespace, path):
+    name, nodes, gpus, accelerator, with_cd, with_route = SHAPES[path.name]
+    docs = documents(path)
+    for doc in docs:
+        if doc["kind"] == "Namespace":
+            assert doc["metadata"]["name"] == deployment(path)["metadata"]["namespace"]
+    cr = loopback_prometheus(copy.deepcopy(deployment(path)))
+    cr["metadata"]["namespace"] = namespace
+    if cr["spec"].get("service", {}).get("apiKeySecret"):
+        ref = cr["spec"]["service"]["apiKeySecret"]
+        client.CoreV1Api(admin_api).create_namespaced_secret(namespace, {
+            "metadata": {"name": ref["name"]}, "stringData": {ref["key"]: uuid.uuid4().hex}})
+    created = kube.apply(cr, force=False)  # server-side apply, strict field validation
+    assert contains(created["spec"], cr["spec"]), "the API server pruned or changed a field of the recipe"
+
+    def observed():
+        obj = kube.get(*CR, namespace, name)
+        return obj if (obj.get("status") or {}).get("observedGeneration") == 1 else None
+    obj = wait_for(observed, 30, f"status of {name}")
+    assert obj["status"]["plan"] == {"gpusPerNode": gpus, "nodesPerGroup": nodes, "gpusPerGroup": gpus * nodes,
+                                     "computeDomain": with_cd}
+    lws = kube.get(*LWS, namespace, f"{name}-engine")
+    assert lws["spec"]["leaderWorkerTemplate"]["size"] == nodes
+    pod = (lws["spec"]["leaderWorkerTemplate"].get("leaderTemplate")
+           or lws["spec"]["leaderWorkerTemplate"]["workerTemplate"])["spec"]
+    assert pod["nodeSelector"]["nvidia.com/gpu.product"] == PRODUCT[accelerator]
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == gpus
+    assert (kube.get(*CD, namespace, name) is not None) == with_cd
+    route = kube.get(*ROUTE, namespace, name)
+    assert (route is not None) == with_route
+    if with_route:
+        assert route["spec"]["parentRefs"][0]["name"] == "inference-gateway"
+        assert route["spec"]["rules"][0]["matches"] == [{"path": {"type": "PathPrefix", "value": "/v1"}}]
+        leader_env = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]["env"]
+        assert {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": "k3-api-key", "key": "api-key"}}} \
+            in leader_env
+        podmonitor = kube.get("monitoring.coreos.com/v1", "PodMonitor", namespace, name)
+        assert podmonitor["metadata"]["labels"]["release"] == "prometheus"
+        # Taking the route away deletes it.
+        kube.patch_merge(*CR, namespace, name, {"spec": {"service": {"httpRoute": None}}})
+        wait_for(lambda: kube.get(*ROUTE, namespace, name) is None, 20, "HTTPRoute deleted")
+
+
+@pytest.mark.parametrize("field,value,path,words", [
+    ("hostnames", ["Bad_Host"], "spec.service.httpRoute.hostnames[0]", "should match"),
+    ("pathPrefixes", ["v1"], "spec.service.httpRoute.pathPrefixes[0]", "should match '^/'"),
+    ("parentRefs", [], "spec.service.httpRoute.parentRefs", "should have at least 1 items"),
+])
+def test_api_server_refuses_a_bad_route(kube, namespace, field, value, path, words):
+    cr = copy.deepcopy(deployment(REPO / "recipes" / "b300-tp8-single-node.yaml"))
+    cr["metadata"] = {"name": f"bad-{uuid.uuid4().hex[:6]}", "namespace": namespace}
+    cr["spec"]["service"] = {"httpRoute": {"parentRefs": [{"name": "gw"}], field: value}}
+    with pytest.raises(ApiException) as err:
+        kube.apply(cr, force=False)
+    assert err.value.status == 422, err.value.body
+    causes = json.loads(err.value.body)["details"]["causes"]
+    assert any(c.get("field") == path and words in c["message"] for c in causes), causes

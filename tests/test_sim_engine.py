@@ -1,0 +1,239 @@
+"""One simulated engine on loopback: the OpenAI API, /health, and metrics that behave like vLLM's."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from kimik3.sim import perfmodel as pm
+from kimik3.sim.engine import EngineConfig, SimEngine, count_tokens
+from kimik3.sim.perfmodel import EngineShape
+
+MK_DSPARK = EngineShape(decode_backend="latency_specialized", spec_method="dspark", num_speculative_tokens=7)
+
+
+def run(config: EngineConfig, body: Callable[[SimEngine, aiohttp.ClientSession], Awaitable[Any]]) -> Any:
+    """Start an engine, run ``body`` against it (bounded to 30 s), stop it."""
+    async def main() -> Any:
+        engine = SimEngine(config)
+        await engine.start()
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+                return await asyncio.wait_for(body(engine, session), 30)
+        finally:
+            await engine.stop()
+    return asyncio.run(main())
+
+
+async def sse(resp: aiohttp.ClientResponse) -> list[Any]:
+    """The data items of a server-sent event stream ("[DONE]" kept as a string)."""
+    out: list[Any] = []
+    async for raw in resp.content:
+        line = raw.decode().strip()
+        if not line:
+            continue
+        assert line.startswith("data: "), line
+        data = line[len("data: "):]
+        out.append(data if data == "[DONE]" else json.loads(data))
+    return out
+
+
+async def metric_families(engine: SimEngine, session: aiohttp.ClientSession) -> dict[str, Any]:
+    async with session.get(engine.url + "/metrics") as r:
+        assert r.status == 200
+        return {f.name: f for f in text_string_to_metric_families(await r.text())}
+
+
+def value(families: dict[str, Any], sample: str, **labels: str) -> float:
+    name = sample.removesuffix("_total").removesuffix("_count").removesuffix("_sum")
+    fam = families.get(name) or families[sample]
+    total = 0.0
+    for s in fam.samples:
+        if s.name == sample and all(s.labels.get(k) == v for k, v in labels.items()):
+            total += s.value
+    return total
+
+
+def test_completion_not_streaming_counts_tokens():
+    async def body(engine, s):
+        prompt = "Write a haiku about racks of GPUs, please."
+        async with s.post(engine.url + "/v1/completions",
+                          json={"model": "kimi-k3", "prompt": prompt, "max_tokens": 40}) as r:
+            assert r.status == 200
+            doc = await r.json()
+        assert doc["object"] == "text_completion" and doc["model"] == "kimi-k3"
+        assert doc["id"].startswith("cmpl-")
+        assert doc["usage"] == {"prompt_tokens": count_tokens(prompt), "completion_tokens": 40,
+                                "total_tokens": count_tokens(prompt) + 40, "prompt_tokens_details": None}
+        choice = doc["choices"][0]
+        assert choice["finish_reason"] == "length" and len(choice["text"].split()) == 40
+        # token ids as prompt, and the served model name or no model at all
+        async with s.post(engine.url + "/v1/completions", json={"prompt": [1, 2, 3], "max_tokens": 3}) as r:
+            doc = await r.json()
+        assert doc["usage"]["prompt_tokens"] == 3 and doc["usage"]["completion_tokens"] == 3
+        # without max_tokens: stops on its own ("stop") after the default length
+        async with s.post(engine.url + "/v1/completions", json={"prompt": "hi"}) as r:
+            doc = await r.json()
+        assert doc["choices"][0]["finish_reason"] == "stop"
+        assert doc["usage"]["completion_tokens"] == engine.config.default_max_tokens
+    run(EngineConfig(shape=MK_DSPARK, seed=1, default_max_tokens=20), body)
+
+
+def test_completion_streaming_sse_with_usage():
+    async def body(engine, s):
+        req = {"model": "kimi-k3", "prompt": "one two three", "max_tokens": 50, "stream": True,
+               "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+        async with s.post(engine.url + "/v1/completions", json=req) as r:
+            assert r.status == 200 and r.headers["Content-Type"].startswith("text/event-stream")
+            items = await sse(r)
+        assert items[-1] == "[DONE]"
+        usage_chunk = items[-2]
+        assert usage_chunk["choices"] == [] and usage_chunk["usage"]["completion_tokens"] == 50
+        content = [i for i in items[:-2]]
+        assert all(c["object"] == "text_completion" and c["model"] == "kimi-k3" for c in content)
+        assert sum(len(c["choices"][0]["text"].split()) for c in content) == 50
+        assert [c["usage"]["completion_tokens"] for c in content] == sorted(c["usage"]["completion_tokens"] for c in content)
+        assert content[-1]["choices"][0]["finish_reason"] == "length"
+        assert all(c["choices"][0]["finish_reason"] is None for c in content[:-1])
+        # DSpark: a step delivers several tokens in one chunk
+        assert len(content) < 30 and max(len(c["choices"][0]["text"].split()) for c in content) > 1
+        # plain stream: no usage at all
+        async with s.post(engine.url + "/v1/completions",
+                          json={"prompt": "x", "max_tokens": 5, "stream": True}) as r:
+            items = await sse(r)
+        assert items[-1] == "[DONE]" and all("usage" not in i for i in items[:-1])
+    run(EngineConfig(shape=MK_DSPARK, seed=2), body)
+
+
+def test_chat_completions_streaming_and_not():
+    async def body(engine, s):
+        msgs = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hello there"}]
+        async with s.post(engine.url + "/v1/chat/completions", json={"model": "kimi-k3", "messages": msgs,
+                                                                     "max_tokens": 12}) as r:
+            doc = await r.json()
+        assert doc["object"] == "chat.completion" and doc["id"].startswith("chatcmpl-")
+        assert doc["choices"][0]["message"]["role"] == "assistant"
+        assert len(doc["choices"][0]["message"]["content"].split()) == 12
+        assert doc["usage"]["prompt_tokens"] == 2 + (4 + 4) + (4 + 2)  # "You are terse." = 4 tokens
+        async with s.post(engine.url + "/v1/chat/completions",
+                          json={"model": "kimi-k3", "messages": msgs, "max_completion_tokens": 12, "stream": True,
+                                "stream_options": {"include_usage": True}}) as r:
+            items = await sse(r)
+        assert items[0]["object"] == "chat.completion.chunk" and items[0]["choices"][0]["delta"]["role"] == "assistant"
+        text = "".join(i["choices"][0]["delta"].get("content", "") for i in items[1:-2])
+        assert len(text.split()) == 12 and items[-2]["usage"]["completion_tokens"] == 12
+    run(EngineConfig(shape=EngineShape(), seed=3), body)
+
+
+def test_models_and_errors():
+    async def body(engine, s):
+        async with s.get(engine.url + "/v1/models") as r:
+            doc = await r.json()
+        assert [m["id"] for m in doc["data"]] == ["k3-test"] and doc["data"][0]["max_model_len"] == 4096
+        async with s.post(engine.url + "/v1/completions", json={"model": "other", "prompt": "x"}) as r:
+            assert r.status == 404 and (await r.json())["error"]["code"] == 404
+        async with s.post(engine.url + "/v1/completions", json={"prompt": "x", "max_tokens": 5000}) as r:
+            assert r.status == 400 and "maximum context length" in (await r.json())["error"]["message"]
+        async with s.post(engine.url + "/v1/completions", data=b"{not json") as r:
+            assert r.status == 400
+    run(EngineConfig(served_model_name="k3-test", max_model_len=4096), body)
+
+
+def test_health_is_503_until_the_load_time_passed():
+    async def body(engine, s):
+        async with s.get(engine.url + "/health") as r:
+            assert r.status == 503
+        async with s.post(engine.url + "/v1/completions", json={"prompt": "x", "max_tokens": 1}) as r:
+            assert r.status == 503
+        async with s.get(engine.url + "/metrics") as r:
+            assert r.status == 503
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            async with s.get(engine.url + "/health") as r:
+                if r.status == 200:
+                    break
+            await asyncio.sleep(0.05)
+        elapsed = time.monotonic() - engine.started_at
+        assert 0.4 <= elapsed < 2.0
+        async with s.post(engine.url + "/v1/completions", json={"prompt": "x", "max_tokens": 1}) as r:
+            assert r.status == 200
+    run(EngineConfig(load_time_s=0.4), body)
+
+
+def test_itl_is_observed_once_per_engine_step_under_dspark():
+    async def body(engine, s):
+        req = {"prompt": "a b c d", "max_tokens": 80, "stream": True,
+               "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+        async with s.post(engine.url + "/v1/completions", json=req) as r:
+            items = await sse(r)
+        chunks = [i for i in items if i != "[DONE]" and i["choices"]]
+        fam = await metric_families(engine, s)
+        steps = engine.units[0].steps
+        itl_count = value(fam, "vllm:inter_token_latency_seconds_count")
+        drafts = value(fam, "vllm:spec_decode_num_drafts_total")
+        accepted = value(fam, "vllm:spec_decode_num_accepted_tokens_total")
+        # one step prefills (first token, no ITL); every later step is one ITL observation
+        assert itl_count == steps - 1 == len(chunks) - 1 == drafts
+        assert itl_count < 80 / 2  # not one per token: ~4.26 tokens per step
+        assert value(fam, "vllm:generation_tokens_total") == 80
+        assert value(fam, "vllm:spec_decode_num_draft_tokens_total") == 7 * drafts
+        per_pos = [value(fam, "vllm:spec_decode_num_accepted_tokens_per_pos_total", position=str(i)) for i in range(7)]
+        assert sum(per_pos) == accepted and per_pos[0] >= per_pos[-1]
+        # the observed step time is the model's step time at batch 1
+        mean_itl = value(fam, "vllm:inter_token_latency_seconds_sum") / itl_count
+        assert mean_itl == pytest.approx(pm.step_time(engine.params, 1), rel=1e-6)
+        assert value(fam, "vllm:time_to_first_token_seconds_count") == 1
+        assert value(fam, "vllm:request_success_total", finished_reason="length") == 1
+        tpot = value(fam, "vllm:request_time_per_output_token_seconds_sum")
+        assert tpot == pytest.approx(mean_itl * itl_count / 79, rel=1e-6)
+    run(EngineConfig(shape=MK_DSPARK, seed=4), body)
+
+
+def test_latency_rises_with_concurrency():
+    async def mean_itl(concurrency: int) -> float:
+        async def body(engine, s):
+            async def one() -> None:
+                async with s.post(engine.url + "/v1/completions", json={"prompt": "a", "max_tokens": 30}) as r:
+                    assert r.status == 200
+            await asyncio.gather(*(one() for _ in range(concurrency)))
+            fam = await metric_families(engine, s)
+            return (value(fam, "vllm:inter_token_latency_seconds_sum")
+                    / value(fam, "vllm:inter_token_latency_seconds_count"))
+        engine = SimEngine(EngineConfig(shape=EngineShape(), seed=5))
+        await engine.start()
+        try:
+            async with aiohttp.ClientSession() as s:
+                return await asyncio.wait_for(body(engine, s), 30)
+        finally:
+            await engine.stop()
+
+    async def main() -> tuple[float, float]:
+        return await mean_itl(1), await mean_itl(16)
+
+    one, sixteen = asyncio.run(main())
+    params = pm.perf_params(EngineShape())
+    assert one == pytest.approx(pm.step_time(params, 1), rel=1e-6)
+    assert sixteen > 1.5 * one
+    assert sixteen <= pm.step_time(params, 16) * 1.01
+
+
+def test_data_parallel_engines_each_get_a_series_and_requests():
+    shape = EngineShape(strategy="dep", tensor_parallel_size=1, data_parallel_size=4, expert_parallel=True)
+
+    async def body(engine, s):
+        async def one() -> None:
+            async with s.post(engine.url + "/v1/completions", json={"prompt": "a", "max_tokens": 4}) as r:
+                assert r.status == 200
+        await asyncio.gather(*(one() for _ in range(8)))
+        fam = await metric_families(engine, s)
+        per_engine = [value(fam, "vllm:request_success_total", engine=str(e)) for e in range(4)]
+        assert per_engine == [2, 2, 2, 2]  # least-loaded placement
+        assert value(fam, "vllm:generation_tokens_total") == 32
+    run(EngineConfig(shape=shape, seed=6), body)

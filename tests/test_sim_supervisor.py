@@ -1,0 +1,187 @@
+"""The simulator's supervisor against a real kube-apiserver: engines follow the groups' pods."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from kimik3 import GROUP, PLURAL, VERSION
+from kimik3.sim.supervisor import LOAD_TIME_ANNOTATION, Supervisor
+
+REPO = Path(__file__).resolve().parents[1]
+LWS = "leaderworkerset.sigs.k8s.io"
+LOAD_TIME = "1s"
+
+
+def wait_for(fn: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; last value {last!r}")
+
+
+class SupervisorThread:
+    """A Supervisor polling every 0.2 s on its own event loop in a thread."""
+
+    def __init__(self, api: client.ApiClient, state_dir: Path):
+        self.supervisor = Supervisor(api, state_dir, load_time_s=30.0, poll_interval_s=0.2, seed=1)
+        self.loop = asyncio.new_event_loop()
+        self.stop = asyncio.Event()
+        self.thread = threading.Thread(target=self._main, daemon=True)
+        self.error: BaseException | None = None
+
+    def _main(self) -> None:
+        try:
+            self.loop.run_until_complete(self.supervisor.run(self.stop))
+        except BaseException as exc:  # surfaced by the test
+            self.error = exc
+
+    def __enter__(self) -> SupervisorThread:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.loop.call_soon_threadsafe(self.stop.set)
+        self.thread.join(timeout=15)
+        assert not self.thread.is_alive(), "supervisor did not stop"
+        assert self.error is None, self.error
+
+
+def http(url: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
+    req = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            raw = r.read()
+            return r.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as exc:
+        return exc.code, None
+    except (urllib.error.URLError, ConnectionError):
+        return 0, None
+
+
+@pytest.fixture
+def cr(admin_api: client.ApiClient, namespace: str) -> dict[str, Any]:
+    body = copy.deepcopy(yaml.safe_load((REPO / "recipes" / "gb300-tp8-megakernel-dspark.yaml").read_text()))
+    body["metadata"] = {"name": "k3-latency", "namespace": namespace, "annotations": {LOAD_TIME_ANNOTATION: LOAD_TIME}}
+    return client.CustomObjectsApi(admin_api).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+
+
+def make_group(core: client.CoreV1Api, namespace: str, group: int, phases: tuple[str, str] = ("Running", "Running")
+               ) -> list[str]:
+    """A TP8 group on GB300: leader + one worker pod with the LeaderWorkerSet labels, in ``phases``."""
+    names = []
+    for worker, phase in enumerate(phases):
+        name = f"k3-latency-engine-{group}" + (f"-{worker}" if worker else "")
+        labels = {f"{LWS}/name": "k3-latency-engine", f"{LWS}/group-index": str(group),
+                  f"{LWS}/worker-index": str(worker)}
+        core.create_namespaced_pod(namespace, {"metadata": {"name": name, "labels": labels},
+                                               "spec": {"containers": [{"name": "engine", "image": "x"}]}})
+        set_phase(core, namespace, name, phase)
+        names.append(name)
+    return names
+
+
+def set_phase(core: client.CoreV1Api, namespace: str, name: str, phase: str) -> None:
+    core.patch_namespaced_pod_status(name, namespace, {"status": {"phase": phase}})
+
+
+def delete_pods(core: client.CoreV1Api, namespace: str, names: list[str]) -> None:
+    for name in names:
+        core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+    wait_for(lambda: not [p for p in core.list_namespaced_pod(namespace).items if p.metadata.name in names],
+             what="pods deleted")
+
+
+def read(path: Path) -> Any:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def test_engines_follow_groups_and_files_tell_prometheus(admin_api, namespace, cr, tmp_path):
+    core = client.CoreV1Api(admin_api)
+    with SupervisorThread(admin_api, tmp_path) as st:
+        sup = st.supervisor
+        targets, endpoints = tmp_path / "sim" / "targets.json", tmp_path / "sim" / "endpoints.json"
+        wait_for(lambda: read(targets) == [], what="an empty targets file at start")
+        group0 = make_group(core, namespace, 0)
+        group1 = make_group(core, namespace, 1, ("Running", "Pending"))  # worker not running: no engine
+
+        mine = lambda: [t for t in read(targets) or [] if t["labels"]["namespace"] == namespace]  # noqa: E731
+        entries = wait_for(lambda: len(mine()) == 1 and mine(), what="one target")
+        assert entries[0]["labels"] == {"namespace": namespace, "deployment": "k3-latency", "group": "0",
+                                        "pod": "k3-latency-engine-0", "role": "leader"}
+        host, port = entries[0]["targets"][0].split(":")
+        assert host == "127.0.0.1"
+        engine0 = f"http://127.0.0.1:{port}"
+        ep = read(endpoints)[f"{namespace}/k3-latency"]
+        assert ep["model"] == "kimi-k3" and ep["groups"]["0"]["url"] == engine0
+        assert ep["groups"]["0"]["ready"] is False
+        # loading: /health 503, and the front (client Service stand-in) has no ready endpoint
+        assert http(engine0 + "/health")[0] == 503
+        assert http(ep["url"] + "/v1/completions", {"prompt": "x", "max_tokens": 2})[0] == 503
+        wait_for(lambda: http(engine0 + "/health")[0] == 200, what="group 0 loaded")
+        status, doc = http(ep["url"] + "/v1/completions", {"model": "kimi-k3", "prompt": "hi", "max_tokens": 3})
+        assert status == 200 and doc["usage"]["completion_tokens"] == 3
+        # streaming passes through the front as server-sent events
+        req = urllib.request.Request(ep["url"] + "/v1/chat/completions", headers={"Content-Type": "application/json"},
+                                     data=json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 9,
+                                                      "stream": True}).encode())
+        with urllib.request.urlopen(req, timeout=10) as r:
+            assert r.headers["Content-Type"].startswith("text/event-stream")
+            events = [line.decode().strip() for line in r if line.strip()]
+        assert events[-1] == "data: [DONE]" and len(events) >= 3
+        wait_for(lambda: read(endpoints)[f"{namespace}/k3-latency"]["groups"]["0"]["ready"], what="ready in file")
+        # the engine is configured from the CR: TP8 megakernel + DSpark 7
+        group = sup.groups[(namespace, "k3-latency", "0")]
+        assert group.engine.config.shape.k == 7 and group.engine.config.shape.decode_backend == "latency_specialized"
+
+        # group 1's worker runs: a second engine; the front now round-robins over both once loaded
+        set_phase(core, namespace, group1[1], "Running")
+        wait_for(lambda: len(mine()) == 2, what="two targets")
+        assert sorted(t["labels"]["group"] for t in mine()) == ["0", "1"]
+        groups = lambda: read(endpoints)[f"{namespace}/k3-latency"]["groups"].values()  # noqa: E731
+        wait_for(lambda: len(groups()) == 2 and all(g["ready"] for g in groups()), what="both groups ready")
+        for _ in range(4):
+            assert http(ep["url"] + "/v1/completions", {"prompt": "x", "max_tokens": 2})[0] == 200
+        served = [sup.groups[(namespace, "k3-latency", g)].engine.metrics.by_reason["length"][0]._value.get()
+                  for g in ("0", "1")]
+        assert served == [4, 2]  # group 0: 2 before + 2 of the 4 round-robin requests
+
+        # scale-down: group 1's pods go, its engine stops and its target disappears
+        engine1 = f"http://{mine()[1]['targets'][0]}"
+        delete_pods(core, namespace, group1)
+        wait_for(lambda: len(mine()) == 1, what="group 1 target removed")
+        assert http(engine1 + "/health")[0] == 0  # nothing listens any more
+
+        # group 0 recreated (new leader UID): a new engine with a new load time
+        old_uid = read(endpoints)[f"{namespace}/k3-latency"]["groups"]["0"]["leaderUid"]
+        delete_pods(core, namespace, group0)
+        wait_for(lambda: not mine(), what="group 0 target removed")
+        make_group(core, namespace, 0)
+        wait_for(lambda: mine(), what="group 0 back")
+        new = read(endpoints)[f"{namespace}/k3-latency"]["groups"]["0"]
+        assert new["leaderUid"] != old_uid
+        assert http(new["url"] + "/health")[0] == 503  # loading again
+        wait_for(lambda: http(new["url"] + "/health")[0] == 200, what="group 0 reloaded")
+
+        # deleting the CR stops everything of it
+        client.CustomObjectsApi(admin_api).delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                                                           "k3-latency")
+        wait_for(lambda: not mine() and f"{namespace}/k3-latency" not in read(endpoints), what="all gone")
+    assert read(targets) == [] and read(endpoints) == {}  # stopping the supervisor empties the files
