@@ -5,7 +5,7 @@
   kimik3 render -f RECIPE         print the child objects the operator would apply (YAML)
   kimik3 doctor -f RECIPE         each rank's exact engine command, checked with vLLM's own parser
   kimik3 run [--kubeconfig F]     run the operator
-  kimik3 demo [-f RECIPE]         local real API server + operator: apply a recipe, show children and status
+  kimik3 demo [-f RECIPE]         the main job on a simulated GB300 NVL72 cluster (kimik3 dev up + apply + checks)
 """
 
 from __future__ import annotations
@@ -141,11 +141,12 @@ def run(kubeconfig: str | None, namespaces: tuple[str, ...], health_port: int, h
 
 @main.command()
 @click.option("-f", "--filename", default="recipes/gb300-tp8-megakernel-dspark.yaml", show_default=True)
-@click.option("--state-dir", default=".state/demo", show_default=True, type=click.Path(file_okay=False))
-@click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait for the status.")
+@click.option("--state-dir", default=".state/dev", show_default=True, type=click.Path(file_okay=False))
+@click.option("--timeout", default=300.0, show_default=True, help="Seconds to wait for each step.")
 def demo(filename: str, state_dir: str, timeout: float) -> None:
-    """Start a real etcd + kube-apiserver on loopback, install the CRDs, run the operator, apply
-    FILENAME and print the children it created and the CR's status."""
+    """The main job on this machine: `dev up` a simulated GB300 NVL72 cluster, apply FILENAME, wait
+    until it is Ready, show where the groups landed, answer a completion and read its ITL series
+    from Prometheus. The cluster stays up (`kimik3 dev down` stops it)."""
     from kimik3.devcluster.demo import run_demo
     sys.exit(run_demo(Path(filename), Path(state_dir), timeout))
 

@@ -1,11 +1,14 @@
-"""``kimik3 demo``: the main job end to end on a real, local API server.
+"""``kimik3 demo``: the main job end to end on a local GB300 NVL72 cluster with no GPU.
 
-Starts etcd + kube-apiserver (Kubernetes 1.35.4) on loopback, installs the real CRDs of
-LeaderWorkerSet, ComputeDomain, PodMonitor/ServiceMonitor, HTTPRoute and our own, runs the
-operator, applies the recipe with strict field validation, waits for the operator's status,
-then prints the children it created and the CR's status. No LeaderWorkerSet controller,
-scheduler or kubelet runs here (that is ``kimik3 dev up``), so groups stay at 0 ready and the
-status says what they wait for. Everything it started is stopped before it returns.
+1. ``kimik3 dev up``: etcd, kube-apiserver, kube-controller-manager, kube-scheduler (1.35.4),
+   kwok GB300 trays in two NVL72 racks, the LeaderWorkerSet manager, the operator, Prometheus and
+   the engine simulator, all on 127.0.0.1;
+2. ``kimik3 dev apply`` of the recipe (default: GB300 TP8 over 2 trays, megakernel + DSpark);
+3. waits for the CR to be Ready, prints ``kimik3 dev status`` (groups Running on trays of one rack);
+4. sends a completion to the deployment's endpoint on the simulator and prints the answer;
+5. asks Prometheus for the deployment's ITL series and prints what it holds.
+
+The cluster stays up afterwards for kubectl and ``kimik3 dev load``; ``kimik3 dev down`` stops it.
 """
 
 from __future__ import annotations
@@ -15,87 +18,92 @@ import time
 from pathlib import Path
 from typing import Any
 
+import requests
 import yaml
-from kubernetes import client
 
-from kimik3 import GROUP, KIND, PLURAL, VERSION
+from kimik3 import GROUP, KIND, VERSION
 from kimik3.controller.kube import Kube
-from kimik3.devcluster.controlplane import ControlPlane
-from kimik3.devcluster.operator_thread import OperatorThread
-from kimik3.devcluster.install import install_apis
+from kimik3.devcluster import cli as dev_cli
+from kimik3.devcluster.cluster import DevCluster
 
-CHILD_KINDS = [("resource.nvidia.com/v1beta1", "ComputeDomain"), ("v1", "ConfigMap"),
-               ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"), ("v1", "Service"),
-               ("policy/v1", "PodDisruptionBudget"), ("monitoring.coreos.com/v1", "PodMonitor")]
-
-
-def apply_strict(kube: Kube, obj: dict[str, Any]) -> dict[str, Any]:
-    return kube.apply(obj, force=False)
-
-
-def ensure_namespace(api: client.ApiClient, name: str) -> None:
-    core = client.CoreV1Api(api)
-    try:
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    except client.ApiException as exc:
-        if exc.status != 409:
-            raise
+ITL_SERIES = "vllm:inter_token_latency_seconds_count"
 
 
 def _step(text: str) -> None:
-    print(f"==> {text}", flush=True)
+    print(f"\n==> {text}", flush=True)
+
+
+def _wait(what: str, fn: Any, timeout_s: float, poll_s: float = 1.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(poll_s)
+    raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}")
 
 
 def run_demo(recipe: Path, state_dir: Path, timeout_s: float) -> int:
-    docs = [d for d in yaml.safe_load_all(recipe.read_text()) if d and d.get("kind") == KIND]
-    if not docs:
-        print(f"{recipe}: no {KIND} in it")
-        return 2
-    cr = docs[0]
+    cr = next(d for d in yaml.safe_load_all(recipe.read_text()) if d and d.get("kind") == KIND)
     ns, name = cr["metadata"].get("namespace", "default"), cr["metadata"]["name"]
-    _step(f"starting etcd 3.6.16 + kube-apiserver 1.35.4 on loopback (state in {state_dir})")
-    with ControlPlane(state_dir) as cp:
-        print(f"    API server {cp.server} ready in {cp.startup_seconds:.1f} s; kubeconfig {cp.admin_kubeconfig}")
-        _step("installing CRDs: LeaderWorkerSet, ComputeDomain, PodMonitor, ServiceMonitor, HTTPRoute, KimiK3Deployment")
-        names = install_apis(cp)
-        print("    " + ", ".join(names))
-        with cp.api_client("admin") as api:
-            kube = Kube(api)
-            ensure_namespace(api, ns)
-            _step("starting the operator (kopf)")
-            with OperatorThread(str(cp.admin_kubeconfig)) as op:
-                print(f"    health and metrics on {op.health_url}/healthz, /metrics")
-                _step(f"applying {recipe} ({KIND} {ns}/{name})")
-                apply_strict(kube, cr)
-                deadline = time.monotonic() + timeout_s
-                obj: dict[str, Any] | None = None
-                while time.monotonic() < deadline:
-                    obj = kube.get(f"{GROUP}/{VERSION}", KIND, ns, name)
-                    status = (obj or {}).get("status") or {}
-                    if status.get("observedGeneration") == (obj or {}).get("metadata", {}).get("generation"):
-                        break
-                    time.sleep(0.5)
-                else:
-                    print(f"the operator did not report status within {timeout_s:g} s")
-                    return 1
-                _step("children created by the operator (all owned by the CR)")
-                for api_version, kind in CHILD_KINDS:
-                    for child_name in (name, f"{name}-engine", f"{name}-launcher"):
-                        child = kube.get(api_version, kind, ns, child_name)
-                        if child:
-                            owner = child["metadata"]["ownerReferences"][0]
-                            print(f"    {kind:<20} {ns}/{child_name:<28} owner {owner['kind']}/{owner['name']}")
-                lws = kube.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", ns, f"{name}-engine")
-                tmpl = lws["spec"]["leaderWorkerTemplate"]
-                print(f"    LeaderWorkerSet: {lws['spec']['replicas']} group(s) of {tmpl['size']} pods, "
-                      f"restartPolicy {tmpl['restartPolicy']}, exclusive topology "
-                      f"{lws['metadata'].get('annotations', {}).get('leaderworkerset.sigs.k8s.io/exclusive-topology')}")
-                cm = kube.get("v1", "ConfigMap", ns, f"{name}-launcher")
-                plan = json.loads(cm["data"]["plan.json"])
-                for rank in plan["ranks"]:
-                    print(f"    rank {rank['index']}: vllm serve {' '.join(rank['args'])}")
-                _step(f"status of {KIND} {ns}/{name}")
-                print(yaml.safe_dump({"status": obj["status"]}, sort_keys=False, width=120))
-                print(f"kubectl --kubeconfig {cp.admin_kubeconfig} get {PLURAL} -A   # while a demo runs")
-    _step("stopped the operator, kube-apiserver and etcd")
+    _step("kimik3 dev up: control plane, simulated GB300 NVL72 racks, LWS, operator, Prometheus, simulator")
+    dev_cli.dev.main(["up", "--state-dir", str(state_dir)], standalone_mode=False)
+    _step(f"kimik3 dev apply -f {recipe}")
+    dev_cli.dev.main(["apply", "--state-dir", str(state_dir), "-f", str(recipe)], standalone_mode=False)
+    cluster = DevCluster(state_dir)
+    with cluster.api_client() as api:
+        kube = Kube(api)
+
+        def ready() -> dict[str, Any] | None:
+            obj = kube.get(f"{GROUP}/{VERSION}", KIND, ns, name)
+            conds = {c["type"]: c for c in ((obj or {}).get("status") or {}).get("conditions", [])}
+            return obj if conds.get("Ready", {}).get("status") == "True" else None
+
+        _step(f"waiting for {KIND} {ns}/{name} to be Ready")
+        obj = _wait("Ready=True", ready, timeout_s)
+        print(yaml.safe_dump({"status": {k: obj["status"][k] for k in ("conditions", "replicas", "readyReplicas",
+                                                                       "endpoint", "plan") if k in obj["status"]}},
+                             sort_keys=False, width=120))
+    _step("kimik3 dev status")
+    dev_cli.dev.main(["status", "--state-dir", str(state_dir)], standalone_mode=False)
+
+    state = cluster.state() or {}
+    endpoints_file = Path(state.get("urls", {}).get("sim-endpoints", state_dir / "sim" / "endpoints.json"))
+
+    def endpoint() -> str | None:
+        try:
+            entry = json.loads(endpoints_file.read_text()).get(f"{ns}/{name}")
+        except (OSError, ValueError):
+            return None
+        url = entry.get("url") if isinstance(entry, dict) else entry
+        try:
+            return url if url and requests.get(f"{url}/health", timeout=2).status_code == 200 else None
+        except requests.RequestException:
+            return None
+
+    _step("a completion through the deployment's endpoint (the engine simulator stands in for vLLM)")
+    url = _wait("the simulated engine to finish loading", endpoint, timeout_s)
+    served = cr["spec"]["model"].get("servedModelName", "kimi-k3")
+    t0 = time.monotonic()
+    answer = requests.post(f"{url}/v1/completions", json={"model": served, "prompt": "Kimi K3 on GB300 is",
+                                                          "max_tokens": 48}, timeout=60).json()
+    elapsed = time.monotonic() - t0
+    tokens = answer["usage"]["completion_tokens"]
+    print(f"POST {url}/v1/completions -> {tokens} tokens in {elapsed:.2f} s ({tokens / elapsed:.0f} tok/s): "
+          f"{answer['choices'][0]['text'][:120]!r}")
+
+    prom = state.get("urls", {}).get("prometheus")
+    if prom:
+        _step(f"Prometheus ({prom}) holds the deployment's ITL series")
+
+        def series() -> list[dict[str, Any]] | None:
+            query = f'{ITL_SERIES}{{namespace="{ns}",deployment="{name}"}}'
+            result = requests.get(f"{prom}/api/v1/query", params={"query": query}, timeout=5).json()["data"]["result"]
+            return result if result and any(float(r["value"][1]) > 0 for r in result) else None
+
+        for row in _wait("the ITL series", series, timeout_s, poll_s=2.0):
+            labels = {k: v for k, v in row["metric"].items() if k in ("namespace", "deployment", "group", "engine")}
+            print(f"{ITL_SERIES}{labels} = {row['value'][1]} engine steps observed")
+    print(f"\nThe cluster is still up: export KUBECONFIG={cluster.kubeconfig}; "
+          f"tools/kimik3 dev load --help; tools/kimik3 dev down --state-dir {state_dir}")
     return 0
