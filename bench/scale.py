@@ -102,8 +102,10 @@ def main() -> int:
             manifest = Path(tmp) / "floor.yaml"
             manifest.write_text(yaml.safe_dump_all(docs))
             t0 = time.monotonic()
-            subprocess.run(["kubectl", "--kubeconfig", str(cp.admin_kubeconfig), "apply", "--server-side",
-                            "--field-manager", "floor", "-f", str(manifest)], check=True, capture_output=True)
+            done = subprocess.run(["kubectl", "--kubeconfig", str(cp.admin_kubeconfig), "apply", "--server-side",
+                                   "--field-manager", "floor", "-f", str(manifest)], capture_output=True, text=True)
+            if done.returncode:
+                raise SystemExit(f"kubectl apply failed: {done.stderr[-2000:]}")
             floor_s = time.monotonic() - t0
             print(f"floor: kubectl apply --server-side of {len(docs)} children: {floor_s:.1f} s", flush=True)
 

@@ -10,7 +10,9 @@ no API request (a small informer, fed by the kopf event handlers).
   apply can be skipped; ``is_echo(body)`` tells an event caused by our own apply.
 
 Correctness rests on the watches: kopf re-lists after a lost watch or a 410 Gone, which refreshes
-every entry; an object the cache has never seen is simply applied.
+every entry still there; an object the cache has never seen is simply applied. A re-list tells
+nothing about objects deleted meanwhile, so a re-listed owner's applied records are dropped
+(``forget_applied``) and its next reconcile applies every child.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class ObjectCache:
         self._objects: dict[Key, dict[str, Any]] = {}
         self._pods: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
         self._applied: dict[Key, tuple[str, str]] = {}
+        self._owned: dict[tuple[str, str], set[Key]] = {}
 
     def update(self, event_type: str | None, obj: dict[str, Any]) -> None:
         key = object_key(obj)
@@ -70,12 +73,24 @@ class ObjectCache:
 
     def record_apply(self, applied: dict[str, Any], digest: str) -> None:
         key = object_key(applied)
+        owners = {r.get("name") for r in applied["metadata"].get("ownerReferences") or []}
         with self._lock:
             self._applied[key] = (digest, applied["metadata"].get("resourceVersion", ""))
+            for owner in owners:
+                self._owned.setdefault((key[2], owner), set()).add(key)
             current = self._objects.get(key)
             if current is None or int(current["metadata"].get("resourceVersion", "0") or 0) <= int(
                     applied["metadata"].get("resourceVersion", "0") or 0):
                 self._objects[key] = applied
+
+    def forget_applied(self, namespace: str, owner: str) -> None:
+        """Stop trusting what was applied for ``owner``'s children: its next reconcile applies them
+        for real. Called when the owner is re-listed: after a lost watch or a 410 Gone the re-list
+        brings no DELETED event for a child deleted meanwhile, so its entry here would stay and
+        its apply would be skipped forever (F6)."""
+        with self._lock:
+            for key in self._owned.pop((namespace, owner), set()):
+                self._applied.pop(key, None)
 
     def unchanged(self, desired: dict[str, Any], digest: str) -> bool:
         key = object_key(desired)

@@ -169,8 +169,10 @@ def build_registry(cfg: OperatorConfig, queue: WorkQueue, cache: ObjectCache) ->
         settings.scanning.disabled = bool(cfg.namespaces)
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-    def on_deployment(body: kopf.Body, **_: Any) -> None:
+    def on_deployment(body: kopf.Body, event: dict[str, Any], **_: Any) -> None:
         metrics.WATCH_EVENTS.labels(resource=PLURAL).inc()
+        if event.get("type") is None:  # listed (start, or re-list after a lost watch / 410 Gone)
+            cache.forget_applied(body.metadata.namespace, body.metadata.name)
         queue.add((body.metadata.namespace, body.metadata.name))
 
     def owner_key(body: kopf.Body) -> Key | None:

@@ -106,11 +106,12 @@ class Reconciler:
     # -- entry point -------------------------------------------------------------------------
     def reconcile(self, namespace: str, name: str) -> Result:
         start = time.monotonic()
-        obj = self.kube.get(CR_API_VERSION, KIND, namespace, name)
-        if obj is None:
-            self._posted.pop((namespace, name), None)
-            return Result("gone", None)
         try:
+            # Inside the try: a failed read (API server unreachable) is a reconcile error too.
+            obj = self.kube.get(CR_API_VERSION, KIND, namespace, name)
+            if obj is None:
+                self._posted.pop((namespace, name), None)
+                return Result("gone", None)
             if obj["metadata"].get("deletionTimestamp"):
                 result = self._teardown(obj)
             else:

@@ -72,7 +72,7 @@ OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SERVICE_A
 # The groups the apiserver gives a real service-account token of that account.
 OPERATOR_GROUPS = ("system:serviceaccounts", f"system:serviceaccounts:{OPERATOR_NAMESPACE}", "system:authenticated")
 
-SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
+SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/16"
 """Service IP range handed to the apiserver (only allocated, never routed or connected to)."""
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
@@ -265,8 +265,11 @@ class ControlPlane:
         stop_grace_s: float = DEFAULT_STOP_GRACE_S,
         disable_admission_plugins: Iterable[str] = ("ServiceAccount",),
         detach: bool = False,
+        extra_apiserver_args: Iterable[str] = (),
     ) -> None:
         self.state_dir = Path(state_dir).resolve()
+        self.extra_apiserver_args = tuple(extra_apiserver_args)
+        """Appended to kube-apiserver's command line (fault tests: ``--etcd-compaction-interval=10s``)."""
         self.disable_admission_plugins = tuple(disable_admission_plugins)
         """Passed to ``--disable-admission-plugins``. The default turns ``ServiceAccount`` off
         because without kube-controller-manager no ``default`` service account exists and the
@@ -379,6 +382,44 @@ class ControlPlane:
                     pass
             setattr(self, attr, None)
 
+    # -- faults (tests/chaos) ----------------------------------------------------------------
+
+    def restart_apiserver(self) -> float:
+        """SIGKILL kube-apiserver and start it again on the same port with the same etcd and
+        certificates; returns once /readyz is ok. Returns the seconds it was unavailable."""
+        with self._lock:
+            if self._apiserver is None or self._etcd is None:
+                raise ControlPlaneError("control plane not started")
+            t0 = time.monotonic()
+            self._apiserver.kill()
+            self._apiserver.wait()
+            port = int(self.server.rsplit(":", 1)[1])
+            binary = find_binaries(self.binaries_dir)["kube-apiserver"]
+            deadline = time.monotonic() + self.start_timeout_s
+            while True:  # the port can stay busy for a moment after the kill
+                try:
+                    self._apiserver = self._spawn(self._apiserver_argv(binary, port), self.apiserver_log,
+                                                  signal.SIGKILL)
+                    self._wait_apiserver_ready(deadline)
+                    break
+                except _PortTaken:
+                    if time.monotonic() > deadline:
+                        raise ControlPlaneError(f"port {port} stayed taken after the apiserver was killed") from None
+                    time.sleep(0.5)
+            return time.monotonic() - t0
+
+    def pause_etcd(self) -> None:
+        """SIGSTOP etcd (a hung store: connections stay open, nothing answers)."""
+        if self._etcd is None:
+            raise ControlPlaneError("control plane not started")
+        self._etcd.send_signal(signal.SIGSTOP)
+
+    def resume_etcd(self) -> None:
+        """SIGCONT etcd after ``pause_etcd()``."""
+        if self._etcd is None:
+            raise ControlPlaneError("control plane not started")
+        self._etcd.send_signal(signal.SIGCONT)
+
     # -- processes ---------------------------------------------------------------------------
 
     def _spawn(self, argv: list[str], log_path: Path, parent_death_signal: int) -> subprocess.Popen[bytes]:
@@ -460,6 +501,7 @@ class ControlPlane:
             *([f"--disable-admission-plugins={','.join(self.disable_admission_plugins)}"]
               if self.disable_admission_plugins else []),
             "--profiling=false",
+            *self.extra_apiserver_args,
         ]
 
     def _start_apiserver(self, binary: Path, deadline: float) -> None:
@@ -467,6 +509,10 @@ class ControlPlane:
         self.server = f"https://127.0.0.1:{port}"
         # SIGKILL if we die: a SIGTERMed apiserver whose etcd is gone too drains for ~10 s.
         self._apiserver = self._spawn(self._apiserver_argv(binary, port), self.apiserver_log, signal.SIGKILL)
+        self._wait_apiserver_ready(deadline)
+
+    def _wait_apiserver_ready(self, deadline: float) -> None:
+        assert self._apiserver is not None
         ctx = ssl.create_default_context(cafile=str(self.ca_file))
         request = urllib.request.Request(
             f"{self.server}/readyz", headers={"Authorization": f"Bearer {self.admin_token}"}
