@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kimik3.controller.kube import Kube
 from kimik3.controller.reconcile import FINALIZER
+from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 CR = ("inference.kimik3.io/v1alpha1", "KimiK3Deployment")
@@ -29,17 +30,6 @@ KUBECTL = "kubectl"
 
 def recipe(name: str) -> dict[str, Any]:
     return yaml.safe_load((REPO / "recipes" / name).read_text())
-
-
-def wait_for(fn: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; last value {last!r}")
 
 
 def apply_cr(kube: Kube, namespace: str, body: dict[str, Any]) -> dict[str, Any]:

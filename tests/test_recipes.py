@@ -20,6 +20,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kimik3.render.children import render
+from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = sorted((REPO / "recipes").glob("*.yaml"))
@@ -179,18 +180,6 @@ def test_http_route_minimal_form():
 
 # ---------------------------------------------------------------- real API server --------------
 # `operator` and `kube` are the session's (tests/conftest.py): one operator, cluster-wide, as admin.
-
-
-def wait_for(fn, timeout: float = 20.0, what: str = "condition"):
-    import time
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; last value {last!r}")
 
 
 def contains(stored: Any, sent: Any) -> bool:

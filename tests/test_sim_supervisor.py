@@ -19,21 +19,11 @@ from kubernetes import client
 
 from kimik3 import GROUP, PLURAL, VERSION
 from kimik3.sim.supervisor import LOAD_TIME_ANNOTATION, Supervisor
+from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 LWS = "leaderworkerset.sigs.k8s.io"
 LOAD_TIME = "1s"
-
-
-def wait_for(fn: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; last value {last!r}")
 
 
 class SupervisorThread:

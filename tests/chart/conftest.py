@@ -33,6 +33,7 @@ from kubernetes.client.exceptions import ApiException
 from kimik3.controller.kube import Kube
 from kimik3.devcluster.controlplane import OPERATOR_NAMESPACE, OPERATOR_SERVICE_ACCOUNT, ControlPlane, bin_dir
 from kimik3.devcluster.thirdparty import thirdparty_crd_paths
+from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "kimik3-operator"
@@ -75,17 +76,6 @@ class Helm:
         out = self.run("template", RELEASE, str(chart), "--namespace", RELEASE_NAMESPACE,
                        "--kube-version", KUBE_VERSION, *args).stdout
         return [d for d in yaml.safe_load_all(out) if d]
-
-
-def wait_for(fn: Callable[[], Any], timeout: float = 20.0, what: str = "condition", interval: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; last value {last!r}")
 
 
 def free_port() -> int:

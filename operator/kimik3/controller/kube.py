@@ -51,6 +51,22 @@ def api_client_from_kubeconfig(path: str | None) -> client.ApiClient:
     return client.ApiClient(cfg)
 
 
+def call_json(api: client.ApiClient, method: str, path: str, body: Any = None, query: list | None = None,
+              content_type: str = "application/json") -> Any:
+    """One REST call with a JSON (or apply-patch) body; the decoded JSON answer, None when empty.
+    Goes below the generated client, which would validate plain dicts against its models.
+    Non-2xx raises ApiException (``.status``, ``.body``)."""
+    request = api.param_serialize(
+        method=method, resource_path=path, query_params=query or [],
+        header_params={"Accept": "application/json", "Content-Type": content_type},
+        body=body, auth_settings=["BearerToken"])
+    response = api.call_api(*request, _request_timeout=REQUEST_TIMEOUT_S)
+    response.read()
+    if not 200 <= response.status <= 299:
+        raise ApiException.from_response(http_resp=response, body=response.data.decode(errors="replace"), data=None)
+    return json.loads(response.data) if response.data else None
+
+
 @dataclass
 class Kube:
     """Thin typed wrapper over ``ApiClient.call_api`` for the calls the controller makes."""
@@ -59,16 +75,7 @@ class Kube:
 
     def _call(self, method: str, path: str, body: Any = None, query: list | None = None,
               content_type: str = "application/json") -> Any:
-        request = self.api.param_serialize(
-            method=method, resource_path=path, query_params=query or [],
-            header_params={"Accept": "application/json", "Content-Type": content_type},
-            body=body, auth_settings=["BearerToken"])
-        response = self.api.call_api(*request, _request_timeout=REQUEST_TIMEOUT_S)
-        response.read()
-        if not 200 <= response.status <= 299:
-            raise ApiException.from_response(http_resp=response, body=response.data.decode(errors="replace"),
-                                             data=None)
-        return json.loads(response.data) if response.data else None
+        return call_json(self.api, method, path, body, query, content_type)
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         """The object, or None when it does not exist."""

@@ -8,16 +8,16 @@ so it goes one level down, as ``kimik3.controller.kube`` does. ``path`` is the R
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from kimik3.controller.kube import call_json
+
 __all__ = ["FIELD_MANAGER", "Rest"]
 
 FIELD_MANAGER = "kimik3-devcluster"
-REQUEST_TIMEOUT_S = 30
 
 
 class Rest:
@@ -28,16 +28,7 @@ class Rest:
 
     def call(self, method: str, path: str, body: Any = None, query: list[tuple[str, str]] | None = None,
              content_type: str = "application/json") -> Any:
-        request = self.api.param_serialize(
-            method=method, resource_path=path, query_params=query or [],
-            header_params={"Accept": "application/json", "Content-Type": content_type},
-            body=body, auth_settings=["BearerToken"])
-        response = self.api.call_api(*request, _request_timeout=REQUEST_TIMEOUT_S)
-        response.read()
-        if not 200 <= response.status <= 299:
-            raise ApiException.from_response(http_resp=response, body=response.data.decode(errors="replace"),
-                                             data=None)
-        return json.loads(response.data) if response.data else None
+        return call_json(self.api, method, path, body, query, content_type)
 
     def get(self, path: str) -> dict[str, Any] | None:
         """The object, or None on 404."""
