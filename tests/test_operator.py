@@ -8,7 +8,6 @@ import json
 import subprocess
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 

@@ -6,10 +6,9 @@ import asyncio
 import copy
 import json
 import threading
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+
 from pathlib import Path
 from typing import Any
 
