@@ -99,7 +99,7 @@ def seed_model(spec: KimiK3DeploymentSpec, plan: GroupPlan) -> GroupLatencyModel
             best = (err, z, t0, k)
     _, z, t0, k = best
     c_lo, c_hi = points[0][0], points[-1][0]
-    return GroupLatencyModel(t0=t0, k=k, z=z, w=W, forget=0.98, prior_weight=0.5, seed_c_low=c_lo + z * math.sqrt(c_lo),
+    return GroupLatencyModel(t0=t0, k=k, z=z, w=W, forget=0.98, prior_weight=1.0, seed_c_low=c_lo + z * math.sqrt(c_lo),
                              seed_c=c_hi + z * math.sqrt(c_hi))
 
 
