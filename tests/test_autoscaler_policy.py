@@ -370,7 +370,8 @@ def test_windows_straddling_a_demand_shift_do_not_teach_the_model():
     before = (p.model.t0, p.model.k)
     p.decide(300, obs(300, tok_s=16_000, running=60, latency=0.006, window=120), fleet)
     assert p._shift_at == 300 and (p.model.t0, p.model.k) == before
-    p.decide(420, obs(420, tok_s=16_000, running=60, latency=0.006, window=120), FleetState(current=4, ready=2, loading=2))
+    p.decide(420, obs(420, tok_s=16_000, running=60, latency=0.006, window=120),
+             FleetState(current=4, ready=2, loading=2))
     assert (p.model.t0, p.model.k) != before  # a window later, the new level is one level
 
 
@@ -418,3 +419,16 @@ def test_each_window_teaches_the_slope_with_its_quantile_and_its_mean():
         m.update(2.8, truth.latency(2.8, 11), 11, truth.mean_latency(2.8, 11))
     assert 0.00060 < m.k < truth.k
     assert m.predict(8_000, 11) == pytest.approx(truth.predict(8_000, 11), rel=0.02)
+
+
+def test_a_burst_hold_ends_when_the_traffic_does():
+    """F11 with bursts: no traffic is no burst to come; the fleet goes to zero after the window."""
+    p = policy(min_replicas=0, scale_down_window_s=300)
+    p._bursty_until, p._burst_level = 10_000, 6
+    fleet = FleetState(current=6, ready=6)
+    quiet = DecodeObservation(at=0, window_s=30, itl=Histogram(), itl_metric="vllm:inter_token_latency_seconds")
+    p.decide(0, obs(0, tok_s=8_000, running=26, latency=0.004), fleet)
+    assert p.decide(100, obs(100, tok_s=8_000, running=26, latency=0.004), fleet).desired == 6  # held
+    assert p.decide(350, quiet, fleet).desired == 6  # traffic 250 s ago: inside the window
+    assert p._bursty_until is None
+    assert p.decide(700, quiet, fleet).desired == 0

@@ -536,6 +536,8 @@ class LatencyPolicy:
             elif self._bursty_until is not None and now < self._bursty_until and self._shift_at == now \
                     and shifted != now and self._shift_up:
                 self._bursty_until = now + self.burst_hold_s  # another burst: keep holding
+        if not obs.has_traffic:
+            self._bursty_until = None  # no traffic is no burst to come: F11 may scale to zero
         bursty = self._bursty_until is not None and now < self._bursty_until
         up = max(r for t, (r, _) in self._recommendations if t >= now - s.scale_up_window_s)
         down = max(r for t, (_, r) in self._recommendations if t >= now - s.scale_down_window_s)

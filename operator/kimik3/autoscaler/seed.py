@@ -26,9 +26,12 @@ same quantile.
 Measured against the fleet simulator for the latency recipe (TP8 megakernel + DSpark, 5 ms):
 windows of 2 to 14 groups fall on one line in the effective batch with ``z = 2, w = 1`` (no bias
 by group count), ``t0`` 1.71 ms and ``k`` 0.75 ms per request; the seed's ``k`` is lower (0.55:
-the perf model's batches, without the prefill steps that stretch some decode steps), which the
-online fit corrects within a few windows (both points of a window, quantile and mean, sit at
-different effective batches, so each window measures the slope).
+the perf model's batches, without the prefill steps that stretch some decode steps). The online
+fit moves toward the fleet's line: each window gives two points at different effective batches
+(quantile and mean), weighed against a prior of one pseudo-observation with a forgetting factor
+of 0.98 per window (a memory of ~25 minutes at 30 s decisions), so the seed steers the first
+minutes only. Until the slope has moved, the policy's scale-down is anchored on the quantile it
+observes (policy.py).
 """
 
 from __future__ import annotations
@@ -45,6 +48,10 @@ LOW = 0.6
 W = 1.0
 """Token-weighted mean batch of a Poisson batch of mean c: c + 1 (shared by n groups: c + 1 / n)."""
 MAX_BATCH = 256
+FORGET = 0.98
+"""Forgetting factor of the online fit per window (memory ~50 windows: ~25 min at 30 s)."""
+PRIOR_WEIGHT = 1.0
+"""Pseudo-observations of the seed line in the online fit (each window brings two points)."""
 
 
 def latency_quantile_curve(spec: KimiK3DeploymentSpec, plan: GroupPlan, q: float, per_step: bool = False,
@@ -97,10 +104,13 @@ def seed_model(spec: KimiK3DeploymentSpec, plan: GroupPlan) -> GroupLatencyModel
         t0, k, err = _line(xs, ys)
         if k > 0 and (best is None or err < best[0]):
             best = (err, z, t0, k)
+    if best is None:  # no rising line through the points: treat as the steep case
+        first = curve[0]
+        return GroupLatencyModel(t0=first[1], k=first[1], seed_c=1.0, seed_c_low=0.5)
     _, z, t0, k = best
     c_lo, c_hi = points[0][0], points[-1][0]
-    return GroupLatencyModel(t0=t0, k=k, z=z, w=W, forget=0.98, prior_weight=1.0, seed_c_low=c_lo + z * math.sqrt(c_lo),
-                             seed_c=c_hi + z * math.sqrt(c_hi))
+    return GroupLatencyModel(t0=t0, k=k, z=z, w=W, forget=FORGET, prior_weight=PRIOR_WEIGHT,
+                             seed_c_low=c_lo + z * math.sqrt(c_lo), seed_c=c_hi + z * math.sqrt(c_hi))
 
 
 def _line(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
