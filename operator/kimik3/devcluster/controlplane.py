@@ -43,6 +43,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from kimik3.devcluster.processes import log_tail
+
 __all__ = [
     "ADMIN_GROUPS",
     "ADMIN_USER",
@@ -132,17 +134,6 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - 64 * 1024))
-            text = fh.read().decode("utf-8", "replace")
-    except OSError:
-        return "(no log)"
-    return "\n".join(text.splitlines()[-lines:])
 
 
 def _die_with_parent(sig: int) -> None:  # runs in the child between fork and exec
@@ -438,7 +429,7 @@ class ControlPlane:
             )
 
     def _failure(self, component: str, log_path: Path, what: str) -> Exception:
-        tail = _log_tail(log_path)
+        tail = log_tail(log_path, LOG_TAIL_LINES)
         if "address already in use" in tail:
             return _PortTaken()
         return ControlPlaneError(f"{component} {what}; log: {log_path}\n--- last lines ---\n{tail}")
