@@ -73,10 +73,18 @@ def test_kwok_config_uses_kwok_own_stages_with_a_graceful_pod_delete(tmp_path: P
     assert config["options"]["manageNodesWithAnnotationSelector"] == "kwok.x-k8s.io/node=fake"
     assert config["options"]["nodeLeaseParallelism"] == 4
     assert [s["metadata"]["name"] for s in stages] == [
-        "node-initialize", "node-heartbeat-with-lease", "pod-ready", "pod-complete", "pod-delete"]
-    delete = stages[-1]
+        "node-initialize", "node-heartbeat-with-lease", "pod-ready", "pod-complete", "pod-delete",
+        "node-not-ready", "pod-container-running-failed"]
+    by_name = {s["metadata"]["name"]: s for s in stages}
+    delete = by_name["pod-delete"]
     assert delete["spec"]["delay"] == {"durationMilliseconds": kwok.POD_DELETE_DELAY_MS}
     assert delete["spec"]["next"]["delete"] is True
+    # the chaos stages are selected by the labels kimik3.devcluster.faults sets
+    for name, label in (("node-not-ready", kwok.NODE_NOT_READY_LABEL), ("pod-container-running-failed",
+                                                                       kwok.POD_FAILED_LABEL)):
+        keys = [e["key"] for e in by_name[name]["spec"]["selector"]["matchExpressions"]]
+        assert f'.metadata.labels["{label}"]' in keys
+    assert by_name["node-not-ready"]["spec"]["weight"] > 0 and "weight" not in by_name["node-initialize"]["spec"]
     assert kwok.argv(Path("/b/kwok"), Path("/k"), path, 1234)[-1] == "--server-address=127.0.0.1:1234"
 
 
@@ -225,6 +233,33 @@ def test_compute_status_sets_and_clears_scaling_limited() -> None:
     limited2 = next(c for c in cleared["conditions"] if c["type"] == "ScalingLimited")
     assert (limited2["status"], limited2["reason"]) == ("False", "AllGroupsPlaced")
     assert limited2["lastTransitionTime"] != limited["lastTransitionTime"]
+
+
+def test_ready_message_names_a_crashed_engine_a_terminating_pod_or_a_missing_group() -> None:
+    cr = _cr()
+    spec, plan = admit(cr["spec"])
+    assert plan.nodes_per_group == 2
+    lws_obj = {"status": {"replicas": 2, "readyReplicas": 1}}
+    ready = {"type": "Ready", "status": "True"}
+    group0 = [_pod("k3-latency-engine-0", "0", "0", None), _pod("k3-latency-engine-0-1", "0", "1", None)]
+    for pod in group0:
+        pod["status"]["conditions"].append(ready)
+    crashed = _pod("k3-latency-engine-1-1", "1", "1", None)
+    crashed["status"].update(phase="Failed", containerStatuses=[{"name": "engine", "state": {"terminated": {
+        "exitCode": 1, "reason": "containerFailed"}}}])
+    leader1 = _pod("k3-latency-engine-1", "1", "0", None)
+    leader1["status"]["conditions"].append(ready)
+
+    def message(pods: list[dict]) -> str:
+        status = compute_status(cr, spec, plan, lws_obj, pods, 2)
+        return next(c for c in status["conditions"] if c["type"] == "Ready")["message"]
+    assert message([*group0, leader1, crashed]) == (
+        "1/2 groups ready; group 1: worker pod k3-latency-engine-1-1 is Failed: container engine exited 1 "
+        "(containerFailed)")
+    leader1["metadata"]["deletionTimestamp"] = "2026-11-29T00:00:00Z"
+    assert message([*group0, leader1]).startswith("1/2 groups ready; group 1: leader pod k3-latency-engine-1 "
+                                                  "is Terminating")
+    assert message(group0) == ("1/2 groups ready; group 1: 0/2 pods exist; the LeaderWorkerSet is (re)creating them")
 
 
 def test_scaling_limited_set_by_someone_else_is_left_alone() -> None:

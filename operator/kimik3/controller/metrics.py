@@ -3,12 +3,18 @@
 from prometheus_client import Counter, Gauge, Histogram
 
 RECONCILES = Counter("kimik3_reconciles", "Reconciles of KimiK3Deployments by result "
-                     "(applied, invalid, tearing-down, deleted, gone, error)", ["result"])
+                     "(applied, apply-failed, invalid, tearing-down, deleted, gone, error)", ["result"])
 RECONCILE_SECONDS = Histogram("kimik3_reconcile_duration_seconds", "Wall time of one reconcile, seconds",
                               buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
 CHILDREN_APPLIED = Counter("kimik3_children_applied", "Server-side applies of child objects by kind", ["kind"])
 APPLIES_SKIPPED = Counter("kimik3_applies_skipped", "Child applies skipped: the watched object is what was applied")
 APPLY_ERRORS = Counter("kimik3_apply_errors", "Failed applies of child objects by kind", ["kind"])
+GROUPS = Gauge("kimik3_groups", "Engine groups of each KimiK3Deployment: desired (the LeaderWorkerSet's "
+               "replicas) and ready", ["namespace", "deployment", "state"])
+READY_LOST = Counter("kimik3_ready_lost", "Times a KimiK3Deployment's Ready condition went True -> False "
+                     "(a pod, tray or engine of a group failed)", ["namespace", "deployment"])
+ENGINE_FAILURES = Counter("kimik3_engine_failures", "Engine container exits with a non-zero code seen on the "
+                          "pod watch, by termination reason", ["namespace", "deployment", "reason"])
 QUEUE_DEPTH = Gauge("kimik3_workqueue_depth", "KimiK3Deployments waiting to be reconciled")
 WATCH_EVENTS = Counter("kimik3_watch_events", "Watch events received by resource", ["resource"])
 DESIRED_GROUPS = Gauge("kimik3_autoscaler_desired_groups", "Groups the autoscaler wants", ["namespace", "deployment"])

@@ -27,6 +27,7 @@ from kimik3 import GROUP, KIND, PLURAL, VERSION
 from kimik3.admission import AdmissionPolicy
 from kimik3.controller import metrics
 from kimik3.controller.cache import ObjectCache
+from kimik3.controller.crashes import CrashReporter
 from kimik3.controller.kube import Kube, api_client_from_kubeconfig
 from kimik3.controller.reconcile import Reconciler
 from kimik3.render.meta import DEPLOYMENT_LABEL, MANAGED_BY
@@ -116,7 +117,7 @@ class WorkQueue:
             failed, requeue = False, None
             try:
                 result = await asyncio.to_thread(reconciler.reconcile, *key)
-                requeue = result.requeue_after
+                requeue, failed = result.requeue_after, result.retry
             except Exception:  # the queue retries with backoff; the error is counted and logged
                 log.exception("reconcile of %s/%s failed", *key)
                 failed = True
@@ -140,8 +141,10 @@ class OperatorConfig:
     """Liveness fails when due work waited this long without any reconcile finishing (F6)."""
 
 
-def build_registry(cfg: OperatorConfig, queue: WorkQueue, cache: ObjectCache) -> kopf.OperatorRegistry:
-    """kopf handlers for one operator instance (a registry of its own, so tests can run several)."""
+def build_registry(cfg: OperatorConfig, queue: WorkQueue, cache: ObjectCache,
+                   crashes: CrashReporter | None = None) -> kopf.OperatorRegistry:
+    """kopf handlers for one operator instance (a registry of its own, so tests can run several).
+    ``crashes`` reports engine container failures seen on the pod watch (crashes.py)."""
     registry = kopf.OperatorRegistry()
     api = api_client_from_kubeconfig(cfg.kubeconfig)
 
@@ -189,6 +192,8 @@ def build_registry(cfg: OperatorConfig, queue: WorkQueue, cache: ObjectCache) ->
             echo = event.get("type") != "DELETED" and cache.is_echo(raw)
             cache.update(event.get("type"), raw)
             key = owner_key(body)
+            if _plural == "pods" and key and crashes is not None and event.get("type") != "DELETED":
+                crashes.pod_seen(raw, key[1])
             if key and not echo:
                 queue.add(key, 0.5)  # coalesce bursts (a group's pods change together)
 
@@ -223,9 +228,9 @@ async def run_operator(cfg: OperatorConfig, stop: threading.Event | asyncio.Even
     """Run until ``stop`` is set (or forever). ``ready`` is set once kopf has started watching."""
     queue = WorkQueue()
     cache = ObjectCache()
-    registry = build_registry(cfg, queue, cache)
-    reconciler = Reconciler(Kube(api_client_from_kubeconfig(cfg.kubeconfig)), compute_domains=cfg.compute_domains,
-                            cache=cache, policy=cfg.policy)
+    kube = Kube(api_client_from_kubeconfig(cfg.kubeconfig))
+    registry = build_registry(cfg, queue, cache, CrashReporter(kube))
+    reconciler = Reconciler(kube, compute_domains=cfg.compute_domains, cache=cache, policy=cfg.policy)
     kopf_ready = asyncio.Event()
     runner = await _health_server(cfg, queue, kopf_ready)
     workers = [asyncio.create_task(queue.worker(reconciler)) for _ in range(cfg.workers)]

@@ -13,6 +13,7 @@ garbage collection through their owner references.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -49,8 +50,11 @@ log = logging.getLogger("kimik3.reconcile")
 @dataclass(frozen=True)
 class Result:
     outcome: str
-    """applied | invalid | tearing-down | deleted | gone"""
+    """applied | apply-failed | invalid | tearing-down | deleted | gone"""
     requeue_after: float | None
+    retry: bool = False
+    """A child could not be applied (e.g. the LeaderWorkerSet webhooks are down): the work queue
+    retries with its exponential back-off (1 s .. 5 min) instead of waiting for ``requeue_after``."""
 
 
 class Reconciler:
@@ -111,6 +115,9 @@ class Reconciler:
             obj = self.kube.get(CR_API_VERSION, KIND, namespace, name)
             if obj is None:
                 self._posted.pop((namespace, name), None)
+                for state in ("desired", "ready"):
+                    with contextlib.suppress(KeyError):
+                        metrics.GROUPS.remove(namespace, name, state)
                 return Result("gone", None)
             if obj["metadata"].get("deletionTimestamp"):
                 result = self._teardown(obj)
@@ -201,9 +208,29 @@ class Reconciler:
             status["conditions"] = set_condition(status["conditions"], "MetricsAvailable", *scaled.condition,
                                                  obj["metadata"].get("generation"))
         self._write_status(obj, status)
+        self._readiness_changed(obj, status, desired)
         ready = next(c for c in status["conditions"] if c["type"] == "Ready")["status"] == "True"
-        requeue = RESYNC_READY_S if ready and not apply_error else RESYNC_STARTING_S
+        if apply_error:
+            log.warning("reconcile of %s/%s: %s; retrying with back-off", owner.namespace, owner.name,
+                        apply_error[:300])
+            return Result("apply-failed", None, retry=True)
+        requeue = RESYNC_READY_S if ready else RESYNC_STARTING_S
         return Result("applied", min(requeue, scaled.requeue_after) if scaled is not None else requeue)
+
+    def _readiness_changed(self, obj: dict[str, Any], status: dict[str, Any], desired: int) -> None:
+        """Group gauges, and an Event each time Ready flips: Warning ``GroupsNotReady`` (True ->
+        False, counted in ``kimik3_ready_lost_total``) or Normal ``GroupsReady`` (False -> True)."""
+        meta = obj["metadata"]
+        metrics.GROUPS.labels(meta["namespace"], meta["name"], "desired").set(desired)
+        metrics.GROUPS.labels(meta["namespace"], meta["name"], "ready").set(status["readyReplicas"])
+        before = next((c["status"] for c in (obj.get("status") or {}).get("conditions", [])
+                       if c["type"] == "Ready"), None)
+        now = next(c for c in status["conditions"] if c["type"] == "Ready")
+        if before == "True" and now["status"] == "False":
+            metrics.READY_LOST.labels(meta["namespace"], meta["name"]).inc()
+            self.kube.event(obj, "Warning", "GroupsNotReady", now["message"])
+        elif before == "False" and now["status"] == "True":
+            self.kube.event(obj, "Normal", "GroupsReady", now["message"])
 
     # -- delete ------------------------------------------------------------------------------
     def _teardown(self, obj: dict[str, Any]) -> Result:

@@ -48,10 +48,17 @@ def _pod_ready(pod: dict[str, Any]) -> bool:
 
 def _pod_wait_reason(pod: dict[str, Any]) -> str:
     status = pod.get("status", {})
+    if pod["metadata"].get("deletionTimestamp"):
+        return "Terminating"
     for cs in status.get("containerStatuses", []) or []:
-        waiting = cs.get("state", {}).get("waiting")
-        if waiting:
-            return waiting.get("reason", "Waiting")
+        state = cs.get("state", {})
+        if state.get("waiting"):
+            return state["waiting"].get("reason", "Waiting")
+        terminated = state.get("terminated")
+        if terminated:  # an engine that crashed: say which container, with what code and reason
+            reason = terminated.get("reason") or "Error"
+            return (f"{status.get('phase', 'Failed')}: container {cs.get('name')} exited "
+                    f"{terminated.get('exitCode', '?')} ({reason})")
     for cond in status.get("conditions", []) or []:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
             return f"Unschedulable: {cond.get('message', '')}".strip()
@@ -86,11 +93,23 @@ def scaling_limited_message(unplaced: dict[str, tuple[str, str]]) -> str:
     return f"{noun} {groups} cannot be placed now (no rack or node has room); " + "; ".join(parts)
 
 
-def waiting_for(pods: list[dict[str, Any]], spec: KimiK3DeploymentSpec, plan: GroupPlan) -> str:
-    """What the groups wait for, in words (failure case F1: the status says what it waits for)."""
-    not_ready = [p for p in pods if not _pod_ready(p)]
+def waiting_for(pods: list[dict[str, Any]], spec: KimiK3DeploymentSpec, plan: GroupPlan,
+                desired_groups: int) -> str:
+    """What the groups wait for, in words (failure case F1: the status says what it waits for):
+    the first pod that is not Ready or is terminating (leaders first), else the first group of
+    ``0..desired_groups-1`` with fewer than ``plan.nodes_per_group`` pods; "" when neither."""
+    not_ready = [p for p in pods if p["metadata"].get("deletionTimestamp") or not _pod_ready(p)]
     if not not_ready:
-        return ""
+        present: dict[str, int] = {}
+        for pod in pods:
+            group = pod["metadata"].get("labels", {}).get(LWS_GROUP_INDEX_LABEL, "?")
+            present[group] = present.get(group, 0) + 1
+        short = [g for g in range(desired_groups) if present.get(str(g), 0) < plan.nodes_per_group]
+        if not short:
+            return ""
+        text = (f"group {short[0]}: {present.get(str(short[0]), 0)}/{plan.nodes_per_group} pods exist; "
+                "the LeaderWorkerSet is (re)creating them")
+        return text + (f" ({len(short)} groups short of pods)" if len(short) > 1 else "")
     leaders = [p for p in not_ready if p["metadata"].get("labels", {}).get(LWS_WORKER_INDEX_LABEL) == "0"]
     pod = (leaders or not_ready)[0]
     labels = pod["metadata"].get("labels", {})
@@ -122,9 +141,11 @@ def compute_status(obj: dict[str, Any], spec: KimiK3DeploymentSpec, plan: GroupP
     elif ready >= desired_groups:
         ready_c = ("True", "AllGroupsReady", f"{ready}/{desired_groups} groups ready")
     else:
-        detail = waiting_for(pods, spec, plan)
-        msg = f"{ready}/{desired_groups} groups ready" + (f"; {detail}" if detail else
-                                                         "; waiting for the LeaderWorkerSet to create the groups")
+        detail = waiting_for(pods, spec, plan, desired_groups)
+        if not detail:
+            detail = ("every pod is Ready; waiting for the LeaderWorkerSet to count the groups ready" if pods
+                      else "waiting for the LeaderWorkerSet to create the groups")
+        msg = f"{ready}/{desired_groups} groups ready; {detail}"
         ready_c = ("False", "GroupsNotReady", msg)
     conditions = set_condition(conditions, "Ready", *ready_c, gen)
     settled = ready_c[0] == "True" and groups == desired_groups

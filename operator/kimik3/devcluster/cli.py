@@ -4,6 +4,7 @@
   kimik3 dev apply -f RECIPE       apply KimiK3Deployments (with stand-in weight volumes)
   kimik3 dev status [--json]       racks, groups and where they landed, each CR's status
   kimik3 dev down                  stop everything ``up`` started
+  kimik3 dev fault ...             inject a fault: a tray NotReady, an engine pod crashed, a component down
   kimik3 dev sim / dev load        the engine simulator and its load generator (kimik3.sim.cli)
 
 Heavy imports happen inside the commands, so ``kimik3 --help`` stays fast. The engine
@@ -16,7 +17,9 @@ from __future__ import annotations
 import importlib
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -142,6 +145,76 @@ def apply(state_dir: str, filename: str) -> None:
                 raise click.ClickException(f"{cr['metadata'].get('name')}: {exc.status} {exc.reason}: {exc.body}") from None
             click.echo(f"applied {obj['kind']} {obj['metadata']['namespace']}/{obj['metadata']['name']} "
                        f"(generation {obj['metadata'].get('generation')})")
+
+
+@dev.group()
+def fault() -> None:
+    """Inject a fault into the running dev cluster (kimik3.devcluster.faults), then watch the
+    operator recover with `kimik3 dev status`."""
+
+
+def _rest_call(state_dir: str, fn: Callable[..., Any], *args: str) -> None:
+    from kimik3.devcluster.cluster import DevCluster
+    from kimik3.devcluster.rest import Rest
+    from kubernetes.client.rest import ApiException
+    with DevCluster(state_dir).api_client() as api:
+        try:
+            fn(Rest(api), *args)
+        except ApiException as exc:
+            raise click.ClickException(f"{exc.status} {exc.reason}: {exc.body}") from None
+
+
+@fault.command("tray")
+@_state_dir_option
+@click.argument("node")
+@click.option("--ready", is_flag=True, help="Undo: the tray reports Ready again.")
+def fault_tray(state_dir: str, node: str, ready: bool) -> None:
+    """Tray NODE reports Ready=False (its pods leave after their not-ready toleration, 300 s by
+    default); --ready brings it back."""
+    from kimik3.devcluster import faults
+    _rest_call(state_dir, faults.tray_ready if ready else faults.tray_not_ready, node)
+    click.echo(f"tray {node}: {'Ready again' if ready else 'NotReady'} (kwok applies it within ~2 s)")
+
+
+@fault.command("pod")
+@_state_dir_option
+@click.argument("pod", metavar="NAMESPACE/POD")
+def fault_pod(state_dir: str, pod: str) -> None:
+    """Crash every container of engine pod NAMESPACE/POD (exit code 1, phase Failed)."""
+    from kimik3.devcluster import faults
+    namespace, sep, name = pod.partition("/")
+    if not sep or not namespace or not name:
+        raise click.BadParameter(f"{pod!r}: give NAMESPACE/POD, e.g. default/k3-latency-engine-0-1", param_hint="POD")
+    _rest_call(state_dir, faults.fail_pod, namespace, name)
+    click.echo(f"pod {pod}: containers fail within ~2 s")
+
+
+@fault.command("stop")
+@_state_dir_option
+@click.argument("component")
+def fault_stop(state_dir: str, component: str) -> None:
+    """Stop COMPONENT (e.g. lws-manager, operator, kwok, sim) until `dev fault start COMPONENT`."""
+    from kimik3.devcluster.cluster import DevCluster
+    from kimik3.devcluster.readiness import ComponentError
+    try:
+        record = DevCluster(state_dir).stop_component(component)
+    except ComponentError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"stopped {component} (pid {record.pid}); start it again: kimik3 dev fault start {component}")
+
+
+@fault.command("start")
+@_state_dir_option
+@click.argument("component")
+def fault_start(state_dir: str, component: str) -> None:
+    """Start COMPONENT again with the command line it had when `dev fault stop` stopped it."""
+    from kimik3.devcluster.cluster import DevCluster
+    from kimik3.devcluster.readiness import ComponentError
+    try:
+        record = DevCluster(state_dir).start_component(component)
+    except ComponentError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"started {component} (pid {record.pid})")
 
 
 def _attach_sim() -> None:

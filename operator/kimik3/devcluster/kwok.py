@@ -12,6 +12,13 @@ stages kwokctl uses for a fast cluster, read from the kwok module itself in the 
 kwok text is copied into this repository. One change: pod deletion waits
 ``POD_DELETE_DELAY_MS`` (a kubelet takes time to stop containers; with an instant delete the
 LeaderWorkerSet controller can miss a worker's deletion and not recreate its group, F14).
+
+Two of kwok's own chaos stages are loaded too, so faults can be injected by label
+(``kimik3.devcluster.faults``): ``node-not-ready`` (a Node labelled ``NODE_NOT_READY_LABEL=true``
+reports ``Ready=False``; with weight 10000 it wins over ``node-initialize`` until the label goes,
+then ``node-initialize`` makes the node Ready again) and ``pod-container-running-failed`` (a
+Running pod labelled ``POD_FAILED_LABEL=true`` has its containers terminated, exit code 1, and
+phase ``Failed``).
 """
 
 from __future__ import annotations
@@ -24,7 +31,8 @@ import yaml
 from kimik3.devcluster.racks import KWOK_ANNOTATION
 from kimik3.devcluster.thirdparty import go_module_dir
 
-__all__ = ["KWOK_MODULE", "KWOK_VERSION", "argv", "stages", "write_config"]
+__all__ = ["KWOK_MODULE", "KWOK_VERSION", "NODE_NOT_READY_LABEL", "POD_FAILED_LABEL", "argv", "stages",
+           "write_config"]
 
 KWOK_MODULE = "sigs.k8s.io/kwok"
 KWOK_VERSION = "v0.8.0"
@@ -39,12 +47,19 @@ POD_DELETE_DELAY_MS = 1000
 """Delay between a pod's deletion request and kwok finishing it, ms (kwok's own "general" pod
 profile uses 1000 ms too)."""
 
+NODE_NOT_READY_LABEL = "node-not-ready.stage.kwok.x-k8s.io"
+"""Label (value ``"true"``) that selects a Node for kwok's ``node-not-ready`` chaos stage."""
+POD_FAILED_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
+"""Label (value ``"true"``) that selects a Running pod for kwok's ``pod-container-running-failed`` stage."""
+
 _STAGE_FILES = (
     "kustomize/stage/node/fast/node-initialize.yaml",
     "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
     "kustomize/stage/pod/fast/pod-ready.yaml",
     "kustomize/stage/pod/fast/pod-complete.yaml",
     "kustomize/stage/pod/fast/pod-delete.yaml",
+    "kustomize/stage/node/chaos/node-not-ready.yaml",
+    "kustomize/stage/pod/chaos/pod-container-running-failed.yaml",
 )
 
 

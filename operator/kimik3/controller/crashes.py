@@ -1,0 +1,74 @@
+"""Engine crashes, reported before the evidence goes.
+
+With ``RecreateGroupOnPodRestart`` the LeaderWorkerSet deletes a whole group as soon as one of
+its containers fails, so the failed pod, its exit code and its node are gone within seconds and
+``kubectl describe`` shows nothing. The operator sees every pod update on its pod watch; each
+container termination with a non-zero exit code (``state.terminated`` or, after a restart,
+``lastState.terminated``) becomes one Warning Event ``EngineFailed`` on the KimiK3Deployment and
+one count of ``kimik3_engine_failures_total{namespace, deployment, reason}``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+from kimik3 import GROUP, KIND, VERSION
+from kimik3.controller import metrics
+from kimik3.controller.kube import Kube
+from kimik3.render.meta import LWS_GROUP_INDEX_LABEL, LWS_WORKER_INDEX_LABEL
+
+__all__ = ["CrashReporter", "container_failures"]
+
+REMEMBERED = 4096
+"""Failures remembered to report each once (oldest forgotten first)."""
+
+
+def container_failures(pod: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """Non-zero container exits of ``pod``: ``[(token, reason, description)]``. ``token`` is unique
+    per termination (pod uid, container, restart count, finish time)."""
+    out = []
+    uid = pod["metadata"].get("uid", "")
+    for cs in (pod.get("status") or {}).get("containerStatuses", []) or []:
+        for state in (cs.get("state") or {}, cs.get("lastState") or {}):
+            term = state.get("terminated")
+            if not term or not term.get("exitCode"):
+                continue
+            reason = term.get("reason") or "Error"
+            token = f"{uid}/{cs.get('name')}/{cs.get('restartCount', 0)}/{term.get('finishedAt', '')}"
+            text = f"container {cs.get('name')} exited {term['exitCode']} ({reason}"
+            text += f": {term['message'][:200]})" if term.get("message") else ")"
+            out.append((token, reason, text))
+    return out
+
+
+class CrashReporter:
+    """Posts one ``EngineFailed`` Event per container failure seen on the pod watch."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self._seen: OrderedDict[str, None] = OrderedDict()
+
+    def pod_seen(self, pod: dict[str, Any], deployment: str) -> int:
+        """Report the new failures of ``pod`` (of KimiK3Deployment ``deployment`` in the pod's
+        namespace); returns how many were new."""
+        meta = pod["metadata"]
+        labels = meta.get("labels") or {}
+        new = 0
+        for token, reason, text in container_failures(pod):
+            if token in self._seen:
+                continue
+            self._seen[token] = None
+            if len(self._seen) > REMEMBERED:
+                self._seen.popitem(last=False)
+            new += 1
+            group = labels.get(LWS_GROUP_INDEX_LABEL, "?")
+            role = "leader" if labels.get(LWS_WORKER_INDEX_LABEL) == "0" else "worker"
+            node = (pod.get("spec") or {}).get("nodeName") or "no node"
+            metrics.ENGINE_FAILURES.labels(meta["namespace"], deployment, reason).inc()
+            owner = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
+                     "metadata": {"namespace": meta["namespace"], "name": deployment}}
+            self.kube.event(owner, "Warning", "EngineFailed",
+                            f"group {group}: {role} pod {meta['name']} on {node}: {text}; the LeaderWorkerSet "
+                            f"recreates group {group} (RecreateGroupOnPodRestart)")
+        return new

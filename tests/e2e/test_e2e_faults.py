@@ -1,0 +1,170 @@
+"""Faults of the parts around the operator, on the dev cluster (issue 6).
+
+- The LeaderWorkerSet manager (and its webhooks) down while the user scales: the operator cannot
+  apply, says so (Degraded=True ApplyFailed, a Warning Event, ``kimik3_apply_errors_total``),
+  keeps the user's edit, and converges once the manager is back, without recreating group 0.
+- An engine pod crashes (kwok: containers exit 1, phase Failed): only its group is recreated,
+  once; the CR's status names the crashed container while it is down; Events and
+  ``kimik3_ready_lost_total`` record the loss.
+- A tray goes NotReady (kwok): with a 5 s not-ready toleration in ``spec.scheduling`` its group
+  is evicted and recreated on healthy trays of one rack; status follows.
+
+Each test prints the measured recovery time (run with ``-s`` to see it).
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from typing import Any
+
+from devenv import DevEnv, Recorder, wait_until
+
+from kimik3.devcluster import faults
+
+TRAYS_TP8 = 2
+LWS_DOWN_S = 20.0
+"""How long the LeaderWorkerSet manager stays down, s."""
+NOT_READY_TOLERATION_S = 5
+
+
+def _operator_metric(env: DevEnv, name: str, **labels: str) -> float:
+    with urllib.request.urlopen(f"{env.state['urls']['operator']}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    total = 0.0
+    for line in text.splitlines():
+        key, _, value = line.rpartition(" ")
+        if key.startswith(name + "{") or key == name:
+            got = ",".join(sorted(key[len(name) + 1:-1].split(","))) if "{" in key else ""
+            if all(part in got.split(",") for part in want.split(",") if part):
+                total += float(value)
+    return total
+
+
+def _ready(env: DevEnv, ns: str) -> tuple[str, int] | None:
+    cr = env.get_cr(ns) or {}
+    status = cr.get("status") or {}
+    ready = next((c["status"] for c in status.get("conditions", []) if c["type"] == "Ready"), None)
+    return (ready, status.get("readyReplicas")) if ready else None
+
+
+def _settled(env: DevEnv, ns: str, groups: int) -> dict[int, list[dict[str, Any]]] | None:
+    """The groups once ``groups`` groups are Ready and the CR says so for its current generation."""
+    cr = env.get_cr(ns) or {}
+    status = cr.get("status") or {}
+    if status.get("observedGeneration") != cr.get("metadata", {}).get("generation"):
+        return None
+    if _ready(env, ns) != ("True", groups):
+        return None
+    degraded = env.condition(ns, "Degraded")
+    if not degraded or degraded["status"] != "False":
+        return None
+    return env.ready_groups(ns, TRAYS_TP8, groups)
+
+
+def _uids(pods: list[dict[str, Any]]) -> list[str]:
+    return [p["metadata"]["uid"] for p in pods]
+
+
+def test_lws_manager_down_while_scaling_then_restarted(dev_env: DevEnv, ns: str) -> None:
+    dev_env.apply(dev_env.deployment(ns, replicas=1))
+    group0 = _uids(wait_until("1 settled group", lambda: _settled(dev_env, ns, 1))[0])
+    lws_uid = dev_env.rest.get(f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{ns}/leaderworkersets/k3-engine")[
+        "metadata"]["uid"]
+    errors_before = _operator_metric(dev_env, "kimik3_apply_errors_total", kind="LeaderWorkerSet")
+
+    dev_env.cluster.stop_component("lws-manager")
+    try:
+        down_at = time.monotonic()
+        dev_env.scale(ns, 2)
+        degraded = wait_until("Degraded=True ApplyFailed while the LWS webhooks are down", lambda: (
+            c := dev_env.condition(ns, "Degraded")) and c["status"] == "True" and c["reason"] == "ApplyFailed" and c)
+        assert degraded["message"].startswith("LeaderWorkerSet k3-engine: 500 Internal Server Error")
+        assert "leaderworkerset" in degraded["message"].lower() and "webhook" in degraded["message"]
+        assert any(e["reason"] == "ApplyFailed" and e["type"] == "Warning" for e in dev_env.events(ns))
+        assert _operator_metric(dev_env, "kimik3_apply_errors_total", kind="LeaderWorkerSet") > errors_before
+        assert _operator_metric(dev_env, "kimik3_reconciles_total", result="apply-failed") > 0
+        # nothing the user wrote is lost, nothing half-applied
+        assert dev_env.get_cr(ns)["spec"]["replicas"] == 2
+        lws = dev_env.rest.get(f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{ns}/leaderworkersets/k3-engine")
+        assert lws["spec"]["replicas"] == 1
+        time.sleep(max(0.0, LWS_DOWN_S - (time.monotonic() - down_at)))
+    finally:
+        dev_env.cluster.start_component("lws-manager")
+    restarted = time.monotonic()
+    groups = wait_until("2 settled groups after the LWS manager is back", lambda: _settled(dev_env, ns, 2),
+                        timeout_s=120.0)
+    recovery = time.monotonic() - restarted
+    print(f"\nLWS manager down {LWS_DOWN_S:.0f} s: converged {recovery:.1f} s after its restart")
+    assert _uids(groups[0]) == group0, "group 0 was recreated"
+    lws = dev_env.rest.get(f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{ns}/leaderworkersets/k3-engine")
+    assert lws["metadata"]["uid"] == lws_uid and lws["spec"]["replicas"] == 2
+    # failed applies are retried with back-off (1, 2, 4, 8, 16 s ... after LWS_DOWN_S of failures the
+    # next try is at most ~16 s away); before the fix the operator waited for its 120 s resync.
+    assert recovery < 45.0
+
+
+def test_engine_pod_crash_recreates_its_group_and_is_reported(dev_env: DevEnv, ns: str) -> None:
+    dev_env.apply(dev_env.deployment(ns, replicas=2))
+    before = {g: _uids(p) for g, p in wait_until("2 settled groups", lambda: _settled(dev_env, ns, 2)).items()}
+    victim = "k3-engine-1-1"  # the worker of group 1
+    node = next(p for p in dev_env.pods(ns) if p["metadata"]["name"] == victim)["spec"]["nodeName"]
+
+    crashed_at = time.monotonic()
+    faults.fail_pod(dev_env.rest, ns, victim)
+
+    def recreated() -> dict[int, list[dict[str, Any]]] | None:
+        groups = _settled(dev_env, ns, 2)
+        return groups if groups and not set(_uids(groups[1])) & set(before[1]) else None
+    after = wait_until("group 1 recreated and Ready", recreated)
+    recovery = time.monotonic() - crashed_at
+    print(f"\nengine pod crash: group recreated and CR Ready {recovery:.1f} s after the crash")
+    assert _uids(after[0]) == before[0], "group 0 was touched"
+    assert len(after[1]) == TRAYS_TP8
+    # the crash is on record although the LeaderWorkerSet deleted the failed pod within seconds
+    failed = [e for e in dev_env.events(ns) if e["reason"] == "EngineFailed"]
+    assert [(e["type"], e["message"]) for e in failed] == [("Warning", (
+        f"group 1: worker pod {victim} on {node}: container engine exited 1 (containerFailed: container failed); "
+        "the LeaderWorkerSet recreates group 1 (RecreateGroupOnPodRestart)"))]
+    assert _operator_metric(dev_env, "kimik3_engine_failures_total", namespace=ns, deployment="k3",
+                            reason="containerFailed") == 1
+    wait_until("the ready-groups gauge back at 2", lambda: _operator_metric(
+        dev_env, "kimik3_groups", namespace=ns, deployment="k3", state="ready") == 2, timeout_s=15.0)
+
+
+def test_tray_not_ready_moves_its_group_to_healthy_trays(dev_env: DevEnv, ns: str) -> None:
+    cr = dev_env.deployment(ns, replicas=1)
+    cr["spec"].setdefault("scheduling", {})["tolerations"] = [
+        {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": NOT_READY_TOLERATION_S}
+        for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")]
+    dev_env.apply(cr)
+    before = wait_until("1 settled group", lambda: _settled(dev_env, ns, 1))[0]
+    tray = before[1]["spec"]["nodeName"]
+    faults.tray_not_ready(dev_env.rest, tray)
+    try:
+        failed_at = time.monotonic()
+        wait_until(f"tray {tray} NotReady", lambda: any(
+            c["type"] == "Ready" and c["status"] == "False"
+            for c in dev_env.rest.get(f"/api/v1/nodes/{tray}")["status"]["conditions"]), timeout_s=30.0)
+
+        def moved() -> dict[int, list[dict[str, Any]]] | None:
+            groups = _settled(dev_env, ns, 1)
+            return groups if groups and not set(_uids(groups[0])) & set(_uids(before)) else None
+        after = wait_until("the group recreated away from the NotReady tray", moved, timeout_s=120.0)
+        recovery = time.monotonic() - failed_at
+        print(f"\ntray NotReady (toleration {NOT_READY_TOLERATION_S} s): group recreated on healthy trays, "
+              f"CR Ready {recovery:.1f} s after the fault")
+        nodes = [p["spec"]["nodeName"] for p in after[0]]
+        assert tray not in nodes
+        assert len(dev_env.cliques(after[0])) == 1, "the new group spans two racks"
+        reasons = [e["reason"] for e in dev_env.events(ns)]
+        assert "GroupsNotReady" in reasons and "GroupsReady" in reasons
+    finally:
+        faults.tray_ready(dev_env.rest, tray)
+
+        def healthy() -> bool:
+            node = dev_env.rest.get(f"/api/v1/nodes/{tray}")
+            ready = any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"])
+            return ready and not node["spec"].get("taints")
+        wait_until(f"tray {tray} Ready and untainted again", healthy, timeout_s=60.0)
