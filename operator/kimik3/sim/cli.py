@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -85,11 +86,14 @@ def sim_command(kubeconfig: str, state_dir: str, load_time: str, poll_interval: 
 @click.option("--drain", default="60s", show_default=True, help="Longest wait for in-flight requests at the end.")
 @click.option("--workload", default=None, help="Simulator only: acceptance workload of the requests.")
 @click.option("--seed", type=int, default=None)
+@click.option("--api-key-env", metavar="VAR", default=None,
+              help="Send the API key held by environment variable VAR as 'Authorization: Bearer' "
+                   "(a deployment with spec.service.apiKeySecret; the key stays off the command line).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary and every request as JSON.")
 def load_command(deployment: str | None, namespace: str | None, state_dir: str, url: str | None, model: str | None,
                  shape: str, phases_file: str | None, rate: float | None, concurrency: int | None, duration: str,
                  prompt_tokens: int, output_tokens: int, stream: bool, chat: bool, max_requests: int, drain: str,
-                 workload: str | None, seed: int | None, as_json: bool) -> None:
+                 workload: str | None, seed: int | None, api_key_env: str | None, as_json: bool) -> None:
     """Send a request stream to DEPLOYMENT's endpoint (or --url) and print what users see:
     tokens/s per user, P50/P90 inter-token latency per token, TTFT, errors."""
     from kimik3.sim import load
@@ -104,6 +108,11 @@ def load_command(deployment: str | None, namespace: str | None, state_dir: str, 
         model = model or served
     if rate is not None and concurrency is not None:
         raise click.UsageError("give --rate or --concurrency, not both")
+    api_key = None
+    if api_key_env is not None:
+        api_key = os.environ.get(api_key_env)
+        if not api_key:
+            raise click.UsageError(f"--api-key-env {api_key_env}: that environment variable is unset or empty")
     try:
         if phases_file:
             phases = load.load_phases(phases_file, prompt_tokens=prompt_tokens, output_tokens=output_tokens)
@@ -118,7 +127,8 @@ def load_command(deployment: str | None, namespace: str | None, state_dir: str, 
                            + (f"{p.rate:g} req/s" if p.rate is not None else f"{p.concurrency} users")
                            for p in phases), err=True)
     results = asyncio.run(load.run_load(url, phases, model=model, stream=stream, chat=chat, max_requests=max_requests,
-                                        drain_s=_duration(drain, "--drain"), seed=seed, workload=_workload(workload)))
+                                        drain_s=_duration(drain, "--drain"), seed=seed, workload=_workload(workload),
+                                        api_key=api_key))
     summary = load.summarize(results, phases)
     click.echo(load.results_json(results, summary) if as_json else load.format_summary(summary))
     if summary["total"]["ok"] == 0:

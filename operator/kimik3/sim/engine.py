@@ -13,6 +13,15 @@ rises with concurrency. Like vLLM, ``vllm:inter_token_latency_seconds`` is obser
 running request per engine step, and a step emits 1 + accepted draft tokens under speculative
 decoding (accepted drafts drawn from the model's chain acceptance, seeded).
 
+API key (``EngineConfig.api_keys``, from the pod's ``VLLM_API_KEY``: ``kimik3.sim.podenv``): like
+vLLM 0.32's ``AuthenticationMiddleware`` (vllm/entrypoints/serve/middleware/authenticate.py; the
+same file in 0.33.0), every request whose path starts with ``/v1``, ``/v2``, ``/inference`` or
+``/cohere`` (method other than OPTIONS) must carry ``Authorization: Bearer <key>`` (scheme
+case-insensitive, the rest of the header after the first space compared exactly, by SHA-256
+digest), else 401 with the body ``{"error":"Unauthorized"}`` (``application/json``), before any
+routing (an unknown ``/v1`` path is 401 too, not 404). ``/health`` and ``/metrics`` stay open.
+Empty keys are ignored (vLLM: no key, no authentication). The keys are kept only as digests.
+
 Simulator specifics (not vLLM): the text is made-up words, one token per word; prompt tokens are
 counted as words and punctuation marks (chat: + 4 per message + 2 for the reply header); without
 ``max_tokens`` a request stops (``finish_reason: stop``) after ``default_max_tokens``, standing in
@@ -25,6 +34,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import hashlib
+import hmac
 import json
 import logging
 import random
@@ -52,6 +63,11 @@ CHAT_REPLY_HEADER_TOKENS = 2
 RESYNC_S = 0.05
 """Steps follow the model's schedule (wake-up jitter is absorbed by the next sleep); a unit that
 falls further behind than this (a starved event loop) restarts its schedule at the present."""
+GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
+"""Paths that need the API key: vLLM 0.32's ``GUARDED_PREFIX`` (serve/middleware/authenticate.py)."""
+UNAUTHORIZED_BODY = b'{"error":"Unauthorized"}'
+"""vLLM 0.32's refusal: Starlette's ``JSONResponse(content={"error": "Unauthorized"}, status_code=401)``
+renders compact JSON, ``Content-Type: application/json`` (no charset), no ``WWW-Authenticate``."""
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 _WORDS = ("kimi", "tensor", "rack", "tray", "draft", "accept", "token", "step", "expert", "route",
           "latent", "delta", "spark", "mega", "kernel", "batch", "decode", "prefill", "cache", "group",
@@ -86,6 +102,9 @@ class EngineConfig:
     default_max_tokens: int = DEFAULT_MAX_TOKENS
     seed: int | None = None
     buckets_override: dict[str, tuple[float, ...]] | None = None
+    api_keys: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    """Keys accepted as ``Authorization: Bearer <key>`` on the guarded paths (empty: no
+    authentication). Never in ``repr`` (the key must not reach a log)."""
 
     @classmethod
     def from_spec(cls, spec: Any, plan: Any, **overrides: Any) -> EngineConfig:
@@ -174,6 +193,7 @@ class SimEngine:
         self.started_at: float | None = None
         self.port: int | None = None
         self._runner: web.AppRunner | None = None
+        self._key_digests = [hashlib.sha256(k.encode("utf-8")).digest() for k in config.api_keys if k]
         self.app = self._make_app()
 
     # ---------------------------------------------------------------- lifecycle
@@ -368,8 +388,33 @@ class SimEngine:
             m["kv_cache_usage_perc"][eng.index].set(min(1.0, used / capacity) if capacity > 0 else 1.0)
 
     # ---------------------------------------------------------------- HTTP
+    @property
+    def requires_api_key(self) -> bool:
+        return bool(self._key_digests)
+
+    def authorized(self, method: str, path: str, authorization: str | None) -> bool:
+        """vLLM 0.32's ``AuthenticationMiddleware`` decision for one request (module docstring)."""
+        if not self._key_digests or method == "OPTIONS" or not path.startswith(GUARDED_PREFIXES):
+            return True
+        if not authorization:
+            return False
+        scheme, _, param = authorization.partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        digest = hashlib.sha256(param.encode("utf-8")).digest()
+        match = False
+        for key in self._key_digests:  # every key compared, in constant time, like vLLM
+            match |= hmac.compare_digest(digest, key)
+        return match
+
     def _make_app(self) -> web.Application:
-        app = web.Application()
+        @web.middleware
+        async def authenticate(request: web.Request, handler: Any) -> web.StreamResponse:
+            if not self.authorized(request.method, request.path, request.headers.get("Authorization")):
+                return web.Response(status=401, body=UNAUTHORIZED_BODY, content_type="application/json")
+            return await handler(request)
+
+        app = web.Application(middlewares=[authenticate] if self._key_digests else [])
         app.router.add_get("/health", self._health)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/v1/models", self._models)

@@ -220,9 +220,11 @@ async def _one_request(session: aiohttp.ClientSession, url: str, model: str | No
 
 async def run_load(url: str, phases: list[Phase], *, model: str | None = None, stream: bool = True,
                    chat: bool = False, max_requests: int = 10_000, drain_s: float = DEFAULT_DRAIN_S,
-                   seed: int | None = None, workload: str | float | None = None) -> list[RequestResult]:
+                   seed: int | None = None, workload: str | float | None = None,
+                   api_key: str | None = None) -> list[RequestResult]:
     """Send the phases' requests to ``url`` (a base URL such as ``http://127.0.0.1:8000``) and
-    return every request's result (cancelled ones as errors)."""
+    return every request's result (cancelled ones as errors). ``api_key``: sent as
+    ``Authorization: Bearer <key>`` (vLLM's ``VLLM_API_KEY`` / ``--api-key``)."""
     rng = random.Random(seed)
     results: list[RequestResult] = []
     tasks: set[asyncio.Task] = set()
@@ -230,7 +232,9 @@ async def run_load(url: str, phases: list[Phase], *, model: str | None = None, s
     in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
     deadline = time.monotonic() + sum(p.duration_s for p in phases) + drain_s
     connector = aiohttp.TCPConnector(limit=MAX_IN_FLIGHT)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None),
+                                     headers=headers) as session:
 
         async def fire(phase: Phase) -> None:
             placeholder = RequestResult(phase.name, False, time.monotonic(), error="cancelled at the deadline")

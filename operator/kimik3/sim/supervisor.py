@@ -15,9 +15,18 @@ It writes, atomically (temp file + rename), under ``<state-dir>/sim/``:
   ``{"targets": ["127.0.0.1:PORT"], "labels": {"namespace", "deployment", "group", "pod", "role": "leader"}}``
   (the labels a PodMonitor on the leader pods gives in a real cluster);
 - ``endpoints.json``: ``{"ns/name": {"url": "http://127.0.0.1:FRONT", "model": served name,
-  "groups": {"0": {"url", "pod", "leaderUid", "ready", "startedAt"}}}}``. ``url`` is a small
+  "groups": {"0": {"url", "pod", "leaderUid", "ready", "startedAt", "apiKeyRequired"}}}}``. ``url`` is a small
   round-robin front per deployment that stands in for the client Service: it forwards to the
   groups whose engine is ready (past its load time), like a Service to Ready leader pods.
+
+API key: when the leader pod's engine container has ``VLLM_API_KEY`` in its env (a ``value``, or
+``valueFrom.secretKeyRef`` as ``render/leaderworkerset.py`` writes it for ``spec.service.apiKeySecret``),
+the engine requires it on ``/v1`` exactly like vLLM (``kimik3.sim.engine``). It is resolved like
+a kubelet does (``kimik3.sim.podenv``): once, when the engine starts for that leader pod UID (a
+later change of the Secret reaches a group only when its pods are recreated), by reading the
+Secret from the API server; a missing Secret or key leaves the group without an engine (the
+kubelet would not start the container), with a warning naming the Secret, retried every poll.
+The key is never logged nor written to a file; ``endpoints.json`` says ``"apiKeyRequired"`` per group.
 
 Per-CR annotations (simulator only): ``inference.kimik3.io/sim-load-time`` (a duration such as
 ``90s``) and ``inference.kimik3.io/sim-workload`` (``code``, ``chat``, ``creative``, ... or an
@@ -28,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime
 import json
 import logging
@@ -44,7 +54,9 @@ from aiohttp import web
 from kimik3 import GROUP, PLURAL, VERSION
 from kimik3.api.errors import SpecErrors
 from kimik3.api.v1alpha1 import duration_seconds
+from kimik3.render.leaderworkerset import API_KEY_ENV, CONTAINER
 from kimik3.render.meta import LWS_GROUP_INDEX_LABEL, LWS_NAME_LABEL, LWS_WORKER_INDEX_LABEL
+from kimik3.sim import podenv
 from kimik3.sim.engine import LOOPBACK, EngineConfig, SimEngine
 
 log = logging.getLogger(__name__)
@@ -97,6 +109,8 @@ class _Wanted:
     leader_pod: str
     leader_uid: str
     config: EngineConfig
+    api_key_env: dict[str, Any] | None = field(default=None, repr=False)
+    """The leader's engine container env entry of ``VLLM_API_KEY`` (camelCase), None when unset."""
 
 
 def _listen_socket() -> socket.socket:
@@ -133,6 +147,7 @@ class Supervisor:
                  seed: int | None = None):
         from kubernetes import client
 
+        self.api_client = api_client
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
         self.sim_dir = Path(state_dir) / "sim"
@@ -145,6 +160,7 @@ class Supervisor:
         self.groups: dict[tuple[str, str, str], _Group] = {}
         self.fronts: dict[tuple[str, str], _Front] = {}
         self._refused: dict[tuple[str, str], str] = {}
+        self._unresolved: dict[tuple[str, str, str], str] = {}
         self._last_written: tuple[str, str] | None = None
         self.polls = 0
 
@@ -244,7 +260,8 @@ class Supervisor:
                     continue
                 config = EngineConfig.from_spec(spec, plan, load_time_s=load_time, workload=workload,
                                                 seed=self.seed)
-                wanted[(ns, name, gi)] = _Wanted(ns, name, gi, leader.metadata.name, leader.metadata.uid, config)
+                wanted[(ns, name, gi)] = _Wanted(ns, name, gi, leader.metadata.name, leader.metadata.uid, config,
+                                                 self._api_key_entry(leader))
         return wanted, deployments
 
     @staticmethod
@@ -256,9 +273,46 @@ class Supervisor:
         leaders = [p for p in live if (p.metadata.labels or {}).get(LWS_WORKER_INDEX_LABEL) == "0"]
         return leaders[0] if len(leaders) == 1 else None
 
+    def _api_key_entry(self, pod: Any) -> dict[str, Any] | None:
+        """The ``VLLM_API_KEY`` env entry of ``pod``'s engine container (camelCase dict) or None."""
+        spec = {"containers": [{"name": c.name, "env": self.api_client.sanitize_for_serialization(c.env or [])}
+                               for c in (pod.spec.containers if pod.spec else None) or []]}
+        return podenv.env_entry(spec, API_KEY_ENV, CONTAINER)
+
+    def _read_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """Secret ``namespace/name`` as ``{"data": {key: base64}}``, None when it does not exist."""
+        from kubernetes.client.rest import ApiException
+
+        try:
+            secret = self.core.read_namespaced_secret(name, namespace, _request_timeout=API_TIMEOUT_S)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            # not `from exc`: the exception would carry the API server's response into a log
+            raise podenv.EnvUnresolved(f"reading Secret {namespace}/{name}: HTTP {exc.status} {exc.reason}") from None
+        return {"data": dict(secret.data or {})}
+
+    async def _api_keys(self, key: tuple[str, str, str], want: _Wanted) -> tuple[str, ...] | None:
+        """The keys the engine of ``want`` accepts (() = no authentication), resolved like a
+        kubelet at container start; None when the kubelet would not start the container."""
+        try:
+            value = await asyncio.to_thread(podenv.resolve, want.api_key_env, want.namespace,
+                                            lambda name: self._read_secret(want.namespace, name))
+        except podenv.EnvUnresolved as exc:
+            if self._unresolved.get(key) != want.leader_uid:
+                log.warning("group %s/%s/%s (leader %s): no engine, as a kubelet would not start the container: %s",
+                            *key, want.leader_pod, exc)
+                self._unresolved[key] = want.leader_uid
+            return None
+        self._unresolved.pop(key, None)
+        return (value,) if value else ()
+
     # ---------------------------------------------------------------- engines
     async def _start_group(self, key: tuple[str, str, str], want: _Wanted) -> None:
-        engine = SimEngine(want.config)
+        api_keys = await self._api_keys(key, want)
+        if api_keys is None:
+            return
+        engine = SimEngine(dataclasses.replace(want.config, api_keys=api_keys))
         await engine.start()
         started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         group = _Group(want.namespace, want.deployment, want.group, want.leader_pod, want.leader_uid, engine, started)
@@ -266,8 +320,9 @@ class Supervisor:
         front = self.fronts.get((want.namespace, want.deployment))
         if front is not None:
             front.groups[want.group] = group
-        log.info("group %s/%s/%s (leader %s): engine on %s, ready in %.0f s",
-                 *key, want.leader_pod, engine.url, want.config.load_time_s)
+        log.info("group %s/%s/%s (leader %s): engine on %s, ready in %.0f s%s",
+                 *key, want.leader_pod, engine.url, want.config.load_time_s,
+                 f", API key ({API_KEY_ENV}) required on /v1" if engine.requires_api_key else "")
 
     async def _stop_group(self, key: tuple[str, str, str]) -> None:
         group = self.groups.pop(key)
@@ -313,7 +368,8 @@ class Supervisor:
         group = ready[front.rr % len(ready)]
         front.rr += 1
         assert front.session is not None
-        headers = {k: v for k, v in request.headers.items() if k.lower() in ("content-type", "accept")}
+        # a Service passes every byte; the front passes the headers the engine reads
+        headers = {k: v for k, v in request.headers.items() if k.lower() in ("content-type", "accept", "authorization")}
         async with front.session.request(request.method, group.engine.url + request.path_qs,
                                          data=await request.read(), headers=headers) as upstream:
             resp = web.StreamResponse(status=upstream.status)
@@ -343,7 +399,8 @@ class Supervisor:
                 "url": front.url,
                 "model": front.served_model_name,
                 "groups": {gi: {"url": g.engine.url, "pod": g.leader_pod, "leaderUid": g.leader_uid,
-                                "ready": g.engine.ready, "startedAt": g.started_at}
+                                "ready": g.engine.ready, "startedAt": g.started_at,
+                                "apiKeyRequired": g.engine.requires_api_key}
                            for gi, g in sorted(front.groups.items(), key=lambda kv: int(kv[0]))},
             }
         return out
