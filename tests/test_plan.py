@@ -182,6 +182,12 @@ REFUSALS = [
     pytest.param(spec({}, {"extraArgs": ["--max-log-len", "10", "--speculative-config", "{}"]}),
                  ["spec.engine.extraArgs[2]"], "spec.engine.extraArgs[2]", r"--speculative-config.*speculativeDecoding",
                  id="extra-args-owned-flag-as-separate-arg"),
+    pytest.param(spec({}, {"extraArgs": ["--api_key=sk-plain"]}),
+                 ["spec.engine.extraArgs[0]"], "spec.engine.extraArgs[0]", r"plain text.*spec\.service\.apiKeySecret",
+                 id="api-key-in-extra-args"),
+    pytest.param(spec({}, {"env": [{"name": "VLLM_API_KEY", "value": "sk-plain"}]}),
+                 ["spec.engine.env[0].name"], "spec.engine.env[0].name", r"plain text.*spec\.service\.apiKeySecret",
+                 id="api-key-in-env"),
 ]
 
 

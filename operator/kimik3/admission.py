@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from kimik3.api.errors import SpecError, SpecErrors, from_validation_error
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
-from kimik3.engine.args import check_extra_args
+from kimik3.engine.args import check_extra_args, check_plain_text_keys
 from kimik3.topology.plan import GroupPlan, plan_group
 
 
@@ -57,7 +57,8 @@ def admit(spec: dict[str, Any], policy: AdmissionPolicy = AdmissionPolicy()) -> 
         parsed = KimiK3DeploymentSpec.model_validate(spec)
     except ValidationError as exc:
         raise SpecErrors(from_validation_error(exc)) from None
-    errors: list[SpecError] = check_extra_args(parsed) + check_host_path(parsed, policy)
+    errors: list[SpecError] = check_extra_args(parsed) + check_plain_text_keys(parsed) + \
+        check_host_path(parsed, policy)
     try:
         plan = plan_group(parsed)
     except SpecErrors as exc:

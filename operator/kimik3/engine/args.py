@@ -108,6 +108,25 @@ def check_extra_args(spec: KimiK3DeploymentSpec) -> list[SpecError]:
     return out
 
 
+API_KEY_FLAG = "--api-key"
+API_KEY_ENV = "VLLM_API_KEY"
+"""vLLM reads the API key from ``--api-key`` first, then this environment variable."""
+
+
+def check_plain_text_keys(spec: KimiK3DeploymentSpec) -> list[SpecError]:
+    """Refuse an API key written into the spec itself (``extraArgs`` ``--api-key`` or ``env``
+    ``VLLM_API_KEY``): it would sit in plain text in the CR and the launcher ConfigMap, readable by
+    anyone who may read those, and ``--api-key`` would silently override ``service.apiKeySecret``."""
+    fix = "put the key in a Secret and name it in spec.service.apiKeySecret (the pods then read it from there)"
+    out = [SpecError(f"spec.engine.extraArgs[{i}]",
+                     f"{API_KEY_FLAG} would put the API key in plain text in the CR and its launcher ConfigMap: {fix}")
+           for i, arg in enumerate(spec.engine.extra_args) if normalize_flag(arg) == API_KEY_FLAG]
+    out += [SpecError(f"spec.engine.env[{i}].name",
+                      f"{API_KEY_ENV} here would be the API key in plain text in the CR: {fix}")
+            for i, env in enumerate(spec.engine.env) if env.name == API_KEY_ENV]
+    return out
+
+
 def common_args(spec: KimiK3DeploymentSpec) -> list[str]:
     """Arguments every rank shares (model, kernels, batch limits, features, speculation)."""
     e, m = spec.engine, spec.model
