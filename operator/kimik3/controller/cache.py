@@ -12,7 +12,9 @@ no API request (a small informer, fed by the kopf event handlers).
 Correctness rests on the watches: kopf re-lists after a lost watch or a 410 Gone, which refreshes
 every entry still there; an object the cache has never seen is simply applied. A re-list tells
 nothing about objects deleted meanwhile, so a re-listed owner's applied records are dropped
-(``forget_applied``) and its next reconcile applies every child.
+(``forget_applied``) and its next reconcile applies every child. For the same reason its pods are
+marked stale: the next reconcile lists them from the API server once (``pods_stale`` /
+``replace_pods``), so a pod deleted while the watch was down does not linger.
 """
 
 from __future__ import annotations
@@ -20,11 +22,19 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from collections import OrderedDict
 from typing import Any
 
 from kimik3.render.meta import LWS_NAME_LABEL
 
 Key = tuple[str, str, str, str]
+TOMBSTONES = 4096
+"""Pod deletions remembered (with their resourceVersion) so a pod list taken just before a
+DELETED event cannot bring the deleted pod back."""
+
+
+def _rv(obj: dict[str, Any]) -> int:
+    return int(obj["metadata"].get("resourceVersion", "0") or 0)
 
 
 def object_key(obj: dict[str, Any]) -> Key:
@@ -43,6 +53,8 @@ class ObjectCache:
         self._pods: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
         self._applied: dict[Key, tuple[str, str]] = {}
         self._owned: dict[tuple[str, str], set[Key]] = {}
+        self._pods_stale: set[tuple[str, str]] = set()
+        self._tombstones: OrderedDict[tuple[str, str], int] = OrderedDict()
 
     def update(self, event_type: str | None, obj: dict[str, Any]) -> None:
         key = object_key(obj)
@@ -54,6 +66,10 @@ class ObjectCache:
                     pods = self._pods.setdefault((key[2], lws), {})
                     if deleted:
                         pods.pop(key[3], None)
+                        self._tombstones[(key[2], key[3])] = _rv(obj)
+                        self._tombstones.move_to_end((key[2], key[3]))
+                        if len(self._tombstones) > TOMBSTONES:
+                            self._tombstones.popitem(last=False)
                     else:
                         pods[key[3]] = obj
                 return
@@ -71,6 +87,30 @@ class ObjectCache:
         with self._lock:
             return list(self._pods.get((namespace, lws_name), {}).values())
 
+    def pods_stale(self, namespace: str, owner: str) -> bool:
+        """Whether ``owner``'s pods must be listed again (it was re-listed since; see the module)."""
+        with self._lock:
+            return (namespace, owner) in self._pods_stale
+
+    def replace_pods(self, namespace: str, owner: str, lws_name: str, listed: list[dict[str, Any]],
+                     list_version: int) -> None:
+        """Make the pods of ``lws_name`` what a list at collection resourceVersion ``list_version``
+        returned, keeping any newer watch event: a cached pod missing from the list is dropped only
+        when it is older than the list, a listed pod whose deletion was seen later is not added."""
+        with self._lock:
+            pods = self._pods.setdefault((namespace, lws_name), {})
+            names = {p["metadata"]["name"] for p in listed}
+            for name, cached in list(pods.items()):
+                if name not in names and _rv(cached) <= list_version:
+                    del pods[name]  # deleted while the watch was down
+            for pod in listed:
+                name = pod["metadata"]["name"]
+                if self._tombstones.get((namespace, name), -1) >= _rv(pod):
+                    continue
+                if name not in pods or _rv(pods[name]) < _rv(pod):
+                    pods[name] = pod
+            self._pods_stale.discard((namespace, owner))
+
     def record_apply(self, applied: dict[str, Any], digest: str) -> None:
         key = object_key(applied)
         owners = {r.get("name") for r in applied["metadata"].get("ownerReferences") or []}
@@ -79,8 +119,7 @@ class ObjectCache:
             for owner in owners:
                 self._owned.setdefault((key[2], owner), set()).add(key)
             current = self._objects.get(key)
-            if current is None or int(current["metadata"].get("resourceVersion", "0") or 0) <= int(
-                    applied["metadata"].get("resourceVersion", "0") or 0):
+            if current is None or _rv(current) <= _rv(applied):
                 self._objects[key] = applied
 
     def forget_applied(self, namespace: str, owner: str) -> None:
@@ -91,6 +130,7 @@ class ObjectCache:
         with self._lock:
             for key in self._owned.pop((namespace, owner), set()):
                 self._applied.pop(key, None)
+            self._pods_stale.add((namespace, owner))
 
     def unchanged(self, desired: dict[str, Any], digest: str) -> bool:
         key = object_key(desired)

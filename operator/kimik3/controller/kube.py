@@ -111,6 +111,14 @@ class Kube:
         out = self._call("GET", resource_path(api_version, kind, namespace), query=[("labelSelector", selector)])
         return out.get("items", [])
 
+    def list_versioned(self, api_version: str, kind: str, namespace: str,
+                       selector: str) -> tuple[list[dict[str, Any]], int]:
+        """Items (each with apiVersion and kind set, as a watch delivers them) and the list's
+        collection resourceVersion."""
+        out = self._call("GET", resource_path(api_version, kind, namespace), query=[("labelSelector", selector)])
+        items = [{"apiVersion": api_version, "kind": kind, **item} for item in out.get("items", [])]
+        return items, int((out.get("metadata") or {}).get("resourceVersion", "0") or 0)
+
     def patch_merge(self, api_version: str, kind: str, namespace: str, name: str, patch: dict[str, Any],
                     subresource: str | None = None) -> dict[str, Any]:
         path = resource_path(api_version, kind, namespace, name) + (f"/{subresource}" if subresource else "")

@@ -104,6 +104,9 @@ class Reconciler:
 
     def _pods(self, owner: Owner) -> list[dict[str, Any]]:
         if self.cache is not None:
+            if self.cache.pods_stale(owner.namespace, owner.name):  # re-listed: pods may have gone meanwhile
+                listed, version = self.kube.list_versioned("v1", "Pod", owner.namespace, lws_selector(owner))
+                self.cache.replace_pods(owner.namespace, owner.name, lws_name(owner), listed, version)
             return self.cache.pods(owner.namespace, lws_name(owner))
         return self.kube.list("v1", "Pod", owner.namespace, lws_selector(owner))
 
