@@ -8,6 +8,8 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kimik3.autoscaler.histogram import INF, Histogram, merge, quantile
 from kimik3.autoscaler.observation import DecodeObservation, MetricsUnavailable
@@ -199,3 +201,61 @@ def test_prometheus_unreachable_is_unavailable():
     with pytest.raises(MetricsUnavailable) as err:
         src.observe("ns", "k3", 120)
     assert err.value.reason == "PrometheusUnreachable"
+
+
+def test_huge_metrics_page_is_refused_not_loaded(leader):
+    from kimik3.autoscaler.sources import MAX_RESPONSE_BYTES
+    clock = [0.0]
+    src = scrape_source(leader, clock)
+    leader.text = "#" * (MAX_RESPONSE_BYTES + 100)
+    with pytest.raises(MetricsUnavailable) as err:
+        src.observe("ns", "k3", 60)
+    assert err.value.reason == "ScrapeFailed"
+    assert f"/metrics larger than {MAX_RESPONSE_BYTES} bytes" in str(err.value)
+
+
+def test_huge_prometheus_answer_is_refused_not_loaded(leader):
+    from kimik3.autoscaler.sources import MAX_RESPONSE_BYTES
+    leader.text = '{"status":"success","data":{"result":[' + " " * (MAX_RESPONSE_BYTES + 100) + "]}}"
+    src = PrometheusSource(leader.url.rsplit("/", 1)[0])
+    with pytest.raises(MetricsUnavailable) as err:
+        src.observe("ns", "k3", 120)
+    assert (err.value.reason, str(err.value).endswith(f"answer larger than {MAX_RESPONSE_BYTES} bytes")) == (
+        "PrometheusError", True)
+
+
+REAL_PAGE = exposition("vllm:inter_token_latency_seconds", {0: [0.004] * 50, 1: [0.02] * 5}, drafts=10,
+                       accepted=25, tokens=400)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_mangled_metrics_pages_never_crash_the_scrape_source(leader, data):
+    """Random cuts, insertions and byte swaps of a vLLM page: an observation or MetricsUnavailable,
+    nothing else escapes (the controller turns MetricsUnavailable into MetricsAvailable=False)."""
+    text = REAL_PAGE
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(text)))
+        edit = data.draw(st.sampled_from(["cut", "insert", "swap"]))
+        if edit == "cut":
+            text = text[:at] + text[at + data.draw(st.integers(1, 200)):]
+        elif edit == "insert":
+            text = text[:at] + data.draw(st.text(max_size=40)) + text[at:]
+        else:
+            text = text[:at] + data.draw(st.sampled_from(['"', "{", "}", "\n", " ", "NaN", "-1", "1e309", "\x00",
+                                                          "le=", ","])) + text[at + 1:]
+    clock = [0.0]
+    src = scrape_source(leader, clock)
+    leader.text = REAL_PAGE
+    try:
+        src.observe("ns", "k3", 60)  # first scrape: no window yet
+    except MetricsUnavailable:
+        pass
+    clock[0] += 30
+    leader.text = text
+    try:
+        obs = src.observe("ns", "k3", 60)
+    except MetricsUnavailable as exc:
+        assert exc.reason in ("ScrapeFailed", "WarmingUp", "NoLatencyMetric"), exc.reason
+    else:
+        assert isinstance(obs, DecodeObservation)

@@ -11,6 +11,8 @@ Both return a ``DecodeObservation`` or raise ``MetricsUnavailable`` (hold, and s
 
 from __future__ import annotations
 
+import json
+
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -67,6 +69,8 @@ def parse_scrape(text: str) -> Scrape:
             if family.type == "histogram":
                 key = (family.name, labels)
                 if s.name.endswith("_bucket"):
+                    if "le" not in s.labels:
+                        raise ValueError(f"{s.name}{{{', '.join(f'{k}={v}' for k, v in labels)}}}: bucket without le")
                     buckets.setdefault(key, {})[float(s.labels["le"])] = s.value
                 elif s.name.endswith("_sum"):
                     sums[key] = s.value
@@ -194,17 +198,18 @@ class PrometheusSource:
 
     def _query(self, promql: str, at: float) -> list[dict]:
         try:
-            response = self.session.get(f"{self.url}/api/v1/query", params={"query": promql, "time": f"{at:.3f}"},
-                                        timeout=HTTP_TIMEOUT_S)
-        except requests.RequestException as exc:
+            with self.session.get(f"{self.url}/api/v1/query", params={"query": promql, "time": f"{at:.3f}"},
+                                  timeout=HTTP_TIMEOUT_S, stream=True) as response:
+                body = response.raw.read(MAX_RESPONSE_BYTES + 1, decode_content=True)  # never more in memory
+        except (requests.RequestException, OSError) as exc:
             raise MetricsUnavailable("PrometheusUnreachable", f"{self.url}: {type(exc).__name__}") from None
-        if len(response.content) > MAX_RESPONSE_BYTES:
-            raise MetricsUnavailable("PrometheusError", "answer too large")
+        if len(body) > MAX_RESPONSE_BYTES:
+            raise MetricsUnavailable("PrometheusError", f"answer larger than {MAX_RESPONSE_BYTES} bytes")
         try:
-            payload = response.json()
+            payload = json.loads(body)
         except ValueError:
             raise MetricsUnavailable("PrometheusError",
-                                     f"HTTP {response.status_code}, not JSON: {response.text[:200]!r}") from None
+                                     f"HTTP {response.status_code}, not JSON: {body[:200]!r}") from None
         if response.status_code != 200 or not isinstance(payload, dict) or payload.get("status") != "success":
             error = payload.get("error") if isinstance(payload, dict) else None
             raise MetricsUnavailable("PrometheusError", f"HTTP {response.status_code}: {error or 'bad answer'}")
