@@ -14,15 +14,16 @@ import time
 
 from kimik3.controller.reconcile import FINALIZER
 from kimik3.devcluster.operator_thread import OperatorThread
-from tests.chaos.conftest import CR, LWS, converged, http_status, latency_cr, metric, scrape, wait_for
+from tests.chaos.conftest import (CR, LWS, assert_operator_wrote_as, converged, http_status, latency_cr, metric,
+                                  scrape, wait_for)
 
 APISERVER_BOUND_S = 45.0
 ETCD_PAUSE_S = 30.0
 ETCD_BOUND_S = 60.0
 
 
-def test_apiserver_sigkilled_mid_reconcile_and_restarted(chaos_cp, ckube, cns):
-    op = OperatorThread(str(chaos_cp.admin_kubeconfig), namespaces=[cns]).start()
+def test_apiserver_sigkilled_mid_reconcile_and_restarted(chaos_cp, ckube, cns, operator_identity):
+    op = OperatorThread(str(operator_identity.kubeconfig), namespaces=[cns]).start()
     try:
         ckube.apply(latency_cr(cns, name="k3-a", replicas=1), force=False)
         (a, _) = wait_for(lambda: converged(ckube, cns, "k3-a", 1), 30, "k3-a reconciled")
@@ -52,12 +53,13 @@ def test_apiserver_sigkilled_mid_reconcile_and_restarted(chaos_cp, ckube, cns):
                 'kimik3_apply_errors_total{kind="LeaderWorkerSet"}')))
         assert metric(after, 'kimik3_reconciles_total{result="applied"}') > \
             metric(before, 'kimik3_reconciles_total{result="applied"}')
+        assert_operator_wrote_as(operator_identity, chaos_cp, cns)
     finally:
         op.stop()
 
 
-def test_etcd_paused_30s_then_resumed(chaos_cp, ckube, cns):
-    op = OperatorThread(str(chaos_cp.admin_kubeconfig), namespaces=[cns]).start()
+def test_etcd_paused_30s_then_resumed(chaos_cp, ckube, cns, operator_identity):
+    op = OperatorThread(str(operator_identity.kubeconfig), namespaces=[cns]).start()
     try:
         ckube.apply(latency_cr(cns, name="k3-e", replicas=1), force=False)
         (e, _) = wait_for(lambda: converged(ckube, cns, "k3-e", 1), 30, "k3-e reconciled")
@@ -86,5 +88,6 @@ def test_etcd_paused_30s_then_resumed(chaos_cp, ckube, cns):
         after = scrape(op.health_url)
         assert metric(after, 'kimik3_reconciles_total{result="applied"}') > \
             metric(before, 'kimik3_reconciles_total{result="applied"}')
+        assert_operator_wrote_as(operator_identity, chaos_cp, cns)
     finally:
         op.stop()

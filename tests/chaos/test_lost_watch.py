@@ -19,8 +19,8 @@ import time
 
 from kimik3.controller.reconcile import FINALIZER
 from kimik3.devcluster.operator_thread import OperatorThread
-from tests.chaos.conftest import (LWS, converged, event_reasons, http_status, latency_cr, metric,
-                                  proxied_kubeconfig, scrape, wait_for)
+from tests.chaos.conftest import (LWS, assert_operator_wrote_as, converged, event_reasons, http_status, latency_cr,
+                                  metric, proxied_kubeconfig, scrape, wait_for)
 from tests.chaos.faultproxy import FaultProxy
 
 class _Collect(logging.Handler):
@@ -39,10 +39,11 @@ CUT_S = float(os.environ.get("CHAOS_CUT_S", "120"))
 RECOVERY_BOUND_S = 60.0
 
 
-def test_f6_cut_120s_edit_and_deleted_child_reconciled_after_restore(chaos_cp, chaos_admin, ckube, cns, tmp_path):
+def test_f6_cut_120s_edit_and_deleted_child_reconciled_after_restore(chaos_cp, chaos_admin, ckube, cns, tmp_path,
+                                                                    operator_identity):
     port = int(chaos_cp.server.rsplit(":", 1)[1])
     proxy = FaultProxy("127.0.0.1", port).start()
-    kubeconfig = proxied_kubeconfig(chaos_cp, proxy.port, tmp_path / "proxied.kubeconfig")
+    kubeconfig = proxied_kubeconfig(operator_identity.kubeconfig, proxy.port, tmp_path / "proxied.kubeconfig")
     op = OperatorThread(str(kubeconfig), namespaces=[cns]).start()
     gone_seen: list[str] = []
     handler = _Collect(gone_seen)
@@ -118,6 +119,7 @@ def test_f6_cut_120s_edit_and_deleted_child_reconciled_after_restore(chaos_cp, c
             metric(before, 'kimik3_children_applied_total{kind="Service"}')
         # An Event records the generation applied after recovery.
         assert any(r == "Applied" and m.startswith("generation 2:") for r, m in event_reasons(chaos_admin, cns))
+        assert_operator_wrote_as(operator_identity, chaos_cp, cns)
     finally:
         watch_log.removeHandler(handler)
         watch_log.setLevel(old_level)

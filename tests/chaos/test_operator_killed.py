@@ -17,7 +17,8 @@ from pathlib import Path
 
 from kimik3.controller.reconcile import FINALIZER
 from kimik3.devcluster.operator_thread import free_port
-from tests.chaos.conftest import CR, LWS, converged, http_status, latency_cr, metric, scrape, wait_for
+from tests.chaos.conftest import (CR, LWS, assert_operator_wrote_as, converged, http_status, latency_cr, metric,
+                                  scrape, wait_for)
 
 N = 20
 CONVERGE_BOUND_S = 60.0
@@ -34,10 +35,10 @@ def start_operator(kubeconfig: Path, namespace: str, port: int, log: Path) -> su
     return proc
 
 
-def test_operator_sigkilled_mid_reconcile_and_restarted(chaos_cp, ckube, cns, tmp_path):
+def test_operator_sigkilled_mid_reconcile_and_restarted(chaos_cp, ckube, cns, tmp_path, operator_identity):
     port = free_port()
     log = tmp_path / "operator.log"
-    proc = start_operator(chaos_cp.admin_kubeconfig, cns, port, log)
+    proc = start_operator(operator_identity.kubeconfig, cns, port, log)
     try:
         for i in range(N):
             ckube.apply(latency_cr(cns, name=f"k3-{i:02d}", replicas=1), force=False)
@@ -51,7 +52,7 @@ def test_operator_sigkilled_mid_reconcile_and_restarted(chaos_cp, ckube, cns, tm
         assert done_before < N, "the kill came too late: every CR had converged already"
 
         t0 = time.monotonic()
-        proc = start_operator(chaos_cp.admin_kubeconfig, cns, port, log)
+        proc = start_operator(operator_identity.kubeconfig, cns, port, log)
         ready_s = time.monotonic() - t0
         wait_for(lambda: all(converged(ckube, cns, f"k3-{i:02d}", 1) for i in range(N)), CONVERGE_BOUND_S,
                  f"all {N} CRs converged after the restart")
@@ -73,6 +74,7 @@ def test_operator_sigkilled_mid_reconcile_and_restarted(chaos_cp, ckube, cns, tm
         assert metric(samples, 'kimik3_reconciles_total{result="applied"}') >= N
         assert metric(samples, 'kimik3_reconciles_total{result="error"}') == 0
         assert http_status(f"http://127.0.0.1:{port}/healthz") == 200
+        assert_operator_wrote_as(operator_identity, chaos_cp, cns)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

@@ -10,14 +10,15 @@ from __future__ import annotations
 import time
 
 from kimik3.devcluster.operator_thread import OperatorThread
-from tests.chaos.conftest import CR, converged, http_status, latency_cr, metric, scrape, wait_for
+from tests.chaos.conftest import (CR, assert_operator_wrote_as, converged, http_status, latency_cr, metric, scrape,
+                                  wait_for)
 
 ROUNDS = 5
 BOUND_S = 10.0
 
 
-def test_foreign_status_writes_are_overwritten(chaos_cp, ckube, cns):
-    op = OperatorThread(str(chaos_cp.admin_kubeconfig), namespaces=[cns]).start()
+def test_foreign_status_writes_are_overwritten(chaos_cp, ckube, cns, operator_identity):
+    op = OperatorThread(str(operator_identity.kubeconfig), namespaces=[cns]).start()
     try:
         ckube.apply(latency_cr(cns, name="k3-s", replicas=1), force=False)
         (state, _) = wait_for(lambda: converged(ckube, cns, "k3-s", 1), 30, "reconciled")
@@ -46,5 +47,6 @@ def test_foreign_status_writes_are_overwritten(chaos_cp, ckube, cns):
         assert metric(after, 'kimik3_watch_events_total{resource="kimik3deployments"}') - \
             metric(before, 'kimik3_watch_events_total{resource="kimik3deployments"}') >= ROUNDS
         assert http_status(f"{op.health_url}/healthz") == 200
+        assert_operator_wrote_as(operator_identity, chaos_cp, cns)
     finally:
         op.stop()

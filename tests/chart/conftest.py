@@ -13,7 +13,6 @@ process these tests start has the chart's RBAC and nothing else.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import socket
@@ -31,37 +30,32 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kimik3.controller.kube import Kube
-from kimik3.devcluster.controlplane import OPERATOR_NAMESPACE, OPERATOR_SERVICE_ACCOUNT, ControlPlane, bin_dir
+from kimik3.devcluster.controlplane import ControlPlane
+from kimik3.devcluster.rbac import (CHART_DIR, RELEASE, RELEASE_NAMESPACE, HelmMissingError, helm_binary, helm_env,
+                                   render_chart)
 from kimik3.devcluster.thirdparty import thirdparty_crd_paths
 from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
-CHART = REPO / "charts" / "kimik3-operator"
-HELM_VERSION = "v3.21.4"
-KUBE_VERSION = "1.35.4"
-"""--kube-version for `helm template` (a `go install`ed helm defaults to v1.20.0)."""
-RELEASE = OPERATOR_SERVICE_ACCOUNT
-"""Release name: the chart names its ServiceAccount after it (kimik3-operator)."""
-RELEASE_NAMESPACE = OPERATOR_NAMESPACE
+CHART = CHART_DIR
+"""The chart; RELEASE (kimik3-operator, the name the chart gives its ServiceAccount) and
+RELEASE_NAMESPACE (kimik3-system) come from kimik3.devcluster.rbac, which renders it the same way
+for `kimik3 dev up` and tests/chaos."""
 CR = ("inference.kimik3.io/v1alpha1", "KimiK3Deployment")
 CRD_NAME = "kimik3deployments.inference.kimik3.io"
-
-
-def helm_binary() -> Path:
-    path = bin_dir() / f"helm-{HELM_VERSION}"
-    if not os.access(path, os.X_OK):
-        pytest.fail(f"helm {HELM_VERSION} not built: run `tools/build-binaries.sh helm` (tools/env.sh does it)")
-    return path
 
 
 class Helm:
     """The helm CLI with its own config/cache/data dirs (nothing under ~) and a kubeconfig."""
 
     def __init__(self, home: Path, kubeconfig: Path | None = None):
-        self.binary = helm_binary()
+        try:
+            self.binary = helm_binary()
+        except HelmMissingError as exc:
+            pytest.fail(str(exc))
+        self.home = home
         self.kubeconfig = kubeconfig
-        self.env = {**os.environ, "HELM_CACHE_HOME": str(home / "cache"), "HELM_CONFIG_HOME": str(home / "config"),
-                    "HELM_DATA_HOME": str(home / "data")}
+        self.env = helm_env(home)
 
     def run(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         argv = [str(self.binary), *args]
@@ -73,9 +67,8 @@ class Helm:
         return proc
 
     def template(self, *args: str, chart: Path = CHART) -> list[dict[str, Any]]:
-        out = self.run("template", RELEASE, str(chart), "--namespace", RELEASE_NAMESPACE,
-                       "--kube-version", KUBE_VERSION, *args).stdout
-        return [d for d in yaml.safe_load_all(out) if d]
+        """``helm template`` of release RELEASE in RELEASE_NAMESPACE (``rbac.render_chart``)."""
+        return render_chart(*args, chart=chart, helm_home=self.home)
 
 
 def free_port() -> int:

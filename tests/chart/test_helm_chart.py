@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from kimik3.cli import CHART_CRD_DIR, CRD_FILE, POLICY_FILE
 from kimik3.controller import metrics
 from kimik3.controller.kube import Kube
+from kimik3.devcluster.rbac import request_token, write_token_kubeconfig
 
 from .conftest import (
     CHART,
@@ -26,7 +27,6 @@ from .conftest import (
     RELEASE,
     RELEASE_NAMESPACE,
     REPO,
-    Helm,
     OperatorProcess,
     apply,
     copy_chart,
@@ -493,14 +493,9 @@ def test_admission_policy_checks_who_adds_a_secret_reference_not_who_keeps_it(he
             "metadata": {"name": "tenant-k3-editor"},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "k3-editor"},
             "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ns}]})
-        token = core.create_namespaced_service_account_token("tenant", ns, {"spec": {}}).status.token
-        kubeconfig = tmp_path / "tenant.kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "t",
-            "clusters": [{"name": "c", "cluster": {"server": chart_cp.server,
-                                                  "certificate-authority": str(chart_cp.ca_file)}}],
-            "users": [{"name": "t", "user": {"token": token}}],
-            "contexts": [{"name": "t", "context": {"cluster": "c", "user": "t"}}]}))
+        token, _ = request_token(admin, ns, "tenant", lifetime_s=3600)
+        kubeconfig = write_token_kubeconfig(tmp_path / "tenant.kubeconfig", chart_cp.server, chart_cp.ca_file, "t",
+                                            token)
         from kubernetes import config
         with config.new_client_from_config(config_file=str(kubeconfig)) as tenant_api:
             tenant = Kube(tenant_api)

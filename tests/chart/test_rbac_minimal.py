@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
@@ -51,6 +50,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from kimik3.controller.kube import Kube
 from kimik3.controller.reconcile import RESYNC_READY_S, RESYNC_STARTING_S
 from kimik3.devcluster.controlplane import ControlPlane
+from kimik3.devcluster.rbac import request_token, write_token_kubeconfig
 from kimik3.devcluster.thirdparty import thirdparty_crd_paths
 
 from .conftest import (
@@ -357,14 +357,8 @@ def mint_identity(cp: ControlPlane, admin: client.ApiClient, name: str, rules: l
         "metadata": {"name": name, "labels": {"kimik3.io/test": "rbac-minimal"}},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": RELEASE_NAMESPACE}]})
-    token = core.create_namespaced_service_account_token(
-        name, RELEASE_NAMESPACE, {"spec": {"expirationSeconds": 3600}}).status.token
-    kubeconfig = directory / f"{name}.kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": name,
-        "clusters": [{"name": "c", "cluster": {"server": cp.server, "certificate-authority": str(cp.ca_file)}}],
-        "users": [{"name": name, "user": {"token": token}}],
-        "contexts": [{"name": name, "context": {"cluster": "c", "user": name}}]}))
+    token, _ = request_token(admin, RELEASE_NAMESPACE, name, lifetime_s=3600)
+    kubeconfig = write_token_kubeconfig(directory / f"{name}.kubeconfig", cp.server, cp.ca_file, name, token)
     return Identity(name, kubeconfig, config.new_client_from_config(config_file=str(kubeconfig)))
 
 

@@ -1,16 +1,23 @@
 """``kimik3 dev status`` names the rack (and trays) each group landed on, and the cluster's
-processes, racks and CR status; the dev cluster's processes are the real ones."""
+processes, racks and CR status; the dev cluster's processes are the real ones, and its operator
+runs as the chart's ServiceAccount under the chart's RBAC."""
 
 from __future__ import annotations
 
 import json
 import os
 
+import pytest
 from click.testing import CliRunner
 from devenv import SHAPE, DevEnv, wait_until
+from kubernetes import config
+from kubernetes.client.rest import ApiException
 
 from kimik3.cli import main
+from kimik3.devcluster.controlplane import OPERATOR_USER
 from kimik3.devcluster.racks import RACK_LABEL
+from kimik3.devcluster.rbac import RELEASE, RELEASE_NAMESPACE, chart_rbac, whoami
+from kimik3.devcluster.rest import Rest
 
 TRAYS_TP8 = 2
 GPUS_PER_TRAY = 4
@@ -66,3 +73,28 @@ def test_dev_up_started_real_processes_on_loopback(dev_env: DevEnv) -> None:
     webhooks = dev_env.rest.items("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations")
     urls = [h["clientConfig"]["url"] for w in webhooks for h in w["webhooks"]]
     assert urls and all(u.startswith(dev_env.state["urls"]["lws-webhooks"] + "/") for u in urls), urls
+
+
+def test_dev_up_runs_the_operator_as_the_chart_service_account(dev_env: DevEnv) -> None:
+    identity = dev_env.state["operator_identity"]
+    assert identity == json.loads(dev_env.cluster.state_file.read_text())["operator_identity"]
+    assert identity["user"] == OPERATOR_USER == "system:serviceaccount:kimik3-system:kimik3-operator"
+    assert identity["rbac"] == ["ServiceAccount/kimik3-system/kimik3-operator", "ClusterRole/kimik3-operator",
+                                "ClusterRoleBinding/kimik3-operator"]
+    # The running operator process uses that kubeconfig, not the admin one.
+    (operator,) = [r for r in dev_env.cluster.running() if r.name == "operator"]
+    assert operator.argv[operator.argv.index("--kubeconfig") + 1] == identity["kubeconfig"]
+    assert identity["kubeconfig"] != str(dev_env.cluster.kubeconfig)
+    assert "--no-compute-domains" in operator.argv
+    # The cluster's RBAC is what the chart renders; the token is the ServiceAccount's own.
+    rendered = {d["kind"]: d for d in chart_rbac()}
+    role = dev_env.rest.get(f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{RELEASE}")
+    assert role is not None and role["rules"] == rendered["ClusterRole"]["rules"]
+    sa = dev_env.rest.get(f"/api/v1/namespaces/{RELEASE_NAMESPACE}/serviceaccounts/{RELEASE}")
+    assert sa is not None and sa["metadata"]["uid"] == identity["uid"]
+    with config.new_client_from_config(config_file=identity["kubeconfig"]) as api:
+        me = whoami(api)
+        assert (me["username"], me["uid"]) == (OPERATOR_USER, identity["uid"])
+        with pytest.raises(ApiException) as refused:  # the chart grants no Secrets
+            Rest(api).items(f"/api/v1/namespaces/{RELEASE_NAMESPACE}/secrets")
+        assert refused.value.status == 403

@@ -10,7 +10,9 @@ pidfile (``<state>/pids/``) and a log (``<state>/logs/``, etcd and kube-apiserve
    Gateway API, KimiK3Deployment;
 4. the LeaderWorkerSet v0.9.0 manager with its webhooks on 127.0.0.1 (``lws``);
 5. ``racks x trays`` Node objects and kwok v0.8.0 as their kubelet (``racks``, ``kwok``);
-6. the operator: ``kimik3 run --no-compute-domains`` (no DRA driver runs here);
+6. the operator: ``kimik3 run --no-compute-domains`` (no DRA driver runs here), as the chart's
+   ServiceAccount ``kimik3-system/kimik3-operator`` with the chart's RBAC (``rbac``), recorded in
+   ``cluster.json``'s ``operator_identity``;
 7. Prometheus (Debian's package) scraping the engine simulator's file_sd targets;
 8. the engine simulator, ``kimik3 dev sim --kubeconfig K --state-dir D``, when this checkout has it.
 
@@ -38,7 +40,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.rest import ApiException
 
 import kimik3
-from kimik3.devcluster import kubecomponents, kwok, lws, processes, prometheus
+from kimik3.devcluster import kubecomponents, kwok, lws, processes, prometheus, rbac
 from kimik3.devcluster.controlplane import (
     ETCD_VERSION,
     KUBERNETES_VERSION,
@@ -66,6 +68,7 @@ BINARIES: dict[str, str] = {
     "kube-scheduler": f"kube-scheduler-{KUBERNETES_VERSION}",
     "kwok": f"kwok-{kwok.KWOK_VERSION}",
     "lws": f"lws-manager-{LWS_VERSION}",
+    "helm": f"helm-{rbac.HELM_VERSION}",  # renders the chart's RBAC for the operator's identity
 }
 STOP_ORDER = ["sim", "prometheus", "operator", "kwok", "lws-manager", "kube-scheduler",
               "kube-controller-manager", "kube-apiserver", "etcd"]
@@ -74,6 +77,9 @@ BUILD_TIMEOUT_S = 3600.0
 """Bound on building missing binaries (a cold kube-apiserver compile took 189 s here, plus
 ~2 min of module downloads)."""
 SIM_HELP_TIMEOUT_S = 60.0
+OPERATOR_KUBECONFIG = "operator-sa.kubeconfig"
+"""The operator's kubeconfig in the state dir: a TokenRequest token of the chart's ServiceAccount
+(``rbac.install_operator_identity``). ``operator.kubeconfig`` is ControlPlane's static-token one."""
 
 
 @dataclass
@@ -186,7 +192,7 @@ class DevCluster:
         return state
 
     def _clean(self) -> None:
-        for sub in ("logs", "pids", "sim"):
+        for sub in ("logs", "pids", "sim", "stopped"):
             shutil.rmtree(self.state_dir / sub, ignore_errors=True)
         self.state_file.unlink(missing_ok=True)
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -286,9 +292,20 @@ class DevCluster:
             out.note(f"{shape.nodes} nodes Ready, {shape.gpus} GPUs"
                      + (f", cliques {shape.cluster_uuid}.0..{shape.racks - 1}" if shape.clique(0) else ""))
 
-        with out.step("starting the operator (kimik3 run --no-compute-domains)"):
+        with out.step("starting the operator (kimik3 run --no-compute-domains) as the chart's ServiceAccount"):
+            # The chart's own ServiceAccount and RBAC (`helm template` of charts/kimik3-operator), a
+            # TokenRequest token: the operator here has exactly the permissions a Helm install gives it.
+            try:
+                identity = rbac.install_operator_identity(api, self.state_dir / OPERATOR_KUBECONFIG)
+            except rbac.HelmMissingError as exc:
+                raise ComponentError("helm", str(exc), retry=f"{REPO_ROOT / 'tools' / 'build-binaries.sh'} helm") \
+                    from exc
+            state["operator_identity"] = identity.as_state()
+            out.note(f"identity {identity.user} (chart RBAC: {', '.join(identity.objects)}; "
+                     f"token until {identity.expires}); kubeconfig {identity.kubeconfig}")
             op_port = free_port()
-            record = self._spawn("operator", _cli("run", "--kubeconfig", str(self.kubeconfig), "--no-compute-domains",
+            record = self._spawn("operator", _cli("run", "--kubeconfig", str(identity.kubeconfig),
+                                                  "--no-compute-domains",
                                                   "--health-port", str(op_port), "--health-host", "127.0.0.1"),
                                  env=_cli_env())
             self._wait_http("operator", f"http://127.0.0.1:{op_port}/readyz", record, timeout, out)
@@ -355,6 +372,28 @@ class DevCluster:
                                          f"{script} {' '.join(missing)}")
         return {c: directory / f for c, f in BINARIES.items()}
 
+    # -- one component down and up again (faults.py) ------------------------------------------
+    def stop_component(self, name: str) -> ProcessRecord:
+        """Stop component ``name`` (SIGTERM, SIGKILL after 15 s) and keep its command line in
+        ``<state>/stopped/pids/<name>.json`` for ``start_component``. Raises ``ComponentError`` when it
+        is not running."""
+        record = processes.read_record(self.state_dir, name)
+        if record is None or not record.alive:
+            raise ComponentError(name, "is not running", retry=f"kimik3 dev status --state-dir {self.state_dir}")
+        processes.stop(self.state_dir, name)
+        processes.write_record(self.state_dir / "stopped", record)
+        return record
+
+    def start_component(self, name: str) -> ProcessRecord:
+        """Start again, with the same command line, a component ``stop_component`` stopped."""
+        record = processes.read_record(self.state_dir / "stopped", name)
+        if record is None:
+            raise ComponentError(name, "was not stopped by `kimik3 dev fault stop`",
+                                 retry=f"kimik3 dev status --state-dir {self.state_dir}")
+        started = self._spawn(name, record.argv, env=_cli_env(KUBECONFIG=str(self.kubeconfig)))
+        (processes.pid_dir(self.state_dir / "stopped") / f"{name}.json").unlink(missing_ok=True)
+        return started
+
     # -- down --------------------------------------------------------------------------------
     def down(self, progress: Progress | None = None) -> list[str]:
         """Stop every recorded component (newest first); returns the names that were running."""
@@ -366,7 +405,7 @@ class DevCluster:
             if processes.stop(self.state_dir, name):
                 stopped.append(name)
                 out.note(f"stopped {name}")
-        for sub in ("etcd-data", "prometheus/data"):
+        for sub in ("etcd-data", "prometheus/data", "stopped"):
             shutil.rmtree(self.state_dir / sub, ignore_errors=True)
         self.state_file.unlink(missing_ok=True)
         return stopped

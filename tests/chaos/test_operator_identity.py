@@ -1,0 +1,87 @@
+"""The operator of this suite runs as the chart's ServiceAccount, with the chart's RBAC and nothing
+more: the identity's objects are the ones ``helm template`` renders, the API server authenticates
+its token as ``system:serviceaccount:kimik3-system:kimik3-operator`` (the ServiceAccount's own UID,
+a TokenRequest credential), refuses it what the chart does not grant, and the audit log shows
+the operator's writes made with that token."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from kubernetes import config
+from kubernetes.client.exceptions import ApiException
+
+from kimik3.controller.kube import call_json
+from kimik3.devcluster.controlplane import ADMIN_USER, OPERATOR_USER
+from kimik3.devcluster.operator_thread import OperatorThread
+from kimik3.devcluster.rbac import (RELEASE, RELEASE_NAMESPACE, TOKEN_LIFETIME_S, HelmMissingError, chart_rbac,
+                                   helm_binary, whoami)
+from tests.chaos.conftest import assert_operator_wrote_as, converged, latency_cr, metric, scrape, wait_for, writers
+
+RBAC = "/apis/rbac.authorization.k8s.io/v1"
+
+
+def test_identity_is_the_chart_service_account_with_exactly_the_rendered_rbac(chaos_admin, operator_identity):
+    assert operator_identity.user == OPERATOR_USER == "system:serviceaccount:kimik3-system:kimik3-operator"
+    assert operator_identity.objects == ("ServiceAccount/kimik3-system/kimik3-operator",
+                                         "ClusterRole/kimik3-operator", "ClusterRoleBinding/kimik3-operator")
+    rendered = {d["kind"]: d for d in chart_rbac()}
+    role = call_json(chaos_admin, "GET", f"{RBAC}/clusterroles/{RELEASE}")
+    assert role["rules"] == rendered["ClusterRole"]["rules"]
+    assert not any("*" in r["verbs"] + r["resources"] + r["apiGroups"] for r in role["rules"])
+    binding = call_json(chaos_admin, "GET", f"{RBAC}/clusterrolebindings/{RELEASE}")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": RELEASE}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": RELEASE, "namespace": RELEASE_NAMESPACE}]
+    sa = call_json(chaos_admin, "GET", f"/api/v1/namespaces/{RELEASE_NAMESPACE}/serviceaccounts/{RELEASE}")
+    assert sa["metadata"]["uid"] == operator_identity.uid
+
+    expires = dt.datetime.fromisoformat(operator_identity.expires.replace("Z", "+00:00"))
+    left_s = (expires - dt.datetime.now(dt.timezone.utc)).total_seconds()
+    assert TOKEN_LIFETIME_S - 3600 < left_s <= TOKEN_LIFETIME_S + 60, left_s
+
+    with config.new_client_from_config(config_file=str(operator_identity.kubeconfig)) as api:
+        me = whoami(api)
+        assert me["username"] == OPERATOR_USER
+        assert me["uid"] == sa["metadata"]["uid"]  # a real ServiceAccount token, not a static one
+        assert set(me["groups"]) == {"system:serviceaccounts", "system:serviceaccounts:kimik3-system",
+                                     "system:authenticated"}
+        assert me["extra"]["authentication.kubernetes.io/credential-id"][0].startswith("JTI=")
+        for method, path, body in [
+            ("GET", f"/api/v1/namespaces/{RELEASE_NAMESPACE}/secrets", None),  # never reads Secrets
+            ("GET", "/api/v1/nodes", None),
+            ("POST", f"/api/v1/namespaces/{RELEASE_NAMESPACE}/pods",
+             {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"},
+              "spec": {"containers": [{"name": "x", "image": "x"}]}}),
+            ("DELETE", f"{RBAC}/clusterroles/{RELEASE}", None),  # cannot widen or drop its own RBAC
+        ]:
+            with pytest.raises(ApiException) as refused:
+                call_json(api, method, path, body)
+            assert refused.value.status == 403, (method, path, refused.value.body)
+            assert OPERATOR_USER in refused.value.body
+
+
+def test_operator_reconciles_with_the_chart_service_account_token(chaos_cp, ckube, cns, operator_identity):
+    errors = 'kimik3_reconciles_total{result="error"}'  # the registry is this process's: a delta
+    with OperatorThread(str(operator_identity.kubeconfig), namespaces=[cns]) as op:
+        before = scrape(op.health_url)
+        ckube.apply(latency_cr(cns, name="k3-id", replicas=2), force=False)
+        (state, _) = wait_for(lambda: converged(ckube, cns, "k3-id", 2), 30, "reconciled under the chart RBAC")
+        assert state["cr"]["status"]["observedGeneration"] == 1
+        for api_version, kind, name in [("v1", "ConfigMap", "k3-id-launcher"), ("v1", "Service", "k3-id"),
+                                        ("resource.nvidia.com/v1beta1", "ComputeDomain", "k3-id"),
+                                        ("monitoring.coreos.com/v1", "PodMonitor", "k3-id")]:
+            obj = ckube.get(api_version, kind, cns, name)
+            assert obj is not None, f"{kind} {name} not applied"
+            assert any(m["manager"] == "kimik3-operator" for m in obj["metadata"]["managedFields"]), kind
+        assert metric(scrape(op.health_url), errors) == metric(before, errors)
+    assert_operator_wrote_as(operator_identity, chaos_cp, cns)
+    # The test applied the CR as admin: the audit log tells the two identities apart.
+    assert set(writers(chaos_cp, cns)["kimik3deployments"]) == {ADMIN_USER, OPERATOR_USER}
+
+
+def test_without_helm_the_error_names_the_build_command(tmp_path):
+    with pytest.raises(HelmMissingError) as missing:
+        helm_binary(tmp_path)
+    assert str(tmp_path / "helm-v3.21.4") in str(missing.value)
+    assert "tools/build-binaries.sh helm" in str(missing.value)
