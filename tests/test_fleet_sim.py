@@ -13,7 +13,7 @@ from kimik3.autoscaler.histogram import quantile
 from kimik3.autoscaler.observation import DecodeObservation
 from kimik3.autoscaler.policy import Decision, FleetState
 from kimik3.sim import benchmark, traces
-from kimik3.sim.fleet import FleetConfig, FleetSim, GroupModel
+from kimik3.sim.fleet import FleetSim, GroupModel
 from kimik3.sim.perfmodel import acceptance_length, decode_point, perf_params
 
 RECIPE = "recipes/gb300-tp8-megakernel-dspark.yaml"

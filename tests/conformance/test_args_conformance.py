@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from conformance_cases import (ADDRESS, Case, defaults_of, expected, generated_cases, make_case, problems,
+from conformance_cases import (ADDRESS, Case, defaults_of, generated_cases, make_case, problems,
                                recipe_cases)
 from kimik3.admission import admit
 from kimik3.api.errors import SpecErrors

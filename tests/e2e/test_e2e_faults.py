@@ -18,7 +18,7 @@ import time
 import urllib.request
 from typing import Any
 
-from devenv import DevEnv, Recorder, wait_until
+from devenv import DevEnv, wait_until
 
 from kimik3.devcluster import faults
 

@@ -72,7 +72,7 @@ from kimik3.autoscaler.policy import Decision, FleetState, Policy
 from kimik3.sim.perfmodel import (DEFAULT_WORKLOAD, EngineShape, PerfParams, acceptance_length, decode_point,
                                   perf_params, ttft)
 from kimik3.sim.traces import Request, Trace
-from kimik3.sim.vllm_metrics import INTER_TOKEN_LATENCY_BUCKETS, TIME_TO_FIRST_TOKEN_BUCKETS
+from kimik3.sim.vllm_metrics import TIME_TO_FIRST_TOKEN_BUCKETS
 
 DEFAULT_LOAD_TIME_S = 900.0
 """Seconds from creating a group to serving: ~1.5 TB of weights (kimi-k3-and-vllm.md) read from a
