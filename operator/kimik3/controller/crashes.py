@@ -1,11 +1,17 @@
-"""Engine crashes, reported before the evidence goes.
+"""Engine crashes and disruptions, reported before the evidence goes.
 
 With ``RecreateGroupOnPodRestart`` the LeaderWorkerSet deletes a whole group as soon as one of
-its containers fails, so the failed pod, its exit code and its node are gone within seconds and
-``kubectl describe`` shows nothing. The operator sees every pod update on its pod watch; each
-container termination with a non-zero exit code (``state.terminated`` or, after a restart,
-``lastState.terminated``) becomes one Warning Event ``EngineFailed`` on the KimiK3Deployment and
-one count of ``kimik3_engine_failures_total{namespace, deployment, reason}``.
+its pods fails or goes, so the pod, its exit code and its node are gone within seconds and
+``kubectl describe`` shows nothing. The operator sees every pod update on its pod watch:
+
+- each container termination with a non-zero exit code (``state.terminated`` or, after a
+  restart, ``lastState.terminated``) becomes one Warning Event ``EngineFailed`` on the
+  KimiK3Deployment and one count of ``kimik3_engine_failures_total{namespace, deployment, reason}``;
+- each ``DisruptionTarget=True`` pod condition (Kubernetes sets it before it deletes a pod for a
+  NoExecute taint such as a NotReady tray, ``DeletionByTaintManager``; an eviction or drain,
+  ``EvictionByEvictionAPI``; preemption, ``PreemptionByScheduler``; pod GC, ``DeletionByPodGC``)
+  becomes one Warning Event ``EngineDisrupted`` and one count of
+  ``kimik3_engine_disruptions_total{namespace, deployment, reason}``.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from kimik3.controller import metrics
 from kimik3.controller.kube import Kube
 from kimik3.render.meta import LWS_GROUP_INDEX_LABEL, LWS_WORKER_INDEX_LABEL
 
-__all__ = ["CrashReporter", "container_failures"]
+__all__ = ["CrashReporter", "container_failures", "disruptions"]
 
 REMEMBERED = 4096
 """Failures remembered to report each once (oldest forgotten first)."""
@@ -42,8 +48,18 @@ def container_failures(pod: dict[str, Any]) -> list[tuple[str, str, str]]:
     return out
 
 
+def disruptions(pod: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """``DisruptionTarget=True`` conditions of ``pod``: ``[(token, reason, description)]``."""
+    uid = pod["metadata"].get("uid", "")
+    return [(f"{uid}/DisruptionTarget/{c.get('lastTransitionTime', '')}", c.get("reason") or "Unknown",
+             f"{c.get('reason') or 'disrupted'}: {(c.get('message') or '')[:200]}")
+            for c in (pod.get("status") or {}).get("conditions", []) or []
+            if c.get("type") == "DisruptionTarget" and c.get("status") == "True"]
+
+
 class CrashReporter:
-    """Posts one ``EngineFailed`` Event per container failure seen on the pod watch."""
+    """Posts one ``EngineFailed`` Event per container failure and one ``EngineDisrupted`` Event per
+    disruption seen on the pod watch."""
 
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
@@ -55,7 +71,9 @@ class CrashReporter:
         meta = pod["metadata"]
         labels = meta.get("labels") or {}
         new = 0
-        for token, reason, text in container_failures(pod):
+        incidents = [("EngineFailed", metrics.ENGINE_FAILURES, *f) for f in container_failures(pod)]
+        incidents += [("EngineDisrupted", metrics.ENGINE_DISRUPTIONS, *d) for d in disruptions(pod)]
+        for event_reason, counter, token, reason, text in incidents:
             if token in self._seen:
                 continue
             self._seen[token] = None
@@ -65,10 +83,10 @@ class CrashReporter:
             group = labels.get(LWS_GROUP_INDEX_LABEL, "?")
             role = "leader" if labels.get(LWS_WORKER_INDEX_LABEL) == "0" else "worker"
             node = (pod.get("spec") or {}).get("nodeName") or "no node"
-            metrics.ENGINE_FAILURES.labels(meta["namespace"], deployment, reason).inc()
+            counter.labels(meta["namespace"], deployment, reason).inc()
             owner = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
                      "metadata": {"namespace": meta["namespace"], "name": deployment}}
-            self.kube.event(owner, "Warning", "EngineFailed",
+            self.kube.event(owner, "Warning", event_reason,
                             f"group {group}: {role} pod {meta['name']} on {node}: {text}; the LeaderWorkerSet "
                             f"recreates group {group} (RecreateGroupOnPodRestart)")
         return new

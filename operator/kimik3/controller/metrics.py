@@ -15,6 +15,9 @@ READY_LOST = Counter("kimik3_ready_lost", "Times a KimiK3Deployment's Ready cond
                      "(a pod, tray or engine of a group failed)", ["namespace", "deployment"])
 ENGINE_FAILURES = Counter("kimik3_engine_failures", "Engine container exits with a non-zero code seen on the "
                           "pod watch, by termination reason", ["namespace", "deployment", "reason"])
+ENGINE_DISRUPTIONS = Counter("kimik3_engine_disruptions", "Engine pods Kubernetes marked DisruptionTarget before "
+                             "deleting them (taint eviction, drain, preemption), by reason",
+                             ["namespace", "deployment", "reason"])
 QUEUE_DEPTH = Gauge("kimik3_workqueue_depth", "KimiK3Deployments waiting to be reconciled")
 WATCH_EVENTS = Counter("kimik3_watch_events", "Watch events received by resource", ["resource"])
 DESIRED_GROUPS = Gauge("kimik3_autoscaler_desired_groups", "Groups the autoscaler wants", ["namespace", "deployment"])
