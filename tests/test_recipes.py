@@ -19,6 +19,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from kimik3.api.errors import SpecErrors
 from kimik3.render.children import render
 from waiting import wait_for
 
@@ -126,11 +127,13 @@ def test_api_key_goes_to_the_api_servers_only_from_the_secret():
     key = {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": "k3-api-key", "key": "api-key"}}}
     assert env_of(tmpl["leaderTemplate"]).count(key) == 1
     assert not any(e["name"] == "VLLM_API_KEY" for e in env_of(tmpl["workerTemplate"])), "headless ranks serve no API"
-    # A literal VLLM_API_KEY in engine.env never reaches the API server next to the Secret's.
+    # A literal VLLM_API_KEY in engine.env is refused: it would sit in plain text next to the Secret's.
     cr = stored(REPO / "recipes" / "dedicated-endpoint.yaml")
     cr["spec"]["engine"]["env"] = [{"name": "VLLM_API_KEY", "value": "leaked"}]
-    tmpl = next(o for o in render(cr).objects if o["kind"] == "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]
-    assert [e for e in env_of(tmpl["leaderTemplate"]) if e["name"] == "VLLM_API_KEY"] == [key]
+    with pytest.raises(SpecErrors) as refused:
+        render(cr)
+    assert [e.path for e in refused.value.errors] == ["spec.engine.env[0].name"]
+    assert "leaked" not in str(refused.value)
     # Without apiKeySecret: no key at all (vLLM serves without authentication).
     lws = next(o for o in render(stored(REPO / "recipes" / "b300-tp8-single-node.yaml")).objects
                if o["kind"] == "LeaderWorkerSet")

@@ -182,3 +182,30 @@ def test_tray_not_ready_moves_its_group_to_healthy_trays(dev_env: DevEnv, ns: st
             ready = any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"])
             return ready and not node["spec"].get("taints")
         wait_until(f"tray {tray} Ready and untainted again", healthy, timeout_s=60.0)
+
+
+def test_dev_fault_cli_stops_and_starts_a_component_and_refuses_bad_input(dev_env: DevEnv) -> None:
+    from click.testing import CliRunner
+
+    from kimik3.cli import main
+    state = ["--state-dir", str(dev_env.cluster.state_dir)]
+    runner = CliRunner()
+    before = next(r for r in dev_env.cluster.running() if r.name == "kwok")
+    stopped = runner.invoke(main, ["dev", "fault", "stop", "kwok", *state])
+    assert stopped.exit_code == 0, stopped.output
+    assert stopped.output == f"stopped kwok (pid {before.pid}); start it again: kimik3 dev fault start kwok\n"
+    assert "kwok" not in {r.name for r in dev_env.cluster.running()}
+    again = runner.invoke(main, ["dev", "fault", "stop", "kwok", *state])
+    assert again.exit_code == 1 and "kwok: is not running" in again.output
+    started = runner.invoke(main, ["dev", "fault", "start", "kwok", *state])
+    assert started.exit_code == 0, started.output
+    after = next(r for r in dev_env.cluster.running() if r.name == "kwok")
+    assert after.argv == before.argv and after.pid != before.pid
+    assert started.output == f"started kwok (pid {after.pid})\n"
+    twice = runner.invoke(main, ["dev", "fault", "start", "kwok", *state])
+    assert twice.exit_code == 1 and "was not stopped by `kimik3 dev fault stop`" in twice.output
+    bad = runner.invoke(main, ["dev", "fault", "pod", "no-slash", *state])
+    assert bad.exit_code == 2 and "give NAMESPACE/POD" in bad.output
+    wait_until("every tray Ready under the restarted kwok", lambda: all(
+        any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"]["conditions"])
+        for n in dev_env.rest.items("/api/v1/nodes")))

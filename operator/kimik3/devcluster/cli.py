@@ -189,18 +189,24 @@ def fault_pod(state_dir: str, pod: str) -> None:
     click.echo(f"pod {pod}: containers fail within ~2 s")
 
 
+def _stop_or_start(state_dir: str, component: str, start: bool) -> int:
+    """Stop or start ``component``; returns its pid. A ``ComponentError`` becomes a CLI error."""
+    from kimik3.devcluster.cluster import DevCluster
+    from kimik3.devcluster.readiness import ComponentError
+    cluster = DevCluster(state_dir)
+    try:
+        return (cluster.start_component(component) if start else cluster.stop_component(component)).pid
+    except ComponentError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 @fault.command("stop")
 @_state_dir_option
 @click.argument("component")
 def fault_stop(state_dir: str, component: str) -> None:
     """Stop COMPONENT (e.g. lws-manager, operator, kwok, sim) until `dev fault start COMPONENT`."""
-    from kimik3.devcluster.cluster import DevCluster
-    from kimik3.devcluster.readiness import ComponentError
-    try:
-        record = DevCluster(state_dir).stop_component(component)
-    except ComponentError as exc:
-        raise click.ClickException(str(exc)) from None
-    click.echo(f"stopped {component} (pid {record.pid}); start it again: kimik3 dev fault start {component}")
+    pid = _stop_or_start(state_dir, component, start=False)
+    click.echo(f"stopped {component} (pid {pid}); start it again: kimik3 dev fault start {component}")
 
 
 @fault.command("start")
@@ -208,13 +214,7 @@ def fault_stop(state_dir: str, component: str) -> None:
 @click.argument("component")
 def fault_start(state_dir: str, component: str) -> None:
     """Start COMPONENT again with the command line it had when `dev fault stop` stopped it."""
-    from kimik3.devcluster.cluster import DevCluster
-    from kimik3.devcluster.readiness import ComponentError
-    try:
-        record = DevCluster(state_dir).start_component(component)
-    except ComponentError as exc:
-        raise click.ClickException(str(exc)) from None
-    click.echo(f"started {component} (pid {record.pid})")
+    click.echo(f"started {component} (pid {_stop_or_start(state_dir, component, start=True)})")
 
 
 def _attach_sim() -> None:

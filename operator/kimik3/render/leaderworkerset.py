@@ -110,10 +110,11 @@ def pod_template(owner: Owner, spec: KimiK3DeploymentSpec, plan: GroupPlan, serv
         "securityContext": {"allowPrivilegeEscalation": False, "privileged": False},
     }
     if serves_api and spec.service.api_key_secret is not None:
-        # vLLM reads VLLM_API_KEY when no --api-key is given; only API servers get the key.
+        # vLLM reads VLLM_API_KEY when no --api-key is given (admission refuses both in the spec
+        # itself: check_plain_text_keys); only API servers get the key.
         ref = spec.service.api_key_secret
-        container["env"] = [e for e in container["env"] if e["name"] != API_KEY_ENV] + [
-            {"name": API_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}]
+        container["env"] = [*container["env"],
+                            {"name": API_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}]
     if serves_api:
         container["ports"] = [{"name": API_PORT_NAME, "containerPort": spec.service.port, "protocol": "TCP"}]
         container.update(_probes(spec))
