@@ -31,6 +31,16 @@ class FaultProxy:
         return self
 
     def stop(self) -> None:
+        """Close every connection and finish every pipe before the loop stops (a pipe left pending
+        would be finalized after the loop closed: "Event loop is closed")."""
+        async def shutdown() -> None:
+            for writer in list(self._writers):
+                writer.transport.abort()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
 
