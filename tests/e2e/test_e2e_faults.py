@@ -3,7 +3,7 @@
 - The LeaderWorkerSet manager (and its webhooks) down while the user scales: the operator cannot
   apply, says so (Degraded=True ApplyFailed, a Warning Event, ``kimik3_apply_errors_total``),
   keeps the user's edit, and converges once the manager is back, without recreating group 0.
-- An engine pod crashes (kwok: containers exit 1, phase Failed): only its group is recreated,
+- A group's leader crashes (kwok: containers exit 1, phase Failed): only its group is recreated,
   once; the CR's status names the crashed container while it is down; Events and
   ``kimik3_ready_lost_total`` record the loss.
 - A tray goes NotReady (kwok): with a 5 s not-ready toleration in ``spec.scheduling`` its group
@@ -115,7 +115,10 @@ def test_lws_manager_down_while_scaling_then_restarted(dev_env: DevEnv, ns: str)
 def test_engine_pod_crash_recreates_its_group_and_is_reported(dev_env: DevEnv, ns: str) -> None:
     dev_env.apply(dev_env.deployment(ns, replicas=2))
     before = {g: _uids(p) for g, p in wait_until("2 settled groups", lambda: _settled(dev_env, ns, 2)).items()}
-    victim = "k3-engine-1-1"  # the worker of group 1
+    # The leader of group 1 crashes. (A *worker* that turns Failed is, with LeaderWorkerSet v0.9, sometimes
+    # replaced alone: kubernetes-sigs/lws#998, see the README's known limits. Real kubelets restart a
+    # crashed container of a restartPolicy=Always pod instead, which LWS does catch.)
+    victim = "k3-engine-1"
     node = next(p for p in dev_env.pods(ns) if p["metadata"]["name"] == victim)["spec"]["nodeName"]
 
     crashed_at = time.monotonic()
@@ -136,7 +139,7 @@ def test_engine_pod_crash_recreates_its_group_and_is_reported(dev_env: DevEnv, n
     # the crash is on record although the LeaderWorkerSet deleted the failed pod within seconds
     failed = [e for e in dev_env.events(ns) if e["reason"] == "EngineFailed"]
     assert [(e["type"], e["message"]) for e in failed] == [("Warning", (
-        f"group 1: worker pod {victim} on {node}: container engine exited 1 (containerFailed: container failed); "
+        f"group 1: leader pod {victim} on {node}: container engine exited 1 (containerFailed: container failed); "
         "the LeaderWorkerSet recreates group 1 (RecreateGroupOnPodRestart)"))]
     assert _operator_metric(dev_env, "kimik3_engine_failures_total", namespace=ns, deployment="k3",
                             reason="containerFailed") == 1
