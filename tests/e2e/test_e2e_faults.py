@@ -194,7 +194,7 @@ def test_dev_fault_cli_stops_and_starts_a_component_and_refuses_bad_input(dev_en
     state = ["--state-dir", str(dev_env.cluster.state_dir)]
     runner = CliRunner()
     before = next(r for r in dev_env.cluster.running() if r.name == "kwok")
-    stopped = runner.invoke(main, ["dev", "fault", "stop", "kwok", *state])
+    stopped = runner.invoke(main, ["dev", "fault", "stop", "kwok", "--kill", *state])
     assert stopped.exit_code == 0, stopped.output
     assert stopped.output == f"stopped kwok (pid {before.pid}); start it again: kimik3 dev fault start kwok\n"
     assert "kwok" not in {r.name for r in dev_env.cluster.running()}

@@ -189,13 +189,14 @@ def fault_pod(state_dir: str, pod: str) -> None:
     click.echo(f"pod {pod}: containers fail within ~2 s")
 
 
-def _stop_or_start(state_dir: str, component: str, start: bool) -> int:
-    """Stop or start ``component``; returns its pid. A ``ComponentError`` becomes a CLI error."""
+def _stop_or_start(state_dir: str, component: str, start: bool, kill: bool = False) -> int:
+    """Stop (``kill``: SIGKILL) or start ``component``; returns its pid. A ``ComponentError``
+    becomes a CLI error."""
     from kimik3.devcluster.cluster import DevCluster
     from kimik3.devcluster.readiness import ComponentError
     cluster = DevCluster(state_dir)
     try:
-        return (cluster.start_component(component) if start else cluster.stop_component(component)).pid
+        return (cluster.start_component(component) if start else cluster.stop_component(component, kill)).pid
     except ComponentError as exc:
         raise click.ClickException(str(exc)) from None
 
@@ -203,9 +204,10 @@ def _stop_or_start(state_dir: str, component: str, start: bool) -> int:
 @fault.command("stop")
 @_state_dir_option
 @click.argument("component")
-def fault_stop(state_dir: str, component: str) -> None:
+@click.option("--kill", is_flag=True, help="SIGKILL at once (a crash), instead of SIGTERM and a graceful stop.")
+def fault_stop(state_dir: str, component: str, kill: bool) -> None:
     """Stop COMPONENT (e.g. lws-manager, operator, kwok, sim) until `dev fault start COMPONENT`."""
-    pid = _stop_or_start(state_dir, component, start=False)
+    pid = _stop_or_start(state_dir, component, start=False, kill=kill)
     click.echo(f"stopped {component} (pid {pid}); start it again: kimik3 dev fault start {component}")
 
 

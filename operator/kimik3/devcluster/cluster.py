@@ -373,14 +373,15 @@ class DevCluster:
         return {c: directory / f for c, f in BINARIES.items()}
 
     # -- one component down and up again (faults.py) ------------------------------------------
-    def stop_component(self, name: str) -> ProcessRecord:
-        """Stop component ``name`` (SIGTERM, SIGKILL after 15 s) and keep its command line in
+    def stop_component(self, name: str, kill: bool = False) -> ProcessRecord:
+        """Stop component ``name`` (SIGTERM, SIGKILL after 15 s; ``kill``: SIGKILL at once, as a
+        crash or an OOM kill, no graceful shutdown) and keep its command line in
         ``<state>/stopped/pids/<name>.json`` for ``start_component``. Raises ``ComponentError`` when it
         is not running."""
         record = processes.read_record(self.state_dir, name)
         if record is None or not record.alive:
             raise ComponentError(name, "is not running", retry=f"kimik3 dev status --state-dir {self.state_dir}")
-        processes.stop(self.state_dir, name)
+        processes.stop(self.state_dir, name, kill=kill)
         processes.write_record(self.state_dir / "stopped", record)
         return record
 

@@ -129,19 +129,20 @@ def records(state_dir: Path) -> list[ProcessRecord]:
     return [r for r in found if r is not None]
 
 
-def stop(state_dir: Path, name: str, grace_s: float = DEFAULT_STOP_GRACE_S) -> bool:
-    """SIGTERM the component (its whole process group), SIGKILL after ``grace_s`` s, remove its
-    pidfile. Returns True when a live process was stopped."""
+def stop(state_dir: Path, name: str, grace_s: float = DEFAULT_STOP_GRACE_S, kill: bool = False) -> bool:
+    """SIGTERM the component (its whole process group), SIGKILL after ``grace_s`` s (``kill``:
+    SIGKILL at once), remove its pidfile. Returns True when a live process was stopped."""
     record = read_record(state_dir, name)
     if record is None:
         return False
     was_alive = record.alive
     if was_alive:
-        _signal(record, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        while record.alive and time.monotonic() < deadline:
-            _reap(record.pid)
-            time.sleep(0.05)
+        if not kill:
+            _signal(record, signal.SIGTERM)
+            deadline = time.monotonic() + grace_s
+            while record.alive and time.monotonic() < deadline:
+                _reap(record.pid)
+                time.sleep(0.05)
         if record.alive:
             _signal(record, signal.SIGKILL)
             deadline = time.monotonic() + 5
