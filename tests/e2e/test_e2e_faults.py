@@ -87,8 +87,14 @@ def test_lws_manager_down_while_scaling_then_restarted(dev_env: DevEnv, ns: str)
         dev_env.scale(ns, 2)
         degraded = wait_until("Degraded=True ApplyFailed while the LWS webhooks are down", lambda: (
             c := dev_env.condition(ns, "Degraded")) and c["status"] == "True" and c["reason"] == "ApplyFailed" and c)
-        assert degraded["message"].startswith("LeaderWorkerSet k3-engine: 500 Internal Server Error")
-        assert "leaderworkerset" in degraded["message"].lower() and "webhook" in degraded["message"]
+        # the API server's own message (as kubectl prints it), not its JSON Status
+        assert degraded["message"].startswith("LeaderWorkerSet k3-engine: 500 Internal Server Error: Internal "
+                                              'error occurred: failed calling webhook "'), degraded["message"]
+        assert "connection refused" in degraded["message"] and not degraded["message"].count("{")
+        # the status says the edit is not in effect: 1 of the 2 groups asked for, still progressing
+        ready, progressing = dev_env.condition(ns, "Ready"), dev_env.condition(ns, "Progressing")
+        assert (ready["status"], ready["message"].split(";")[0]) == ("False", "1/2 groups ready")
+        assert (progressing["status"], progressing["reason"]) == ("True", "ApplyFailed")
         assert any(e["reason"] == "ApplyFailed" and e["type"] == "Warning" for e in dev_env.events(ns))
         assert _operator_metric(dev_env, "kimik3_apply_errors_total", kind="LeaderWorkerSet") > errors_before
         assert _operator_metric(dev_env, "kimik3_reconciles_total", result="apply-failed") > 0
@@ -199,14 +205,23 @@ def test_dev_fault_cli_stops_and_starts_a_component_and_refuses_bad_input(dev_en
     assert stopped.output == f"stopped kwok (pid {before.pid}); start it again: kimik3 dev fault start kwok\n"
     assert "kwok" not in {r.name for r in dev_env.cluster.running()}
     again = runner.invoke(main, ["dev", "fault", "stop", "kwok", *state])
-    assert again.exit_code == 1 and "kwok: is not running" in again.output
+    assert again.exit_code == 1 and "kwok: is not a running component (running: " in again.output
+    for control_plane in ("etcd", "kube-apiserver"):
+        refused = runner.invoke(main, ["dev", "fault", "stop", control_plane, *state])
+        assert refused.exit_code == 1 and f"{control_plane}: is the control plane itself" in refused.output
+    missing = runner.invoke(main, ["dev", "fault", "tray", "no-such-tray", *state])
+    assert missing.exit_code == 1 and missing.output == 'Error: 404 Not Found: nodes "no-such-tray" not found\n'
+    running = runner.invoke(main, ["dev", "fault", "start", "lws-manager", *state])
+    assert running.exit_code == 1 and "lws-manager: is already running" in running.output
     started = runner.invoke(main, ["dev", "fault", "start", "kwok", *state])
     assert started.exit_code == 0, started.output
     after = next(r for r in dev_env.cluster.running() if r.name == "kwok")
     assert after.argv == before.argv and after.pid != before.pid
     assert started.output == f"started kwok (pid {after.pid})\n"
     twice = runner.invoke(main, ["dev", "fault", "start", "kwok", *state])
-    assert twice.exit_code == 1 and "was not stopped by `kimik3 dev fault stop`" in twice.output
+    assert twice.exit_code == 1 and "kwok: is already running" in twice.output
+    never = runner.invoke(main, ["dev", "fault", "start", "no-such-component", *state])
+    assert never.exit_code == 1 and "no-such-component: was not stopped by `kimik3 dev fault stop`" in never.output
     bad = runner.invoke(main, ["dev", "fault", "pod", "no-slash", *state])
     assert bad.exit_code == 2 and "give NAMESPACE/POD" in bad.output
     wait_until("every tray Ready under the restarted kwok", lambda: all(

@@ -67,6 +67,17 @@ def call_json(api: client.ApiClient, method: str, path: str, body: Any = None, q
     return json.loads(response.data) if response.data else None
 
 
+def api_error_message(exc: ApiException, limit: int = 1000) -> str:
+    """The ``message`` of the API server's Status body (what kubectl prints), else the raw body;
+    at most ``limit`` characters."""
+    try:
+        body = json.loads(exc.body or "")
+        message = body.get("message") if isinstance(body, dict) else None
+    except ValueError:
+        message = None
+    return (message or exc.body or "")[:limit]
+
+
 @dataclass
 class Kube:
     """Thin typed wrapper over ``ApiClient.call_api`` for the calls the controller makes."""

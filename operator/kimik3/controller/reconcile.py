@@ -27,7 +27,7 @@ from kimik3.api.errors import SpecErrors
 from kimik3.controller import metrics
 from kimik3.controller.autoscaling import Autoscaling
 from kimik3.controller.cache import ObjectCache, desired_hash
-from kimik3.controller.kube import Kube
+from kimik3.controller.kube import Kube, api_error_message
 from kimik3.controller.status import compute_status, invalid_status, lws_selector, set_condition
 from kimik3.render.children import COMPUTE_DOMAIN_SKIPPED, render
 from kimik3.render.computedomain import API_VERSION as CD_API_VERSION
@@ -180,7 +180,7 @@ class Reconciler:
                 applied[child["kind"]] = self._apply_child(child)
             except ApiException as exc:
                 apply_error = f"{child['kind']} {child['metadata']['name']}: {exc.status} {exc.reason}: " \
-                              f"{(exc.body or '')[:500]}"
+                              f"{api_error_message(exc)}"
                 metrics.APPLY_ERRORS.labels(kind=child["kind"]).inc()
                 self._event_once(obj, "Warning", "ApplyFailed", apply_error)
                 break
@@ -194,7 +194,10 @@ class Reconciler:
                 self._event_once(obj, "Normal", "Deleted", f"{kind} {owner.name} removed: not needed by the spec")
         lws = applied.get("LeaderWorkerSet") or self._get_child(LWS_API_VERSION, "LeaderWorkerSet",
                                                                 owner.namespace, lws_name(owner))
-        desired = int(((lws or {}).get("spec") or {}).get("replicas", rendered.spec.replicas))
+        if apply_error:  # what the user asked for, not what the LeaderWorkerSet still says
+            desired = next(int(c["spec"]["replicas"]) for c in rendered.objects if c["kind"] == "LeaderWorkerSet")
+        else:
+            desired = int(((lws or {}).get("spec") or {}).get("replicas", rendered.spec.replicas))
         status = compute_status(obj, rendered.spec, rendered.plan, lws, pods, desired, apply_error,
                                 compute_domain_note=None if self.compute_domains else COMPUTE_DOMAIN_SKIPPED)
         if (obj.get("status") or {}).get("observedGeneration") != obj["metadata"].get("generation") and not apply_error:

@@ -4,7 +4,7 @@ Pure functions (no API calls). Conditions follow the Kubernetes API conventions:
 keyed by type, ``lastTransitionTime`` changed only when ``status`` changes, ``observedGeneration``
 on each. Reasons:
 - Ready: AllGroupsReady | ScaledToZero | GroupsNotReady | InvalidSpec
-- Progressing: Reconciling | GroupsStarting | Stable | InvalidSpec
+- Progressing: Reconciling | GroupsStarting | Stable | InvalidSpec | ApplyFailed
 - Degraded: AsExpected | InvalidSpec | ApplyFailed
 - ScalingLimited: Unschedulable (True: a group's pod has PodScheduled=False reason Unschedulable,
   i.e. no rack/node can hold it; the message names the group and quotes the scheduler) |
@@ -149,9 +149,13 @@ def compute_status(obj: dict[str, Any], spec: KimiK3DeploymentSpec, plan: GroupP
         ready_c = ("False", "GroupsNotReady", msg)
     conditions = set_condition(conditions, "Ready", *ready_c, gen)
     settled = ready_c[0] == "True" and groups == desired_groups
-    conditions = set_condition(conditions, "Progressing", "False" if settled else "True",
-                               "Stable" if settled else "GroupsStarting",
-                               "children applied; all groups as desired" if settled else ready_c[2], gen)
+    if apply_error:
+        conditions = set_condition(conditions, "Progressing", "True", "ApplyFailed",
+                                   f"children not applied yet (retrying with back-off): {apply_error}", gen)
+    else:
+        conditions = set_condition(conditions, "Progressing", "False" if settled else "True",
+                                   "Stable" if settled else "GroupsStarting",
+                                   "children applied; all groups as desired" if settled else ready_c[2], gen)
     unplaced = unschedulable_groups(pods)
     previous_limit = next((c for c in conditions if c.get("type") == "ScalingLimited"), None)
     if unplaced:

@@ -154,6 +154,7 @@ def fault() -> None:
 
 
 def _rest_call(state_dir: str, fn: Callable[..., Any], *args: str) -> None:
+    from kimik3.controller.kube import api_error_message
     from kimik3.devcluster.cluster import DevCluster
     from kimik3.devcluster.rest import Rest
     from kubernetes.client.rest import ApiException
@@ -161,7 +162,7 @@ def _rest_call(state_dir: str, fn: Callable[..., Any], *args: str) -> None:
         try:
             fn(Rest(api), *args)
         except ApiException as exc:
-            raise click.ClickException(f"{exc.status} {exc.reason}: {exc.body}") from None
+            raise click.ClickException(f"{exc.status} {exc.reason}: {api_error_message(exc)}") from None
 
 
 @fault.command("tray")

@@ -70,6 +70,8 @@ BINARIES: dict[str, str] = {
     "lws": f"lws-manager-{LWS_VERSION}",
     "helm": f"helm-{rbac.HELM_VERSION}",  # renders the chart's RBAC for the operator's identity
 }
+CONTROL_PLANE = ("etcd", "kube-apiserver")
+"""Started by ``ControlPlane``, not from a recorded command line: ``stop_component`` refuses them."""
 STOP_ORDER = ["sim", "prometheus", "operator", "kwok", "lws-manager", "kube-scheduler",
               "kube-controller-manager", "kube-apiserver", "etcd"]
 """Components in stop order (the reverse of start order); unknown pidfiles go first."""
@@ -378,9 +380,14 @@ class DevCluster:
         crash or an OOM kill, no graceful shutdown) and keep its command line in
         ``<state>/stopped/pids/<name>.json`` for ``start_component``. Raises ``ComponentError`` when it
         is not running."""
+        if name in CONTROL_PLANE:
+            raise ComponentError(name, "is the control plane itself: `dev fault start` cannot bring it back (use "
+                                 "`kimik3 dev down` and `dev up`); the chaos suite covers its faults (tests/chaos)")
         record = processes.read_record(self.state_dir, name)
         if record is None or not record.alive:
-            raise ComponentError(name, "is not running", retry=f"kimik3 dev status --state-dir {self.state_dir}")
+            names = ", ".join(r.name for r in self.running() if r.name not in CONTROL_PLANE) or "none"
+            raise ComponentError(name, f"is not a running component (running: {names})",
+                                 retry=f"kimik3 dev status --state-dir {self.state_dir}")
         processes.stop(self.state_dir, name, kill=kill)
         processes.write_record(self.state_dir / "stopped", record)
         return record
@@ -389,7 +396,9 @@ class DevCluster:
         """Start again, with the same command line, a component ``stop_component`` stopped."""
         record = processes.read_record(self.state_dir / "stopped", name)
         if record is None:
-            raise ComponentError(name, "was not stopped by `kimik3 dev fault stop`",
+            running = processes.read_record(self.state_dir, name)
+            raise ComponentError(name, "is already running" if running is not None and running.alive else
+                                 "was not stopped by `kimik3 dev fault stop`",
                                  retry=f"kimik3 dev status --state-dir {self.state_dir}")
         started = self._spawn(name, record.argv, env=_cli_env(KUBECONFIG=str(self.kubeconfig)))
         (processes.pid_dir(self.state_dir / "stopped") / f"{name}.json").unlink(missing_ok=True)
