@@ -170,6 +170,16 @@ def test_engines_follow_groups_and_files_tell_prometheus(admin_api, namespace, c
         assert http(new["url"] + "/health")[0] == 503  # loading again
         wait_for(lambda: http(new["url"] + "/health")[0] == 200, what="group 0 reloaded")
 
+        # an edit the operator refuses changes nothing: the engine keeps serving on the last valid spec
+        engine = sup.groups[(namespace, "k3-latency", "0")].engine
+        client.CustomObjectsApi(admin_api).patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, "k3-latency", {"spec": {"engine": {"extraArgs": ["--api-key", "x"]}}})
+        wait_for(lambda: (namespace, "k3-latency") in sup._refused, what="the supervisor saw the refused edit")
+        sup_polls = sup.polls
+        wait_for(lambda: sup.polls >= sup_polls + 2, what="two more polls")
+        assert sup.groups[(namespace, "k3-latency", "0")].engine is engine
+        assert http(new["url"] + "/health")[0] == 200
+
         # deleting the CR stops everything of it
         client.CustomObjectsApi(admin_api).delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
                                                                            "k3-latency")

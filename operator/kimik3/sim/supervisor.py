@@ -160,6 +160,8 @@ class Supervisor:
         self.groups: dict[tuple[str, str, str], _Group] = {}
         self.fronts: dict[tuple[str, str], _Front] = {}
         self._refused: dict[tuple[str, str], str] = {}
+        self._last_valid: dict[tuple[str, str], tuple[Any, Any]] = {}
+        """The last admitted (spec, plan) of each deployment: used while a later edit is refused."""
         self._unresolved: dict[tuple[str, str, str], str] = {}
         self._last_written: tuple[str, str] | None = None
         self.polls = 0
@@ -238,11 +240,19 @@ class Supervisor:
             try:
                 spec, plan = admit(cr.get("spec") or {})
             except SpecErrors as exc:
+                # The operator changes nothing for a refused spec: the pods, and so the engines,
+                # keep what they were started with (the last spec admitted here).
+                last = self._last_valid.get((ns, name))
                 if self._refused.get((ns, name)) != str(exc):
-                    log.warning("%s/%s: invalid spec, no engines simulated: %s", ns, name, exc)
+                    log.warning("%s/%s: invalid spec, %s: %s", ns, name, "engines keep the last valid spec"
+                                if last else "no engines simulated", exc)
                     self._refused[(ns, name)] = str(exc)
-                continue
-            self._refused.pop((ns, name), None)
+                if last is None:
+                    continue
+                spec, plan = last
+            else:
+                self._refused.pop((ns, name), None)
+                self._last_valid[(ns, name)] = (spec, plan)
             deployments[(ns, name)] = spec.model.served_model_name
             annotations = meta.get("annotations") or {}
             load_time = self.load_time_s
