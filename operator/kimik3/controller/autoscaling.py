@@ -104,6 +104,18 @@ class StepResult:
     requeue_after: float
 
 
+
+def policy_settings(spec: KimiK3DeploymentSpec) -> LatencyPolicySettings:
+    """The latency policy's settings from ``spec.autoscaling`` (durations in seconds, percentile
+    as a fraction)."""
+    a = spec.autoscaling
+    return LatencyPolicySettings(
+        target_s=duration_seconds(a.target.value), percentile=a.target.percentile / 100,
+        min_replicas=a.min_replicas, max_replicas=a.max_replicas,
+        scale_up_window_s=duration_seconds(a.scale_up_stabilization),
+        scale_down_window_s=duration_seconds(a.scale_down_stabilization),
+        metric=a.target.metric)
+
 class Autoscaling:
     """Autoscaler state of every deployment this operator reconciles."""
 
@@ -118,12 +130,7 @@ class Autoscaling:
     def _state(self, key: tuple[str, str], spec: KimiK3DeploymentSpec, plan: GroupPlan) -> DeploymentState:
         a = spec.autoscaling
         source_key = (a.metrics_source.type, a.metrics_source.prometheus_url, spec.service.port)
-        settings = LatencyPolicySettings(
-            target_s=duration_seconds(a.target.value), percentile=a.target.percentile / 100,
-            min_replicas=a.min_replicas, max_replicas=a.max_replicas,
-            scale_up_window_s=duration_seconds(a.scale_up_stabilization),
-            scale_down_window_s=duration_seconds(a.scale_down_stabilization),
-            metric=a.target.metric)
+        settings = policy_settings(spec)
         state = self._states.get(key)
         if state is None or state.source_key != source_key or state.policy.settings != settings:
             if a.metrics_source.type == "prometheus":

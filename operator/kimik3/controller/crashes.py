@@ -16,6 +16,7 @@ its pods fails or goes, so the pod, its exit code and its node are gone within s
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from typing import Any
 
@@ -64,6 +65,7 @@ class CrashReporter:
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
         self._seen: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()  # kopf runs sync handlers on several threads
 
     def pod_seen(self, pod: dict[str, Any], deployment: str) -> int:
         """Report the new failures of ``pod`` (of KimiK3Deployment ``deployment`` in the pod's
@@ -74,11 +76,12 @@ class CrashReporter:
         incidents = [("EngineFailed", metrics.ENGINE_FAILURES, *f) for f in container_failures(pod)]
         incidents += [("EngineDisrupted", metrics.ENGINE_DISRUPTIONS, *d) for d in disruptions(pod)]
         for event_reason, counter, token, reason, text in incidents:
-            if token in self._seen:
-                continue
-            self._seen[token] = None
-            if len(self._seen) > REMEMBERED:
-                self._seen.popitem(last=False)
+            with self._lock:
+                if token in self._seen:
+                    continue
+                self._seen[token] = None
+                if len(self._seen) > REMEMBERED:
+                    self._seen.popitem(last=False)
             new += 1
             group = labels.get(LWS_GROUP_INDEX_LABEL, "?")
             role = "leader" if labels.get(LWS_WORKER_INDEX_LABEL) == "0" else "worker"

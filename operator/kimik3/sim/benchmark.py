@@ -51,7 +51,7 @@ import click
 
 from kimik3.autoscaler.baselines import (DynamoPlannerPolicy, HPAPolicy, KEDAPolicy, KPAPolicy, OptimalPolicy,
                                          Profile, StaticPolicy, provisioning_schedule)
-from kimik3.autoscaler.policy import LatencyPolicy, LatencyPolicySettings, Policy
+from kimik3.autoscaler.policy import LatencyPolicy, Policy
 from kimik3.autoscaler.seed import seed_model
 from kimik3.sim.fleet import FleetConfig, FleetSim, GroupModel, RunResult
 from kimik3.sim.traces import Request, Trace, all_traces
@@ -96,14 +96,9 @@ def setup(recipe: str = RECIPE, target_s: float = TARGET_S, **cfg_overrides: Any
 def kimik3_policy(s: Setup) -> LatencyPolicy:
     """Our policy, constructed as controller/autoscaling.py constructs it for this spec."""
     from kimik3.api.v1alpha1 import duration_seconds
+    from kimik3.controller.autoscaling import policy_settings
     a = s.spec.autoscaling
-    settings = LatencyPolicySettings(
-        target_s=duration_seconds(a.target.value), percentile=a.target.percentile / 100,
-        min_replicas=a.min_replicas, max_replicas=a.max_replicas,
-        scale_up_window_s=duration_seconds(a.scale_up_stabilization),
-        scale_down_window_s=duration_seconds(a.scale_down_stabilization),
-        metric=a.target.metric)
-    policy = LatencyPolicy(settings, seed_model(s.spec, s.plan))
+    policy = LatencyPolicy(policy_settings(s.spec), seed_model(s.spec, s.plan))
     policy.interval_s = duration_seconds(a.interval)  # type: ignore[attr-defined]
     policy.window_s = duration_seconds(a.window)  # type: ignore[attr-defined]
     return policy
