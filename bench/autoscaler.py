@@ -8,7 +8,7 @@ Prints the table, writes bench/results/autoscaler.json
 (``{trace: {policy: {slo_attainment, gpu_hours, scale_events, recovery_s, worst_p90_itl_s}}}``,
 ours under ``kimik3``, the hindsight optimum under ``optimal``) and one PNG per trace
 (bench/results/autoscaler-<trace>.png, not committed). What is simulated and why:
-operator/kimik3/sim/benchmark.py, sim/fleet.py, sim/traces.py, autoscaler/baselines.py.
+operator/kimik3_dev/benchmark/simulate.py, benchmark/fleet.py, sim/traces.py, benchmark/baselines.py.
 """
 
 import sys
@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operator"))
 
-from kimik3.sim.benchmark import simulate_command  # noqa: E402
+from kimik3_dev.benchmark.simulate import simulate_command  # noqa: E402
 
 if __name__ == "__main__":
     simulate_command()

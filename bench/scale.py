@@ -32,9 +32,9 @@ import requests
 import yaml
 
 from kimik3.controller.kube import Kube
-from kimik3.devcluster.controlplane import ControlPlane
-from kimik3.devcluster.operator_thread import free_port
-from kimik3.devcluster.install import install_apis
+from kimik3_dev.devcluster.controlplane import ControlPlane
+from kimik3_dev.devcluster.operator_thread import free_port
+from kimik3_dev.devcluster.install import install_apis
 from kimik3.render.children import render
 
 REPO = Path(__file__).resolve().parents[1]

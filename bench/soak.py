@@ -74,15 +74,15 @@ import yaml
 from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
-from kimik3 import GROUP, PLURAL, VERSION
+from kimik3.kube.kinds import GROUP, PLURAL, VERSION
 from kimik3.controller.reconcile import FINALIZER
-from kimik3.devcluster import faults
-from kimik3.devcluster.cluster import DevCluster, UpOptions
-from kimik3.devcluster.racks import RackShape
-from kimik3.devcluster.rest import Rest
-from kimik3.devcluster.workloads import apply_deployment
-from kimik3.render.meta import LWS_GROUP_INDEX_LABEL, LWS_NAME_LABEL, LWS_WORKER_INDEX_LABEL
-from kimik3.topology.profiles import CLIQUE_LABEL
+from kimik3_dev.devcluster import faults
+from kimik3_dev.devcluster.cluster import DevCluster, UpOptions
+from kimik3_dev.devcluster.racks import RackShape
+from kimik3_dev.devcluster.rest import Rest
+from kimik3_dev.devcluster.workloads import apply_deployment
+from kimik3.kube.labels import LWS_GROUP_INDEX_LABEL, LWS_NAME_LABEL, LWS_WORKER_INDEX_LABEL
+from kimik3.kube.labels import CLIQUE_LABEL
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "gb300-tp8-megakernel-dspark.yaml"

@@ -1,4 +1,4 @@
-"""Shared fixtures: one real etcd + kube-apiserver per test session (see kimik3.devcluster)."""
+"""Shared fixtures: one real etcd + kube-apiserver per test session (see kimik3_dev.devcluster)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kimik3.controller.kube import Kube
-from kimik3.devcluster.controlplane import ControlPlane
-from kimik3.devcluster.install import install_apis
-from kimik3.devcluster.operator_thread import OperatorThread
+from kimik3_dev.devcluster.controlplane import ControlPlane
+from kimik3_dev.devcluster.install import install_apis
+from kimik3_dev.devcluster.operator_thread import OperatorThread
 
 
 @pytest.fixture(scope="session")

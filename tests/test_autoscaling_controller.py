@@ -16,8 +16,8 @@ from kubernetes import client
 from kimik3.controller.autoscaling import Autoscaling
 from kimik3.controller.kube import Kube
 from kimik3.controller.reconcile import Reconciler
-from kimik3.devcluster.controlplane import ControlPlane
-from kimik3.devcluster.install import install_apis
+from kimik3_dev.devcluster.controlplane import ControlPlane
+from kimik3_dev.devcluster.install import install_apis
 from test_autoscaler_metrics import MetricsServer, exposition
 from test_operator import CD, CR, LWS, condition, events, recipe
 

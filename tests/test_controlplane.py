@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kimik3.devcluster.controlplane import (
+from kimik3_dev.devcluster.controlplane import (
     KUBERNETES_VERSION,
     OPERATOR_GROUPS,
     OPERATOR_USER,
@@ -167,7 +167,7 @@ def test_failed_start_names_component_and_log(tmp_path: Path) -> None:
 
 
 def test_start_retries_when_a_picked_port_is_taken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from kimik3.devcluster import controlplane
+    from kimik3_dev.devcluster import controlplane
 
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", 0))

@@ -7,14 +7,14 @@ from dataclasses import replace
 
 import pytest
 
-from kimik3.autoscaler.baselines import (HPAPolicy, KEDAPolicy, KPAPolicy, OptimalPolicy, StaticPolicy,
+from kimik3_dev.benchmark.baselines import (HPAPolicy, KEDAPolicy, KPAPolicy, OptimalPolicy, StaticPolicy,
                                          provisioning_schedule)
 from kimik3.autoscaler.histogram import quantile
 from kimik3.autoscaler.observation import DecodeObservation
 from kimik3.autoscaler.policy import Decision, FleetState
-from kimik3.sim import benchmark, traces
-from kimik3.sim.fleet import FleetSim, GroupModel
-from kimik3.sim.perfmodel import acceptance_length, decode_point, perf_params
+from kimik3_dev.sim import benchmark, traces
+from kimik3_dev.benchmark.fleet import FleetSim, GroupModel
+from kimik3.autoscaler.perfmodel import acceptance_length, decode_point, perf_params
 
 RECIPE = "recipes/gb300-tp8-megakernel-dspark.yaml"
 

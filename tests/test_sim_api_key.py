@@ -1,5 +1,5 @@
 """The engine simulator's API key: vLLM 0.32's authentication rules, and the kubelet's reading of
-``VLLM_API_KEY`` from a pod spec (``kimik3.sim.podenv``). The comparison with a real vLLM server
+``VLLM_API_KEY`` from a pod spec (``kimik3_dev.sim.podenv``). The comparison with a real vLLM server
 is in tests/conformance/test_launcher_conformance.py (``test_simulator_refuses_like_real_vllm``);
 the dev-cluster path (Secret -> CR -> pods -> simulator) in tests/e2e/test_e2e_api_key.py."""
 
@@ -15,8 +15,8 @@ import pytest
 
 from kimik3.render.children import render
 from kimik3.render.leaderworkerset import API_KEY_ENV, CONTAINER
-from kimik3.sim import podenv
-from kimik3.sim.engine import UNAUTHORIZED_BODY, EngineConfig, SimEngine
+from kimik3_dev.sim import podenv
+from kimik3_dev.sim.engine import UNAUTHORIZED_BODY, EngineConfig, SimEngine
 
 KEY = "sk-test-7f3a"
 
@@ -134,14 +134,14 @@ def test_kubelet_rules():
 
 def test_unresolved_key_is_logged_without_value(caplog: pytest.LogCaptureFixture):
     """The supervisor's warning for a group whose Secret lacks the key names Secret and key only."""
-    from kimik3.sim.supervisor import Supervisor, _Wanted
+    from kimik3_dev.sim.supervisor import Supervisor, _Wanted
 
     sup = Supervisor.__new__(Supervisor)
     sup._unresolved = {}
     sup._read_secret = lambda ns, name: secret(other=KEY)  # type: ignore[method-assign]
     want = _Wanted("ns", "k3", "0", "k3-engine-0", "uid-1", EngineConfig(),
                    {"name": API_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}})
-    with caplog.at_level(logging.INFO, logger="kimik3.sim.supervisor"):
+    with caplog.at_level(logging.INFO, logger="kimik3_dev.sim.supervisor"):
         assert asyncio.run(sup._api_keys(("ns", "k3", "0"), want)) is None
         assert asyncio.run(sup._api_keys(("ns", "k3", "0"), want)) is None  # once per leader pod
     assert [r.getMessage() for r in caplog.records] == [

@@ -12,9 +12,9 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kimik3.sim import perfmodel as pm
-from kimik3.sim.engine import EngineConfig, SimEngine, count_tokens
-from kimik3.sim.perfmodel import EngineShape
+from kimik3.autoscaler import perfmodel as pm
+from kimik3_dev.sim.engine import EngineConfig, SimEngine, count_tokens
+from kimik3.autoscaler.perfmodel import EngineShape
 
 MK_DSPARK = EngineShape(decode_backend="latency_specialized", spec_method="dspark", num_speculative_tokens=7)
 

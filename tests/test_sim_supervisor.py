@@ -16,8 +16,8 @@ import pytest
 import yaml
 from kubernetes import client
 
-from kimik3 import GROUP, PLURAL, VERSION
-from kimik3.sim.supervisor import LOAD_TIME_ANNOTATION, Supervisor
+from kimik3.kube.kinds import GROUP, PLURAL, VERSION
+from kimik3_dev.sim.supervisor import LOAD_TIME_ANNOTATION, Supervisor
 from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[1]

@@ -3,9 +3,11 @@
   kimik3 crd [-o DIR]             write the KimiK3Deployment CRD generated from the models
   kimik3 validate -f RECIPE       report every problem of a spec at once (exit 1 if any)
   kimik3 render -f RECIPE         print the child objects the operator would apply (YAML)
-  kimik3 doctor -f RECIPE         each rank's exact engine command, checked with vLLM's own parser
   kimik3 run [--kubeconfig F]     run the operator
-  kimik3 demo [-f RECIPE]         the main job on a simulated GB300 NVL72 cluster (kimik3 dev up + apply + checks)
+
+The development kit (``kimik3_dev``, not in the operator image) adds its verbs through the
+``kimik3.commands`` entry-point group: ``demo``, ``dev``, ``doctor``, ``simulate``. They are
+loaded only when named (or listed by ``--help``), so ``kimik3 run`` never imports the kit.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from importlib.metadata import entry_points
+
 import click
 import yaml
 
+from kimik3.api.documents import NoDeployment, load_deployments
 from kimik3.api.errors import SpecErrors
-from kimik3.engine.doctor import doctor as doctor_command
 
 CRD_FILE = "inference.kimik3.io_kimik3deployments.yaml"
 POLICY_FILE = "kimik3-secret-references.yaml"
@@ -28,23 +32,44 @@ CHART_CRD_DIR = Path("charts/kimik3-operator/files/crds")
 """Where the chart keeps its copies of crds/ (checked equal to crds/ by tests/chart)."""
 
 
-def _load(path: str) -> list[dict[str, Any]]:
-    with open(path, encoding="utf-8") if path != "-" else sys.stdin as fh:
-        return [d for d in yaml.safe_load_all(fh) if d]
-
-
 def _deployments(path: str) -> list[dict[str, Any]]:
-    from kimik3 import KIND
-    docs = [d for d in _load(path) if d.get("kind") == KIND]
-    if not docs:
-        raise click.ClickException(f"{path}: no {KIND} document found")
-    for d in docs:
-        d.setdefault("metadata", {}).setdefault("namespace", "default")
-        d["metadata"].setdefault("uid", "")
-    return docs
+    try:
+        return load_deployments(path)
+    except NoDeployment as exc:
+        raise click.ClickException(str(exc)) from None
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+PLUGIN_GROUP = "kimik3.commands"
+"""Entry-point group other distributions (the development kit) add ``kimik3`` verbs through."""
+
+
+class KitGroup(click.Group):
+    """The ``kimik3`` group: its own commands plus those of the ``kimik3.commands`` entry points,
+    each imported only when it is named or listed."""
+
+    def _plugins(self) -> dict[str, Any]:
+        return {ep.name: ep for ep in entry_points(group=PLUGIN_GROUP) if ep.name not in self.commands}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*self.commands, *self._plugins()])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.commands:
+            return self.commands[cmd_name]
+        ep = self._plugins().get(cmd_name)
+        if ep is None:
+            return None
+        try:
+            command: click.Command = ep.load()
+        except ImportError as exc:
+            raise click.ClickException(
+                f"`kimik3 {cmd_name}` comes from the development kit ({ep.value}), which is not installed "
+                f"here ({exc}): install the kimik3-operator package from a checkout (tools/kimik3 sets it up)"
+            ) from None
+        return command
+
+
+@click.group(cls=KitGroup, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """kimik3-operator: Kimi K3 on GB300 NVL72 with vLLM's megakernel decode path and DSpark."""
 
@@ -139,25 +164,6 @@ def run(kubeconfig: str | None, namespaces: tuple[str, ...], health_port: int, h
     asyncio.run(run_operator(cfg))
 
 
-@main.command()
-@click.option("-f", "--filename", default="recipes/gb300-tp8-megakernel-dspark.yaml", show_default=True)
-@click.option("--state-dir", default=".state/dev", show_default=True, type=click.Path(file_okay=False))
-@click.option("--timeout", default=300.0, show_default=True, help="Seconds to wait for each step.")
-def demo(filename: str, state_dir: str, timeout: float) -> None:
-    """The main job on this machine: `dev up` a simulated GB300 NVL72 cluster, apply FILENAME, wait
-    until it is Ready, show where the groups landed, answer a completion and read its ITL series
-    from Prometheus. The cluster stays up (`kimik3 dev down` stops it)."""
-    from kimik3.devcluster.demo import run_demo
-    sys.exit(run_demo(Path(filename), Path(state_dir), timeout))
-
-
-main.add_command(__import__("kimik3.devcluster.cli", fromlist=["dev"]).dev)  # kimik3 dev up/down/status/apply
-
-
-main.add_command(doctor_command)  # kimik3.engine.doctor (supersedes the former `plan`)
-
-from kimik3.sim.benchmark import simulate_command  # noqa: E402  (`kimik3 simulate`: the autoscaler trace benchmark)
-main.add_command(simulate_command)
 
 if __name__ == "__main__":
     main()

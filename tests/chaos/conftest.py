@@ -24,9 +24,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kimik3.controller.kube import Kube
-from kimik3.devcluster.controlplane import ControlPlane
-from kimik3.devcluster.install import install_apis
-from kimik3.devcluster.rbac import OperatorIdentity, install_operator_identity
+from kimik3_dev.devcluster.controlplane import ControlPlane
+from kimik3_dev.devcluster.install import install_apis
+from kimik3_dev.devcluster.rbac import OperatorIdentity, install_operator_identity
 
 REPO = Path(__file__).resolve().parents[2]
 CR = ("inference.kimik3.io/v1alpha1", "KimiK3Deployment")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 from kimik3.controller.reconcile import FINALIZER
-from kimik3.devcluster.operator_thread import OperatorThread
+from kimik3_dev.devcluster.operator_thread import OperatorThread
 from tests.chaos.conftest import (CR, LWS, assert_operator_wrote_as, converged, http_status, latency_cr, metric,
                                   scrape, wait_for)
 

@@ -18,7 +18,7 @@ import os
 import time
 
 from kimik3.controller.reconcile import FINALIZER
-from kimik3.devcluster.operator_thread import OperatorThread
+from kimik3_dev.devcluster.operator_thread import OperatorThread
 from tests.chaos.conftest import (LWS, assert_operator_wrote_as, converged, event_reasons, http_status, latency_cr,
                                   metric, proxied_kubeconfig, scrape, wait_for)
 from tests.chaos.faultproxy import FaultProxy

@@ -13,9 +13,9 @@ from kubernetes import config
 from kubernetes.client.exceptions import ApiException
 
 from kimik3.controller.kube import call_json
-from kimik3.devcluster.controlplane import ADMIN_USER, OPERATOR_USER
-from kimik3.devcluster.operator_thread import OperatorThread
-from kimik3.devcluster.rbac import (RELEASE, RELEASE_NAMESPACE, TOKEN_LIFETIME_S, HelmMissingError, chart_rbac,
+from kimik3_dev.devcluster.controlplane import ADMIN_USER, OPERATOR_USER
+from kimik3_dev.devcluster.operator_thread import OperatorThread
+from kimik3_dev.devcluster.rbac import (RELEASE, RELEASE_NAMESPACE, TOKEN_LIFETIME_S, HelmMissingError, chart_rbac,
                                    helm_binary, whoami)
 from tests.chaos.conftest import assert_operator_wrote_as, converged, latency_cr, metric, scrape, wait_for, writers
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from kimik3.controller.reconcile import FINALIZER
-from kimik3.devcluster.operator_thread import free_port
+from kimik3_dev.devcluster.operator_thread import free_port
 from tests.chaos.conftest import (CR, LWS, assert_operator_wrote_as, converged, http_status, latency_cr, metric,
                                   scrape, wait_for)
 

@@ -30,16 +30,16 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kimik3.controller.kube import Kube
-from kimik3.devcluster.controlplane import ControlPlane
-from kimik3.devcluster.rbac import (CHART_DIR, RELEASE, RELEASE_NAMESPACE, HelmMissingError, helm_binary, helm_env,
+from kimik3_dev.devcluster.controlplane import ControlPlane
+from kimik3_dev.devcluster.rbac import (CHART_DIR, RELEASE, RELEASE_NAMESPACE, HelmMissingError, helm_binary, helm_env,
                                    render_chart)
-from kimik3.devcluster.thirdparty import thirdparty_crd_paths
+from kimik3_dev.devcluster.thirdparty import thirdparty_crd_paths
 from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = CHART_DIR
 """The chart; RELEASE (kimik3-operator, the name the chart gives its ServiceAccount) and
-RELEASE_NAMESPACE (kimik3-system) come from kimik3.devcluster.rbac, which renders it the same way
+RELEASE_NAMESPACE (kimik3-system) come from kimik3_dev.devcluster.rbac, which renders it the same way
 for `kimik3 dev up` and tests/chaos."""
 CR = ("inference.kimik3.io/v1alpha1", "KimiK3Deployment")
 CRD_NAME = "kimik3deployments.inference.kimik3.io"

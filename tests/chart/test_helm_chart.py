@@ -18,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from kimik3.cli import CHART_CRD_DIR, CRD_FILE, POLICY_FILE
 from kimik3.controller import metrics
 from kimik3.controller.kube import Kube
-from kimik3.devcluster.rbac import request_token, write_token_kubeconfig
+from kimik3_dev.devcluster.rbac import request_token, write_token_kubeconfig
 
 from .conftest import (
     CHART,

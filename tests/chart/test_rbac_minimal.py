@@ -49,9 +49,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kimik3.controller.kube import Kube
 from kimik3.controller.reconcile import RESYNC_READY_S, RESYNC_STARTING_S
-from kimik3.devcluster.controlplane import ControlPlane
-from kimik3.devcluster.rbac import request_token, write_token_kubeconfig
-from kimik3.devcluster.thirdparty import thirdparty_crd_paths
+from kimik3_dev.devcluster.controlplane import ControlPlane
+from kimik3_dev.devcluster.rbac import request_token, write_token_kubeconfig
+from kimik3_dev.devcluster.thirdparty import thirdparty_crd_paths
 
 from .conftest import (
     CHART,

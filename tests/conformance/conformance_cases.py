@@ -23,7 +23,7 @@ from kimik3.api.errors import SpecErrors
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
 from kimik3.engine.args import DP_RPC_PORT, LEADER_ADDRESS, MASTER_PORT, engine_env, rank_args
 from kimik3.topology.plan import GroupPlan
-from kimik3.topology.profiles import PROFILES
+from kimik3.kube.accelerators import PROFILES
 
 REPO = Path(__file__).resolve().parents[2]
 ADDRESS = "k3-0.k3.inference.svc.cluster.local"

@@ -1,6 +1,6 @@
 """Compare two Prometheus expositions by structure: family names, types, label names, buckets.
 
-Used to hold the engine simulator (kimik3.sim) to real vLLM's ``/metrics``. ``_created`` series
+Used to hold the engine simulator (kimik3_dev.sim) to real vLLM's ``/metrics``. ``_created`` series
 are left out on both sides: prometheus-client adds them per counter/histogram in a single-process
 server (real vLLM 0.32 behind its API server shows them as gauges named ``..._created``); nothing
 reads them, and the simulator omits them on purpose.

@@ -4,7 +4,7 @@ For every recipe and ~400 generated admitted specs (every strategy, accelerator 
 speculative method, decode backend, MoE/all-to-all backend, KV-cache dtype, extraArgs and env
 that touch the megakernel path), each rank's ``rank_args`` (leader placeholder replaced by an
 address, as the launcher does) goes through vLLM 0.33.0's ``make_arg_parser(FlexibleArgumentParser())``
-and ``AsyncEngineArgs.from_cli_args`` in one helper process (tests/conformance/vllm_parse.py), and
+and ``AsyncEngineArgs.from_cli_args`` in one helper process (operator/kimik3_dev/doctor/vllm_parse.py), and
 the parsed values must equal what the spec asked for. vLLM's GPU-free config checks
 (CacheConfig, ObservabilityConfig, SpeculativeConfig fields / ngram / draft TP, and the megakernel's
 own ``unsupported`` list) must pass for every spec admission accepts (failure case F7): what vLLM

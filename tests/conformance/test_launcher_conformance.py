@@ -316,8 +316,8 @@ def test_real_vllm_requires_the_api_key_from_the_secret(server, metrics_text):
 
 @contextlib.contextmanager
 def sim_engine(config: Any):
-    """A ``kimik3.sim`` engine serving on 127.0.0.1 from an event loop in a thread."""
-    from kimik3.sim.engine import SimEngine
+    """A ``kimik3_dev.sim`` engine serving on 127.0.0.1 from an event loop in a thread."""
+    from kimik3_dev.sim.engine import SimEngine
 
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
@@ -340,12 +340,12 @@ def sim_engine(config: Any):
 @pytest.mark.timeout(STARTUP_TIMEOUT_S + 300)
 def test_simulator_refuses_like_real_vllm(server, metrics_text):
     """Drift: the engine simulator, given the key the way it takes it on the dev cluster (the
-    rendered container env, resolved against the Secret by ``kimik3.sim.podenv``), answers the
+    rendered container env, resolved against the Secret by ``kimik3_dev.sim.podenv``), answers the
     same requests as real vLLM 0.32 with the same status; every refusal has the same status, JSON
     body and ``Content-Type``, and neither sends ``WWW-Authenticate``. (``metrics_text``: read
     before the keyed completions here add to the counters.)"""
-    from kimik3.sim import podenv
-    from kimik3.sim.engine import EngineConfig
+    from kimik3_dev.sim import podenv
+    from kimik3_dev.sim.engine import EngineConfig
 
     entry = podenv.env_entry({"containers": [{"name": CONTAINER, "env": server.pod_env}]}, API_KEY_ENV, CONTAINER)
     sim_key = podenv.resolve(entry, "conformance", {API_KEY_REF["name"]: server.secret}.get)
@@ -388,7 +388,7 @@ def _guarded_prefix(venv) -> tuple[str, ...]:
 def test_simulator_guards_the_paths_vllm_guards(cpu_venv, parser_venv):
     """The simulator's guarded prefixes are vLLM's own, in 0.32.0 (the CPU server) and in the
     pinned 0.33.0 (its parser venv): a new guarded prefix in vLLM fails this test."""
-    from kimik3.sim.engine import GUARDED_PREFIXES
+    from kimik3_dev.sim.engine import GUARDED_PREFIXES
 
     for venv in {cpu_venv.version: cpu_venv, parser_venv.version: parser_venv}.values():
         assert _guarded_prefix(venv) == GUARDED_PREFIXES, venv.version
@@ -473,9 +473,9 @@ def test_counters_add_up_and_itl_counts_steps_not_tokens(families, server, metri
 
 @pytest.mark.timeout(STARTUP_TIMEOUT_S + 300)
 def test_simulator_exposition_has_the_real_structure(metrics_text):
-    """The engine simulator (kimik3.sim) must expose what real vLLM 0.32 exposes: same family
+    """The engine simulator (kimik3_dev.sim) must expose what real vLLM 0.32 exposes: same family
     names, types, label names and buckets (ITL included); fails when either drifts."""
-    sim_metrics = pytest.importorskip("kimik3.sim.vllm_metrics", reason="kimik3.sim is not in this checkout yet")
+    sim_metrics = pytest.importorskip("kimik3_dev.sim.vllm_metrics", reason="kimik3_dev.sim is not in this checkout yet")
     from metrics_compare import differences, structure
     sim = sim_metrics.EngineMetrics("tiny", engines=(0,), max_model_len=2048, num_speculative_tokens=NUM_SPEC)
     body, _ = sim.render()

@@ -19,10 +19,10 @@ import pytest
 from devenv import SHAPE, DevEnv, wait_until
 from kubernetes.client.rest import ApiException
 
-from kimik3.devcluster.cluster import DevCluster, UpOptions
-from kimik3.devcluster.racks import RackShape
-from kimik3.devcluster.rest import Rest
-from kimik3.devcluster.workloads import ensure_namespace
+from kimik3_dev.devcluster.cluster import DevCluster, UpOptions
+from kimik3_dev.devcluster.racks import RackShape
+from kimik3_dev.devcluster.rest import Rest
+from kimik3_dev.devcluster.workloads import ensure_namespace
 
 
 @pytest.fixture(scope="session")

@@ -12,12 +12,12 @@ from typing import Any, TypeVar
 
 import yaml
 
-from kimik3 import GROUP, PLURAL, VERSION
-from kimik3.devcluster.cluster import DevCluster
-from kimik3.devcluster.rest import Rest
-from kimik3.devcluster.workloads import apply_deployment
-from kimik3.render.meta import LWS_GROUP_INDEX_LABEL, LWS_NAME_LABEL, LWS_WORKER_INDEX_LABEL
-from kimik3.topology.profiles import CLIQUE_LABEL
+from kimik3.kube.kinds import GROUP, PLURAL, VERSION
+from kimik3_dev.devcluster.cluster import DevCluster
+from kimik3_dev.devcluster.rest import Rest
+from kimik3_dev.devcluster.workloads import apply_deployment
+from kimik3.kube.labels import LWS_GROUP_INDEX_LABEL, LWS_NAME_LABEL, LWS_WORKER_INDEX_LABEL
+from kimik3.kube.labels import CLIQUE_LABEL
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RECIPE = REPO_ROOT / "recipes" / "gb300-tp8-megakernel-dspark.yaml"

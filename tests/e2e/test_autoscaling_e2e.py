@@ -3,7 +3,7 @@ groups through real Prometheus queries, the per-token latency falls back under t
 without load the deployment scales back down after the stabilization window; status, Events
 and the operator's metrics tell the story.
 
-Numbers (sim/perfmodel.py, the latency recipe): 2.09 ms per token at batch 1, 4.37 ms at 4,
+Numbers (autoscaler/perfmodel.py, the latency recipe): 2.09 ms per token at batch 1, 4.37 ms at 4,
 5.46 ms at 6 and 7.5 ms at 12 requests per group. The target is 7 ms: 12 users on one group are
 over it, on two or three groups under it. (A tighter target needs finer ITL buckets than vLLM's
 default, whose first bounds 10 / 25 / 50 ms make a DSpark step's P90 coarse: the recipe's
@@ -20,7 +20,7 @@ import urllib.request
 import pytest
 import requests
 
-from kimik3.sim.load import Phase, resolve_url, run_load
+from kimik3_dev.sim.load import Phase, resolve_url, run_load
 from devenv import wait_until
 
 USERS = 12

@@ -14,11 +14,11 @@ import yaml
 
 from kimik3.admission import admit
 from kimik3.controller.status import compute_status, scaling_limited_message, unschedulable_groups
-from kimik3.devcluster import kwok, lws, processes, prometheus
-from kimik3.devcluster.overview import render
-from kimik3.devcluster.racks import KWOK_ANNOTATION, RACK_LABEL, RackShape, node_manifests
-from kimik3.devcluster.readiness import ComponentError, http_get, wait_for
-from kimik3.topology.profiles import CLIQUE_LABEL, GPU_RESOURCE, PRODUCT_LABEL
+from kimik3_dev.devcluster import kwok, lws, processes, prometheus
+from kimik3_dev.devcluster.overview import render
+from kimik3_dev.devcluster.racks import KWOK_ANNOTATION, RACK_LABEL, RackShape, node_manifests
+from kimik3_dev.devcluster.readiness import ComponentError, http_get, wait_for
+from kimik3.kube.labels import CLIQUE_LABEL, GPU_RESOURCE, PRODUCT_LABEL
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "gb300-tp8-megakernel-dspark.yaml"
 
@@ -79,7 +79,7 @@ def test_kwok_config_uses_kwok_own_stages_with_a_graceful_pod_delete(tmp_path: P
     delete = by_name["pod-delete"]
     assert delete["spec"]["delay"] == {"durationMilliseconds": kwok.POD_DELETE_DELAY_MS}
     assert delete["spec"]["next"]["delete"] is True
-    # the chaos stages are selected by the labels kimik3.devcluster.faults sets
+    # the chaos stages are selected by the labels kimik3_dev.devcluster.faults sets
     for name, label in (("node-not-ready", kwok.NODE_NOT_READY_LABEL), ("pod-container-running-failed",
                                                                        kwok.POD_FAILED_LABEL)):
         keys = [e["key"] for e in by_name[name]["spec"]["selector"]["matchExpressions"]]
@@ -112,7 +112,7 @@ def test_lws_webhooks_point_at_loopback_with_our_ca(tmp_path: Path) -> None:
 
 def test_lws_config_turns_off_cert_management_and_leader_election(tmp_path: Path) -> None:
     from cryptography import x509
-    from kimik3.devcluster.controlplane import _write_pki
+    from kimik3_dev.devcluster.controlplane import _write_pki
     _write_pki(tmp_path / "pki")
     path = lws.write_config(tmp_path, 9443, 9444)
     config = yaml.safe_load(path.read_text())

@@ -3,7 +3,7 @@
 A Secret in the namespace, the GB300 recipe with ``spec.service.apiKeySecret`` naming it: the
 operator renders ``VLLM_API_KEY`` from ``secretKeyRef`` into the leader pods (it never reads the
 Secret); the engine simulator, standing in for the engine container, resolves it from the pod
-like a kubelet (``kimik3.sim.podenv``) and enforces it like vLLM 0.32 (checked against a real vLLM
+like a kubelet (``kimik3_dev.sim.podenv``) and enforces it like vLLM 0.32 (checked against a real vLLM
 server by tests/conformance/test_launcher_conformance.py). Requests go only to 127.0.0.1: the
 deployment's endpoint (the simulator's stand-in for the client Service, from
 ``<state>/sim/endpoints.json``); pod IPs are fake and never contacted.
@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from devenv import DevEnv, wait_until
 
 from kimik3.cli import main
-from kimik3.devcluster.readiness import http_get
+from kimik3_dev.devcluster.readiness import http_get
 
 SECRET, SECRET_KEY = "k3-api-key", "api-key"
 

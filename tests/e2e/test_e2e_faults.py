@@ -21,7 +21,7 @@ from typing import Any
 
 from devenv import DevEnv, wait_until
 
-from kimik3.devcluster import faults
+from kimik3_dev.devcluster import faults
 
 TRAYS_TP8 = 2
 LWS_DOWN_S = 20.0

@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 from devenv import DevEnv, wait_until
 
-from kimik3.devcluster.readiness import http_get
+from kimik3_dev.devcluster.readiness import http_get
 
 
 def _targets(env: DevEnv) -> list[dict]:

@@ -12,7 +12,7 @@ import time
 
 from devenv import DevEnv, Recorder, wait_until
 
-from kimik3.render.meta import LWS_GROUP_INDEX_LABEL
+from kimik3.kube.labels import LWS_GROUP_INDEX_LABEL
 
 TRAYS_TP16 = 4
 TRAYS_TP8 = 2

@@ -14,10 +14,10 @@ from kubernetes import config
 from kubernetes.client.rest import ApiException
 
 from kimik3.cli import main
-from kimik3.devcluster.controlplane import OPERATOR_USER
-from kimik3.devcluster.racks import RACK_LABEL
-from kimik3.devcluster.rbac import RELEASE, RELEASE_NAMESPACE, chart_rbac, whoami
-from kimik3.devcluster.rest import Rest
+from kimik3_dev.devcluster.controlplane import OPERATOR_USER
+from kimik3_dev.devcluster.racks import RACK_LABEL
+from kimik3_dev.devcluster.rbac import RELEASE, RELEASE_NAMESPACE, chart_rbac, whoami
+from kimik3_dev.devcluster.rest import Rest
 
 TRAYS_TP8 = 2
 GPUS_PER_TRAY = 4

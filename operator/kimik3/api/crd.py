@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from kimik3 import GROUP, KIND, PLURAL, VERSION
+from kimik3.kube.kinds import GROUP, KIND, PLURAL, VERSION
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec, KimiK3DeploymentStatus
 
 SHORT_NAMES = ["k3d", "kimik3"]

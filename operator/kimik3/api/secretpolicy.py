@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from kimik3 import GROUP, PLURAL, VERSION
+from kimik3.kube.kinds import GROUP, PLURAL, VERSION
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec, SecretKeyRef
 
 POLICY_NAME = "kimik3-secret-references"

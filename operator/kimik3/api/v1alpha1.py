@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from kimik3.topology.profiles import MODEL_MEMORY_FLOOR_GB, PROFILES, Accelerator
+from kimik3.kube.accelerators import MODEL_MEMORY_FLOOR_GB, PROFILES, Accelerator
 
 DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
 Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=32)]

@@ -1,4 +1,4 @@
-"""The policy's starting model of one group, from the recipe's profile (sim/perfmodel.py).
+"""The policy's starting model of one group, from the recipe's profile (autoscaler/perfmodel.py).
 
 The policy's model (``GroupLatencyModel``) maps ``c``, the mean number of requests running per
 group, and ``n``, the number of groups, to the latency quantile the target is written in (P90 per
@@ -40,7 +40,7 @@ import math
 
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec, duration_seconds
 from kimik3.autoscaler.policy import GroupLatencyModel
-from kimik3.sim.perfmodel import EngineShape, decode_point, perf_params
+from kimik3.autoscaler.perfmodel import EngineShape, decode_point, perf_params
 from kimik3.topology.plan import GroupPlan
 
 LOW = 0.6

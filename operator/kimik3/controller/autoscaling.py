@@ -23,7 +23,7 @@ from kimik3.autoscaler.policy import Decision, FleetState, LatencyPolicy, Latenc
 from kimik3.autoscaler.seed import seed_model
 from kimik3.autoscaler.sources import MetricSource, PodScrapeSource, PrometheusSource, ScrapeTarget
 from kimik3.controller import metrics
-from kimik3.render.meta import LWS_GROUP_INDEX_LABEL, LWS_WORKER_INDEX_LABEL
+from kimik3.kube.labels import LWS_GROUP_INDEX_LABEL, LWS_WORKER_INDEX_LABEL
 from kimik3.topology.plan import GroupPlan
 
 SLO_WINDOW_S = 3600.0

@@ -25,7 +25,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from kimik3.render.meta import LWS_NAME_LABEL
+from kimik3.kube.labels import LWS_NAME_LABEL
 
 Key = tuple[str, str, str, str]
 TOMBSTONES = 4096

@@ -20,10 +20,10 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from kimik3 import GROUP, KIND, VERSION
+from kimik3.kube.kinds import GROUP, KIND, VERSION
 from kimik3.controller import metrics
 from kimik3.controller.kube import Kube
-from kimik3.render.meta import LWS_GROUP_INDEX_LABEL, LWS_WORKER_INDEX_LABEL
+from kimik3.kube.labels import LWS_GROUP_INDEX_LABEL, LWS_WORKER_INDEX_LABEL
 
 __all__ = ["CrashReporter", "container_failures", "disruptions"]
 

@@ -14,7 +14,7 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from kimik3 import GROUP, PLURAL, VERSION
+from kimik3.kube.kinds import GROUP, PLURAL, VERSION
 
 FIELD_MANAGER = "kimik3-operator"
 REQUEST_TIMEOUT_S = 30

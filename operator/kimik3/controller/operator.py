@@ -23,14 +23,14 @@ import kopf
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from kimik3 import GROUP, KIND, PLURAL, VERSION
+from kimik3.kube.kinds import GROUP, KIND, PLURAL, VERSION
 from kimik3.admission import AdmissionPolicy
 from kimik3.controller import metrics
 from kimik3.controller.cache import ObjectCache
 from kimik3.controller.crashes import CrashReporter
 from kimik3.controller.kube import Kube, api_client_from_kubeconfig
 from kimik3.controller.reconcile import Reconciler
-from kimik3.render.meta import DEPLOYMENT_LABEL, MANAGED_BY
+from kimik3.kube.labels import DEPLOYMENT_LABEL, MANAGED_BY
 
 log = logging.getLogger("kimik3.operator")
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from kimik3 import GROUP, KIND, VERSION
+from kimik3.kube.kinds import GROUP, KIND, VERSION
 from kimik3.admission import AdmissionPolicy
 from kimik3.api.errors import SpecErrors
 from kimik3.controller import metrics

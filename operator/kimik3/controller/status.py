@@ -18,7 +18,8 @@ from typing import Any
 
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec, PlanStatus
 from kimik3.render.leaderworkerset import lws_name
-from kimik3.render.meta import LWS_GROUP_INDEX_LABEL, LWS_WORKER_INDEX_LABEL, Owner, selector_string
+from kimik3.kube.labels import LWS_GROUP_INDEX_LABEL, LWS_WORKER_INDEX_LABEL
+from kimik3.render.meta import Owner, selector_string
 from kimik3.render.service import endpoint, leader_selector
 from kimik3.topology.plan import GroupPlan
 

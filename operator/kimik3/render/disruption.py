@@ -14,7 +14,8 @@ from typing import Any
 
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
 from kimik3.render.leaderworkerset import lws_name
-from kimik3.render.meta import LWS_NAME_LABEL, Owner
+from kimik3.kube.labels import LWS_NAME_LABEL
+from kimik3.render.meta import Owner
 from kimik3.topology.plan import GroupPlan
 
 

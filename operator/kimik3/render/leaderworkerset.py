@@ -22,9 +22,10 @@ from typing import Any
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec, duration_seconds
 from kimik3.engine.args import API_KEY_ENV, API_PORT_NAME, MODEL_MOUNT, engine_env
 from kimik3.render import computedomain, configmap
-from kimik3.render.meta import LWS_EXCLUSIVE_TOPOLOGY, ROLE_LABEL, Owner
+from kimik3.kube.labels import LWS_EXCLUSIVE_TOPOLOGY, ROLE_LABEL
+from kimik3.render.meta import Owner
 from kimik3.topology.plan import GroupPlan
-from kimik3.topology.profiles import GPU_RESOURCE, PRODUCT_LABEL
+from kimik3.kube.labels import GPU_RESOURCE, PRODUCT_LABEL
 
 API_VERSION = "leaderworkerset.x-k8s.io/v1"
 PLAN_HASH_ANNOTATION = "inference.kimik3.io/plan-hash"

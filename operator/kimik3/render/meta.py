@@ -5,15 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kimik3 import GROUP, KIND, VERSION
+from kimik3.kube.kinds import GROUP, KIND, VERSION
+from kimik3.kube.labels import DEPLOYMENT_LABEL, MANAGED_BY
 
-LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
-LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
-LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
-LWS_EXCLUSIVE_TOPOLOGY = "leaderworkerset.sigs.k8s.io/exclusive-topology"
-DEPLOYMENT_LABEL = f"{GROUP}/deployment"
-ROLE_LABEL = f"{GROUP}/role"
-MANAGED_BY = "kimik3-operator"
 
 
 @dataclass(frozen=True)

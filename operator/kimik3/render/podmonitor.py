@@ -12,7 +12,8 @@ from typing import Any
 
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
 from kimik3.engine.args import API_PORT_NAME
-from kimik3.render.meta import DEPLOYMENT_LABEL, LWS_GROUP_INDEX_LABEL, ROLE_LABEL, Owner
+from kimik3.kube.labels import DEPLOYMENT_LABEL, LWS_GROUP_INDEX_LABEL, ROLE_LABEL
+from kimik3.render.meta import Owner
 
 TARGET_LABELS = {"deployment": DEPLOYMENT_LABEL, "group": LWS_GROUP_INDEX_LABEL, "role": ROLE_LABEL}
 """Series label -> pod label it is copied from."""

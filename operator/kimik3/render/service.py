@@ -7,7 +7,8 @@ from typing import Any
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
 from kimik3.engine.args import API_PORT_NAME
 from kimik3.render.leaderworkerset import lws_name
-from kimik3.render.meta import LWS_NAME_LABEL, LWS_WORKER_INDEX_LABEL, Owner
+from kimik3.kube.labels import LWS_NAME_LABEL, LWS_WORKER_INDEX_LABEL
+from kimik3.render.meta import Owner
 
 
 def endpoint(owner: Owner, spec: KimiK3DeploymentSpec) -> str:

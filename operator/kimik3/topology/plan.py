@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from kimik3.api.errors import SpecError, SpecErrors
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
-from kimik3.topology.profiles import MODEL_MEMORY_FLOOR_GB, PROFILES, AcceleratorProfile
+from kimik3.kube.accelerators import MODEL_MEMORY_FLOOR_GB, PROFILES, AcceleratorProfile
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""The KimiK3Deployment API: pydantic models (= the CRD schema), CRD generation, error paths, manifests."""

@@ -1,0 +1,62 @@
+"""Every kind the operator reads or writes: API group, version, kind and plural in one place.
+
+``Kind.api_version`` is the ``apiVersion`` of an object; ``Kind.path(namespace, name)`` its REST path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One Kubernetes resource type (namespaced unless said otherwise)."""
+
+    group: str
+    """API group; "" for the core group (``v1``)."""
+    version: str
+    kind: str
+    plural: str
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str, name: str | None = None) -> str:
+        """REST path of the collection in ``namespace``, or of one object when ``name`` is given."""
+        base = f"/apis/{self.api_version}" if self.group else f"/api/{self.version}"
+        path = f"{base}/namespaces/{namespace}/{self.plural}"
+        return f"{path}/{name}" if name else path
+
+
+GROUP = "inference.kimik3.io"
+VERSION = "v1alpha1"
+KIMIK3_DEPLOYMENT = Kind(GROUP, VERSION, "KimiK3Deployment", "kimik3deployments")
+KIND = KIMIK3_DEPLOYMENT.kind
+PLURAL = KIMIK3_DEPLOYMENT.plural
+
+LEADER_WORKER_SET = Kind("leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet", "leaderworkersets")
+COMPUTE_DOMAIN = Kind("resource.nvidia.com", "v1beta1", "ComputeDomain", "computedomains")
+"""NVIDIA DRA driver for GPUs: multi-node NVLink (IMEX channels) for the trays of one group."""
+POD_MONITOR = Kind("monitoring.coreos.com", "v1", "PodMonitor", "podmonitors")
+HTTP_ROUTE = Kind("gateway.networking.k8s.io", "v1", "HTTPRoute", "httproutes")
+POD_DISRUPTION_BUDGET = Kind("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets")
+CONFIG_MAP = Kind("", "v1", "ConfigMap", "configmaps")
+SERVICE = Kind("", "v1", "Service", "services")
+POD = Kind("", "v1", "Pod", "pods")
+EVENT = Kind("", "v1", "Event", "events")
+
+KINDS: tuple[Kind, ...] = (KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, COMPUTE_DOMAIN, POD_MONITOR, HTTP_ROUTE,
+                           POD_DISRUPTION_BUDGET, CONFIG_MAP, SERVICE, POD, EVENT)
+
+CHILD_KINDS: tuple[Kind, ...] = (COMPUTE_DOMAIN, CONFIG_MAP, LEADER_WORKER_SET, SERVICE, POD_DISRUPTION_BUDGET,
+                                 POD_MONITOR, HTTP_ROUTE)
+"""What one KimiK3Deployment owns, in apply order (the ComputeDomain before the pods that claim it)."""
+
+_BY_API_VERSION = {(k.api_version, k.kind): k for k in KINDS}
+
+
+def kind_of(api_version: str, kind: str) -> Kind:
+    """The ``Kind`` of an object's ``apiVersion`` and ``kind``. Raises KeyError for a kind the
+    operator does not handle."""
+    return _BY_API_VERSION[(api_version, kind)]

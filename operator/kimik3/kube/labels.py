@@ -1,0 +1,25 @@
+"""Labels, annotations and resource names the operator sets or reads, each declared once.
+
+Sources: LeaderWorkerSet v0.9 (``leaderworkerset.sigs.k8s.io/*``), NVIDIA GPU Feature Discovery
+(``nvidia.com/gpu.*``, see gb300-on-kubernetes.md), the Kubernetes recommended labels.
+"""
+
+from __future__ import annotations
+
+from kimik3.kube.kinds import GROUP
+
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+"""``"0"`` on the leader pod of a group, ``"1"``... on its workers."""
+LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_EXCLUSIVE_TOPOLOGY = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+"""Annotation: each group alone in one domain of the named node label."""
+
+DEPLOYMENT_LABEL = f"{GROUP}/deployment"
+ROLE_LABEL = f"{GROUP}/role"
+MANAGED_BY = "kimik3-operator"
+
+CLIQUE_LABEL = "nvidia.com/gpu.clique"
+"""GFD label equal on every tray of one NVLink domain (``<clusterUUID>.<cliqueID>``)."""
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_RESOURCE = "nvidia.com/gpu"

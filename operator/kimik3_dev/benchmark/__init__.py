@@ -1,0 +1,1 @@
+"""The autoscaler trace benchmark: the fleet simulator, request traces, the peers' rules (``kimik3 simulate``)."""

@@ -1,0 +1,410 @@
+"""Baseline policies written to the peers' published rules (shared/reference/autoscaling.md), each
+a ``Policy`` (``decide(now, obs, fleet) -> Decision``), for the trace benchmark (issue 4, part 4).
+
+They are implemented to their published defaults, NOT tuned for this workload; where a rule
+needs a number the peer leaves to the user (a target value), the number comes from the same
+perf-model profile our policy is seeded from (``Profile``), so no baseline is handicapped by
+a bad guess.
+
+==================== ===========================================================================
+policy               rule and source
+==================== ===========================================================================
+``HPAPolicy``        Kubernetes HorizontalPodAutoscaler (autoscaling/v2, replica_calculator.go and
+                     horizontal.go): for an Object/External metric with a ``Value`` target,
+                     ``desired = ceil(ready x observed / target)`` unless ``|observed/target - 1|
+                     <= 0.1`` (--horizontal-pod-autoscaler-tolerance); sync every 15 s
+                     (--horizontal-pod-autoscaler-sync-period); default ``behavior``: scale-up
+                     stabilization 0 s, up to max(+100 %, +4 pods) per 15 s; scale-down
+                     stabilization 300 s (the highest recommendation of the window), up to -100 %
+                     per 15 s. Metric: P90 per-token latency (ITL / tokens per step) over 2 min,
+                     as a Prometheus adapter would serve it.
+``KEDAPolicy``       KEDA ScaledObject with a Prometheus trigger on ``sum(vllm:num_requests_waiting)``,
+                     metricType AverageValue (KEDA's default), threshold 5 waiting per group (llm-d's
+                     "queue >= 5" saturation rule, autoscaling.md), pollingInterval 30 s,
+                     cooldownPeriod 300 s (KEDA: only for 1 -> 0); the HPA underneath: ``desired =
+                     ceil(total / threshold)`` outside the 10 % tolerance, its default behavior.
+``KPAPolicy``        AIBrix KPA (Knative KPA semantics): concurrency (running + waiting) averaged
+                     over a 60 s stable and a 6 s panic window (10 %), ``desired = ceil(avg /
+                     target)``; panic when the panic desire reaches 2x the ready groups, never scale
+                     down in panic, leave it after a stable window without; rate limits up x2 /
+                     down /2 per decision (AIBrix), tolerance 10 %, scale-down delay 300 s; tick 2 s
+                     (Knative's tick-interval). Target: the profile's concurrency per group at the
+                     latency target.
+``DynamoPlannerPolicy`` NVIDIA Dynamo SLA planner, throughput mode (docs "Planner Design"): every
+                     180 s (adjustment_interval), predict the next interval's requests and output
+                     length (here: linear trend over the last 4 intervals, the "moving average +
+                     trend" of the brief, like Dynamo's Kalman local-linear-trend predictor);
+                     ``decode_correction = observed mean ITL / profiled ITL at the observed load``;
+                     ``corrected_itl = target / decode_correction``; ``decode replicas =
+                     ceil(predicted output tok/s / best per-GPU tok/s with ITL <= corrected_itl /
+                     GPUs per engine)``. Profile: the perf model (Dynamo profiles the engine for
+                     hours; ours is the calibrated model). Dynamo's ITL target is a mean, not P90.
+``StaticPolicy``     Static provisioning: a fixed group count (the benchmark uses the hindsight peak).
+``OptimalPolicy``    Hindsight optimum: knowing the whole trace and the load time, the fewest ready
+                     groups each minute that keep the SLO (found by simulation,
+                     ``benchmark/simulate.py``), each group started exactly one load time before it is
+                     needed and kept through gaps shorter than a load time (keeping is then cheaper
+                     than reloading).
+==================== ===========================================================================
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from kimik3.autoscaler.observation import DecodeObservation
+from kimik3.autoscaler.policy import Decision, FleetState
+from kimik3.autoscaler.perfmodel import DEFAULT_WORKLOAD, EngineShape, decode_point, perf_params
+
+
+# ---------------------------------------------------------------- profile -------------------
+@dataclass(frozen=True)
+class Profile:
+    """A group's decode profile from the perf model: per batch ``b`` (requests per group),
+    per-token latency ``tpot_s[b]`` (seconds) and group throughput ``tokens_per_s[b]`` (output
+    tokens/s). Index 0 is unused (0 latency, 0 throughput)."""
+
+    tpot_s: tuple[float, ...]
+    tokens_per_s: tuple[float, ...]
+    gpus: int
+
+    @classmethod
+    def from_shape(cls, shape: EngineShape, max_batch: int = 64, workload: str | float = DEFAULT_WORKLOAD) -> Profile:
+        params = perf_params(shape)
+        engines = params.engines_per_unit * params.units
+        tpot, tput = [0.0], [0.0]
+        for b in range(1, max_batch + 1):
+            d = decode_point(params, max(1, b // engines) if engines > 1 else b, workload)
+            tpot.append(d.tpot_s)
+            tput.append(d.group_tokens_per_s)
+        return cls(tuple(tpot), tuple(tput), shape.gpus)
+
+    def concurrency_at(self, latency_s: float) -> float:
+        """Requests per group at which the per-token latency reaches ``latency_s`` (linear between
+        batches; 0 below batch-1 latency, the largest batch above the last)."""
+        t = self.tpot_s
+        if latency_s < t[1]:
+            return 0.0
+        for b in range(2, len(t)):
+            if t[b] >= latency_s:
+                return b - 1 + (latency_s - t[b - 1]) / (t[b] - t[b - 1])
+        return float(len(t) - 1)
+
+    def _at(self, series: tuple[float, ...], c: float) -> float:
+        if c <= 1:
+            return series[1] * max(c, 0.0) if series is self.tokens_per_s else series[1]
+        lo = min(int(c), len(series) - 2)
+        return series[lo] + (series[lo + 1] - series[lo]) * (c - lo)
+
+    def tokens_per_gpu_at(self, latency_s: float) -> float:
+        """Best output tokens/s per GPU with per-token latency <= ``latency_s``."""
+        c = self.concurrency_at(latency_s)
+        return self._at(self.tokens_per_s, c) / self.gpus if c > 0 else 0.0
+
+    def latency_at_tokens_per_gpu(self, tokens_per_gpu: float) -> float:
+        """Per-token latency the profile expects at ``tokens_per_gpu`` output tokens/s per GPU."""
+        per_group = tokens_per_gpu * self.gpus
+        tp = self.tokens_per_s
+        if per_group <= tp[1]:
+            return self.tpot_s[1]
+        for b in range(2, len(tp)):
+            if tp[b] >= per_group:
+                x = (per_group - tp[b - 1]) / (tp[b] - tp[b - 1])
+                return self.tpot_s[b - 1] + (self.tpot_s[b] - self.tpot_s[b - 1]) * x
+        return self.tpot_s[-1]
+
+
+def _hold(fleet: FleetState, why: str) -> Decision:
+    return Decision(fleet.current, "MetricsUnavailable", why)
+
+
+# ---------------------------------------------------------------- HPA -----------------------
+@dataclass
+class HPABehavior:
+    """Kubernetes HPA's default ``behavior`` (autoscaling/v2 API reference)."""
+
+    scale_up_window_s: float = 0.0
+    scale_up_percent: float = 100.0
+    scale_up_pods: int = 4
+    scale_up_period_s: float = 15.0
+    scale_down_window_s: float = 300.0
+    scale_down_percent: float = 100.0
+    scale_down_period_s: float = 15.0
+
+
+@dataclass
+class _HPACore:
+    """The HPA controller's normalization: stabilization windows, then rate limits, then min/max
+    (horizontal.go ``normalizeDesiredReplicasWithBehaviors``)."""
+
+    min_replicas: int
+    max_replicas: int
+    behavior: HPABehavior = field(default_factory=HPABehavior)
+    _recs: deque = field(default_factory=deque)
+    _events: deque = field(default_factory=deque)
+    """(time, replica change) of past scale actions, for the rate-limit periods."""
+
+    def normalize(self, now: float, rec: int, current: int) -> int:
+        b = self.behavior
+        self._recs.append((now, rec))
+        keep = max(b.scale_up_window_s, b.scale_down_window_s)
+        while self._recs and self._recs[0][0] < now - keep:
+            self._recs.popleft()
+        up_recs = [r for t, r in self._recs if t >= now - b.scale_up_window_s] or [rec]
+        down_recs = [r for t, r in self._recs if t >= now - b.scale_down_window_s] or [rec]
+        # Scale up to the lowest, down to the highest recommendation of the windows.
+        desired = current
+        if rec > current:
+            desired = max(current, min(up_recs))
+        elif rec < current:
+            desired = min(current, max(down_recs))
+        # Rate limits: replicas added (removed) within the period count against the limit.
+        added = sum(d for t, d in self._events if d > 0 and t > now - b.scale_up_period_s)
+        removed = -sum(d for t, d in self._events if d < 0 and t > now - b.scale_down_period_s)
+        base_up = current - added
+        up_limit = max(math.ceil(base_up * (1 + b.scale_up_percent / 100)), base_up + b.scale_up_pods)
+        base_down = current + removed
+        down_limit = math.ceil(base_down * (1 - b.scale_down_percent / 100))
+        desired = min(desired, up_limit) if desired > current else max(desired, down_limit)
+        desired = min(max(desired, self.min_replicas), self.max_replicas)
+        if desired != current:
+            self._events.append((now, desired - current))
+        while self._events and self._events[0][0] < now - max(b.scale_up_period_s, b.scale_down_period_s):
+            self._events.popleft()
+        return desired
+
+
+@dataclass
+class HPAPolicy:
+    """Kubernetes HPA on the P90 per-token latency (module docstring)."""
+
+    target_s: float
+    min_replicas: int = 1
+    max_replicas: int = 1
+    percentile: float = 0.9
+    tolerance: float = 0.1
+    interval_s: float = 15.0
+    window_s: float = 120.0
+    behavior: HPABehavior = field(default_factory=HPABehavior)
+
+    def __post_init__(self) -> None:
+        self._core = _HPACore(self.min_replicas, self.max_replicas, self.behavior)
+
+    def decide(self, now: float, obs: DecodeObservation | None, fleet: FleetState) -> Decision:
+        latency = obs.token_latency_quantile(self.percentile) if obs is not None else None
+        if latency is None or fleet.ready == 0:
+            return _hold(fleet, "no latency metric: HPA keeps the replicas")
+        ratio = latency / self.target_s
+        rec = fleet.current if abs(1 - ratio) <= self.tolerance else math.ceil(ratio * fleet.ready)
+        desired = self._core.normalize(now, rec, fleet.current)
+        return Decision(desired, "HPA", f"ratio {ratio:.2f} x {fleet.ready} ready -> {rec}", rec)
+
+
+@dataclass
+class KEDAPolicy:
+    """KEDA Prometheus trigger on waiting requests, AverageValue (module docstring)."""
+
+    threshold: float = 5.0
+    min_replicas: int = 1
+    max_replicas: int = 1
+    tolerance: float = 0.1
+    interval_s: float = 30.0
+    window_s: float = 30.0
+    cooldown_s: float = 300.0
+    """KEDA's cooldownPeriod: only delays 1 -> 0; with minReplicas >= 1 the HPA's window rules."""
+    behavior: HPABehavior = field(default_factory=HPABehavior)
+
+    def __post_init__(self) -> None:
+        self._core = _HPACore(self.min_replicas, self.max_replicas, self.behavior)
+
+    def decide(self, now: float, obs: DecodeObservation | None, fleet: FleetState) -> Decision:
+        if obs is None:
+            return _hold(fleet, "trigger failed: KEDA keeps the replicas")
+        total = obs.waiting
+        current = max(1, fleet.current)
+        ratio = total / (self.threshold * current)
+        rec = fleet.current if abs(1 - ratio) <= self.tolerance else math.ceil(total / self.threshold)
+        desired = self._core.normalize(now, rec, fleet.current)
+        return Decision(desired, "KEDA", f"{total:.0f} waiting / {self.threshold:g} -> {rec}", rec)
+
+
+# ---------------------------------------------------------------- KPA -----------------------
+@dataclass
+class KPAPolicy:
+    """AIBrix KPA (Knative KPA) on concurrency per group (module docstring)."""
+
+    target: float
+    """Concurrency per group (requests running + waiting)."""
+    min_replicas: int = 1
+    max_replicas: int = 1
+    stable_window_s: float = 60.0
+    panic_window_s: float = 6.0
+    panic_threshold: float = 2.0
+    max_scale_up_rate: float = 2.0
+    max_scale_down_rate: float = 2.0
+    tolerance: float = 0.1
+    scale_down_delay_s: float = 300.0
+    interval_s: float = 2.0
+    window_s: float = 2.0
+    _samples: deque = field(default_factory=deque)
+    _desired: deque = field(default_factory=deque)
+    _panic_since: float | None = None
+    _panic_max: int = 0
+
+    def decide(self, now: float, obs: DecodeObservation | None, fleet: FleetState) -> Decision:
+        if obs is None:
+            return _hold(fleet, "no concurrency metric: KPA keeps the replicas")
+        self._samples.append((now, obs.running + obs.waiting))
+        while self._samples and self._samples[0][0] <= now - self.stable_window_s:
+            self._samples.popleft()
+        stable = sum(v for _, v in self._samples) / len(self._samples)
+        recent = [v for t, v in self._samples if t > now - self.panic_window_s] or [stable]
+        panic = sum(recent) / len(recent)
+        ready = max(1, fleet.ready)
+        want_stable = math.ceil(stable / self.target)
+        want_panic = math.ceil(panic / self.target)
+        if abs(stable / (self.target * ready) - 1) <= self.tolerance:
+            want_stable = fleet.current
+        up, down = math.ceil(self.max_scale_up_rate * ready), math.floor(ready / self.max_scale_down_rate)
+        want_stable = min(max(want_stable, down), up)
+        want_panic = min(max(want_panic, down), up)
+        over = want_panic / ready >= self.panic_threshold
+        if self._panic_since is None and over:
+            self._panic_since, self._panic_max = now, fleet.current
+        elif self._panic_since is not None and over:
+            self._panic_since = now  # stays in panic a stable window after the last over-threshold tick
+        elif self._panic_since is not None and now - self._panic_since >= self.stable_window_s:
+            self._panic_since = None
+        if self._panic_since is not None:
+            desired = max(want_panic, self._panic_max)
+            self._panic_max = desired
+            why = "KPAPanic"
+        else:
+            desired, why = want_stable, "KPA"
+        # Scale-down delay: the highest desire of the last delay.
+        self._desired.append((now, desired))
+        while self._desired and self._desired[0][0] < now - self.scale_down_delay_s:
+            self._desired.popleft()
+        if desired < fleet.current:
+            desired = min(fleet.current, max(d for _, d in self._desired))
+        desired = min(max(desired, self.min_replicas), self.max_replicas)
+        return Decision(desired, why, f"concurrency stable {stable:.1f} panic {panic:.1f} / {self.target:.2f}")
+
+
+# ---------------------------------------------------------------- Dynamo planner ------------
+@dataclass
+class DynamoPlannerPolicy:
+    """Dynamo SLA planner, throughput-based decode scaling (module docstring)."""
+
+    target_s: float
+    """ITL target (per token, a mean: Dynamo's SLA)."""
+    profile: Profile
+    min_replicas: int = 1
+    max_replicas: int = 1
+    interval_s: float = 180.0
+    window_s: float = 180.0
+    history: int = 4
+    """Intervals the trend predictor fits."""
+    correction: bool = True
+    _loads: deque = field(default_factory=deque)
+    _frontend: tuple[float, float, float] | None = None
+
+    def frontend(self, requests: float, output_tokens: float, window_s: float) -> None:
+        """The frontend's counters over the interval: requests received and their output tokens
+        (Dynamo reads num_req and the mean OSL from its frontend's /metrics)."""
+        self._frontend = (requests, output_tokens, window_s)
+
+    def decide(self, now: float, obs: DecodeObservation | None, fleet: FleetState) -> Decision:
+        if obs is None:
+            return _hold(fleet, "no metrics: the planner keeps the replicas")
+        tokens_per_s = obs.generation_tokens / obs.window_s if obs.window_s > 0 else 0.0
+        demand = tokens_per_s
+        if self._frontend is not None and self._frontend[2] > 0:
+            demand = self._frontend[1] / self._frontend[2]  # next_num_req x next_osl / interval
+        self._loads.append(demand)
+        while len(self._loads) > self.history:
+            self._loads.popleft()
+        predicted = _trend_next(list(self._loads))
+        corrected = self.target_s
+        factor = 1.0
+        from kimik3.autoscaler.histogram import mean
+        step_mean = mean(obs.itl)
+        if self.correction and step_mean and fleet.ready > 0 and tokens_per_s > 0:
+            observed = step_mean / obs.acceptance_length
+            expected = self.profile.latency_at_tokens_per_gpu(tokens_per_s / (fleet.ready * self.profile.gpus))
+            factor = observed / expected if expected > 0 else 1.0
+            corrected = self.target_s / factor
+        per_gpu = self.profile.tokens_per_gpu_at(corrected)
+        if per_gpu <= 0:
+            desired = self.max_replicas
+        else:
+            desired = math.ceil(predicted / per_gpu / self.profile.gpus - 1e-9)
+        desired = min(max(desired, self.min_replicas), self.max_replicas)
+        return Decision(desired, "DynamoPlanner",
+                        f"predicted {predicted:.0f} tok/s, correction {factor:.2f}, {per_gpu:.0f} tok/s/GPU")
+
+
+def _trend_next(values: list[float]) -> float:
+    """Least-squares line through equally spaced ``values``, evaluated one step ahead (>= 0)."""
+    n = len(values)
+    if n < 2:
+        return values[-1] if values else 0.0
+    mx, my = (n - 1) / 2, sum(values) / n
+    sxx = sum((i - mx) ** 2 for i in range(n))
+    slope = sum((i - mx) * (v - my) for i, v in enumerate(values)) / sxx
+    return max(0.0, my + slope * (n - mx))
+
+
+# ---------------------------------------------------------------- static / optimal ----------
+@dataclass
+class StaticPolicy:
+    groups: int
+    interval_s: float = 60.0
+    window_s: float = 60.0
+
+    def decide(self, now: float, obs: DecodeObservation | None, fleet: FleetState) -> Decision:
+        return Decision(self.groups, "Static")
+
+
+@dataclass
+class OptimalPolicy:
+    """Plays a precomputed schedule: ``active[i]`` groups (loading or ready) from minute ``i``."""
+
+    active: list[int]
+    interval_s: float = 60.0
+    window_s: float = 60.0
+
+    def decide(self, now: float, obs: DecodeObservation | None, fleet: FleetState) -> Decision:
+        i = min(int(now // 60), len(self.active) - 1)
+        return Decision(self.active[i], "Hindsight")
+
+
+def provisioning_schedule(ready: list[int], load_minutes: int) -> list[int]:
+    """Groups to hold (loading or ready) each minute so that ``ready[m]`` are ready in minute m.
+
+    Groups are interchangeable, so slot k (the k-th group) is needed in the minutes where
+    ``ready >= k``; each run of such minutes needs the group loading during the ``load_minutes``
+    before it, and a gap shorter than or equal to a load time is cheaper to keep than to reload.
+    Groups ready at minute 0 are there from the start (no loading before the trace)."""
+    n = len(ready)
+    active = [0] * n
+    for k in range(1, max(ready, default=0) + 1):
+        runs: list[list[int]] = []
+        m = 0
+        while m < n:
+            if ready[m] >= k:
+                start = m
+                while m < n and ready[m] >= k:
+                    m += 1
+                if runs and start - runs[-1][1] <= load_minutes:
+                    runs[-1][1] = m
+                else:
+                    runs.append([start, m])
+            else:
+                m += 1
+        for start, end in runs:
+            for i in range(max(0, start - load_minutes if start > 0 else 0), end):
+                active[i] += 1
+    return active

@@ -1,0 +1,421 @@
+"""``kimik3 dev up`` / ``dev down``: a whole simulated GB300 NVL72 cluster on one machine.
+
+``DevCluster(state_dir).up(UpOptions(...))`` starts, each as a background process with a
+pidfile (``<state>/pids/``) and a log (``<state>/logs/``, etcd and kube-apiserver log to
+``<state>/etcd.log`` / ``kube-apiserver.log``):
+
+1. etcd 3.6.16 + kube-apiserver 1.35.4 (``ControlPlane``, ServiceAccount admission on);
+2. kube-controller-manager + kube-scheduler 1.35.4 (``kubecomponents``);
+3. the CRDs: LeaderWorkerSet (+ DisaggregatedSet), ComputeDomain, PodMonitor, ServiceMonitor,
+   Gateway API, KimiK3Deployment;
+4. the LeaderWorkerSet v0.9.0 manager with its webhooks on 127.0.0.1 (``lws``);
+5. ``racks x trays`` Node objects and kwok v0.8.0 as their kubelet (``racks``, ``kwok``);
+6. the operator: ``kimik3 run --no-compute-domains`` (no DRA driver runs here), as the chart's
+   ServiceAccount ``kimik3-system/kimik3-operator`` with the chart's RBAC (``rbac``), recorded in
+   ``cluster.json``'s ``operator_identity``;
+7. Prometheus (Debian's package) scraping the engine simulator's file_sd targets;
+8. the engine simulator, ``kimik3 dev sim --kubeconfig K --state-dir D``, when this checkout has it.
+
+Every wait is bounded; a failed step stops what was started and raises ``ComponentError``
+naming the component, its log and how to retry. ``<state>/cluster.json`` records URLs, ports,
+the rack shape, step timings (s) and the resident memory (bytes) of every process.
+``DevCluster(state_dir).down()`` stops them all (newest first) by pidfile.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import config as k8s_config
+from kubernetes.client.rest import ApiException
+
+import kimik3
+from kimik3_dev.devcluster import kubecomponents, kwok, lws, processes, prometheus, rbac
+from kimik3_dev.devcluster.controlplane import (
+    ETCD_VERSION,
+    KUBERNETES_VERSION,
+    ControlPlane,
+    ControlPlaneError,
+    bin_dir,
+)
+from kimik3_dev.devcluster.install import apply_admission_policies, own_manifests
+from kimik3_dev.devcluster.processes import ProcessRecord
+from kimik3_dev.devcluster.progress import Progress
+from kimik3_dev.devcluster.racks import RACK_LABEL, RackShape, node_manifests
+from kimik3_dev.devcluster.readiness import ComponentError, http_get, wait_for
+from kimik3_dev.devcluster.rest import Rest
+from kimik3_dev.devcluster.thirdparty import LWS_VERSION, thirdparty_crd_paths
+
+__all__ = ["BINARIES", "DEFAULT_STATE_DIR", "DevCluster", "UpOptions", "sim_command_available"]
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+DEFAULT_STATE_DIR = Path(".state/dev")
+BINARIES: dict[str, str] = {
+    # build-binaries.sh component -> file in the binaries dir
+    "etcd": f"etcd-{ETCD_VERSION}",
+    "kube-apiserver": f"kube-apiserver-{KUBERNETES_VERSION}",
+    "kube-controller-manager": f"kube-controller-manager-{KUBERNETES_VERSION}",
+    "kube-scheduler": f"kube-scheduler-{KUBERNETES_VERSION}",
+    "kwok": f"kwok-{kwok.KWOK_VERSION}",
+    "lws": f"lws-manager-{LWS_VERSION}",
+    "helm": f"helm-{rbac.HELM_VERSION}",  # renders the chart's RBAC for the operator's identity
+}
+CONTROL_PLANE = ("etcd", "kube-apiserver")
+"""Started by ``ControlPlane``, not from a recorded command line: ``stop_component`` refuses them."""
+STOP_ORDER = ["sim", "prometheus", "operator", "kwok", "lws-manager", "kube-scheduler",
+              "kube-controller-manager", "kube-apiserver", "etcd"]
+"""Components in stop order (the reverse of start order); unknown pidfiles go first."""
+BUILD_TIMEOUT_S = 3600.0
+"""Bound on building missing binaries (a cold kube-apiserver compile took 189 s here, plus
+~2 min of module downloads)."""
+SIM_HELP_TIMEOUT_S = 60.0
+OPERATOR_KUBECONFIG = "operator-sa.kubeconfig"
+"""The operator's kubeconfig in the state dir: a TokenRequest token of the chart's ServiceAccount
+(``rbac.install_operator_identity``). ``operator.kubeconfig`` is ControlPlane's static-token one."""
+
+
+@dataclass
+class UpOptions:
+    """What ``up`` starts. ``wait_timeout_s``: bound on each readiness wait, seconds."""
+
+    shape: RackShape = field(default_factory=RackShape)
+    load_time: str = "20s"
+    """Model load time the engine simulator waits before /health turns 200 (Go-style duration)."""
+    sim: bool = True
+    """Start the engine simulator when this checkout has ``kimik3 dev sim``."""
+    prometheus: bool = True
+    wait_timeout_s: float = 120.0
+    die_with_parent: bool = False
+    """Kill every process when the calling thread exits (test fixtures); False for ``dev up``."""
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (may race with other processes; components fail loudly then)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _cli(*args: str) -> list[str]:
+    """Command line of this checkout's ``kimik3`` CLI with the running interpreter."""
+    return [sys.executable, "-m", "kimik3.cli", *args]
+
+
+def _cli_env(**extra: str) -> dict[str, str]:
+    """Environment for ``_cli`` children: the ``kimik3`` package this process runs first on
+    PYTHONPATH, so the operator and simulator run exactly this code (a shared virtualenv's
+    editable install may point at another checkout)."""
+    package_root = str(Path(kimik3.__file__).resolve().parents[1])
+    path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
+def sim_command_available() -> tuple[bool, str]:
+    """Whether ``kimik3 dev sim`` exists here; returns (available, its --help text)."""
+    try:
+        proc = subprocess.run(_cli("dev", "sim", "--help"), capture_output=True, text=True, env=_cli_env(),
+                              timeout=SIM_HELP_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False, ""
+    return proc.returncode == 0, proc.stdout
+
+
+class DevCluster:
+    """The dev cluster whose state lives in ``state_dir`` (see the module docstring)."""
+
+    def __init__(self, state_dir: Path | str = DEFAULT_STATE_DIR) -> None:
+        self.state_dir = Path(state_dir).resolve()
+        self.state_file = self.state_dir / "cluster.json"
+        self.kubeconfig = self.state_dir / "admin.kubeconfig"
+        self._die_with_parent = False
+        self._retry = f"kimik3 dev up --state-dir {self.state_dir}  (a failed up already stopped what it started)"
+
+    # -- queries -----------------------------------------------------------------------------
+    def state(self) -> dict[str, Any] | None:
+        """Contents of ``cluster.json`` (None when the cluster was never brought up here)."""
+        try:
+            return json.loads(self.state_file.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def components(self) -> list[ProcessRecord]:
+        """Pidfiles of the started components, in start order."""
+        return processes.records(self.state_dir)
+
+    def running(self) -> list[ProcessRecord]:
+        return [r for r in self.components() if r.alive]
+
+    def rss_bytes(self) -> dict[str, int]:
+        """Resident memory of each live component and its children, bytes."""
+        return {r.name: processes.tree_rss_bytes(r.pid) for r in self.components() if r.alive}
+
+    def api_client(self) -> Any:
+        """A ``kubernetes.client.ApiClient`` as the admin user (``<state>/admin.kubeconfig``)."""
+        return k8s_config.new_client_from_config(config_file=str(self.kubeconfig))
+
+    # -- up ----------------------------------------------------------------------------------
+    def up(self, options: UpOptions | None = None, progress: Progress | None = None) -> dict[str, Any]:
+        """Start everything; returns the recorded state (also written to ``cluster.json``)."""
+        opts = options or UpOptions()
+        out = progress or Progress(quiet=True)
+        self._die_with_parent = opts.die_with_parent
+        alive = self.running()
+        if alive:
+            raise ComponentError("dev cluster", f"already running in {self.state_dir} "
+                                 f"({', '.join(r.name for r in alive)})",
+                                 retry=f"kimik3 dev down --state-dir {self.state_dir}")
+        self._clean()
+        t0 = time.monotonic()
+        state: dict[str, Any] = {"state_dir": str(self.state_dir), "kubeconfig": str(self.kubeconfig),
+                                 "shape": asdict(opts.shape), "load_time": opts.load_time,
+                                 "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                                 "urls": {}, "notes": []}
+        try:
+            self._up(opts, out, state)
+        except BaseException as exc:
+            self.down()  # a retry starts from nothing; the logs stay
+            if isinstance(exc, Exception) and not isinstance(exc, ComponentError):
+                raise ComponentError(f"step '{out.current or 'dev up'}'", f"{type(exc).__name__}: {exc}",
+                                     retry=self._retry) from exc
+            raise
+        state["timings_s"] = {**out.timings, "total": time.monotonic() - t0}
+        state["rss_bytes"] = self.rss_bytes()
+        self.state_file.write_text(json.dumps(state, indent=2))
+        return state
+
+    def _clean(self) -> None:
+        for sub in ("logs", "pids", "sim", "stopped"):
+            shutil.rmtree(self.state_dir / sub, ignore_errors=True)
+        self.state_file.unlink(missing_ok=True)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> ProcessRecord:
+        return processes.spawn(self.state_dir, name, argv, env=env, die_with_parent=self._die_with_parent)
+
+    def _wait_http(self, component: str, url: str, record: ProcessRecord, timeout_s: float, out: Progress,
+                   ca_file: Path | None = None, token: str | None = None) -> None:
+        def check() -> bool | str:
+            status, body = http_get(url, ca_file=ca_file, token=token)
+            return True if status == 200 else f"HTTP {status}: {body[:200]!r}"
+        wait_for(component, check, timeout_s, process=record, retry=self._retry, tick=out.tick)
+
+    def _up(self, opts: UpOptions, out: Progress, state: dict[str, Any]) -> None:
+        bins = self._ensure_binaries(out)
+        timeout = opts.wait_timeout_s
+
+        with out.step(f"starting etcd {ETCD_VERSION} + kube-apiserver {KUBERNETES_VERSION}"):
+            cp = ControlPlane(self.state_dir, binaries_dir=bin_dir(), disable_admission_plugins=(),
+                              detach=not opts.die_with_parent, start_timeout_s=timeout)
+            try:
+                cp.start()
+            except ControlPlaneError as exc:
+                raise ComponentError("etcd/kube-apiserver", str(exc), retry=self._retry) from exc
+            for name, pid in cp.pids.items():
+                log = cp.etcd_log if name == "etcd" else cp.apiserver_log
+                processes.write_record(self.state_dir, ProcessRecord(name, pid, 0, [name], str(log)))
+            state["server"] = cp.server
+            out.note(f"API server {cp.server}; kubectl --kubeconfig {self.kubeconfig}")
+        ca = cp.ca_file
+        token = cp.admin_token
+
+        ports = {"kube-controller-manager": free_port(), "kube-scheduler": free_port()}
+        kcm = kubecomponents.controller_manager(self.state_dir, bins["kube-controller-manager"],
+                                                ports["kube-controller-manager"])
+        sched = kubecomponents.scheduler(self.state_dir, bins["kube-scheduler"], ports["kube-scheduler"])
+        # The scheduler starts now; the controller-manager once the CRDs exist, so its garbage
+        # collector maps KimiK3Deployment owners at once (its discovery refreshes every 30 s).
+        started = {sched.name: (sched, self._spawn(sched.name, sched.argv))}
+
+        with out.step("installing CRDs (LeaderWorkerSet, ComputeDomain, PodMonitor, HTTPRoute, KimiK3Deployment) "
+                      "and admission policies"):
+            own_crds, own_policies = own_manifests()  # crds/: our CRD and ValidatingAdmissionPolicies
+            paths = list(dict.fromkeys([*thirdparty_crd_paths().values(), *lws.crd_paths(), *own_crds]))
+            try:
+                names = cp.apply_crds(paths, timeout_s=timeout)
+                with cp.api_client("admin") as api:
+                    apply_admission_policies(api, own_policies)
+            except (ControlPlaneError, ApiException) as exc:
+                raise ComponentError("kube-apiserver", f"CRDs not installed: {exc}", cp.apiserver_log,
+                                     self._retry) from exc
+            out.note(f"{len(names)} CRDs Established")
+        started[kcm.name] = (kcm, self._spawn(kcm.name, kcm.argv))
+
+        with out.step("starting kube-controller-manager + kube-scheduler"):
+            for name, (spec, record) in started.items():
+                self._wait_http(name, spec.health_url, record, timeout, out, ca_file=ca, token=token)
+                state["urls"][name] = spec.health_url
+
+        api = self.api_client()
+        rest = Rest(api)
+        with out.step(f"starting the LeaderWorkerSet {LWS_VERSION} manager, webhooks on 127.0.0.1"):
+            wh_port, health_port = free_port(), free_port()
+            config = lws.write_config(self.state_dir, wh_port, health_port)
+            record = self._spawn("lws-manager", lws.argv(bins["lws"], self.kubeconfig, config),
+                                 env={**os.environ, "KUBECONFIG": str(self.kubeconfig)})
+            self._wait_http("lws-manager", f"http://127.0.0.1:{health_port}/readyz", record, timeout, out)
+            for doc in lws.webhook_configurations(wh_port, ca):
+                plural = "mutatingwebhookconfigurations" if doc["kind"].startswith("Mutating") \
+                    else "validatingwebhookconfigurations"
+                rest.apply(f"/apis/admissionregistration.k8s.io/v1/{plural}/{doc['metadata']['name']}", doc)
+            probe = lws.dry_run_probe()
+
+            def webhooks_answer() -> bool:
+                rest.create("/apis/leaderworkerset.x-k8s.io/v1/namespaces/default/leaderworkersets", probe,
+                            dry_run=True)
+                return True
+            wait_for("lws-manager", webhooks_answer, timeout, process=record, retry=self._retry, tick=out.tick)
+            state["urls"]["lws-webhooks"] = f"https://127.0.0.1:{wh_port}"
+
+        shape = opts.shape
+        with out.step(f"creating {shape.racks} {shape.profile} rack(s) x {shape.trays_per_rack} trays; "
+                      f"starting kwok {kwok.KWOK_VERSION}"):
+            for node in node_manifests(shape):
+                rest.create("/api/v1/nodes", node)
+            kwok_port = free_port()
+            record = self._spawn("kwok", kwok.argv(bins["kwok"], self.kubeconfig, kwok.write_config(self.state_dir),
+                                                   kwok_port))
+
+            def nodes_ready() -> bool | str:
+                nodes = rest.items("/api/v1/nodes", RACK_LABEL)
+                ready = sum(1 for n in nodes if any(c.get("type") == "Ready" and c.get("status") == "True"
+                                                    for c in (n.get("status") or {}).get("conditions", [])))
+                return True if ready == shape.nodes else f"{ready}/{shape.nodes} nodes Ready"
+            wait_for("kwok", nodes_ready, timeout, process=record, retry=self._retry, tick=out.tick)
+            out.note(f"{shape.nodes} nodes Ready, {shape.gpus} GPUs"
+                     + (f", cliques {shape.cluster_uuid}.0..{shape.racks - 1}" if shape.clique(0) else ""))
+
+        with out.step("starting the operator (kimik3 run --no-compute-domains) as the chart's ServiceAccount"):
+            # The chart's own ServiceAccount and RBAC (`helm template` of charts/kimik3-operator), a
+            # TokenRequest token: the operator here has exactly the permissions a Helm install gives it.
+            try:
+                identity = rbac.install_operator_identity(api, self.state_dir / OPERATOR_KUBECONFIG)
+            except rbac.HelmMissingError as exc:
+                raise ComponentError("helm", str(exc), retry=f"{REPO_ROOT / 'tools' / 'build-binaries.sh'} helm") \
+                    from exc
+            state["operator_identity"] = identity.as_state()
+            out.note(f"identity {identity.user} (chart RBAC: {', '.join(identity.objects)}; "
+                     f"token until {identity.expires}); kubeconfig {identity.kubeconfig}")
+            op_port = free_port()
+            record = self._spawn("operator", _cli("run", "--kubeconfig", str(identity.kubeconfig),
+                                                  "--no-compute-domains",
+                                                  "--health-port", str(op_port), "--health-host", "127.0.0.1"),
+                                 env=_cli_env())
+            self._wait_http("operator", f"http://127.0.0.1:{op_port}/readyz", record, timeout, out)
+            state["urls"]["operator"] = f"http://127.0.0.1:{op_port}"
+            out.note("no NVIDIA DRA driver here: ComputeDomains are skipped (said in each CR's "
+                     "status.plan.computeDomainNote and a Warning event)")
+
+        if opts.prometheus:
+            with out.step("starting Prometheus (Debian package)"):
+                try:
+                    binary = prometheus.ensure_installed(processes.log_path(self.state_dir, "apt-get-prometheus"))
+                except prometheus.PrometheusInstallError as exc:
+                    raise ComponentError("prometheus", str(exc), processes.log_path(self.state_dir,
+                                         "apt-get-prometheus"), "sudo apt-get install -y prometheus") from exc
+                prom_port = free_port()
+                config = prometheus.write_config(self.state_dir, operator_metrics=f"127.0.0.1:{op_port}")
+                record = self._spawn("prometheus", prometheus.argv(binary, config, self.state_dir, prom_port))
+                self._wait_http("prometheus", f"http://127.0.0.1:{prom_port}/-/ready", record, timeout, out)
+                state["urls"]["prometheus"] = f"http://127.0.0.1:{prom_port}"
+                out.note(f"file_sd targets: {prometheus.targets_file(self.state_dir)}")
+
+        if opts.sim:
+            with out.step("starting the engine simulator (kimik3 dev sim)"):
+                available, help_text = sim_command_available()
+                if not available:
+                    note = ("engine simulator not started: this checkout has no `kimik3 dev sim` yet; "
+                            "Prometheus watches its targets file and picks the engines up once it runs")
+                    state["notes"].append(note)
+                    out.note(note)
+                else:
+                    argv = _cli("dev", "sim", "--kubeconfig", str(self.kubeconfig), "--state-dir", str(self.state_dir))
+                    if "--load-time" in help_text:
+                        argv += ["--load-time", opts.load_time]
+                    record = self._spawn("sim", argv, env=_cli_env(KIMIK3_SIM_LOAD_TIME=opts.load_time))
+                    deadline = time.monotonic() + 2.0
+                    while time.monotonic() < deadline and record.alive:
+                        time.sleep(0.1)
+                    if not record.alive:
+                        raise ComponentError("sim", "exited during start", record.log, self._retry)
+                    state["urls"]["sim-endpoints"] = str(self.state_dir / "sim" / "endpoints.json")
+
+    def _ensure_binaries(self, out: Progress) -> dict[str, Path]:
+        directory = bin_dir()
+        missing = [c for c, f in BINARIES.items() if not os.access(directory / f, os.X_OK)]
+        if missing:
+            script = REPO_ROOT / "tools" / "build-binaries.sh"
+            log = processes.log_path(self.state_dir, "build")
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with out.step(f"building {', '.join(missing)} (first run only; minutes on 2 cores)"):
+                with open(log, "ab") as fh:
+                    proc = subprocess.Popen(["bash", str(script), *missing], stdout=fh, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL)
+                    start = time.monotonic()
+                    while proc.poll() is None:
+                        if time.monotonic() - start > BUILD_TIMEOUT_S:
+                            proc.kill()
+                            proc.wait()
+                            break
+                        out.tick(time.monotonic() - start)
+                        time.sleep(1.0)
+                if proc.returncode != 0:
+                    raise ComponentError("build", f"tools/build-binaries.sh {' '.join(missing)} failed "
+                                         f"(exit {proc.returncode})", log,
+                                         f"{script} {' '.join(missing)}")
+        return {c: directory / f for c, f in BINARIES.items()}
+
+    # -- one component down and up again (faults.py) ------------------------------------------
+    def stop_component(self, name: str, kill: bool = False) -> ProcessRecord:
+        """Stop component ``name`` (SIGTERM, SIGKILL after 15 s; ``kill``: SIGKILL at once, as a
+        crash or an OOM kill, no graceful shutdown) and keep its command line in
+        ``<state>/stopped/pids/<name>.json`` for ``start_component``. Raises ``ComponentError`` when it
+        is not running."""
+        if name in CONTROL_PLANE:
+            raise ComponentError(name, "is the control plane itself: `dev fault start` cannot bring it back (use "
+                                 "`kimik3 dev down` and `dev up`); the chaos suite covers its faults (tests/chaos)")
+        record = processes.read_record(self.state_dir, name)
+        if record is None or not record.alive:
+            names = ", ".join(r.name for r in self.running() if r.name not in CONTROL_PLANE) or "none"
+            raise ComponentError(name, f"is not a running component (running: {names})",
+                                 retry=f"kimik3 dev status --state-dir {self.state_dir}")
+        processes.stop(self.state_dir, name, kill=kill)
+        processes.write_record(self.state_dir / "stopped", record)
+        return record
+
+    def start_component(self, name: str) -> ProcessRecord:
+        """Start again, with the same command line, a component ``stop_component`` stopped."""
+        record = processes.read_record(self.state_dir / "stopped", name)
+        if record is None:
+            running = processes.read_record(self.state_dir, name)
+            raise ComponentError(name, "is already running" if running is not None and running.alive else
+                                 "was not stopped by `kimik3 dev fault stop`",
+                                 retry=f"kimik3 dev status --state-dir {self.state_dir}")
+        started = self._spawn(name, record.argv, env=_cli_env(KUBECONFIG=str(self.kubeconfig)))
+        (processes.pid_dir(self.state_dir / "stopped") / f"{name}.json").unlink(missing_ok=True)
+        return started
+
+    # -- down --------------------------------------------------------------------------------
+    def down(self, progress: Progress | None = None) -> list[str]:
+        """Stop every recorded component (newest first); returns the names that were running."""
+        out = progress or Progress(quiet=True)
+        records = {r.name: r for r in self.components()}
+        order = [n for n in records if n not in STOP_ORDER][::-1] + [n for n in STOP_ORDER if n in records]
+        stopped = []
+        for name in order:
+            if processes.stop(self.state_dir, name):
+                stopped.append(name)
+                out.note(f"stopped {name}")
+        for sub in ("etcd-data", "prometheus/data", "stopped"):
+            shutil.rmtree(self.state_dir / sub, ignore_errors=True)
+        self.state_file.unlink(missing_ok=True)
+        return stopped

@@ -1,0 +1,110 @@
+"""kwok v0.8.0 run out of cluster as the fake kubelet of every simulated tray.
+
+kwok does not schedule (kube-scheduler does); it keeps the managed Node objects Ready (node
+leases renewed every ``NODE_LEASE_S / 4`` s by kwok), moves bound pods to Running/Ready with a
+fake pod IP from ``POD_CIDR`` and finishes deleted pods. Nothing ever connects to those IPs.
+
+Its behaviour comes from Stage objects: the ``kwok`` binary has none built in (``kwokctl``
+writes them into its config). We write a config file (``<state>/kwok/kwok.yaml``) with the
+stages kwokctl uses for a fast cluster, read from the kwok module itself in the Go module cache
+(``kustomize/stage/node/fast/node-initialize.yaml``,
+``kustomize/stage/node/heartbeat-with-lease/...``, ``kustomize/stage/pod/fast/*.yaml``), so no
+kwok text is copied into this repository. One change: pod deletion waits
+``POD_DELETE_DELAY_MS`` (a kubelet takes time to stop containers; with an instant delete the
+LeaderWorkerSet controller can miss a worker's deletion and not recreate its group, F14).
+
+Two of kwok's own chaos stages are loaded too, so faults can be injected by label
+(``kimik3_dev.devcluster.faults``): ``node-not-ready`` (a Node labelled ``NODE_NOT_READY_LABEL=true``
+reports ``Ready=False``; with weight 10000 it wins over ``node-initialize`` until the label goes,
+then ``node-initialize`` makes the node Ready again) and ``pod-container-running-failed`` (a
+Running pod labelled ``POD_FAILED_LABEL=true`` has its containers terminated, exit code 1, and
+phase ``Failed``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kimik3_dev.devcluster.racks import KWOK_ANNOTATION
+from kimik3_dev.devcluster.thirdparty import go_module_dir
+
+__all__ = ["KWOK_MODULE", "KWOK_VERSION", "NODE_NOT_READY_LABEL", "POD_FAILED_LABEL", "argv", "stages",
+           "write_config"]
+
+KWOK_MODULE = "sigs.k8s.io/kwok"
+KWOK_VERSION = "v0.8.0"
+NODE_LEASE_S = 40
+"""Node lease duration, s (kubelet's default); the controller-manager marks a node NotReady
+after ``--node-monitor-grace-period`` (50 s) without a renewal."""
+POD_CIDR = "10.244.0.0/16"
+"""Fake pod IPs (never routed, never connected to)."""
+NODE_IP = "10.243.0.1"
+"""Fake node InternalIP reported on every node (never connected to)."""
+POD_DELETE_DELAY_MS = 1000
+"""Delay between a pod's deletion request and kwok finishing it, ms (kwok's own "general" pod
+profile uses 1000 ms too)."""
+
+NODE_NOT_READY_LABEL = "node-not-ready.stage.kwok.x-k8s.io"
+"""Label (value ``"true"``) that selects a Node for kwok's ``node-not-ready`` chaos stage."""
+POD_FAILED_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
+"""Label (value ``"true"``) that selects a Running pod for kwok's ``pod-container-running-failed`` stage."""
+
+_STAGE_FILES = (
+    "kustomize/stage/node/fast/node-initialize.yaml",
+    "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+    "kustomize/stage/pod/fast/pod-ready.yaml",
+    "kustomize/stage/pod/fast/pod-complete.yaml",
+    "kustomize/stage/pod/fast/pod-delete.yaml",
+    "kustomize/stage/node/chaos/node-not-ready.yaml",
+    "kustomize/stage/pod/chaos/pod-container-running-failed.yaml",
+)
+
+
+def stages(module_dir: Path | None = None) -> list[dict[str, Any]]:
+    """The Stage documents for kwok, read from the kwok module (see the module docstring)."""
+    root = module_dir or go_module_dir(KWOK_MODULE, KWOK_VERSION)
+    out = []
+    for rel in _STAGE_FILES:
+        doc = yaml.safe_load((root / rel).read_text())
+        if doc["metadata"]["name"] == "pod-delete":
+            doc["spec"]["delay"] = {"durationMilliseconds": POD_DELETE_DELAY_MS}
+        out.append(doc)
+    return out
+
+
+def write_config(state_dir: Path, module_dir: Path | None = None) -> Path:
+    """Write ``<state>/kwok/kwok.yaml`` (a KwokConfiguration plus the stages); returns its path."""
+    config = {
+        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+        "kind": "KwokConfiguration",
+        "options": {
+            "cidr": POD_CIDR,
+            "nodeIP": NODE_IP,
+            "manageNodesWithAnnotationSelector": f"{KWOK_ANNOTATION[0]}={KWOK_ANNOTATION[1]}",
+            "nodeLeaseDurationSeconds": NODE_LEASE_S,
+            # kwok's own defaults (zz_generated.defaults.go), spelled out: v0.8.0 leaves them at
+            # zero when options come from a file ("node leases parallelism must be greater than 0").
+            "podPlayStageParallelism": 4,
+            "nodePlayStageParallelism": 4,
+            "nodeLeaseParallelism": 4,
+            "podsOnNodeSyncParallelism": 1,
+            "enablePodsOnNodeSyncListPager": True,
+            "enablePodsOnNodeSyncStreamWatch": False,
+            "enableDebuggingHandlers": False,  # no exec/logs/port-forward: nothing runs in the pods
+            "enableProfilingHandler": False,
+            "enableContentionProfiling": False,
+        },
+    }
+    path = state_dir / "kwok" / "kwok.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump_all([config, *stages(module_dir)], sort_keys=False))
+    return path
+
+
+def argv(binary: Path, kubeconfig: Path, config: Path, health_port: int) -> list[str]:
+    """kwok's command line: the kubeconfig, our config, and its server (``/healthz``) on loopback."""
+    return [str(binary), f"--kubeconfig={kubeconfig}", f"--config={config}",
+            f"--server-address=127.0.0.1:{health_port}"]

@@ -1,0 +1,180 @@
+"""``kimik3 dev status``: racks, groups, where each group landed, and each CR's status.
+
+``gather(rest, state_dir)`` reads the cluster (nodes, pods, KimiK3Deployments) and the engine
+simulator's ``<state>/sim/endpoints.json``; ``render(overview)`` turns it into text. Both are
+plain data in, plain data out; the shape of ``gather``'s result:
+
+- ``racks``: ``[{name, clique, nodes, ready, gpus, gpus_used, gpus_free}]`` (GPUs = count of
+  ``nvidia.com/gpu``; used = requests of the non-terminated pods bound to the rack's nodes);
+- ``groups``: ``[{namespace, deployment, lws, group, racks, trays, pods: [{name, node, rack,
+  worker, ready, phase, uid, waiting}], ready, size}]`` (``racks`` lists every rack the group's
+  scheduled pods are on: one rack is the healthy case);
+- ``deployments``: ``[{namespace, name, replicas, groups, ready, endpoint, sim_endpoint,
+  conditions: [{type, status, reason, message}]}]``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from kimik3.kube.kinds import GROUP, PLURAL, VERSION
+from kimik3_dev.devcluster.racks import RACK_LABEL
+from kimik3_dev.devcluster.rest import Rest
+from kimik3.kube.labels import DEPLOYMENT_LABEL, LWS_GROUP_INDEX_LABEL, LWS_NAME_LABEL, LWS_WORKER_INDEX_LABEL
+from kimik3.kube.labels import CLIQUE_LABEL, GPU_RESOURCE
+
+__all__ = ["gather", "render"]
+
+
+def _ready(obj: dict[str, Any]) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (obj.get("status") or {}).get("conditions", []) or [])
+
+
+def _gpu_request(pod: dict[str, Any]) -> int:
+    total = 0
+    for c in (pod.get("spec") or {}).get("containers", []):
+        res = c.get("resources") or {}
+        value = (res.get("requests") or {}).get(GPU_RESOURCE) or (res.get("limits") or {}).get(GPU_RESOURCE)
+        total += int(value or 0)
+    return total
+
+
+def _waiting(pod: dict[str, Any]) -> str:
+    for cond in (pod.get("status") or {}).get("conditions", []) or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return f"{cond.get('reason', 'Unscheduled')}: {cond.get('message', '')}".strip()
+    return "" if _ready(pod) else (pod.get("status") or {}).get("phase", "Pending")
+
+
+def _sim_url(entry: Any) -> str | None:
+    """The simulator's base URL from one ``endpoints.json`` entry (a URL string, or an object
+    with ``url``)."""
+    if isinstance(entry, dict):
+        return entry.get("url")
+    return entry if isinstance(entry, str) else None
+
+
+def _rack_of(node: dict[str, Any]) -> tuple[str, str]:
+    labels = node["metadata"].get("labels", {})
+    clique = labels.get(CLIQUE_LABEL, "")
+    return labels.get(RACK_LABEL) or clique or "unracked", clique
+
+
+def gather(rest: Rest, state_dir: Path | None = None) -> dict[str, Any]:
+    """Read the cluster into the plain structure described in the module docstring."""
+    nodes = rest.items("/api/v1/nodes")
+    pods = rest.items("/api/v1/pods")
+    crs = rest.items(f"/apis/{GROUP}/{VERSION}/{PLURAL}")
+    endpoints: dict[str, str] = {}
+    if state_dir is not None:
+        try:
+            endpoints = json.loads((Path(state_dir) / "sim" / "endpoints.json").read_text())
+        except (OSError, ValueError):
+            endpoints = {}
+
+    node_rack = {n["metadata"]["name"]: _rack_of(n) for n in nodes}
+    used: dict[str, int] = defaultdict(int)
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+            used[node] += _gpu_request(pod)
+    racks: dict[str, dict[str, Any]] = {}
+    for n in nodes:
+        name, clique = node_rack[n["metadata"]["name"]]
+        r = racks.setdefault(name, {"name": name, "clique": clique, "nodes": 0, "ready": 0, "gpus": 0, "gpus_used": 0})
+        r["nodes"] += 1
+        r["ready"] += int(_ready(n))
+        r["gpus"] += int(((n.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE, 0) or 0)
+        r["gpus_used"] += used.get(n["metadata"]["name"], 0)
+    for r in racks.values():
+        r["gpus_free"] = r["gpus"] - r["gpus_used"]
+
+    groups: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for pod in pods:
+        labels = pod["metadata"].get("labels", {})
+        if LWS_NAME_LABEL not in labels or LWS_GROUP_INDEX_LABEL not in labels:
+            continue
+        key = (pod["metadata"]["namespace"], labels[LWS_NAME_LABEL], labels[LWS_GROUP_INDEX_LABEL])
+        g = groups.setdefault(key, {"namespace": key[0], "deployment": labels.get(DEPLOYMENT_LABEL, ""),
+                                    "lws": key[1], "group": int(key[2]), "pods": []})
+        node = (pod.get("spec") or {}).get("nodeName") or ""
+        g["pods"].append({
+            "name": pod["metadata"]["name"], "node": node, "rack": node_rack.get(node, ("", ""))[0] if node else "",
+            "worker": int(labels.get(LWS_WORKER_INDEX_LABEL, "0")), "ready": _ready(pod),
+            "phase": (pod.get("status") or {}).get("phase", ""), "uid": pod["metadata"].get("uid", ""),
+            "waiting": _waiting(pod), "terminating": bool(pod["metadata"].get("deletionTimestamp")),
+        })
+    for g in groups.values():
+        g["pods"].sort(key=lambda p: p["worker"])
+        g["racks"] = sorted({p["rack"] for p in g["pods"] if p["rack"]})
+        g["trays"] = [p["node"] for p in g["pods"] if p["node"]]
+        g["ready"] = sum(p["ready"] for p in g["pods"])
+        g["size"] = len(g["pods"])
+
+    deployments = []
+    for cr in crs:
+        meta, status = cr["metadata"], cr.get("status") or {}
+        deployments.append({
+            "namespace": meta["namespace"], "name": meta["name"],
+            "replicas": (cr.get("spec") or {}).get("replicas"),
+            "groups": status.get("replicas"), "ready": status.get("readyReplicas"),
+            "endpoint": status.get("endpoint"), "sim_endpoint": _sim_url(endpoints.get(f"{meta['namespace']}/{meta['name']}")),
+            "conditions": [{k: c.get(k, "") for k in ("type", "status", "reason", "message")}
+                           for c in status.get("conditions", [])],
+        })
+    return {
+        "racks": sorted(racks.values(), key=lambda r: r["name"]),
+        "groups": sorted(groups.values(), key=lambda g: (g["namespace"], g["lws"], g["group"])),
+        "deployments": sorted(deployments, key=lambda d: (d["namespace"], d["name"])),
+    }
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.0f} MiB"
+
+
+def render(overview: dict[str, Any], components: list[dict[str, Any]] | None = None,
+           header: str = "") -> str:
+    """Text for a terminal. ``components``: ``[{name, pid, alive, rss_bytes, log}]``."""
+    lines: list[str] = [header] if header else []
+    if components is not None:
+        total = sum(c["rss_bytes"] for c in components if c["alive"])
+        lines.append(f"Components ({_mib(total)} resident in total)")
+        for c in components:
+            state = "running" if c["alive"] else "STOPPED"
+            lines.append(f"  {c['name']:<24} pid {c['pid']:<8} {state:<8} {_mib(c['rss_bytes']):>9}   log {c['log']}")
+    lines.append("Racks")
+    for r in overview["racks"]:
+        clique = f"clique {r['clique']}" if r["clique"] else "no NVLink clique"
+        lines.append(f"  {r['name']:<10} {clique:<48} {r['ready']}/{r['nodes']} trays Ready   "
+                     f"GPUs {r['gpus_used']} used / {r['gpus_free']} free of {r['gpus']}")
+    lines.append("Groups")
+    if not overview["groups"]:
+        lines.append("  (none)")
+    for g in overview["groups"]:
+        who = f"{g['namespace']}/{g['deployment'] or g['lws']} group {g['group']}"
+        if not g["racks"]:
+            where = "not placed"
+        elif len(g["racks"]) == 1:
+            where = f"rack {g['racks'][0]}"
+        else:
+            where = f"SPLIT over racks {', '.join(g['racks'])}"
+        trays = f" (trays {', '.join(g['trays'])})" if g["trays"] else ""
+        lines.append(f"  {who}: {where}{trays}  {g['ready']}/{g['size']} pods ready")
+        for p in g["pods"]:
+            if p["waiting"] or p["terminating"]:
+                lines.append(f"      pod {p['name']}: {'Terminating' if p['terminating'] else p['waiting']}")
+    lines.append("KimiK3Deployments")
+    if not overview["deployments"]:
+        lines.append("  (none)")
+    for d in overview["deployments"]:
+        lines.append(f"  {d['namespace']}/{d['name']}: replicas {d['replicas']}, groups {d['groups']}, "
+                     f"ready {d['ready']}")
+        lines.append(f"      endpoint {d['endpoint'] or '-'}   simulator {d['sim_endpoint'] or '-'}")
+        for c in d["conditions"]:
+            lines.append(f"      {c['type']}={c['status']} ({c['reason']}): {c['message']}")
+    return "\n".join(lines)

@@ -1,0 +1,589 @@
+"""One simulated vLLM engine server (aiohttp on 127.0.0.1) for one engine group.
+
+It speaks vLLM's interface: OpenAI ``POST /v1/completions`` and ``POST /v1/chat/completions``
+(non-streaming, and ``"stream": true`` as server-sent events ``data: {...}`` ending with
+``data: [DONE]``; ``stream_options.include_usage`` / ``continuous_usage_stats``), ``GET /v1/models``,
+``GET /health`` (503 while the simulated weights load, then 200) and ``GET /metrics`` with vLLM
+0.32's series (``kimik3_dev.sim.vllm_metrics``), one ``engine`` label value per data-parallel engine.
+
+Behind it, a continuous-batching scheduler per lockstep unit (``perfmodel.PerfParams``): requests
+wait (``max_num_seqs``), are prefilled in chunks inside the steps (``max_num_batched_tokens``),
+then decode; every step lasts ``perfmodel.step_time`` of the running batch, so latency really
+rises with concurrency. Like vLLM, ``vllm:inter_token_latency_seconds`` is observed once per
+running request per engine step, and a step emits 1 + accepted draft tokens under speculative
+decoding (accepted drafts drawn from the model's chain acceptance, seeded).
+
+API key (``EngineConfig.api_keys``, from the pod's ``VLLM_API_KEY``: ``kimik3_dev.sim.podenv``): like
+vLLM 0.32's ``AuthenticationMiddleware`` (vllm/entrypoints/serve/middleware/authenticate.py; the
+same file in 0.33.0), every request whose path starts with ``/v1``, ``/v2``, ``/inference`` or
+``/cohere`` (method other than OPTIONS) must carry ``Authorization: Bearer <key>`` (scheme
+case-insensitive, the rest of the header after the first space compared exactly, by SHA-256
+digest), else 401 with the body ``{"error":"Unauthorized"}`` (``application/json``), before any
+routing (an unknown ``/v1`` path is 401 too, not 404). ``/health`` and ``/metrics`` stay open.
+Empty keys are ignored (vLLM: no key, no authentication). The keys are kept only as digests.
+
+Simulator specifics (not vLLM): the text is made-up words, one token per word; prompt tokens are
+counted as words and punctuation marks (chat: + 4 per message + 2 for the reply header); without
+``max_tokens`` a request stops (``finish_reason: stop``) after ``default_max_tokens``, standing in
+for an end-of-sequence token; a request may carry ``"kimik3_workload"`` (``code``, ``chat``,
+``creative``, ... or an acceptance length) to change its speculative acceptance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import hashlib
+import hmac
+import json
+import logging
+import random
+import re
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from kimik3.autoscaler import perfmodel
+from kimik3.autoscaler.perfmodel import EngineShape, PerfParams
+from kimik3_dev.sim.vllm_metrics import EngineMetrics
+
+log = logging.getLogger(__name__)
+
+LOOPBACK = "127.0.0.1"
+DEFAULT_MAX_TOKENS = 256
+"""Output length of a request without ``max_tokens`` (our stand-in for the model's EOS)."""
+CHAT_TOKENS_PER_MESSAGE = 4
+"""Chat-template tokens added per message (role markers), an approximation."""
+CHAT_REPLY_HEADER_TOKENS = 2
+RESYNC_S = 0.05
+"""Steps follow the model's schedule (wake-up jitter is absorbed by the next sleep); a unit that
+falls further behind than this (a starved event loop) restarts its schedule at the present."""
+GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
+"""Paths that need the API key: vLLM 0.32's ``GUARDED_PREFIX`` (serve/middleware/authenticate.py)."""
+UNAUTHORIZED_BODY = b'{"error":"Unauthorized"}'
+"""vLLM 0.32's refusal: Starlette's ``JSONResponse(content={"error": "Unauthorized"}, status_code=401)``
+renders compact JSON, ``Content-Type: application/json`` (no charset), no ``WWW-Authenticate``."""
+_TOKEN_RE = re.compile(r"\w+|[^\w\s]")
+_WORDS = ("kimi", "tensor", "rack", "tray", "draft", "accept", "token", "step", "expert", "route",
+          "latent", "delta", "spark", "mega", "kernel", "batch", "decode", "prefill", "cache", "group",
+          "leader", "worker", "clique", "link", "fleet", "scale", "queue", "serve", "model", "layer",
+          "shard", "block")
+
+
+def count_tokens(text: str) -> int:
+    """Simulated prompt tokens of ``text``: words and punctuation marks (at least 1)."""
+    return max(1, len(_TOKEN_RE.findall(text)))
+
+
+def token_text(index: int) -> str:
+    """Text of the ``index``-th generated token (a space and a word)."""
+    return " " + _WORDS[(index * 7 + index // len(_WORDS)) % len(_WORDS)]
+
+
+@dataclass
+class EngineConfig:
+    """Configuration of one simulated server (one engine group)."""
+
+    shape: EngineShape = field(default_factory=EngineShape)
+    served_model_name: str = "kimi-k3"
+    model: str = "moonshotai/Kimi-K3"
+    max_model_len: int = 1048576
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    load_time_s: float = 0.0
+    """Seconds after start during which /health answers 503 (weights loading)."""
+    workload: str | float = perfmodel.DEFAULT_WORKLOAD
+    """Default workload for speculative acceptance (``perfmodel.AL_DSPARK`` key or an AL)."""
+    default_max_tokens: int = DEFAULT_MAX_TOKENS
+    seed: int | None = None
+    buckets_override: dict[str, tuple[float, ...]] | None = None
+    api_keys: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    """Keys accepted as ``Authorization: Bearer <key>`` on the guarded paths (empty: no
+    authentication). Never in ``repr`` (the key must not reach a log)."""
+
+    @classmethod
+    def from_spec(cls, spec: Any, plan: Any, **overrides: Any) -> EngineConfig:
+        """From a parsed spec and its plan (``kimik3.admission.admit``)."""
+        values: dict[str, Any] = dict(
+            shape=EngineShape.from_spec(spec, plan),
+            served_model_name=spec.model.served_model_name,
+            model=spec.model.name,
+            max_model_len=spec.model.max_model_len or 1048576,
+            max_num_seqs=spec.engine.max_num_seqs,
+            max_num_batched_tokens=spec.engine.max_num_batched_tokens,
+        )
+        values.update(overrides)
+        return cls(**values)
+
+
+@dataclass(eq=False)
+class SimRequest:
+    """One request inside the simulated engine (times are event-loop seconds)."""
+
+    rid: str
+    prompt_tokens: int
+    max_tokens: int
+    max_tokens_param: int | None
+    arrival: float
+    accept_p: float
+    out: asyncio.Queue = field(default_factory=asyncio.Queue)
+    engine: int = 0
+    scheduled_ts: float = 0.0
+    first_token_ts: float = 0.0
+    last_token_ts: float = 0.0
+    prefilled: int = 0
+    generated: int = 0
+    aborted: bool = False
+    done: bool = False
+
+    @property
+    def end_reason(self) -> str:
+        return "length" if self.max_tokens_param is not None else "stop"
+
+
+class _EngineState:
+    """One data-parallel engine: its queue and running batch."""
+
+    def __init__(self, index: int):
+        self.index = index
+        self.waiting: collections.deque[SimRequest] = collections.deque()
+        self.running: list[SimRequest] = []
+
+    @property
+    def load(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+
+class _Unit:
+    """Engines that step together (see ``perfmodel.PerfParams``)."""
+
+    def __init__(self, engines: list[_EngineState]):
+        self.engines = engines
+        self.wake = asyncio.Event()
+        self.task: asyncio.Task | None = None
+        self.steps = 0
+
+    def has_work(self) -> bool:
+        return any(e.waiting or e.running for e in self.engines)
+
+
+class SimEngine:
+    """A simulated vLLM server. ``await start()`` binds 127.0.0.1 (port 0 = any free port)."""
+
+    def __init__(self, config: EngineConfig):
+        self.config = config
+        self.params: PerfParams = perfmodel.perf_params(config.shape)
+        shape = config.shape
+        self.k = shape.k
+        self.dp = max(1, shape.data_parallel_size)
+        self.metrics = EngineMetrics(config.served_model_name, range(self.dp), config.max_model_len,
+                                     self.k, config.buckets_override)
+        self.rng = random.Random(config.seed)
+        self._default_p = perfmodel.acceptance_rate(shape.spec_method, shape.k, config.workload) if self.k else 0.0
+        self.engines = [_EngineState(i) for i in range(self.dp)]
+        per = self.params.engines_per_unit
+        self.units = [_Unit(self.engines[i:i + per]) for i in range(0, self.dp, per)]
+        self._unit_of = {e.index: u for u in self.units for e in u.engines}
+        self._rr = 0
+        self.started_at: float | None = None
+        self.port: int | None = None
+        self._runner: web.AppRunner | None = None
+        self._key_digests = [hashlib.sha256(k.encode("utf-8")).digest() for k in config.api_keys if k]
+        self.app = self._make_app()
+
+    # ---------------------------------------------------------------- lifecycle
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    @property
+    def ready(self) -> bool:
+        """True once the load time has passed since start."""
+        return self.started_at is not None and time.monotonic() >= self.started_at + self.config.load_time_s
+
+    async def start(self, port: int = 0) -> int:
+        """Serve on 127.0.0.1:``port`` (0: a free port); returns the port."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((LOOPBACK, port))
+        self.port = sock.getsockname()[1]
+        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
+        await self._runner.setup()
+        await web.SockSite(self._runner, sock).start()
+        self.started_at = time.monotonic()
+        for unit in self.units:
+            unit.task = asyncio.create_task(self._run_unit(unit), name=f"sim-unit-{self.port}")
+        return self.port
+
+    async def stop(self) -> None:
+        """Stop serving and abort every request."""
+        for unit in self.units:
+            if unit.task:
+                unit.task.cancel()
+        for unit in self.units:
+            if unit.task:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await unit.task
+        for eng in self.engines:
+            for r in list(eng.waiting) + eng.running:
+                r.aborted = True
+                r.out.put_nowait(None)
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # ---------------------------------------------------------------- scheduling
+    def submit(self, prompt_tokens: int, max_tokens: int | None, workload: str | float | None = None) -> SimRequest:
+        """Queue a request on the least-loaded engine (vLLM's DP load balancing)."""
+        loop = asyncio.get_running_loop()
+        p = self._default_p
+        if self.k and workload is not None:
+            p = perfmodel.acceptance_rate(self.config.shape.spec_method, self.k, workload)
+        limit = max_tokens if max_tokens is not None else self.config.default_max_tokens
+        limit = max(1, min(limit, self.config.max_model_len - prompt_tokens))
+        req = SimRequest(rid=uuid.uuid4().hex, prompt_tokens=max(1, prompt_tokens), max_tokens=limit,
+                         max_tokens_param=max_tokens, arrival=loop.time(), accept_p=p)
+        best = min(self.engines, key=lambda e: (e.load, (e.index - self._rr) % self.dp))
+        self._rr = (best.index + 1) % self.dp
+        req.engine = best.index
+        best.waiting.append(req)
+        self.metrics["num_requests_waiting"][best.index].inc()
+        self._unit_of[best.index].wake.set()
+        return req
+
+    async def _run_unit(self, unit: _Unit) -> None:
+        loop = asyncio.get_running_loop()
+        cfg, params = self.config, self.params
+        verified = params.tokens_verified_per_seq
+        clock = loop.time()
+        while True:
+            self._drop_aborted(unit)
+            if not unit.has_work():
+                self._set_gauges(unit)
+                unit.wake.clear()
+                await unit.wake.wait()
+                clock = loop.time()
+                continue
+            if loop.time() - clock > RESYNC_S:  # starved of CPU: give up the lost time, do not catch up
+                clock = loop.time()
+            plan: list[tuple[_EngineState, list[SimRequest], list[tuple[SimRequest, int]]]] = []
+            decode_seqs = prefill_tokens = 0
+            for eng in unit.engines:
+                while eng.waiting and len(eng.running) < cfg.max_num_seqs:
+                    r = eng.waiting.popleft()
+                    r.scheduled_ts = max(clock, r.arrival)
+                    eng.running.append(r)
+                budget = cfg.max_num_batched_tokens
+                decode = [r for r in eng.running if r.prefilled >= r.prompt_tokens]
+                budget -= len(decode) * verified
+                chunks: list[tuple[SimRequest, int]] = []
+                for r in eng.running:
+                    if r.prefilled < r.prompt_tokens and budget > 0:
+                        chunk = min(budget, r.prompt_tokens - r.prefilled)
+                        chunks.append((r, chunk))
+                        budget -= chunk
+                decode_seqs += len(decode)
+                prefill_tokens += sum(c for _, c in chunks)
+                plan.append((eng, decode, chunks))
+            self._set_gauges(unit)
+            end = clock + perfmodel.step_time(params, decode_seqs, prefill_tokens)
+            delay = end - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            clock = end
+            unit.steps += 1
+            for eng, decode, chunks in plan:
+                self._apply_step(eng, decode, chunks, end)
+
+    def _apply_step(self, eng: _EngineState, decode: list[SimRequest], chunks: list[tuple[SimRequest, int]],
+                    now: float) -> None:
+        m, e, k = self.metrics, eng.index, self.k
+        generated = drafts = accepted_total = 0
+        per_pos = [0] * k
+        for r in decode:
+            if r.aborted:
+                continue
+            accepted = perfmodel.sample_accepted(r.accept_p, k, self.rng) if k else 0
+            if k:
+                drafts += 1
+                accepted_total += accepted
+                for i in range(accepted):
+                    per_pos[i] += 1
+            n = min(1 + accepted, r.max_tokens - r.generated)
+            m["inter_token_latency_seconds"][e].observe(now - r.last_token_ts)
+            r.last_token_ts = now
+            generated += n
+            self._emit(r, n)
+        prefilled = 0
+        for r, chunk in chunks:
+            if r.aborted:
+                continue
+            r.prefilled += chunk
+            prefilled += chunk
+            if r.prefilled >= r.prompt_tokens:
+                m["time_to_first_token_seconds"][e].observe(now - r.arrival)
+                m["prompt_tokens"][e].inc(r.prompt_tokens)
+                m["prefix_cache_queries"][e].inc(r.prompt_tokens)
+                r.first_token_ts = r.last_token_ts = now
+                generated += 1
+                self._emit(r, 1)
+        if generated or prefilled:
+            m["iteration_tokens_total"][e].observe(prefilled + generated)
+            m["generation_tokens"][e].inc(generated)
+        if k and drafts:
+            m["spec_decode_num_drafts"][e].inc(drafts)
+            m["spec_decode_num_draft_tokens"][e].inc(drafts * k)
+            m["spec_decode_num_accepted_tokens"][e].inc(accepted_total)
+            for i, count in enumerate(per_pos):
+                if count:
+                    m.per_pos[e][i].inc(count)
+        for r in [r for r in eng.running if r.done]:
+            eng.running.remove(r)
+            self._finish(r, now)
+
+    def _emit(self, r: SimRequest, n: int) -> None:
+        start = r.generated
+        r.generated += n
+        finished = r.generated >= r.max_tokens
+        if finished:
+            r.done = True
+        r.out.put_nowait((start, n, r.end_reason if finished else None))
+
+    def _finish(self, r: SimRequest, now: float) -> None:
+        m, e = self.metrics, r.engine
+        m.by_reason[r.end_reason][e].inc()
+        decode_time = r.last_token_ts - r.first_token_ts
+        m["e2e_request_latency_seconds"][e].observe(now - r.arrival)
+        m["request_queue_time_seconds"][e].observe(r.scheduled_ts - r.arrival)
+        m["request_prefill_time_seconds"][e].observe(r.first_token_ts - r.scheduled_ts)
+        m["request_decode_time_seconds"][e].observe(decode_time)
+        m["request_inference_time_seconds"][e].observe(r.last_token_ts - r.scheduled_ts)
+        m["request_time_per_output_token_seconds"][e].observe(
+            decode_time / (r.generated - 1) if r.generated > 1 else 0.0)
+        m["request_prompt_tokens"][e].observe(r.prompt_tokens)
+        m["request_generation_tokens"][e].observe(r.generated)
+        m["request_num_preemptions"][e].observe(0)
+        if r.max_tokens_param is not None:
+            m["request_params_max_tokens"][e].observe(r.max_tokens_param)
+
+    def _drop_aborted(self, unit: _Unit) -> None:
+        for eng in unit.engines:
+            if any(r.aborted for r in eng.waiting):
+                eng.waiting = collections.deque(r for r in eng.waiting if not r.aborted)
+            eng.running = [r for r in eng.running if not r.aborted]
+
+    def _set_gauges(self, unit: _Unit) -> None:
+        m = self.metrics
+        capacity = self.params.kv_free_bytes / max(1, self.params.engines_per_unit)
+        for eng in unit.engines:
+            m["num_requests_running"][eng.index].set(len(eng.running))
+            m["num_requests_waiting"][eng.index].set(len(eng.waiting))
+            ctx = sum(r.prefilled + r.generated for r in eng.running)
+            used = ctx * perfmodel.KV_BYTES_PER_TOKEN + len(eng.running) * self.params.kda_state_bytes_per_seq
+            m["kv_cache_usage_perc"][eng.index].set(min(1.0, used / capacity) if capacity > 0 else 1.0)
+
+    # ---------------------------------------------------------------- HTTP
+    @property
+    def requires_api_key(self) -> bool:
+        return bool(self._key_digests)
+
+    def authorized(self, method: str, path: str, authorization: str | None) -> bool:
+        """vLLM 0.32's ``AuthenticationMiddleware`` decision for one request (module docstring)."""
+        if not self._key_digests or method == "OPTIONS" or not path.startswith(GUARDED_PREFIXES):
+            return True
+        if not authorization:
+            return False
+        scheme, _, param = authorization.partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        digest = hashlib.sha256(param.encode("utf-8")).digest()
+        match = False
+        for key in self._key_digests:  # every key compared, in constant time, like vLLM
+            match |= hmac.compare_digest(digest, key)
+        return match
+
+    def _make_app(self) -> web.Application:
+        @web.middleware
+        async def authenticate(request: web.Request, handler: Any) -> web.StreamResponse:
+            if not self.authorized(request.method, request.path, request.headers.get("Authorization")):
+                return web.Response(status=401, body=UNAUTHORIZED_BODY, content_type="application/json")
+            return await handler(request)
+
+        app = web.Application(middlewares=[authenticate] if self._key_digests else [])
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        return app
+
+    def _not_ready(self) -> web.Response:
+        return _error(503, "The engine is loading the model.", "ServiceUnavailableError")
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200) if self.ready else web.Response(status=503)
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        if not self.ready:
+            return self._not_ready()
+        body, content_type = self.metrics.render(request.headers.get("Accept"))
+        resp = web.Response(body=body)
+        resp.headers["Content-Type"] = content_type
+        return resp
+
+    async def _models(self, request: web.Request) -> web.Response:
+        if not self.ready:
+            return self._not_ready()
+        created = int(time.time())
+        return web.json_response({"object": "list", "data": [{
+            "id": self.config.served_model_name, "object": "model", "created": created, "owned_by": "vllm",
+            "root": self.config.model, "parent": None, "max_model_len": self.config.max_model_len,
+            "permission": [{"id": f"modelperm-{uuid.uuid4().hex}", "object": "model_permission",
+                            "created": created, "allow_create_engine": False, "allow_sampling": True,
+                            "allow_logprobs": True, "allow_search_indices": False, "allow_view": True,
+                            "allow_fine_tuning": False, "organization": "*", "group": None,
+                            "is_blocking": False}]}]})
+
+    async def _body(self, request: web.Request) -> dict[str, Any] | web.Response:
+        if not self.ready:
+            return self._not_ready()
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return _error(400, "The request body is not valid JSON.")
+        if not isinstance(body, dict):
+            return _error(400, "The request body must be a JSON object.")
+        model = body.get("model")
+        if model is not None and model != self.config.served_model_name:
+            return _error(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
+        if body.get("n", 1) != 1:
+            return _error(400, "The simulator serves n=1 only.", param="n")
+        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+        if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
+            return _error(400, "max_tokens must be a positive integer.", param="max_tokens")
+        return body
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        body = await self._body(request)
+        if isinstance(body, web.Response):
+            return body
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            prompt = prompt[0]
+        if isinstance(prompt, str):
+            n_prompt = count_tokens(prompt)
+        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+            n_prompt = len(prompt)
+        else:
+            return _error(400, "prompt must be a string or a list of token ids (one prompt).", param="prompt")
+        return await self._serve(request, body, n_prompt, chat=False)
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        body = await self._body(request)
+        if isinstance(body, web.Response):
+            return body
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return _error(400, "messages must be a non-empty list.", param="messages")
+        n_prompt = CHAT_REPLY_HEADER_TOKENS
+        for msg in messages:
+            content = msg.get("content") if isinstance(msg, dict) else None
+            if isinstance(content, list):
+                content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+            n_prompt += CHAT_TOKENS_PER_MESSAGE + (count_tokens(content) if content else 0)
+        return await self._serve(request, body, n_prompt, chat=True)
+
+    async def _serve(self, request: web.Request, body: dict[str, Any], n_prompt: int, chat: bool) -> web.StreamResponse:
+        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+        if max_tokens is not None and n_prompt + max_tokens > self.config.max_model_len:
+            return _error(400, f"This model's maximum context length is {self.config.max_model_len} tokens. "
+                               f"However, you requested {n_prompt + max_tokens} tokens "
+                               f"({n_prompt} in the messages, {max_tokens} in the completion).", param="max_tokens")
+        req = self.submit(n_prompt, max_tokens, body.get("kimik3_workload"))
+        rid = ("chatcmpl-" if chat else "cmpl-") + req.rid
+        created = int(time.time())
+        try:
+            if body.get("stream"):
+                opts = body.get("stream_options") or {}
+                return await self._stream(request, req, rid, created, chat, n_prompt,
+                                          bool(opts.get("include_usage")), bool(opts.get("continuous_usage_stats")))
+            text: list[str] = []
+            reason = None
+            while reason is None:
+                item = await req.out.get()
+                if item is None:
+                    return _error(503, "The engine stopped.", "ServiceUnavailableError")
+                start, n, reason = item
+                text.extend(token_text(i) for i in range(start, start + n))
+            usage = _usage(n_prompt, req.generated)
+            if chat:
+                choice = {"index": 0, "message": {"role": "assistant", "content": "".join(text), "refusal": None,
+                                                  "annotations": None, "audio": None, "function_call": None,
+                                                  "tool_calls": [], "reasoning": None},
+                          "logprobs": None, "finish_reason": reason, "stop_reason": None}
+                obj = "chat.completion"
+            else:
+                choice = {"index": 0, "text": "".join(text), "logprobs": None, "finish_reason": reason,
+                          "stop_reason": None, "prompt_logprobs": None}
+                obj = "text_completion"
+            return web.json_response({"id": rid, "object": obj, "created": created,
+                                      "model": self.config.served_model_name, "choices": [choice], "usage": usage,
+                                      "system_fingerprint": None})
+        finally:
+            if not req.done:
+                req.aborted = True
+                self._unit_of[req.engine].wake.set()
+
+    async def _stream(self, request: web.Request, req: SimRequest, rid: str, created: int, chat: bool,
+                      n_prompt: int, include_usage: bool, continuous: bool) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
+                                           "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        model = self.config.served_model_name
+        obj = "chat.completion.chunk" if chat else "text_completion"
+
+        def chunk(choices: list[dict[str, Any]], usage: dict[str, Any] | None) -> bytes:
+            doc: dict[str, Any] = {"id": rid, "object": obj, "created": created, "model": model, "choices": choices}
+            if usage is not None:
+                doc["usage"] = usage
+            return b"data: " + json.dumps(doc, separators=(",", ":")).encode() + b"\n\n"
+
+        if chat:
+            first = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                     "finish_reason": None}
+            await resp.write(chunk([first], _usage(n_prompt, 0) if include_usage and continuous else None))
+        reason = None
+        while reason is None:
+            item = await req.out.get()
+            if item is None:
+                break
+            start, n, reason = item
+            text = "".join(token_text(i) for i in range(start, start + n))
+            if chat:
+                choice: dict[str, Any] = {"index": 0, "delta": {"content": text}, "logprobs": None,
+                                          "finish_reason": reason}
+            else:
+                choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
+            if reason is not None:
+                choice["stop_reason"] = None
+            await resp.write(chunk([choice], _usage(n_prompt, req.generated) if include_usage and continuous else None))
+        if include_usage and reason is not None:
+            await resp.write(chunk([], _usage(n_prompt, req.generated)))
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+
+def _usage(prompt: int, completion: int) -> dict[str, Any]:
+    return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion,
+            "prompt_tokens_details": None}
+
+
+def _error(status: int, message: str, kind: str = "BadRequestError", param: str | None = None) -> web.Response:
+    return web.json_response({"error": {"message": message, "type": kind, "param": param, "code": status}},
+                             status=status)

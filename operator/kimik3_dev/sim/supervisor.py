@@ -1,0 +1,441 @@
+"""Runs one simulated engine per running engine group of every KimiK3Deployment.
+
+Every ``poll_interval`` seconds (2 s by default) it lists, through the ``kubernetes`` client,
+the KimiK3Deployments and the pods of their LeaderWorkerSets (label
+``leaderworkerset.sigs.k8s.io/name=<cr>-engine``), and for every group (label ``group-index``)
+whose ``nodes_per_group`` pods all exist, are not terminating and are ``Running`` it keeps one
+``SimEngine`` on a free 127.0.0.1 port, configured from the CR's spec through
+``kimik3.admission.admit`` (spec + GroupPlan). A group that goes away (scale-down, deletion, a pod
+no longer Running) stops its engine; a group recreated under a new leader pod UID restarts it,
+with a new load time. Pod IPs are never used: they are fake under kwok.
+
+It writes, atomically (temp file + rename), under ``<state-dir>/sim/``:
+
+- ``targets.json``: Prometheus file_sd, one entry per engine:
+  ``{"targets": ["127.0.0.1:PORT"], "labels": {"namespace", "deployment", "group", "pod", "role": "leader"}}``
+  (the labels a PodMonitor on the leader pods gives in a real cluster);
+- ``endpoints.json``: ``{"ns/name": {"url": "http://127.0.0.1:FRONT", "model": served name,
+  "groups": {"0": {"url", "pod", "leaderUid", "ready", "startedAt", "apiKeyRequired"}}}}``. ``url`` is a small
+  round-robin front per deployment that stands in for the client Service: it forwards to the
+  groups whose engine is ready (past its load time), like a Service to Ready leader pods.
+
+API key: when the leader pod's engine container has ``VLLM_API_KEY`` in its env (a ``value``, or
+``valueFrom.secretKeyRef`` as ``render/leaderworkerset.py`` writes it for ``spec.service.apiKeySecret``),
+the engine requires it on ``/v1`` exactly like vLLM (``kimik3_dev.sim.engine``). It is resolved like
+a kubelet does (``kimik3_dev.sim.podenv``): once, when the engine starts for that leader pod UID (a
+later change of the Secret reaches a group only when its pods are recreated), by reading the
+Secret from the API server; a missing Secret or key leaves the group without an engine (the
+kubelet would not start the container), with a warning naming the Secret, retried every poll.
+The key is never logged nor written to a file; ``endpoints.json`` says ``"apiKeyRequired"`` per group.
+
+Per-CR annotations (simulator only): ``inference.kimik3.io/sim-load-time`` (a duration such as
+``90s``) and ``inference.kimik3.io/sim-workload`` (``code``, ``chat``, ``creative``, ... or an
+acceptance length) override the command's defaults for that deployment's engines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime
+import json
+import logging
+import os
+import socket
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from kimik3.kube.kinds import GROUP, PLURAL, VERSION
+from kimik3.api.errors import SpecErrors
+from kimik3.api.v1alpha1 import duration_seconds
+from kimik3.render.leaderworkerset import API_KEY_ENV, CONTAINER
+from kimik3.kube.labels import LWS_GROUP_INDEX_LABEL, LWS_NAME_LABEL, LWS_WORKER_INDEX_LABEL
+from kimik3_dev.sim import podenv
+from kimik3_dev.sim.engine import LOOPBACK, EngineConfig, SimEngine
+
+log = logging.getLogger(__name__)
+
+LOAD_TIME_ANNOTATION = f"{GROUP}/sim-load-time"
+WORKLOAD_ANNOTATION = f"{GROUP}/sim-workload"
+DEFAULT_POLL_INTERVAL_S = 2.0
+API_TIMEOUT_S = 10.0
+"""Bound on one list call to the API server, seconds."""
+PROXY_TIMEOUT_S = 3600.0
+"""Bound on one request through a deployment's front, seconds."""
+
+
+@dataclass
+class _Group:
+    """A running simulated engine for one group."""
+
+    namespace: str
+    deployment: str
+    group: str
+    leader_pod: str
+    leader_uid: str
+    engine: SimEngine
+    started_at: str
+
+
+@dataclass
+class _Front:
+    """The stand-in for a deployment's client Service: round-robin over its ready groups."""
+
+    namespace: str
+    deployment: str
+    served_model_name: str
+    groups: dict[str, _Group] = field(default_factory=dict)
+    port: int = 0
+    runner: web.AppRunner | None = None
+    session: aiohttp.ClientSession | None = None
+    rr: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+
+@dataclass(frozen=True)
+class _Wanted:
+    namespace: str
+    deployment: str
+    group: str
+    leader_pod: str
+    leader_uid: str
+    config: EngineConfig
+    api_key_env: dict[str, Any] | None = field(default=None, repr=False)
+    """The leader's engine container env entry of ``VLLM_API_KEY`` (camelCase), None when unset."""
+
+
+def _listen_socket() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((LOOPBACK, 0))
+    return sock
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON to ``path`` through a temp file in the same folder and a rename, so a
+    reader (Prometheus' file_sd) never sees a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+class Supervisor:
+    """Keeps simulated engines in line with the cluster's running groups (see the module docstring).
+
+    ``api_client``: a ``kubernetes.client.ApiClient``; ``load_time_s``: default model load time
+    of a new engine; ``workload``: default speculative-acceptance workload."""
+
+    def __init__(self, api_client: Any, state_dir: Path | str, *, load_time_s: float = 20.0,
+                 poll_interval_s: float = DEFAULT_POLL_INTERVAL_S, workload: str | float = "chat",
+                 seed: int | None = None):
+        from kubernetes import client
+
+        self.api_client = api_client
+        self.custom = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self.sim_dir = Path(state_dir) / "sim"
+        self.targets_path = self.sim_dir / "targets.json"
+        self.endpoints_path = self.sim_dir / "endpoints.json"
+        self.load_time_s = load_time_s
+        self.poll_interval_s = poll_interval_s
+        self.workload = workload
+        self.seed = seed
+        self.groups: dict[tuple[str, str, str], _Group] = {}
+        self.fronts: dict[tuple[str, str], _Front] = {}
+        self._refused: dict[tuple[str, str], str] = {}
+        self._last_valid: dict[tuple[str, str], tuple[Any, Any]] = {}
+        """The last admitted (spec, plan) of each deployment: used while a later edit is refused."""
+        self._unresolved: dict[tuple[str, str, str], str] = {}
+        self._last_written: tuple[str, str] | None = None
+        self.polls = 0
+
+    # ---------------------------------------------------------------- main loop
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Poll until ``stop`` is set (or the task is cancelled), then stop every engine and write
+        empty files."""
+        stop = stop or asyncio.Event()
+        self._write_files(force=True)
+        try:
+            while not stop.is_set():
+                try:
+                    await self.poll_once()
+                except Exception as exc:  # an API outage must not kill the engines: retry next poll
+                    log.warning("poll failed (engines kept as they are): %s", exc)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.poll_interval_s)
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        """Stop every engine and front; write empty target and endpoint files."""
+        for key in list(self.groups):
+            await self._stop_group(key)
+        for key in list(self.fronts):
+            await self._stop_front(key)
+        self._write_files(force=True)
+
+    async def poll_once(self) -> None:
+        """One pass: list CRs and LWS pods, start/stop engines and fronts, rewrite the files."""
+        crs, pods = await asyncio.gather(
+            asyncio.to_thread(self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL,
+                              _request_timeout=API_TIMEOUT_S),
+            asyncio.to_thread(self.core.list_pod_for_all_namespaces, label_selector=LWS_NAME_LABEL,
+                              _request_timeout=API_TIMEOUT_S),
+        )
+        wanted, deployments = self._wanted(crs.get("items", []), pods.items)
+        for key, group in list(self.groups.items()):
+            want = wanted.get(key)
+            if want is None or want.leader_uid != group.leader_uid:
+                log.info("group %s/%s/%s gone or recreated: stopping its engine on port %s",
+                         *key, group.engine.port)
+                await self._stop_group(key)
+        for key in list(self.fronts):
+            if key not in deployments:
+                await self._stop_front(key)
+        for key, served in deployments.items():
+            if key not in self.fronts:
+                await self._start_front(key, served)
+        for key, want in wanted.items():
+            if key not in self.groups:
+                await self._start_group(key, want)
+        self.polls += 1
+        self._write_files()
+
+    # ---------------------------------------------------------------- what should run
+    def _wanted(self, crs: list[dict[str, Any]], pods: list[Any]
+                ) -> tuple[dict[tuple[str, str, str], _Wanted], dict[tuple[str, str], str]]:
+        from kimik3.admission import admit
+
+        by_lws: dict[tuple[str, str], dict[str, list[Any]]] = {}
+        for pod in pods:
+            labels = pod.metadata.labels or {}
+            lws, gi = labels.get(LWS_NAME_LABEL), labels.get(LWS_GROUP_INDEX_LABEL)
+            if lws is None or gi is None:
+                continue
+            by_lws.setdefault((pod.metadata.namespace, lws), {}).setdefault(gi, []).append(pod)
+        wanted: dict[tuple[str, str, str], _Wanted] = {}
+        deployments: dict[tuple[str, str], str] = {}
+        for cr in crs:
+            meta = cr.get("metadata", {})
+            ns, name = meta.get("namespace", "default"), meta.get("name", "")
+            if meta.get("deletionTimestamp"):
+                continue
+            try:
+                spec, plan = admit(cr.get("spec") or {})
+            except SpecErrors as exc:
+                # The operator changes nothing for a refused spec: the pods, and so the engines,
+                # keep what they were started with (the last spec admitted here).
+                last = self._last_valid.get((ns, name))
+                if self._refused.get((ns, name)) != str(exc):
+                    log.warning("%s/%s: invalid spec, %s: %s", ns, name, "engines keep the last valid spec"
+                                if last else "no engines simulated", exc)
+                    self._refused[(ns, name)] = str(exc)
+                if last is None:
+                    continue
+                spec, plan = last
+            else:
+                self._refused.pop((ns, name), None)
+                self._last_valid[(ns, name)] = (spec, plan)
+            deployments[(ns, name)] = spec.model.served_model_name
+            annotations = meta.get("annotations") or {}
+            load_time = self.load_time_s
+            if LOAD_TIME_ANNOTATION in annotations:
+                try:
+                    load_time = duration_seconds(annotations[LOAD_TIME_ANNOTATION])
+                except ValueError:
+                    log.warning("%s/%s: ignoring bad %s", ns, name, LOAD_TIME_ANNOTATION)
+            workload: str | float = annotations.get(WORKLOAD_ANNOTATION, self.workload)
+            with contextlib.suppress(ValueError):
+                workload = float(workload)
+            for gi, members in by_lws.get((ns, f"{name}-engine"), {}).items():
+                leader = self._ready_leader(members, plan.nodes_per_group)
+                if leader is None:
+                    continue
+                config = EngineConfig.from_spec(spec, plan, load_time_s=load_time, workload=workload,
+                                                seed=self.seed)
+                wanted[(ns, name, gi)] = _Wanted(ns, name, gi, leader.metadata.name, leader.metadata.uid, config,
+                                                 self._api_key_entry(leader))
+        return wanted, deployments
+
+    @staticmethod
+    def _ready_leader(members: list[Any], size: int) -> Any | None:
+        """The leader pod when the group is whole and every pod Running, else None."""
+        live = [p for p in members if p.metadata.deletion_timestamp is None]
+        if len(live) < size or any((p.status.phase if p.status else None) != "Running" for p in live):
+            return None
+        leaders = [p for p in live if (p.metadata.labels or {}).get(LWS_WORKER_INDEX_LABEL) == "0"]
+        return leaders[0] if len(leaders) == 1 else None
+
+    def _api_key_entry(self, pod: Any) -> dict[str, Any] | None:
+        """The ``VLLM_API_KEY`` env entry of ``pod``'s engine container (camelCase dict) or None."""
+        spec = {"containers": [{"name": c.name, "env": self.api_client.sanitize_for_serialization(c.env or [])}
+                               for c in (pod.spec.containers if pod.spec else None) or []]}
+        return podenv.env_entry(spec, API_KEY_ENV, CONTAINER)
+
+    def _read_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """Secret ``namespace/name`` as ``{"data": {key: base64}}``, None when it does not exist."""
+        from kubernetes.client.rest import ApiException
+
+        try:
+            secret = self.core.read_namespaced_secret(name, namespace, _request_timeout=API_TIMEOUT_S)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            # not `from exc`: the exception would carry the API server's response into a log
+            raise podenv.EnvUnresolved(f"reading Secret {namespace}/{name}: HTTP {exc.status} {exc.reason}") from None
+        return {"data": dict(secret.data or {})}
+
+    async def _api_keys(self, key: tuple[str, str, str], want: _Wanted) -> tuple[str, ...] | None:
+        """The keys the engine of ``want`` accepts (() = no authentication), resolved like a
+        kubelet at container start; None when the kubelet would not start the container."""
+        try:
+            value = await asyncio.to_thread(podenv.resolve, want.api_key_env, want.namespace,
+                                            lambda name: self._read_secret(want.namespace, name))
+        except podenv.EnvUnresolved as exc:
+            if self._unresolved.get(key) != want.leader_uid:
+                log.warning("group %s/%s/%s (leader %s): no engine, as a kubelet would not start the container: %s",
+                            *key, want.leader_pod, exc)
+                self._unresolved[key] = want.leader_uid
+            return None
+        self._unresolved.pop(key, None)
+        return (value,) if value else ()
+
+    # ---------------------------------------------------------------- engines
+    async def _start_group(self, key: tuple[str, str, str], want: _Wanted) -> None:
+        api_keys = await self._api_keys(key, want)
+        if api_keys is None:
+            return
+        engine = SimEngine(dataclasses.replace(want.config, api_keys=api_keys))
+        await engine.start()
+        started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        group = _Group(want.namespace, want.deployment, want.group, want.leader_pod, want.leader_uid, engine, started)
+        self.groups[key] = group
+        front = self.fronts.get((want.namespace, want.deployment))
+        if front is not None:
+            front.groups[want.group] = group
+        log.info("group %s/%s/%s (leader %s): engine on %s, ready in %.0f s%s",
+                 *key, want.leader_pod, engine.url, want.config.load_time_s,
+                 f", API key ({API_KEY_ENV}) required on /v1" if engine.requires_api_key else "")
+
+    async def _stop_group(self, key: tuple[str, str, str]) -> None:
+        group = self.groups.pop(key)
+        front = self.fronts.get(key[:2])
+        if front is not None and front.groups.get(key[2]) is group:
+            del front.groups[key[2]]
+        await group.engine.stop()
+
+    # ---------------------------------------------------------------- fronts (Service stand-ins)
+    async def _start_front(self, key: tuple[str, str], served: str) -> None:
+        front = _Front(key[0], key[1], served)
+        for (ns, name, gi), group in self.groups.items():
+            if (ns, name) == key:
+                front.groups[gi] = group
+        app = web.Application()
+
+        async def forward(request: web.Request) -> web.StreamResponse:
+            return await self._forward(front, request)
+
+        app.router.add_route("*", "/{tail:.*}", forward)
+        front.runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
+        await front.runner.setup()
+        sock = _listen_socket()
+        front.port = sock.getsockname()[1]
+        await web.SockSite(front.runner, sock).start()
+        front.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=PROXY_TIMEOUT_S))
+        self.fronts[key] = front
+        log.info("deployment %s/%s: front (client Service stand-in) on %s", *key, front.url)
+
+    async def _stop_front(self, key: tuple[str, str]) -> None:
+        front = self.fronts.pop(key)
+        if front.session is not None:
+            await front.session.close()
+        if front.runner is not None:
+            await front.runner.cleanup()
+
+    async def _forward(self, front: _Front, request: web.Request) -> web.StreamResponse:
+        ready = [g for _, g in sorted(front.groups.items(), key=lambda kv: int(kv[0])) if g.engine.ready]
+        if not ready:
+            return web.json_response({"error": {
+                "message": f"no ready engine group behind {front.namespace}/{front.deployment}",
+                "type": "ServiceUnavailableError", "param": None, "code": 503}}, status=503)
+        group = ready[front.rr % len(ready)]
+        front.rr += 1
+        assert front.session is not None
+        # a Service passes every byte; the front passes the headers the engine reads
+        headers = {k: v for k, v in request.headers.items() if k.lower() in ("content-type", "accept", "authorization")}
+        async with front.session.request(request.method, group.engine.url + request.path_qs,
+                                         data=await request.read(), headers=headers) as upstream:
+            resp = web.StreamResponse(status=upstream.status)
+            if "Content-Type" in upstream.headers:
+                resp.headers["Content-Type"] = upstream.headers["Content-Type"]
+            await resp.prepare(request)
+            async for chunk in upstream.content.iter_any():
+                await resp.write(chunk)
+            await resp.write_eof()
+            return resp
+
+    # ---------------------------------------------------------------- files
+    def targets(self) -> list[dict[str, Any]]:
+        """The file_sd document: one target per running engine, sorted."""
+        out = []
+        for (ns, name, gi), g in sorted(self.groups.items()):
+            out.append({"targets": [f"{LOOPBACK}:{g.engine.port}"],
+                        "labels": {"namespace": ns, "deployment": name, "group": gi, "pod": g.leader_pod,
+                                   "role": "leader"}})
+        return out
+
+    def endpoints(self) -> dict[str, Any]:
+        """The endpoints document: a URL per deployment (its front) and each group's engine."""
+        out: dict[str, Any] = {}
+        for (ns, name), front in sorted(self.fronts.items()):
+            out[f"{ns}/{name}"] = {
+                "url": front.url,
+                "model": front.served_model_name,
+                "groups": {gi: {"url": g.engine.url, "pod": g.leader_pod, "leaderUid": g.leader_uid,
+                                "ready": g.engine.ready, "startedAt": g.started_at,
+                                "apiKeyRequired": g.engine.requires_api_key}
+                           for gi, g in sorted(front.groups.items(), key=lambda kv: int(kv[0]))},
+            }
+        return out
+
+    def _write_files(self, force: bool = False) -> None:
+        targets, endpoints = self.targets(), self.endpoints()
+        key = (json.dumps(targets, sort_keys=True), json.dumps(endpoints, sort_keys=True))
+        if not force and key == self._last_written:
+            return
+        write_json_atomic(self.targets_path, targets)
+        write_json_atomic(self.endpoints_path, endpoints)
+        self._last_written = key
+
+
+async def run_supervisor(kubeconfig: str, state_dir: Path | str, *, load_time_s: float,
+                         poll_interval_s: float = DEFAULT_POLL_INTERVAL_S, workload: str | float = "chat",
+                         seed: int | None = None, stop: asyncio.Event | None = None) -> None:
+    """Build an API client from ``kubeconfig`` and run a ``Supervisor`` until ``stop`` is set."""
+    from kubernetes import config as k8s_config
+
+    api = k8s_config.new_client_from_config(config_file=kubeconfig)
+    log.info("engine simulator: watching KimiK3Deployments every %.1f s, load time %.0f s; writing %s",
+             poll_interval_s, load_time_s, Path(state_dir) / "sim")
+    try:
+        await Supervisor(api, state_dir, load_time_s=load_time_s, poll_interval_s=poll_interval_s,
+                         workload=workload, seed=seed).run(stop)
+    finally:
+        api.close()

@@ -1,0 +1,71 @@
+"""The layers of design.md are a contract, not a hope: import-linter's contracts (pyproject.toml,
+``[tool.importlinter]``), mypy on the core, and the operator's process free of the kit."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def _run(*cmd: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "operator")}
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_import_contracts_hold() -> None:
+    """Core layers (cli > controller > autoscaler | render > admission > engine > topology > api >
+    kube), the kit's layers, the core never importing the kit, no cycles among siblings."""
+    result = _run(str(BIN / "lint-imports"), "--no-cache")
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert "kept, 0 broken." in result.stdout
+
+
+def test_import_contracts_catch_an_upward_import(tmp_path: Path) -> None:
+    """The layers contract is not vacuous: an api module importing the controller breaks it."""
+    tree = tmp_path / "operator"
+    subprocess.run(["cp", "-r", str(REPO / "operator"), str(tree)], check=True)
+    (tree / "kimik3" / "api" / "upward.py").write_text("import kimik3.controller.status\n")
+    (tmp_path / "pyproject.toml").write_text((REPO / "pyproject.toml").read_text())
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    result = subprocess.run([str(BIN / "lint-imports"), "--no-cache"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 1
+    assert "kimik3.api.upward -> kimik3.controller.status" in result.stdout
+
+
+def test_core_type_checks() -> None:
+    """mypy (pyproject.toml ``[tool.mypy]``) is clean on operator/kimik3."""
+    result = _run(str(BIN / "mypy"), "--no-incremental")
+    assert result.returncode == 0, result.stdout[-6000:]
+
+
+def test_operator_process_imports_no_kit_module() -> None:
+    """``kimik3 run`` loads the CLI, the controller and everything it reaches; not one
+    ``kimik3_dev`` module (the operator image ships the core only)."""
+    probe = (
+        "import sys, json\n"
+        "from click.testing import CliRunner\n"
+        "from kimik3.cli import main\n"
+        "import kimik3.controller.operator\n"
+        "CliRunner().invoke(main, ['run', '--help'])\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('kimik3', 'kimik3_dev'))))\n"
+    )
+    result = _run(sys.executable, "-c", probe)
+    assert result.returncode == 0, result.stderr
+    loaded = json.loads(result.stdout.splitlines()[-1])
+    assert "kimik3.controller.operator" in loaded and "kimik3.autoscaler.policy" in loaded
+    assert [m for m in loaded if m.startswith("kimik3_dev")] == []
+
+
+def test_kit_verbs_are_offered_by_the_one_command() -> None:
+    """``kimik3 --help`` lists the core's verbs and the kit's (entry points ``kimik3.commands``)."""
+    result = _run(str(BIN / "kimik3"), "--help")
+    assert result.returncode == 0, result.stderr
+    for verb in ("crd", "validate", "render", "run", "demo", "dev", "doctor", "simulate"):
+        assert f"  {verb} " in result.stdout, verb
