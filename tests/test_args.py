@@ -25,7 +25,8 @@ def plan_of(topology: dict | None = None, **spec_fields: Any):
     spec = {"model": dict(PVC), **spec_fields}
     if topology is not None:
         spec["topology"] = topology
-    return admit(spec)
+    admitted = admit(spec)
+    return admitted.spec, admitted.plan
 
 
 def flags(args: list[str]) -> dict[str, Any]:
@@ -254,7 +255,8 @@ def test_engine_ready_timeout_is_the_load_timeout(load_timeout, seconds):
     ({"hub": {}}, False),
 ])
 def test_hub_offline_when_weights_are_pre_staged(source, offline):
-    spec, plan = admit({"model": {"source": source}})
+    admitted = admit({"model": {"source": source}})
+    spec, plan = admitted.spec, admitted.plan
     env = engine_env(spec, plan)
     assert (env.get("HF_HUB_OFFLINE") == "1") is offline
     assert ("HF_HUB_OFFLINE" in env) is offline

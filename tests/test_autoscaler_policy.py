@@ -139,7 +139,7 @@ def test_bounds_are_respected():
 def test_seed_fits_the_shared_poisson_batch_model_to_the_recipe():
     """The seed reads the P90 and the mean per token of one group with Poisson batches from the
     perf model and fits quantile = t0 + k (c + z sqrt(c/n)), mean = t0 + k (c + 1/n) to them."""
-    from kimik3_dev.sim import benchmark
+    from kimik3_dev.benchmark import simulate as benchmark
     s = benchmark.setup("recipes/gb300-tp8-megakernel-dspark.yaml")
     m = benchmark.seed_model(s.spec, s.plan)
     assert (m.z, m.w) == (pytest.approx(2.0), 1.0)

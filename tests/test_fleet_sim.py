@@ -12,7 +12,7 @@ from kimik3_dev.benchmark.baselines import (HPAPolicy, KEDAPolicy, KPAPolicy, Op
 from kimik3.autoscaler.histogram import quantile
 from kimik3.autoscaler.observation import DecodeObservation
 from kimik3.autoscaler.policy import Decision, FleetState
-from kimik3_dev.sim import benchmark, traces
+from kimik3_dev.benchmark import simulate as benchmark, traces
 from kimik3_dev.benchmark.fleet import FleetSim, GroupModel
 from kimik3.autoscaler.perfmodel import acceptance_length, decode_point, perf_params
 

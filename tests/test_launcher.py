@@ -66,7 +66,8 @@ def launch(tmp_path: Path):
 
 def document(topology: dict, **spec_fields) -> tuple[dict, list[list[str]]]:
     """The plan document the operator ships, and each rank's arguments."""
-    spec, plan = admit({"model": dict(PVC), "topology": topology, **spec_fields})
+    admitted = admit({"model": dict(PVC), "topology": topology, **spec_fields})
+    spec, plan = admitted.spec, admitted.plan
     return group_plan_document(spec, plan), [rank_args(spec, plan, r) for r in range(plan.nodes_per_group)]
 
 

@@ -96,7 +96,7 @@ FITS = [
     [pytest.param(*case[1:], id=case[0]) for case in FITS])
 def test_plan_of_shapes_that_fit(spec_dict, strategy, tp, pp, dp, dp_local, ep, gpus_per_node, nodes,
                                  compute_domain):
-    _, plan = admit(spec_dict)
+    plan = admit(spec_dict).plan
     assert (plan.strategy, plan.tensor_parallel_size, plan.pipeline_parallel_size) == (strategy, tp, pp)
     assert (plan.data_parallel_size, plan.data_parallel_size_local, plan.expert_parallel) == (dp, dp_local, ep)
     assert (plan.gpus_per_node, plan.nodes_per_group) == (gpus_per_node, nodes)
@@ -109,7 +109,8 @@ def test_plan_of_shapes_that_fit(spec_dict, strategy, tp, pp, dp, dp_local, ep, 
 
 
 def test_gb300_tp8_is_two_trays_of_four_gpus_in_one_clique():
-    parsed, plan = admit(spec({"accelerator": "gb300", "tensorParallelSize": 8}))
+    admitted = admit(spec({"accelerator": "gb300", "tensorParallelSize": 8}))
+    parsed, plan = admitted.spec, admitted.plan
     assert plan.profile.name == "gb300"
     assert (plan.nodes_per_group, plan.gpus_per_node, plan.gpus_per_group) == (2, 4, 8)
     assert plan.needs_compute_domain and plan.clique_placement
@@ -125,7 +126,7 @@ def test_tp4_dp4_on_gb300_spans_16_gpus_only_with_expert_parallel():
     assert "1152 GB" in msg and "1680 GB" in msg
     assert re.search(r"\b8\b", msg), msg
     # With expert parallelism the experts spread over all 16 GPUs.
-    _, plan = admit(spec({**shape, "expertParallel": True}))
+    plan = admit(spec({**shape, "expertParallel": True})).plan
     assert plan.expert_parallel
     assert (plan.gpus_per_group, plan.nodes_per_group, plan.data_parallel_size_local) == (16, 4, 1)
 
@@ -246,7 +247,7 @@ def test_extra_args_refuse_every_spelling_vllm_accepts_of_an_owned_flag(extra_ar
 
 
 def test_extra_args_with_flags_the_operator_does_not_own_are_admitted():
-    parsed, _ = admit(spec({}, {"extraArgs": ["--max-log-len=100", "--disable-log-requests"]}))
+    parsed = admit(spec({}, {"extraArgs": ["--max-log-len=100", "--disable-log-requests"]})).spec
     assert parsed.engine.extra_args == ["--max-log-len=100", "--disable-log-requests"]
 
 

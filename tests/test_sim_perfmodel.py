@@ -119,10 +119,11 @@ def test_from_spec_of_the_recipes():
               "speculativeDecoding": {"method": "dspark", "draftModel": "Inferact/Kimi-K3-DSpark",
                                       "numSpeculativeTokens": 7},
               "topology": {"accelerator": "gb300", "strategy": "tp", "tensorParallelSize": 8}}
-    s = EngineShape.from_spec(*admit(recipe))
+    s = EngineShape.from_spec(admit(recipe).spec, admit(recipe).plan)
     assert (s.tensor_parallel_size, s.spec_method, s.k, s.decode_backend) == (8, "dspark", 7, "latency_specialized")
-    dep = EngineShape.from_spec(*admit({"model": {"source": {"pvc": {"claimName": "w"}}},
-                                        "topology": {"strategy": "dep", "dataParallelSize": 16}}))
+    dep_admitted = admit({"model": {"source": {"pvc": {"claimName": "w"}}},
+                          "topology": {"strategy": "dep", "dataParallelSize": 16}})
+    dep = EngineShape.from_spec(dep_admitted.spec, dep_admitted.plan)
     p = pm.perf_params(dep)
     assert (p.engines_per_unit, p.units, p.gpus_per_unit) == (16, 1, 16)
     # DEP at batch 1 is slower per user than TP16 (recipe comment), faster in aggregate at large batch

@@ -51,7 +51,18 @@ def check_host_path(parsed: KimiK3DeploymentSpec, policy: AdmissionPolicy) -> li
     return []
 
 
-def admit(spec: dict[str, Any], policy: AdmissionPolicy = AdmissionPolicy()) -> tuple[KimiK3DeploymentSpec, GroupPlan]:
+@dataclass(frozen=True)
+class Admitted:
+    """A spec that passed every rule: what render, status, the autoscaler, the simulator and the
+    benchmark take (computed once per reconcile)."""
+
+    spec: KimiK3DeploymentSpec
+    """The parsed spec (defaults filled in)."""
+    plan: GroupPlan
+    """The parallel plan of one engine group."""
+
+
+def admit(spec: dict[str, Any], policy: AdmissionPolicy = AdmissionPolicy()) -> Admitted:
     """Parse and check a spec. Raises SpecErrors listing every problem with its field path."""
     try:
         parsed = KimiK3DeploymentSpec.model_validate(spec)
@@ -67,4 +78,4 @@ def admit(spec: dict[str, Any], policy: AdmissionPolicy = AdmissionPolicy()) -> 
     if errors:
         raise SpecErrors(errors)
     assert plan is not None
-    return parsed, plan
+    return Admitted(parsed, plan)

@@ -111,7 +111,7 @@ def validate(filename: str) -> None:
     for doc in _deployments(filename):
         name = doc["metadata"].get("name", "?")
         try:
-            _, plan = admit(doc.get("spec") or {})
+            plan = admit(doc.get("spec") or {}).plan
         except SpecErrors as exc:
             bad += 1
             click.echo(f"{name}: {len(exc.errors)} problem(s)")

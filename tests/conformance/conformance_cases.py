@@ -70,7 +70,8 @@ class Case:
 
 
 def make_case(name: str, raw: dict[str, Any]) -> Case:
-    spec, plan = admit(raw)
+    admitted = admit(raw)
+    spec, plan = admitted.spec, admitted.plan
     return Case(name, raw, spec, plan)
 
 

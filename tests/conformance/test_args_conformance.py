@@ -285,7 +285,7 @@ def _bypassing_admission(name: str, raw: dict[str, Any]) -> Case:
     """The arguments the builders would emit for ``raw`` had admission let it through (the plan of
     the same shape without the refused setting)."""
     spec = KimiK3DeploymentSpec.model_validate(raw)
-    _, plan = admit(_gb300_tp8({}))
+    plan = admit(_gb300_tp8({})).plan
     return Case(name, raw, spec, plan)
 
 

@@ -180,7 +180,8 @@ def server(cpu_venv, tmp_path_factory):
         "topology": {"accelerator": "b300", "strategy": "tp", "tensorParallelSize": 8},
         "service": {"port": port, "apiKeySecret": API_KEY_REF},
     }
-    spec, plan = admit(spec_doc)
+    admitted = admit(spec_doc)
+    spec, plan = admitted.spec, admitted.plan
     assert plan.nodes_per_group == 1 and not plan.multi_node
     # The pod the operator would run: its engine container's env, resolved like a kubelet against
     # a Secret holding a key made here.

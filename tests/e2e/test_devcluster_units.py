@@ -218,7 +218,8 @@ def _cr(status: dict | None = None) -> dict:
 
 def test_compute_status_sets_and_clears_scaling_limited() -> None:
     cr = _cr()
-    spec, plan = admit(cr["spec"])
+    admitted = admit(cr["spec"])
+    spec, plan = admitted.spec, admitted.plan
     lws_obj = {"status": {"replicas": 4, "readyReplicas": 3}}
     pods = [_pod("k3-latency-engine-3", "3", "0", UNSCHEDULABLE)]
     status = compute_status(cr, spec, plan, lws_obj, pods, 4)
@@ -237,7 +238,8 @@ def test_compute_status_sets_and_clears_scaling_limited() -> None:
 
 def test_ready_message_names_a_crashed_engine_a_terminating_pod_or_a_missing_group() -> None:
     cr = _cr()
-    spec, plan = admit(cr["spec"])
+    admitted = admit(cr["spec"])
+    spec, plan = admitted.spec, admitted.plan
     assert plan.nodes_per_group == 2
     lws_obj = {"status": {"replicas": 2, "readyReplicas": 1}}
     ready = {"type": "Ready", "status": "True"}
@@ -265,7 +267,8 @@ def test_ready_message_names_a_crashed_engine_a_terminating_pod_or_a_missing_gro
 def test_scaling_limited_set_by_someone_else_is_left_alone() -> None:
     cr = _cr({"conditions": [{"type": "ScalingLimited", "status": "True", "reason": "AtMaxReplicas",
                               "message": "autoscaler at maxReplicas 4", "lastTransitionTime": "2026-11-29T00:00:00Z"}]})
-    spec, plan = admit(cr["spec"])
+    admitted = admit(cr["spec"])
+    spec, plan = admitted.spec, admitted.plan
     status = compute_status(cr, spec, plan, {"status": {"replicas": 1, "readyReplicas": 1}}, [], 1)
     limited = next(c for c in status["conditions"] if c["type"] == "ScalingLimited")
     assert (limited["status"], limited["reason"]) == ("True", "AtMaxReplicas")

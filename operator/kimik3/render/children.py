@@ -46,7 +46,8 @@ def render(obj: dict[str, Any], replicas: int | None = None, compute_domains: bo
     """Children of ``obj``; ``replicas`` overrides spec.replicas (the autoscaler's choice);
     ``compute_domains=False`` renders no ComputeDomain and no channel claims (clusters without
     the DRA driver) and says so in ``warnings``."""
-    spec, plan = admit(obj.get("spec") or {}, policy)
+    admitted = admit(obj.get("spec") or {}, policy)
+    spec, plan = admitted.spec, admitted.plan
     owner = Owner.from_object(obj)
     groups = spec.replicas if replicas is None else replicas
     objects: list[dict[str, Any]] = []

@@ -124,7 +124,8 @@ class FleetConfig:
         from kimik3.admission import admit
         with open(path, encoding="utf-8") as fh:
             doc = next(d for d in yaml.safe_load_all(fh) if d and d.get("kind") == "KimiK3Deployment")
-        spec, plan = admit(doc.get("spec") or {})
+        admitted = admit(doc.get("spec") or {})
+        spec, plan = admitted.spec, admitted.plan
         cfg = cls(shape=EngineShape.from_spec(spec, plan), max_num_seqs=spec.engine.max_num_seqs,
                   max_num_batched_tokens=spec.engine.max_num_batched_tokens,
                   trays_per_group=plan.nodes_per_group, **overrides)

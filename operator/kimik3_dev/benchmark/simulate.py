@@ -84,7 +84,8 @@ def setup(recipe: str = RECIPE, target_s: float = TARGET_S, **cfg_overrides: Any
     spec_dict["autoscaling"] = {"enabled": True, "minReplicas": MIN_REPLICAS, "maxReplicas": MAX_REPLICAS,
                                 "target": {"metric": "timePerOutputToken", "percentile": 90,
                                            "value": f"{target_s * 1000:g}ms"}}
-    spec, plan = admit(spec_dict)
+    admitted = admit(spec_dict)
+    spec, plan = admitted.spec, admitted.plan
     from kimik3.autoscaler.perfmodel import EngineShape
     cfg = FleetConfig(shape=EngineShape.from_spec(spec, plan), max_num_seqs=spec.engine.max_num_seqs,
                       max_num_batched_tokens=spec.engine.max_num_batched_tokens,

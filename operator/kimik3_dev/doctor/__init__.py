@@ -111,7 +111,8 @@ def doctor_report(docs: list[dict[str, Any]], check: bool = True, version: str |
     for doc in docs:
         name = doc.get("metadata", {}).get("name", "?")
         try:
-            spec, group = admit(doc.get("spec") or {})
+            admitted = admit(doc.get("spec") or {})
+            spec, group = admitted.spec, admitted.plan
         except SpecErrors as exc:
             ok = False
             out.append(f"# {name}: refused at admission, {len(exc.errors)} problem(s)")

@@ -238,7 +238,8 @@ class Supervisor:
             if meta.get("deletionTimestamp"):
                 continue
             try:
-                spec, plan = admit(cr.get("spec") or {})
+                admitted = admit(cr.get("spec") or {})
+                spec, plan = admitted.spec, admitted.plan
             except SpecErrors as exc:
                 # The operator changes nothing for a refused spec: the pods, and so the engines,
                 # keep what they were started with (the last spec admitted here).
