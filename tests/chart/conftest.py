@@ -1,4 +1,4 @@
-"""Fixtures of the chart tests: real helm (v3.21.4, built by tools/build-binaries.sh), a real
+"""Fixtures of the chart tests: real helm (``HELM_VERSION``, built by tools/build-binaries.sh), a real
 kube-apiserver of their own, and the operator run as a process under the chart's RBAC.
 
 The chart tests start their own ControlPlane (not the session one of tests/conftest.py): that one

@@ -19,6 +19,8 @@ import yaml
 
 from kimik3.api.v1alpha1 import ENGINE_IMAGE
 from kimik3.engine.args import VLLM_VERSION
+from kimik3_dev.doctor import PARSER_VENVS
+from kimik3_dev.versions import VLLM_IMAGE
 
 from .conftest import CHART, REPO
 
@@ -163,18 +165,18 @@ def test_simulator_runs_kimik3_dev_sim():
 def test_engine_image_is_the_pinned_vllm_with_megakernel_and_dspark_needs():
     dockerfile = IMAGES / "engine" / "Dockerfile"
     args = arg_defaults(dockerfile)
-    assert args["VLLM_IMAGE"] == ENGINE_IMAGE == f"vllm/vllm-openai:v{VLLM_VERSION}" == "vllm/vllm-openai:v0.33.0"
+    assert args["VLLM_IMAGE"] == ENGINE_IMAGE == VLLM_IMAGE == f"vllm/vllm-openai:v{VLLM_VERSION}"
     assert [r for w, r in instructions(dockerfile) if w == "FROM"] == ["${VLLM_IMAGE}"]
     runs = " ".join(r for w, r in instructions(dockerfile) if w == "RUN")
     assert '"fastsafetensors==${FASTSAFETENSORS_VERSION}"' in runs
     assert '"nvidia-cutlass-dsl[cu13]==${CUTLASS_DSL_VERSION}"' in runs
     assert "vllm.models.kimi_k3.nvidia.specialized_decode" in runs and f"!= '{VLLM_VERSION}'" not in runs
     assert f"v == '{VLLM_VERSION}'" in runs
-    # What vLLM 0.33.0's own wheel requires (read from its METADATA when the cached parser venv of
-    # tools/vllm-envs.sh is here; these are the values read there on 2026-11-29).
+    # What the pinned vLLM's own wheel requires (read from its METADATA when the cached parser venv
+    # of tools/vllm-envs.sh is here; these are the values read from 0.33.0's on 2026-11-29).
     wanted = {"nvidia-cutlass-dsl[cu13]": "==4.8.0", "fastsafetensors": ">=0.3.3"}
-    metadata = next((Path.home() / ".cache" / "kimik3" / "vllm-0.33.0-parser").glob(
-        "lib/python*/site-packages/vllm-0.33.0.dist-info/METADATA"), None)
+    metadata = next(PARSER_VENVS[VLLM_VERSION].glob(f"lib/python*/site-packages/vllm-{VLLM_VERSION}.dist-info/METADATA"),
+                    None)
     if metadata is not None:
         reqs = [line.split(":", 1)[1].strip() for line in metadata.read_text().splitlines()
                 if line.startswith("Requires-Dist:") and ";" not in line]

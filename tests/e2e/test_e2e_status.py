@@ -18,6 +18,7 @@ from kimik3_dev.devcluster.controlplane import OPERATOR_USER
 from kimik3_dev.devcluster.racks import RACK_LABEL
 from kimik3_dev.devcluster.rbac import RELEASE, RELEASE_NAMESPACE, chart_rbac, whoami
 from kimik3_dev.devcluster.rest import Rest
+from kimik3_dev.versions import KWOK_VERSION, LWS_VERSION
 
 TRAYS_TP8 = 2
 GPUS_PER_TRAY = 4
@@ -60,8 +61,8 @@ def test_dev_up_started_real_processes_on_loopback(dev_env: DevEnv) -> None:
     running = {r.name: r for r in dev_env.cluster.running()}
     assert set(running) >= {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "lws-manager",
                             "kwok", "operator", "prometheus"}
-    assert running["kwok"].argv[0].endswith("kwok-v0.8.0")
-    assert running["lws-manager"].argv[0].endswith("lws-manager-v0.9.0")
+    assert running["kwok"].argv[0].endswith(f"kwok-{KWOK_VERSION}")
+    assert running["lws-manager"].argv[0].endswith(f"lws-manager-{LWS_VERSION}")
     assert running["prometheus"].argv[0] == "/usr/bin/prometheus"
     for name, url in dev_env.state["urls"].items():
         if url.startswith("http"):

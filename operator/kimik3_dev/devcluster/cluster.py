@@ -2,14 +2,14 @@
 
 ``DevCluster(state_dir).up(UpOptions(...))`` starts, each as a background process with a
 pidfile (``<state>/pids/``) and a log (``<state>/logs/``, etcd and kube-apiserver log to
-``<state>/etcd.log`` / ``kube-apiserver.log``):
+``<state>/etcd.log`` / ``kube-apiserver.log``; versions: ``kimik3_dev.versions``):
 
-1. etcd 3.6.16 + kube-apiserver 1.35.4 (``ControlPlane``, ServiceAccount admission on);
-2. kube-controller-manager + kube-scheduler 1.35.4 (``kubecomponents``);
+1. etcd + kube-apiserver (``ControlPlane``, ServiceAccount admission on);
+2. kube-controller-manager + kube-scheduler (``kubecomponents``);
 3. the CRDs: LeaderWorkerSet (+ DisaggregatedSet), ComputeDomain, PodMonitor, ServiceMonitor,
    Gateway API, KimiK3Deployment;
-4. the LeaderWorkerSet v0.9.0 manager with its webhooks on 127.0.0.1 (``lws``);
-5. ``racks x trays`` Node objects and kwok v0.8.0 as their kubelet (``racks``, ``kwok``);
+4. the LeaderWorkerSet manager with its webhooks on 127.0.0.1 (``lws``);
+5. ``racks x trays`` Node objects and kwok as their kubelet (``racks``, ``kwok``);
 6. the operator: ``kimik3 run --no-compute-domains`` (no DRA driver runs here), as the chart's
    ServiceAccount ``kimik3-system/kimik3-operator`` with the chart's RBAC (``rbac``), recorded in
    ``cluster.json``'s ``operator_identity``;
@@ -41,20 +41,15 @@ from kubernetes.client.rest import ApiException
 
 import kimik3
 from kimik3_dev.devcluster import kubecomponents, kwok, lws, processes, prometheus, rbac
-from kimik3_dev.devcluster.controlplane import (
-    ETCD_VERSION,
-    KUBERNETES_VERSION,
-    ControlPlane,
-    ControlPlaneError,
-    bin_dir,
-)
+from kimik3_dev.devcluster.controlplane import ControlPlane, ControlPlaneError, bin_dir
 from kimik3_dev.devcluster.install import apply_admission_policies, own_manifests
 from kimik3_dev.devcluster.processes import ProcessRecord
 from kimik3_dev.devcluster.progress import Progress
 from kimik3_dev.devcluster.racks import RACK_LABEL, RackShape, node_manifests
 from kimik3_dev.devcluster.readiness import ComponentError, http_get, wait_for
 from kimik3_dev.devcluster.rest import Rest
-from kimik3_dev.devcluster.thirdparty import LWS_VERSION, thirdparty_crd_paths
+from kimik3_dev.devcluster.thirdparty import thirdparty_crd_paths
+from kimik3_dev.versions import ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION, KWOK_VERSION, LWS_VERSION
 
 __all__ = ["BINARIES", "DEFAULT_STATE_DIR", "DevCluster", "UpOptions", "sim_command_available"]
 
@@ -66,9 +61,9 @@ BINARIES: dict[str, str] = {
     "kube-apiserver": f"kube-apiserver-{KUBERNETES_VERSION}",
     "kube-controller-manager": f"kube-controller-manager-{KUBERNETES_VERSION}",
     "kube-scheduler": f"kube-scheduler-{KUBERNETES_VERSION}",
-    "kwok": f"kwok-{kwok.KWOK_VERSION}",
+    "kwok": f"kwok-{KWOK_VERSION}",
     "lws": f"lws-manager-{LWS_VERSION}",
-    "helm": f"helm-{rbac.HELM_VERSION}",  # renders the chart's RBAC for the operator's identity
+    "helm": f"helm-{HELM_VERSION}",  # renders the chart's RBAC for the operator's identity
 }
 CONTROL_PLANE = ("etcd", "kube-apiserver")
 """Started by ``ControlPlane``, not from a recorded command line: ``stop_component`` refuses them."""
@@ -278,7 +273,7 @@ class DevCluster:
 
         shape = opts.shape
         with out.step(f"creating {shape.racks} {shape.profile} rack(s) x {shape.trays_per_rack} trays; "
-                      f"starting kwok {kwok.KWOK_VERSION}"):
+                      f"starting kwok {KWOK_VERSION}"):
             for node in node_manifests(shape):
                 rest.create("/api/v1/nodes", node)
             kwok_port = free_port()

@@ -44,14 +44,13 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from kimik3_dev.devcluster.processes import log_tail
+from kimik3_dev.versions import ETCD_VERSION, KUBERNETES_VERSION
 
 __all__ = [
     "ADMIN_GROUPS",
     "ADMIN_USER",
     "ControlPlane",
     "ControlPlaneError",
-    "ETCD_VERSION",
-    "KUBERNETES_VERSION",
     "OPERATOR_GROUPS",
     "OPERATOR_NAMESPACE",
     "OPERATOR_SERVICE_ACCOUNT",
@@ -60,11 +59,6 @@ __all__ = [
     "find_binaries",
     "load_yaml_documents",
 ]
-
-ETCD_VERSION = "v3.6.16"
-"""etcd release built by tools/build-binaries.sh (tools/etcd/go.mod)."""
-KUBERNETES_VERSION = "v1.35.4"
-"""Kubernetes release built by tools/build-binaries.sh (tools/kubernetes/go.mod)."""
 
 ADMIN_USER = "kimik3-admin"
 ADMIN_GROUPS = ("system:masters",)

@@ -1,4 +1,4 @@
-"""kwok v0.8.0 run out of cluster as the fake kubelet of every simulated tray.
+"""kwok (``KWOK_VERSION`` of ``kimik3_dev.versions``) run out of cluster as the fake kubelet of every simulated tray.
 
 kwok does not schedule (kube-scheduler does); it keeps the managed Node objects Ready (node
 leases renewed every ``NODE_LEASE_S / 4`` s by kwok), moves bound pods to Running/Ready with a
@@ -30,12 +30,12 @@ import yaml
 
 from kimik3_dev.devcluster.racks import KWOK_ANNOTATION
 from kimik3_dev.devcluster.thirdparty import go_module_dir
+from kimik3_dev.versions import KWOK_VERSION
 
-__all__ = ["KWOK_MODULE", "KWOK_VERSION", "NODE_NOT_READY_LABEL", "POD_FAILED_LABEL", "argv", "stages",
+__all__ = ["KWOK_MODULE", "NODE_NOT_READY_LABEL", "POD_FAILED_LABEL", "argv", "stages",
            "write_config"]
 
 KWOK_MODULE = "sigs.k8s.io/kwok"
-KWOK_VERSION = "v0.8.0"
 NODE_LEASE_S = 40
 """Node lease duration, s (kubelet's default); the controller-manager marks a node NotReady
 after ``--node-monitor-grace-period`` (50 s) without a renewal."""
@@ -85,7 +85,7 @@ def write_config(state_dir: Path, module_dir: Path | None = None) -> Path:
             "nodeIP": NODE_IP,
             "manageNodesWithAnnotationSelector": f"{KWOK_ANNOTATION[0]}={KWOK_ANNOTATION[1]}",
             "nodeLeaseDurationSeconds": NODE_LEASE_S,
-            # kwok's own defaults (zz_generated.defaults.go), spelled out: v0.8.0 leaves them at
+            # kwok's own defaults (zz_generated.defaults.go), spelled out: the pinned kwok leaves them at
             # zero when options come from a file ("node leases parallelism must be greater than 0").
             "podPlayStageParallelism": 4,
             "nodePlayStageParallelism": 4,

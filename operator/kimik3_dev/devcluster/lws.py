@@ -1,4 +1,4 @@
-"""The LeaderWorkerSet manager (sigs.k8s.io/lws v0.9.0) run out of cluster, webhooks on loopback.
+"""The LeaderWorkerSet manager (sigs.k8s.io/lws at ``LWS_VERSION`` of ``kimik3_dev.versions``) run out of cluster, webhooks on loopback.
 
 In a cluster LWS runs as a Deployment whose webhooks are reached through a Service, with
 certificates from its internal cert manager. Here the manager binary
@@ -31,7 +31,8 @@ import yaml
 
 from kimik3_dev.devcluster.certs import issue_serving_cert
 from kimik3_dev.devcluster.controlplane import load_yaml_documents
-from kimik3_dev.devcluster.thirdparty import LWS_MODULE, LWS_VERSION, go_module_dir
+from kimik3_dev.devcluster.thirdparty import LWS_MODULE, go_module_dir
+from kimik3_dev.versions import LWS_VERSION
 
 __all__ = [
     "LWS_NAME_LABEL",

@@ -3,8 +3,8 @@
 ``kimik3 dev up`` and the fault-injection suite (``tests/chaos``) run the operator as the chart's
 ServiceAccount with the chart's RBAC, not as admin. ``install_operator_identity`` does it:
 
-1. renders ``charts/kimik3-operator`` with the real ``helm template`` (helm v3.21.4, built by
-   ``tools/build-binaries.sh helm``) as release ``kimik3-operator`` in ``kimik3-system`` -- the
+1. renders ``charts/kimik3-operator`` with the real ``helm template`` (``HELM_VERSION`` of ``kimik3_dev.versions``,
+   built by ``tools/build-binaries.sh helm``) as release ``kimik3-operator`` in ``kimik3-system`` -- the
    release the chart tests install -- and keeps its ServiceAccount, ClusterRole(s),
    ClusterRoleBinding(s), Role(s) and RoleBinding(s), exactly as rendered (no copy of the rules
    lives anywhere else);
@@ -36,17 +36,12 @@ from kubernetes import client
 from kubernetes import config as k8s_config
 
 from kimik3.controller.kube import call_json
-from kimik3_dev.devcluster.controlplane import (
-    KUBERNETES_VERSION,
-    OPERATOR_NAMESPACE,
-    OPERATOR_SERVICE_ACCOUNT,
-    bin_dir,
-)
+from kimik3_dev.devcluster.controlplane import OPERATOR_NAMESPACE, OPERATOR_SERVICE_ACCOUNT, bin_dir
+from kimik3_dev.versions import HELM_VERSION, KUBERNETES_VERSION
 
 __all__ = [
     "CHART_DIR",
     "HELM_KUBE_VERSION",
-    "HELM_VERSION",
     "RBAC_KINDS",
     "RELEASE",
     "RELEASE_NAMESPACE",
@@ -65,8 +60,6 @@ __all__ = [
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 CHART_DIR = REPO_ROOT / "charts" / "kimik3-operator"
-HELM_VERSION = "v3.21.4"
-"""helm release built by ``tools/build-binaries.sh helm`` (its HELM_VERSION) into ``bin_dir()``."""
 HELM_KUBE_VERSION = KUBERNETES_VERSION.removeprefix("v")
 """``--kube-version`` for ``helm template`` (a ``go install``ed helm defaults to v1.20.0, below the
 chart's ``kubeVersion: >=1.34``)."""
@@ -100,7 +93,7 @@ class HelmMissingError(RuntimeError):
 
 
 def helm_binary(directory: Path | None = None) -> Path:
-    """Path of ``helm-v3.21.4`` in ``directory`` (default ``bin_dir()``: ``$KIMIK3_BIN_DIR`` or
+    """Path of ``helm-<HELM_VERSION>`` in ``directory`` (default ``bin_dir()``: ``$KIMIK3_BIN_DIR`` or
     ``~/.cache/kimik3/bin``). Raises ``HelmMissingError`` naming ``tools/build-binaries.sh helm``
     when it is absent or not executable."""
     path = (directory or bin_dir()) / f"helm-{HELM_VERSION}"

@@ -19,34 +19,25 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from kimik3_dev.versions import GATEWAY_API_VERSION, LWS_VERSION, PROMETHEUS_OPERATOR_VERSION
+
 __all__ = [
     "COMPUTE_DOMAIN_CRD",
     "GATEWAY_API_MODULE",
-    "GATEWAY_API_VERSION",
     "LWS_MODULE",
-    "LWS_VERSION",
     "PROMETHEUS_OPERATOR_MODULE",
-    "PROMETHEUS_OPERATOR_VERSION",
     "ThirdPartyCRDError",
     "go_module_dir",
     "thirdparty_crd_paths",
 ]
 
-# LeaderWorkerSet (leaderworkerset.x-k8s.io/v1). v0.10.0 is the release the project targets,
-# but the Go module proxy reachable here refuses its zip (403 "This module version is not
-# available", seen 2026-11-29); v0.9.0 is the newest release it serves. Same API group/version.
+# The modules, at the versions of kimik3_dev.versions (the reasons for each pin are noted there).
 LWS_MODULE = "sigs.k8s.io/lws"
-LWS_VERSION = "v0.9.0"
-
-# Prometheus Operator (monitoring.coreos.com/v1): root module, the only version the proxy lists
-# (`go list -m -versions github.com/prometheus-operator/prometheus-operator`, 2026-11-29).
+"""LeaderWorkerSet (leaderworkerset.x-k8s.io/v1)."""
 PROMETHEUS_OPERATOR_MODULE = "github.com/prometheus-operator/prometheus-operator"
-PROMETHEUS_OPERATOR_VERSION = "v0.85.0"
-
-# Gateway API (gateway.networking.k8s.io/v1), standard channel. v1.6.3 is the newest release
-# that builds with this machine's Go 1.26 (v1.7.0 needs Go 1.27).
+"""Prometheus Operator (monitoring.coreos.com/v1), root module."""
 GATEWAY_API_MODULE = "sigs.k8s.io/gateway-api"
-GATEWAY_API_VERSION = "v1.6.3"
+"""Gateway API (gateway.networking.k8s.io/v1), standard channel."""
 
 # ComputeDomain (resource.nvidia.com/v1beta1) from NVIDIA's DRA driver for GPUs. Neither
 # github.com/NVIDIA/k8s-dra-driver-gpu nor sigs.k8s.io/dra-driver-nvidia-gpu is served by the Go
@@ -143,7 +134,7 @@ def thirdparty_crd_paths() -> dict[str, Path]:
     """Return the third-party CRD manifest files, keyed by the kind each defines.
 
     Kinds: LeaderWorkerSet, ComputeDomain, PodMonitor, ServiceMonitor, GatewayClass, Gateway,
-    HTTPRoute. Versions are the module-level constants of this module. Raises
+    HTTPRoute, at the versions of ``kimik3_dev.versions``. Raises
     ``ThirdPartyCRDError`` naming the module when one cannot be fetched or lacks the file.
     """
     paths: dict[str, Path] = {}

