@@ -31,6 +31,7 @@ from pathlib import Path
 import requests
 import yaml
 
+from kimik3.api.documents import dump_yaml_all
 from kimik3.controller.kube import Kube
 from kimik3_dev.devcluster.controlplane import ControlPlane
 from kimik3_dev.devcluster.operator_thread import free_port
@@ -100,7 +101,7 @@ def main() -> int:
                     child["metadata"].pop("ownerReferences", None)  # no owner exists on this path
                     docs.append(child)
             manifest = Path(tmp) / "floor.yaml"
-            manifest.write_text(yaml.safe_dump_all(docs))
+            manifest.write_text(dump_yaml_all(docs))
             t0 = time.monotonic()
             done = subprocess.run(["kubectl", "--kubeconfig", str(cp.admin_kubeconfig), "apply", "--server-side",
                                    "--field-manager", "floor", "-f", str(manifest)], capture_output=True, text=True)

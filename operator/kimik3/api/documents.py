@@ -1,13 +1,39 @@
-"""Reading KimiK3Deployment manifests from YAML files (recipes), as ``kubectl apply -f`` would."""
+"""YAML manifests in and out: KimiK3Deployments read from files (recipes) as ``kubectl apply -f``
+would, and objects written for people and tools as ``helm template`` would (``dump_yaml``)."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 import yaml
 
 from kimik3.kube.kinds import KIND
+
+
+YAML_WIDTH = 120
+"""Line width of written YAML, characters (long strings fold past it)."""
+
+
+class ManifestDumper(yaml.SafeDumper):
+    """PyYAML's SafeDumper that writes every object out in full where it occurs, never as an anchor
+    and aliases (``&id001`` ... ``*id001``). PyYAML emits those when one Python object is reached
+    twice (two probes sharing one ``httpGet`` dict); kubectl would read them, but nobody reading
+    ``helm template`` or ``kubectl get -o yaml`` output expects them."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def dump_yaml(obj: Any) -> str:
+    """One YAML document (no ``---``), keys in insertion order, no anchors (``ManifestDumper``)."""
+    return yaml.dump(obj, Dumper=ManifestDumper, sort_keys=False, width=YAML_WIDTH)
+
+
+def dump_yaml_all(docs: Iterable[Any]) -> str:
+    """A YAML stream of ``docs`` separated by ``---``, as ``dump_yaml`` writes each."""
+    return yaml.dump_all(docs, Dumper=ManifestDumper, sort_keys=False, width=YAML_WIDTH)
 
 
 class NoDeployment(ValueError):

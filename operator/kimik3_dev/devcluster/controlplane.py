@@ -43,6 +43,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from kimik3.api.documents import dump_yaml
 from kimik3_dev.devcluster.processes import log_tail
 from kimik3_dev.versions import ETCD_VERSION, KUBERNETES_VERSION
 
@@ -555,7 +556,7 @@ class ControlPlane:
                 "current-context": f"{user}@kimik3-dev",
                 "preferences": {},
             }
-            _write_private(path, yaml.safe_dump(config, sort_keys=False).encode())
+            _write_private(path, dump_yaml(config).encode())
 
     def api_client(self, identity: str = "admin") -> Any:
         """A ``kubernetes.client.ApiClient`` for ``identity`` ("admin" or "operator"), built from

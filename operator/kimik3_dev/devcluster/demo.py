@@ -21,6 +21,7 @@ from typing import Any
 import requests
 import yaml
 
+from kimik3.api.documents import dump_yaml
 from kimik3.kube.kinds import GROUP, KIND, VERSION
 from kimik3.controller.kube import Kube
 from kimik3_dev.devcluster import cli as dev_cli
@@ -61,9 +62,8 @@ def run_demo(recipe: Path, state_dir: Path, timeout_s: float) -> int:
 
         _step(f"waiting for {KIND} {ns}/{name} to be Ready")
         obj = _wait("Ready=True", ready, timeout_s)
-        print(yaml.safe_dump({"status": {k: obj["status"][k] for k in ("conditions", "replicas", "readyReplicas",
-                                                                       "endpoint", "plan") if k in obj["status"]}},
-                             sort_keys=False, width=120))
+        print(dump_yaml({"status": {k: obj["status"][k] for k in ("conditions", "replicas", "readyReplicas",
+                                                                  "endpoint", "plan") if k in obj["status"]}}))
     _step("kimik3 dev status")
     dev_cli.dev.main(["status", "--state-dir", str(state_dir)], standalone_mode=False)
 

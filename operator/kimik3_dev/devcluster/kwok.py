@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from kimik3.api.documents import dump_yaml_all
 from kimik3_dev.devcluster.racks import KWOK_ANNOTATION
 from kimik3_dev.devcluster.thirdparty import go_module_dir
 from kimik3_dev.versions import KWOK_VERSION
@@ -100,7 +101,7 @@ def write_config(state_dir: Path, module_dir: Path | None = None) -> Path:
     }
     path = state_dir / "kwok" / "kwok.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump_all([config, *stages(module_dir)], sort_keys=False))
+    path.write_text(dump_yaml_all([config, *stages(module_dir)]))
     return path
 
 

@@ -27,8 +27,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from kimik3.api.documents import dump_yaml
 from kimik3_dev.devcluster.certs import issue_serving_cert
 from kimik3_dev.devcluster.controlplane import load_yaml_documents
 from kimik3_dev.devcluster.thirdparty import LWS_MODULE, go_module_dir
@@ -81,7 +80,7 @@ def write_config(state_dir: Path, webhook_port: int, health_port: int) -> Path:
         "metrics": {"bindAddress": "0"},
     }
     path = base / "config.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    path.write_text(dump_yaml(config))
     return path
 
 

@@ -25,7 +25,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import yaml
+from kimik3.api.documents import dump_yaml
 
 __all__ = ["PROMETHEUS_BINARY", "SCRAPE_INTERVAL", "argv", "ensure_installed", "targets_file", "write_config"]
 
@@ -106,7 +106,7 @@ def write_config(state_dir: Path, operator_metrics: str | None = None) -> Path:
               "scrape_configs": scrape}
     path = state_dir / "prometheus" / "prometheus.yml"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    path.write_text(dump_yaml(config))
     return path
 
 

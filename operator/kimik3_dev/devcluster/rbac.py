@@ -35,6 +35,7 @@ import yaml
 from kubernetes import client
 from kubernetes import config as k8s_config
 
+from kimik3.api.documents import dump_yaml
 from kimik3.controller.kube import call_json
 from kimik3_dev.devcluster.controlplane import OPERATOR_NAMESPACE, OPERATOR_SERVICE_ACCOUNT, bin_dir
 from kimik3_dev.versions import HELM_VERSION, KUBERNETES_VERSION
@@ -185,7 +186,7 @@ def write_token_kubeconfig(path: Path, server: str, ca_file: Path | str, user: s
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
-        fh.write(yaml.safe_dump(config, sort_keys=False))
+        fh.write(dump_yaml(config))
     return path
 
 
