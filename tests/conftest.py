@@ -1,18 +1,21 @@
-"""Shared fixtures: one real etcd + kube-apiserver per test session (see kimik3_dev.devcluster)."""
+"""Shared fixtures: one real etcd + kube-apiserver per test session (see kimik3_dev.devcluster).
+
+``admin_api`` is the one client the API-server fixtures below build on: the chaos and chart suites
+override it (tests/chaos/conftest.py, tests/chart/conftest.py) with an admin client of their own
+control plane, and their tests then get ``kube`` and ``namespace`` on that control plane."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from kimik3.controller.kube import Kube
 from kimik3_dev.devcluster.controlplane import ControlPlane
 from kimik3_dev.devcluster.install import install_apis
 from kimik3_dev.devcluster.operator_thread import OperatorThread
+from support.cluster import fresh_namespace
 
 
 @pytest.fixture(scope="session")
@@ -41,15 +44,8 @@ def operator_api(control_plane: ControlPlane) -> Iterator[client.ApiClient]:
 @pytest.fixture
 def namespace(admin_api: client.ApiClient) -> Iterator[str]:
     """A fresh namespace, deleted afterwards (it stays Terminating: no namespace controller runs)."""
-    name = f"t-{uuid.uuid4().hex[:10]}"
-    core = client.CoreV1Api(admin_api)
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    yield name
-    try:
-        core.delete_namespace(name)
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
+    with fresh_namespace(admin_api) as name:
+        yield name
 
 
 @pytest.fixture(scope="session")
@@ -59,7 +55,7 @@ def operator(control_plane: ControlPlane) -> Iterator[OperatorThread]:
         yield op
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def kube(admin_api: client.ApiClient) -> Kube:
-    """The operator's own API wrapper, as admin."""
+    """The operator's own API wrapper, as admin (of whichever control plane ``admin_api`` is)."""
     return Kube(admin_api)

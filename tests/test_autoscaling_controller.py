@@ -19,7 +19,8 @@ from kimik3.controller.reconcile import Reconciler
 from kimik3_dev.devcluster.controlplane import ControlPlane
 from kimik3_dev.devcluster.install import install_apis
 from test_autoscaler_metrics import MetricsServer, exposition
-from test_operator import CD, CR, LWS, condition, events, recipe
+from support.cluster import CD, CR, LWS, condition, events
+from support.recipes import recipe
 
 ITL = "vllm:inter_token_latency_seconds"
 
@@ -47,8 +48,7 @@ def env(cp) -> Iterator[dict]:
 
 
 def autoscaled_cr(ns: str, **autoscaling) -> dict:
-    body = recipe("gb300-tp8-megakernel-dspark.yaml")
-    body["metadata"]["namespace"] = ns
+    body = recipe(namespace=ns)
     body["spec"]["autoscaling"] = {"enabled": True, "minReplicas": 1, "maxReplicas": 4,
                                    "metricsSource": {"type": "podScrape"},
                                    "target": {"metric": "timePerOutputToken", "percentile": 90, "value": "5ms"},

@@ -3,56 +3,23 @@ the truth, edits and drift converge, deletion keeps its order, bad specs are ref
 
 from __future__ import annotations
 
-import copy
 import json
 import subprocess
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kimik3.controller.kube import Kube
 from kimik3.controller.reconcile import FINALIZER
-from waiting import wait_for
+from support.cluster import CD, CR, LWS, apply, condition, events, reconciled
+from support.recipes import recipe
+from support.waiting import wait_for
 
-REPO = Path(__file__).resolve().parents[1]
-CR = ("inference.kimik3.io/v1alpha1", "KimiK3Deployment")
-LWS = ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
-CD = ("resource.nvidia.com/v1beta1", "ComputeDomain")
 KUBECTL = "kubectl"
-
-
-def recipe(name: str) -> dict[str, Any]:
-    return yaml.safe_load((REPO / "recipes" / name).read_text())
-
-
-def apply_cr(kube: Kube, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-    body = copy.deepcopy(body)
-    body["metadata"]["namespace"] = namespace
-    return kube.apply(body, force=False)
-
-
-def reconciled(kube: Kube, namespace: str, name: str, generation: int | None = None) -> dict[str, Any]:
-    def check() -> dict[str, Any] | None:
-        obj = kube.get(*CR, namespace, name)
-        gen = generation or obj["metadata"]["generation"]
-        status = obj.get("status") or {}
-        return obj if status.get("observedGeneration") == gen else None
-    return wait_for(check, what=f"status of {namespace}/{name}")
-
-
-def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
-    return next(c for c in obj["status"]["conditions"] if c["type"] == type_)
-
-
-def events(admin_api, namespace: str, reason: str | None = None) -> list[client.CoreV1Event]:
-    items = client.CoreV1Api(admin_api).list_namespaced_event(namespace).items
-    return [e for e in items if reason is None or e.reason == reason]
 
 
 def rank_args(kube: Kube, namespace: str, name: str) -> list[list[str]]:
@@ -64,7 +31,7 @@ def rank_args(kube: Kube, namespace: str, name: str) -> list[list[str]]:
 
 
 def test_latency_recipe_becomes_owned_children_and_true_status(operator, kube, admin_api, namespace):
-    created = apply_cr(kube, namespace, recipe("gb300-tp8-megakernel-dspark.yaml"))
+    created = apply(kube, recipe("gb300-tp8-megakernel-dspark.yaml"), namespace)
     obj = reconciled(kube, namespace, "k3-latency")
     uid = created["metadata"]["uid"]
 
@@ -108,7 +75,7 @@ def test_latency_recipe_becomes_owned_children_and_true_status(operator, kube, a
 
 
 def test_status_follows_the_leaderworkerset(operator, kube, namespace):
-    apply_cr(kube, namespace, recipe("gb300-dep16-throughput.yaml"))
+    apply(kube, recipe("gb300-dep16-throughput.yaml"), namespace)
     reconciled(kube, namespace, "k3-throughput")
     # What the LWS controller writes once the group's pods are ready.
     kube.patch_merge(*LWS, namespace, "k3-throughput-engine",
@@ -125,7 +92,7 @@ def test_status_follows_the_leaderworkerset(operator, kube, namespace):
 
 def test_leader_waiting_is_named_in_status(operator, kube, admin_api, namespace):
     """F1: a leader stuck in ContainerCreating: the status says what the group waits for."""
-    apply_cr(kube, namespace, recipe("gb300-tp8-megakernel-dspark.yaml"))
+    apply(kube, recipe("gb300-tp8-megakernel-dspark.yaml"), namespace)
     reconciled(kube, namespace, "k3-latency")
     core = client.CoreV1Api(admin_api)
     labels = {"leaderworkerset.sigs.k8s.io/name": "k3-latency-engine", "leaderworkerset.sigs.k8s.io/group-index": "0",
@@ -147,7 +114,7 @@ def test_leader_waiting_is_named_in_status(operator, kube, admin_api, namespace)
 
 
 def test_edited_spec_is_reconciled(operator, kube, namespace):
-    apply_cr(kube, namespace, recipe("gb300-tp8-megakernel-dspark.yaml"))
+    apply(kube, recipe("gb300-tp8-megakernel-dspark.yaml"), namespace)
     reconciled(kube, namespace, "k3-latency")
     before = kube.get(*LWS, namespace, "k3-latency-engine")
     kube.patch_merge(*CR, namespace, "k3-latency", {"spec": {"engine": {"maxNumSeqs": 32}}})
@@ -163,7 +130,7 @@ def test_edited_spec_is_reconciled(operator, kube, namespace):
 
 
 def test_deleted_or_drifted_child_comes_back(operator, kube, namespace):
-    apply_cr(kube, namespace, recipe("gb300-tp8-megakernel-dspark.yaml"))
+    apply(kube, recipe("gb300-tp8-megakernel-dspark.yaml"), namespace)
     reconciled(kube, namespace, "k3-latency")
     kube.delete("v1", "Service", namespace, "k3-latency")
     svc = wait_for(lambda: kube.get("v1", "Service", namespace, "k3-latency"), what="Service recreated")
@@ -176,7 +143,7 @@ def test_deleted_or_drifted_child_comes_back(operator, kube, namespace):
 
 
 def test_kubectl_scale_drives_groups_and_budget(operator, kube, control_plane, namespace):
-    apply_cr(kube, namespace, recipe("gb300-tp8-megakernel-dspark.yaml"))
+    apply(kube, recipe("gb300-tp8-megakernel-dspark.yaml"), namespace)
     reconciled(kube, namespace, "k3-latency")
     subprocess.run([KUBECTL, "--kubeconfig", str(control_plane.admin_kubeconfig), "-n", namespace, "scale",
                     "kimik3deployment/k3-latency", "--replicas=4"], check=True, capture_output=True)
@@ -192,7 +159,7 @@ def test_kubectl_scale_drives_groups_and_budget(operator, kube, control_plane, n
 def test_scale_to_zero_releases_the_compute_domain(operator, kube, namespace):
     """F11 (replicas part): replicas 0 is accepted, LWS at 0, ComputeDomain released, Ready/ScaledToZero."""
     body = recipe("gb300-tp8-megakernel-dspark.yaml")
-    apply_cr(kube, namespace, body)
+    apply(kube, body, namespace)
     reconciled(kube, namespace, "k3-latency")
     assert kube.get(*CD, namespace, "k3-latency") is not None
     kube.patch_merge(*CR, namespace, "k3-latency", {"spec": {"replicas": 0}})
@@ -205,7 +172,7 @@ def test_scale_to_zero_releases_the_compute_domain(operator, kube, namespace):
 
 def test_deletion_order_lws_then_pods_then_compute_domain(operator, kube, admin_api, namespace):
     """F4: the ComputeDomain goes only once no pod holds its claim; an Event names the blocking pod."""
-    apply_cr(kube, namespace, recipe("gb300-tp8-megakernel-dspark.yaml"))
+    apply(kube, recipe("gb300-tp8-megakernel-dspark.yaml"), namespace)
     reconciled(kube, namespace, "k3-latency")
     core = client.CoreV1Api(admin_api)
     labels = {"leaderworkerset.sigs.k8s.io/name": "k3-latency-engine", "app.kubernetes.io/managed-by": "kimik3-operator",
@@ -273,7 +240,7 @@ INVALID = [
 def test_api_server_refuses_invalid_specs_with_field_path(kube, namespace, what, changes, path, words):
     body = _spec_with(**changes)
     with pytest.raises(ApiException) as err:
-        apply_cr(kube, namespace, body)
+        apply(kube, body, namespace)
     assert err.value.status == 422, err.value.body
     causes = json.loads(err.value.body)["details"]["causes"]
     assert any(c.get("field") == path and words in c["message"] for c in causes), causes
@@ -288,7 +255,7 @@ def test_unknown_field_is_refused_under_strict_validation(kube, namespace):
     assert err.value.status == 400, err.value.body
     assert 'unknown field "spec.engine.maxNumSeq"' in json.loads(err.value.body)["message"]
     with pytest.raises(ApiException) as err:  # server-side apply refuses it too, naming the field
-        apply_cr(kube, namespace, body)
+        apply(kube, body, namespace)
     assert ".spec.engine.maxNumSeq: field not declared in schema" in err.value.body
 
 
@@ -297,7 +264,7 @@ def test_operator_refuses_what_the_schema_cannot_see(operator, kube, admin_api, 
     field, changes nothing and says so in status and an Event."""
     body = _spec_with(engine__extraArgs=["--tensor-parallel-size=4"])
     name = body["metadata"]["name"]
-    apply_cr(kube, namespace, body)
+    apply(kube, body, namespace)
     obj = reconciled(kube, namespace, name)
     degraded = condition(obj, "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("True", "InvalidSpec")
@@ -316,7 +283,7 @@ def test_kubectl_explain_shows_descriptions(control_plane):
 
 def test_operator_health_and_metrics(operator, kube, namespace):
     import urllib.request
-    apply_cr(kube, namespace, recipe("gb300-tp8-megakernel-dspark.yaml"))
+    apply(kube, recipe("gb300-tp8-megakernel-dspark.yaml"), namespace)
     reconciled(kube, namespace, "k3-latency")
     assert urllib.request.urlopen(f"{operator.health_url}/healthz").status == 200
     assert urllib.request.urlopen(f"{operator.health_url}/readyz").status == 200

@@ -5,7 +5,6 @@ needs: spec.service.apiKeySecret (VLLM_API_KEY from a Secret) and spec.service.h
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 import subprocess
@@ -15,20 +14,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kimik3.api.errors import SpecErrors
+from kimik3.kube.kinds import HTTP_ROUTE
 from kimik3.render.children import render
-from waiting import wait_for
+from support.cluster import CD, CR, LWS, reconciled, ref
+from support.recipes import RECIPE_FILES as RECIPES
+from support.recipes import RECIPES_DIR, documents, recipe
+from support.waiting import wait_for
 
-REPO = Path(__file__).resolve().parents[1]
-RECIPES = sorted((REPO / "recipes").glob("*.yaml"))
-CR = ("inference.kimik3.io/v1alpha1", "KimiK3Deployment")
-LWS = ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
-CD = ("resource.nvidia.com/v1beta1", "ComputeDomain")
-ROUTE = ("gateway.networking.k8s.io/v1", "HTTPRoute")
+ROUTE = ref(HTTP_ROUTE)
+UID = "00000000-0000-4000-8000-000000000001"
 MEASURED_TOK_S = {111, 118, 331, 370, 423, 840}
 """Batch-1 tok/s per user measured on GB300 NVL72 (shared/reference/kimi-k3-and-vllm.md)."""
 NEW_RECIPES = {"gb200-tp16-megakernel-dspark.yaml", "h200-tp16-two-nodes.yaml", "b300-tp8-single-node.yaml",
@@ -46,15 +44,6 @@ SHAPES = {
 PRODUCT = {"gb300": "NVIDIA-GB300", "gb200": "NVIDIA-GB200", "h200": "NVIDIA-H200", "b300": "NVIDIA-B300"}
 
 
-def documents(path: Path) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(path.read_text()) if d]
-
-
-def deployment(path: Path) -> dict[str, Any]:
-    (cr,) = [d for d in documents(path) if d["kind"] == "KimiK3Deployment"]
-    return cr
-
-
 def header(path: Path) -> str:
     lines = []
     for line in path.read_text().splitlines():
@@ -66,7 +55,7 @@ def header(path: Path) -> str:
 
 def test_recipes_are_the_documented_set():
     assert {p.name for p in RECIPES} == set(SHAPES)
-    readme = (REPO / "recipes" / "README.md").read_text()
+    readme = (RECIPES_DIR / "README.md").read_text()
     for p in RECIPES:
         assert f"`{p.name}`" in readme, f"{p.name} missing from recipes/README.md"
     assert "Prefill/decode disaggregation" in readme and "not supported" in readme
@@ -97,7 +86,7 @@ def test_recipe_documents_use_speed_and_source(path):
 def test_megakernel_recipes_respect_its_limits():
     """The megakernel path: SM100/SM103, TP 8 or 16, dspark with <= 7 tokens (kimi-k3-and-vllm.md)."""
     for path in RECIPES:
-        spec = deployment(path)["spec"]
+        spec = recipe(path)["spec"]
         if spec["engine"].get("decodeBackend") != "latency_specialized":
             continue
         assert spec["topology"]["accelerator"] != "h200"
@@ -109,39 +98,32 @@ def test_megakernel_recipes_respect_its_limits():
 # ---------------------------------------------------------------- render (no cluster) ---------
 
 
-def stored(path: Path, **spec: Any) -> dict[str, Any]:
-    cr = copy.deepcopy(deployment(path))
-    cr["metadata"]["uid"] = "00000000-0000-4000-8000-000000000001"
-    cr["spec"].update(spec)
-    return cr
-
-
 def env_of(template: dict[str, Any]) -> list[dict[str, Any]]:
     return template["spec"]["containers"][0]["env"]
 
 
 def test_api_key_goes_to_the_api_servers_only_from_the_secret():
-    rendered = render(stored(REPO / "recipes" / "dedicated-endpoint.yaml"))
+    rendered = render(recipe("dedicated-endpoint.yaml", uid=UID))
     lws = next(o for o in rendered.objects if o["kind"] == "LeaderWorkerSet")
     tmpl = lws["spec"]["leaderWorkerTemplate"]
     key = {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": "k3-api-key", "key": "api-key"}}}
     assert env_of(tmpl["leaderTemplate"]).count(key) == 1
     assert not any(e["name"] == "VLLM_API_KEY" for e in env_of(tmpl["workerTemplate"])), "headless ranks serve no API"
     # A literal VLLM_API_KEY in engine.env is refused: it would sit in plain text next to the Secret's.
-    cr = stored(REPO / "recipes" / "dedicated-endpoint.yaml")
+    cr = recipe("dedicated-endpoint.yaml", uid=UID)
     cr["spec"]["engine"]["env"] = [{"name": "VLLM_API_KEY", "value": "leaked"}]
     with pytest.raises(SpecErrors) as refused:
         render(cr)
     assert [e.path for e in refused.value.errors] == ["spec.engine.env[0].name"]
     assert "leaked" not in str(refused.value)
     # Without apiKeySecret: no key at all (vLLM serves without authentication).
-    lws = next(o for o in render(stored(REPO / "recipes" / "b300-tp8-single-node.yaml")).objects
+    lws = next(o for o in render(recipe("b300-tp8-single-node.yaml", uid=UID)).objects
                if o["kind"] == "LeaderWorkerSet")
     assert not any(e["name"] == "VLLM_API_KEY" for e in env_of(lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]))
 
 
 def test_api_key_on_a_single_node_group():
-    cr = stored(REPO / "recipes" / "b300-tp8-single-node.yaml",
+    cr = recipe("b300-tp8-single-node.yaml", uid=UID,
                 service={"apiKeySecret": {"name": "s", "key": "k"}})
     lws = next(o for o in render(cr).objects if o["kind"] == "LeaderWorkerSet")
     tmpl = lws["spec"]["leaderWorkerTemplate"]
@@ -151,7 +133,7 @@ def test_api_key_on_a_single_node_group():
 
 
 def test_http_route_routes_v1_to_the_client_service():
-    rendered = render(stored(REPO / "recipes" / "dedicated-endpoint.yaml"))
+    rendered = render(recipe("dedicated-endpoint.yaml", uid=UID))
     route = next(o for o in rendered.objects if o["kind"] == "HTTPRoute")
     assert route["apiVersion"] == "gateway.networking.k8s.io/v1"
     assert route["metadata"]["ownerReferences"][0]["kind"] == "KimiK3Deployment"
@@ -165,12 +147,12 @@ def test_http_route_routes_v1_to_the_client_service():
     service = next(o for o in rendered.objects if o["kind"] == "Service")
     assert service["metadata"]["name"] == "k3-acme" and service["spec"]["ports"][0]["port"] == 8000
     # Without httpRoute the route must not exist (a removed field deletes it).
-    plain = render(stored(REPO / "recipes" / "b300-tp8-single-node.yaml"))
+    plain = render(recipe("b300-tp8-single-node.yaml", uid=UID))
     assert "HTTPRoute" not in {o["kind"] for o in plain.objects} and ROUTE in plain.absent
 
 
 def test_http_route_minimal_form():
-    cr = stored(REPO / "recipes" / "b300-tp8-single-node.yaml",
+    cr = recipe("b300-tp8-single-node.yaml", uid=UID,
                 service={"port": 9000, "httpRoute": {"parentRefs": [{"name": "gw"}],
                                                     "pathPrefixes": ["/v1/chat", "/v1/models"]}})
     route = next(o for o in render(cr).objects if o["kind"] == "HTTPRoute")
@@ -207,20 +189,15 @@ def test_recipe_is_applied_and_reconciled(operator, kube, admin_api, namespace, 
     docs = documents(path)
     for doc in docs:
         if doc["kind"] == "Namespace":
-            assert doc["metadata"]["name"] == deployment(path)["metadata"]["namespace"]
-    cr = loopback_prometheus(copy.deepcopy(deployment(path)))
-    cr["metadata"]["namespace"] = namespace
+            assert doc["metadata"]["name"] == recipe(path)["metadata"]["namespace"]
+    cr = loopback_prometheus(recipe(path, namespace=namespace))
     if cr["spec"].get("service", {}).get("apiKeySecret"):
         ref = cr["spec"]["service"]["apiKeySecret"]
         client.CoreV1Api(admin_api).create_namespaced_secret(namespace, {
             "metadata": {"name": ref["name"]}, "stringData": {ref["key"]: uuid.uuid4().hex}})
     created = kube.apply(cr, force=False)  # server-side apply, strict field validation
     assert contains(created["spec"], cr["spec"]), "the API server pruned or changed a field of the recipe"
-
-    def observed():
-        obj = kube.get(*CR, namespace, name)
-        return obj if (obj.get("status") or {}).get("observedGeneration") == 1 else None
-    obj = wait_for(observed, 30, f"status of {name}")
+    obj = reconciled(kube, namespace, name, generation=1)
     assert obj["status"]["plan"] == {"gpusPerNode": gpus, "nodesPerGroup": nodes, "gpusPerGroup": gpus * nodes,
                                      "computeDomain": with_cd}
     lws = kube.get(*LWS, namespace, f"{name}-engine")
@@ -251,8 +228,7 @@ def test_recipe_is_applied_and_reconciled(operator, kube, admin_api, namespace, 
     ("parentRefs", [], "spec.service.httpRoute.parentRefs", "should have at least 1 items"),
 ])
 def test_api_server_refuses_a_bad_route(kube, namespace, field, value, path, words):
-    cr = copy.deepcopy(deployment(REPO / "recipes" / "b300-tp8-single-node.yaml"))
-    cr["metadata"] = {"name": f"bad-{uuid.uuid4().hex[:6]}", "namespace": namespace}
+    cr = recipe("b300-tp8-single-node.yaml", name=f"bad-{uuid.uuid4().hex[:6]}", namespace=namespace)
     cr["spec"]["service"] = {"httpRoute": {"parentRefs": [{"name": "gw"}], field: value}}
     with pytest.raises(ApiException) as err:
         kube.apply(cr, force=False)

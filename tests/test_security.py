@@ -19,7 +19,8 @@ from kimik3.admission import AdmissionPolicy, admit
 from kimik3.api.errors import SpecErrors
 from kimik3.controller.kube import Kube
 from kimik3.render.children import render
-from test_operator import recipe, reconciled
+from support.cluster import reconciled
+from support.recipes import recipe
 
 CR_PATH = ("inference.kimik3.io", "v1alpha1", "kimik3deployments")
 
@@ -45,8 +46,7 @@ def tenant(control_plane, namespace) -> Iterator[client.ApiClient]:
 
 
 def hub_cr(namespace: str, secret: str = "hf-token") -> dict:
-    body = recipe("gb300-tp8-megakernel-dspark.yaml")
-    body["metadata"] = {"name": "k3-hub", "namespace": namespace}
+    body = recipe(name="k3-hub", namespace=namespace)
     body["spec"]["model"]["source"] = {"hub": {"tokenSecret": {"name": secret, "key": "token"}}}
     return body
 

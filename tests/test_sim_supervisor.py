@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
 import threading
 import urllib.error
@@ -13,14 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 
 from kimik3.kube.kinds import GROUP, PLURAL, VERSION
 from kimik3_dev.sim.supervisor import LOAD_TIME_ANNOTATION, Supervisor
-from waiting import wait_for
+from support.recipes import recipe
+from support.waiting import wait_for
 
-REPO = Path(__file__).resolve().parents[1]
 LWS = "leaderworkerset.sigs.k8s.io"
 LOAD_TIME = "1s"
 
@@ -68,8 +66,8 @@ def http(url: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
 
 @pytest.fixture
 def cr(admin_api: client.ApiClient, namespace: str) -> dict[str, Any]:
-    body = copy.deepcopy(yaml.safe_load((REPO / "recipes" / "gb300-tp8-megakernel-dspark.yaml").read_text()))
-    body["metadata"] = {"name": "k3-latency", "namespace": namespace, "annotations": {LOAD_TIME_ANNOTATION: LOAD_TIME}}
+    body = recipe(namespace=namespace)
+    body["metadata"]["annotations"] = {LOAD_TIME_ANNOTATION: LOAD_TIME}
     return client.CustomObjectsApi(admin_api).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
 
 

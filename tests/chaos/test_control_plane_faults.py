@@ -13,59 +13,54 @@ from __future__ import annotations
 import time
 
 from kimik3.controller.reconcile import FINALIZER
-from kimik3_dev.devcluster.operator_thread import OperatorThread
-from tests.chaos.conftest import (CR, LWS, assert_operator_wrote_as, converged, http_status, latency_cr, metric,
-                                  scrape, wait_for)
+from chaos.helpers import apply_converged, assert_operator_wrote_as, converged, operator_in
+from support.cluster import API_UNAVAILABLE, CR, LWS, http_status, metric, metric_samples
+from support.recipes import recipe
+from support.waiting import wait_for
 
 APISERVER_BOUND_S = 45.0
 ETCD_PAUSE_S = 30.0
 ETCD_BOUND_S = 60.0
 
 
-def test_apiserver_sigkilled_mid_reconcile_and_restarted(chaos_cp, ckube, cns, operator_identity):
-    op = OperatorThread(str(operator_identity.kubeconfig), namespaces=[cns]).start()
-    try:
-        ckube.apply(latency_cr(cns, name="k3-a", replicas=1), force=False)
-        (a, _) = wait_for(lambda: converged(ckube, cns, "k3-a", 1), 30, "k3-a reconciled")
+def test_apiserver_sigkilled_mid_reconcile_and_restarted(chaos_cp, kube, namespace, operator_identity):
+    with operator_in(operator_identity, namespace) as op:
+        a = apply_converged(kube, namespace, "k3-a")
         uid_a = a["lws"]["metadata"]["uid"]
-        before = scrape(op.health_url)
+        before = metric_samples(op.health_url)
         # A new CR and an edit land; the apiserver dies while the operator works on them.
-        ckube.apply(latency_cr(cns, name="k3-b", replicas=1), force=False)
-        ckube.patch_merge(*CR, cns, "k3-a", {"spec": {"replicas": 3}})
+        kube.apply(recipe(namespace=namespace, name="k3-b", replicas=1), force=False)
+        kube.patch_merge(*CR, namespace, "k3-a", {"spec": {"replicas": 3}})
         time.sleep(0.05)
         down_s = chaos_cp.restart_apiserver()
         t0 = time.monotonic()
         assert http_status(f"{op.health_url}/healthz") == 200
-        (_, took) = wait_for(lambda: converged(ckube, cns, "k3-a", 3) and converged(ckube, cns, "k3-b", 1),
-                             APISERVER_BOUND_S, "both CRs converged after the apiserver restart")
+        wait_for(lambda: converged(kube, namespace, "k3-a", 3) and converged(kube, namespace, "k3-b", 1),
+                 APISERVER_BOUND_S, "both CRs converged after the apiserver restart", retry_on=API_UNAVAILABLE)
         took = time.monotonic() - t0
         print(f"\napiserver SIGKILL: down {down_s:.1f} s, converged {took:.1f} s after /readyz")
-        a = converged(ckube, cns, "k3-a", 3)
+        a = converged(kube, namespace, "k3-a", 3)
         assert a["lws"]["metadata"]["uid"] == uid_a  # scaled in place, not recreated
-        assert sorted(x["metadata"]["name"] for x in ckube.list(*LWS, cns, "")) == ["k3-a-engine", "k3-b-engine"]
+        assert sorted(x["metadata"]["name"] for x in kube.list(*LWS, namespace, "")) == ["k3-a-engine", "k3-b-engine"]
         for name in ("k3-a", "k3-b"):
-            assert ckube.get(*CR, cns, name)["metadata"]["finalizers"] == [FINALIZER]
+            assert kube.get(*CR, namespace, name)["metadata"]["finalizers"] == [FINALIZER]
         assert http_status(f"{op.health_url}/healthz") == 200
-        after = scrape(op.health_url)
+        after = metric_samples(op.health_url)
         print("apiserver SIGKILL metric deltas: " + ", ".join(
-            f"{k}={metric(after, k) - metric(before, k):g}" for k in (
-                'kimik3_reconciles_total{result="error"}', 'kimik3_reconciles_total{result="applied"}',
-                'kimik3_apply_errors_total{kind="LeaderWorkerSet"}')))
-        assert metric(after, 'kimik3_reconciles_total{result="applied"}') > \
-            metric(before, 'kimik3_reconciles_total{result="applied"}')
-        assert_operator_wrote_as(operator_identity, chaos_cp, cns)
-    finally:
-        op.stop()
+            f"{name}{labels}={metric(after, name, **labels) - metric(before, name, **labels):g}" for name, labels in (
+                ("kimik3_reconciles_total", {"result": "error"}), ("kimik3_reconciles_total", {"result": "applied"}),
+                ("kimik3_apply_errors_total", {"kind": "LeaderWorkerSet"}))))
+        assert metric(after, "kimik3_reconciles_total", result="applied") > \
+            metric(before, "kimik3_reconciles_total", result="applied")
+        assert_operator_wrote_as(operator_identity, chaos_cp, namespace)
 
 
-def test_etcd_paused_30s_then_resumed(chaos_cp, ckube, cns, operator_identity):
-    op = OperatorThread(str(operator_identity.kubeconfig), namespaces=[cns]).start()
-    try:
-        ckube.apply(latency_cr(cns, name="k3-e", replicas=1), force=False)
-        (e, _) = wait_for(lambda: converged(ckube, cns, "k3-e", 1), 30, "k3-e reconciled")
+def test_etcd_paused_30s_then_resumed(chaos_cp, kube, namespace, operator_identity):
+    with operator_in(operator_identity, namespace) as op:
+        e = apply_converged(kube, namespace, "k3-e")
         uid = e["lws"]["metadata"]["uid"]
-        before = scrape(op.health_url)
-        ckube.patch_merge(*CR, cns, "k3-e", {"spec": {"replicas": 2}})
+        before = metric_samples(op.health_url)
+        kube.patch_merge(*CR, namespace, "k3-e", {"spec": {"replicas": 2}})
         chaos_cp.pause_etcd()
         paused_at = time.monotonic()
         health = []
@@ -76,18 +71,17 @@ def test_etcd_paused_30s_then_resumed(chaos_cp, ckube, cns, operator_identity):
         finally:
             chaos_cp.resume_etcd()
         t0 = time.monotonic()
-        wait_for(lambda: converged(ckube, cns, "k3-e", 2), ETCD_BOUND_S, "edit converged after SIGCONT")
+        wait_for(lambda: converged(kube, namespace, "k3-e", 2), ETCD_BOUND_S, "edit converged after SIGCONT",
+                 retry_on=API_UNAVAILABLE)
         took = time.monotonic() - t0
         print(f"\netcd SIGSTOP {ETCD_PAUSE_S:.0f} s: converged {took:.1f} s after SIGCONT; healthz {sorted(set(health))}")
-        e = converged(ckube, cns, "k3-e", 2)
+        e = converged(kube, namespace, "k3-e", 2)
         assert e["lws"]["metadata"]["uid"] == uid
         assert e["cr"]["metadata"]["finalizers"] == [FINALIZER]
-        assert [x["metadata"]["name"] for x in ckube.list(*LWS, cns, "")] == ["k3-e-engine"]
+        assert [x["metadata"]["name"] for x in kube.list(*LWS, namespace, "")] == ["k3-e-engine"]
         assert set(health) == {200}, health  # a 30 s freeze is below the 120 s stall bound
         assert http_status(f"{op.health_url}/healthz") == 200
-        after = scrape(op.health_url)
-        assert metric(after, 'kimik3_reconciles_total{result="applied"}') > \
-            metric(before, 'kimik3_reconciles_total{result="applied"}')
-        assert_operator_wrote_as(operator_identity, chaos_cp, cns)
-    finally:
-        op.stop()
+        after = metric_samples(op.health_url)
+        assert metric(after, "kimik3_reconciles_total", result="applied") > \
+            metric(before, "kimik3_reconciles_total", result="applied")
+        assert_operator_wrote_as(operator_identity, chaos_cp, namespace)

@@ -14,27 +14,27 @@ from kubernetes.client.exceptions import ApiException
 
 from kimik3.controller.kube import call_json
 from kimik3_dev.devcluster.controlplane import ADMIN_USER, OPERATOR_USER
-from kimik3_dev.devcluster.operator_thread import OperatorThread
 from kimik3_dev.devcluster.rbac import (RELEASE, RELEASE_NAMESPACE, TOKEN_LIFETIME_S, HelmMissingError, chart_rbac,
                                    helm_binary, whoami)
 from kimik3_dev.versions import HELM_VERSION
-from tests.chaos.conftest import assert_operator_wrote_as, converged, latency_cr, metric, scrape, wait_for, writers
+from chaos.helpers import apply_converged, assert_operator_wrote_as, operator_in, writers
+from support.cluster import metric, metric_samples
 
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 
 
-def test_identity_is_the_chart_service_account_with_exactly_the_rendered_rbac(chaos_admin, operator_identity):
+def test_identity_is_the_chart_service_account_with_exactly_the_rendered_rbac(admin_api, operator_identity):
     assert operator_identity.user == OPERATOR_USER == "system:serviceaccount:kimik3-system:kimik3-operator"
     assert operator_identity.objects == ("ServiceAccount/kimik3-system/kimik3-operator",
                                          "ClusterRole/kimik3-operator", "ClusterRoleBinding/kimik3-operator")
     rendered = {d["kind"]: d for d in chart_rbac()}
-    role = call_json(chaos_admin, "GET", f"{RBAC}/clusterroles/{RELEASE}")
+    role = call_json(admin_api, "GET", f"{RBAC}/clusterroles/{RELEASE}")
     assert role["rules"] == rendered["ClusterRole"]["rules"]
     assert not any("*" in r["verbs"] + r["resources"] + r["apiGroups"] for r in role["rules"])
-    binding = call_json(chaos_admin, "GET", f"{RBAC}/clusterrolebindings/{RELEASE}")
+    binding = call_json(admin_api, "GET", f"{RBAC}/clusterrolebindings/{RELEASE}")
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": RELEASE}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": RELEASE, "namespace": RELEASE_NAMESPACE}]
-    sa = call_json(chaos_admin, "GET", f"/api/v1/namespaces/{RELEASE_NAMESPACE}/serviceaccounts/{RELEASE}")
+    sa = call_json(admin_api, "GET", f"/api/v1/namespaces/{RELEASE_NAMESPACE}/serviceaccounts/{RELEASE}")
     assert sa["metadata"]["uid"] == operator_identity.uid
 
     expires = dt.datetime.fromisoformat(operator_identity.expires.replace("Z", "+00:00"))
@@ -62,23 +62,23 @@ def test_identity_is_the_chart_service_account_with_exactly_the_rendered_rbac(ch
             assert OPERATOR_USER in refused.value.body
 
 
-def test_operator_reconciles_with_the_chart_service_account_token(chaos_cp, ckube, cns, operator_identity):
-    errors = 'kimik3_reconciles_total{result="error"}'  # the registry is this process's: a delta
-    with OperatorThread(str(operator_identity.kubeconfig), namespaces=[cns]) as op:
-        before = scrape(op.health_url)
-        ckube.apply(latency_cr(cns, name="k3-id", replicas=2), force=False)
-        (state, _) = wait_for(lambda: converged(ckube, cns, "k3-id", 2), 30, "reconciled under the chart RBAC")
+def test_operator_reconciles_with_the_chart_service_account_token(chaos_cp, kube, namespace, operator_identity):
+    with operator_in(operator_identity, namespace) as op:
+        before = metric_samples(op.health_url)
+        state = apply_converged(kube, namespace, "k3-id", replicas=2)
         assert state["cr"]["status"]["observedGeneration"] == 1
         for api_version, kind, name in [("v1", "ConfigMap", "k3-id-launcher"), ("v1", "Service", "k3-id"),
                                         ("resource.nvidia.com/v1beta1", "ComputeDomain", "k3-id"),
                                         ("monitoring.coreos.com/v1", "PodMonitor", "k3-id")]:
-            obj = ckube.get(api_version, kind, cns, name)
+            obj = kube.get(api_version, kind, namespace, name)
             assert obj is not None, f"{kind} {name} not applied"
             assert any(m["manager"] == "kimik3-operator" for m in obj["metadata"]["managedFields"]), kind
-        assert metric(scrape(op.health_url), errors) == metric(before, errors)
-    assert_operator_wrote_as(operator_identity, chaos_cp, cns)
+        # The registry is this process's: compare the delta.
+        assert metric(metric_samples(op.health_url), "kimik3_reconciles_total", result="error") == \
+            metric(before, "kimik3_reconciles_total", result="error")
+    assert_operator_wrote_as(operator_identity, chaos_cp, namespace)
     # The test applied the CR as admin: the audit log tells the two identities apart.
-    assert set(writers(chaos_cp, cns)["kimik3deployments"]) == {ADMIN_USER, OPERATOR_USER}
+    assert set(writers(chaos_cp, namespace)["kimik3deployments"]) == {ADMIN_USER, OPERATOR_USER}
 
 
 def test_without_helm_the_error_names_the_build_command(tmp_path):

@@ -17,8 +17,10 @@ from pathlib import Path
 
 from kimik3.controller.reconcile import FINALIZER
 from kimik3_dev.devcluster.operator_thread import free_port
-from tests.chaos.conftest import (CR, LWS, assert_operator_wrote_as, converged, http_status, latency_cr, metric,
-                                  scrape, wait_for)
+from chaos.helpers import assert_operator_wrote_as, converged
+from support.cluster import CR, LWS, http_status, metric, metric_samples
+from support.recipes import recipe
+from support.waiting import wait_for
 
 N = 20
 CONVERGE_BOUND_S = 60.0
@@ -35,46 +37,45 @@ def start_operator(kubeconfig: Path, namespace: str, port: int, log: Path) -> su
     return proc
 
 
-def test_operator_sigkilled_mid_reconcile_and_restarted(chaos_cp, ckube, cns, tmp_path, operator_identity):
+def test_operator_sigkilled_mid_reconcile_and_restarted(chaos_cp, kube, namespace, tmp_path, operator_identity):
     port = free_port()
     log = tmp_path / "operator.log"
-    proc = start_operator(operator_identity.kubeconfig, cns, port, log)
+    proc = start_operator(operator_identity.kubeconfig, namespace, port, log)
     try:
         for i in range(N):
-            ckube.apply(latency_cr(cns, name=f"k3-{i:02d}", replicas=1), force=False)
+            kube.apply(recipe(namespace=namespace, name=f"k3-{i:02d}", replicas=1), force=False)
         # Kill it once some, not all, groups exist: between two applies.
-        (some, _) = wait_for(lambda: [x for x in ckube.list(*LWS, cns, "")] if 1 <= len(ckube.list(*LWS, cns, "")) else None,
-                             60, "the first LeaderWorkerSets", interval=0.05)
+        wait_for(lambda: kube.list(*LWS, namespace, ""), 60, "the first LeaderWorkerSets", interval=0.05)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
-        seen = {x["metadata"]["name"]: x["metadata"]["uid"] for x in ckube.list(*LWS, cns, "")}
-        done_before = sum(1 for i in range(N) if converged(ckube, cns, f"k3-{i:02d}", 1))
+        seen = {x["metadata"]["name"]: x["metadata"]["uid"] for x in kube.list(*LWS, namespace, "")}
+        done_before = sum(1 for i in range(N) if converged(kube, namespace, f"k3-{i:02d}", 1))
         assert done_before < N, "the kill came too late: every CR had converged already"
 
         t0 = time.monotonic()
-        proc = start_operator(operator_identity.kubeconfig, cns, port, log)
+        proc = start_operator(operator_identity.kubeconfig, namespace, port, log)
         ready_s = time.monotonic() - t0
-        wait_for(lambda: all(converged(ckube, cns, f"k3-{i:02d}", 1) for i in range(N)), CONVERGE_BOUND_S,
+        wait_for(lambda: all(converged(kube, namespace, f"k3-{i:02d}", 1) for i in range(N)), CONVERGE_BOUND_S,
                  f"all {N} CRs converged after the restart")
         took = time.monotonic() - t0
         print(f"\noperator SIGKILL with {len(seen)} of {N} groups created and {done_before} converged: "
               f"restarted operator ready in {ready_s:.1f} s, all {N} converged {took:.1f} s after restart")
 
-        lwss = ckube.list(*LWS, cns, "")
+        lwss = kube.list(*LWS, namespace, "")
         names = [x["metadata"]["name"] for x in lwss]
         assert sorted(names) == sorted(f"k3-{i:02d}-engine" for i in range(N))
         uids = {x["metadata"]["name"]: x["metadata"]["uid"] for x in lwss}
         for name, uid in seen.items():
             assert uids[name] == uid, f"{name} was recreated"
         for i in range(N):
-            cr = ckube.get(*CR, cns, f"k3-{i:02d}")
+            cr = kube.get(*CR, namespace, f"k3-{i:02d}")
             assert cr["metadata"]["finalizers"] == [FINALIZER]
             assert cr["status"]["observedGeneration"] == 1
-        samples = scrape(f"http://127.0.0.1:{port}")
-        assert metric(samples, 'kimik3_reconciles_total{result="applied"}') >= N
-        assert metric(samples, 'kimik3_reconciles_total{result="error"}') == 0
+        samples = metric_samples(f"http://127.0.0.1:{port}")
+        assert metric(samples, "kimik3_reconciles_total", result="applied") >= N
+        assert metric(samples, "kimik3_reconciles_total", result="error") == 0
         assert http_status(f"http://127.0.0.1:{port}/healthz") == 200
-        assert_operator_wrote_as(operator_identity, chaos_cp, cns)
+        assert_operator_wrote_as(operator_identity, chaos_cp, namespace)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

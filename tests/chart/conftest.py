@@ -15,33 +15,28 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
-from kimik3.controller.kube import Kube
 from kimik3_dev.devcluster.controlplane import ControlPlane
+from kimik3_dev.devcluster.operator_thread import free_port
 from kimik3_dev.devcluster.rbac import (CHART_DIR, RELEASE, RELEASE_NAMESPACE, HelmMissingError, helm_binary, helm_env,
                                    render_chart)
 from kimik3_dev.devcluster.thirdparty import thirdparty_crd_paths
-from waiting import wait_for
+from support.cluster import http_status
+from support.waiting import WaitTimeout, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = CHART_DIR
 """The chart; RELEASE (kimik3-operator, the name the chart gives its ServiceAccount) and
 RELEASE_NAMESPACE (kimik3-system) come from kimik3_dev.devcluster.rbac, which renders it the same way
 for `kimik3 dev up` and tests/chaos."""
-CR = ("inference.kimik3.io/v1alpha1", "KimiK3Deployment")
 CRD_NAME = "kimik3deployments.inference.kimik3.io"
 
 
@@ -71,12 +66,6 @@ class Helm:
         return render_chart(*args, chart=chart, helm_home=self.home)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def kimik3_argv() -> list[str]:
     """The `kimik3` console script (the operator image's ENTRYPOINT) of this environment."""
     script = Path(sys.executable).parent / "kimik3"
@@ -102,19 +91,19 @@ class OperatorProcess:
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                          cwd=REPO)
-        deadline = time.monotonic() + self.ready_timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"operator exited with {self.proc.returncode}:\n{self.log()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/readyz", timeout=2) as resp:
-                    if resp.status == 200:
-                        return self
-            except OSError:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise AssertionError(f"operator not ready within {self.ready_timeout_s:g} s:\n{self.log()[-3000:]}")
+        proc = self.proc
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(f"operator exited with {proc.returncode}:\n{self.log()[-3000:]}")
+            return http_status(f"{self.url}/readyz", timeout=2) == 200
+        try:
+            wait_for(ready, self.ready_timeout_s, "the operator's /readyz")
+        except WaitTimeout:
+            self.stop()
+            raise AssertionError(
+                f"operator not ready within {self.ready_timeout_s:g} s:\n{self.log()[-3000:]}") from None
+        return self
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
@@ -135,10 +124,6 @@ class OperatorProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
-    def metrics(self) -> str:
-        with urllib.request.urlopen(f"{self.url}/metrics", timeout=5) as resp:
-            return resp.read().decode()
-
     def __enter__(self) -> OperatorProcess:
         return self.start()
 
@@ -158,14 +143,10 @@ def chart_cp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]
 
 
 @pytest.fixture(scope="package")
-def admin(chart_cp: ControlPlane) -> Iterator[client.ApiClient]:
+def admin_api(chart_cp: ControlPlane) -> Iterator[client.ApiClient]:
+    """The admin of ``chart_cp`` (overrides the session's: ``kube`` and ``namespace`` follow)."""
     with chart_cp.api_client("admin") as api:
         yield api
-
-
-@pytest.fixture(scope="package")
-def kube(admin: client.ApiClient) -> Kube:
-    return Kube(admin)
 
 
 @pytest.fixture(scope="package")
@@ -180,39 +161,11 @@ def helm_offline(tmp_path: Path) -> Helm:
     return Helm(tmp_path / "helm-home")
 
 
-def make_namespace(admin: client.ApiClient, name: str, labels: dict[str, str] | None = None) -> str:
-    try:
-        client.CoreV1Api(admin).create_namespace({"metadata": {"name": name, "labels": labels or {}}})
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
-    return name
-
-
-def deployment_args(admin: client.ApiClient) -> list[str]:
+def deployment_args(admin_api: client.ApiClient) -> list[str]:
     """Container args of the operator Deployment the chart installed."""
-    dep = client.AppsV1Api(admin).read_namespaced_deployment(RELEASE, RELEASE_NAMESPACE)
+    dep = client.AppsV1Api(admin_api).read_namespaced_deployment(RELEASE, RELEASE_NAMESPACE)
     (container,) = dep.spec.template.spec.containers
     return list(container.args)
-
-
-def apply(kube: Kube, body: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
-    """Server-side apply as admin, strict field validation (what `kubectl apply --server-side` does)."""
-    body = json.loads(json.dumps(body))
-    if namespace is not None:
-        body["metadata"]["namespace"] = namespace
-    return kube.apply(body, force=False)
-
-
-def recipe(name: str) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all((REPO / "recipes" / name).read_text()) if d]
-
-
-def reconciled(kube: Kube, namespace: str, name: str, generation: int = 1, timeout: float = 30.0) -> dict[str, Any]:
-    def check() -> dict[str, Any] | None:
-        obj = kube.get(*CR, namespace, name)
-        return obj if obj and (obj.get("status") or {}).get("observedGeneration") == generation else None
-    return wait_for(check, timeout, f"status of {namespace}/{name} at generation {generation}")
 
 
 def uninstall_if_present(helm: Helm) -> None:

@@ -20,23 +20,12 @@ from kimik3.controller import metrics
 from kimik3.controller.kube import Kube
 from kimik3_dev.devcluster.rbac import request_token, write_token_kubeconfig
 
-from .conftest import (
-    CHART,
-    CR,
-    CRD_NAME,
-    RELEASE,
-    RELEASE_NAMESPACE,
-    REPO,
-    OperatorProcess,
-    apply,
-    copy_chart,
-    deployment_args,
-    make_namespace,
-    recipe,
-    reconciled,
-    uninstall_if_present,
-    wait_for,
-)
+from support.cluster import CR, apply, make_namespace, metric, metric_samples, reconciled
+from support.recipes import recipe
+from support.waiting import wait_for
+
+from .conftest import (CHART, CRD_NAME, RELEASE, RELEASE_NAMESPACE, REPO, OperatorProcess, copy_chart, deployment_args,
+                       uninstall_if_present)
 
 VARIANTS = {
     "default": [],
@@ -230,9 +219,9 @@ def test_bad_values_fail_helm_install_naming_the_value(helm, args, words):
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_template_is_accepted_by_the_api_server_with_strict_validation(helm, kube, admin, variant):
+def test_template_is_accepted_by_the_api_server_with_strict_validation(helm, kube, admin_api, variant):
     for ns in ("kimik3-wa", "kimik3-wb"):
-        make_namespace(admin, ns)
+        make_namespace(admin_api, ns)
     docs = helm.template(*VARIANTS[variant])
     assert docs
     for doc in docs:
@@ -275,25 +264,25 @@ def test_an_unknown_field_in_a_template_would_be_refused(kube):
     assert ".automountServiceAccountTokn: field not declared in schema" in err.value.body
 
 
-def test_operator_pod_passes_restricted_pod_security(helm, admin):
+def test_operator_pod_passes_restricted_pod_security(helm, admin_api):
     """The API server's PodSecurity admission, enforcing "restricted", admits the chart's pod."""
-    ns = make_namespace(admin, "kimik3-restricted", {"pod-security.kubernetes.io/enforce": "restricted",
+    ns = make_namespace(admin_api, "kimik3-restricted", {"pod-security.kubernetes.io/enforce": "restricted",
                                                      "pod-security.kubernetes.io/enforce-version": "latest"})
     (dep,) = by_kind(helm.template())["Deployment"]
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "operator-pod", "namespace": ns},
            "spec": dep["spec"]["template"]["spec"]}
-    client.CoreV1Api(admin).create_namespaced_pod(ns, pod, dry_run="All")
+    client.CoreV1Api(admin_api).create_namespaced_pod(ns, pod, dry_run="All")
     bad = json.loads(json.dumps(pod))
     bad["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"] = True
     with pytest.raises(ApiException) as err:  # the check has teeth
-        client.CoreV1Api(admin).create_namespaced_pod(ns, bad, dry_run="All")
+        client.CoreV1Api(admin_api).create_namespaced_pod(ns, bad, dry_run="All")
     assert err.value.status == 403 and "allowPrivilegeEscalation != false" in err.value.body
 
 
 # ---------------------------------------------------------------- install, run, uninstall -------
 
 
-def _operator_objects(admin: client.ApiClient, kube: Kube) -> list[str]:
+def _operator_objects(admin_api: client.ApiClient, kube: Kube) -> list[str]:
     """Every object of the release still present (by the chart's instance label)."""
     sel = f"app.kubernetes.io/instance={RELEASE}"
     found = []
@@ -310,7 +299,8 @@ def _operator_objects(admin: client.ApiClient, kube: Kube) -> list[str]:
     for plural, kind in [("clusterroles", "ClusterRole"), ("clusterrolebindings", "ClusterRoleBinding")]:
         items = kube._call("GET", f"/apis/rbac.authorization.k8s.io/v1/{plural}", query=[("labelSelector", sel)])["items"]
         found += [f"{kind} {i['metadata']['name']}" for i in items]
-    secrets = client.CoreV1Api(admin).list_namespaced_secret(RELEASE_NAMESPACE, label_selector=f"owner=helm,name={RELEASE}")
+    secrets = client.CoreV1Api(admin_api).list_namespaced_secret(RELEASE_NAMESPACE,
+                                                              label_selector=f"owner=helm,name={RELEASE}")
     found += [f"Secret {s.metadata.name}" for s in secrets.items]
     return found
 
@@ -329,18 +319,18 @@ def _delete_cr_and_wait(kube: Kube, namespace: str, name: str) -> None:
 
 
 def test_install_then_operator_under_chart_rbac_reconciles_a_recipe_then_uninstall(
-        helm, kube, admin, chart_cp, tmp_path):
+        helm, kube, admin_api, chart_cp, tmp_path):
     uninstall_if_present(helm)
-    ns = make_namespace(admin, "k3-chart-install")
+    ns = make_namespace(admin_api, "k3-chart-install")
     helm.run("install", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE,
              "--set", "metrics.serviceMonitor.enabled=true", "--set", "networkPolicy.enabled=true")
     try:
-        crd = client.ApiextensionsV1Api(admin).read_custom_resource_definition(CRD_NAME)
+        crd = client.ApiextensionsV1Api(admin_api).read_custom_resource_definition(CRD_NAME)
         assert crd.metadata.annotations["helm.sh/resource-policy"] == "keep"
         wait_for(lambda: any(c.type == "Established" and c.status == "True"
-                             for c in client.ApiextensionsV1Api(admin).read_custom_resource_definition(CRD_NAME)
+                             for c in client.ApiextensionsV1Api(admin_api).read_custom_resource_definition(CRD_NAME)
                              .status.conditions or []), what="CRD Established")
-        args = deployment_args(admin)
+        args = deployment_args(admin_api)
         assert args == ["run", "--health-port=8080"]
         with chart_cp.api_client("operator") as operator_api:
             # What the chart grants, seen by the operator's own token.
@@ -352,7 +342,7 @@ def test_install_then_operator_under_chart_rbac_reconciles_a_recipe_then_uninsta
             assert not _can(operator_api, "update", "leaderworkersets", ns, "leaderworkerset.x-k8s.io")
             assert not _can(operator_api, "delete", "configmaps", ns)
         with OperatorProcess(args, chart_cp.operator_kubeconfig, tmp_path / "operator.log") as op:
-            (body,) = recipe("gb300-tp8-megakernel-dspark.yaml")
+            body = recipe("gb300-tp8-megakernel-dspark.yaml")
             uid = apply(kube, body, ns)["metadata"]["uid"]
             obj = reconciled(kube, ns, "k3-latency")
             for (api_version, kind), name in [(("resource.nvidia.com/v1beta1", "ComputeDomain"), "k3-latency"),
@@ -367,39 +357,39 @@ def test_install_then_operator_under_chart_rbac_reconciles_a_recipe_then_uninsta
             assert obj["status"]["plan"] == {"gpusPerNode": 4, "nodesPerGroup": 2, "gpusPerGroup": 8,
                                              "computeDomain": True}
             assert obj["status"]["endpoint"] == f"http://k3-latency.{ns}.svc:8000/v1"
-            events = client.CoreV1Api(admin).list_namespaced_event(ns).items
+            events = client.CoreV1Api(admin_api).list_namespaced_event(ns).items
             assert {"Applied", "DisruptionBudgetSkipped"} <= {e.reason for e in events}
             _delete_cr_and_wait(kube, ns, "k3-latency")  # teardown under the chart's RBAC (F4 order)
             assert kube.get("resource.nvidia.com/v1beta1", "ComputeDomain", ns, "k3-latency") is None
-            assert "kimik3_reconciles_total" in op.metrics()
+            assert metric(metric_samples(op.url), "kimik3_reconciles_total", result="applied") >= 1
         log = op.log()
         assert "reconcile of" not in log, log[-3000:]
         assert_no_403(log)
     finally:
         uninstall_if_present(helm)
-    left = _operator_objects(admin, kube)
+    left = _operator_objects(admin_api, kube)
     assert left == [], f"helm uninstall left operator objects behind: {left}"
     # Kept on purpose (helm.sh/resource-policy: keep): the CRD, and so every KimiK3Deployment, and
     # the admission policy that guards the Secrets those may name.
-    assert client.ApiextensionsV1Api(admin).read_custom_resource_definition(CRD_NAME).metadata.name == CRD_NAME
-    policy = client.AdmissionregistrationV1Api(admin).read_validating_admission_policy("kimik3-secret-references")
+    assert client.ApiextensionsV1Api(admin_api).read_custom_resource_definition(CRD_NAME).metadata.name == CRD_NAME
+    policy = client.AdmissionregistrationV1Api(admin_api).read_validating_admission_policy("kimik3-secret-references")
     assert policy.metadata.annotations["helm.sh/resource-policy"] == "keep"
 
 
-def test_namespace_scoped_install_needs_no_cluster_rbac(helm, kube, admin, chart_cp, tmp_path):
+def test_namespace_scoped_install_needs_no_cluster_rbac(helm, kube, admin_api, chart_cp, tmp_path):
     uninstall_if_present(helm)
-    watched, other = make_namespace(admin, "k3-tenant-watched"), make_namespace(admin, "k3-tenant-other")
+    watched, other = make_namespace(admin_api, "k3-tenant-watched"), make_namespace(admin_api, "k3-tenant-other")
     helm.run("install", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE,
              "--set", f"watchNamespaces={{{watched}}}", "--set", "computeDomains=false")
     try:
-        args = deployment_args(admin)
+        args = deployment_args(admin_api)
         assert args == ["run", "--health-port=8080", f"--namespace={watched}", "--no-compute-domains"]
         with chart_cp.api_client("operator") as operator_api:
             assert _can(operator_api, "list", "kimik3deployments", watched, "inference.kimik3.io")
             assert not _can(operator_api, "list", "kimik3deployments", other, "inference.kimik3.io")
             assert not _can(operator_api, "list", "customresourcedefinitions", None, "apiextensions.k8s.io")
         with OperatorProcess(args, chart_cp.operator_kubeconfig, tmp_path / "operator.log") as op:
-            (body,) = recipe("b300-tp8-single-node.yaml")
+            body = recipe("b300-tp8-single-node.yaml")
             apply(kube, body, watched)
             apply(kube, body, other)
             obj = reconciled(kube, watched, "k3-b300")
@@ -417,7 +407,7 @@ def test_namespace_scoped_install_needs_no_cluster_rbac(helm, kube, admin, chart
     finally:
         uninstall_if_present(helm)
         kube.delete(*CR, other, "k3-b300")  # never reconciled: no finalizer
-    assert _operator_objects(admin, kube) == []
+    assert _operator_objects(admin_api, kube) == []
 
 
 def _chart_v1(tmp_path: Path) -> Path:
@@ -435,16 +425,15 @@ def _chart_v1(tmp_path: Path) -> Path:
     return chart
 
 
-def test_upgrade_to_a_chart_whose_crd_adds_a_field_serves_it(helm, kube, admin, chart_cp, tmp_path):
+def test_upgrade_to_a_chart_whose_crd_adds_a_field_serves_it(helm, kube, admin_api, chart_cp, tmp_path):
     """F13: install v1, upgrade to v2 whose CRD adds spec.service.apiKeySecret and httpRoute,
     apply a CR using them: accepted, stored, reconciled."""
     uninstall_if_present(helm)
-    ns = make_namespace(admin, "tenant-acme-f13")
-    docs = recipe("dedicated-endpoint.yaml")
-    (body,) = [d for d in docs if d["kind"] == "KimiK3Deployment"]
+    ns = make_namespace(admin_api, "tenant-acme-f13")
+    body = recipe("dedicated-endpoint.yaml")
     # Tests reach only 127.0.0.1: the autoscaler's Prometheus is a closed loopback port here.
     body["spec"]["autoscaling"]["metricsSource"]["prometheusUrl"] = "http://127.0.0.1:9"
-    client.CoreV1Api(admin).create_namespaced_secret(ns, {"metadata": {"name": "k3-api-key"},
+    client.CoreV1Api(admin_api).create_namespaced_secret(ns, {"metadata": {"name": "k3-api-key"},
                                                           "stringData": {"api-key": "test-key"}})
     helm.run("install", RELEASE, str(_chart_v1(tmp_path)), "--namespace", RELEASE_NAMESPACE)
     try:
@@ -455,11 +444,11 @@ def test_upgrade_to_a_chart_whose_crd_adds_a_field_serves_it(helm, kube, admin, 
         history = json.loads(helm.run("history", RELEASE, "-n", RELEASE_NAMESPACE, "-o", "json").stdout)
         assert [(h["chart"], h["status"]) for h in history] == [("kimik3-operator-0.0.9", "superseded"),
                                                                 ("kimik3-operator-0.1.0", "deployed")]
-        schema = client.ApiextensionsV1Api(admin).read_custom_resource_definition(CRD_NAME).spec.versions[0].schema
+        schema = client.ApiextensionsV1Api(admin_api).read_custom_resource_definition(CRD_NAME).spec.versions[0].schema
         assert "apiKeySecret" in schema.open_apiv3_schema.properties["spec"].properties["service"].properties
         stored = apply(kube, body, ns)
         assert stored["spec"]["service"]["apiKeySecret"] == {"name": "k3-api-key", "key": "api-key"}
-        with OperatorProcess(deployment_args(admin), chart_cp.operator_kubeconfig, tmp_path / "operator.log") as op:
+        with OperatorProcess(deployment_args(admin_api), chart_cp.operator_kubeconfig, tmp_path / "operator.log") as op:
             obj = reconciled(kube, ns, "k3-acme")
             assert obj["status"]["conditions"]
             route = kube.get("gateway.networking.k8s.io/v1", "HTTPRoute", ns, "k3-acme")
@@ -473,17 +462,18 @@ def test_upgrade_to_a_chart_whose_crd_adds_a_field_serves_it(helm, kube, admin, 
         assert_no_403(op.log())
     finally:
         uninstall_if_present(helm)
-    assert _operator_objects(admin, kube) == []
+    assert _operator_objects(admin_api, kube) == []
 
 
-def test_admission_policy_checks_who_adds_a_secret_reference_not_who_keeps_it(helm, kube, admin, chart_cp, tmp_path):
+def test_admission_policy_checks_who_adds_a_secret_reference_not_who_keeps_it(helm, kube, admin_api, chart_cp,
+                                                                              tmp_path):
     """The chart's ValidatingAdmissionPolicy: a tenant who may edit KimiK3Deployments but not read a
     Secret can neither add nor change a reference to it; an update that keeps the reference (what
     the operator's finalizer patch does, under RBAC without `get secrets`) passes."""
     uninstall_if_present(helm)
-    ns = make_namespace(admin, "k3-tenant-policy")
+    ns = make_namespace(admin_api, "k3-tenant-policy")
     helm.run("install", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE)
-    core, rbac = client.CoreV1Api(admin), client.RbacAuthorizationV1Api(admin)
+    core, rbac = client.CoreV1Api(admin_api), client.RbacAuthorizationV1Api(admin_api)
     try:
         core.create_namespaced_service_account(ns, {"metadata": {"name": "tenant"}})
         rbac.create_namespaced_role(ns, {"metadata": {"name": "k3-editor"}, "rules": [
@@ -493,14 +483,13 @@ def test_admission_policy_checks_who_adds_a_secret_reference_not_who_keeps_it(he
             "metadata": {"name": "tenant-k3-editor"},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "k3-editor"},
             "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ns}]})
-        token, _ = request_token(admin, ns, "tenant", lifetime_s=3600)
+        token, _ = request_token(admin_api, ns, "tenant", lifetime_s=3600)
         kubeconfig = write_token_kubeconfig(tmp_path / "tenant.kubeconfig", chart_cp.server, chart_cp.ca_file, "t",
                                             token)
         from kubernetes import config
         with config.new_client_from_config(config_file=str(kubeconfig)) as tenant_api:
             tenant = Kube(tenant_api)
-            (body,) = recipe("b300-tp8-single-node.yaml")
-            body["metadata"] = {"name": "k3-tenant", "namespace": ns}
+            body = recipe("b300-tp8-single-node.yaml", name="k3-tenant", namespace=ns)
             tenant.apply(body, force=False)
             key = {"apiKeySecret": {"name": "k3-api-key", "key": "api-key"}}
 

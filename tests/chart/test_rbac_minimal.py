@@ -32,7 +32,7 @@ after: "heal HTTPRoute" then needs kopf's observation of CRDs.
 
 from __future__ import annotations
 
-import copy
+import contextlib
 import time
 import traceback
 import uuid
@@ -45,7 +45,6 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
-from prometheus_client.parser import text_string_to_metric_families
 
 from kimik3.controller.kube import Kube
 from kimik3.controller.reconcile import RESYNC_READY_S, RESYNC_STARTING_S
@@ -53,23 +52,13 @@ from kimik3_dev.devcluster.controlplane import ControlPlane
 from kimik3_dev.devcluster.rbac import request_token, write_token_kubeconfig
 from kimik3_dev.devcluster.thirdparty import thirdparty_crd_paths
 
-from .conftest import (
-    CHART,
-    CR,
-    RELEASE,
-    RELEASE_NAMESPACE,
-    Helm,
-    OperatorProcess,
-    apply,
-    deployment_args,
-    make_namespace,
-    recipe,
-    uninstall_if_present,
-    wait_for,
-)
+from support.cluster import CR, LWS, apply, condition, make_namespace, metric, metric_samples
+from support.recipes import recipe
+from support.waiting import WaitTimeout, wait_for
+
+from .conftest import CHART, RELEASE, RELEASE_NAMESPACE, Helm, OperatorProcess, deployment_args, uninstall_if_present
 
 NAME = "k3-rbac"
-LWS = ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
 CHILDREN = [  # apply order, with the name each child gets
     (("resource.nvidia.com/v1beta1", "ComputeDomain"), NAME),
     (("v1", "ConfigMap"), f"{NAME}-launcher"),
@@ -153,20 +142,9 @@ def expect(behaviour: str, fn: Callable[[], Any], timeout: float) -> Any:
 
 
 def cr_body(namespace: str) -> dict[str, Any]:
-    (body,) = recipe("gb300-tp8-megakernel-dspark.yaml")
-    body = copy.deepcopy(body)
-    body["metadata"] = {"name": NAME, "namespace": namespace}
-    body["spec"]["replicas"] = 2
-    body["spec"]["disruptionBudget"] = {"minAvailable": 1}
+    body = recipe(name=NAME, namespace=namespace, replicas=2, disruptionBudget={"minAvailable": 1})
     body["spec"]["service"] = {"httpRoute": {"parentRefs": [{"name": "gw"}]}}
     return body
-
-
-def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
-    for c in ((obj or {}).get("status") or {}).get("conditions", []):
-        if c["type"] == type_:
-            return c
-    return {}
 
 
 def scenario(kube: Kube, core: client.CoreV1Api, namespace: str) -> None:
@@ -244,24 +222,14 @@ def plant_canaries(kube: Kube, core: client.CoreV1Api, namespace: str) -> None:
                                            "spec": {"containers": [{"name": "engine", "image": "x"}]}})
 
 
-def watch_events(op: OperatorProcess) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(op.metrics()):
-        for sample in family.samples:
-            if sample.name == "kimik3_watch_events_total":
-                out[sample.labels["resource"]] = sample.value
-    return out
-
-
 def await_first_listings(op: OperatorProcess, timeout: float = 15.0) -> None:
     """Wait (bounded) until the operator has listed the gated kinds. A kind it may not list never
-    gets there: the steps that need it then fail as they should."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        seen = watch_events(op)
-        if all(seen.get(kind, 0) >= 1 for kind in GATED):
-            return
-        time.sleep(0.2)
+    gets there: the steps that need it then fail as they should, so running out of time is no error."""
+    def listed() -> bool:
+        samples = metric_samples(op.url)
+        return all(metric(samples, "kimik3_watch_events_total", resource=kind) >= 1 for kind in GATED)
+    with contextlib.suppress(WaitTimeout):
+        wait_for(listed, timeout, "the operator's first listings")
 
 
 def cleanup(kube: Kube, namespace: str) -> None:
@@ -280,9 +248,9 @@ def cleanup(kube: Kube, namespace: str) -> None:
             pass
 
 
-def clusterrole_rules(admin: client.ApiClient, name: str = RELEASE) -> list[dict[str, Any]]:
-    role = client.RbacAuthorizationV1Api(admin).read_cluster_role(name)
-    return [admin.sanitize_for_serialization(r) for r in role.rules]
+def clusterrole_rules(admin_api: client.ApiClient, name: str = RELEASE) -> list[dict[str, Any]]:
+    role = client.RbacAuthorizationV1Api(admin_api).read_cluster_role(name)
+    return [admin_api.sanitize_for_serialization(r) for r in role.rules]
 
 
 def allowed(api: client.ApiClient, group: str, resource: str, verb: str) -> bool:
@@ -345,11 +313,11 @@ class Identity:
     api: client.ApiClient
 
 
-def mint_identity(cp: ControlPlane, admin: client.ApiClient, name: str, rules: list[dict[str, Any]],
+def mint_identity(cp: ControlPlane, admin_api: client.ApiClient, name: str, rules: list[dict[str, Any]],
                   directory: Path) -> Identity:
     """ServiceAccount kimik3-system/<name>, ClusterRole + ClusterRoleBinding <name> with ``rules``,
     and a kubeconfig with a real service-account token the API server signed for it."""
-    core, rbac = client.CoreV1Api(admin), client.RbacAuthorizationV1Api(admin)
+    core, rbac = client.CoreV1Api(admin_api), client.RbacAuthorizationV1Api(admin_api)
     core.create_namespaced_service_account(RELEASE_NAMESPACE, {"metadata": {"name": name}})
     rbac.create_cluster_role({"metadata": {"name": name, "labels": {"kimik3.io/test": "rbac-minimal"}},
                               "rules": rules})
@@ -357,34 +325,35 @@ def mint_identity(cp: ControlPlane, admin: client.ApiClient, name: str, rules: l
         "metadata": {"name": name, "labels": {"kimik3.io/test": "rbac-minimal"}},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": RELEASE_NAMESPACE}]})
-    token, _ = request_token(admin, RELEASE_NAMESPACE, name, lifetime_s=3600)
+    token, _ = request_token(admin_api, RELEASE_NAMESPACE, name, lifetime_s=3600)
     kubeconfig = write_token_kubeconfig(directory / f"{name}.kubeconfig", cp.server, cp.ca_file, name, token)
     return Identity(name, kubeconfig, config.new_client_from_config(config_file=str(kubeconfig)))
 
 
-def drop_identity(admin: client.ApiClient, identity: Identity) -> None:
+def drop_identity(admin_api: client.ApiClient, identity: Identity) -> None:
     identity.api.close()
-    rbac = client.RbacAuthorizationV1Api(admin)
+    rbac = client.RbacAuthorizationV1Api(admin_api)
     for call in (lambda: rbac.delete_cluster_role_binding(identity.name), lambda: rbac.delete_cluster_role(identity.name),
-                 lambda: client.CoreV1Api(admin).delete_namespaced_service_account(identity.name, RELEASE_NAMESPACE)):
+                 lambda: client.CoreV1Api(admin_api).delete_namespaced_service_account(identity.name,
+                                                                                       RELEASE_NAMESPACE)):
         try:
             call()
         except ApiException:
             pass
 
 
-def run_scenario(args: list[str], kubeconfig: Path, kube: Kube, admin: client.ApiClient, log_path: Path,
+def run_scenario(args: list[str], kubeconfig: Path, kube: Kube, admin_api: client.ApiClient, log_path: Path,
                  namespace: str, late_crd: bool = False, cp: ControlPlane | None = None) -> tuple[str | None, str]:
     """Start the operator with ``args`` (the chart's Deployment command) and ``kubeconfig``, run the
     scenario in ``namespace``; return the first broken behaviour (None: all happened) and the log."""
-    ext = client.ApiextensionsV1Api(admin)
+    ext = client.ApiextensionsV1Api(admin_api)
     if late_crd:
         ext.delete_custom_resource_definition(HTTPROUTE_CRD)
         wait_for(lambda: HTTPROUTE_CRD not in {c.metadata.name for c in ext.list_custom_resource_definition().items},
                  30, "HTTPRoute CRD deleted")
     op = OperatorProcess(args, kubeconfig, log_path, ready_timeout_s=90)
     try:
-        plant_canaries(kube, client.CoreV1Api(admin), namespace)
+        plant_canaries(kube, client.CoreV1Api(admin_api), namespace)
         try:
             op.start()
         except AssertionError as exc:
@@ -396,7 +365,7 @@ def run_scenario(args: list[str], kubeconfig: Path, kube: Kube, admin: client.Ap
             warm_watch_caches(kube)
             time.sleep(2)  # kopf's CRD watch re-scans the group
         try:
-            scenario(kube, client.CoreV1Api(admin), namespace)
+            scenario(kube, client.CoreV1Api(admin_api), namespace)
             return None, op.log()
         except Broken as broken:
             return broken.behaviour, f"{broken}\n--- operator log ---\n{op.log()[-4000:]}"
@@ -413,7 +382,7 @@ Job = tuple[str, str] | None  # (resource, verb) taken away; None = the full Clu
 
 
 @pytest.fixture(scope="module")
-def results(helm: Helm, chart_cp: ControlPlane, admin: client.ApiClient, kube: Kube,
+def results(helm: Helm, chart_cp: ControlPlane, admin_api: client.ApiClient,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[tuple[Job, bool], tuple[str | None, str]]]:
     """Install the chart; run the scenario once per job; yield {(job, late_crd): (broken, log)}.
 
@@ -425,27 +394,28 @@ def results(helm: Helm, chart_cp: ControlPlane, admin: client.ApiClient, kube: K
     assert min(RESYNC_READY_S, RESYNC_STARTING_S) > 4 * HEAL_WINDOW_S, (
         "the timed steps tell a watch from the operator's periodic resync: keep the resync periods "
         f"well above {HEAL_WINDOW_S} s or widen HEAL_WINDOW_S")
+    kube = Kube(admin_api)
     uninstall_if_present(helm)
     helm.run("install", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE)
-    rules = clusterrole_rules(admin)
-    args = deployment_args(admin)
+    rules = clusterrole_rules(admin_api)
+    args = deployment_args(admin_api)
     directory = tmp_path_factory.mktemp("rbac-minimal")
     warm_watch_caches(kube)
     out: dict[tuple[Job, bool], tuple[str | None, str]] = {}
 
     def namespaced(index: int, job: Job) -> tuple[str | None, str]:
         try:
-            identity = mint_identity(chart_cp, admin, f"rbac-{index}", without(rules, *(job or (None, None))),
+            identity = mint_identity(chart_cp, admin_api, f"rbac-{index}", without(rules, *(job or (None, None))),
                                      directory)
             try:
                 if job is not None:
                     group = group_of(rules, job[0])
                     wait_for(lambda: not allowed(identity.api, group, *job), 30, f"{job} revoked")
-                namespace = make_namespace(admin, f"rbac-{index}-{uuid.uuid4().hex[:6]}")
-                return run_scenario([*args, f"--namespace={namespace}"], identity.kubeconfig, kube, admin,
+                namespace = make_namespace(admin_api, f"rbac-{index}-{uuid.uuid4().hex[:6]}")
+                return run_scenario([*args, f"--namespace={namespace}"], identity.kubeconfig, kube, admin_api,
                                     directory / f"rbac-{index}.log", namespace)
             finally:
-                drop_identity(admin, identity)
+                drop_identity(admin_api, identity)
         except Exception:  # the harness itself failed: reported by this job's test, not all of them
             return HARNESS_ERROR, traceback.format_exc()
 
@@ -457,19 +427,19 @@ def results(helm: Helm, chart_cp: ControlPlane, admin: client.ApiClient, kube: K
                 out[(job, False)] = future.result()
         with chart_cp.api_client("operator") as chart_sa:
             for job in [None, *sorted(LATE_CRD_RULES)]:
-                client.RbacAuthorizationV1Api(admin).patch_cluster_role(
+                client.RbacAuthorizationV1Api(admin_api).patch_cluster_role(
                     RELEASE, {"rules": without(rules, *(job or (None, None)))})
                 try:
                     if job is not None:
                         group = group_of(rules, job[0])
                         wait_for(lambda: not allowed(chart_sa, group, *job), 10, f"{job} revoked")
-                    namespace = make_namespace(admin, f"rbac-late-{uuid.uuid4().hex[:6]}")
-                    out[(job, True)] = run_scenario(args, chart_cp.operator_kubeconfig, kube, admin,
+                    namespace = make_namespace(admin_api, f"rbac-late-{uuid.uuid4().hex[:6]}")
+                    out[(job, True)] = run_scenario(args, chart_cp.operator_kubeconfig, kube, admin_api,
                                                     directory / f"late-{job}.log", namespace, late_crd=True, cp=chart_cp)
                 except Exception:
                     out[(job, True)] = HARNESS_ERROR, traceback.format_exc()
                 finally:
-                    client.RbacAuthorizationV1Api(admin).patch_cluster_role(RELEASE, {"rules": rules})
+                    client.RbacAuthorizationV1Api(admin_api).patch_cluster_role(RELEASE, {"rules": rules})
                     if job is not None:
                         wait_for(lambda: allowed(chart_sa, group, *job), 10, f"{job} granted again")
         yield out

@@ -2,10 +2,17 @@
 
 ``recipe_cases()`` reads recipes/; ``generated_cases()`` draws a broad, deterministic set of specs
 over every strategy, accelerator profile, speculative method, decode backend, MoE and all-to-all
-backend, KV-cache dtype and more, keeping those admission accepts. ``expected(case, rank)`` says,
-from the spec alone (not from the argument builder or the plan), what vLLM must parse for a rank;
-``problems(case, results)`` compares vLLM's parse of every rank with it and names the flag of
-every difference, so a wrong flag or value in a builder fails with the flag in the message.
+backend, KV-cache dtype and more, keeping those admission accepts.
+
+The oracle does not rebuild the command line the way ``kimik3.engine.args`` does. It holds vLLM's
+parse to facts stated here as values, each from the API guide or vLLM's documentation:
+``field_expectations`` maps every typed field to the vLLM setting it names (``FIELDS``,
+``SPECULATIVE_KEYS``, ``MODEL_MOUNT``); ``layout_problems`` checks the parallel layout by what a
+working group needs (every GPU of every node it spans used, node and data-parallel ranks that tile
+the group, one leader, the rest headless), from the GPUs per node of ``GPUS_PER_NODE`` and the
+backend table ``ALL2ALL_WHEN_UNSET``; ``STATED_LAYOUTS`` writes out whole groups rank by rank.
+``problems(case, results)`` names the flag of every difference, so a wrong flag or value in a
+builder fails with the flag in the message.
 """
 
 from __future__ import annotations
@@ -13,24 +20,22 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from kimik3.admission import admit
 from kimik3.api.errors import SpecErrors
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
-from kimik3.engine.args import DP_RPC_PORT, LEADER_ADDRESS, MASTER_PORT, engine_env, rank_args
+from kimik3.engine.args import LEADER_ADDRESS, engine_env, rank_args
 from kimik3.topology.plan import GroupPlan
-from kimik3.kube.accelerators import PROFILES
+from support.recipes import RECIPE_FILES, documents
 
-REPO = Path(__file__).resolve().parents[2]
 ADDRESS = "k3-0.k3.inference.svc.cluster.local"
 """What the launcher puts in place of the leader placeholder (an LWS leader DNS name)."""
 ITL_BUCKETS = [0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1]
 
-ACCELERATORS = ["gb300", "gb200", "b300", "b200", "h200"]
+GPUS_PER_NODE = {"gb300": 4, "gb200": 4, "b300": 8, "b200": 8, "h200": 8}
+"""GPUs of one node (a GB300/GB200 NVL72 compute tray holds 4, a B300/B200/H200 HGX board 8)."""
+ACCELERATORS = list(GPUS_PER_NODE)
 METHODS = ["dspark", "eagle3", "mtp", "ngram", "none"]
 MOE_BACKENDS = [None, "auto", "flashinfer_trtllm", "deep_gemm_mega_moe", "flashinfer_cutlass", "triton"]
 ALL2ALL = [None, "flashinfer_nvlink_one_sided", "flashinfer_nvlink_two_sided", "deepep_v2", "deepep_low_latency",
@@ -77,16 +82,16 @@ def make_case(name: str, raw: dict[str, Any]) -> Case:
 
 def recipe_cases() -> list[Case]:
     cases = []
-    for path in sorted((REPO / "recipes").glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
-            if doc and doc.get("kind") == "KimiK3Deployment":
+    for path in RECIPE_FILES:
+        for doc in documents(path):
+            if doc.get("kind") == "KimiK3Deployment":
                 cases.append(make_case(f"{path.name}:{doc['metadata']['name']}", doc["spec"]))
     return cases
 
 
 def _draw(rng: random.Random) -> dict[str, Any]:
     acc = rng.choice(ACCELERATORS)
-    g = PROFILES[acc].gpus_per_node
+    g = GPUS_PER_NODE[acc]
     strategy = rng.choice(["tp", "tp", "dep", "tp-dp", "tp-dp"])
     topo: dict[str, Any] = {"accelerator": acc, "strategy": strategy}
     if strategy == "tp":
@@ -174,39 +179,57 @@ def generated_cases(n_valid: int = 400, seed: int = 5, max_draws: int = 20000) -
 
 # ---------------------------------------------------------------- the oracle ---------------------
 
-def _model_path(spec: KimiK3DeploymentSpec) -> str:
-    src = spec.model.source
-    if src.pvc is not None:
-        return "/models/" + src.pvc.sub_path.strip("/") if src.pvc.sub_path else "/models"
-    return "/models" if src.host_path is not None else spec.model.name
+MODEL_MOUNT = "/models"
+"""Where an engine pod mounts the weights of a ``pvc`` or ``hostPath`` source (API guide); a PVC's
+``subPath`` is a folder below it. A ``hub`` source is served by its model id."""
+
+SPECULATIVE_KEYS = {
+    "method": "method", "numSpeculativeTokens": "num_speculative_tokens", "draftModel": "model",
+    "draftSampleMethod": "draft_sample_method", "rejectionSampleMethod": "rejection_sample_method",
+    "draftTensorParallelSize": "draft_tensor_parallel_size", "promptLookupMin": "prompt_lookup_min",
+    "promptLookupMax": "prompt_lookup_max", "adaptiveVerification": "enable_adaptive_verification",
+}
+"""Each field of spec.speculativeDecoding and the key of vLLM's SpeculativeConfig it sets (a field
+left out, or false, leaves vLLM's default)."""
+
+ALL2ALL_WHEN_UNSET = {"gb300": "flashinfer_nvlink_one_sided", "gb200": "flashinfer_nvlink_one_sided",
+                      "b300": "deepep_v2", "b200": "deepep_v2", "h200": "deepep_v2"}
+"""The all-to-all backend of an expert-parallel group whose spec sets none: NVLink one-sided where
+the whole rack is one NVLink domain (NVL72), DeepEP v2 over the network elsewhere
+(kimi-k3-and-vllm.md). With ``moeBackend: deep_gemm_mega_moe`` vLLM's default stays (that kernel
+does its own dispatch)."""
+
+DEFAULT = object()
+"""In STATED_LAYOUTS: vLLM's own default for the field (what a bare ``vllm serve /models`` parses)."""
 
 
-def expected_speculative_config(spec: KimiK3DeploymentSpec) -> dict[str, Any] | None:
-    """The --speculative-config dict in vLLM's snake_case keys, from the typed fields."""
-    sd = spec.speculative_decoding
+def _model_path(raw: dict[str, Any], model_id: str) -> str:
+    source = raw["model"]["source"]
+    if "pvc" in source:
+        sub = (source["pvc"].get("subPath") or "").strip("/")
+        return f"{MODEL_MOUNT}/{sub}" if sub else MODEL_MOUNT
+    return MODEL_MOUNT if "hostPath" in source else model_id
+
+
+def expected_speculative_config(case: Case) -> dict[str, Any] | None:
+    """The --speculative-config vLLM must hold: the spec's own fields (``case.raw``), renamed by
+    ``SPECULATIVE_KEYS``, with the API's defaults for method and numSpeculativeTokens."""
+    sd = case.spec.speculative_decoding
     if sd.method == "none":
         return None
-    out: dict[str, Any] = {"method": sd.method, "num_speculative_tokens": sd.num_speculative_tokens}
-    for key, value in (("model", sd.draft_model), ("draft_sample_method", sd.draft_sample_method),
-                       ("rejection_sample_method", sd.rejection_sample_method),
-                       ("draft_tensor_parallel_size", sd.draft_tensor_parallel_size),
-                       ("prompt_lookup_min", sd.prompt_lookup_min), ("prompt_lookup_max", sd.prompt_lookup_max)):
-        if value is not None:
-            out[key] = value
-    if sd.adaptive_verification:
-        out["enable_adaptive_verification"] = True
-    return out
+    raw = case.raw.get("speculativeDecoding") or {}
+    out = {SPECULATIVE_KEYS[k]: v for k, v in raw.items() if v is not None and v is not False}
+    return out | {"method": sd.method, "num_speculative_tokens": sd.num_speculative_tokens}
 
 
-def expected(case: Case, rank: int, defaults: dict[str, Any]) -> dict[str, tuple[str, Any]]:
-    """{parsed field: (flag, value)} that vLLM's parse of ``rank`` must hold. ``defaults`` is
-    vLLM's parse of a bare ``vllm serve /models`` (what an unset field means)."""
+def field_expectations(case: Case, defaults: dict[str, Any]) -> dict[str, tuple[str, Any]]:
+    """{parsed field: (flag, value)} every rank's parse must hold for the typed fields of the spec
+    (values as the API defaults them). ``defaults`` is vLLM's parse of a bare ``vllm serve
+    /models`` (what an unset field means)."""
     spec = case.spec
-    e, m, f, topo = spec.engine, spec.model, spec.model.features, spec.topology
-    d = defaults
-    g = PROFILES[topo.accelerator].gpus_per_node
+    e, m, f, d = spec.engine, spec.model, spec.model.features, defaults
     out: dict[str, tuple[str, Any]] = {
-        "model": ("<model>", _model_path(spec)),
+        "model": ("<model>", _model_path(case.raw, m.name)),
         "served_model_name": ("--served-model-name", [m.served_model_name]),
         "trust_remote_code": ("--trust-remote-code", True),
         "port": ("--port", spec.service.port),
@@ -227,53 +250,166 @@ def expected(case: Case, rank: int, defaults: dict[str, Any]) -> dict[str, tuple
         "reasoning_parser": ("--reasoning-parser", "kimi_k3" if f.reasoning_parser else d["reasoning_parser"]),
         "enable_prefix_caching": ("--enable-prefix-caching", True if f.prefix_caching else d["enable_prefix_caching"]),
         "language_model_only": ("--language-model-only", f.language_model_only),
-        "speculative_config": ("--speculative-config", expected_speculative_config(spec)),
+        "speculative_config": ("--speculative-config", expected_speculative_config(case)),
     }
     if "--custom-histogram-buckets" in e.extra_args:
         out["custom_histogram_buckets"] = ("--custom-histogram-buckets", {"inter_token_latency": ITL_BUCKETS})
+    return out
+
+
+LAYOUT_FLAGS = {
+    "tensor_parallel_size": "--tensor-parallel-size", "pipeline_parallel_size": "--pipeline-parallel-size",
+    "data_parallel_size": "--data-parallel-size", "data_parallel_size_local": "--data-parallel-size-local",
+    "data_parallel_start_rank": "--data-parallel-start-rank", "data_parallel_address": "--data-parallel-address",
+    "data_parallel_rpc_port": "--data-parallel-rpc-port", "nnodes": "--nnodes", "node_rank": "--node-rank",
+    "master_addr": "--master-addr", "master_port": "--master-port", "headless": "--headless",
+    "enable_expert_parallel": "--enable-expert-parallel", "all2all_backend": "--all2all-backend",
+}
+"""The parsed fields of the parallel layout and the flag that sets each (named in a problem)."""
+
+
+def layout_problems(case: Case, results: list[dict[str, Any]], defaults: dict[str, Any],
+                    version: str) -> list[str]:
+    """How vLLM's parse of the group's ranks (``results``, rank order) fails to make the group the
+    spec asks for. What a working group needs, whatever builds its command lines:
+
+    - the sizes the spec names (API defaults: TP 8 with ``tp``, one node per data-parallel rank's
+      TP with ``tp-dp``, TP 1 with ``dep``);
+    - every GPU of every node it spans used, one node holding a group that fits in it;
+    - ``tp``: node ranks 0..n-1 in rank order, all to the leader's address and one port;
+    - ``dep``/``tp-dp``: equal local data-parallel sizes that add up to the data-parallel size,
+      each rank starting where the ranks before it end (the leader's 0 implied), one coordinator
+      address and RPC port; expert parallelism as the strategy says, with ``ALL2ALL_WHEN_UNSET``;
+    - the leader serves the API, every other rank is headless; a one-node group none of it.
+    """
+    spec, raw, d = case.spec, case.raw.get("topology") or {}, defaults
+    topo, e = spec.topology, spec.engine
+    g = GPUS_PER_NODE[topo.accelerator]
+    n = len(results)
+    multi = n > 1
+    got = [{**r["args"], **r["engine"]} for r in results]
+    want: list[dict[str, Any]] = [{} for _ in results]
+    out: list[str] = []
+
+    def differs(rank: int, key: str, value: Any, why: str) -> None:
+        if not _same(got[rank].get(key), value):
+            out.append(f"{case.name} rank {rank}: {LAYOUT_FLAGS[key]}: vLLM {version} parsed {key}="
+                       f"{got[rank].get(key)!r}, the group needs {value!r} ({why})")
+
+    def everywhere(key: str, value: Any, why: str) -> None:
+        for rank in range(n):
+            differs(rank, key, value, why)
 
     if topo.strategy == "tp":
         tp, pp = topo.tensor_parallel_size or 8, topo.pipeline_parallel_size
-        nodes = max(1, tp * pp // g)
-        multi = nodes > 1
-        out |= {
-            "tensor_parallel_size": ("--tensor-parallel-size", tp),
-            "pipeline_parallel_size": ("--pipeline-parallel-size", pp),
-            "data_parallel_size": ("--data-parallel-size", 1),
-            "enable_expert_parallel": ("--enable-expert-parallel", False),
-            "nnodes": ("--nnodes", nodes if multi else d["nnodes"]),
-            "node_rank": ("--node-rank", rank if multi else d["node_rank"]),
-            "master_addr": ("--master-addr", ADDRESS if multi else d["master_addr"]),
-            "master_port": ("--master-port", MASTER_PORT if multi else d["master_port"]),
-            "data_parallel_address": ("--data-parallel-address", d["data_parallel_address"]),
-            "headless": ("--headless", multi and rank > 0),
-        }
+        everywhere("tensor_parallel_size", tp, "spec.topology.tensorParallelSize")
+        everywhere("pipeline_parallel_size", pp, "spec.topology.pipelineParallelSize")
+        everywhere("data_parallel_size", 1, "one engine")
+        everywhere("enable_expert_parallel", False, "no expert parallelism with tp")
+        if (tp * pp != n * g) if multi else (tp * pp > g):
+            out.append(f"{case.name}: {n} rank(s) of {g} GPUs for TP{tp} x PP{pp}: GPUs left idle or missing")
+        for rank in range(n):
+            differs(rank, "nnodes", n if multi else d["nnodes"], "one vLLM node per pod")
+            differs(rank, "node_rank", rank if multi else d["node_rank"], "pods in rank order")
+            differs(rank, "master_addr", ADDRESS if multi else d["master_addr"], "the leader's address")
+            differs(rank, "headless", multi and rank > 0, "only the leader serves the API")
+        if multi and len({x.get("master_port") for x in got}) != 1:
+            out.append(f"{case.name}: --master-port differs between ranks: {[x.get('master_port') for x in got]}")
+        everywhere("data_parallel_address", d["data_parallel_address"], "no data parallelism")
+        return out
+
+    dp = topo.data_parallel_size
+    tp = 1 if topo.strategy == "dep" else (topo.tensor_parallel_size or g)
+    ep = topo.strategy == "dep" or bool(raw.get("expertParallel"))
+    everywhere("tensor_parallel_size", tp, "TP 1 with dep" if topo.strategy == "dep" else "spec.topology.tensorParallelSize")
+    everywhere("pipeline_parallel_size", 1, "no pipeline parallelism with dep or tp-dp")
+    everywhere("data_parallel_size", dp, "spec.topology.dataParallelSize")
+    everywhere("enable_expert_parallel", ep, "always with dep, spec.topology.expertParallel with tp-dp")
+    local = [x.get("data_parallel_size_local") for x in got]
+    if len(set(local)) != 1 or not isinstance(local[0], int) or sum(local) != dp:
+        out.append(f"{case.name}: --data-parallel-size-local per rank {local} does not split {dp} ranks evenly")
+    elif (tp * local[0] != g) if multi else (tp * local[0] > g):
+        out.append(f"{case.name}: {local[0]} local rank(s) of TP{tp} on {g} GPUs per node: GPUs left idle or missing")
     else:
-        ep = topo.strategy == "dep" or bool(topo.expert_parallel)
-        tp = 1 if topo.strategy == "dep" else (topo.tensor_parallel_size or g)
-        dp = topo.data_parallel_size
-        dp_local = min(g // tp, dp)
-        nodes = dp // dp_local
-        multi = nodes > 1
-        all2all = d["all2all_backend"]
-        if ep:
-            all2all = e.all2all_backend or (d["all2all_backend"] if e.moe_backend == "deep_gemm_mega_moe" else
-                                            "flashinfer_nvlink_one_sided" if PROFILES[topo.accelerator].multi_node_nvlink
-                                            else "deepep_v2")
-        out |= {
-            "tensor_parallel_size": ("--tensor-parallel-size", tp),
-            "pipeline_parallel_size": ("--pipeline-parallel-size", 1),
-            "data_parallel_size": ("--data-parallel-size", dp),
-            "data_parallel_size_local": ("--data-parallel-size-local", dp_local),
-            "enable_expert_parallel": ("--enable-expert-parallel", ep),
-            "all2all_backend": ("--all2all-backend", all2all),
-            "data_parallel_address": ("--data-parallel-address", ADDRESS if multi else d["data_parallel_address"]),
-            "data_parallel_rpc_port": ("--data-parallel-rpc-port", DP_RPC_PORT if multi else d["data_parallel_rpc_port"]),
-            "data_parallel_start_rank": ("--data-parallel-start-rank",
-                                         rank * dp_local if multi and rank > 0 else d["data_parallel_start_rank"]),
-            "nnodes": ("--nnodes", d["nnodes"]),
-            "headless": ("--headless", multi and rank > 0),
-        }
+        for rank in range(n):
+            differs(rank, "data_parallel_start_rank", sum(local[:rank]) if rank else d["data_parallel_start_rank"],
+                    "the data-parallel ranks of the pods before it; the leader's 0 implied")
+    if ep:
+        backend = e.all2all_backend or (d["all2all_backend"] if e.moe_backend == "deep_gemm_mega_moe"
+                                        else ALL2ALL_WHEN_UNSET[topo.accelerator])
+    else:
+        backend = d["all2all_backend"]
+    everywhere("all2all_backend", backend, "spec.engine.all2allBackend, else ALL2ALL_WHEN_UNSET")
+    for rank in range(n):
+        differs(rank, "data_parallel_address", ADDRESS if multi else d["data_parallel_address"], "the leader's address")
+        differs(rank, "headless", multi and rank > 0, "only the leader serves the API")
+        differs(rank, "nnodes", d["nnodes"], "data parallelism launches without --nnodes")
+        if not multi:
+            differs(rank, "data_parallel_rpc_port", d["data_parallel_rpc_port"], "one node: no coordinator")
+    ports = {x.get("data_parallel_rpc_port") for x in got}
+    if multi and (len(ports) != 1 or ports == {d["data_parallel_rpc_port"]}):
+        out.append(f"{case.name}: --data-parallel-rpc-port must be one port of the operator's on every rank: {ports}")
+    return out
+
+
+PVC = {"pvc": {"claimName": "kimi-k3-weights"}}
+STATED_LAYOUTS: list[tuple[str, dict[str, Any], list[dict[str, Any]]]] = [
+    # (name, spec, per rank: the parsed parallel fields; DEFAULT = vLLM's own default)
+    ("gb300-tp8", {"model": {"source": PVC}}, [
+        {"tensor_parallel_size": 8, "nnodes": 2, "node_rank": r, "master_addr": ADDRESS, "master_port": 29501,
+         "headless": r == 1, "data_parallel_size": 1, "enable_expert_parallel": False} for r in range(2)]),
+    ("gb200-tp16", {"model": {"source": PVC}, "topology": {"accelerator": "gb200", "tensorParallelSize": 16}}, [
+        {"tensor_parallel_size": 16, "nnodes": 4, "node_rank": r, "master_addr": ADDRESS, "headless": r > 0}
+        for r in range(4)]),
+    ("h200-tp16", {"model": {"source": PVC}, "topology": {"accelerator": "h200", "tensorParallelSize": 16}}, [
+        {"tensor_parallel_size": 16, "nnodes": 2, "node_rank": r, "master_addr": ADDRESS, "headless": r > 0}
+        for r in range(2)]),
+    ("b300-tp8", {"model": {"source": PVC}, "topology": {"accelerator": "b300", "tensorParallelSize": 8}}, [
+        {"tensor_parallel_size": 8, "nnodes": DEFAULT, "node_rank": DEFAULT, "master_addr": DEFAULT,
+         "headless": False}]),
+    ("gb300-dep16", {"model": {"source": PVC}, "topology": {"strategy": "dep", "dataParallelSize": 16}}, [
+        {"tensor_parallel_size": 1, "data_parallel_size": 16, "data_parallel_size_local": 4,
+         "data_parallel_start_rank": 4 * r if r else DEFAULT, "data_parallel_address": ADDRESS,
+         "data_parallel_rpc_port": 13345, "enable_expert_parallel": True,
+         "all2all_backend": "flashinfer_nvlink_one_sided", "headless": r > 0, "nnodes": DEFAULT} for r in range(4)]),
+    ("h200-dep16", {"model": {"source": PVC}, "topology": {"accelerator": "h200", "strategy": "dep",
+                                                          "dataParallelSize": 16}}, [
+        {"data_parallel_size": 16, "data_parallel_size_local": 8, "data_parallel_start_rank": 8 * r if r else DEFAULT,
+         "enable_expert_parallel": True, "all2all_backend": "deepep_v2", "headless": r > 0} for r in range(2)]),
+    ("gb300-tp4-dp4-ep", {"model": {"source": PVC}, "topology": {"strategy": "tp-dp", "tensorParallelSize": 4,
+                                                                "dataParallelSize": 4, "expertParallel": True}}, [
+        {"tensor_parallel_size": 4, "data_parallel_size": 4, "data_parallel_size_local": 1,
+         "data_parallel_start_rank": r if r else DEFAULT, "enable_expert_parallel": True,
+         "all2all_backend": "flashinfer_nvlink_one_sided", "headless": r > 0} for r in range(4)]),
+    ("b300-dep8", {"model": {"source": PVC}, "topology": {"accelerator": "b300", "strategy": "dep",
+                                                         "dataParallelSize": 8}}, [
+        {"tensor_parallel_size": 1, "data_parallel_size": 8, "data_parallel_size_local": 8,
+         "data_parallel_start_rank": DEFAULT, "data_parallel_address": DEFAULT, "data_parallel_rpc_port": DEFAULT,
+         "enable_expert_parallel": True, "all2all_backend": "deepep_v2", "headless": False}]),
+]
+"""Whole groups written out rank by rank: what vLLM must parse for each pod of these specs."""
+
+
+def stated_layout_cases() -> list[Case]:
+    return [make_case(f"stated:{name}", spec) for name, spec, _ in STATED_LAYOUTS]
+
+
+def stated_problems(case: Case, results: list[dict[str, Any]], defaults: dict[str, Any], version: str) -> list[str]:
+    """Differences between vLLM's parse of a STATED_LAYOUTS case and its stated ranks."""
+    (ranks,) = [r for name, _, r in STATED_LAYOUTS if f"stated:{name}" == case.name]
+    if len(results) != len(ranks):
+        return [f"{case.name}: {len(results)} rank(s), the layout states {len(ranks)}"]
+    out = []
+    for rank, (res, fields) in enumerate(zip(results, ranks)):
+        if not res["ok"]:
+            out.append(f"{case.name} rank {rank}: vLLM {version} rejected the arguments ({res['stage']}): {res['error']}")
+            continue
+        parsed = {**res["args"], **res["engine"]}
+        for key, value in fields.items():
+            value = defaults[key] if value is DEFAULT else value
+            if not _same(parsed.get(key), value):
+                out.append(f"{case.name} rank {rank}: {LAYOUT_FLAGS[key]}: vLLM {version} parsed {key}="
+                           f"{parsed.get(key)!r}, stated {value!r}")
     return out
 
 
@@ -293,19 +429,24 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def problems(case: Case, results: list[dict[str, Any]], defaults: dict[str, Any], version: str) -> list[str]:
-    """Every way vLLM's parse of the case's ranks differs from the spec, each naming the flag."""
+    """Every way vLLM's parse of the case's ranks differs from the spec, each naming the flag:
+    rejected arguments, a field not as the spec asks (``field_expectations``), a group vLLM could
+    not run as laid out (``layout_problems``), a refusal by vLLM's own config checks."""
     out = []
+    fields = field_expectations(case, defaults)
     for rank, res in enumerate(results):
         where = f"{case.name} rank {rank}"
         if not res["ok"]:
             out.append(f"{where}: vLLM {version} rejected the arguments ({res['stage']}): {res['error']}")
             continue
-        for key, (flag, want) in expected(case, rank, defaults).items():
+        for key, (flag, want) in fields.items():
             got = parsed_value(res, key)
             if not _same(got, want):
                 out.append(f"{where}: {flag}: vLLM {version} parsed {key}={got!r}, the spec asks for {want!r}")
         for p in res.get("problems", []):
             out.append(f"{where}: vLLM {version}'s {p['check']} refuses it: {p['error']}")
+    if all(res["ok"] for res in results):
+        out += layout_problems(case, results, defaults, version)
     return out
 
 

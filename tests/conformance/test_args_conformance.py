@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from conformance_cases import (ADDRESS, Case, defaults_of, generated_cases, make_case, problems,
-                               recipe_cases)
+from conformance_cases import (ADDRESS, PVC, Case, defaults_of, generated_cases, make_case, problems, recipe_cases,
+                               stated_layout_cases, stated_problems)
 from kimik3.admission import admit
 from kimik3.api.errors import SpecErrors
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
@@ -28,7 +28,6 @@ from kimik3.engine import args as args_mod
 from kimik3_dev import doctor
 
 pytestmark = pytest.mark.timeout(900)  # one vLLM import: 7 s idle, minutes on a busy 2-core machine
-PVC = {"pvc": {"claimName": "kimi-k3-weights"}}
 DSPARK7 = {"method": "dspark", "draftModel": "Inferact/Kimi-K3-DSpark", "numSpeculativeTokens": 7}
 
 
@@ -87,19 +86,16 @@ def generated() -> list[Case]:
 @pytest.fixture(scope="module")
 def parsed(parser_venv, recipes, generated):
     """One helper process for every case of this module (importing vLLM costs 7-90 s on a busy
-    2-core machine): recipes, the generated set, F7, the admission-rule cases, the sabotaged builders."""
-    return run(parser_venv, recipes + generated + [f7_case()] + rule_cases() + sabotaged_cases(),
-               launch_cases=launch_cases(recipes, generated))
+    2-core machine): recipes, the stated layouts, the generated set, F7, the admission-rule cases, the
+    sabotaged builders."""
+    return run(parser_venv, recipes + stated_layout_cases() + generated + [f7_case()] + rule_cases()
+               + sabotaged_cases(), launch_cases=launch_cases(recipes, generated))
 
 
 def launch_cases(recipes: list[Case], generated: list[Case]) -> list[Case]:
-    """Multi-node data-parallel groups: the recipes', two fixed shapes, and up to 30 generated."""
-    fixed = [make_case("tp4-dp4-ep-gb300", {"model": {"source": PVC}, "topology": {
-                 "strategy": "tp-dp", "tensorParallelSize": 4, "dataParallelSize": 4, "expertParallel": True}}),
-             make_case("dep16-h200", {"model": {"source": PVC}, "topology": {
-                 "accelerator": "h200", "strategy": "dep", "dataParallelSize": 16}})]
-    dp = [c for c in recipes + generated if c.plan.multi_node and c.plan.strategy != "tp"]
-    return fixed + dp[:32]
+    """Multi-node data-parallel groups: the recipes', the stated layouts', and up to 32 generated."""
+    dp = [c for c in recipes + stated_layout_cases() + generated if c.plan.multi_node and c.plan.strategy != "tp"]
+    return dp[:34]
 
 
 def test_parsed_with_the_pinned_vllm(parser_venv, parsed):
@@ -114,6 +110,17 @@ def test_every_recipe_rank_parses_to_what_the_recipe_asks(recipes, parsed):
     version, defaults, by_case = parsed
     assert len(recipes) >= 2
     found = [p for case in recipes for p in problems(case, by_case[case.name], defaults, version)]
+    assert not found, "\n".join(found)
+
+
+def test_stated_layouts_parse_rank_by_rank(parsed):
+    """Whole groups written out as values (conformance_cases.STATED_LAYOUTS), and the generic
+    checks on them too."""
+    version, defaults, by_case = parsed
+    cases = stated_layout_cases()
+    assert len(cases) >= 8 and {c.plan.strategy for c in cases} == {"tp", "dep", "tp-dp"}
+    found = [p for case in cases for p in stated_problems(case, by_case[case.name], defaults, version)
+             + problems(case, by_case[case.name], defaults, version)]
     assert not found, "\n".join(found)
 
 
@@ -361,7 +368,7 @@ def test_a_wrong_flag_or_value_in_a_builder_fails_naming_the_flag(parsed):
     cases = {c.name: c for c in sabotaged_cases()}
     found = {n: "\n".join(problems(c, by_case[n], defaults, version)) for n, c in cases.items()}
     assert "unrecognized arguments: --tensor-parallel-sizes" in found["misspelled"]
-    assert "--data-parallel-start-rank: vLLM" in found["off-by-one"] and "the spec asks for 4" in found["off-by-one"]
+    assert "--data-parallel-start-rank: vLLM" in found["off-by-one"] and "the group needs 4" in found["off-by-one"]
     assert "--kv-cache-dtype: vLLM" in found["bad-dtype"] and "'fp9'" in found["bad-dtype"]
     assert "CacheConfig refuses it" in found["bad-dtype"]
     assert found["clean"] == ""

@@ -41,11 +41,9 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -59,6 +57,8 @@ from kimik3.engine.args import engine_env
 from kimik3.render.children import render
 from kimik3.render.configmap import group_plan_document
 from kimik3.render.leaderworkerset import API_KEY_ENV, CONTAINER
+from kimik3_dev.devcluster.operator_thread import free_port
+from support.waiting import WaitTimeout, wait_for
 
 HERE = Path(__file__).resolve().parent
 STARTUP_TIMEOUT_S = 900
@@ -76,12 +76,6 @@ API_KEY_REF = {"name": "tiny-api-key", "key": "api-key"}
 """``spec.service.apiKeySecret`` of the test's spec: Secret name and key in the CR's namespace."""
 UNAUTHORIZED = (401, b'{"error":"Unauthorized"}')
 """vLLM 0.32's refusal (serve/middleware/authenticate.py: ``JSONResponse({"error": "Unauthorized"}, 401)``)."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def request(method: str, url: str, body: dict | None = None, timeout: float = 120, key: str | None = None,
@@ -214,14 +208,13 @@ def server(cpu_venv, tmp_path_factory):
     srv = Server(proc, port, log, doc["command"] + doc["ranks"][0]["args"], spec, plan, api_key, container["env"])
     srv.secret = secret
     try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while time.monotonic() < deadline:
+        def healthy() -> bool:
             if proc.poll() is not None:
                 pytest.fail(f"vLLM exited with {proc.returncode} before serving:\n{srv.log_tail()}")
-            if http("GET", f"{srv.url}/health", timeout=5)[0] == 200:
-                break
-            time.sleep(2)
-        else:
+            return http("GET", f"{srv.url}/health", timeout=5)[0] == 200
+        try:
+            wait_for(healthy, STARTUP_TIMEOUT_S, "vLLM's /health", interval=2)
+        except WaitTimeout:
             pytest.fail(f"vLLM not healthy after {STARTUP_TIMEOUT_S} s:\n{srv.log_tail()}")
         for prompt in PROMPTS:  # bounded: 4 requests, one at a time
             status, body = http("POST", f"{srv.url}/v1/completions", {

@@ -16,13 +16,14 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from devenv import SHAPE, DevEnv, wait_until
+from devenv import SHAPE, DevEnv
 from kubernetes.client.rest import ApiException
 
 from kimik3_dev.devcluster.cluster import DevCluster, UpOptions
 from kimik3_dev.devcluster.racks import RackShape
 from kimik3_dev.devcluster.rest import Rest
 from kimik3_dev.devcluster.workloads import ensure_namespace
+from support.waiting import wait_for
 
 
 @pytest.fixture(scope="session")
@@ -49,6 +50,6 @@ def ns(dev_env: DevEnv) -> Iterator[str]:
         dev_env.rest.delete(dev_env.cr_path(name))
     except ApiException:
         pass
-    wait_until(f"the pods of namespace {name} to be gone",
-               lambda: not dev_env.rest.items(f"/api/v1/namespaces/{name}/pods"), timeout_s=120.0)
+    wait_for(lambda: not dev_env.rest.items(f"/api/v1/namespaces/{name}/pods"), 120.0,
+             f"the pods of namespace {name} to be gone")
     dev_env.rest.delete(f"/api/v1/namespaces/{name}")

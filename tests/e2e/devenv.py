@@ -1,45 +1,25 @@
-"""Helpers the e2e tests share: the ``DevEnv`` handle on a running dev cluster, bounded waits,
-and a polling ``Recorder`` (see conftest.py for the fixtures)."""
+"""Helpers the e2e tests share: the ``DevEnv`` handle on a running dev cluster, the bound on its
+waits (``WAIT_S``) and a polling ``Recorder`` (see conftest.py for the fixtures; the polling
+itself is tests/support's ``wait_for``)."""
 
 from __future__ import annotations
 
 import copy
 import threading
-import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any, TypeVar
-
-import yaml
+from typing import Any
 
 from kimik3.kube.kinds import GROUP, PLURAL, VERSION
+from kimik3.kube.labels import CLIQUE_LABEL, LWS_GROUP_INDEX_LABEL, LWS_NAME_LABEL, LWS_WORKER_INDEX_LABEL
 from kimik3_dev.devcluster.cluster import DevCluster
 from kimik3_dev.devcluster.rest import Rest
 from kimik3_dev.devcluster.workloads import apply_deployment
-from kimik3.kube.labels import LWS_GROUP_INDEX_LABEL, LWS_NAME_LABEL, LWS_WORKER_INDEX_LABEL
-from kimik3.kube.labels import CLIQUE_LABEL
+from support.recipes import recipe
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-RECIPE = REPO_ROOT / "recipes" / "gb300-tp8-megakernel-dspark.yaml"
 SHAPE = dict(profile="gb300", racks=3, trays_per_rack=4)
 WAIT_S = 90.0
 """Bound on every wait for the cluster to converge, seconds (kwok makes pods Ready at once;
 the slow parts on a shared 2-core machine are scheduling retries and garbage collection)."""
-T = TypeVar("T")
-
-
-def wait_until(what: str, fn: Callable[[], T | None], timeout_s: float = WAIT_S, poll_s: float = 0.2) -> T:
-    """Call ``fn`` until it returns a truthy value and return it; fail naming ``what`` and the
-    last value after ``timeout_s`` seconds."""
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while True:
-        last = fn()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}; last: {last!r}")
-        time.sleep(poll_s)
 
 
 class DevEnv:
@@ -54,11 +34,8 @@ class DevEnv:
     @staticmethod
     def deployment(namespace: str, name: str = "k3", replicas: int = 1, tensor_parallel: int = 8) -> dict[str, Any]:
         """The GB300 recipe (TP8 over 2 trays) in ``namespace``; ``tensor_parallel=16`` gives 4 trays."""
-        cr = copy.deepcopy(next(d for d in yaml.safe_load_all(RECIPE.read_text()) if d))
-        cr["metadata"] = {"name": name, "namespace": namespace}
-        cr["spec"]["replicas"] = replicas
-        cr["spec"]["topology"]["tensorParallelSize"] = tensor_parallel
-        return cr
+        return recipe(name=name, namespace=namespace, replicas=replicas,
+                      topology={"tensorParallelSize": tensor_parallel})
 
     def apply(self, cr: dict[str, Any]) -> dict[str, Any]:
         return apply_deployment(self.rest, copy.deepcopy(cr))

@@ -21,7 +21,7 @@ import pytest
 import requests
 
 from kimik3_dev.sim.load import Phase, resolve_url, run_load
-from devenv import wait_until
+from support.waiting import wait_for
 
 USERS = 12
 
@@ -36,33 +36,33 @@ def test_load_step_scales_up_through_prometheus_then_back_down(dev_env, ns):
         "target": {"metric": "timePerOutputToken", "percentile": 90, "value": "7ms"},
         "interval": "10s", "window": "30s", "scaleDownStabilization": "60s"}
     dev_env.apply(cr)
-    url, model = wait_until("the simulated engine's endpoint", lambda: _answering(dev_env, ns), timeout_s=180)
+    url, model = wait_for(lambda: _answering(dev_env, ns), 180, "the simulated engine's endpoint")
 
     stop = threading.Event()
     load = threading.Thread(target=lambda: asyncio.run(_load_until(url, model, stop)), daemon=True)
     load.start()
     try:
         # Prometheus (5 s scrapes) -> a 30 s window -> a decision every 10 s: more groups.
-        scaled = wait_until("a scale-up decision", lambda: _status_if(dev_env, ns,
-                            lambda s: (s.get("desiredReplicas") or 0) >= 2), timeout_s=180)
+        scaled = wait_for(lambda: _status_if(dev_env, ns, lambda s: (s.get("desiredReplicas") or 0) >= 2), 180,
+                          "a scale-up decision")
         assert scaled["lastScale"]["from"] == 1 and scaled["lastScale"]["to"] >= 2
         assert scaled["lastScale"]["reason"].startswith("ScaleUp")
         assert scaled["decode"]["p90ItlSeconds"] > 0.007  # what the decision saw: over target
         metrics = _conditions(dev_env, ns)["MetricsAvailable"]
         assert metrics["status"] == "True", metrics
         # The new groups are placed (each in a rack of its own), load, and take their share.
-        wait_until("the new groups to be ready", lambda: _status_if(
-            dev_env, ns, lambda s: (s.get("readyReplicas") or 0) >= scaled["desiredReplicas"]), timeout_s=180)
-        settled = wait_until("P90 per-token latency back under 7 ms", lambda: _status_if(
+        wait_for(lambda: _status_if(
+            dev_env, ns, lambda s: (s.get("readyReplicas") or 0) >= scaled["desiredReplicas"]), 180,
+            "the new groups to be ready")
+        settled = wait_for(lambda: _status_if(
             dev_env, ns, lambda s: (s.get("decode") or {}).get("p90ItlSeconds", 1) <= 0.007
-            and (s.get("readyReplicas") or 0) >= 2), timeout_s=240)
+            and (s.get("readyReplicas") or 0) >= 2), 240, "P90 per-token latency back under 7 ms")
         assert settled["decode"]["tokensPerSecondPerUser"] >= 1 / 0.007
     finally:
         stop.set()
         load.join(120)
     # No traffic: after the 60 s scale-down window the deployment returns to minReplicas.
-    down = wait_until("the scale-down", lambda: _status_if(dev_env, ns, lambda s: s.get("desiredReplicas") == 1),
-                      timeout_s=300)
+    down = wait_for(lambda: _status_if(dev_env, ns, lambda s: s.get("desiredReplicas") == 1), 300, "the scale-down")
     assert down["lastScale"]["to"] == 1 and down["lastScale"]["reason"].startswith("ScaleDown")
     reasons = [e.get("reason", "") for e in dev_env.events(ns)]
     assert any(r.startswith("ScaleUp") for r in reasons) and "ScaleDown" in reasons, reasons

@@ -19,8 +19,8 @@ from kimik3_dev.devcluster.overview import render
 from kimik3_dev.devcluster.racks import KWOK_ANNOTATION, RACK_LABEL, RackShape, node_manifests
 from kimik3_dev.devcluster.readiness import ComponentError, http_get, wait_for
 from kimik3.kube.labels import CLIQUE_LABEL, GPU_RESOURCE, PRODUCT_LABEL
+from support.recipes import recipe
 
-RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "gb300-tp8-megakernel-dspark.yaml"
 
 
 # -- racks ---------------------------------------------------------------------------------------
@@ -209,8 +209,8 @@ def test_unschedulable_groups_are_named_with_the_scheduler_message() -> None:
 
 
 def _cr(status: dict | None = None) -> dict:
-    cr = yaml.safe_load(RECIPE.read_text())
-    cr["metadata"].update(uid="u1", generation=2)
+    cr = recipe(uid="u1")
+    cr["metadata"]["generation"] = 2
     if status:
         cr["status"] = status
     return cr

@@ -19,10 +19,11 @@ import urllib.request
 from typing import Any
 
 from click.testing import CliRunner
-from devenv import DevEnv, wait_until
+from devenv import WAIT_S, DevEnv
 
 from kimik3.cli import main
 from kimik3_dev.devcluster.readiness import http_get
+from support.waiting import wait_for
 
 SECRET, SECRET_KEY = "k3-api-key", "api-key"
 
@@ -59,17 +60,18 @@ def test_api_key_from_a_secret_is_enforced_and_never_leaks(dev_env: DevEnv, ns: 
     cr["metadata"]["annotations"] = {"inference.kimik3.io/sim-load-time": "1s"}  # simulator-only override
     cr["spec"].setdefault("service", {})["apiKeySecret"] = {"name": SECRET, "key": SECRET_KEY}
     dev_env.apply(cr)
-    wait_until("Ready=True", lambda: (dev_env.condition(ns, "Ready") or {}).get("status") == "True")
+    wait_for(lambda: (dev_env.condition(ns, "Ready") or {}).get("status") == "True", WAIT_S, "Ready=True")
 
     # The leader pod (as the API server holds it) carries a reference, not the key.
-    leader = wait_until("one group of 2 Ready pods", lambda: dev_env.ready_groups(ns, 2, 1))[0][0]
+    leader = wait_for(lambda: dev_env.ready_groups(ns, 2, 1), WAIT_S, "one group of 2 Ready pods")[0][0]
     engine = next(c for c in leader["spec"]["containers"] if c["name"] == "engine")
     assert [e for e in engine["env"] if e["name"] == "VLLM_API_KEY"] == [
         {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": SECRET, "key": SECRET_KEY}}}]
 
     endpoints = dev_env.cluster.state_dir / "sim" / "endpoints.json"
-    entry = wait_until("the group ready on the simulator", lambda: (
-        (e := json.loads(endpoints.read_text()).get(f"{ns}/k3")) and e["groups"].get("0", {}).get("ready") and e))
+    entry = wait_for(lambda: (
+        (e := json.loads(endpoints.read_text()).get(f"{ns}/k3")) and e["groups"].get("0", {}).get("ready") and e),
+        WAIT_S, "the group ready on the simulator")
     assert entry["groups"]["0"]["apiKeyRequired"] is True
     url = entry["url"]
     completion = {"model": "kimi-k3", "prompt": "hello", "max_tokens": 16}
@@ -87,7 +89,7 @@ def test_api_key_from_a_secret_is_enforced_and_never_leaks(dev_env: DevEnv, ns: 
         status, body = http_get(dev_env.state["urls"]["prometheus"] + "/api/v1/targets?state=active")
         return next((t for t in json.loads(body)["data"]["activeTargets"]
                      if t["labels"].get("namespace") == ns and t["health"] == "up"), None)
-    assert wait_until("Prometheus scraping the keyed engine", engine_target, timeout_s=60.0)["lastError"] == ""
+    assert wait_for(engine_target, 60.0, "Prometheus scraping the keyed engine")["lastError"] == ""
 
     # `kimik3 dev load` sends the key from an environment variable; without it every request is refused.
     state_dir = str(dev_env.cluster.state_dir)

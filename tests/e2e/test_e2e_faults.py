@@ -19,9 +19,10 @@ import time
 import urllib.request
 from typing import Any
 
-from devenv import DevEnv, wait_until
+from devenv import WAIT_S, DevEnv
 
 from kimik3_dev.devcluster import faults
+from support.waiting import wait_for
 
 TRAYS_TP8 = 2
 LWS_DOWN_S = 20.0
@@ -76,7 +77,7 @@ def _uids(pods: list[dict[str, Any]]) -> list[str]:
 
 def test_lws_manager_down_while_scaling_then_restarted(dev_env: DevEnv, ns: str) -> None:
     dev_env.apply(dev_env.deployment(ns, replicas=1))
-    group0 = _uids(wait_until("1 settled group", lambda: _settled(dev_env, ns, 1))[0])
+    group0 = _uids(wait_for(lambda: _settled(dev_env, ns, 1), WAIT_S, "1 settled group")[0])
     lws_uid = dev_env.rest.get(f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{ns}/leaderworkersets/k3-engine")[
         "metadata"]["uid"]
     errors_before = _operator_metric(dev_env, "kimik3_apply_errors_total", kind="LeaderWorkerSet")
@@ -85,8 +86,9 @@ def test_lws_manager_down_while_scaling_then_restarted(dev_env: DevEnv, ns: str)
     try:
         down_at = time.monotonic()
         dev_env.scale(ns, 2)
-        degraded = wait_until("Degraded=True ApplyFailed while the LWS webhooks are down", lambda: (
-            c := dev_env.condition(ns, "Degraded")) and c["status"] == "True" and c["reason"] == "ApplyFailed" and c)
+        degraded = wait_for(lambda: (
+            c := dev_env.condition(ns, "Degraded")) and c["status"] == "True" and c["reason"] == "ApplyFailed" and c,
+            WAIT_S, "Degraded=True ApplyFailed while the LWS webhooks are down")
         # the API server's own message (as kubectl prints it), not its JSON Status
         assert degraded["message"].startswith("LeaderWorkerSet k3-engine: 500 Internal Server Error: Internal "
                                               'error occurred: failed calling webhook "'), degraded["message"]
@@ -106,8 +108,7 @@ def test_lws_manager_down_while_scaling_then_restarted(dev_env: DevEnv, ns: str)
     finally:
         dev_env.cluster.start_component("lws-manager")
     restarted = time.monotonic()
-    groups = wait_until("2 settled groups after the LWS manager is back", lambda: _settled(dev_env, ns, 2),
-                        timeout_s=120.0)
+    groups = wait_for(lambda: _settled(dev_env, ns, 2), 120.0, "2 settled groups after the LWS manager is back")
     recovery = time.monotonic() - restarted
     print(f"\nLWS manager down {LWS_DOWN_S:.0f} s: converged {recovery:.1f} s after its restart")
     assert _uids(groups[0]) == group0, "group 0 was recreated"
@@ -120,7 +121,7 @@ def test_lws_manager_down_while_scaling_then_restarted(dev_env: DevEnv, ns: str)
 
 def test_engine_pod_crash_recreates_its_group_and_is_reported(dev_env: DevEnv, ns: str) -> None:
     dev_env.apply(dev_env.deployment(ns, replicas=2))
-    before = {g: _uids(p) for g, p in wait_until("2 settled groups", lambda: _settled(dev_env, ns, 2)).items()}
+    before = {g: _uids(p) for g, p in wait_for(lambda: _settled(dev_env, ns, 2), WAIT_S, "2 settled groups").items()}
     # The leader of group 1 crashes. (A *worker* that turns Failed is, with LeaderWorkerSet v0.9, sometimes
     # replaced alone: kubernetes-sigs/lws#998, see the README's known limits. Real kubelets restart a
     # crashed container of a restartPolicy=Always pod instead, which LWS does catch.)
@@ -134,7 +135,7 @@ def test_engine_pod_crash_recreates_its_group_and_is_reported(dev_env: DevEnv, n
         groups = _settled(dev_env, ns, 2)
         return groups if groups and not set(_uids(groups[1])) & set(before[1]) else None
     try:
-        after = wait_until("group 1 recreated and Ready", recreated)
+        after = wait_for(recreated, WAIT_S, "group 1 recreated and Ready")
     except AssertionError as exc:
         raise AssertionError(f"{exc}; pods: {_pod_summary(dev_env, ns)}; Ready: {dev_env.condition(ns, 'Ready')}") \
             from None
@@ -149,8 +150,9 @@ def test_engine_pod_crash_recreates_its_group_and_is_reported(dev_env: DevEnv, n
         "the LeaderWorkerSet recreates group 1 (RecreateGroupOnPodRestart)"))]
     assert _operator_metric(dev_env, "kimik3_engine_failures_total", namespace=ns, deployment="k3",
                             reason="containerFailed") == 1
-    wait_until("the ready-groups gauge back at 2", lambda: _operator_metric(
-        dev_env, "kimik3_groups", namespace=ns, deployment="k3", state="ready") == 2, timeout_s=15.0)
+    wait_for(lambda: _operator_metric(
+        dev_env, "kimik3_groups", namespace=ns, deployment="k3", state="ready") == 2, 15.0,
+        "the ready-groups gauge back at 2")
 
 
 def test_tray_not_ready_moves_its_group_to_healthy_trays(dev_env: DevEnv, ns: str) -> None:
@@ -159,19 +161,19 @@ def test_tray_not_ready_moves_its_group_to_healthy_trays(dev_env: DevEnv, ns: st
         {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": NOT_READY_TOLERATION_S}
         for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")]
     dev_env.apply(cr)
-    before = wait_until("1 settled group", lambda: _settled(dev_env, ns, 1))[0]
+    before = wait_for(lambda: _settled(dev_env, ns, 1), WAIT_S, "1 settled group")[0]
     tray = before[1]["spec"]["nodeName"]
     faults.tray_not_ready(dev_env.rest, tray)
     try:
         failed_at = time.monotonic()
-        wait_until(f"tray {tray} NotReady", lambda: any(
+        wait_for(lambda: any(
             c["type"] == "Ready" and c["status"] == "False"
-            for c in dev_env.rest.get(f"/api/v1/nodes/{tray}")["status"]["conditions"]), timeout_s=30.0)
+            for c in dev_env.rest.get(f"/api/v1/nodes/{tray}")["status"]["conditions"]), 30.0, f"tray {tray} NotReady")
 
         def moved() -> dict[int, list[dict[str, Any]]] | None:
             groups = _settled(dev_env, ns, 1)
             return groups if groups and not set(_uids(groups[0])) & set(_uids(before)) else None
-        after = wait_until("the group recreated away from the NotReady tray", moved, timeout_s=120.0)
+        after = wait_for(moved, 120.0, "the group recreated away from the NotReady tray")
         recovery = time.monotonic() - failed_at
         print(f"\ntray NotReady (toleration {NOT_READY_TOLERATION_S} s): group recreated on healthy trays, "
               f"CR Ready {recovery:.1f} s after the fault")
@@ -190,7 +192,7 @@ def test_tray_not_ready_moves_its_group_to_healthy_trays(dev_env: DevEnv, ns: st
             node = dev_env.rest.get(f"/api/v1/nodes/{tray}")
             ready = any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"])
             return ready and not node["spec"].get("taints")
-        wait_until(f"tray {tray} Ready and untainted again", healthy, timeout_s=60.0)
+        wait_for(healthy, 60.0, f"tray {tray} Ready and untainted again")
 
 
 def test_dev_fault_cli_stops_and_starts_a_component_and_refuses_bad_input(dev_env: DevEnv) -> None:
@@ -224,6 +226,6 @@ def test_dev_fault_cli_stops_and_starts_a_component_and_refuses_bad_input(dev_en
     assert never.exit_code == 1 and "no-such-component: was not stopped by `kimik3 dev fault stop`" in never.output
     bad = runner.invoke(main, ["dev", "fault", "pod", "no-slash", *state])
     assert bad.exit_code == 2 and "give NAMESPACE/POD" in bad.output
-    wait_until("every tray Ready under the restarted kwok", lambda: all(
+    wait_for(lambda: all(
         any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"]["conditions"])
-        for n in dev_env.rest.items("/api/v1/nodes")))
+        for n in dev_env.rest.items("/api/v1/nodes")), WAIT_S, "every tray Ready under the restarted kwok")

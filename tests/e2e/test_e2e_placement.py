@@ -8,7 +8,9 @@ a group no rack can hold is refused in the CR's status (``ScalingLimited=True``,
 
 from __future__ import annotations
 
-from devenv import DevEnv, wait_until
+from devenv import WAIT_S, DevEnv
+
+from support.waiting import wait_for
 
 TRAYS_TP8 = 2  # TP8 on 4-GPU GB300 trays
 
@@ -25,27 +27,28 @@ def _assert_one_rack_each(env: DevEnv, groups: dict[int, list[dict]]) -> None:
 
 def test_scaling_1_3_1_places_each_group_in_one_rack(dev_env: DevEnv, ns: str) -> None:
     dev_env.apply(dev_env.deployment(ns, replicas=1))
-    groups = wait_until("1 ready group", lambda: dev_env.ready_groups(ns, TRAYS_TP8, 1))
+    groups = wait_for(lambda: dev_env.ready_groups(ns, TRAYS_TP8, 1), WAIT_S, "1 ready group")
     _assert_one_rack_each(dev_env, groups)
     leader_uid = groups[0][0]["metadata"]["uid"]
 
     dev_env.scale(ns, 3)
-    groups = wait_until("3 ready groups", lambda: dev_env.ready_groups(ns, TRAYS_TP8, 3))
+    groups = wait_for(lambda: dev_env.ready_groups(ns, TRAYS_TP8, 3), WAIT_S, "3 ready groups")
     _assert_one_rack_each(dev_env, groups)
     assert len({dev_env.cliques(p).pop() for p in groups.values()}) == 3  # all three racks used
     assert groups[0][0]["metadata"]["uid"] == leader_uid  # scaling up left group 0 alone
-    cr = wait_until("status readyReplicas 3", lambda: (c := dev_env.get_cr(ns)) and
-                    c.get("status", {}).get("readyReplicas") == 3 and c)
+    cr = wait_for(lambda: (c := dev_env.get_cr(ns)) and c.get("status", {}).get("readyReplicas") == 3 and c, WAIT_S,
+                  "status readyReplicas 3")
     assert cr["status"]["replicas"] == 3
     assert dev_env.condition(ns, "Ready")["status"] == "True"
     assert dev_env.condition(ns, "ScalingLimited")["status"] == "False"
 
     dev_env.scale(ns, 1)
-    groups = wait_until("back to 1 group", lambda: dev_env.ready_groups(ns, TRAYS_TP8, 1)
-                        if len(dev_env.pods(ns)) == TRAYS_TP8 else None)
+    groups = wait_for(lambda: dev_env.ready_groups(ns, TRAYS_TP8, 1) if len(dev_env.pods(ns)) == TRAYS_TP8 else None,
+                      WAIT_S, "back to 1 group")
     assert groups[0][0]["metadata"]["uid"] == leader_uid  # scaling down removed groups 1 and 2 only
     _assert_one_rack_each(dev_env, groups)
-    wait_until("status readyReplicas 1", lambda: (dev_env.get_cr(ns) or {}).get("status", {}).get("replicas") == 1)
+    wait_for(lambda: (dev_env.get_cr(ns) or {}).get("status", {}).get("replicas") == 1, WAIT_S,
+             "status readyReplicas 1")
 
 
 def test_group_no_rack_can_hold_is_refused_with_condition_and_event(dev_env: DevEnv, ns: str) -> None:
@@ -54,7 +57,7 @@ def test_group_no_rack_can_hold_is_refused_with_condition_and_event(dev_env: Dev
     def refused() -> dict | None:
         c = dev_env.condition(ns, "ScalingLimited")
         return c if c and c["status"] == "True" else None
-    cond = wait_until("ScalingLimited=True", refused)
+    cond = wait_for(refused, WAIT_S, "ScalingLimited=True")
     assert cond["reason"] == "Unschedulable"
     assert cond["message"].startswith("group 3 cannot be placed")
     assert "pod k3-engine-3 is Unschedulable: 0/12 nodes are available" in cond["message"]
@@ -65,21 +68,21 @@ def test_group_no_rack_can_hold_is_refused_with_condition_and_event(dev_env: Dev
             return None
         placed = [groups[i] for i in range(3)]
         return groups if all(len(g) == TRAYS_TP8 and all(map(dev_env.ready, g)) for g in placed) else None
-    groups = wait_until("groups 0-2 ready and group 3 pending", three_placed_one_pending)
+    groups = wait_for(three_placed_one_pending, WAIT_S, "groups 0-2 ready and group 3 pending")
     assert groups[3][0]["spec"].get("nodeName") is None  # its leader is pending; LWS made no workers for it
     _assert_one_rack_each(dev_env, {i: g for i, g in groups.items() if i < 3})
 
-    event = wait_until("Warning event Unschedulable",
-                       lambda: next((e for e in dev_env.events(ns) if e["reason"] == "Unschedulable"), None))
+    event = wait_for(lambda: next((e for e in dev_env.events(ns) if e["reason"] == "Unschedulable"), None), WAIT_S,
+                     "Warning event Unschedulable")
     assert event["type"] == "Warning"
     assert event["message"].startswith("group 3 cannot be placed")
     assert dev_env.condition(ns, "Ready")["status"] == "False"
-    cr = wait_until("readyReplicas 3", lambda: (c := dev_env.get_cr(ns)) and
-                    c.get("status", {}).get("readyReplicas") == 3 and c)
+    cr = wait_for(lambda: (c := dev_env.get_cr(ns)) and c.get("status", {}).get("readyReplicas") == 3 and c, WAIT_S,
+                  "readyReplicas 3")
     assert cr["status"]["readyReplicas"] == 3
 
     dev_env.scale(ns, 3)
-    cond = wait_until("ScalingLimited=False after scaling to what fits",
-                      lambda: (c := dev_env.condition(ns, "ScalingLimited")) and c["status"] == "False" and c)
+    cond = wait_for(lambda: (c := dev_env.condition(ns, "ScalingLimited")) and c["status"] == "False" and c, WAIT_S,
+                    "ScalingLimited=False after scaling to what fits")
     assert cond["reason"] == "AllGroupsPlaced"
-    wait_until("Ready again", lambda: (c := dev_env.condition(ns, "Ready")) and c["status"] == "True")
+    wait_for(lambda: (c := dev_env.condition(ns, "Ready")) and c["status"] == "True", WAIT_S, "Ready again")

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import time
 
-from devenv import DevEnv, Recorder, wait_until
+from devenv import WAIT_S, DevEnv, Recorder
 
 from kimik3.kube.labels import LWS_GROUP_INDEX_LABEL
+from support.waiting import wait_for
 
 TRAYS_TP16 = 4
 TRAYS_TP8 = 2
@@ -32,8 +33,8 @@ def _ready_and_count(env: DevEnv, ns: str) -> tuple[str, int] | None:
 
 
 def _replace_worker_and_check(env: DevEnv, ns: str, size: int, count: int, victim_group: int) -> None:
-    before = _uids(wait_until(f"{count} ready groups of {size}", lambda: env.ready_groups(ns, size, count)))
-    wait_until("status Ready with all groups", lambda: _ready_and_count(env, ns) == ("True", count))
+    before = _uids(wait_for(lambda: env.ready_groups(ns, size, count), WAIT_S, f"{count} ready groups of {size}"))
+    wait_for(lambda: _ready_and_count(env, ns) == ("True", count), WAIT_S, "status Ready with all groups")
     leader = f"k3-engine-{victim_group}"
     victim = f"{leader}-{size - 1}"  # the last worker of the group
 
@@ -49,8 +50,8 @@ def _replace_worker_and_check(env: DevEnv, ns: str, size: int, count: int, victi
             if groups and not set(_uids(groups)[victim_group]) & set(before[victim_group]):
                 return groups
             return None
-        after = _uids(wait_until(f"group {victim_group} recreated with new pods", recreated))
-        wait_until("status Ready again", lambda: _ready_and_count(env, ns) == ("True", count))
+        after = _uids(wait_for(recreated, WAIT_S, f"group {victim_group} recreated with new pods"))
+        wait_for(lambda: _ready_and_count(env, ns) == ("True", count), WAIT_S, "status Ready again")
         time.sleep(SETTLE_S)
 
     for g in range(count):
@@ -104,7 +105,7 @@ def _children(env: DevEnv, ns: str) -> dict[str, list[str]]:
 
 def test_deleting_the_cr_removes_everything(dev_env: DevEnv, ns: str) -> None:
     dev_env.apply(dev_env.deployment(ns, replicas=2))
-    groups = wait_until("2 ready groups", lambda: dev_env.ready_groups(ns, TRAYS_TP8, 2))
+    groups = wait_for(lambda: dev_env.ready_groups(ns, TRAYS_TP8, 2), WAIT_S, "2 ready groups")
     assert {int(p["metadata"]["labels"][LWS_GROUP_INDEX_LABEL]) for g in groups.values() for p in g} == {0, 1}
     present = _children(dev_env, ns)
     assert present["LeaderWorkerSet"] == ["k3-engine"]
@@ -113,7 +114,7 @@ def test_deleting_the_cr_removes_everything(dev_env: DevEnv, ns: str) -> None:
     assert "k3" in present["Service"] and "k3-launcher" in present["ConfigMap"] and present["PodMonitor"] == ["k3"]
 
     dev_env.rest.delete(dev_env.cr_path(ns))
-    wait_until("the CR to be gone (operator finalizer released)", lambda: dev_env.get_cr(ns) is None)
+    wait_for(lambda: dev_env.get_cr(ns) is None, WAIT_S, "the CR to be gone (operator finalizer released)")
     left: dict[str, list[str]] = {}
 
     def all_gone() -> bool:
@@ -121,7 +122,7 @@ def test_deleting_the_cr_removes_everything(dev_env: DevEnv, ns: str) -> None:
         left.update({kind: names for kind, names in _children(dev_env, ns).items() if names})
         return not left
     try:
-        wait_until("every child to be garbage-collected", all_gone)
+        wait_for(all_gone, WAIT_S, "every child to be garbage-collected")
     except AssertionError as exc:
         raise AssertionError(f"{exc}; still there: {left}") from None
     assert _children(dev_env, ns) == {kind: [] for kind in CHILD_LISTS}

@@ -9,7 +9,7 @@ import os
 
 import pytest
 from click.testing import CliRunner
-from devenv import SHAPE, DevEnv, wait_until
+from devenv import SHAPE, WAIT_S, DevEnv
 from kubernetes import config
 from kubernetes.client.rest import ApiException
 
@@ -19,6 +19,7 @@ from kimik3_dev.devcluster.racks import RACK_LABEL
 from kimik3_dev.devcluster.rbac import RELEASE, RELEASE_NAMESPACE, chart_rbac, whoami
 from kimik3_dev.devcluster.rest import Rest
 from kimik3_dev.versions import KWOK_VERSION, LWS_VERSION
+from support.waiting import wait_for
 
 TRAYS_TP8 = 2
 GPUS_PER_TRAY = 4
@@ -26,8 +27,9 @@ GPUS_PER_TRAY = 4
 
 def test_dev_status_names_the_rack_of_each_group(dev_env: DevEnv, ns: str) -> None:
     dev_env.apply(dev_env.deployment(ns, replicas=2))
-    groups = wait_until("2 ready groups", lambda: dev_env.ready_groups(ns, TRAYS_TP8, 2))
-    wait_until("status readyReplicas 2", lambda: (dev_env.get_cr(ns) or {}).get("status", {}).get("readyReplicas") == 2)
+    groups = wait_for(lambda: dev_env.ready_groups(ns, TRAYS_TP8, 2), WAIT_S, "2 ready groups")
+    wait_for(lambda: (dev_env.get_cr(ns) or {}).get("status", {}).get("readyReplicas") == 2, WAIT_S,
+             "status readyReplicas 2")
     nodes = {n["metadata"]["name"]: n for n in dev_env.rest.items("/api/v1/nodes")}
     state_dir = str(dev_env.cluster.state_dir)
 

@@ -16,7 +16,6 @@ Launch lines follow vLLM's multi-node documentation for 0.33 (no Ray), see kimi-
 from __future__ import annotations
 
 import json
-import shlex
 from typing import Any
 
 from kimik3.api.errors import SpecError
@@ -226,9 +225,3 @@ def engine_env(spec: KimiK3DeploymentSpec, plan: GroupPlan) -> dict[str, str]:
     for var in spec.engine.env:
         env[var.name] = var.value
     return env
-
-
-def command_line(args: list[str]) -> str:
-    """A shell-quoted ``vllm serve ...`` line for people to read (the launcher execs the list)."""
-    return shlex.join(["vllm", "serve", *args])
-

@@ -1,0 +1,8 @@
+"""Helpers the tests share, one of each (the tests import them as ``support.<module>``: pytest puts
+``tests/`` on ``sys.path`` through ``tests/conftest.py``).
+
+- ``waiting``: ``wait_for``, the one bounded poll every test uses.
+- ``recipes``: the shipped recipes (``recipes/*.yaml``) as fresh dicts, with overrides.
+- ``cluster``: working against a real API server: object references, namespaces, applying a
+  KimiK3Deployment and waiting for its status, events, the operator's ``/metrics``.
+"""
