@@ -20,7 +20,7 @@ from kimik3_dev.devcluster.controlplane import (
     MissingBinaryError,
     find_binaries,
 )
-from kimik3_dev.versions import KUBERNETES_VERSION
+from kimik3_dev.versions import KUBERNETES_VERSION, VLLM_IMAGE
 
 LWS_GROUP, LWS_VERSION, LWS_PLURAL = "leaderworkerset.x-k8s.io", "v1", "leaderworkersets"
 
@@ -33,7 +33,7 @@ def _minimal_lws(name: str) -> dict:
         "spec": {
             "leaderWorkerTemplate": {
                 "size": 2,
-                "workerTemplate": {"spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.33.0"}]}},
+                "workerTemplate": {"spec": {"containers": [{"name": "vllm", "image": VLLM_IMAGE}]}},
             }
         },
     }
