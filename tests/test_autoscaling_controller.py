@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
+from prometheus_client import REGISTRY
 
 from kimik3.controller.autoscaling import Autoscaling
 from kimik3.controller.kube import Kube
@@ -104,7 +105,9 @@ def test_load_step_scales_up_and_tells_the_story(env):
     obj = tick(e)
     desired = obj["status"]["desiredReplicas"]
     assert desired >= 2, obj["status"]
-    assert obj["status"]["decode"]["p90ItlSeconds"] == pytest.approx((0.01 + 0.015 * 0.9) / 4.2)
+    decode = obj["status"]["decode"]
+    assert (decode["metric"], decode["percentile"]) == ("timePerOutputToken", 90)
+    assert decode["latencySeconds"] == pytest.approx((0.01 + 0.015 * 0.9) / 4.2)  # P90 step / tokens per step
     assert e["kube"].get(*LWS, e["ns"], "k3-latency-engine")["spec"]["replicas"] == desired
     assert obj["status"]["lastScale"]["from"] == 1 and obj["status"]["lastScale"]["to"] == desired
     assert obj["status"]["lastScale"]["reason"].startswith("ScaleUp")
@@ -174,3 +177,35 @@ def test_no_further_scale_up_while_a_group_loads(env):
         obj = tick(e)
         assert obj["status"]["desiredReplicas"] == 2
     assert e["kube"].get(*LWS, e["ns"], "k3-latency-engine")["spec"]["replicas"] == 2
+
+
+def test_decode_status_holds_the_target_metric_at_the_target_percentile(env):
+    """status.decode says which latency it holds: with target interTokenLatency at P95 it is vLLM's
+    raw ITL (per engine step) at P95, not the P90 per-token latency; tokens/s per user stays per
+    token at that percentile; the operator's gauge carries the same labels. Between decisions the
+    status keeps the last measurement."""
+    e = env
+    e["kube"].apply(autoscaled_cr(e["ns"], target={"metric": "interTokenLatency", "percentile": 95,
+                                                    "value": "30ms"}), force=False)
+    e["rec"].reconcile(e["ns"], "k3-latency")
+    running_leaders(e, 1)
+    serve(e, 0, 0.01, running=0, tokens=0)
+    tick(e)
+    # 3000 engine steps of 21 ms (bucket 10-25 ms) at 4.2 tokens per step.
+    serve(e, 3000, 0.021, running=8, tokens=240_000, drafts=3000, accepted=9600)
+    obj = tick(e)
+    decode = obj["status"]["decode"]
+    p95_step = 0.01 + 0.015 * 0.95
+    assert (decode["metric"], decode["percentile"]) == ("interTokenLatency", 95)
+    assert decode["latencySeconds"] == pytest.approx(p95_step)
+    assert decode["tokensPerSecondPerUser"] == pytest.approx(4.2 / p95_step)
+    assert decode["acceptanceLength"] == pytest.approx(4.2)
+    assert "p90ItlSeconds" not in decode
+    gauge = REGISTRY.get_sample_value("kimik3_autoscaler_observed_latency_seconds", {
+        "namespace": e["ns"], "deployment": "k3-latency", "metric": "interTokenLatency", "percentile": "95"})
+    assert gauge == pytest.approx(p95_step)
+    metrics_available = condition(obj, "MetricsAvailable")
+    assert (metrics_available["status"], metrics_available["reason"]) == ("True", "Measured")
+    later = tick(e, 5)  # before the next decision (interval 30 s): nothing measured, nothing changes
+    assert later["status"]["decode"] == decode
+    assert condition(later, "MetricsAvailable") == metrics_available

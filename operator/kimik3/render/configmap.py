@@ -6,6 +6,7 @@ import json
 from importlib import resources
 from typing import Any
 
+from kimik3.kube.kinds import CONFIG_MAP
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec, duration_seconds
 from kimik3.engine.args import VLLM_VERSION, rank_args
 from kimik3.render.meta import Owner
@@ -38,8 +39,8 @@ def group_plan_document(spec: KimiK3DeploymentSpec, plan: GroupPlan) -> dict[str
 
 def launcher_configmap(owner: Owner, spec: KimiK3DeploymentSpec, plan: GroupPlan) -> dict[str, Any]:
     return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
+        "apiVersion": CONFIG_MAP.api_version,
+        "kind": CONFIG_MAP.kind,
         "metadata": owner.metadata(configmap_name(owner)),
         "data": {
             LAUNCHER_KEY: launcher_source(),

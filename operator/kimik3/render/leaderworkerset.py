@@ -19,6 +19,7 @@ import json
 import math
 from typing import Any
 
+from kimik3.kube.kinds import LEADER_WORKER_SET
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec, duration_seconds
 from kimik3.engine.args import API_KEY_ENV, API_PORT_NAME, MODEL_MOUNT, engine_env
 from kimik3.render import computedomain, configmap
@@ -27,7 +28,6 @@ from kimik3.render.meta import Owner
 from kimik3.topology.plan import GroupPlan
 from kimik3.kube.labels import GPU_RESOURCE, PRODUCT_LABEL
 
-API_VERSION = "leaderworkerset.x-k8s.io/v1"
 PLAN_HASH_ANNOTATION = "inference.kimik3.io/plan-hash"
 CONTAINER = "engine"
 
@@ -156,8 +156,8 @@ def leader_worker_set(owner: Owner, spec: KimiK3DeploymentSpec, plan: GroupPlan,
     if annotations:
         meta["annotations"] = annotations
     return {
-        "apiVersion": API_VERSION,
-        "kind": "LeaderWorkerSet",
+        "apiVersion": LEADER_WORKER_SET.api_version,
+        "kind": LEADER_WORKER_SET.kind,
         "metadata": meta,
         "spec": {
             "replicas": replicas,
