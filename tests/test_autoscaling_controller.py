@@ -90,13 +90,19 @@ def serve(e: dict, steps: int, step_s: float, running: float, tokens: float, dra
                                   tokens=tokens)
 
 
-def test_load_step_scales_up_and_tells_the_story(env):
-    e = env
-    e["kube"].apply(autoscaled_cr(e["ns"]), force=False)
+def started(e: dict, **autoscaling) -> dict:
+    """The autoscaled CR applied and reconciled, group 0's leader serving and scraped once (no
+    window yet); the CR after that first decision."""
+    e["kube"].apply(autoscaled_cr(e["ns"], **autoscaling), force=False)
     e["rec"].reconcile(e["ns"], "k3-latency")
     running_leaders(e, 1)
     serve(e, 0, 0.01, running=0, tokens=0)
-    obj = tick(e)
+    return tick(e)
+
+
+def test_load_step_scales_up_and_tells_the_story(env):
+    e = env
+    obj = started(e)
     assert condition(obj, "MetricsAvailable")["reason"] == "WarmingUp"
     assert obj["status"]["desiredReplicas"] == 1
     # A load step: 40 requests on one group, ~21 ms steps at 4.2 tokens/step (P90 5.6 ms per
@@ -137,11 +143,8 @@ def test_no_latency_metric_holds_replicas_and_says_why(env):
 def test_scale_to_zero_with_no_traffic_releases_the_compute_domain(env):
     """F11: minReplicas 0 and no traffic: LWS at 0, ComputeDomain released, Ready/ScaledToZero."""
     e = env
-    e["kube"].apply(autoscaled_cr(e["ns"], minReplicas=0, metricsSource={"type": "podScrape"}), force=False)
-    e["rec"].reconcile(e["ns"], "k3-latency")
-    running_leaders(e, 1)
-    serve(e, 0, 0.01, running=0, tokens=0)
-    for _ in range(7):  # 3.5 minutes of silence > the 2-minute scale-down window
+    obj = started(e, minReplicas=0, metricsSource={"type": "podScrape"})
+    for _ in range(6):  # 3.5 minutes of silence > the 2-minute scale-down window
         obj = tick(e)
     assert obj["status"]["desiredReplicas"] == 0, obj["status"]
     assert e["kube"].get(*LWS, e["ns"], "k3-latency-engine")["spec"]["replicas"] == 0
@@ -158,11 +161,7 @@ def test_scale_to_zero_with_no_traffic_releases_the_compute_domain(env):
 def test_no_further_scale_up_while_a_group_loads(env):
     """F10: a new group loading inside its load timeout counts as coming."""
     e = env
-    e["kube"].apply(autoscaled_cr(e["ns"], maxReplicas=2), force=False)
-    e["rec"].reconcile(e["ns"], "k3-latency")
-    running_leaders(e, 1)
-    serve(e, 0, 0.01, running=0, tokens=0)
-    tick(e)
+    started(e, maxReplicas=2)
     serve(e, 3000, 0.03, running=40, tokens=240_000, drafts=3000, accepted=9600)
     obj = tick(e)
     assert obj["status"]["desiredReplicas"] == 2
@@ -185,12 +184,7 @@ def test_decode_status_holds_the_target_metric_at_the_target_percentile(env):
     token at that percentile; the operator's gauge carries the same labels. Between decisions the
     status keeps the last measurement."""
     e = env
-    e["kube"].apply(autoscaled_cr(e["ns"], target={"metric": "interTokenLatency", "percentile": 95,
-                                                    "value": "30ms"}), force=False)
-    e["rec"].reconcile(e["ns"], "k3-latency")
-    running_leaders(e, 1)
-    serve(e, 0, 0.01, running=0, tokens=0)
-    tick(e)
+    started(e, target={"metric": "interTokenLatency", "percentile": 95, "value": "30ms"})
     # 3000 engine steps of 21 ms (bucket 10-25 ms) at 4.2 tokens per step.
     serve(e, 3000, 0.021, running=8, tokens=240_000, drafts=3000, accepted=9600)
     obj = tick(e)

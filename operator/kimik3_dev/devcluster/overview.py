@@ -73,7 +73,7 @@ def gather(rest: Rest, state_dir: Path | None = None) -> dict[str, Any]:
     used: dict[str, int] = defaultdict(int)
     for pod in pods:
         node = (pod.get("spec") or {}).get("nodeName")
-        if node and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+        if node and kpods.phase(pod) not in ("Succeeded", "Failed"):
             used[node] += _gpu_request(pod)
     racks: dict[str, dict[str, Any]] = {}
     for n in nodes:
