@@ -2,10 +2,10 @@
 
 ``Autoscaling.step(obj, spec, plan, lws, pods)`` returns the replicas to render and the status
 fields, condition and Events that tell the story (an ``AutoscalerReport``: status.desiredReplicas,
-status.decode, status.lastScale, condition MetricsAvailable). It keeps one ``LatencyPolicy`` per deployment in
-memory (its learned model and recommendation history); after an operator restart the model
-starts again from the seed and the replicas from status.desiredReplicas, so nothing scales on a
-restart.
+status.decode, status.lastScale, condition MetricsAvailable). It keeps one ``LatencyPolicy`` per
+deployment in memory (its learned model and recommendation history); after an operator restart
+the model starts again from the seed and the replicas from status.desiredReplicas, so nothing
+scales on a restart.
 """
 
 from __future__ import annotations

@@ -22,13 +22,13 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 
 from kimik3.admission import AdmissionPolicy
+from kimik3.api.conditions import ConditionType, Reason
 from kimik3.api.errors import SpecErrors
+from kimik3.api.v1alpha1 import KimiK3DeploymentStatus
 from kimik3.controller import metrics
 from kimik3.controller.autoscaling import Autoscaling
 from kimik3.controller.cache import ObjectCache, desired_hash
 from kimik3.controller.kube import Kube, api_error_message
-from kimik3.api.conditions import ConditionType, Reason
-from kimik3.api.v1alpha1 import KimiK3DeploymentStatus
 from kimik3.controller.status import (compute_status, invalid_status, lws_selector, merge_patch, status_patch,
                                      stored_conditions)
 from kimik3.render.children import COMPUTE_DOMAIN_SKIPPED, render
