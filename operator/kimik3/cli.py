@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from importlib.metadata import entry_points
+from importlib.util import find_spec
 
 import click
 import yaml
@@ -48,7 +49,10 @@ class KitGroup(click.Group):
     each imported only when it is named or listed."""
 
     def _plugins(self) -> dict[str, Any]:
-        return {ep.name: ep for ep in entry_points(group=PLUGIN_GROUP) if ep.name not in self.commands}
+        """Entry points whose package is installed (the operator image ships the core only, so
+        there the kit's verbs are not offered at all)."""
+        return {ep.name: ep for ep in entry_points(group=PLUGIN_GROUP)
+                if ep.name not in self.commands and find_spec(ep.module.split(".")[0]) is not None}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted([*self.commands, *self._plugins()])
