@@ -9,15 +9,12 @@ holds every duration field of the spec.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel
 
 from kimik3.admission import TABLES, Seconds, admit
@@ -25,6 +22,7 @@ from kimik3.admission.rules import Candidate, Rule
 from kimik3.api.crd import crd_manifest
 from kimik3.api.errors import SpecErrors
 from kimik3.api.v1alpha1 import CEL_RULES, DURATION_PATTERN, KimiK3DeploymentSpec
+from test_admission_properties import dry_run, prop_namespace  # noqa: F401 (a fixture)
 
 ROWS = [pytest.param(table.concern, row, id=f"{table.concern}:{row.name}") for table in TABLES for row in table.rules]
 
@@ -69,36 +67,14 @@ def test_each_rule_refuses_its_example(concern, row):
     assert set(found) <= set(refused.value.errors)
 
 
-@pytest.fixture(scope="module")
-def dry_run(kube, admin_api):
-    namespace = "admission-tables"
-    try:
-        client.CoreV1Api(admin_api).create_namespace({"metadata": {"name": namespace}})
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
-
-    def run(spec: dict[str, Any]) -> str | None:
-        """None when the API server accepts ``spec``, else its refusal (the Status message)."""
-        body = {"apiVersion": "inference.kimik3.io/v1alpha1", "kind": "KimiK3Deployment",
-                "metadata": {"name": "example", "namespace": namespace}, "spec": copy.deepcopy(spec)}
-        try:
-            kube._call("POST", f"/apis/inference.kimik3.io/v1alpha1/namespaces/{namespace}/kimik3deployments",
-                       body=body, query=[("dryRun", "All"), ("fieldValidation", "Strict")])
-            return None
-        except ApiException as exc:
-            assert exc.status == 422, exc.body
-            return json.loads(exc.body)["message"]
-    return run
-
-
 @pytest.mark.parametrize("concern,row", ROWS)
-def test_the_api_server_agrees_with_each_rule_on_its_example(dry_run, concern, row):
-    refusal = dry_run(row.refuses)
+def test_the_api_server_agrees_with_each_rule_on_its_example(kube, prop_namespace, concern, row):
+    accepted, body = dry_run(kube, prop_namespace, row.refuses)
     if not row.cel:
-        assert refusal is None, f"operator-only {concern}.{row.name}, yet the API server refuses: {refusal}"
+        assert accepted, f"operator-only {concern}.{row.name}, yet the API server refuses: {body}"
         return
-    assert refusal is not None, f"the CEL twins {row.cel} accept the example {concern}.{row.name} refuses"
+    assert not accepted, f"the CEL twins {row.cel} accept the example {concern}.{row.name} refuses"
+    refusal = json.loads(body)["message"]
     for name in row.cel:
         assert CEL_RULES[name]["message"] in refusal, f"{name} did not refuse {row.refuses}: {refusal}"
 

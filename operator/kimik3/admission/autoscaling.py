@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-from kimik3.admission.rules import Candidate, Rule, Table, example
+from kimik3.admission.rules import Candidate, Rule, Table, example, refuse
 from kimik3.api.errors import SpecError
 
 
 def min_replicas_at_most_max(c: Candidate) -> list[SpecError]:
     a = c.spec.autoscaling
-    if a.min_replicas > a.max_replicas:
-        return [SpecError("spec.autoscaling.minReplicas", "minReplicas must be <= maxReplicas")]
-    return []
+    return refuse(a.min_replicas > a.max_replicas, "spec.autoscaling.minReplicas", "minReplicas must be <= maxReplicas")
 
 
 def prometheus_url_required(c: Candidate) -> list[SpecError]:
     a = c.spec.autoscaling
-    if a.enabled and a.metrics_source.type == "prometheus" and not a.metrics_source.prometheus_url:
-        return [SpecError("spec.autoscaling.metricsSource.prometheusUrl",
-                          "autoscaling with the prometheus source needs autoscaling.metricsSource.prometheusUrl")]
-    return []
+    return refuse(a.enabled and a.metrics_source.type == "prometheus" and not a.metrics_source.prometheus_url,
+                  "spec.autoscaling.metricsSource.prometheusUrl",
+                  "autoscaling with the prometheus source needs autoscaling.metricsSource.prometheusUrl")
 
 
 AUTOSCALING = Table("autoscaling", (

@@ -6,15 +6,14 @@ schema's type and is refused here (and by its CEL twin).
 
 from __future__ import annotations
 
-from kimik3.admission.rules import Candidate, Rule, Table, example
+from kimik3.admission.rules import Candidate, Rule, Table, example, refuse
 from kimik3.api.errors import SpecError
 
 
 def min_available_count_or_percentage(c: Candidate) -> list[SpecError]:
     value = c.spec.disruption_budget.min_available
-    if isinstance(value, int) and value < 0:
-        return [SpecError("spec.disruptionBudget.minAvailable", "a group count (>= 0) or a percentage such as 75%")]
-    return []
+    return refuse(isinstance(value, int) and value < 0, "spec.disruptionBudget.minAvailable",
+                  "a group count (>= 0) or a percentage such as 75%")
 
 
 DISRUPTION = Table("disruption", (

@@ -51,7 +51,7 @@ def no_owned_flags(c: Candidate) -> list[SpecError]:
 
 def decode_context_parallel_divides_tp(c: Candidate) -> list[SpecError]:
     """vLLM 0.33.0's ParallelConfig: "tp_size must be divisible by dcp_size" (checked by tests/conformance)."""
-    tp = tensor_parallel_size(c.spec.topology)
+    tp = tensor_parallel_size(c.topology)
     out = []
     for i, flag, value in flag_values(c.spec.engine.extra_args):
         if flag in ("--decode-context-parallel-size", "-dcp") and (

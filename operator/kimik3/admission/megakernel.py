@@ -14,8 +14,9 @@ a spec whose decodeBackend is stock.
 from __future__ import annotations
 
 from kimik3.admission.extra_args import PARSED_ARGV, flag_values
-from kimik3.admission.rules import Candidate, Rule, Table, example
+from kimik3.admission.rules import Candidate, Rule, Table, example, refuse
 from kimik3.api.errors import SpecError
+from kimik3.api.v1alpha1 import MEGAKERNEL_ACCELERATORS
 from kimik3.topology.plan import expert_parallel, profile, tensor_parallel_size
 
 BACKEND = "spec.engine.decodeBackend"
@@ -33,17 +34,15 @@ def _on(c: Candidate) -> bool:
 
 
 def megakernel_gpu(c: Candidate) -> list[SpecError]:
-    acc = c.spec.topology.accelerator
-    if _on(c) and not profile(c.spec.topology).megakernel_capable:
-        return [SpecError(BACKEND, f"the megakernel decode path needs an SM100/SM103 GPU (gb300, gb200, b300, b200), "
-                                   f"not {acc}: use decodeBackend stock")]
-    return []
+    return refuse(_on(c) and not profile(c.topology).megakernel_capable, BACKEND,
+                  f"the megakernel decode path needs an SM100/SM103 GPU ({', '.join(MEGAKERNEL_ACCELERATORS)}), "
+                  f"not {c.topology.accelerator}: use decodeBackend stock")
 
 
 def megakernel_shape(c: Candidate) -> list[SpecError]:
     if not _on(c):
         return []
-    topo = c.spec.topology
+    topo = c.topology
     out = []
     if topo.strategy != "tp" or expert_parallel(topo):
         out.append(SpecError(BACKEND, f"the megakernel decode path refuses expert/data parallelism (strategy "
@@ -53,7 +52,8 @@ def megakernel_shape(c: Candidate) -> list[SpecError]:
         out.append(SpecError("spec.topology.tensorParallelSize",
                              f"the megakernel decode path needs TP 8 or 16, not {tensor_parallel_size(topo)}"))
     if topo.pipeline_parallel_size != 1:
-        out.append(SpecError("spec.topology.pipelineParallelSize", "the megakernel decode path needs pipeline parallel 1"))
+        out.append(SpecError("spec.topology.pipelineParallelSize",
+                             "the megakernel decode path needs pipeline parallel 1"))
     return out
 
 
@@ -77,18 +77,15 @@ def megakernel_speculative(c: Candidate) -> list[SpecError]:
 
 
 def megakernel_no_enforce_eager(c: Candidate) -> list[SpecError]:
-    if _on(c) and c.spec.engine.enforce_eager:
-        return [SpecError("spec.engine.enforceEager", "the megakernel decode path needs full decode CUDA graphs: "
-                                                      "set enforceEager false, or decodeBackend stock")]
-    return []
+    return refuse(_on(c) and c.spec.engine.enforce_eager, "spec.engine.enforceEager",
+                  "the megakernel decode path needs full decode CUDA graphs: set enforceEager false, or "
+                  "decodeBackend stock")
 
 
 def megakernel_full_decode_graphs(c: Candidate) -> list[SpecError]:
-    if _on(c) and c.spec.engine.cudagraph_mode == "PIECEWISE":
-        return [SpecError("spec.engine.cudagraphMode",
-                          "the megakernel decode path needs FULL decode CUDA graphs: use FULL_AND_PIECEWISE, "
-                          "FULL_DECODE_ONLY or FULL, or decodeBackend stock")]
-    return []
+    return refuse(_on(c) and c.spec.engine.cudagraph_mode == "PIECEWISE", "spec.engine.cudagraphMode",
+                  "the megakernel decode path needs FULL decode CUDA graphs: use FULL_AND_PIECEWISE, "
+                  "FULL_DECODE_ONLY or FULL, or decodeBackend stock")
 
 
 def megakernel_v2_model_runner(c: Candidate) -> list[SpecError]:
@@ -111,7 +108,7 @@ def megakernel_no_aux_stream_with_speculation(c: Candidate) -> list[SpecError]:
 def megakernel_refused_extra_args(c: Candidate) -> list[SpecError]:
     if not _on(c):
         return []
-    e, tp = c.spec.engine, tensor_parallel_size(c.spec.topology)
+    e, tp = c.spec.engine, tensor_parallel_size(c.topology)
     out = []
     for i, flag, value in flag_values(e.extra_args):
         why = None

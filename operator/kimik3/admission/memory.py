@@ -17,7 +17,7 @@ SUGGESTED_GROUP_GPUS = (8, 16, 24, 32, 48, 64, 72)
 
 
 def weights_fit(c: Candidate) -> list[SpecError]:
-    spec, topo = c.spec, c.spec.topology
+    spec, topo = c.spec, c.topology
     need = MODEL_MEMORY_FLOOR_GB[spec.model.variant]
     gpus = gpus_per_model_copy(topo)
     have = gpus * profile(topo).gpu_memory_gb

@@ -1,7 +1,7 @@
 """What one admission rule is: a Python check, the CEL rules it mirrors, and a spec it refuses.
 
-Each concern's module (``shape``, ``memory``, ``speculative``, ...) declares a ``RULES`` table of
-``Rule`` rows. A row pairs the check the operator runs (for ``kimik3 validate`` and every
+Each concern's module (``shape``, ``memory``, ``speculative``, ...) declares one ``Table`` of
+``Rule`` rows (``SHAPE``, ``MEMORY``, ``SPECULATIVE``, ...). A row pairs the check the operator runs (for ``kimik3 validate`` and every
 reconcile) with the names of the CEL rules in the CRD that refuse the same specs on the API
 server (``kimik3.api.v1alpha1.CEL_RULES``), or, for a rule only the operator can apply, says why
 CEL cannot express it. ``refuses`` is a spec both sides refuse: tests/test_admission_tables.py
@@ -11,11 +11,11 @@ sends it to a real API server and through the check.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kimik3.api.errors import SpecError
-from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
+from kimik3.api.v1alpha1 import KimiK3DeploymentSpec, TopologySpec
 
 DEFAULT_HOST_PATH_PREFIXES = ("/models", "/mnt", "/raid", "/data")
 """Node folders weights may be pre-staged in by default: common local-disk mounts of GPU nodes
@@ -36,6 +36,11 @@ class Candidate:
 
     spec: KimiK3DeploymentSpec
     policy: AdmissionPolicy = AdmissionPolicy()
+
+    @property
+    def topology(self) -> TopologySpec:
+        """``spec.topology``, which most checks read."""
+        return self.spec.topology
 
 
 Check = Callable[[Candidate], list[SpecError]]
@@ -63,6 +68,11 @@ class Rule:
         return self.check.__name__
 
 
+def refuse(when: bool, path: str, message: str) -> list[SpecError]:
+    """``[SpecError(path, message)]`` when ``when``, else no problem: the shape of most checks."""
+    return [SpecError(path, message)] if when else []
+
+
 def example(**fields: Any) -> dict[str, Any]:
     """A spec with weights on a PVC and ``fields`` (camelCase top-level fields) set."""
     return {"model": {"source": {"pvc": {"claimName": "weights"}}}, **fields}
@@ -73,7 +83,7 @@ class Table:
     """The rules of one concern, in the order their problems are reported."""
 
     concern: str
-    rules: tuple[Rule, ...] = field(default_factory=tuple)
+    rules: tuple[Rule, ...]
 
     def errors(self, candidate: Candidate) -> list[SpecError]:
         return [e for r in self.rules for e in r.check(candidate)]

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import posixpath
 
-from kimik3.admission.rules import Candidate, Rule, Table, example
+from kimik3.admission.rules import Candidate, Rule, Table, example, refuse
 from kimik3.api.errors import SpecError
 
 
 def exactly_one_source(c: Candidate) -> list[SpecError]:
     src = c.spec.model.source
-    if sum(x is not None for x in (src.pvc, src.host_path, src.hub)) != 1:
-        return [SpecError("spec.model.source", "set exactly one of pvc, hostPath, hub")]
-    return []
+    return refuse(sum(x is not None for x in (src.pvc, src.host_path, src.hub)) != 1, "spec.model.source",
+                  "set exactly one of pvc, hostPath, hub")
 
 
 def host_path_inside_allowed_folders(c: Candidate) -> list[SpecError]:

@@ -7,7 +7,7 @@ and no dspark under pipeline parallelism (vllm#50098).
 
 from __future__ import annotations
 
-from kimik3.admission.rules import Candidate, Rule, Table, example
+from kimik3.admission.rules import Candidate, Rule, Table, example, refuse
 from kimik3.api.errors import SpecError
 from kimik3.topology.plan import tensor_parallel_size
 
@@ -15,53 +15,45 @@ PATH = "spec.speculativeDecoding"
 
 
 def dspark_without_pipeline_parallel(c: Candidate) -> list[SpecError]:
-    if c.spec.speculative_decoding.method == "dspark" and c.spec.topology.pipeline_parallel_size > 1:
-        return [SpecError(f"{PATH}.method", "dspark does not work with pipeline parallelism (vllm#50098): set "
-                                            "topology.pipelineParallelSize to 1 or use another method")]
-    return []
+    return refuse(c.spec.speculative_decoding.method == "dspark" and c.topology.pipeline_parallel_size > 1,
+                  f"{PATH}.method", "dspark does not work with pipeline parallelism (vllm#50098): set "
+                                    "topology.pipelineParallelSize to 1 or use another method")
 
 
 def draft_model_required(c: Candidate) -> list[SpecError]:
     sd = c.spec.speculative_decoding
-    if sd.method in ("dspark", "eagle3") and not sd.draft_model:
-        return [SpecError(f"{PATH}.draftModel", f"{sd.method} needs draftModel")]
-    return []
+    return refuse(sd.method in ("dspark", "eagle3") and not sd.draft_model, f"{PATH}.draftModel",
+                  f"{sd.method} needs draftModel")
 
 
 def speculative_tokens_required(c: Candidate) -> list[SpecError]:
     sd = c.spec.speculative_decoding
-    if sd.method != "none" and sd.num_speculative_tokens is None:
-        return [SpecError(f"{PATH}.numSpeculativeTokens", "numSpeculativeTokens is required unless method is none")]
-    return []
+    return refuse(sd.method != "none" and sd.num_speculative_tokens is None, f"{PATH}.numSpeculativeTokens",
+                  "numSpeculativeTokens is required unless method is none")
 
 
 def adaptive_verification_dspark_only(c: Candidate) -> list[SpecError]:
     sd = c.spec.speculative_decoding
-    if sd.adaptive_verification and sd.method != "dspark":
-        return [SpecError(f"{PATH}.adaptiveVerification", "adaptiveVerification exists only for dspark")]
-    return []
+    return refuse(sd.adaptive_verification and sd.method != "dspark", f"{PATH}.adaptiveVerification",
+                  "adaptiveVerification exists only for dspark")
 
 
 def prompt_lookup_ngram_only(c: Candidate) -> list[SpecError]:
     sd = c.spec.speculative_decoding
-    if sd.method != "ngram" and (sd.prompt_lookup_min is not None or sd.prompt_lookup_max is not None):
-        return [SpecError(f"{PATH}.method", "promptLookupMin/promptLookupMax apply to ngram only")]
-    return []
+    return refuse(sd.method != "ngram" and (sd.prompt_lookup_min is not None or sd.prompt_lookup_max is not None),
+                  f"{PATH}.method", "promptLookupMin/promptLookupMax apply to ngram only")
 
 
 def prompt_lookup_min_at_most_max(c: Candidate) -> list[SpecError]:
-    sd = c.spec.speculative_decoding
-    if sd.prompt_lookup_min and sd.prompt_lookup_max and sd.prompt_lookup_min > sd.prompt_lookup_max:
-        return [SpecError(f"{PATH}.promptLookupMin", "promptLookupMin must be <= promptLookupMax")]
-    return []
+    low, high = c.spec.speculative_decoding.prompt_lookup_min, c.spec.speculative_decoding.prompt_lookup_max
+    return refuse(low is not None and high is not None and low > high, f"{PATH}.promptLookupMin",
+                  "promptLookupMin must be <= promptLookupMax")
 
 
 def draft_tp_one_or_target(c: Candidate) -> list[SpecError]:
-    draft_tp, tp = c.spec.speculative_decoding.draft_tensor_parallel_size, tensor_parallel_size(c.spec.topology)
-    if draft_tp not in (None, 1, tp):
-        return [SpecError(f"{PATH}.draftTensorParallelSize",
-                          f"draftTensorParallelSize must be 1 or the target's TP ({tp})")]
-    return []
+    draft_tp, tp = c.spec.speculative_decoding.draft_tensor_parallel_size, tensor_parallel_size(c.topology)
+    return refuse(draft_tp not in (None, 1, tp), f"{PATH}.draftTensorParallelSize",
+                  f"draftTensorParallelSize must be 1 or the target's TP ({tp})")
 
 
 DSPARK = {"method": "dspark", "draftModel": "Inferact/Kimi-K3-DSpark", "numSpeculativeTokens": 7}

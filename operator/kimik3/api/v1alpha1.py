@@ -2,7 +2,9 @@
 
 These pydantic models are the single source of the CRD (``kimik3 crd`` generates ``crds/``
 from them): field docstrings become the OpenAPI descriptions ``kubectl explain`` shows, and the
-``x-kubernetes-validations`` CEL rules attached here are enforced by the API server itself.
+``x-kubernetes-validations`` CEL rules attached here are enforced by the API server itself. Each
+CEL rule has a name (``CEL_RULES``); ``kimik3.admission`` tables each beside the Python check the
+operator runs for the same specs (``kimik3 validate``, every reconcile).
 Python names are snake_case; the Kubernetes names are their camelCase aliases.
 """
 
@@ -44,6 +46,8 @@ MEMORY_FLOOR_GB_CEL = _cel_map(MODEL_MEMORY_FLOOR_GB)
 RACK_GPUS_CEL = _cel_map({k: p.gpus_per_node * p.nvlink_domain_nodes for k, p in PROFILES.items()
                           if p.multi_node_nvlink})
 """GPUs of one NVLink domain spanning trays (an NVL72 rack), for the accelerators that have one."""
+MEGAKERNEL_ACCELERATORS = [k for k, p in PROFILES.items() if p.megakernel_capable]
+"""Accelerators vLLM 0.33's specialised decode path runs on (the SM100/SM103 family)."""
 
 
 CEL_RULES: dict[str, JsonDict] = {}
@@ -63,6 +67,12 @@ def rule(name: str, cel: str, message: str, field_path: str | None = None) -> Js
         entry["fieldPath"] = field_path
     CEL_RULES[name] = entry
     return entry
+
+
+def validated_by(*rules: JsonDict) -> ConfigDict:
+    """The ``model_config`` of a model whose schema carries these CEL rules."""
+    entries: list[JsonValue] = list(rules)
+    return ConfigDict(json_schema_extra={"x-kubernetes-validations": entries})
 
 
 class Model(BaseModel):
@@ -117,17 +127,9 @@ class HubSource(Model):
 class ModelSource(Model):
     """Where the weights come from: exactly one of pvc, hostPath, hub."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                rule(
-                    "model-source-exactly-one",
-                    "[has(self.pvc), has(self.hostPath), has(self.hub)].filter(x, x).size() == 1",
-                    "set exactly one of pvc, hostPath, hub",
-                )
-            ]
-        }
-    )
+    model_config = validated_by(rule(
+        "model-source-exactly-one", "[has(self.pvc), has(self.hostPath), has(self.hub)].filter(x, x).size() == 1",
+        "set exactly one of pvc, hostPath, hub"))
     pvc: PVCSource | None = None
     """Read the checkpoint from a PersistentVolumeClaim (mounted read-only)."""
     host_path: HostPathSource | None = None
@@ -195,18 +197,14 @@ class Resources(Model):
 class EngineSpec(Model):
     """The vLLM engine: image, decode path, kernels and batch limits."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                rule(
-                    "api-key-not-in-env",
-                    "!has(self.env) || !self.env.exists(e, e.name == 'VLLM_API_KEY')",
-                    "VLLM_API_KEY in env would be the API key in plain text in the CR: put the key in a Secret "
-                    "and name it in spec.service.apiKeySecret",
-                    ".env",
-                )
-            ]
-        }
+    model_config = validated_by(
+        rule(
+            "api-key-not-in-env",
+            "!has(self.env) || !self.env.exists(e, e.name == 'VLLM_API_KEY')",
+            "VLLM_API_KEY in env would be the API key in plain text in the CR: put the key in a Secret "
+            "and name it in spec.service.apiKeySecret",
+            ".env",
+        ),
     )
     image: str = Field(default=ENGINE_IMAGE, min_length=1, max_length=512)
     """Engine image. Pinned at vLLM 0.33.0; the megakernel decode path needs >= 0.33.0."""
@@ -248,41 +246,37 @@ class EngineSpec(Model):
 class SpeculativeDecodingSpec(Model):
     """Speculative decoding: a drafter proposes tokens the target model verifies in one step."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                rule(
-                    "draft-model-required",
-                    "!(self.method in ['dspark', 'eagle3']) || has(self.draftModel)",
-                    "dspark and eagle3 need draftModel (e.g. Inferact/Kimi-K3-DSpark)",
-                    ".draftModel",
-                ),
-                rule(
-                    "speculative-tokens-required",
-                    "self.method == 'none' || has(self.numSpeculativeTokens)",
-                    "numSpeculativeTokens is required unless method is none",
-                    ".numSpeculativeTokens",
-                ),
-                rule(
-                    "adaptive-verification-dspark-only",
-                    "!has(self.adaptiveVerification) || !self.adaptiveVerification || self.method == 'dspark'",
-                    "adaptiveVerification exists only for dspark",
-                    ".adaptiveVerification",
-                ),
-                rule(
-                    "prompt-lookup-ngram-only",
-                    "self.method == 'ngram' || (!has(self.promptLookupMin) && !has(self.promptLookupMax))",
-                    "promptLookupMin/promptLookupMax apply to ngram only",
-                    ".method",
-                ),
-                rule(
-                    "prompt-lookup-min-le-max",
-                    "!has(self.promptLookupMin) || !has(self.promptLookupMax) || self.promptLookupMin <= self.promptLookupMax",
-                    "promptLookupMin must be <= promptLookupMax",
-                    ".promptLookupMin",
-                ),
-            ]
-        }
+    model_config = validated_by(
+        rule(
+            "draft-model-required",
+            "!(self.method in ['dspark', 'eagle3']) || has(self.draftModel)",
+            "dspark and eagle3 need draftModel (e.g. Inferact/Kimi-K3-DSpark)",
+            ".draftModel",
+        ),
+        rule(
+            "speculative-tokens-required",
+            "self.method == 'none' || has(self.numSpeculativeTokens)",
+            "numSpeculativeTokens is required unless method is none",
+            ".numSpeculativeTokens",
+        ),
+        rule(
+            "adaptive-verification-dspark-only",
+            "!has(self.adaptiveVerification) || !self.adaptiveVerification || self.method == 'dspark'",
+            "adaptiveVerification exists only for dspark",
+            ".adaptiveVerification",
+        ),
+        rule(
+            "prompt-lookup-ngram-only",
+            "self.method == 'ngram' || (!has(self.promptLookupMin) && !has(self.promptLookupMax))",
+            "promptLookupMin/promptLookupMax apply to ngram only",
+            ".method",
+        ),
+        rule(
+            "prompt-lookup-min-le-max",
+            "!has(self.promptLookupMin) || !has(self.promptLookupMax) || self.promptLookupMin <= self.promptLookupMax",
+            "promptLookupMin must be <= promptLookupMax",
+            ".promptLookupMin",
+        ),
     )
     method: Literal["dspark", "eagle3", "mtp", "ngram", "none"] = "none"
     """dspark (block drafter, K3's fastest), eagle3, mtp, ngram (prompt lookup), or none."""
@@ -313,7 +307,7 @@ def _tp_expr(t: str) -> str:
 
 
 _TP = _tp_expr("self")
-_TOPOLOGY_RULES: list[JsonValue] = [
+_TOPOLOGY_RULES = [
     rule(
         "tp-no-data-parallel",
         "self.strategy != 'tp' || !has(self.dataParallelSize) || self.dataParallelSize == 1",
@@ -391,7 +385,7 @@ class TopologySpec(Model):
     tp-dp: TP inside a node, data parallel across nodes (optionally with expert parallelism).
     """
 
-    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": _TOPOLOGY_RULES})
+    model_config = validated_by(*_TOPOLOGY_RULES)
     accelerator: Accelerator = "gb300"
     """GPU system: gb300/gb200 (4-GPU NVL72 trays), b300/b200/h200 (8-GPU nodes)."""
     strategy: Literal["tp", "dep", "tp-dp"] = "tp"
@@ -432,12 +426,9 @@ class MetricsSource(Model):
 class AutoscalingSpec(Model):
     """Replicas (groups) driven by measured decode latency."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                rule("autoscaling-min-le-max", "self.minReplicas <= self.maxReplicas", "minReplicas must be <= maxReplicas", ".minReplicas"),
-            ]
-        }
+    model_config = validated_by(
+        rule("autoscaling-min-le-max", "self.minReplicas <= self.maxReplicas", "minReplicas must be <= maxReplicas",
+             ".minReplicas"),
     )
     enabled: bool = False
     """When true the operator owns the LeaderWorkerSet's replicas."""
@@ -575,7 +566,7 @@ class ProbesSpec(Model):
 
 # ---------------------------------------------------------------- spec ----------------------
 
-_SPEC_RULES: list[JsonValue] = [
+_SPEC_RULES = [
     rule(
         "draft-tp-one-or-target",
         "!has(self.speculativeDecoding.draftTensorParallelSize) || self.speculativeDecoding.draftTensorParallelSize == 1 "
@@ -598,8 +589,8 @@ _SPEC_RULES: list[JsonValue] = [
     ),
     rule(
         "megakernel-gpu",
-        "self.engine.decodeBackend != 'latency_specialized' || self.topology.accelerator != 'h200'",
-        "the megakernel decode path needs an SM100/SM103 GPU (gb300, gb200, b300, b200), not h200",
+        f"self.engine.decodeBackend != 'latency_specialized' || self.topology.accelerator in {MEGAKERNEL_ACCELERATORS}",
+        f"the megakernel decode path needs an SM100/SM103 GPU ({', '.join(MEGAKERNEL_ACCELERATORS)})",
         ".engine.decodeBackend",
     ),
     rule(
@@ -664,7 +655,7 @@ _SPEC_RULES: list[JsonValue] = [
 class KimiK3DeploymentSpec(Model):
     """What to serve and how: model, engine, speculative decoding, topology, replicas."""
 
-    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": _SPEC_RULES})
+    model_config = validated_by(*_SPEC_RULES)
     model: ModelSpec
     """The model and where its weights come from."""
     engine: EngineSpec = Field(default_factory=EngineSpec)
