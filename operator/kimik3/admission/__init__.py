@@ -26,7 +26,7 @@ from kimik3.admission.disruption import DISRUPTION
 from kimik3.admission.extra_args import EXTRA_ARGS
 from kimik3.admission.megakernel import MEGAKERNEL
 from kimik3.admission.memory import MEMORY
-from kimik3.admission.rules import DEFAULT_HOST_PATH_PREFIXES, AdmissionPolicy, Candidate, Table
+from kimik3.admission.rules import AdmissionPolicy, Candidate, Table
 from kimik3.admission.shape import SHAPE
 from kimik3.admission.source import SOURCE
 from kimik3.admission.speculative import SPECULATIVE
@@ -34,7 +34,7 @@ from kimik3.api.errors import SpecError, SpecErrors, from_validation_error
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec, duration_seconds
 from kimik3.topology.plan import GroupPlan, plan_group
 
-__all__ = ["DEFAULT_HOST_PATH_PREFIXES", "TABLES", "AdmissionPolicy", "Admitted", "Seconds", "Table", "admit"]
+__all__ = ["TABLES", "AdmissionPolicy", "Admitted", "Seconds", "Table", "admit"]
 
 TABLES: tuple[Table, ...] = (SHAPE, MEMORY, MEGAKERNEL, SPECULATIVE, EXTRA_ARGS, API_KEYS, SOURCE, AUTOSCALING,
                              DISRUPTION)
