@@ -14,6 +14,8 @@ import pytest
 from kubernetes import client
 from prometheus_client import REGISTRY
 
+from kimik3 import admission
+from kimik3.controller import reconcile
 from kimik3.controller.autoscaling import Autoscaling
 from kimik3.controller.kube import Kube
 from kimik3.controller.reconcile import Reconciler
@@ -203,3 +205,33 @@ def test_decode_status_holds_the_target_metric_at_the_target_percentile(env):
     later = tick(e, 5)  # before the next decision (interval 30 s): nothing measured, nothing changes
     assert later["status"]["decode"] == decode
     assert condition(later, "MetricsAvailable") == metrics_available
+
+
+def test_one_reconcile_admits_once_and_hands_the_same_value_on(env, monkeypatch):
+    """With autoscaling on, one reconcile parses and checks the spec once, derives the group plan
+    once, and the autoscaler, the renderer and the status all take that one Admitted."""
+    e = env
+    started(e)  # the first decision only warms up
+    serve(e, 3000, 0.021, running=40, tokens=240_000, drafts=3000, accepted=9600)
+    calls: dict[str, list] = {"admit": [], "plan_group": [], "step": [], "render": [], "status": []}
+
+    def counting(name: str, real):
+        def call(*args, **kwargs):
+            result = real(*args, **kwargs)
+            calls[name].append((args, result))
+            return result
+        return call
+
+    monkeypatch.setattr(reconcile, "admit", counting("admit", reconcile.admit))
+    monkeypatch.setattr(admission, "plan_group", counting("plan_group", admission.plan_group))
+    monkeypatch.setattr(reconcile, "render", counting("render", reconcile.render))
+    monkeypatch.setattr(reconcile, "compute_status", counting("status", reconcile.compute_status))
+    monkeypatch.setattr(e["rec"].autoscaling, "step", counting("step", e["rec"].autoscaling.step))
+    obj = tick(e)
+    assert obj["status"]["desiredReplicas"] >= 2  # this reconcile decided, and scaled up
+    assert {k: len(v) for k, v in calls.items()} == {"admit": 1, "plan_group": 1, "step": 1, "render": 1,
+                                                     "status": 1}
+    (_, admitted), = calls["admit"]
+    assert calls["step"][0][0][1] is admitted
+    assert calls["render"][0][0][0] is admitted
+    assert calls["status"][0][0][1] is admitted

@@ -99,7 +99,7 @@ def test_reconciled_status_uses_declared_reasons_and_the_autoscaler_report() -> 
     decode = DecodeStatus(metric="timePerOutputToken", percentile=90, latency_seconds=0.0056,
                           tokens_per_second_per_user=178.6, acceptance_length=4.2, observed_at="2026-11-29T08:00:00Z")
     report = AutoscalerReport(2, decode, None, Verdict("True", Reason.MEASURED, "from 1 group(s)"))
-    status = compute_status(cr(), admitted.spec, admitted.plan, {"status": {"replicas": 2, "readyReplicas": 1}},
+    status = compute_status(cr(), admitted, {"status": {"replicas": 2, "readyReplicas": 1}},
                             pods, 2, autoscaled=report)
     assert_declared(status)
     reasons = {c.type: (c.status, c.reason) for c in status.conditions}
@@ -114,7 +114,7 @@ def test_reconciled_status_uses_declared_reasons_and_the_autoscaler_report() -> 
                              "computeDomainNote": None}
 
     # Autoscaling off: the autoscaler's fields and MetricsAvailable are left as the CR holds them.
-    plain = compute_status(cr(patch), admitted.spec, admitted.plan, {"status": {"replicas": 2, "readyReplicas": 2}},
+    plain = compute_status(cr(patch), admitted, {"status": {"replicas": 2, "readyReplicas": 2}},
                            pods[:2], 2)
     assert_declared(plain)
     assert plain.condition("MetricsAvailable") == status.condition("MetricsAvailable")
@@ -128,7 +128,7 @@ def test_reconciled_status_uses_declared_reasons_and_the_autoscaler_report() -> 
                                                "failed calling webhook"])
 def test_apply_failures_and_invalid_specs_use_declared_reasons(apply_error: str | None) -> None:
     admitted = admit(cr()["spec"])
-    status = compute_status(cr(), admitted.spec, admitted.plan, None, [], 1, apply_error)
+    status = compute_status(cr(), admitted, None, [], 1, apply_error)
     assert_declared(status)
     degraded = status.condition(ConditionType.DEGRADED)
     assert degraded is not None

@@ -219,10 +219,9 @@ def _cr(status: dict | None = None) -> dict:
 def test_compute_status_sets_and_clears_scaling_limited() -> None:
     cr = _cr()
     admitted = admit(cr["spec"])
-    spec, plan = admitted.spec, admitted.plan
     lws_obj = {"status": {"replicas": 4, "readyReplicas": 3}}
     pods = [_pod("k3-latency-engine-3", "3", "0", UNSCHEDULABLE)]
-    status = compute_status(cr, spec, plan, lws_obj, pods, 4)
+    status = compute_status(cr, admitted, lws_obj, pods, 4)
     limited = status.condition("ScalingLimited")
     assert limited is not None
     assert (limited.status, limited.reason, limited.observed_generation) == ("True", "Unschedulable", 2)
@@ -231,7 +230,7 @@ def test_compute_status_sets_and_clears_scaling_limited() -> None:
     assert ready is not None and (ready.status, ready.reason) == ("False", "GroupsNotReady")
 
     time.sleep(1.1)  # a new transition gets a new lastTransitionTime (RFC 3339 seconds)
-    cleared = compute_status(_cr(status_patch(status)), spec, plan, {"status": {"replicas": 3, "readyReplicas": 3}},
+    cleared = compute_status(_cr(status_patch(status)), admitted, {"status": {"replicas": 3, "readyReplicas": 3}},
                              [], 3)
     limited2 = cleared.condition("ScalingLimited")
     assert limited2 is not None and (limited2.status, limited2.reason) == ("False", "AllGroupsPlaced")
@@ -241,8 +240,7 @@ def test_compute_status_sets_and_clears_scaling_limited() -> None:
 def test_ready_message_names_a_crashed_engine_a_terminating_pod_or_a_missing_group() -> None:
     cr = _cr()
     admitted = admit(cr["spec"])
-    spec, plan = admitted.spec, admitted.plan
-    assert plan.nodes_per_group == 2
+    assert admitted.plan.nodes_per_group == 2
     lws_obj = {"status": {"replicas": 2, "readyReplicas": 1}}
     ready = {"type": "Ready", "status": "True"}
     group0 = [_pod("k3-latency-engine-0", "0", "0", None), _pod("k3-latency-engine-0-1", "0", "1", None)]
@@ -255,7 +253,7 @@ def test_ready_message_names_a_crashed_engine_a_terminating_pod_or_a_missing_gro
     leader1["status"]["conditions"].append(ready)
 
     def message(pods: list[dict]) -> str:
-        ready = compute_status(cr, spec, plan, lws_obj, pods, 2).condition("Ready")
+        ready = compute_status(cr, admitted, lws_obj, pods, 2).condition("Ready")
         assert ready is not None
         return ready.message
     assert message([*group0, leader1, crashed]) == (
@@ -271,8 +269,7 @@ def test_scaling_limited_set_by_someone_else_is_left_alone() -> None:
     cr = _cr({"conditions": [{"type": "ScalingLimited", "status": "True", "reason": "AtMaxReplicas",
                               "message": "autoscaler at maxReplicas 4", "lastTransitionTime": "2026-11-29T00:00:00Z"}]})
     admitted = admit(cr["spec"])
-    spec, plan = admitted.spec, admitted.plan
-    status = compute_status(cr, spec, plan, {"status": {"replicas": 1, "readyReplicas": 1}}, [], 1)
+    status = compute_status(cr, admitted, {"status": {"replicas": 1, "readyReplicas": 1}}, [], 1)
     limited = status.condition("ScalingLimited")
     assert limited is not None and (limited.status, limited.reason) == ("True", "AtMaxReplicas")
     assert limited.last_transition_time == "2026-11-29T00:00:00Z"

@@ -1,6 +1,6 @@
 """Autoscaling inside the reconcile: when a decision is due, observe, decide, report.
 
-``Autoscaling.step(obj, spec, plan, lws, pods)`` returns the replicas to render and the status
+``Autoscaling.step(obj, admitted, lws, pods)`` returns the replicas to render and the status
 fields, condition and Events that tell the story (an ``AutoscalerReport``: status.desiredReplicas,
 status.decode, status.lastScale, condition MetricsAvailable). It keeps one ``LatencyPolicy`` per
 deployment in memory (its learned model and recommendation history); after an operator restart
@@ -17,8 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kimik3.admission import Admitted
 from kimik3.api.conditions import ConditionType, Reason, Verdict
-from kimik3.api.v1alpha1 import DecodeStatus, KimiK3DeploymentSpec, ScaleEvent, duration_seconds
+from kimik3.api.v1alpha1 import DecodeStatus, ScaleEvent
 from kimik3.autoscaler.observation import DecodeObservation, MetricsUnavailable
 from kimik3.autoscaler.policy import Decision, FleetState, LatencyPolicy, LatencyPolicySettings
 from kimik3.autoscaler.seed import seed_model
@@ -26,7 +27,6 @@ from kimik3.autoscaler.sources import MetricSource, PodScrapeSource, PrometheusS
 from kimik3.controller import metrics
 from kimik3.controller.status import AutoscalerReport, stored_conditions
 from kimik3.kube.pods import group_index, is_leader, is_ready, is_unschedulable, phase
-from kimik3.topology.plan import GroupPlan
 
 SLO_WINDOW_S = 3600.0
 """Decisions over this past window count toward the SLO-attainment gauge."""
@@ -98,15 +98,15 @@ class StepResult:
     requeue_after: float
 
 
-def policy_settings(spec: KimiK3DeploymentSpec) -> LatencyPolicySettings:
+def policy_settings(admitted: Admitted) -> LatencyPolicySettings:
     """The latency policy's settings from ``spec.autoscaling`` (durations in seconds, percentile
     as a fraction)."""
-    a = spec.autoscaling
+    a, seconds = admitted.spec.autoscaling, admitted.seconds
     return LatencyPolicySettings(
-        target_s=duration_seconds(a.target.value), percentile=a.target.percentile / 100,
+        target_s=seconds.latency_target, percentile=admitted.target_quantile,
         min_replicas=a.min_replicas, max_replicas=a.max_replicas,
-        scale_up_window_s=duration_seconds(a.scale_up_stabilization),
-        scale_down_window_s=duration_seconds(a.scale_down_stabilization),
+        scale_up_window_s=seconds.scale_up_stabilization,
+        scale_down_window_s=seconds.scale_down_stabilization,
         metric=a.target.metric)
 
 class Autoscaling:
@@ -125,10 +125,11 @@ class Autoscaling:
         if series is not None:
             metrics.OBSERVED_LATENCY.remove(namespace, name, *series)
 
-    def _state(self, key: tuple[str, str], spec: KimiK3DeploymentSpec, plan: GroupPlan) -> DeploymentState:
+    def _state(self, key: tuple[str, str], admitted: Admitted) -> DeploymentState:
+        spec = admitted.spec
         a = spec.autoscaling
         source_key = (a.metrics_source.type, a.metrics_source.prometheus_url, spec.service.port)
-        settings = policy_settings(spec)
+        settings = policy_settings(admitted)
         state = self._states.get(key)
         if state is None or state.source_key != source_key or state.policy.settings != settings:
             if a.metrics_source.type == "prometheus":
@@ -141,20 +142,21 @@ class Autoscaling:
                                          self.scrape_url(p, port))
                             for p in self._states[key].pods if is_leader(p) and phase(p) == "Running"]
                 source = PodScrapeSource(targets, clock=self.clock)
-            state = DeploymentState(LatencyPolicy(settings, seed_model(spec, plan)), source_key, source)
+            state = DeploymentState(LatencyPolicy(settings, seed_model(admitted)), source_key, source)
             self._states[key] = state
         return state
 
-    def step(self, obj: dict[str, Any], spec: KimiK3DeploymentSpec, plan: GroupPlan,
-             lws: dict[str, Any] | None, pods: list[dict[str, Any]]) -> StepResult:
+    def step(self, obj: dict[str, Any], admitted: Admitted, lws: dict[str, Any] | None,
+             pods: list[dict[str, Any]]) -> StepResult:
         """The replicas to render now, and what to report. Decides at most once per interval."""
         meta = obj["metadata"]
         key = (meta["namespace"], meta["name"])
         status = obj.get("status") or {}
+        spec, seconds = admitted.spec, admitted.seconds
         a = spec.autoscaling
-        interval = duration_seconds(a.interval)
+        interval = seconds.autoscaling_interval
         now = self.clock()
-        state = self._state(key, spec, plan)
+        state = self._state(key, admitted)
         state.pods = pods
         current = int(((lws or {}).get("spec") or {}).get("replicas", status.get("desiredReplicas",
                       min(max(spec.replicas, a.min_replicas), a.max_replicas))) or 0)
@@ -167,12 +169,12 @@ class Autoscaling:
             return StepResult(held, AutoscalerReport(held, metrics=waiting), [],
                               max(1.0, interval - (now - state.last_decision)))
         state.last_decision = now
-        fleet = fleet_state(lws, pods, duration_seconds(spec.probes.load_timeout), now)
+        fleet = fleet_state(lws, pods, seconds.load_timeout, now)
         fleet = FleetState(current=held if lws is None else fleet.current, ready=fleet.ready,
                            loading=fleet.loading, unplaceable=fleet.unplaceable)
         obs: DecodeObservation | None
         try:
-            obs = state.source.observe(key[0], key[1], duration_seconds(a.window))
+            obs = state.source.observe(key[0], key[1], seconds.autoscaling_window)
             reading = Verdict("True", Reason.MEASURED, f"{obs.itl_metric} from {len(obs.groups)} group(s)"
                               if obs.has_traffic else "no traffic in the window (a valid reading)")
         except MetricsUnavailable as exc:
@@ -185,7 +187,7 @@ class Autoscaling:
             decision = state.policy.decide(now, obs, fleet)
         decode = None
         if obs is not None and obs.has_traffic:
-            decode = self._measured(state, key, spec, obs, now)
+            decode = self._measured(state, key, admitted, obs, now)
         while state.slo and state.slo[0][0] < now - SLO_WINDOW_S:
             state.slo.popleft()
         if state.slo:
@@ -207,12 +209,11 @@ class Autoscaling:
         return StepResult(decision.desired, AutoscalerReport(decision.desired, decode, last_scale, reading), events,
                           interval)
 
-    def _measured(self, state: DeploymentState, key: tuple[str, str], spec: KimiK3DeploymentSpec,
+    def _measured(self, state: DeploymentState, key: tuple[str, str], admitted: Admitted,
                   obs: DecodeObservation, now: float) -> DecodeStatus:
         """status.decode of a window with traffic; also sets the observed-latency gauge and
         records the window toward the SLO attainment."""
-        target = spec.autoscaling.target
-        q = target.percentile / 100
+        target, q = admitted.spec.autoscaling.target, admitted.target_quantile
         latency = obs.latency_quantile(target.metric, q)
         if latency is not None:
             series = (target.metric, str(target.percentile))
@@ -221,7 +222,7 @@ class Autoscaling:
                 metrics.OBSERVED_LATENCY.remove(*key, *previous)
             self._latency_series[key] = series
             metrics.OBSERVED_LATENCY.labels(*key, *series).set(latency)
-            state.slo.append((now, latency <= duration_seconds(target.value)))
+            state.slo.append((now, latency <= admitted.seconds.latency_target))
         return DecodeStatus(metric=target.metric, percentile=target.percentile, latency_seconds=latency,
                             tokens_per_second_per_user=obs.tokens_per_second_per_user(q),
                             acceptance_length=round(obs.acceptance_length, 3), observed_at=_iso(now))

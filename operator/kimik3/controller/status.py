@@ -16,16 +16,15 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from kimik3.admission import Admitted
 from kimik3.api.conditions import ConditionStatus, ConditionType, Reason, Verdict
-from kimik3.api.v1alpha1 import (Condition, DecodeStatus, KimiK3DeploymentSpec, KimiK3DeploymentStatus, PlanStatus,
-                                 ScaleEvent)
+from kimik3.api.v1alpha1 import Condition, DecodeStatus, KimiK3DeploymentStatus, PlanStatus, ScaleEvent
 from kimik3.kube.labels import LWS_NAME_LABEL
 from kimik3.kube.pods import (group_index, is_leader, is_ready, is_terminating, is_unschedulable, phase, role,
                               scheduling_problem, unschedulable_message)
 from kimik3.render.leaderworkerset import lws_name
 from kimik3.render.meta import Owner, selector_string
 from kimik3.render.service import endpoint, leader_selector
-from kimik3.topology.plan import GroupPlan
 
 MESSAGE_LIMIT = 4096
 """Characters of a condition message kept (the rest is cut)."""
@@ -137,12 +136,12 @@ def scaling_limited_message(unplaced: dict[str, tuple[str, str]]) -> str:
     return f"{noun} {groups} cannot be placed now (no rack or node has room); " + "; ".join(parts)
 
 
-def waiting_for(pods: list[dict[str, Any]], spec: KimiK3DeploymentSpec, plan: GroupPlan,
-                desired_groups: int) -> str:
+def waiting_for(pods: list[dict[str, Any]], admitted: Admitted, desired_groups: int) -> str:
     """What the groups wait for, in words (failure case F1: the status says what it waits for):
     the first pod that is not Ready (``kube.pods.is_ready``: terminating pods are not; leaders
     first), else the first group of ``0..desired_groups-1`` with fewer than
     ``plan.nodes_per_group`` pods; "" when neither."""
+    spec, plan = admitted.spec, admitted.plan
     not_ready = [p for p in pods if not is_ready(p)]
     if not not_ready:
         present: dict[str, int] = {}
@@ -168,33 +167,32 @@ def waiting_for(pods: list[dict[str, Any]], spec: KimiK3DeploymentSpec, plan: Gr
     return text
 
 
-def _ready(ready: int, desired_groups: int, pods: list[dict[str, Any]], spec: KimiK3DeploymentSpec,
-           plan: GroupPlan) -> Verdict:
+def _ready(ready: int, desired_groups: int, pods: list[dict[str, Any]], admitted: Admitted) -> Verdict:
     if desired_groups == 0:
         return Verdict("True", Reason.SCALED_TO_ZERO, "replicas is 0: no groups run and no GPUs are held")
     if ready >= desired_groups:
         return Verdict("True", Reason.ALL_GROUPS_READY, f"{ready}/{desired_groups} groups ready")
-    detail = waiting_for(pods, spec, plan, desired_groups)
+    detail = waiting_for(pods, admitted, desired_groups)
     if not detail:
         detail = ("every pod is Ready; waiting for the LeaderWorkerSet to count the groups ready" if pods
                   else "waiting for the LeaderWorkerSet to create the groups")
     return Verdict("False", Reason.GROUPS_NOT_READY, f"{ready}/{desired_groups} groups ready; {detail}")
 
 
-def compute_status(obj: dict[str, Any], spec: KimiK3DeploymentSpec, plan: GroupPlan,
-                   lws: dict[str, Any] | None, pods: list[dict[str, Any]], desired_groups: int,
+def compute_status(obj: dict[str, Any], admitted: Admitted, lws: dict[str, Any] | None,
+                   pods: list[dict[str, Any]], desired_groups: int,
                    apply_error: str | None = None, compute_domain_note: str | None = None,
                    autoscaled: AutoscalerReport | None = None) -> KimiK3DeploymentStatus:
-    """Status of a reconciled CR (spec valid). ``desired_groups`` is the LWS's spec.replicas;
-    ``autoscaled`` what the autoscaler's step reports (None with autoscaling off: its fields are
-    then left as the CR holds them)."""
-    owner = Owner.from_object(obj)
+    """Status of a reconciled CR whose spec this reconcile admitted (``admitted``).
+    ``desired_groups`` is the LWS's spec.replicas; ``autoscaled`` what the autoscaler's step reports
+    (None with autoscaling off: its fields are then left as the CR holds them)."""
+    owner, plan = Owner.from_object(obj), admitted.plan
     gen = obj["metadata"].get("generation")
     lws_status = (lws or {}).get("status") or {}
     groups = int(lws_status.get("replicas", 0) or 0)
     ready = int(lws_status.get("readyReplicas", 0) or 0)
     conditions = stored_conditions(obj)
-    ready_v = _ready(ready, desired_groups, pods, spec, plan)
+    ready_v = _ready(ready, desired_groups, pods, admitted)
     conditions = set_condition(conditions, ConditionType.READY, ready_v, gen)
     settled = ready_v.status == "True" and groups == desired_groups
     if apply_error:
@@ -225,7 +223,7 @@ def compute_status(obj: dict[str, Any], spec: KimiK3DeploymentSpec, plan: GroupP
         ready_replicas=ready,
         desired_replicas=autoscaled.desired_replicas if autoscaled else None,
         selector=selector_string(leader_selector(owner)),
-        endpoint=endpoint(owner, spec),
+        endpoint=endpoint(owner, admitted.spec),
         plan=PlanStatus(gpus_per_node=plan.gpus_per_node, nodes_per_group=plan.nodes_per_group,
                         gpus_per_group=plan.gpus_per_group,
                         compute_domain=plan.needs_compute_domain and not compute_domain_note,
