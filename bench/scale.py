@@ -33,10 +33,15 @@ import yaml
 
 from kimik3.api.documents import dump_yaml_all
 from kimik3.controller.kube import Kube
+from kimik3.api.conditions import ConditionType
+from kimik3.kube.kinds import KIMIK3_DEPLOYMENT, LEADER_WORKER_SET
+from kimik3.kube.objects import condition
 from kimik3_dev.devcluster.controlplane import ControlPlane
 from kimik3_dev.devcluster.operator_thread import free_port
 from kimik3_dev.devcluster.install import install_apis
+from kimik3.admission import admit
 from kimik3.render.children import render
+from kimik3.render.meta import Owner
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "gb300-tp8-megakernel-dspark.yaml"
@@ -97,7 +102,7 @@ def main() -> int:
             docs = []
             for cr in floor_crs:
                 cr["metadata"]["uid"] = "00000000-0000-0000-0000-000000000000"
-                for child in render(cr).objects:
+                for child in render(admit(cr["spec"]), Owner.from_object(cr)).objects:
                     child["metadata"].pop("ownerReferences", None)  # no owner exists on this path
                     docs.append(child)
             manifest = Path(tmp) / "floor.yaml"
@@ -125,11 +130,10 @@ def main() -> int:
                     list(pool.map(lambda cr: kube.apply(cr, force=False), crs))
                 created_s = time.monotonic() - t0
                 while time.monotonic() - t0 < args.timeout:
-                    items = kube._call("GET", "/apis/inference.kimik3.io/v1alpha1/kimik3deployments")["items"]
+                    items = kube._call("GET", KIMIK3_DEPLOYMENT.path())["items"]
                     done = sum(1 for o in items
                                if (o.get("status") or {}).get("observedGeneration") == o["metadata"]["generation"]
-                               and any(c["type"] == "Degraded" and c["status"] == "False"
-                                       for c in o["status"].get("conditions", [])))
+                               and (condition(o, ConditionType.DEGRADED) or {}).get("status") == "False")
                     if done == args.crs:
                         break
                     time.sleep(0.5)
@@ -138,7 +142,7 @@ def main() -> int:
                     return 1
                 converge_s = time.monotonic() - t0
                 rps = (api_requests(cp) - before) / converge_s
-                lws = kube._call("GET", "/apis/leaderworkerset.x-k8s.io/v1/leaderworkersets")["items"]
+                lws = kube._call("GET", LEADER_WORKER_SET.path())["items"]
                 lws_ours = sum(1 for x in lws if x["metadata"]["namespace"].startswith("k3-"))
                 assert lws_ours == args.crs, f"{lws_ours} LeaderWorkerSets for {args.crs} CRs"
                 print(f"operator: {args.crs} CRs created in {created_s:.1f} s, all converged in {converge_s:.1f} s "

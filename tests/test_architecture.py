@@ -41,7 +41,8 @@ def test_import_contracts_catch_an_upward_import(tmp_path: Path) -> None:
 
 def test_core_type_checks() -> None:
     """mypy (pyproject.toml ``[tool.mypy]``) is clean on operator/kimik3."""
-    result = _run(str(BIN / "mypy"), "--no-incremental")
+    cache = Path(os.environ.get("KIMIK3_CACHE", Path.home() / ".cache" / "kimik3")) / "mypy-cache"
+    result = _run(str(BIN / "mypy"), "--cache-dir", str(cache))
     assert result.returncode == 0, result.stdout[-6000:]
 
 
@@ -69,3 +70,20 @@ def test_kit_verbs_are_offered_by_the_one_command() -> None:
     assert result.returncode == 0, result.stderr
     for verb in ("crd", "validate", "render", "run", "demo", "dev", "doctor", "simulate"):
         assert f"  {verb} " in result.stdout, verb
+
+
+def test_kit_verbs_are_hidden_where_the_kit_is_not_installed(monkeypatch) -> None:
+    """In the operator image (core only) an entry point whose package is absent is not offered;
+    present ones load only when named."""
+    from importlib.metadata import EntryPoint
+
+    from click.testing import CliRunner
+
+    import kimik3.cli as cli
+    points = [EntryPoint("ghost", "kimik3_ghost_kit.cli:ghost", cli.PLUGIN_GROUP),
+              EntryPoint("demo", "kimik3_dev.cli:demo", cli.PLUGIN_GROUP)]
+    monkeypatch.setattr(cli, "entry_points", lambda group: [p for p in points if p.group == group])
+    result = CliRunner().invoke(cli.main, ["--help"])
+    assert result.exit_code == 0
+    assert "  demo " in result.output and "ghost" not in result.output
+    assert CliRunner().invoke(cli.main, ["ghost"]).exit_code == 2  # click: no such command

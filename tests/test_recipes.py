@@ -19,13 +19,13 @@ from kubernetes.client.exceptions import ApiException
 
 from kimik3.api.errors import SpecErrors
 from kimik3.kube.kinds import HTTP_ROUTE
-from kimik3.render.children import render
-from support.cluster import CD, CR, LWS, reconciled, ref
+from support.cluster import CD, CR, LWS, reconciled
 from support.recipes import RECIPE_FILES as RECIPES
 from support.recipes import RECIPES_DIR, documents, recipe
+from support.rendering import render_cr
 from support.waiting import wait_for
 
-ROUTE = ref(HTTP_ROUTE)
+ROUTE = HTTP_ROUTE.type_meta
 UID = "00000000-0000-4000-8000-000000000001"
 MEASURED_TOK_S = {111, 118, 331, 370, 423, 840}
 """Batch-1 tok/s per user measured on GB300 NVL72 (shared/reference/kimi-k3-and-vllm.md)."""
@@ -103,7 +103,7 @@ def env_of(template: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_api_key_goes_to_the_api_servers_only_from_the_secret():
-    rendered = render(recipe("dedicated-endpoint.yaml", uid=UID))
+    rendered = render_cr(recipe("dedicated-endpoint.yaml", uid=UID))
     lws = next(o for o in rendered.objects if o["kind"] == "LeaderWorkerSet")
     tmpl = lws["spec"]["leaderWorkerTemplate"]
     key = {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": "k3-api-key", "key": "api-key"}}}
@@ -113,11 +113,11 @@ def test_api_key_goes_to_the_api_servers_only_from_the_secret():
     cr = recipe("dedicated-endpoint.yaml", uid=UID)
     cr["spec"]["engine"]["env"] = [{"name": "VLLM_API_KEY", "value": "leaked"}]
     with pytest.raises(SpecErrors) as refused:
-        render(cr)
+        render_cr(cr)
     assert [e.path for e in refused.value.errors] == ["spec.engine.env[0].name"]
     assert "leaked" not in str(refused.value)
     # Without apiKeySecret: no key at all (vLLM serves without authentication).
-    lws = next(o for o in render(recipe("b300-tp8-single-node.yaml", uid=UID)).objects
+    lws = next(o for o in render_cr(recipe("b300-tp8-single-node.yaml", uid=UID)).objects
                if o["kind"] == "LeaderWorkerSet")
     assert not any(e["name"] == "VLLM_API_KEY" for e in env_of(lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]))
 
@@ -125,7 +125,7 @@ def test_api_key_goes_to_the_api_servers_only_from_the_secret():
 def test_api_key_on_a_single_node_group():
     cr = recipe("b300-tp8-single-node.yaml", uid=UID,
                 service={"apiKeySecret": {"name": "s", "key": "k"}})
-    lws = next(o for o in render(cr).objects if o["kind"] == "LeaderWorkerSet")
+    lws = next(o for o in render_cr(cr).objects if o["kind"] == "LeaderWorkerSet")
     tmpl = lws["spec"]["leaderWorkerTemplate"]
     assert "leaderTemplate" not in tmpl  # one pod per group: it serves the API
     assert {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}} in env_of(
@@ -133,7 +133,7 @@ def test_api_key_on_a_single_node_group():
 
 
 def test_http_route_routes_v1_to_the_client_service():
-    rendered = render(recipe("dedicated-endpoint.yaml", uid=UID))
+    rendered = render_cr(recipe("dedicated-endpoint.yaml", uid=UID))
     route = next(o for o in rendered.objects if o["kind"] == "HTTPRoute")
     assert route["apiVersion"] == "gateway.networking.k8s.io/v1"
     assert route["metadata"]["ownerReferences"][0]["kind"] == "KimiK3Deployment"
@@ -147,15 +147,15 @@ def test_http_route_routes_v1_to_the_client_service():
     service = next(o for o in rendered.objects if o["kind"] == "Service")
     assert service["metadata"]["name"] == "k3-acme" and service["spec"]["ports"][0]["port"] == 8000
     # Without httpRoute the route must not exist (a removed field deletes it).
-    plain = render(recipe("b300-tp8-single-node.yaml", uid=UID))
-    assert "HTTPRoute" not in {o["kind"] for o in plain.objects} and ROUTE in plain.absent
+    plain = render_cr(recipe("b300-tp8-single-node.yaml", uid=UID))
+    assert "HTTPRoute" not in {o["kind"] for o in plain.objects} and HTTP_ROUTE in plain.absent
 
 
 def test_http_route_minimal_form():
     cr = recipe("b300-tp8-single-node.yaml", uid=UID,
                 service={"port": 9000, "httpRoute": {"parentRefs": [{"name": "gw"}],
                                                     "pathPrefixes": ["/v1/chat", "/v1/models"]}})
-    route = next(o for o in render(cr).objects if o["kind"] == "HTTPRoute")
+    route = next(o for o in render_cr(cr).objects if o["kind"] == "HTTPRoute")
     assert route["spec"]["parentRefs"] == [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw"}]
     assert "hostnames" not in route["spec"]
     assert route["spec"]["rules"][0]["matches"] == [{"path": {"type": "PathPrefix", "value": "/v1/chat"}},

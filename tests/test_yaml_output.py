@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from kimik3.api.documents import dump_yaml, dump_yaml_all, load_deployments
 from kimik3.cli import main
-from kimik3.render.children import render
+from support.rendering import render_cr
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "gb300-tp8-megakernel-dspark.yaml"
@@ -40,7 +40,7 @@ def test_render_prints_the_children_without_anchors():
     result = CliRunner().invoke(main, ["render", "-f", str(RECIPE)])
     assert result.exit_code == 0, result.output
     assert not ALIAS.search(result.output), ALIAS.findall(result.output)
-    expected = [o for d in load_deployments(str(RECIPE)) for o in render(d).objects]
+    expected = [o for d in load_deployments(str(RECIPE)) for o in render_cr(d).objects]
     assert list(yaml.safe_load_all(result.output)) == expected
     assert ALIAS.search(yaml.safe_dump_all(expected)), "the recipe no longer shares a sub-dict: pick one that does"
 

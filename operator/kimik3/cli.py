@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from importlib.metadata import entry_points
+from importlib.util import find_spec
 
 import click
 
@@ -47,7 +48,10 @@ class KitGroup(click.Group):
     each imported only when it is named or listed."""
 
     def _plugins(self) -> dict[str, Any]:
-        return {ep.name: ep for ep in entry_points(group=PLUGIN_GROUP) if ep.name not in self.commands}
+        """Entry points whose package is installed (the operator image ships the core only, so
+        there the kit's verbs are not offered at all)."""
+        return {ep.name: ep for ep in entry_points(group=PLUGIN_GROUP)
+                if ep.name not in self.commands and find_spec(ep.module.split(".")[0]) is not None}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted([*self.commands, *self._plugins()])
@@ -126,11 +130,13 @@ def validate(filename: str) -> None:
 @click.option("-f", "--filename", required=True, help="Recipe file (YAML), or - for stdin.")
 def render(filename: str) -> None:
     """Print the children the operator would apply, as a YAML stream (like `helm template`)."""
+    from kimik3.admission import admit
     from kimik3.render.children import render as render_children
+    from kimik3.render.meta import Owner
     out = []
     for doc in _deployments(filename):
         try:
-            rendered = render_children(doc)
+            rendered = render_children(admit(doc.get("spec") or {}), Owner.from_object(doc))
         except SpecErrors as exc:
             raise click.ClickException("\n".join(map(str, exc.errors))) from None
         for warning in rendered.warnings:

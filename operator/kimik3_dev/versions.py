@@ -28,8 +28,8 @@ KWOK_VERSION="v0.8.0"
 # but the Go module proxy reachable here refuses its zip (403, seen 2026-11-29); v0.9.0 is the newest
 # it serves, with the same API group/version.
 LWS_VERSION="v0.9.0"
-# Kueue (sigs.k8s.io/kueue): gang admission and topology-aware placement. Declared for the issue
-# that adds it (shared/reference/kueue.md: the only version the proxy lists); nothing builds it yet.
+# Kueue (sigs.k8s.io/kueue): gang admission and topology-aware placement of engine groups
+# (kimik3_dev.devcluster.kueue; shared/reference/kueue.md): the only version the proxy lists (2026-12-01).
 KUEUE_VERSION="v0.17.0"
 # helm (helm.sh/helm/v3), `go install`ed: renders the chart for the tests and the dev cluster's RBAC.
 HELM_VERSION="v3.21.4"

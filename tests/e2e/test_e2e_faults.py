@@ -21,6 +21,7 @@ from typing import Any
 
 from devenv import WAIT_S, DevEnv
 
+from kimik3.kube import pods as kpods
 from kimik3_dev.devcluster import faults
 from support.waiting import wait_for
 
@@ -67,8 +68,8 @@ def _settled(env: DevEnv, ns: str, groups: int) -> dict[int, list[dict[str, Any]
 
 def _pod_summary(env: DevEnv, ns: str) -> list[tuple[str, str, bool, bool]]:
     """(name, phase, Ready, terminating) of every pod of the deployment: for failure messages."""
-    return [(p["metadata"]["name"], p["status"].get("phase", "?"), env.ready(p),
-             bool(p["metadata"].get("deletionTimestamp"))) for p in env.pods(ns)]
+    return [(p["metadata"]["name"], p["status"].get("phase", "?"), kpods.is_ready(p),
+             kpods.is_terminating(p)) for p in env.pods(ns)]
 
 
 def _uids(pods: list[dict[str, Any]]) -> list[str]:
@@ -123,7 +124,7 @@ def test_engine_pod_crash_recreates_its_group_and_is_reported(dev_env: DevEnv, n
     dev_env.apply(dev_env.deployment(ns, replicas=2))
     before = {g: _uids(p) for g, p in wait_for(lambda: _settled(dev_env, ns, 2), WAIT_S, "2 settled groups").items()}
     # The leader of group 1 crashes. (A *worker* that turns Failed is, with LeaderWorkerSet v0.9, sometimes
-    # replaced alone: kubernetes-sigs/lws#998, see the README's known limits. Real kubelets restart a
+    # replaced alone: kubernetes-sigs/lws#998, see docs/reliability.md, known limits. Real kubelets restart a
     # crashed container of a restartPolicy=Always pod instead, which LWS does catch.)
     victim = "k3-engine-1"
     node = next(p for p in dev_env.pods(ns) if p["metadata"]["name"] == victim)["spec"]["nodeName"]

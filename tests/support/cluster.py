@@ -17,18 +17,13 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
 from kimik3.controller.kube import Kube
-from kimik3.kube.kinds import COMPUTE_DOMAIN, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, Kind
+from kimik3.kube.kinds import COMPUTE_DOMAIN, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET
 from support.waiting import wait_for
 
-
-def ref(kind: Kind) -> tuple[str, str]:
-    """``(apiVersion, kind)``: the first two arguments of ``Kube.get`` / ``Kube.list`` / ``Kube.delete``."""
-    return kind.api_version, kind.kind
-
-
-CR = ref(KIMIK3_DEPLOYMENT)
-LWS = ref(LEADER_WORKER_SET)
-CD = ref(COMPUTE_DOMAIN)
+CR = KIMIK3_DEPLOYMENT.type_meta
+LWS = LEADER_WORKER_SET.type_meta
+CD = COMPUTE_DOMAIN.type_meta
+"""``(apiVersion, kind)`` of the three kinds most tests address (``Kube.get(*CR, namespace, name)``)."""
 
 API_UNAVAILABLE: tuple[type[BaseException], ...] = (ApiException, urllib3.exceptions.HTTPError, OSError)
 """What a client call raises while the API server is down, restarting or refusing (a 5xx or

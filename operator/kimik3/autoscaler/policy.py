@@ -68,6 +68,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from kimik3.api.v1alpha1 import LatencyMetric
 from kimik3.autoscaler.observation import DecodeObservation
 
 
@@ -286,7 +287,7 @@ class LatencyPolicySettings:
     """After bursts shorter than a load time (groups asked for arrive to find their demand gone),
     scale-down keeps what the burst asked for during this many load times, so that the groups one
     burst brought serve the next one; each new burst extends it. 0 disables."""
-    metric: str = "timePerOutputToken"
+    metric: LatencyMetric = "timePerOutputToken"
     """timePerOutputToken (per token) or interTokenLatency (raw vLLM ITL per engine step)."""
 
 
@@ -328,10 +329,7 @@ class LatencyPolicy:
     """Last observed time from a scale-up decision to its groups serving."""
 
     def _latency(self, obs: DecodeObservation) -> float | None:
-        q = self.settings.percentile
-        if self.settings.metric == "interTokenLatency":
-            return obs.step_latency_quantile(q)
-        return obs.token_latency_quantile(q)
+        return obs.latency_quantile(self.settings.metric, self.settings.percentile)
 
     def _record(self, now: float, value: Any, history: deque, window: float) -> None:
         history.append((now, value))

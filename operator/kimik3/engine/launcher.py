@@ -53,7 +53,7 @@ def resolve(name: str) -> str | None:
         infos = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
     except (socket.gaierror, UnicodeError):
         return None
-    return infos[0][4][0] if infos else None
+    return str(infos[0][4][0]) if infos else None
 
 
 def wait_for_leader(name: str, timeout_s: float, poll_s: float) -> str:

@@ -1,9 +1,10 @@
 """All children of one KimiK3Deployment, in apply order.
 
-``render(obj)`` takes the custom resource as stored (metadata + spec) and returns a ``Rendered``:
-the objects to apply (ComputeDomain, launcher ConfigMap, LeaderWorkerSet, Service,
-PodDisruptionBudget, PodMonitor, HTTPRoute), the kinds that must not exist (e.g. the budget at one
-replica, the ComputeDomain at zero replicas), and warnings for the user. Raises ``SpecErrors``.
+``render(admitted, owner)`` takes the admitted spec (``kimik3.admission.admit``) and the custom
+resource's identity and returns a ``Rendered``: the objects to apply (ComputeDomain, launcher
+ConfigMap, LeaderWorkerSet, Service, PodDisruptionBudget, PodMonitor, HTTPRoute), the kinds that
+must not exist (e.g. the budget at one replica, the ComputeDomain at zero replicas), and warnings
+for the user. It refuses nothing: admission did.
 """
 
 from __future__ import annotations
@@ -11,28 +12,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kimik3.admission import AdmissionPolicy, admit
-from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
+from kimik3.admission import Admitted
+from kimik3.kube.kinds import COMPUTE_DOMAIN, HTTP_ROUTE, POD_DISRUPTION_BUDGET, POD_MONITOR, Kind
 from kimik3.render.computedomain import compute_domain
 from kimik3.render.configmap import launcher_configmap
 from kimik3.render.disruption import disruption_budget
-from kimik3.render.httproute import API_VERSION as HTTPROUTE_API_VERSION
 from kimik3.render.httproute import http_route
 from kimik3.render.leaderworkerset import leader_worker_set
 from kimik3.render.meta import Owner
 from kimik3.render.podmonitor import pod_monitor
 from kimik3.render.service import client_service
-from kimik3.topology.plan import GroupPlan
 
 
 @dataclass
 class Rendered:
-    spec: KimiK3DeploymentSpec
-    plan: GroupPlan
     objects: list[dict[str, Any]]
     """Children to apply, in order (the ComputeDomain before the pods that claim it)."""
-    absent: list[tuple[str, str]] = field(default_factory=list)
-    """(apiVersion, kind) of children that must not exist now."""
+    absent: list[Kind] = field(default_factory=list)
+    """Kinds of the children (named like the deployment) that must not exist now."""
     warnings: list[str] = field(default_factory=list)
 
 
@@ -41,17 +38,14 @@ COMPUTE_DOMAIN_SKIPPED = ("no ComputeDomain: the operator runs with --no-compute
                           "multi-node NVLink needs one")
 
 
-def render(obj: dict[str, Any], replicas: int | None = None, compute_domains: bool = True,
-           policy: AdmissionPolicy = AdmissionPolicy()) -> Rendered:
-    """Children of ``obj``; ``replicas`` overrides spec.replicas (the autoscaler's choice);
-    ``compute_domains=False`` renders no ComputeDomain and no channel claims (clusters without
-    the DRA driver) and says so in ``warnings``."""
-    admitted = admit(obj.get("spec") or {}, policy)
+def render(admitted: Admitted, owner: Owner, replicas: int | None = None, compute_domains: bool = True) -> Rendered:
+    """Children of the deployment ``owner`` names; ``replicas`` overrides spec.replicas (the
+    autoscaler's choice); ``compute_domains=False`` renders no ComputeDomain and no channel claims
+    (clusters without the DRA driver) and says so in ``warnings``."""
     spec, plan = admitted.spec, admitted.plan
-    owner = Owner.from_object(obj)
     groups = spec.replicas if replicas is None else replicas
     objects: list[dict[str, Any]] = []
-    absent: list[tuple[str, str]] = []
+    absent: list[Kind] = []
     warnings: list[str] = []
     cd = compute_domain(owner)
     with_cd = plan.needs_compute_domain and compute_domains
@@ -60,23 +54,23 @@ def render(obj: dict[str, Any], replicas: int | None = None, compute_domains: bo
     if with_cd and groups > 0:
         objects.append(cd)
     else:  # also when a spec change moved the deployment to nodes that need none
-        absent.append((cd["apiVersion"], cd["kind"]))
-    objects.append(launcher_configmap(owner, spec, plan))
-    objects.append(leader_worker_set(owner, spec, plan, groups, channel_claims=with_cd))
+        absent.append(COMPUTE_DOMAIN)
+    objects.append(launcher_configmap(owner, admitted))
+    objects.append(leader_worker_set(owner, admitted, groups, channel_claims=with_cd))
     objects.append(client_service(owner, spec))
     pdb, why = disruption_budget(owner, spec, plan, groups)
     if pdb is not None:
         objects.append(pdb)
     else:
-        absent.append(("policy/v1", "PodDisruptionBudget"))
+        absent.append(POD_DISRUPTION_BUDGET)
         if why:
             warnings.append(why)
     if spec.monitoring.enabled:
         objects.append(pod_monitor(owner, spec))
     else:
-        absent.append(("monitoring.coreos.com/v1", "PodMonitor"))
+        absent.append(POD_MONITOR)
     if spec.service.http_route is not None:
         objects.append(http_route(owner, spec))
     else:
-        absent.append((HTTPROUTE_API_VERSION, "HTTPRoute"))
-    return Rendered(spec, plan, objects, absent, warnings)
+        absent.append(HTTP_ROUTE)
+    return Rendered(objects, absent, warnings)

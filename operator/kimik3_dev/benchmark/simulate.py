@@ -51,6 +51,7 @@ import click
 
 from kimik3_dev.benchmark.baselines import (DynamoPlannerPolicy, HPAPolicy, KEDAPolicy, KPAPolicy, OptimalPolicy,
                                          Profile, StaticPolicy, provisioning_schedule)
+from kimik3.admission import Admitted
 from kimik3.autoscaler.policy import LatencyPolicy, Policy
 from kimik3.autoscaler.seed import seed_model
 from kimik3_dev.benchmark.fleet import FleetConfig, FleetSim, GroupModel, RunResult
@@ -66,8 +67,7 @@ POLICIES = ("kimik3", "hpa", "keda", "aibrix-kpa", "dynamo-planner", "static-pea
 @dataclass
 class Setup:
     cfg: FleetConfig
-    spec: Any
-    plan: Any
+    admitted: Admitted
     target_s: float
     profile: Profile
     model: GroupModel
@@ -82,6 +82,7 @@ def setup(recipe: str = RECIPE, target_s: float = TARGET_S, **cfg_overrides: Any
         doc = next(d for d in yaml.safe_load_all(fh) if d and d.get("kind") == "KimiK3Deployment")
     spec_dict = dict(doc.get("spec") or {})
     spec_dict["autoscaling"] = {"enabled": True, "minReplicas": MIN_REPLICAS, "maxReplicas": MAX_REPLICAS,
+                                "metricsSource": {"type": "podScrape"},
                                 "target": {"metric": "timePerOutputToken", "percentile": 90,
                                            "value": f"{target_s * 1000:g}ms"}}
     admitted = admit(spec_dict)
@@ -90,18 +91,16 @@ def setup(recipe: str = RECIPE, target_s: float = TARGET_S, **cfg_overrides: Any
     cfg = FleetConfig(shape=EngineShape.from_spec(spec, plan), max_num_seqs=spec.engine.max_num_seqs,
                       max_num_batched_tokens=spec.engine.max_num_batched_tokens,
                       trays_per_group=plan.nodes_per_group, **cfg_overrides)
-    return Setup(cfg, spec, plan, target_s, Profile.from_shape(cfg.shape, cfg.max_num_seqs, cfg.workload),
+    return Setup(cfg, admitted, target_s, Profile.from_shape(cfg.shape, cfg.max_num_seqs, cfg.workload),
                  GroupModel(cfg))
 
 
 def kimik3_policy(s: Setup) -> LatencyPolicy:
     """Our policy, constructed as controller/autoscaling.py constructs it for this spec."""
-    from kimik3.api.v1alpha1 import duration_seconds
     from kimik3.controller.autoscaling import policy_settings
-    a = s.spec.autoscaling
-    policy = LatencyPolicy(policy_settings(s.spec), seed_model(s.spec, s.plan))
-    policy.interval_s = duration_seconds(a.interval)  # type: ignore[attr-defined]
-    policy.window_s = duration_seconds(a.window)  # type: ignore[attr-defined]
+    policy = LatencyPolicy(policy_settings(s.admitted), seed_model(s.admitted))
+    policy.interval_s = s.admitted.seconds.autoscaling_interval  # type: ignore[attr-defined]
+    policy.window_s = s.admitted.seconds.autoscaling_window  # type: ignore[attr-defined]
     return policy
 
 

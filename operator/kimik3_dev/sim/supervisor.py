@@ -55,7 +55,9 @@ from kimik3.kube.kinds import GROUP, PLURAL, VERSION
 from kimik3.api.errors import SpecErrors
 from kimik3.api.v1alpha1 import duration_seconds
 from kimik3.render.leaderworkerset import API_KEY_ENV, CONTAINER
-from kimik3.kube.labels import LWS_GROUP_INDEX_LABEL, LWS_NAME_LABEL, LWS_WORKER_INDEX_LABEL
+from kimik3.kube import pods as kpods
+from kimik3.kube.labels import LWS_NAME_LABEL
+from kimik3.kube.objects import is_deleting
 from kimik3_dev.sim import podenv
 from kimik3_dev.sim.engine import LOOPBACK, EngineConfig, SimEngine
 
@@ -225,8 +227,7 @@ class Supervisor:
 
         by_lws: dict[tuple[str, str], dict[str, list[Any]]] = {}
         for pod in pods:
-            labels = pod.metadata.labels or {}
-            lws, gi = labels.get(LWS_NAME_LABEL), labels.get(LWS_GROUP_INDEX_LABEL)
+            lws, gi = kpods.labels(pod).get(LWS_NAME_LABEL), kpods.group_index(pod)
             if lws is None or gi is None:
                 continue
             by_lws.setdefault((pod.metadata.namespace, lws), {}).setdefault(gi, []).append(pod)
@@ -235,7 +236,7 @@ class Supervisor:
         for cr in crs:
             meta = cr.get("metadata", {})
             ns, name = meta.get("namespace", "default"), meta.get("name", "")
-            if meta.get("deletionTimestamp"):
+            if is_deleting(cr):
                 continue
             try:
                 admitted = admit(cr.get("spec") or {})
@@ -278,10 +279,10 @@ class Supervisor:
     @staticmethod
     def _ready_leader(members: list[Any], size: int) -> Any | None:
         """The leader pod when the group is whole and every pod Running, else None."""
-        live = [p for p in members if p.metadata.deletion_timestamp is None]
-        if len(live) < size or any((p.status.phase if p.status else None) != "Running" for p in live):
+        live = [p for p in members if not kpods.is_terminating(p)]
+        if len(live) < size or any(kpods.phase(p) != "Running" for p in live):
             return None
-        leaders = [p for p in live if (p.metadata.labels or {}).get(LWS_WORKER_INDEX_LABEL) == "0"]
+        leaders = [p for p in live if kpods.is_leader(p)]
         return leaders[0] if len(leaders) == 1 else None
 
     def _api_key_entry(self, pod: Any) -> dict[str, Any] | None:
