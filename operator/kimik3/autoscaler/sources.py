@@ -4,7 +4,9 @@
   decoded by the library, no hand-written parser). Series are selected by the labels the
   PodMonitor gives (``namespace``, ``deployment``, ``group``; see render/podmonitor.py).
 - ``PodScrapeSource``: GETs each group leader's ``/metrics``, parses it with prometheus-client's
-  parser and differences the histograms and counters against the previous scrape of the same pod.
+  parser and differences the histograms and counters against the scrape of the same pod that
+  starts the window (the newest one at least ``window_s`` old, as Prometheus' ``increase()``
+  over the window; the oldest kept while the pod is younger than the window).
 
 Both return a ``DecodeObservation`` or raise ``MetricsUnavailable`` (hold, and say why).
 """
@@ -24,10 +26,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from kimik3.autoscaler.histogram import INF, Histogram, merge
 from kimik3.autoscaler.observation import (ACCEPTED, DRAFTS, GENERATION_TOKENS, ITL, ITL_OLD, KV_USAGE, RUNNING,
                                            TTFT, WAITING, DecodeObservation, MetricsUnavailable)
+from kimik3.autoscaler.window import Samples
 
 HTTP_TIMEOUT_S = 5.0
 MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 """A /metrics or PromQL answer larger than this is refused (a guard against runaway label sets)."""
+WINDOW_SLACK = 0.05
+"""A scrape up to this share of the window younger than the window still starts it: decisions
+come a little early or late, and a window of 2 min must not become 2.5 min for 10 ms."""
 
 
 class MetricSource(Protocol):
@@ -98,27 +104,40 @@ class ScrapeTarget:
     url: str
 
 
-class PodScrapeSource:
-    """Scrapes leaders' /metrics; the window is the time since the previous scrape of each pod.
+class HTTPPages:
+    """GETs a /metrics page over HTTP (``requests``): its text. Raises ``requests.RequestException``
+    (unreachable, HTTP error status) or ValueError (a page over ``MAX_RESPONSE_BYTES``)."""
 
-    ``targets(namespace, deployment)`` lists the leaders to scrape (the controller builds it from
-    the leader pods; the URL resolver decides the address: pod IP in a cluster, a loopback port
-    for the simulator). A pod seen for the first time gives no window yet."""
-
-    def __init__(self, targets: Callable[[str, str], Iterable[ScrapeTarget]],
-                 session: requests.Session | None = None, clock: Callable[[], float] = time.time):
-        self.targets = targets
+    def __init__(self, session: requests.Session | None = None):
         self.session = session or requests.Session()
-        self.clock = clock
-        self._previous: dict[str, tuple[float, Scrape]] = {}
 
-    def _fetch(self, url: str) -> Scrape:
+    def __call__(self, url: str) -> str:
         response = self.session.get(url, timeout=HTTP_TIMEOUT_S, stream=True)
         response.raise_for_status()
         body = response.raw.read(MAX_RESPONSE_BYTES + 1, decode_content=True)
         if len(body) > MAX_RESPONSE_BYTES:
             raise ValueError(f"/metrics larger than {MAX_RESPONSE_BYTES} bytes")
-        return parse_scrape(body.decode("utf-8", errors="replace"))
+        return body.decode("utf-8", errors="replace")
+
+
+class PodScrapeSource:
+    """Scrapes leaders' /metrics; the window of each pod runs from its scrape that starts
+    ``window_s`` (module docstring) to this one.
+
+    ``targets(namespace, deployment)`` lists the leaders to scrape (the controller builds it from
+    the leader pods; the URL resolver decides the address: pod IP in a cluster, a loopback port
+    for the simulator). ``fetch(url)`` returns a page's text (``HTTPPages`` by default; the kit's
+    fleet simulator serves its groups' pages without a socket) and raises
+    ``requests.RequestException`` or ValueError when it cannot. A pod seen for the first time
+    gives no window yet."""
+
+    def __init__(self, targets: Callable[[str, str], Iterable[ScrapeTarget]],
+                 fetch: Callable[[str], str] | None = None, clock: Callable[[], float] = time.time):
+        self.targets = targets
+        self.fetch = fetch or HTTPPages()
+        self.clock = clock
+        self._scrapes: dict[str, Samples[Scrape]] = {}
+        """Scrapes of each pod (by key), from the one that starts the current window on."""
 
     def observe(self, namespace: str, deployment: str, window_s: float) -> DecodeObservation:
         targets = list(self.targets(namespace, deployment))
@@ -129,17 +148,19 @@ class PodScrapeSource:
         errors = []
         for t in targets:
             try:
-                scrape = self._fetch(t.url)
+                scrape = parse_scrape(self.fetch(t.url))
             except (requests.RequestException, ValueError) as exc:
                 errors.append(f"group {t.group}: {type(exc).__name__}: {str(exc)[:200]}")
                 continue
-            previous = self._previous.get(t.key)
-            self._previous[t.key] = (now, scrape)
-            if previous is not None:
-                deltas.append((t.group, scrape, previous[1], now - previous[0]))
+            history = self._scrapes.setdefault(t.key, Samples())
+            base = history.base(now - window_s * (1 - WINDOW_SLACK))
+            history.add(now, scrape)
+            if base is not None:
+                history.forget_before(base[0])
+                deltas.append((t.group, scrape, base[1], now - base[0]))
         live = {t.key for t in targets}
-        for key in [k for k in self._previous if k not in live]:
-            del self._previous[key]
+        for key in [k for k in self._scrapes if k not in live]:
+            del self._scrapes[key]
         if not deltas:
             if errors:
                 raise MetricsUnavailable("ScrapeFailed", "; ".join(errors))

@@ -17,10 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kimik3.admission import Admitted
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec, duration_seconds
+from kimik3.autoscaler.factory import latency_policy, policy_settings
 from kimik3.autoscaler.observation import DecodeObservation, MetricsUnavailable
-from kimik3.autoscaler.policy import Decision, FleetState, LatencyPolicy, LatencyPolicySettings
-from kimik3.autoscaler.seed import seed_model
+from kimik3.autoscaler.policy import Decision, FleetState, LatencyPolicy
 from kimik3.autoscaler.sources import MetricSource, PodScrapeSource, PrometheusSource, ScrapeTarget
 from kimik3.controller import metrics
 from kimik3.kube.labels import LWS_GROUP_INDEX_LABEL, LWS_WORKER_INDEX_LABEL
@@ -104,18 +105,6 @@ class StepResult:
     requeue_after: float
 
 
-
-def policy_settings(spec: KimiK3DeploymentSpec) -> LatencyPolicySettings:
-    """The latency policy's settings from ``spec.autoscaling`` (durations in seconds, percentile
-    as a fraction)."""
-    a = spec.autoscaling
-    return LatencyPolicySettings(
-        target_s=duration_seconds(a.target.value), percentile=a.target.percentile / 100,
-        min_replicas=a.min_replicas, max_replicas=a.max_replicas,
-        scale_up_window_s=duration_seconds(a.scale_up_stabilization),
-        scale_down_window_s=duration_seconds(a.scale_down_stabilization),
-        metric=a.target.metric)
-
 class Autoscaling:
     """Autoscaler state of every deployment this operator reconciles."""
 
@@ -130,7 +119,8 @@ class Autoscaling:
     def _state(self, key: tuple[str, str], spec: KimiK3DeploymentSpec, plan: GroupPlan) -> DeploymentState:
         a = spec.autoscaling
         source_key = (a.metrics_source.type, a.metrics_source.prometheus_url, spec.service.port)
-        settings = policy_settings(spec)
+        admitted = Admitted(spec, plan)
+        settings = policy_settings(admitted)
         state = self._states.get(key)
         if state is None or state.source_key != source_key or state.policy.settings != settings:
             if a.metrics_source.type == "prometheus":
@@ -146,7 +136,7 @@ class Autoscaling:
                             if p["metadata"].get("labels", {}).get(LWS_WORKER_INDEX_LABEL) == "0"
                             and (p.get("status") or {}).get("phase") == "Running"]
                 source = PodScrapeSource(targets, clock=self.clock)
-            state = DeploymentState(LatencyPolicy(settings, seed_model(spec, plan)), source_key, source)
+            state = DeploymentState(latency_policy(admitted), source_key, source)
             self._states[key] = state
         return state
 
