@@ -496,7 +496,7 @@ class LatencyPolicy:
         steady = (self._ready_changed is None or now - self._ready_changed >= obs.window_s) and \
             (self._shift_at is None or now - self._shift_at >= obs.window_s)
         near = latency is not None and LEARN_RANGE[0] * s.target_s <= latency <= LEARN_RANGE[1] * s.target_s
-        if near and per_group_c > 0 and steady:
+        if latency is not None and near and per_group_c > 0 and steady:
             model.update(per_group_c, latency, serving, mean_latency)
         plan, plan_down = s.headroom * s.target_s, s.scale_down_headroom * s.target_s
         if model.latency(0.0, 1) >= plan:
@@ -508,15 +508,15 @@ class LatencyPolicy:
                      s.max_replicas)
             return n, n, "Concurrency"
         most = max(s.max_replicas, fleet.current)
-        n = self._groups_for(predicted, plan, most)
+        up = self._groups_for(predicted, plan, most)
         keep = max(predicted, self._keep_demand, demand)
-        n_down = self._groups_for(keep, plan_down, most)
-        if n is None:
+        down = self._groups_for(keep, plan_down, most)
+        if up is None:
             n, reason = s.max_replicas, "Saturated"
         else:
-            reason = "Predicted" if n > (self._groups_for(demand, plan, most) or most) else "Load"
-        n_down = max(n, n_down if n_down is not None else most)
-        if n_down < serving and steady and near:
+            n, reason = up, "Predicted" if up > (self._groups_for(demand, plan, most) or most) else "Load"
+        n_down = max(n, down if down is not None else most)
+        if latency is not None and n_down < serving and steady and near:
             # Fewer groups than serve now: the model's step from this count, added to the quantile
             # observed at it (the model can be off where it stands, its slope less so).
             base = model.predict(demand, serving)

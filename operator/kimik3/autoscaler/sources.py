@@ -145,6 +145,7 @@ class PodScrapeSource:
             raise MetricsUnavailable("NoTargets", "no group leader to scrape")
         now = self.clock()
         deltas: list[tuple[str, Scrape, Scrape, float]] = []
+        fresh: list[Scrape] = []
         errors = []
         for t in targets:
             try:
@@ -158,9 +159,11 @@ class PodScrapeSource:
             if base is not None:
                 history.forget_before(base[0])
                 deltas.append((t.group, scrape, base[1], now - base[0]))
+            else:
+                fresh.append(scrape)
         live = {t.key for t in targets}
-        for key in [k for k in self._scrapes if k not in live]:
-            del self._scrapes[key]
+        for gone in [k for k in self._scrapes if k not in live]:
+            del self._scrapes[gone]
         if not deltas:
             if errors:
                 raise MetricsUnavailable("ScrapeFailed", "; ".join(errors))
@@ -182,6 +185,7 @@ class PodScrapeSource:
             drafts += _counter_delta(new, old, DRAFTS)
             accepted += _counter_delta(new, old, ACCEPTED)
             tokens += _counter_delta(new, old, GENERATION_TOKENS)
+        for new in [d[1] for d in deltas] + fresh:  # gauges need no window: a first scrape counts
             running += new.total(RUNNING)
             waiting += new.total(WAITING)
             kv += new.values(KV_USAGE)

@@ -182,12 +182,18 @@ class _HPACore:
 
 
 @dataclass(kw_only=True)
-class _HPAControlled:
-    """A metric fed to the HPA controller (HPA itself; KEDA, which drives an HPA): its bounds,
-    tolerance and ``behavior``."""
+class _Bounds:
+    """The group counts a rule may ask for: ``min_replicas`` to ``max_replicas``."""
 
     min_replicas: int = 1
     max_replicas: int = 1
+
+
+@dataclass(kw_only=True)
+class _HPAControlled(_Bounds):
+    """A metric fed to the HPA controller (HPA itself; KEDA, which drives an HPA): its bounds,
+    tolerance and ``behavior``."""
+
     tolerance: float = 0.1
     behavior: HPABehavior = field(default_factory=HPABehavior)
 
@@ -240,13 +246,11 @@ class KEDAPolicy(_HPAControlled):
 
 # ---------------------------------------------------------------- KPA -----------------------
 @dataclass
-class KPAPolicy:
+class KPAPolicy(_Bounds):
     """AIBrix KPA (Knative KPA) on concurrency per group (module docstring)."""
 
     target: float
     """Concurrency per group (requests running + waiting)."""
-    min_replicas: int = 1
-    max_replicas: int = 1
     stable_window_s: float = 60.0
     panic_window_s: float = 6.0
     panic_threshold: float = 2.0
@@ -302,14 +306,12 @@ class KPAPolicy:
 
 # ---------------------------------------------------------------- Dynamo planner ------------
 @dataclass
-class DynamoPlannerPolicy:
+class DynamoPlannerPolicy(_Bounds):
     """Dynamo SLA planner, throughput-based decode scaling (module docstring)."""
 
     target_s: float
     """ITL target (per token, a mean: Dynamo's SLA)."""
     profile: Profile
-    min_replicas: int = 1
-    max_replicas: int = 1
     interval_s: float = 180.0
     window_s: float = 180.0
     history: int = 4

@@ -355,16 +355,16 @@ class FleetSim:
                 g.last_t = t1
                 return
             # The prefill step(s) end: decoders get AL tokens per step, at the stretched step time.
-            steps = g.stall_steps
-            dur = (g.stall_end - g.stall_start) / steps
-            g.progress += m.al * steps
+            stalled = g.stall_steps
+            dur = (g.stall_end - g.stall_start) / stalled
+            g.progress += m.al * stalled
             if g.stall_decoders:
-                tokens = g.stall_decoders * m.al * steps
-                self._record_tokens(dur / m.al, tokens)
-                g.itl.observe(dur, g.stall_decoders * steps)
-                g.drafts += g.stall_decoders * steps
-                g.accepted += g.stall_decoders * steps * (m.al - 1)
-                g.tokens += tokens
+                emitted = g.stall_decoders * m.al * stalled
+                self._record_tokens(dur / m.al, emitted)
+                g.itl.observe(dur, g.stall_decoders * stalled)
+                g.drafts += g.stall_decoders * stalled
+                g.accepted += g.stall_decoders * stalled * (m.al - 1)
+                g.tokens += emitted
             t = g.stall_end
             g.stall_steps = g.stall_decoders = g.stall_prompt_tokens = 0
         n = len(g.running)

@@ -92,15 +92,15 @@ def setup(recipe: str = RECIPE, target_s: float = TARGET_S, **cfg_overrides: Any
 
 
 def baseline(name: str, s: Setup, static_groups: int) -> Policy:
-    kw = dict(min_replicas=MIN_REPLICAS, max_replicas=MAX_REPLICAS)
+    lo, hi = MIN_REPLICAS, MAX_REPLICAS
     if name == "hpa":
-        return HPAPolicy(target_s=s.target_s, **kw)
+        return HPAPolicy(target_s=s.target_s, min_replicas=lo, max_replicas=hi)
     if name == "keda":
-        return KEDAPolicy(**kw)
+        return KEDAPolicy(min_replicas=lo, max_replicas=hi)
     if name == "aibrix-kpa":
-        return KPAPolicy(target=s.profile.concurrency_at(s.target_s), **kw)
+        return KPAPolicy(target=s.profile.concurrency_at(s.target_s), min_replicas=lo, max_replicas=hi)
     if name == "dynamo-planner":
-        return DynamoPlannerPolicy(target_s=s.target_s, profile=s.profile, **kw)
+        return DynamoPlannerPolicy(target_s=s.target_s, profile=s.profile, min_replicas=lo, max_replicas=hi)
     if name == "static-peak":
         return StaticPolicy(static_groups)
     raise KeyError(name)
@@ -237,9 +237,9 @@ COLORS = {"kimik3": "#d62728", "hpa": "#1f77b4", "keda": "#9467bd", "aibrix-kpa"
 
 def plot(run: TraceRun, s: Setup, out_dir: Path) -> Path:
     """One PNG per trace: demand; groups holding GPUs per policy; P90 per-token latency vs target."""
-    import matplotlib
+    import matplotlib  # type: ignore[import-not-found, unused-ignore]  # the [bench] extra
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # type: ignore[import-not-found, unused-ignore]
 
     trace = run.trace
     some = next(iter(run.results.values()))

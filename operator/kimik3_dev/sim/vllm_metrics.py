@@ -22,6 +22,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import choose_encoder, generate_latest
@@ -162,13 +163,14 @@ class EngineMetrics:
         self.engines = list(engines)
         self.k = num_speculative_tokens
         self.families: dict[str, Counter | Gauge | Histogram] = {}
-        self.series: dict[str, dict[int, object]] = {}
-        self.by_reason: dict[str, dict[int, Counter]] = {}
-        self.per_pos: dict[int, list[Counter]] = {}
+        self.series: dict[str, dict[int, Any]] = {}
+        self.by_reason: dict[str, dict[int, Any]] = {}
+        self.per_pos: dict[int, list[Any]] = {}
         for m in METRICS:
             if m.spec_decode and self.k <= 0:
                 continue
             short = m.name.removeprefix("vllm:")
+            fam: Counter | Gauge | Histogram
             if m.kind == "counter":
                 fam = Counter(m.name, m.help, labelnames=m.labels, registry=self.registry)
             elif m.kind == "gauge":
@@ -187,7 +189,7 @@ class EngineMetrics:
             else:
                 self.series[short] = {e: fam.labels(model_name, str(e)) for e in self.engines}
 
-    def __getitem__(self, short_name: str) -> dict[int, object]:
+    def __getitem__(self, short_name: str) -> dict[int, Any]:
         return self.series[short_name]
 
     def render(self, accept: str | None = None) -> tuple[bytes, str]:
@@ -237,14 +239,15 @@ class _Totals:
                 for le, count in zip([*value.bounds, float("inf")], value.counts):
                     acc += count
                     cumulative.append((floatToGoString(le), acc))
-                family: Metric = HistogramMetricFamily(name, m.help, labels=LABELS)
-                family.add_metric(self.labels, cumulative, value.sum)  # type: ignore[attr-defined]
+                histogram = HistogramMetricFamily(name, m.help, labels=LABELS)
+                histogram.add_metric(self.labels, cumulative, value.sum)
+                yield histogram
             elif isinstance(value, HistogramTotals):
                 raise ValueError(f"{name} is a {m.kind}, not a histogram")
             else:
-                family = (CounterMetricFamily if m.kind == "counter" else GaugeMetricFamily)(name, m.help, labels=LABELS)
-                family.add_metric(self.labels, value)  # type: ignore[attr-defined]
-            yield family
+                scalar = (CounterMetricFamily if m.kind == "counter" else GaugeMetricFamily)(name, m.help, labels=LABELS)
+                scalar.add_metric(self.labels, value)
+                yield scalar
 
 
 def exposition(model_name: str, values: Mapping[str, float | HistogramTotals], engine: int = 0) -> str:
@@ -253,4 +256,4 @@ def exposition(model_name: str, values: Mapping[str, float | HistogramTotals], e
     appends), values a number (counter, gauge) or ``HistogramTotals`` (histogram), each one
     series labelled ``model_name`` and ``engine``. Raises KeyError for a name vLLM 0.32 does not
     expose, ValueError for a value of the wrong kind or a family with more labels."""
-    return generate_latest(_Totals(model_name, engine, values)).decode("utf-8")  # type: ignore[arg-type]
+    return generate_latest(_Totals(model_name, engine, values)).decode("utf-8")
