@@ -35,7 +35,9 @@ from kimik3.controller.kube import Kube
 from kimik3_dev.devcluster.controlplane import ControlPlane
 from kimik3_dev.devcluster.operator_thread import free_port
 from kimik3_dev.devcluster.install import install_apis
+from kimik3.admission import admit
 from kimik3.render.children import render
+from kimik3.render.meta import Owner
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "gb300-tp8-megakernel-dspark.yaml"
@@ -96,7 +98,7 @@ def main() -> int:
             docs = []
             for cr in floor_crs:
                 cr["metadata"]["uid"] = "00000000-0000-0000-0000-000000000000"
-                for child in render(cr).objects:
+                for child in render(admit(cr["spec"]), Owner.from_object(cr)).objects:
                     child["metadata"].pop("ownerReferences", None)  # no owner exists on this path
                     docs.append(child)
             manifest = Path(tmp) / "floor.yaml"

@@ -568,7 +568,7 @@ class Soak:
 
     def fault_crash_pod(self) -> Fault:
         # A group's leader: a worker that turns Failed is sometimes replaced alone by LeaderWorkerSet
-        # v0.9 (kubernetes-sigs/lws#998, README known limits), a bug of that version, not of ours.
+        # v0.9 (kubernetes-sigs/lws#998, docs/reliability.md, known limits), a bug of that version, not of ours.
         dep, pod = self.rng.choice([(d, p) for d, p in self._group_pods()
                                     if p["metadata"]["labels"].get(LWS_WORKER_INDEX_LABEL) == "0"])
         effect = self._group_fault(dep, pod)

@@ -18,9 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes.client.exceptions import ApiException
 
-from kimik3.admission import admit
+from kimik3.admission import Admitted, admit
 from kimik3.api.errors import SpecErrors
 from kimik3.render.children import render
+from kimik3.render.meta import Owner
 
 ACCELERATORS = ["gb300", "gb200", "b300", "b200", "h200"]
 METHODS = ["dspark", "eagle3", "mtp", "ngram", "none"]
@@ -99,31 +100,28 @@ hostile = spec_strategy(
 specs = st.one_of(plausible(), hostile)
 
 
-def outcome(spec: dict[str, Any]) -> tuple[bool, list[str]]:
-    """(admitted, refusal paths). Any exception other than SpecErrors fails the test."""
+def outcome(spec: dict[str, Any]) -> tuple[Admitted | None, list[str]]:
+    """(what admission returned or None, refusal paths). Any exception other than SpecErrors fails the test."""
     try:
-        admit(spec)
-        return True, []
+        return admit(spec), []
     except SpecErrors as exc:
         assert exc.errors, "a refusal must list problems"
         for err in exc.errors:
             assert err.path.startswith("spec"), err
             assert err.message.strip(), err
-        return False, [e.path for e in exc.errors]
+        return None, [e.path for e in exc.errors]
 
 
 @settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(specs)
 def test_admission_never_crashes_and_what_it_admits_renders(spec):
     admitted, _ = outcome(spec)
-    if admitted:
-        obj = {"apiVersion": "inference.kimik3.io/v1alpha1", "kind": "KimiK3Deployment",
-               "metadata": {"name": "p", "namespace": "ns", "uid": "u"}, "spec": spec}
-        rendered = render(obj)
+    if admitted is not None:
+        rendered = render(admitted, Owner("p", "ns", "u"))
         kinds = [o["kind"] for o in rendered.objects]
         assert "LeaderWorkerSet" in kinds and "ConfigMap" in kinds and "Service" in kinds
         plan = json.loads(next(o for o in rendered.objects if o["kind"] == "ConfigMap")["data"]["plan.json"])
-        assert len(plan["ranks"]) == rendered.plan.nodes_per_group
+        assert len(plan["ranks"]) == admitted.plan.nodes_per_group
 
 
 def dry_run(kube, namespace: str, spec: dict[str, Any]) -> tuple[bool, str]:
@@ -156,7 +154,7 @@ def prop_namespace(admin_api):
 def test_api_server_and_operator_agree(kube, prop_namespace, spec):
     api_ok, body = dry_run(kube, prop_namespace, spec)
     admitted, paths = outcome(spec)
-    if admitted:
+    if admitted is not None:
         assert api_ok, f"the operator admits what the API server refuses: {body[:600]}"
     if not api_ok:
         causes = json.loads(body).get("details", {}).get("causes", [])

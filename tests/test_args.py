@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from kimik3.admission import admit
+from kimik3.admission import Admitted, admit
 from kimik3.engine.args import LEADER_ADDRESS, engine_env, rank_args
 
 PVC = {"source": {"pvc": {"claimName": "kimi-k3-weights"}}}
@@ -21,12 +21,21 @@ DSPARK7 = {"method": "dspark", "draftModel": "Inferact/Kimi-K3-DSpark", "numSpec
            "draftSampleMethod": "probabilistic", "rejectionSampleMethod": "block"}
 
 
-def plan_of(topology: dict | None = None, **spec_fields: Any):
+def admitted_of(topology: dict | None = None, **spec_fields: Any) -> Admitted:
     spec = {"model": dict(PVC), **spec_fields}
     if topology is not None:
         spec["topology"] = topology
-    admitted = admit(spec)
+    return admit(spec)
+
+
+def plan_of(topology: dict | None = None, **spec_fields: Any):
+    admitted = admitted_of(topology, **spec_fields)
     return admitted.spec, admitted.plan
+
+
+def env_of(admitted: Admitted) -> dict[str, str]:
+    """The engine environment of an admitted spec (its load timeout in seconds from admission)."""
+    return engine_env(admitted.spec, admitted.plan, admitted.seconds.load_timeout)
 
 
 def flags(args: list[str]) -> dict[str, Any]:
@@ -230,23 +239,21 @@ GB300_MNNVL = {"NCCL_MNNVL_ENABLE": "1", "NCCL_CUMEM_ENABLE": "1", "VLLM_ALLREDU
 
 
 def test_gb300_multi_node_env():
-    spec, plan = plan_of({"tensorParallelSize": 8})
-    env = engine_env(spec, plan)
+    env = env_of(admitted_of({"tensorParallelSize": 8}))
     assert env.items() >= GB300_MNNVL.items()
     assert env["VLLM_USE_V2_MODEL_RUNNER"] == "1"
 
 
 def test_hgx_nodes_get_no_multi_node_nvlink_env():
-    spec, plan = plan_of({"accelerator": "h200", "tensorParallelSize": 16})
-    env = engine_env(spec, plan)
+    env = env_of(admitted_of({"accelerator": "h200", "tensorParallelSize": 16}))
     assert not set(GB300_MNNVL) & set(env)
 
 
 @pytest.mark.parametrize("load_timeout,seconds", [("90m", "5400"), ("60m", "3600"), ("1h30m", "5400"),
                                                   ("2h", "7200")])
 def test_engine_ready_timeout_is_the_load_timeout(load_timeout, seconds):
-    spec, plan = plan_of({"tensorParallelSize": 8}, probes={"loadTimeout": load_timeout})
-    assert engine_env(spec, plan)["VLLM_ENGINE_READY_TIMEOUT_S"] == seconds
+    env = env_of(admitted_of({"tensorParallelSize": 8}, probes={"loadTimeout": load_timeout}))
+    assert env["VLLM_ENGINE_READY_TIMEOUT_S"] == seconds
 
 
 @pytest.mark.parametrize("source,offline", [
@@ -255,17 +262,14 @@ def test_engine_ready_timeout_is_the_load_timeout(load_timeout, seconds):
     ({"hub": {}}, False),
 ])
 def test_hub_offline_when_weights_are_pre_staged(source, offline):
-    admitted = admit({"model": {"source": source}})
-    spec, plan = admitted.spec, admitted.plan
-    env = engine_env(spec, plan)
+    env = env_of(admit({"model": {"source": source}}))
     assert (env.get("HF_HUB_OFFLINE") == "1") is offline
     assert ("HF_HUB_OFFLINE" in env) is offline
 
 
 def test_user_env_overrides_operator_env():
-    spec, plan = plan_of({"tensorParallelSize": 8}, engine={"env": [
-        {"name": "NCCL_MNNVL_ENABLE", "value": "0"}, {"name": "NCCL_SOCKET_IFNAME", "value": "eth0"}]})
-    env = engine_env(spec, plan)
+    env = env_of(admitted_of({"tensorParallelSize": 8}, engine={"env": [
+        {"name": "NCCL_MNNVL_ENABLE", "value": "0"}, {"name": "NCCL_SOCKET_IFNAME", "value": "eth0"}]}))
     assert env["NCCL_MNNVL_ENABLE"] == "0"
     assert env["NCCL_SOCKET_IFNAME"] == "eth0"
     assert env["NCCL_CUMEM_ENABLE"] == "1"

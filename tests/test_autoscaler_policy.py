@@ -142,7 +142,7 @@ def test_seed_fits_the_shared_poisson_batch_model_to_the_recipe():
     perf model and fits quantile = t0 + k (c + z sqrt(c/n)), mean = t0 + k (c + 1/n) to them."""
     from kimik3_dev.benchmark import simulate as benchmark
     s = benchmark.setup("recipes/gb300-tp8-megakernel-dspark.yaml")
-    m = seed_model(s.admitted.spec, s.admitted.plan)
+    m = seed_model(s.admitted)
     assert (m.z, m.w) == (pytest.approx(2.0), 1.0)
     assert m.t0 == pytest.approx(0.00168, rel=0.01) and m.k == pytest.approx(0.000551, rel=0.01)
     # The prior's points are on the seed line, at the effective batches of 0.6 x and 1 x target.

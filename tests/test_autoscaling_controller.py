@@ -13,6 +13,8 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
+from kimik3 import admission
+from kimik3.controller import reconcile
 from kimik3.controller.autoscaling import Autoscaling
 from kimik3.controller.kube import Kube
 from kimik3.controller.reconcile import Reconciler
@@ -174,3 +176,38 @@ def test_no_further_scale_up_while_a_group_loads(env):
         obj = tick(e)
         assert obj["status"]["desiredReplicas"] == 2
     assert e["kube"].get(*LWS, e["ns"], "k3-latency-engine")["spec"]["replicas"] == 2
+
+
+def test_one_reconcile_admits_once_and_hands_the_same_value_on(env, monkeypatch):
+    """With autoscaling on, one reconcile parses and checks the spec once, derives the group plan
+    once, and the autoscaler, the renderer and the status all take that one Admitted."""
+    e = env
+    e["kube"].apply(autoscaled_cr(e["ns"]), force=False)
+    e["rec"].reconcile(e["ns"], "k3-latency")
+    running_leaders(e, 1)
+    serve(e, 0, 0.01, running=0, tokens=0)
+    tick(e)  # the first decision only warms up
+    serve(e, 3000, 0.021, running=40, tokens=240_000, drafts=3000, accepted=9600)
+    calls: dict[str, list] = {"admit": [], "plan_group": [], "step": [], "render": [], "status": []}
+
+    def counting(name: str, real):
+        def call(*args, **kwargs):
+            result = real(*args, **kwargs)
+            calls[name].append((args, result))
+            return result
+        return call
+
+    monkeypatch.setattr(reconcile, "admit", counting("admit", reconcile.admit))
+    monkeypatch.setattr(admission, "plan_group", counting("plan_group", admission.plan_group))
+    monkeypatch.setattr(reconcile, "render", counting("render", reconcile.render))
+    monkeypatch.setattr(reconcile, "compute_status", counting("status", reconcile.compute_status))
+    monkeypatch.setattr(e["rec"].autoscaling, "step", counting("step", e["rec"].autoscaling.step))
+    obj = tick(e)
+    assert obj["status"]["desiredReplicas"] >= 2  # this reconcile decided, and scaled up
+    assert {k: len(v) for k, v in calls.items()} == {"admit": 1, "plan_group": 1, "step": 1, "render": 1,
+                                                     "status": 1}
+    (_, admitted), = calls["admit"]
+    assert calls["step"][0][0][1] is admitted
+    assert calls["render"][0][0][0] is admitted
+    status_args = calls["status"][0][0]
+    assert status_args[1] is admitted.spec and status_args[2] is admitted.plan

@@ -68,7 +68,7 @@ def document(topology: dict, **spec_fields) -> tuple[dict, list[list[str]]]:
     """The plan document the operator ships, and each rank's arguments."""
     admitted = admit({"model": dict(PVC), "topology": topology, **spec_fields})
     spec, plan = admitted.spec, admitted.plan
-    return group_plan_document(spec, plan), [rank_args(spec, plan, r) for r in range(plan.nodes_per_group)]
+    return group_plan_document(admitted), [rank_args(spec, plan, r) for r in range(plan.nodes_per_group)]
 
 
 TP8 = {"accelerator": "gb300", "tensorParallelSize": 8}

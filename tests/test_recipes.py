@@ -20,7 +20,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kimik3.api.errors import SpecErrors
-from kimik3.render.children import render
+from render_cr import render_cr
 from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
@@ -121,7 +121,7 @@ def env_of(template: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_api_key_goes_to_the_api_servers_only_from_the_secret():
-    rendered = render(stored(REPO / "recipes" / "dedicated-endpoint.yaml"))
+    rendered = render_cr(stored(REPO / "recipes" / "dedicated-endpoint.yaml"))
     lws = next(o for o in rendered.objects if o["kind"] == "LeaderWorkerSet")
     tmpl = lws["spec"]["leaderWorkerTemplate"]
     key = {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": "k3-api-key", "key": "api-key"}}}
@@ -131,11 +131,11 @@ def test_api_key_goes_to_the_api_servers_only_from_the_secret():
     cr = stored(REPO / "recipes" / "dedicated-endpoint.yaml")
     cr["spec"]["engine"]["env"] = [{"name": "VLLM_API_KEY", "value": "leaked"}]
     with pytest.raises(SpecErrors) as refused:
-        render(cr)
+        render_cr(cr)
     assert [e.path for e in refused.value.errors] == ["spec.engine.env[0].name"]
     assert "leaked" not in str(refused.value)
     # Without apiKeySecret: no key at all (vLLM serves without authentication).
-    lws = next(o for o in render(stored(REPO / "recipes" / "b300-tp8-single-node.yaml")).objects
+    lws = next(o for o in render_cr(stored(REPO / "recipes" / "b300-tp8-single-node.yaml")).objects
                if o["kind"] == "LeaderWorkerSet")
     assert not any(e["name"] == "VLLM_API_KEY" for e in env_of(lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]))
 
@@ -143,7 +143,7 @@ def test_api_key_goes_to_the_api_servers_only_from_the_secret():
 def test_api_key_on_a_single_node_group():
     cr = stored(REPO / "recipes" / "b300-tp8-single-node.yaml",
                 service={"apiKeySecret": {"name": "s", "key": "k"}})
-    lws = next(o for o in render(cr).objects if o["kind"] == "LeaderWorkerSet")
+    lws = next(o for o in render_cr(cr).objects if o["kind"] == "LeaderWorkerSet")
     tmpl = lws["spec"]["leaderWorkerTemplate"]
     assert "leaderTemplate" not in tmpl  # one pod per group: it serves the API
     assert {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}} in env_of(
@@ -151,7 +151,7 @@ def test_api_key_on_a_single_node_group():
 
 
 def test_http_route_routes_v1_to_the_client_service():
-    rendered = render(stored(REPO / "recipes" / "dedicated-endpoint.yaml"))
+    rendered = render_cr(stored(REPO / "recipes" / "dedicated-endpoint.yaml"))
     route = next(o for o in rendered.objects if o["kind"] == "HTTPRoute")
     assert route["apiVersion"] == "gateway.networking.k8s.io/v1"
     assert route["metadata"]["ownerReferences"][0]["kind"] == "KimiK3Deployment"
@@ -165,7 +165,7 @@ def test_http_route_routes_v1_to_the_client_service():
     service = next(o for o in rendered.objects if o["kind"] == "Service")
     assert service["metadata"]["name"] == "k3-acme" and service["spec"]["ports"][0]["port"] == 8000
     # Without httpRoute the route must not exist (a removed field deletes it).
-    plain = render(stored(REPO / "recipes" / "b300-tp8-single-node.yaml"))
+    plain = render_cr(stored(REPO / "recipes" / "b300-tp8-single-node.yaml"))
     assert "HTTPRoute" not in {o["kind"] for o in plain.objects} and ROUTE in plain.absent
 
 
@@ -173,7 +173,7 @@ def test_http_route_minimal_form():
     cr = stored(REPO / "recipes" / "b300-tp8-single-node.yaml",
                 service={"port": 9000, "httpRoute": {"parentRefs": [{"name": "gw"}],
                                                     "pathPrefixes": ["/v1/chat", "/v1/models"]}})
-    route = next(o for o in render(cr).objects if o["kind"] == "HTTPRoute")
+    route = next(o for o in render_cr(cr).objects if o["kind"] == "HTTPRoute")
     assert route["spec"]["parentRefs"] == [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw"}]
     assert "hostnames" not in route["spec"]
     assert route["spec"]["rules"][0]["matches"] == [{"path": {"type": "PathPrefix", "value": "/v1/chat"}},

@@ -1,4 +1,4 @@
-"""Children of a KimiK3Deployment (``kimik3.render.children.render``) for the shipped recipes.
+"""Children of a KimiK3Deployment (``kimik3.render.children.render`` of the admitted spec) for the shipped recipes.
 
 Covers placement (ComputeDomain, clique, GPU product), the group shape of the LeaderWorkerSet,
 probes (F12), the client Service, the group-aware PodDisruptionBudget (F3) and what must be
@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
+from kimik3.admission import admit
 from kimik3.engine.args import rank_args
-from kimik3.render.children import render
+from render_cr import render_cr
 
 REPO = Path(__file__).resolve().parents[1]
 TP8_RECIPE = "gb300-tp8-megakernel-dspark.yaml"
@@ -69,7 +70,7 @@ def container(template: dict) -> dict:
                        "PodMonitor"]),
 ])
 def test_kinds_in_apply_order(name, replicas, kinds):
-    out = render(recipe(name, replicas=replicas))
+    out = render_cr(recipe(name, replicas=replicas))
     assert [o["kind"] for o in out.objects] == kinds
     assert out.objects[0]["apiVersion"] == CD[0]
 
@@ -77,7 +78,7 @@ def test_kinds_in_apply_order(name, replicas, kinds):
 @pytest.mark.parametrize("name", [TP8_RECIPE, DEP16_RECIPE])
 def test_every_child_has_a_controller_owner_reference_to_the_cr(name):
     obj = recipe(name, replicas=4)
-    for child in render(obj).objects:
+    for child in render_cr(obj).objects:
         meta = child["metadata"]
         assert meta["namespace"] == "inference"
         assert meta["ownerReferences"] == [{
@@ -90,7 +91,7 @@ def test_every_child_has_a_controller_owner_reference_to_the_cr(name):
 
 @pytest.mark.parametrize("name,size", [(TP8_RECIPE, 2), (DEP16_RECIPE, 4)])
 def test_leader_worker_set_group_shape_and_placement(name, size):
-    out = render(recipe(name))
+    out = render_cr(recipe(name))
     lws = by_kind(out.objects, "LeaderWorkerSet")
     spec = lws["spec"]
     assert spec["replicas"] == 1
@@ -119,18 +120,19 @@ def test_leader_worker_set_group_shape_and_placement(name, size):
 
 
 def test_compute_domain_spec():
-    cd = by_kind(render(recipe(TP8_RECIPE)).objects, "ComputeDomain")
+    cd = by_kind(render_cr(recipe(TP8_RECIPE)).objects, "ComputeDomain")
     assert cd["spec"]["numNodes"] == 0
     assert cd["spec"]["channel"]["allocationMode"] == "Single"
 
 
 @pytest.mark.parametrize("name", [TP8_RECIPE, DEP16_RECIPE])
 def test_launcher_configmap_holds_every_rank_of_the_plan(name):
-    out = render(recipe(name))
+    admitted = admit(recipe(name)["spec"])
+    out = render_cr(recipe(name))
     cm = by_kind(out.objects, "ConfigMap")
     doc = json.loads(cm["data"]["plan.json"])
-    assert doc["ranks"] == [{"index": r, "args": rank_args(out.spec, out.plan, r)}
-                            for r in range(out.plan.nodes_per_group)]
+    assert doc["ranks"] == [{"index": r, "args": rank_args(admitted.spec, admitted.plan, r)}
+                            for r in range(admitted.plan.nodes_per_group)]
     assert doc["leaderAddressTimeoutSeconds"] == 1800  # probes.leaderAddressTimeout default 30m
     assert doc["command"] == ["vllm", "serve"]
     lws = by_kind(out.objects, "LeaderWorkerSet")
@@ -152,7 +154,7 @@ def test_launcher_configmap_holds_every_rank_of_the_plan(name):
     ({"loadTimeout": "2h", "periodSeconds": 30}, 7200),
 ])
 def test_leader_startup_probe_covers_the_load_timeout(probes, budget_s):
-    out = render(recipe(TP8_RECIPE, probes=probes))
+    out = render_cr(recipe(TP8_RECIPE, probes=probes))
     leader, _ = templates(by_kind(out.objects, "LeaderWorkerSet"))
     c = container(leader)
     probe = c["startupProbe"]
@@ -165,7 +167,7 @@ def test_leader_startup_probe_covers_the_load_timeout(probes, budget_s):
 
 @pytest.mark.parametrize("name", [TP8_RECIPE, DEP16_RECIPE])
 def test_workers_have_no_probes_and_no_ports(name):
-    _, worker = templates(by_kind(render(recipe(name)).objects, "LeaderWorkerSet"))
+    _, worker = templates(by_kind(render_cr(recipe(name)).objects, "LeaderWorkerSet"))
     c = container(worker)
     for key in ("startupProbe", "livenessProbe", "readinessProbe", "ports"):
         assert key not in c
@@ -174,7 +176,7 @@ def test_workers_have_no_probes_and_no_ports(name):
 # ---------------------------------------------------------------- Service -----------------
 
 def test_service_selects_the_group_leaders_of_this_lws():
-    out = render(recipe(DEP16_RECIPE))
+    out = render_cr(recipe(DEP16_RECIPE))
     lws = by_kind(out.objects, "LeaderWorkerSet")
     svc = by_kind(out.objects, "Service")
     assert svc["spec"]["selector"] == {LWS_NAME: lws["metadata"]["name"], WORKER_INDEX: "0"}
@@ -193,7 +195,7 @@ def test_service_selects_the_group_leaders_of_this_lws():
     pytest.param(DEP16_RECIPE, {"disruptionBudget": {"minAvailable": "50%"}}, 8, id="dep16-50pct"),
 ])
 def test_budget_counts_whole_groups(name, spec, pods):
-    out = render(recipe(name, replicas=4, **spec))
+    out = render_cr(recipe(name, replicas=4, **spec))
     pdb = by_kind(out.objects, "PodDisruptionBudget")
     lws = by_kind(out.objects, "LeaderWorkerSet")
     assert pdb["spec"]["minAvailable"] == pods
@@ -204,14 +206,14 @@ def test_budget_counts_whole_groups(name, spec, pods):
 
 @pytest.mark.parametrize("replicas,spec", [(1, {}), (0, {}), (2, {}), (4, {"disruptionBudget": {"minAvailable": 4}})])
 def test_no_budget_that_blocks_every_drain(replicas, spec):
-    out = render(recipe(DEP16_RECIPE, replicas=replicas, **spec))
+    out = render_cr(recipe(DEP16_RECIPE, replicas=replicas, **spec))
     assert "PodDisruptionBudget" not in [o["kind"] for o in out.objects]
     assert PDB in out.absent
     assert len(out.warnings) == 1 and "PodDisruptionBudget" in out.warnings[0]
 
 
 def test_disabled_budget_is_absent_without_warning():
-    out = render(recipe(DEP16_RECIPE, replicas=4, disruptionBudget={"enabled": False}))
+    out = render_cr(recipe(DEP16_RECIPE, replicas=4, disruptionBudget={"enabled": False}))
     assert PDB in out.absent and out.warnings == []
 
 
@@ -220,7 +222,7 @@ def test_disabled_budget_is_absent_without_warning():
 @pytest.mark.parametrize("how", ["spec", "override"])
 def test_zero_groups_release_the_compute_domain(how):
     obj = recipe(TP8_RECIPE, replicas=0 if how == "spec" else 3)
-    out = render(obj) if how == "spec" else render(obj, replicas=0)
+    out = render_cr(obj) if how == "spec" else render_cr(obj, replicas=0)
     kinds = [o["kind"] for o in out.objects]
     assert "ComputeDomain" not in kinds
     assert CD in out.absent
@@ -228,13 +230,13 @@ def test_zero_groups_release_the_compute_domain(how):
 
 
 def test_autoscaler_replicas_override_the_spec():
-    out = render(recipe(DEP16_RECIPE, replicas=1), replicas=4)
+    out = render_cr(recipe(DEP16_RECIPE, replicas=1), replicas=4)
     assert by_kind(out.objects, "LeaderWorkerSet")["spec"]["replicas"] == 4
     assert by_kind(out.objects, "PodDisruptionBudget")["spec"]["minAvailable"] == 12
 
 
 def test_monitoring_disabled_means_no_pod_monitor():
-    out = render(recipe(TP8_RECIPE, monitoring={"enabled": False}))
+    out = render_cr(recipe(TP8_RECIPE, monitoring={"enabled": False}))
     assert "PodMonitor" not in [o["kind"] for o in out.objects]
     assert POD_MONITOR in out.absent
 
@@ -245,7 +247,7 @@ H200_TP16 = {"engine": {"decodeBackend": "stock"}, "topology": {"accelerator": "
 
 
 def test_hgx_group_has_no_compute_domain_or_clique_placement():
-    out = render(recipe(TP8_RECIPE, **H200_TP16))
+    out = render_cr(recipe(TP8_RECIPE, **H200_TP16))
     assert "ComputeDomain" not in [o["kind"] for o in out.objects]
     lws = by_kind(out.objects, "LeaderWorkerSet")
     assert "leaderworkerset.sigs.k8s.io/exclusive-topology" not in lws["metadata"].get("annotations", {})
@@ -259,12 +261,12 @@ def test_hgx_group_has_no_compute_domain_or_clique_placement():
 
 
 def test_hgx_group_lists_a_leftover_compute_domain_as_absent():
-    out = render(recipe(TP8_RECIPE, **H200_TP16))
+    out = render_cr(recipe(TP8_RECIPE, **H200_TP16))
     assert CD in out.absent
 
 
 def test_without_a_dra_driver_no_compute_domain_or_claims_and_a_warning():
-    out = render(recipe(TP8_RECIPE), compute_domains=False)
+    out = render_cr(recipe(TP8_RECIPE), compute_domains=False)
     assert CD in out.absent
     assert [o["kind"] for o in out.objects][0] == "ConfigMap"
     lws = next(o for o in out.objects if o["kind"] == "LeaderWorkerSet")

@@ -18,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from kimik3.admission import AdmissionPolicy, admit
 from kimik3.api.errors import SpecErrors
 from kimik3.controller.kube import Kube
-from kimik3.render.children import render
+from render_cr import render_cr
 from test_operator import recipe, reconciled
 
 CR_PATH = ("inference.kimik3.io", "v1alpha1", "kimik3deployments")
@@ -125,7 +125,7 @@ def test_engine_pods_are_never_privileged_whatever_the_spec():
     body["metadata"].update(namespace="ns", uid="u")
     body["spec"]["engine"]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
     body["spec"]["engine"]["extraArgs"] = ["--max-log-len=10"]
-    lws = next(o for o in render(body).objects if o["kind"] == "LeaderWorkerSet")
+    lws = next(o for o in render_cr(body).objects if o["kind"] == "LeaderWorkerSet")
     for name in ("leaderTemplate", "workerTemplate"):
         pod = lws["spec"]["leaderWorkerTemplate"][name]["spec"]
         assert pod.get("hostNetwork") is None and pod.get("hostPID") is None and pod.get("hostIPC") is None

@@ -13,10 +13,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from kimik3.render.children import render
 from kimik3.render.leaderworkerset import API_KEY_ENV, CONTAINER
 from kimik3_dev.sim import podenv
 from kimik3_dev.sim.engine import UNAUTHORIZED_BODY, EngineConfig, SimEngine
+from render_cr import render_cr
 
 KEY = "sk-test-7f3a"
 
@@ -91,7 +91,7 @@ def test_rendered_pod_env_resolves_to_the_secrets_value():
     cr = {"metadata": {"name": "k3", "namespace": "ns", "uid": "u"},
           "spec": {"model": {"source": {"hub": {}}}, "topology": {"accelerator": "b300", "tensorParallelSize": 8},
                    "service": {"apiKeySecret": {"name": "keys", "key": "api"}}}}
-    lws = next(o for o in render(cr).objects if o["kind"] == "LeaderWorkerSet")
+    lws = next(o for o in render_cr(cr).objects if o["kind"] == "LeaderWorkerSet")
     pod_spec = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
     entry = podenv.env_entry(pod_spec, API_KEY_ENV, CONTAINER)
     assert entry == {"name": API_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": "keys", "key": "api"}}}

@@ -18,7 +18,7 @@ import yaml
 from kimik3.admission import admit
 from kimik3.autoscaler import perfmodel
 from kimik3.autoscaler.perfmodel import EngineShape
-from kimik3.render.children import render
+from render_cr import render_cr
 from kimik3_dev.sim import podenv
 from kimik3_dev.sim.engine import SimEngine
 from kimik3_dev.sim.launch import Launch, LaunchUnresolved, engine_config, launch
@@ -49,7 +49,7 @@ def test_the_rendered_argv_gives_the_engine_the_recipes_shape(name):
     served name the CR asks for (what the simulator took from the spec before)."""
     cr = deployment(name)
     admitted = admit(cr["spec"])
-    started = leader_launch(render(cr).objects)
+    started = leader_launch(render_cr(cr).objects)
     assert started.argv[:2] == ("vllm", "serve")
     assert started.group_size == admitted.plan.nodes_per_group
     config = engine_config(started.argv, started.accelerator, admitted.spec.model.variant)
@@ -98,7 +98,7 @@ def test_a_changed_flag_in_the_rendered_argv_changes_the_simulated_engine():
     3 tokens a step and accepts fewer per step, whatever the CR says."""
     cr = deployment("gb300-tp8-megakernel-dspark.yaml")
     assert cr["spec"]["speculativeDecoding"]["numSpeculativeTokens"] == 7
-    objects = render(cr).objects
+    objects = render_cr(cr).objects
     engines = {}
     for k, objs in ((7, objects), (3, with_speculative_tokens(objects, 3))):
         started = leader_launch(objs)
@@ -116,7 +116,7 @@ def test_a_changed_flag_in_the_rendered_argv_changes_the_simulated_engine():
 
 def test_a_launch_the_pod_could_not_make_gives_no_engine():
     cr = deployment("gb300-tp8-megakernel-dspark.yaml")
-    objects = render(cr).objects
+    objects = render_cr(cr).objects
     lws = rendered(objects, "LeaderWorkerSet")
     leader = group_pods(lws, "inference", 0)[0]
     with pytest.raises(LaunchUnresolved, match='configmap "k3-latency-launcher" not found'):

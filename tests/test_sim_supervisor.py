@@ -22,7 +22,7 @@ import yaml
 from kubernetes import client
 
 from kimik3.kube.kinds import GROUP, PLURAL, VERSION
-from kimik3.render.children import render
+from render_cr import render_cr
 from kimik3_dev.sim.supervisor import LOAD_TIME_ANNOTATION, Supervisor
 from lws_pods import group_pods, rendered
 from waiting import wait_for
@@ -80,7 +80,7 @@ def deploy(admin_api: client.ApiClient, namespace: str, **spec: Any) -> list[dic
     body["spec"] |= spec
     created = client.CustomObjectsApi(admin_api).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
                                                                                  body)
-    objects = render(created, compute_domains=False).objects
+    objects = render_cr(created, compute_domains=False).objects
     client.CoreV1Api(admin_api).create_namespaced_config_map(namespace, rendered(objects, "ConfigMap"))
     return objects
 
@@ -196,7 +196,7 @@ def test_engines_follow_groups_and_files_tell_prometheus(admin_api, namespace, c
         assert http(new["url"] + "/health")[0] == 200
 
         # what the operator renders for that edit (a new plan, the groups recreated) reaches the engine
-        edited = render(client.CustomObjectsApi(admin_api).get_namespaced_custom_object(
+        edited = render_cr(client.CustomObjectsApi(admin_api).get_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, "k3-latency"), compute_domains=False).objects
         cm = rendered(edited, "ConfigMap")
         core.replace_namespaced_config_map(cm["metadata"]["name"], namespace, cm)

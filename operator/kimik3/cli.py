@@ -132,11 +132,13 @@ def validate(filename: str) -> None:
 @click.option("-f", "--filename", required=True, help="Recipe file (YAML), or - for stdin.")
 def render(filename: str) -> None:
     """Print the children the operator would apply, as a YAML stream (like `helm template`)."""
+    from kimik3.admission import admit
     from kimik3.render.children import render as render_children
+    from kimik3.render.meta import Owner
     out = []
     for doc in _deployments(filename):
         try:
-            rendered = render_children(doc)
+            rendered = render_children(admit(doc.get("spec") or {}), Owner.from_object(doc))
         except SpecErrors as exc:
             raise click.ClickException("\n".join(map(str, exc.errors))) from None
         for warning in rendered.warnings:

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from kimik3.admission import admit
+from kimik3.admission import Seconds, admit
 from kimik3.api.errors import SpecErrors
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
 from kimik3.engine.args import DP_RPC_PORT, LEADER_ADDRESS, MASTER_PORT, engine_env, rank_args
@@ -61,7 +61,7 @@ class Case:
 
     @property
     def env(self) -> dict[str, str]:
-        return engine_env(self.spec, self.plan)
+        return engine_env(self.spec, self.plan, Seconds.of(self.spec).load_timeout)
 
     @property
     def sm100_family(self) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from kimik3.engine import doctor
+from kimik3_dev import doctor
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -25,7 +25,7 @@ from kimik3.admission import admit
 from kimik3.api.errors import SpecErrors
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
 from kimik3.engine import args as args_mod
-from kimik3.engine import doctor
+from kimik3_dev import doctor
 
 pytestmark = pytest.mark.timeout(900)  # one vLLM import: 7 s idle, minutes on a busy 2-core machine
 PVC = {"pvc": {"claimName": "kimi-k3-weights"}}

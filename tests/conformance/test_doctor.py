@@ -22,9 +22,7 @@ RECIPES = [REPO / "recipes" / "gb300-tp8-megakernel-dspark.yaml", REPO / "recipe
 def launcher_lines(path: Path) -> list[str]:
     """What the launcher execs for each rank of the recipe (its ConfigMap plan document)."""
     doc = next(d for d in yaml.safe_load_all(path.read_text()) if d and d.get("kind") == "KimiK3Deployment")
-    admitted = admit(doc["spec"])
-    spec, plan = admitted.spec, admitted.plan
-    plan_doc = group_plan_document(spec, plan)
+    plan_doc = group_plan_document(admit(doc["spec"]))
     return [shlex.join([*plan_doc["command"], *r["args"]]) for r in plan_doc["ranks"]]
 
 

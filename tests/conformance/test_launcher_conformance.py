@@ -53,11 +53,12 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kimik3.admission import admit
+from kimik3.admission import Admitted, admit
 from kimik3.engine import launcher as launcher_mod
 from kimik3.engine.args import engine_env
 from kimik3.render.children import render
 from kimik3.render.configmap import group_plan_document
+from kimik3.render.meta import Owner
 from kimik3.render.leaderworkerset import API_KEY_ENV, CONTAINER
 
 HERE = Path(__file__).resolve().parent
@@ -147,9 +148,9 @@ class Server:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
 
 
-def cpu_plan(spec, plan, venv_python: Path) -> dict[str, Any]:
+def cpu_plan(admitted: Admitted, venv_python: Path) -> dict[str, Any]:
     """The launcher ConfigMap's plan document, adapted to this machine (module docstring)."""
-    doc = group_plan_document(spec, plan)
+    doc = group_plan_document(admitted)
     doc["command"] = [str(venv_python), "-m", "vllm.entrypoints.openai.api_server", "--model"]
     args = doc["ranks"][0]["args"]
     i = args.index("--tensor-parallel-size")
@@ -189,8 +190,7 @@ def server(cpu_venv, tmp_path_factory):
     secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
               "metadata": {"name": API_KEY_REF["name"], "namespace": "conformance"},
               "data": {API_KEY_REF["key"]: base64.b64encode(api_key.encode()).decode()}}
-    rendered = render({"metadata": {"name": "tiny", "namespace": "conformance", "uid": "conformance-uid"},
-                       "spec": spec_doc}, compute_domains=False)
+    rendered = render(admitted, Owner("tiny", "conformance", "conformance-uid"), compute_domains=False)
     lws = next(o for o in rendered.objects if o["kind"] == "LeaderWorkerSet")
     template = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]  # one pod per group: it serves the API
     container = next(c for c in template["spec"]["containers"] if c["name"] == CONTAINER)
@@ -198,8 +198,9 @@ def server(cpu_venv, tmp_path_factory):
         {"name": API_KEY_ENV, "valueFrom": {"secretKeyRef": API_KEY_REF}}]
     pod_env = kubelet_env(container, {API_KEY_REF["name"]: secret})
     assert pod_env[API_KEY_ENV] == api_key
-    assert {k: pod_env[k] for k in engine_env(spec, plan)} == engine_env(spec, plan)
-    doc = cpu_plan(spec, plan, cpu_venv.python)
+    operator_env = engine_env(spec, plan, admitted.seconds.load_timeout)
+    assert {k: pod_env[k] for k in operator_env} == operator_env
+    doc = cpu_plan(admitted, cpu_venv.python)
     plan_path = work / "plan.json"
     plan_path.write_text(json.dumps(doc), encoding="utf-8")
     env = {**{k: v for k, v in os.environ.items() if k != API_KEY_ENV}, **pod_env,

@@ -122,7 +122,7 @@ def test_engine_pod_crash_recreates_its_group_and_is_reported(dev_env: DevEnv, n
     dev_env.apply(dev_env.deployment(ns, replicas=2))
     before = {g: _uids(p) for g, p in wait_until("2 settled groups", lambda: _settled(dev_env, ns, 2)).items()}
     # The leader of group 1 crashes. (A *worker* that turns Failed is, with LeaderWorkerSet v0.9, sometimes
-    # replaced alone: kubernetes-sigs/lws#998, see the README's known limits. Real kubelets restart a
+    # replaced alone: kubernetes-sigs/lws#998, see docs/reliability.md, known limits. Real kubelets restart a
     # crashed container of a restartPolicy=Always pod instead, which LWS does catch.)
     victim = "k3-engine-1"
     node = next(p for p in dev_env.pods(ns) if p["metadata"]["name"] == victim)["spec"]["nodeName"]

@@ -100,9 +100,9 @@ def _printer_columns() -> list[dict[str, Any]]:
 def crd_manifest() -> dict[str, Any]:
     """The KimiK3Deployment CRD (apiextensions.k8s.io/v1) as a dict."""
     spec_schema = model_schema(KimiK3DeploymentSpec)
-    spec_schema["description"] = KimiK3DeploymentSpec.__doc__.strip()
+    spec_schema["description"] = (KimiK3DeploymentSpec.__doc__ or "").strip()
     status_schema = model_schema(KimiK3DeploymentStatus)
-    status_schema["description"] = KimiK3DeploymentStatus.__doc__.strip()
+    status_schema["description"] = (KimiK3DeploymentStatus.__doc__ or "").strip()
     # Conditions are keyed by type (Kubernetes API conventions: a map-list).
     conditions = status_schema["properties"]["conditions"]
     conditions["x-kubernetes-list-type"] = "map"

@@ -2,7 +2,9 @@
 
 These pydantic models are the single source of the CRD (``kimik3 crd`` generates ``crds/``
 from them): field docstrings become the OpenAPI descriptions ``kubectl explain`` shows, and the
-``x-kubernetes-validations`` CEL rules attached here are enforced by the API server itself.
+``x-kubernetes-validations`` CEL rules attached here are enforced by the API server itself. Each
+CEL rule has a name (``CEL_RULES``); ``kimik3.admission`` tables each beside the Python check the
+operator runs for the same specs (``kimik3 validate``, every reconcile).
 Python names are snake_case; the Kubernetes names are their camelCase aliases.
 """
 
@@ -11,8 +13,9 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from pydantic.alias_generators import to_camel
+from pydantic.json_schema import JsonDict
 
 from kimik3.kube.accelerators import MODEL_MEMORY_FLOOR_GB, PROFILES, Accelerator
 
@@ -40,16 +43,36 @@ def _cel_map(values: dict[str, int]) -> str:
 GPUS_PER_NODE_CEL = _cel_map({k: p.gpus_per_node for k, p in PROFILES.items()})
 GPU_MEMORY_GB_CEL = _cel_map({k: p.gpu_memory_gb for k, p in PROFILES.items()})
 MEMORY_FLOOR_GB_CEL = _cel_map(MODEL_MEMORY_FLOOR_GB)
+RACK_GPUS_CEL = _cel_map({k: p.gpus_per_node * p.nvlink_domain_nodes for k, p in PROFILES.items()
+                          if p.multi_node_nvlink})
+"""GPUs of one NVLink domain spanning trays (an NVL72 rack), for the accelerators that have one."""
+MEGAKERNEL_ACCELERATORS = [k for k, p in PROFILES.items() if p.megakernel_capable]
+"""Accelerators vLLM 0.33's specialised decode path runs on (the SM100/SM103 family)."""
 
 
-def rule(cel: str, message: str, field_path: str | None = None, reason: str | None = None) -> dict[str, str]:
-    """One ``x-kubernetes-validations`` entry (CEL evaluated by the API server on admission)."""
-    entry = {"rule": cel, "message": message}
+CEL_RULES: dict[str, JsonDict] = {}
+"""Every CEL rule of the CRD by its name (``rule(name, ...)``). The name is the rule's identity in
+``kimik3.admission``'s tables, where each Python check names the CEL rules it mirrors; it is not
+written into the CRD (``x-kubernetes-validations`` entries have no name field)."""
+
+
+def rule(name: str, cel: str, message: str, field_path: str | None = None) -> JsonDict:
+    """One ``x-kubernetes-validations`` entry (CEL evaluated by the API server on admission),
+    registered in ``CEL_RULES`` as ``name``. Raises ValueError when the name or the CEL text is
+    already taken (an entry must map back to exactly one name)."""
+    if name in CEL_RULES or any(e["rule"] == cel for e in CEL_RULES.values()):
+        raise ValueError(f"CEL rule {name!r} is declared twice")
+    entry: JsonDict = {"rule": cel, "message": message}
     if field_path:
         entry["fieldPath"] = field_path
-    if reason:
-        entry["reason"] = reason
+    CEL_RULES[name] = entry
     return entry
+
+
+def validated_by(*rules: JsonDict) -> ConfigDict:
+    """The ``model_config`` of a model whose schema carries these CEL rules."""
+    entries: list[JsonValue] = list(rules)
+    return ConfigDict(json_schema_extra={"x-kubernetes-validations": entries})
 
 
 class Model(BaseModel):
@@ -104,29 +127,15 @@ class HubSource(Model):
 class ModelSource(Model):
     """Where the weights come from: exactly one of pvc, hostPath, hub."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                rule(
-                    "[has(self.pvc), has(self.hostPath), has(self.hub)].filter(x, x).size() == 1",
-                    "set exactly one of pvc, hostPath, hub",
-                )
-            ]
-        }
-    )
+    model_config = validated_by(rule(
+        "model-source-exactly-one", "[has(self.pvc), has(self.hostPath), has(self.hub)].filter(x, x).size() == 1",
+        "set exactly one of pvc, hostPath, hub"))
     pvc: PVCSource | None = None
     """Read the checkpoint from a PersistentVolumeClaim (mounted read-only)."""
     host_path: HostPathSource | None = None
     """Read the checkpoint from a folder on the node."""
     hub: HubSource | None = None
     """Download the checkpoint from the hub named by spec.model.name."""
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> ModelSource:
-        """The same rule as the CEL above, for ``kimik3 validate`` and the operator."""
-        if sum(x is not None for x in (self.pvc, self.host_path, self.hub)) != 1:
-            raise ValueError("set exactly one of pvc, hostPath, hub")
-        return self
 
 
 class ModelFeatures(Model):
@@ -188,6 +197,15 @@ class Resources(Model):
 class EngineSpec(Model):
     """The vLLM engine: image, decode path, kernels and batch limits."""
 
+    model_config = validated_by(
+        rule(
+            "api-key-not-in-env",
+            "!has(self.env) || !self.env.exists(e, e.name == 'VLLM_API_KEY')",
+            "VLLM_API_KEY in env would be the API key in plain text in the CR: put the key in a Secret "
+            "and name it in spec.service.apiKeySecret",
+            ".env",
+        ),
+    )
     image: str = Field(default=ENGINE_IMAGE, min_length=1, max_length=512)
     """Engine image. Pinned at vLLM 0.33.0; the megakernel decode path needs >= 0.33.0."""
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
@@ -228,36 +246,37 @@ class EngineSpec(Model):
 class SpeculativeDecodingSpec(Model):
     """Speculative decoding: a drafter proposes tokens the target model verifies in one step."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                rule(
-                    "!(self.method in ['dspark', 'eagle3']) || has(self.draftModel)",
-                    "dspark and eagle3 need draftModel (e.g. Inferact/Kimi-K3-DSpark)",
-                    ".draftModel",
-                ),
-                rule(
-                    "self.method == 'none' || has(self.numSpeculativeTokens)",
-                    "numSpeculativeTokens is required unless method is none",
-                    ".numSpeculativeTokens",
-                ),
-                rule(
-                    "!has(self.adaptiveVerification) || !self.adaptiveVerification || self.method == 'dspark'",
-                    "adaptiveVerification exists only for dspark",
-                    ".adaptiveVerification",
-                ),
-                rule(
-                    "self.method == 'ngram' || (!has(self.promptLookupMin) && !has(self.promptLookupMax))",
-                    "promptLookupMin/promptLookupMax apply to ngram only",
-                    ".method",
-                ),
-                rule(
-                    "!has(self.promptLookupMin) || !has(self.promptLookupMax) || self.promptLookupMin <= self.promptLookupMax",
-                    "promptLookupMin must be <= promptLookupMax",
-                    ".promptLookupMin",
-                ),
-            ]
-        }
+    model_config = validated_by(
+        rule(
+            "draft-model-required",
+            "!(self.method in ['dspark', 'eagle3']) || has(self.draftModel)",
+            "dspark and eagle3 need draftModel (e.g. Inferact/Kimi-K3-DSpark)",
+            ".draftModel",
+        ),
+        rule(
+            "speculative-tokens-required",
+            "self.method == 'none' || has(self.numSpeculativeTokens)",
+            "numSpeculativeTokens is required unless method is none",
+            ".numSpeculativeTokens",
+        ),
+        rule(
+            "adaptive-verification-dspark-only",
+            "!has(self.adaptiveVerification) || !self.adaptiveVerification || self.method == 'dspark'",
+            "adaptiveVerification exists only for dspark",
+            ".adaptiveVerification",
+        ),
+        rule(
+            "prompt-lookup-ngram-only",
+            "self.method == 'ngram' || (!has(self.promptLookupMin) && !has(self.promptLookupMax))",
+            "promptLookupMin/promptLookupMax apply to ngram only",
+            ".method",
+        ),
+        rule(
+            "prompt-lookup-min-le-max",
+            "!has(self.promptLookupMin) || !has(self.promptLookupMax) || self.promptLookupMin <= self.promptLookupMax",
+            "promptLookupMin must be <= promptLookupMax",
+            ".promptLookupMin",
+        ),
     )
     method: Literal["dspark", "eagle3", "mtp", "ngram", "none"] = "none"
     """dspark (block drafter, K3's fastest), eagle3, mtp, ngram (prompt lookup), or none."""
@@ -290,49 +309,70 @@ def _tp_expr(t: str) -> str:
 _TP = _tp_expr("self")
 _TOPOLOGY_RULES = [
     rule(
+        "tp-no-data-parallel",
         "self.strategy != 'tp' || !has(self.dataParallelSize) || self.dataParallelSize == 1",
         "strategy tp takes no dataParallelSize: use strategy tp-dp or dep",
         ".dataParallelSize",
     ),
     rule(
+        "pipeline-parallel-tp-only",
         "self.strategy == 'tp' || !has(self.pipelineParallelSize) || self.pipelineParallelSize == 1",
         "pipeline parallelism is supported with strategy tp only",
         ".pipelineParallelSize",
     ),
     rule(
+        "dep-tp-one",
         "self.strategy != 'dep' || !has(self.tensorParallelSize) || self.tensorParallelSize == 1",
         "strategy dep runs TP=1 per rank: set dataParallelSize to the group's GPUs",
         ".tensorParallelSize",
     ),
     rule(
+        "data-parallel-required",
         "self.strategy == 'tp' || has(self.dataParallelSize)",
         "strategies dep and tp-dp need dataParallelSize",
         ".dataParallelSize",
     ),
     rule(
+        "dep-whole-nodes",
         "self.strategy != 'dep' || self.dataParallelSize % "
         f"{GPUS_PER_NODE_CEL}[self.accelerator] == 0",
         "dep: dataParallelSize must be a multiple of the accelerator's GPUs per node (4 on gb300/gb200, 8 on b300/b200/h200)",
         ".dataParallelSize",
     ),
     rule(
+        "tp-dp-tp-divides-node",
         "self.strategy != 'tp-dp' || "
         f"{GPUS_PER_NODE_CEL}[self.accelerator] % {_TP} == 0",
         "tp-dp: tensorParallelSize must divide the accelerator's GPUs per node (4 on gb300/gb200, 8 on b300/b200/h200)",
         ".tensorParallelSize",
     ),
     rule(
+        "tp-dp-whole-nodes",
         "self.strategy != 'tp-dp' || self.dataParallelSize % "
         f"({GPUS_PER_NODE_CEL}[self.accelerator] / {_TP}) == 0",
         "tp-dp: dataParallelSize must be a multiple of the data-parallel ranks per node (GPUs per node / tensorParallelSize)",
         ".dataParallelSize",
     ),
     rule(
+        "tp-fits-node-or-whole-nodes",
         f"self.strategy != 'tp' || ({_TP} * self.pipelineParallelSize) <= "
         f"{GPUS_PER_NODE_CEL}[self.accelerator] || "
         f"({_TP} * self.pipelineParallelSize) % {GPUS_PER_NODE_CEL}[self.accelerator] == 0",
         "tp: tensorParallelSize x pipelineParallelSize must fit one node or fill whole nodes",
         ".tensorParallelSize",
+    ),
+    rule(
+        "tp-no-expert-parallel",
+        "self.strategy != 'tp' || !has(self.expertParallel) || !self.expertParallel",
+        "strategy tp has no expert parallelism: use strategy dep or tp-dp",
+        ".expertParallel",
+    ),
+    rule(
+        "group-within-rack",
+        f"!(self.accelerator in {RACK_GPUS_CEL}) || (self.strategy == 'tp' ? {_TP} * self.pipelineParallelSize : "
+        f"(has(self.dataParallelSize) ? self.dataParallelSize : 1) * (self.strategy == 'dep' ? 1 : {_TP})) <= "
+        f"{RACK_GPUS_CEL}[self.accelerator]",
+        "a group must stay inside one NVL72 rack (18 trays, 72 GPUs on gb300/gb200): use fewer GPUs per group",
     ),
 ]
 
@@ -345,7 +385,7 @@ class TopologySpec(Model):
     tp-dp: TP inside a node, data parallel across nodes (optionally with expert parallelism).
     """
 
-    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": _TOPOLOGY_RULES})
+    model_config = validated_by(*_TOPOLOGY_RULES)
     accelerator: Accelerator = "gb300"
     """GPU system: gb300/gb200 (4-GPU NVL72 trays), b300/b200/h200 (8-GPU nodes)."""
     strategy: Literal["tp", "dep", "tp-dp"] = "tp"
@@ -386,12 +426,9 @@ class MetricsSource(Model):
 class AutoscalingSpec(Model):
     """Replicas (groups) driven by measured decode latency."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                rule("self.minReplicas <= self.maxReplicas", "minReplicas must be <= maxReplicas", ".minReplicas"),
-            ]
-        }
+    model_config = validated_by(
+        rule("autoscaling-min-le-max", "self.minReplicas <= self.maxReplicas", "minReplicas must be <= maxReplicas",
+             ".minReplicas"),
     )
     enabled: bool = False
     """When true the operator owns the LeaderWorkerSet's replicas."""
@@ -496,6 +533,7 @@ class DisruptionBudgetSpec(Model):
     min_available: int | Annotated[str, Field(pattern=r"^[0-9]{1,3}%$")] = Field(
         default="75%",
         json_schema_extra={"x-kubernetes-validations": [rule(
+            "min-available-count-or-percent",
             "type(self) == int ? self >= 0 : self.matches('^[0-9]{1,3}%$')",
             "a group count (>= 0) or a percentage such as 75%")]},
     )
@@ -530,22 +568,33 @@ class ProbesSpec(Model):
 
 _SPEC_RULES = [
     rule(
+        "draft-tp-one-or-target",
+        "!has(self.speculativeDecoding.draftTensorParallelSize) || self.speculativeDecoding.draftTensorParallelSize == 1 "
+        f"|| self.speculativeDecoding.draftTensorParallelSize == {_tp_expr('self.topology')}",
+        "draftTensorParallelSize must be 1 or the target's tensor parallel size",
+        ".speculativeDecoding.draftTensorParallelSize",
+    ),
+    rule(
+        "dspark-no-pipeline-parallel",
         "self.speculativeDecoding.method != 'dspark' || self.topology.pipelineParallelSize == 1",
         "dspark does not work with pipeline parallelism (vllm#50098): set topology.pipelineParallelSize to 1",
         ".speculativeDecoding.method",
     ),
     rule(
+        "megakernel-shape",
         "self.engine.decodeBackend != 'latency_specialized' || (self.topology.strategy == 'tp' && "
         f"{_tp_expr('self.topology')} in [8, 16] && self.topology.pipelineParallelSize == 1)",
         "the megakernel decode path (latency_specialized) needs strategy tp with tensorParallelSize 8 or 16 and no pipeline or expert parallelism: use decodeBackend stock",
         ".engine.decodeBackend",
     ),
     rule(
-        "self.engine.decodeBackend != 'latency_specialized' || self.topology.accelerator != 'h200'",
-        "the megakernel decode path needs an SM100/SM103 GPU (gb300, gb200, b300, b200), not h200",
+        "megakernel-gpu",
+        f"self.engine.decodeBackend != 'latency_specialized' || self.topology.accelerator in {MEGAKERNEL_ACCELERATORS}",
+        f"the megakernel decode path needs an SM100/SM103 GPU ({', '.join(MEGAKERNEL_ACCELERATORS)})",
         ".engine.decodeBackend",
     ),
     rule(
+        "megakernel-speculative",
         "self.engine.decodeBackend != 'latency_specialized' || "
         "(self.speculativeDecoding.method in ['none', 'dspark'] && "
         "(!has(self.speculativeDecoding.numSpeculativeTokens) || self.speculativeDecoding.numSpeculativeTokens <= 7) && "
@@ -554,25 +603,29 @@ _SPEC_RULES = [
         ".speculativeDecoding",
     ),
     rule(
+        "megakernel-no-enforce-eager",
         "self.engine.decodeBackend != 'latency_specialized' || !self.engine.enforceEager",
         "the megakernel decode path needs full decode CUDA graphs: enforceEager must be false",
         ".engine.enforceEager",
     ),
     # The next three mirror vLLM 0.33.0's specialised-decode `unsupported` list (checked against
-    # that code by tests/conformance; topology/plan.py has the same rules for `kimik3 validate`).
+    # that code by tests/conformance; kimik3/admission/megakernel.py has their Python twins).
     rule(
+        "megakernel-no-piecewise",
         "self.engine.decodeBackend != 'latency_specialized' || !has(self.engine.cudagraphMode) || "
         "self.engine.cudagraphMode != 'PIECEWISE'",
         "the megakernel decode path needs FULL decode CUDA graphs: cudagraphMode PIECEWISE is refused by vLLM",
         ".engine.cudagraphMode",
     ),
     rule(
+        "megakernel-v2-runner",
         "self.engine.decodeBackend != 'latency_specialized' || !has(self.engine.env) || "
         "!self.engine.env.exists(e, e.name == 'VLLM_USE_V2_MODEL_RUNNER' && (has(e.value) ? e.value : '') != '1')",
         "the megakernel decode path runs on the V2 model runner: VLLM_USE_V2_MODEL_RUNNER must be 1 (or unset)",
         ".engine.env",
     ),
     rule(
+        "megakernel-no-aux-stream",
         "self.engine.decodeBackend != 'latency_specialized' || self.speculativeDecoding.method == 'none' || "
         "!has(self.engine.env) || !self.engine.env.exists(e, e.name == 'VLLM_KIMI_K3_AUX_ATTN_RES_STREAM' && "
         "(has(e.value) ? e.value : '') != '0')",
@@ -580,6 +633,7 @@ _SPEC_RULES = [
         ".engine.env",
     ),
     rule(
+        "weights-fit",
         f"(self.topology.strategy == 'tp' ? {_tp_expr('self.topology')} * self.topology.pipelineParallelSize : "
         "!has(self.topology.dataParallelSize) ? 0 : "
         "(self.topology.strategy == 'dep' || (has(self.topology.expertParallel) && self.topology.expertParallel)) ? "
@@ -589,6 +643,7 @@ _SPEC_RULES = [
         ".topology",
     ),
     rule(
+        "prometheus-url-required",
         "!self.autoscaling.enabled || self.autoscaling.metricsSource.type != 'prometheus' || "
         "has(self.autoscaling.metricsSource.prometheusUrl)",
         "autoscaling with the prometheus source needs autoscaling.metricsSource.prometheusUrl",
@@ -600,7 +655,7 @@ _SPEC_RULES = [
 class KimiK3DeploymentSpec(Model):
     """What to serve and how: model, engine, speculative decoding, topology, replicas."""
 
-    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": _SPEC_RULES})
+    model_config = validated_by(*_SPEC_RULES)
     model: ModelSpec
     """The model and where its weights come from."""
     engine: EngineSpec = Field(default_factory=EngineSpec)

@@ -10,7 +10,6 @@ the decision cadence) and the latency model seeded from the perf model for the s
 from __future__ import annotations
 
 from kimik3.admission import Admitted
-from kimik3.api.v1alpha1 import duration_seconds
 from kimik3.autoscaler.policy import LatencyPolicy, LatencyPolicySettings
 from kimik3.autoscaler.seed import seed_model
 
@@ -19,16 +18,16 @@ def policy_settings(admitted: Admitted) -> LatencyPolicySettings:
     """The latency policy's settings from ``spec.autoscaling``: target (seconds) at the
     percentile (as a fraction), min/max groups, stabilization windows, decision interval and
     observation window (seconds), metric."""
-    a = admitted.spec.autoscaling
+    a, seconds = admitted.spec.autoscaling, admitted.seconds
     return LatencyPolicySettings(
-        target_s=duration_seconds(a.target.value), percentile=a.target.percentile / 100,
-        interval_s=duration_seconds(a.interval), window_s=duration_seconds(a.window),
+        target_s=seconds.latency_target, percentile=admitted.target_quantile,
+        interval_s=seconds.autoscaling_interval, window_s=seconds.autoscaling_window,
         min_replicas=a.min_replicas, max_replicas=a.max_replicas,
-        scale_up_window_s=duration_seconds(a.scale_up_stabilization),
-        scale_down_window_s=duration_seconds(a.scale_down_stabilization),
+        scale_up_window_s=seconds.scale_up_stabilization,
+        scale_down_window_s=seconds.scale_down_stabilization,
         metric=a.target.metric)
 
 
 def latency_policy(admitted: Admitted) -> LatencyPolicy:
     """A fresh policy for ``admitted`` (no history: the model starts from its seed)."""
-    return LatencyPolicy(policy_settings(admitted), seed_model(admitted.spec, admitted.plan))
+    return LatencyPolicy(policy_settings(admitted), seed_model(admitted))

@@ -38,7 +38,8 @@ from __future__ import annotations
 
 import math
 
-from kimik3.api.v1alpha1 import KimiK3DeploymentSpec, duration_seconds
+from kimik3.admission import Admitted
+from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
 from kimik3.autoscaler.policy import GroupLatencyModel
 from kimik3.autoscaler.perfmodel import EngineShape, decode_point, perf_params
 from kimik3.topology.plan import GroupPlan
@@ -86,11 +87,11 @@ def latency_quantile_curve(spec: KimiK3DeploymentSpec, plan: GroupPlan, q: float
     return out
 
 
-def seed_model(spec: KimiK3DeploymentSpec, plan: GroupPlan) -> GroupLatencyModel:
-    a = spec.autoscaling
-    target = duration_seconds(a.target.value)
-    per_step = a.target.metric == "interTokenLatency"
-    curve = latency_quantile_curve(spec, plan, a.target.percentile / 100, per_step)
+def seed_model(admitted: Admitted) -> GroupLatencyModel:
+    """The starting model for the admitted spec's group and its ``autoscaling.target``."""
+    target = admitted.seconds.latency_target
+    per_step = admitted.spec.autoscaling.target.metric == "interTokenLatency"
+    curve = latency_quantile_curve(admitted.spec, admitted.plan, admitted.target_quantile, per_step)
     points = [(c, y, m) for c, y, m in curve if LOW * target <= y <= target]
     if len(points) < 2 or curve[0][1] >= target:
         # Target at or below the batch-1 latency: no load meets it; a steep line says so.

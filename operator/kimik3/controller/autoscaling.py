@@ -1,6 +1,6 @@
 """Autoscaling inside the reconcile: when a decision is due, observe, decide, report.
 
-``Autoscaling.step(obj, spec, plan, lws, pods)`` returns the replicas to render and the status
+``Autoscaling.step(obj, admitted, lws, pods)`` returns the replicas to render and the status
 fields, condition and Events that tell the story (status.desiredReplicas, status.decode,
 status.lastScale, condition MetricsAvailable). It keeps one ``LatencyPolicy`` per deployment in
 memory (its learned model and recommendation history); after an operator restart the model
@@ -18,14 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kimik3.admission import Admitted
-from kimik3.api.v1alpha1 import KimiK3DeploymentSpec, duration_seconds
 from kimik3.autoscaler.factory import latency_policy, policy_settings
 from kimik3.autoscaler.observation import DecodeObservation, MetricsUnavailable
 from kimik3.autoscaler.policy import Decision, FleetState, LatencyPolicy
 from kimik3.autoscaler.sources import MetricSource, PodScrapeSource, PrometheusSource, ScrapeTarget
 from kimik3.controller import metrics
 from kimik3.kube.labels import LWS_GROUP_INDEX_LABEL, LWS_WORKER_INDEX_LABEL
-from kimik3.topology.plan import GroupPlan
 
 SLO_WINDOW_S = 3600.0
 """Decisions over this past window count toward the SLO-attainment gauge."""
@@ -116,10 +114,10 @@ class Autoscaling:
     def forget(self, namespace: str, name: str) -> None:
         self._states.pop((namespace, name), None)
 
-    def _state(self, key: tuple[str, str], spec: KimiK3DeploymentSpec, plan: GroupPlan) -> DeploymentState:
+    def _state(self, key: tuple[str, str], admitted: Admitted) -> DeploymentState:
+        spec = admitted.spec
         a = spec.autoscaling
         source_key = (a.metrics_source.type, a.metrics_source.prometheus_url, spec.service.port)
-        admitted = Admitted(spec, plan)
         settings = policy_settings(admitted)
         state = self._states.get(key)
         if state is None or state.source_key != source_key or state.policy.settings != settings:
@@ -140,16 +138,17 @@ class Autoscaling:
             self._states[key] = state
         return state
 
-    def step(self, obj: dict[str, Any], spec: KimiK3DeploymentSpec, plan: GroupPlan,
-             lws: dict[str, Any] | None, pods: list[dict[str, Any]]) -> StepResult:
+    def step(self, obj: dict[str, Any], admitted: Admitted, lws: dict[str, Any] | None,
+             pods: list[dict[str, Any]]) -> StepResult:
         """The replicas to render now, and what to report. Decides at most once per interval."""
         meta = obj["metadata"]
         key = (meta["namespace"], meta["name"])
         status = obj.get("status") or {}
+        spec, seconds = admitted.spec, admitted.seconds
         a = spec.autoscaling
-        interval = duration_seconds(a.interval)
+        interval = seconds.autoscaling_interval
         now = self.clock()
-        state = self._state(key, spec, plan)
+        state = self._state(key, admitted)
         state.pods = pods
         current = int(((lws or {}).get("spec") or {}).get("replicas", status.get("desiredReplicas",
                       min(max(spec.replicas, a.min_replicas), a.max_replicas))) or 0)
@@ -162,12 +161,12 @@ class Autoscaling:
             return StepResult(held, {"desiredReplicas": held}, prev_cond, [],
                               max(1.0, interval - (now - state.last_decision)))
         state.last_decision = now
-        fleet = fleet_state(lws, pods, duration_seconds(spec.probes.load_timeout), now)
+        fleet = fleet_state(lws, pods, seconds.load_timeout, now)
         fleet = FleetState(current=held if lws is None else fleet.current, ready=fleet.ready,
                            loading=fleet.loading, unplaceable=fleet.unplaceable)
         obs: DecodeObservation | None
         try:
-            obs = state.source.observe(key[0], key[1], duration_seconds(a.window))
+            obs = state.source.observe(key[0], key[1], seconds.autoscaling_window)
             condition = ("True", "Measured", f"{obs.itl_metric} from {len(obs.groups)} group(s)"
                          if obs.has_traffic else "no traffic in the window (a valid reading)")
         except MetricsUnavailable as exc:
@@ -180,8 +179,7 @@ class Autoscaling:
             decision = state.policy.decide(now, obs, fleet)
         out: dict[str, Any] = {"desiredReplicas": decision.desired}
         events: list[tuple[str, str, str]] = []
-        target_s = duration_seconds(a.target.value)
-        q = a.target.percentile / 100
+        target_s, q = seconds.latency_target, admitted.target_quantile
         if obs is not None and obs.has_traffic:
             latency = obs.token_latency_quantile(q)
             out["decode"] = {"p90ItlSeconds": obs.token_latency_quantile(0.9),

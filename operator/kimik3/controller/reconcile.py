@@ -1,9 +1,10 @@
-"""Level-based reconcile of one KimiK3Deployment: render, apply, prune, status; or tear down.
+"""Level-based reconcile of one KimiK3Deployment: admit, scale, render, apply, prune, status; or tear down.
 
 ``Reconciler.reconcile(namespace, name)`` reads the CR and makes the world match it. It is
 idempotent and keeps no state between calls apart from which Events it already posted, so a
 restarted operator, a lost watch or a deleted child all converge by calling it again. It returns
-when to look again (``Result.requeue_after``, seconds).
+when to look again (``Result.requeue_after``, seconds). The spec is admitted once per reconcile
+(``kimik3.admission.admit``); the autoscaler, the renderer and the status all take that one value.
 
 Teardown order (failure case F4): the CR carries the finalizer ``inference.kimik3.io/teardown``;
 on deletion the LeaderWorkerSet goes first, then, once no pod of the deployment is left holding
@@ -22,7 +23,7 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 
 from kimik3.kube.kinds import GROUP, KIND, VERSION
-from kimik3.admission import AdmissionPolicy
+from kimik3.admission import AdmissionPolicy, admit
 from kimik3.api.errors import SpecErrors
 from kimik3.controller import metrics
 from kimik3.controller.autoscaling import Autoscaling
@@ -88,9 +89,11 @@ class Reconciler:
         """Apply unless the watched object is still exactly what we applied for this desired state."""
         digest = desired_hash(child)
         if self.cache is not None and self.cache.unchanged(child, digest):
-            metrics.APPLIES_SKIPPED.inc()
             meta = child["metadata"]
-            return self.cache.get(child["apiVersion"], child["kind"], meta["namespace"], meta["name"])
+            seen = self.cache.get(child["apiVersion"], child["kind"], meta["namespace"], meta["name"])
+            if seen is not None:
+                metrics.APPLIES_SKIPPED.inc()
+                return seen
         applied = self.kube.apply(child)
         metrics.CHILDREN_APPLIED.labels(kind=child["kind"]).inc()
         if self.cache is not None:
@@ -151,7 +154,7 @@ class Reconciler:
 
     def _apply(self, obj: dict[str, Any]) -> Result:
         try:
-            rendered = render(obj, compute_domains=self.compute_domains, policy=self.policy)
+            admitted = admit(obj.get("spec") or {}, self.policy)
         except SpecErrors as exc:
             problems = "; ".join(map(str, exc.errors))
             self._event_once(obj, "Warning", "InvalidSpec", f"spec refused, nothing changed: {problems}")
@@ -160,16 +163,16 @@ class Reconciler:
         obj = self._ensure_finalizer(obj)
         owner = Owner.from_object(obj)
         scaled = None
-        if rendered.spec.autoscaling.enabled:
+        if admitted.spec.autoscaling.enabled:
             scaled = self.autoscaling.step(
-                obj, rendered.spec, rendered.plan,
-                self._get_child(LWS_API_VERSION, "LeaderWorkerSet", owner.namespace, lws_name(owner)),
+                obj, admitted, self._get_child(LWS_API_VERSION, "LeaderWorkerSet", owner.namespace, lws_name(owner)),
                 self._pods(owner))
-            rendered = render(obj, replicas=scaled.replicas, compute_domains=self.compute_domains, policy=self.policy)
             for type_, reason, message in scaled.events:
                 self._event_once(obj, type_, reason, message)
         else:
             self.autoscaling.forget(owner.namespace, owner.name)
+        rendered = render(admitted, owner, replicas=None if scaled is None else scaled.replicas,
+                          compute_domains=self.compute_domains)
         for warning in rendered.warnings:
             reason = "ComputeDomainSkipped" if warning == COMPUTE_DOMAIN_SKIPPED else "DisruptionBudgetSkipped"
             self._event_once(obj, "Warning", reason, warning)
@@ -197,15 +200,15 @@ class Reconciler:
         if apply_error:  # what the user asked for, not what the LeaderWorkerSet still says
             desired = next(int(c["spec"]["replicas"]) for c in rendered.objects if c["kind"] == "LeaderWorkerSet")
         else:
-            desired = int(((lws or {}).get("spec") or {}).get("replicas", rendered.spec.replicas))
-        status = compute_status(obj, rendered.spec, rendered.plan, lws, pods, desired, apply_error,
+            desired = int(((lws or {}).get("spec") or {}).get("replicas", admitted.spec.replicas))
+        status = compute_status(obj, admitted.spec, admitted.plan, lws, pods, desired, apply_error,
                                 compute_domain_note=None if self.compute_domains else COMPUTE_DOMAIN_SKIPPED)
         if (obj.get("status") or {}).get("observedGeneration") != obj["metadata"].get("generation") and not apply_error:
             kinds = ", ".join(c["kind"] for c in rendered.objects)
             self._event_once(obj, "Normal", "Applied",
                              f"generation {obj['metadata'].get('generation')}: applied {kinds}; "
-                             f"{desired} group(s) of {rendered.plan.nodes_per_group} pods x "
-                             f"{rendered.plan.gpus_per_node} GPUs")
+                             f"{desired} group(s) of {admitted.plan.nodes_per_group} pods x "
+                             f"{admitted.plan.gpus_per_node} GPUs")
         limited = next((c for c in status["conditions"] if c["type"] == "ScalingLimited"), None)
         if limited and limited["status"] == "True" and limited["reason"] == "Unschedulable":
             self._event_once(obj, "Warning", "Unschedulable", limited["message"])

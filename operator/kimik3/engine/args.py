@@ -19,8 +19,7 @@ import json
 import shlex
 from typing import Any
 
-from kimik3.api.errors import SpecError
-from kimik3.api.v1alpha1 import KimiK3DeploymentSpec, duration_seconds
+from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
 from kimik3.topology.plan import GroupPlan
 
 LEADER_ADDRESS = "${LWS_LEADER_ADDRESS}"
@@ -46,7 +45,8 @@ OWNED_FLAGS = frozenset({
     "--enable-prefix-caching", "--no-enable-prefix-caching", "--tool-call-parser", "--enable-auto-tool-choice",
     "--reasoning-parser", "--language-model-only",
 })
-"""Flags the operator derives from typed fields; ``spec.engine.extraArgs`` may not set them."""
+"""Flags the operator derives from typed fields; ``spec.engine.extraArgs`` may not set them
+(kimik3.admission.extra_args refuses them)."""
 
 
 def speculative_config(spec: KimiK3DeploymentSpec) -> dict[str, Any] | None:
@@ -96,35 +96,9 @@ def normalize_flag(arg: str) -> str:
     return flag
 
 
-def check_extra_args(spec: KimiK3DeploymentSpec) -> list[SpecError]:
-    """Refuse extraArgs that set a flag the operator owns (field path and the field to use)."""
-    out = []
-    for i, arg in enumerate(spec.engine.extra_args):
-        flag = normalize_flag(arg)
-        if flag in OWNED_FLAGS:
-            out.append(SpecError(f"spec.engine.extraArgs[{i}]",
-                                 f"{flag} is set by the operator from typed fields (engine, topology, "
-                                 f"speculativeDecoding, model): set it there instead"))
-    return out
-
-
 API_KEY_FLAG = "--api-key"
 API_KEY_ENV = "VLLM_API_KEY"
 """vLLM reads the API key from ``--api-key`` first, then this environment variable."""
-
-
-def check_plain_text_keys(spec: KimiK3DeploymentSpec) -> list[SpecError]:
-    """Refuse an API key written into the spec itself (``extraArgs`` ``--api-key`` or ``env``
-    ``VLLM_API_KEY``): it would sit in plain text in the CR and the launcher ConfigMap, readable by
-    anyone who may read those, and ``--api-key`` would silently override ``service.apiKeySecret``."""
-    fix = "put the key in a Secret and name it in spec.service.apiKeySecret (the pods then read it from there)"
-    out = [SpecError(f"spec.engine.extraArgs[{i}]",
-                     f"{API_KEY_FLAG} would put the API key in plain text in the CR and its launcher ConfigMap: {fix}")
-           for i, arg in enumerate(spec.engine.extra_args) if normalize_flag(arg) == API_KEY_FLAG]
-    out += [SpecError(f"spec.engine.env[{i}].name",
-                      f"{API_KEY_ENV} here would be the API key in plain text in the CR: {fix}")
-            for i, env in enumerate(spec.engine.env) if env.name == API_KEY_ENV]
-    return out
 
 
 def common_args(spec: KimiK3DeploymentSpec) -> list[str]:
@@ -208,12 +182,13 @@ def rank_args(spec: KimiK3DeploymentSpec, plan: GroupPlan, rank: int) -> list[st
     return common_args(spec) + parallel_args(spec, plan, rank) + list(spec.engine.extra_args)
 
 
-def engine_env(spec: KimiK3DeploymentSpec, plan: GroupPlan) -> dict[str, str]:
-    """Environment of every engine container (values from the GB300 recipes, kimi-k3-and-vllm.md).
+def engine_env(spec: KimiK3DeploymentSpec, plan: GroupPlan, load_timeout_s: float) -> dict[str, str]:
+    """Environment of every engine container (values from the GB300 recipes, kimi-k3-and-vllm.md);
+    ``load_timeout_s`` is ``probes.loadTimeout`` in seconds (``Admitted.seconds.load_timeout``).
 
     User ``spec.engine.env`` entries override these."""
     env = {
-        "VLLM_ENGINE_READY_TIMEOUT_S": str(int(duration_seconds(spec.probes.load_timeout))),
+        "VLLM_ENGINE_READY_TIMEOUT_S": str(int(load_timeout_s)),
         "VLLM_USE_V2_MODEL_RUNNER": "1",
     }
     if plan.profile.multi_node_nvlink:

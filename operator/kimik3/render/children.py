@@ -1,9 +1,10 @@
 """All children of one KimiK3Deployment, in apply order.
 
-``render(obj)`` takes the custom resource as stored (metadata + spec) and returns a ``Rendered``:
-the objects to apply (ComputeDomain, launcher ConfigMap, LeaderWorkerSet, Service,
-PodDisruptionBudget, PodMonitor, HTTPRoute), the kinds that must not exist (e.g. the budget at one
-replica, the ComputeDomain at zero replicas), and warnings for the user. Raises ``SpecErrors``.
+``render(admitted, owner)`` takes the admitted spec (``kimik3.admission.admit``) and the custom
+resource's identity and returns a ``Rendered``: the objects to apply (ComputeDomain, launcher
+ConfigMap, LeaderWorkerSet, Service, PodDisruptionBudget, PodMonitor, HTTPRoute), the kinds that
+must not exist (e.g. the budget at one replica, the ComputeDomain at zero replicas), and warnings
+for the user. It refuses nothing: admission did.
 """
 
 from __future__ import annotations
@@ -11,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kimik3.admission import AdmissionPolicy, admit
-from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
+from kimik3.admission import Admitted
 from kimik3.render.computedomain import compute_domain
 from kimik3.render.configmap import launcher_configmap
 from kimik3.render.disruption import disruption_budget
@@ -22,13 +22,10 @@ from kimik3.render.leaderworkerset import leader_worker_set
 from kimik3.render.meta import Owner
 from kimik3.render.podmonitor import pod_monitor
 from kimik3.render.service import client_service
-from kimik3.topology.plan import GroupPlan
 
 
 @dataclass
 class Rendered:
-    spec: KimiK3DeploymentSpec
-    plan: GroupPlan
     objects: list[dict[str, Any]]
     """Children to apply, in order (the ComputeDomain before the pods that claim it)."""
     absent: list[tuple[str, str]] = field(default_factory=list)
@@ -41,14 +38,11 @@ COMPUTE_DOMAIN_SKIPPED = ("no ComputeDomain: the operator runs with --no-compute
                           "multi-node NVLink needs one")
 
 
-def render(obj: dict[str, Any], replicas: int | None = None, compute_domains: bool = True,
-           policy: AdmissionPolicy = AdmissionPolicy()) -> Rendered:
-    """Children of ``obj``; ``replicas`` overrides spec.replicas (the autoscaler's choice);
-    ``compute_domains=False`` renders no ComputeDomain and no channel claims (clusters without
-    the DRA driver) and says so in ``warnings``."""
-    admitted = admit(obj.get("spec") or {}, policy)
+def render(admitted: Admitted, owner: Owner, replicas: int | None = None, compute_domains: bool = True) -> Rendered:
+    """Children of the deployment ``owner`` names; ``replicas`` overrides spec.replicas (the
+    autoscaler's choice); ``compute_domains=False`` renders no ComputeDomain and no channel claims
+    (clusters without the DRA driver) and says so in ``warnings``."""
     spec, plan = admitted.spec, admitted.plan
-    owner = Owner.from_object(obj)
     groups = spec.replicas if replicas is None else replicas
     objects: list[dict[str, Any]] = []
     absent: list[tuple[str, str]] = []
@@ -61,8 +55,8 @@ def render(obj: dict[str, Any], replicas: int | None = None, compute_domains: bo
         objects.append(cd)
     else:  # also when a spec change moved the deployment to nodes that need none
         absent.append((cd["apiVersion"], cd["kind"]))
-    objects.append(launcher_configmap(owner, spec, plan))
-    objects.append(leader_worker_set(owner, spec, plan, groups, channel_claims=with_cd))
+    objects.append(launcher_configmap(owner, admitted))
+    objects.append(leader_worker_set(owner, admitted, groups, channel_claims=with_cd))
     objects.append(client_service(owner, spec))
     pdb, why = disruption_budget(owner, spec, plan, groups)
     if pdb is not None:
@@ -79,4 +73,4 @@ def render(obj: dict[str, Any], replicas: int | None = None, compute_domains: bo
         objects.append(http_route(owner, spec))
     else:
         absent.append((HTTPROUTE_API_VERSION, "HTTPRoute"))
-    return Rendered(spec, plan, objects, absent, warnings)
+    return Rendered(objects, absent, warnings)

@@ -6,10 +6,9 @@ import json
 from importlib import resources
 from typing import Any
 
-from kimik3.api.v1alpha1 import KimiK3DeploymentSpec, duration_seconds
+from kimik3.admission import Admitted
 from kimik3.engine.args import VLLM_VERSION, rank_args
 from kimik3.render.meta import Owner
-from kimik3.topology.plan import GroupPlan
 
 MOUNT_PATH = "/etc/kimik3"
 LAUNCHER_KEY = "launcher.py"
@@ -26,23 +25,24 @@ def launcher_source() -> str:
     return resources.files("kimik3.engine").joinpath("launcher.py").read_text(encoding="utf-8")
 
 
-def group_plan_document(spec: KimiK3DeploymentSpec, plan: GroupPlan) -> dict[str, Any]:
+def group_plan_document(admitted: Admitted) -> dict[str, Any]:
     """What the launcher reads: the command, each rank's arguments and the leader wait bound."""
+    spec, plan = admitted.spec, admitted.plan
     return {
         "vllmVersion": VLLM_VERSION,
         "command": ENGINE_COMMAND,
-        "leaderAddressTimeoutSeconds": duration_seconds(spec.probes.leader_address_timeout),
+        "leaderAddressTimeoutSeconds": admitted.seconds.leader_address_timeout,
         "ranks": [{"index": i, "args": rank_args(spec, plan, i)} for i in range(plan.nodes_per_group)],
     }
 
 
-def launcher_configmap(owner: Owner, spec: KimiK3DeploymentSpec, plan: GroupPlan) -> dict[str, Any]:
+def launcher_configmap(owner: Owner, admitted: Admitted) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": owner.metadata(configmap_name(owner)),
         "data": {
             LAUNCHER_KEY: launcher_source(),
-            PLAN_KEY: json.dumps(group_plan_document(spec, plan), indent=2, sort_keys=True),
+            PLAN_KEY: json.dumps(group_plan_document(admitted), indent=2, sort_keys=True),
         },
     }

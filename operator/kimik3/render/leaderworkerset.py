@@ -19,12 +19,12 @@ import json
 import math
 from typing import Any
 
-from kimik3.api.v1alpha1 import KimiK3DeploymentSpec, duration_seconds
+from kimik3.admission import Admitted
+from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
 from kimik3.engine.args import API_KEY_ENV, API_PORT_NAME, MODEL_MOUNT, engine_env
 from kimik3.render import computedomain, configmap
 from kimik3.kube.labels import LWS_EXCLUSIVE_TOPOLOGY, ROLE_LABEL
 from kimik3.render.meta import Owner
-from kimik3.topology.plan import GroupPlan
 from kimik3.kube.labels import GPU_RESOURCE, PRODUCT_LABEL
 
 API_VERSION = "leaderworkerset.x-k8s.io/v1"
@@ -36,9 +36,13 @@ def lws_name(owner: Owner) -> str:
     return f"{owner.name}-engine"
 
 
-def plan_hash(spec: KimiK3DeploymentSpec, plan: GroupPlan) -> str:
+def _engine_env(admitted: Admitted) -> dict[str, str]:
+    return engine_env(admitted.spec, admitted.plan, admitted.seconds.load_timeout)
+
+
+def plan_hash(admitted: Admitted) -> str:
     """Hash of the launch plan and env: a change rolls the groups."""
-    doc = {"plan": configmap.group_plan_document(spec, plan), "env": engine_env(spec, plan)}
+    doc = {"plan": configmap.group_plan_document(admitted), "env": _engine_env(admitted)}
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -58,27 +62,27 @@ def _volumes(owner: Owner, spec: KimiK3DeploymentSpec) -> tuple[list[dict], list
     elif src.host_path is not None:
         volumes.append({"name": "model", "hostPath": {"path": src.host_path.path, "type": "Directory"}})
         mounts.append({"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True})
-    else:
+    elif src.hub is not None:  # admission leaves exactly one source
         volumes.append({"name": "hf-cache", "emptyDir": {"sizeLimit": src.hub.cache_size}})
         mounts.append({"name": "hf-cache", "mountPath": "/hf-cache"})
     return volumes, mounts
 
 
-def _env(spec: KimiK3DeploymentSpec, plan: GroupPlan) -> list[dict[str, Any]]:
-    env = [{"name": k, "value": v} for k, v in sorted(engine_env(spec, plan).items())]
+def _env(admitted: Admitted) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(_engine_env(admitted).items())]
     env.append({"name": "KIMIK3_PLAN", "value": f"{configmap.MOUNT_PATH}/{configmap.PLAN_KEY}"})
-    hub = spec.model.source.hub
+    hub = admitted.spec.model.source.hub
     if hub is not None and hub.token_secret is not None:
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
             "name": hub.token_secret.name, "key": hub.token_secret.key}}})
     return env
 
 
-def _probes(spec: KimiK3DeploymentSpec) -> dict[str, Any]:
-    p = spec.probes
+def _probes(admitted: Admitted) -> dict[str, Any]:
+    p = admitted.spec.probes
     health = {"httpGet": {"path": "/health", "port": API_PORT_NAME}, "periodSeconds": p.period_seconds,
               "timeoutSeconds": 5}
-    budget = math.ceil(duration_seconds(p.load_timeout) / p.period_seconds)
+    budget = math.ceil(admitted.seconds.load_timeout / p.period_seconds)
     return {
         "startupProbe": {**health, "failureThreshold": budget},
         "livenessProbe": {**health, "failureThreshold": p.liveness_failure_threshold},
@@ -86,10 +90,10 @@ def _probes(spec: KimiK3DeploymentSpec) -> dict[str, Any]:
     }
 
 
-def pod_template(owner: Owner, spec: KimiK3DeploymentSpec, plan: GroupPlan, serves_api: bool,
-                 channel_claims: bool = True) -> dict[str, Any]:
+def pod_template(owner: Owner, admitted: Admitted, serves_api: bool, channel_claims: bool = True) -> dict[str, Any]:
     """Pod template of a leader (``serves_api``: ports and /health probes) or a headless worker;
     ``channel_claims``: claim the ComputeDomain's IMEX channel (multi-tray NVL72 groups)."""
+    spec, plan = admitted.spec, admitted.plan
     claims = plan.needs_compute_domain and channel_claims
     volumes, mounts = _volumes(owner, spec)
     limits: dict[str, Any] = {GPU_RESOURCE: plan.gpus_per_node}
@@ -105,20 +109,20 @@ def pod_template(owner: Owner, spec: KimiK3DeploymentSpec, plan: GroupPlan, serv
         "image": spec.engine.image,
         "imagePullPolicy": spec.engine.image_pull_policy,
         "command": ["python3", f"{configmap.MOUNT_PATH}/{configmap.LAUNCHER_KEY}"],
-        "env": _env(spec, plan),
+        "env": _env(admitted),
         "resources": resources,
         "volumeMounts": mounts,
         "securityContext": {"allowPrivilegeEscalation": False, "privileged": False},
     }
     if serves_api and spec.service.api_key_secret is not None:
         # vLLM reads VLLM_API_KEY when no --api-key is given (admission refuses both in the spec
-        # itself: check_plain_text_keys); only API servers get the key.
+        # itself: kimik3.admission.api_keys); only API servers get the key.
         ref = spec.service.api_key_secret
         container["env"] = [*container["env"],
                             {"name": API_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}]
     if serves_api:
         container["ports"] = [{"name": API_PORT_NAME, "containerPort": spec.service.port, "protocol": "TCP"}]
-        container.update(_probes(spec))
+        container.update(_probes(admitted))
     sched = spec.scheduling
     pod: dict[str, Any] = {
         "containers": [container],
@@ -138,20 +142,20 @@ def pod_template(owner: Owner, spec: KimiK3DeploymentSpec, plan: GroupPlan, serv
         pod["resourceClaims"] = [{"name": computedomain.CLAIM_NAME,
                                   "resourceClaimTemplateName": computedomain.channel_template_name(owner)}]
     labels = {**owner.labels(), ROLE_LABEL: "leader" if serves_api else "worker"}
-    return {"metadata": {"labels": labels, "annotations": {PLAN_HASH_ANNOTATION: plan_hash(spec, plan)}},
+    return {"metadata": {"labels": labels, "annotations": {PLAN_HASH_ANNOTATION: plan_hash(admitted)}},
             "spec": pod}
 
 
-def leader_worker_set(owner: Owner, spec: KimiK3DeploymentSpec, plan: GroupPlan, replicas: int,
-                      channel_claims: bool = True) -> dict[str, Any]:
+def leader_worker_set(owner: Owner, admitted: Admitted, replicas: int, channel_claims: bool = True) -> dict[str, Any]:
     """The LeaderWorkerSet with ``replicas`` groups of ``plan.nodes_per_group`` pods."""
+    spec, plan = admitted.spec, admitted.plan
     annotations = {LWS_EXCLUSIVE_TOPOLOGY: spec.scheduling.topology_key} if plan.clique_placement else {}
     template: dict[str, Any] = {"size": plan.nodes_per_group, "restartPolicy": "RecreateGroupOnPodRestart"}
     if plan.multi_node:
-        template["leaderTemplate"] = pod_template(owner, spec, plan, True, channel_claims)
-        template["workerTemplate"] = pod_template(owner, spec, plan, False, channel_claims)
+        template["leaderTemplate"] = pod_template(owner, admitted, True, channel_claims)
+        template["workerTemplate"] = pod_template(owner, admitted, False, channel_claims)
     else:
-        template["workerTemplate"] = pod_template(owner, spec, plan, True, channel_claims)
+        template["workerTemplate"] = pod_template(owner, admitted, True, channel_claims)
     meta = owner.metadata(lws_name(owner))
     if annotations:
         meta["annotations"] = annotations

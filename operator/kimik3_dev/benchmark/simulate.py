@@ -83,6 +83,7 @@ def setup(recipe: str = RECIPE, target_s: float = TARGET_S, **cfg_overrides: Any
         doc = next(d for d in yaml.safe_load_all(fh) if d and d.get("kind") == "KimiK3Deployment")
     spec_dict = dict(doc.get("spec") or {})
     spec_dict["autoscaling"] = {"enabled": True, "minReplicas": MIN_REPLICAS, "maxReplicas": MAX_REPLICAS,
+                                "metricsSource": {"type": "podScrape"},
                                 "target": {"metric": "timePerOutputToken", "percentile": 90,
                                            "value": f"{target_s * 1000:g}ms"}}
     admitted = admit(spec_dict)

@@ -112,23 +112,22 @@ def doctor_report(docs: list[dict[str, Any]], check: bool = True, version: str |
         name = doc.get("metadata", {}).get("name", "?")
         try:
             admitted = admit(doc.get("spec") or {})
-            spec, group = admitted.spec, admitted.plan
         except SpecErrors as exc:
             ok = False
             out.append(f"# {name}: refused at admission, {len(exc.errors)} problem(s)")
             out += [f"#   {e.path}: {e.message}" for e in exc.errors]
             continue
-        planned.append((name, spec, group, group_plan_document(spec, group)))
+        planned.append((name, admitted, group_plan_document(admitted)))
 
     verdicts: dict[tuple[int, int], dict] = {}
     checked_with = None
     if check and planned:
         try:
             venv = parser_venv(version)
-            argvs = [with_leader(r["args"]) for _, _, _, d in planned for r in d["ranks"]]
+            argvs = [with_leader(r["args"]) for _, _, d in planned for r in d["ranks"]]
             checked_with, results = parse_argvs(argvs, venv)
             it = iter(results)
-            for i, (_, _, _, d) in enumerate(planned):
+            for i, (_, _, d) in enumerate(planned):
                 for r in d["ranks"]:
                     verdicts[(i, r["index"])] = next(it)
             note = "" if venv.is_pinned else (f" (FALLBACK: the pinned vLLM {VLLM_VERSION}'s venv is missing; "
@@ -137,11 +136,12 @@ def doctor_report(docs: list[dict[str, Any]], check: bool = True, version: str |
         except (ParserUnavailable, RuntimeError, subprocess.TimeoutExpired) as exc:
             out.append(f"# NOT CHECKED against vLLM's parser: {exc}")
 
-    for i, (name, spec, group, d) in enumerate(planned):
+    for i, (name, admitted, d) in enumerate(planned):
+        spec, group = admitted.spec, admitted.plan
         out.append(f"# {name}: vLLM {d['vllmVersion']} ({spec.engine.image}); {group.nodes_per_group} rank(s) per group, "
                    f"{group.gpus_per_node} {group.profile.name} GPU(s) each; {LEADER_ADDRESS} is the leader's "
                    f"address, filled in by the launcher")
-        env = engine_env(spec, group)
+        env = engine_env(spec, group, admitted.seconds.load_timeout)
         out.append("# env: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())))
         for r in d["ranks"]:
             rank = r["index"]

@@ -1,0 +1,194 @@
+"""The Kueue manager (sigs.k8s.io/kueue v0.17.0) run out of cluster, webhooks on loopback, and the
+cluster objects that make it place engine groups: a Topology, one ResourceFlavor per accelerator
+profile, a ClusterQueue holding the cluster's GPUs, a LocalQueue per tenant namespace.
+
+In a cluster Kueue runs as a Deployment behind a webhook Service. Here the manager binary
+(``tools/build-binaries.sh kueue``) runs as a local process, as the LWS manager does (``lws``):
+
+- a ``config.kueue.x-k8s.io/v1beta2`` Configuration (fields from the module's
+  ``apis/config/v1beta2/configuration_types.go``): leader election and internal certificate
+  management off, the webhook server on ``127.0.0.1:<port>`` with a certificate from the dev CA,
+  health probes on loopback, metrics off (``bindAddress: "0"``), the visibility server off (it
+  would bind 0.0.0.0:8082), only the LeaderWorkerSet integration, topology-aware scheduling on;
+- the module's 11 CRDs (``config/components/crd/bases``); the six its kustomize patches give a
+  ``/convert`` webhook get one at ``https://127.0.0.1:<port>/convert``;
+- the webhook configurations of ``config/components/webhook/manifests.yaml`` for the kinds that
+  matter here (Workload, ClusterQueue, Cohort, ResourceFlavor, LeaderWorkerSet, Pod), each
+  ``clientConfig`` rewritten to a URL with the CA bundle; the pod webhooks only see pods of a
+  LeaderWorkerSet (``objectSelector``), so no other pod depends on Kueue.
+
+With internal certificates off the manager always loads ``/etc/kueue/metrics/certs/tls.{crt,key}``
+(a path hard-coded in its ``cmd/kueue/main.go``) and exits when they are missing, even with metrics
+off. ``ensure_metrics_cert`` writes a dev-CA certificate there (the metrics server never starts, so
+the certificate is never served).
+
+How a LeaderWorkerSet is submitted (label, podset annotations) is the operator's business: see
+``kimik3.render.leaderworkerset`` and ../shared/reference/kueue.md.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kimik3.kube.accelerators import AcceleratorProfile
+from kimik3.kube.labels import CLIQUE_LABEL, GPU_RESOURCE, LWS_NAME_LABEL, PRODUCT_LABEL
+from kimik3_dev.devcluster.certs import issue_serving_cert
+from kimik3_dev.devcluster.controlplane import load_yaml_documents
+from kimik3_dev.devcluster.thirdparty import go_module_dir
+
+KUEUE_MODULE = "sigs.k8s.io/kueue"
+KUEUE_VERSION = "v0.17.0"
+"""The only version the Go module proxy lists here (2026-12-01); TAS for LWS groups needs >= v0.13."""
+API_VERSION = "kueue.x-k8s.io/v1beta2"
+WEBHOOK_PREFIX = "kueue-"
+WEBHOOK_TIMEOUT_S = 10
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+TOPOLOGY_NAME = "nvl72"
+"""The Topology of the dev cluster: NVLink clique, then node (kueue.md: hostname as the lowest level)."""
+CLUSTER_QUEUE = "gpus"
+"""The ClusterQueue ``dev up`` creates for every tenant that has no queue of its own."""
+LOCAL_QUEUE = "default"
+"""The LocalQueue ``dev apply`` creates in a tenant namespace (``spec.scheduling.placement.queueName``)."""
+METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
+"""Hard-coded in Kueue v0.17.0's main.go when internal certificate management is off."""
+
+CONVERTED_CRDS = ("workloads", "clusterqueues", "localqueues", "cohorts", "multikueueclusters", "resourceflavors")
+"""CRDs the module's kustomize patches (``config/components/crd/patches/webhook_in_*.yaml``)
+give a conversion webhook (v1beta1 <-> v1beta2)."""
+WEBHOOK_KINDS = ("workload", "clusterqueue", "cohort", "resourceflavor", "leaderworkerset", "-v1-pod")
+"""Substrings of the webhook paths registered (``/mutate-kueue-x-k8s-io-v1beta2-workload``, ...):
+Kueue's own kinds, the LWS integration, and the pod webhook that gates group pods."""
+
+
+def module_dir() -> Path:
+    """The Kueue module in the Go module cache (downloaded on first use)."""
+    return go_module_dir(KUEUE_MODULE, KUEUE_VERSION)
+
+
+def crd_documents(webhook_port: int, ca_file: Path, root: Path | None = None) -> list[dict[str, Any]]:
+    """The module's CRDs, those of ``CONVERTED_CRDS`` with their conversion webhook on loopback."""
+    base = (root or module_dir()) / "config" / "components" / "crd" / "bases"
+    ca_bundle = base64.b64encode(ca_file.read_bytes()).decode()
+    out = []
+    for path in sorted(base.glob("kueue.x-k8s.io_*.yaml")):
+        for doc in load_yaml_documents(path):
+            if doc["spec"]["names"]["plural"] in CONVERTED_CRDS:
+                doc["spec"]["conversion"] = {"strategy": "Webhook", "webhook": {
+                    "clientConfig": {"url": f"https://127.0.0.1:{webhook_port}/convert", "caBundle": ca_bundle},
+                    "conversionReviewVersions": ["v1"]}}
+            out.append(doc)
+    return out
+
+
+def write_config(state_dir: Path, webhook_port: int, health_port: int) -> Path:
+    """Issue the webhook certificate and write the manager's configuration; returns its path.
+
+    Files: ``<state>/kueue/config.yaml``, ``<state>/kueue/certs/tls.crt|tls.key``."""
+    base = state_dir / "kueue"
+    certs = base / "certs"
+    issue_serving_cert(state_dir / "pki", certs, "kueue-webhook")
+    config = {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(certs)},
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
+        "metrics": {"bindAddress": "0"},
+        "manageJobsWithoutQueueName": False,
+        "integrations": {"frameworks": ["leaderworkerset.x-k8s.io/leaderworkerset"]},
+        "featureGates": {"TopologyAwareScheduling": True, "VisibilityOnDemand": False},
+    }
+    path = base / "config.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+class MetricsCertError(RuntimeError):
+    """``/etc/kueue/metrics/certs`` cannot be written (not root)."""
+
+
+def ensure_metrics_cert(state_dir: Path, target: Path = METRICS_CERT_DIR) -> None:
+    """Put a dev-CA certificate where Kueue insists on finding one (see the module docstring).
+    Leaves an existing pair alone. Raises MetricsCertError naming the path and the fix."""
+    if (target / "tls.crt").is_file() and (target / "tls.key").is_file():
+        return
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        issue_serving_cert(state_dir / "pki", target, "kueue-metrics")
+    except PermissionError:
+        raise MetricsCertError(
+            f"Kueue v0.17.0 needs a certificate in {target} (hard-coded) and this user cannot write there: "
+            f"run once `sudo mkdir -p {target} && sudo cp {state_dir}/kueue/certs/tls.* {target}/`, "
+            "or start the dev cluster without Kueue (--placement exclusive)") from None
+
+
+def argv(binary: Path, kubeconfig: Path, config: Path) -> list[str]:
+    """The manager's command line."""
+    return [str(binary), f"--kubeconfig={kubeconfig}", f"--config={config}", "--zap-devel=false",
+            "--zap-log-level=2"]
+
+
+def webhook_configurations(webhook_port: int, ca_file: Path, root: Path | None = None) -> list[dict[str, Any]]:
+    """The module's webhook configurations, limited to ``WEBHOOK_KINDS``, pointed at loopback."""
+    manifests = (root or module_dir()) / "config" / "components" / "webhook" / "manifests.yaml"
+    ca_bundle = base64.b64encode(ca_file.read_bytes()).decode()
+    out = []
+    for doc in load_yaml_documents(manifests):
+        doc = copy.deepcopy(doc)
+        doc["metadata"] = {"name": WEBHOOK_PREFIX + doc["metadata"]["name"],
+                           "labels": {"app.kubernetes.io/managed-by": "kimik3-devcluster"}}
+        hooks = []
+        for hook in doc["webhooks"]:
+            path = hook["clientConfig"]["service"]["path"]
+            if not any(path.endswith(kind) for kind in WEBHOOK_KINDS):
+                continue
+            hook["clientConfig"] = {"url": f"https://127.0.0.1:{webhook_port}{path}", "caBundle": ca_bundle}
+            hook["timeoutSeconds"] = WEBHOOK_TIMEOUT_S
+            if path.endswith("-v1-pod"):
+                hook["objectSelector"] = {"matchExpressions": [{"key": LWS_NAME_LABEL, "operator": "Exists"}]}
+            hooks.append(hook)
+        doc["webhooks"] = hooks
+        out.append(doc)
+    return out
+
+
+def topology() -> dict[str, Any]:
+    """The Topology: NVLink clique (``nvidia.com/gpu.clique``), then node."""
+    return {"apiVersion": API_VERSION, "kind": "Topology", "metadata": {"name": TOPOLOGY_NAME},
+            "spec": {"levels": [{"nodeLabel": CLIQUE_LABEL}, {"nodeLabel": HOSTNAME_LABEL}]}}
+
+
+def resource_flavor(profile: AcceleratorProfile) -> dict[str, Any]:
+    """One ResourceFlavor per accelerator profile, on the nodes GFD labels with its product."""
+    return {"apiVersion": API_VERSION, "kind": "ResourceFlavor", "metadata": {"name": profile.name},
+            "spec": {"nodeLabels": {PRODUCT_LABEL: profile.product_label}, "topologyName": TOPOLOGY_NAME}}
+
+
+def cluster_queue(name: str, flavor: str, gpus: int, cpu: str = "100000", memory: str = "1000Ti",
+                  namespaces: list[str] | None = None) -> dict[str, Any]:
+    """A ClusterQueue with ``gpus`` nominal ``nvidia.com/gpu`` of ``flavor`` (cpu and memory are
+    covered generously: every resource a pod requests must be covered). ``namespaces`` limits
+    which namespaces may use it (default: all)."""
+    selector: dict[str, Any] = {}
+    if namespaces is not None:
+        selector = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",
+                                          "values": namespaces}]}
+    return {"apiVersion": API_VERSION, "kind": "ClusterQueue", "metadata": {"name": name},
+            "spec": {"namespaceSelector": selector,
+                     "resourceGroups": [{"coveredResources": ["cpu", "memory", GPU_RESOURCE],
+                                         "flavors": [{"name": flavor, "resources": [
+                                             {"name": "cpu", "nominalQuota": cpu},
+                                             {"name": "memory", "nominalQuota": memory},
+                                             {"name": GPU_RESOURCE, "nominalQuota": gpus}]}]}]}}
+
+
+def local_queue(namespace: str, cluster_queue_name: str = CLUSTER_QUEUE, name: str = LOCAL_QUEUE) -> dict[str, Any]:
+    """A tenant namespace's LocalQueue pointing at its ClusterQueue."""
+    return {"apiVersion": API_VERSION, "kind": "LocalQueue", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"clusterQueue": cluster_queue_name}}

@@ -1,0 +1,16 @@
+"""What the controller renders for a KimiK3Deployment as stored: its spec admitted once, then
+rendered for its owner (``kimik3.controller.reconcile`` does the same, with the autoscaler's
+replicas). Raises ``SpecErrors`` for a spec admission refuses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kimik3.admission import AdmissionPolicy, admit
+from kimik3.render.children import Rendered, render
+from kimik3.render.meta import Owner
+
+
+def render_cr(obj: dict[str, Any], policy: AdmissionPolicy = AdmissionPolicy(), **options: Any) -> Rendered:
+    """Children of ``obj`` (metadata + spec); ``options`` go to ``render`` (replicas, compute_domains)."""
+    return render(admit(obj.get("spec") or {}, policy), Owner.from_object(obj), **options)
