@@ -259,3 +259,39 @@ def test_mangled_metrics_pages_never_crash_the_scrape_source(leader, data):
         assert exc.reason in ("ScrapeFailed", "WarmingUp", "NoLatencyMetric"), exc.reason
     else:
         assert isinstance(obs, DecodeObservation)
+
+
+def test_pod_scrape_windows_start_at_the_scrape_a_window_old(leader):
+    """Scrapes every 30 s, a 60 s window: each observation differences against the scrape 60 s
+    back (as Prometheus' increase over the window), not the previous one; the window is 60 s once
+    the pod has been scraped that long, and what it has until then."""
+    clock = [0.0]
+    src = scrape_source(leader, clock)
+    counts = {0.0: 10, 30.0: 20, 60.0: 30, 90.0: 45}
+    seen = {}
+    for at, count in counts.items():
+        clock[0] = at
+        leader.text = exposition("vllm:inter_token_latency_seconds", {0: [0.01] * count}, tokens=4 * count)
+        try:
+            seen[at] = src.observe("ns", "k3", 60)
+        except MetricsUnavailable as exc:
+            assert (at, exc.reason) == (0.0, "WarmingUp")
+    assert [(o.window_s, o.itl.count, o.generation_tokens) for o in seen.values()] == [
+        (30, 10, 40), (60, 20, 80), (60, 25, 100)]
+
+
+def test_a_leader_scraped_the_first_time_adds_its_gauges_not_its_counters():
+    """Gauges need no window: a group whose first scrape this is counts its running requests;
+    its counters and histograms wait for a window."""
+    pages = {"a": exposition("vllm:inter_token_latency_seconds", {0: [0.01] * 10}, running=3, tokens=10)}
+    targets = [ScrapeTarget("uid-a", "0", "a")]
+    clock = [0.0]
+    src = PodScrapeSource(lambda ns, name: list(targets), fetch=lambda url: pages[url], clock=lambda: clock[0])
+    with pytest.raises(MetricsUnavailable):
+        src.observe("ns", "k3", 60)
+    clock[0] = 30.0
+    pages["a"] = exposition("vllm:inter_token_latency_seconds", {0: [0.01] * 40}, running=3, tokens=40)
+    pages["b"] = exposition("vllm:inter_token_latency_seconds", {0: [0.01] * 500}, running=5, tokens=500)
+    targets.append(ScrapeTarget("uid-b", "1", "b"))
+    obs = src.observe("ns", "k3", 60)
+    assert (obs.running, obs.itl.count, obs.generation_tokens, obs.groups) == (8, 30, 30, frozenset({"0"}))

@@ -18,11 +18,11 @@ import yaml
 from kimik3.admission import admit
 from kimik3.autoscaler import perfmodel
 from kimik3.autoscaler.perfmodel import EngineShape
-from render_cr import render_cr
 from kimik3_dev.sim import podenv
 from kimik3_dev.sim.engine import SimEngine
 from kimik3_dev.sim.launch import Launch, LaunchUnresolved, engine_config, launch
 from lws_pods import group_pods, rendered
+from render_cr import render_cr
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = sorted(p.name for p in (REPO / "recipes").glob("*.yaml"))

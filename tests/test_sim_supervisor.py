@@ -22,9 +22,9 @@ import yaml
 from kubernetes import client
 
 from kimik3.kube.kinds import GROUP, PLURAL, VERSION
-from render_cr import render_cr
 from kimik3_dev.sim.supervisor import LOAD_TIME_ANNOTATION, Supervisor
 from lws_pods import group_pods, rendered
+from render_cr import render_cr
 from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[1]

@@ -23,7 +23,9 @@ policy               rule and source
                      "queue >= 5" saturation rule, autoscaling.md), pollingInterval 30 s,
                      cooldownPeriod 300 s (KEDA: only for 1 -> 0); the HPA underneath: ``desired =
                      ceil(total / threshold)`` outside the 10 % tolerance, its default behavior.
-``KPAPolicy``        AIBrix KPA (Knative KPA semantics): concurrency (running + waiting) averaged
+``KPAPolicy``        AIBrix KPA (Knative KPA semantics): concurrency (requests in flight at the
+                     groups, running + waiting, as Knative's queue-proxies report it: the fleet's
+                     gateway, not vLLM's series) averaged
                      over a 60 s stable and a 6 s panic window (10 %), ``desired = ceil(avg /
                      target)``; panic when the panic desire reaches 2x the ready groups, never scale
                      down in panic, leave it after a stable window without; rate limits up x2 /
@@ -65,6 +67,7 @@ from kimik3.autoscaler.observation import DecodeObservation
 from kimik3.autoscaler.perfmodel import DEFAULT_WORKLOAD, EngineShape, decode_point, perf_params
 from kimik3.autoscaler.policy import Decision, FleetState
 from kimik3.autoscaler.window import Samples
+from kimik3_dev.benchmark.fleet import GatewayReading
 
 
 # ---------------------------------------------------------------- profile -------------------
@@ -259,17 +262,23 @@ class KPAPolicy(_Bounds):
     tolerance: float = 0.1
     scale_down_delay_s: float = 300.0
     interval_s: float = 2.0
-    window_s: float = 2.0
+    window_s: float | None = None
+    """Reads no engine metrics: its concurrency is the gateway's (``frontend``)."""
     _samples: Samples[float] = field(default_factory=Samples)
     """Concurrency (running + waiting) of each tick of the stable window."""
     _desired: Samples[int] = field(default_factory=Samples)
     _panic_since: float | None = None
     _panic_max: int = 0
+    _in_flight: float | None = None
+
+    def frontend(self, reading: GatewayReading) -> None:
+        """The requests in flight at the groups now (the queue-proxies' concurrency)."""
+        self._in_flight = reading.in_flight
 
     def decide(self, now: float, obs: DecodeObservation | None, fleet: FleetState) -> Decision:
-        if obs is None:
+        if self._in_flight is None or fleet.ready == 0:
             return _hold(fleet, "no concurrency metric: KPA keeps the replicas")
-        self._samples.add(now, obs.running + obs.waiting)
+        self._samples.add(now, self._in_flight)
         self._samples.forget_through(now - self.stable_window_s)
         stable = sum(v for _, v in self._samples) / len(self._samples)
         recent = self._samples.after(now - self.panic_window_s) or [stable]
@@ -317,24 +326,24 @@ class DynamoPlannerPolicy(_Bounds):
     history: int = 4
     """Intervals the trend predictor fits."""
     correction: bool = True
-    _frontend: tuple[float, float, float] | None = None
+    _frontend: GatewayReading | None = None
 
     def __post_init__(self) -> None:
         self._loads: deque[float] = deque(maxlen=self.history)
         """Demand of the last ``history`` intervals."""
 
-    def frontend(self, requests: float, output_tokens: float, window_s: float) -> None:
+    def frontend(self, reading: GatewayReading) -> None:
         """The frontend's counters over the interval: requests received and their output tokens
         (Dynamo reads num_req and the mean OSL from its frontend's /metrics)."""
-        self._frontend = (requests, output_tokens, window_s)
+        self._frontend = reading
 
     def decide(self, now: float, obs: DecodeObservation | None, fleet: FleetState) -> Decision:
         if obs is None:
             return _hold(fleet, "no metrics: the planner keeps the replicas")
         tokens_per_s = obs.generation_tokens / obs.window_s if obs.window_s > 0 else 0.0
         demand = tokens_per_s
-        if self._frontend is not None and self._frontend[2] > 0:
-            demand = self._frontend[1] / self._frontend[2]  # next_num_req x next_osl / interval
+        if self._frontend is not None and self._frontend.window_s > 0:
+            demand = self._frontend.output_tokens / self._frontend.window_s  # next_num_req x next_osl / interval
         self._loads.append(demand)
         predicted = _trend_next(list(self._loads))
         corrected = self.target_s

@@ -232,10 +232,21 @@ class RunResult:
         return [m.p90_tpot_s for m in self.minutes]
 
 
-Frontend = Callable[[float, float, float], None]
-"""Told at each decision the requests and their output tokens the gateway received over the
-policy's window, and that window's seconds (a frontend's counters, not vLLM series: Dynamo's
-planner reads them)."""
+@dataclass(frozen=True)
+class GatewayReading:
+    """What the deployment's gateway counts (not vLLM series): the requests it received over the
+    policy's window and their output tokens (Dynamo's planner reads its frontend's), and the
+    requests in flight at the serving groups now, running or queued (the concurrency Knative's
+    queue-proxies report to its KPA)."""
+
+    window_s: float
+    requests: float
+    output_tokens: float
+    in_flight: float
+
+
+Frontend = Callable[[GatewayReading], None]
+"""Told the gateway's reading before each decision of a policy that reads it."""
 
 
 class FleetSim:
@@ -244,7 +255,8 @@ class FleetSim:
     Decisions come every ``policy.interval_s``; each reads ``policy.window_s`` of the groups'
     metrics through ``PodScrapeSource`` (module docstring), or nothing when the policy reads
     none (``window_s`` None: it is given None). ``frontend``, when given, is called before each
-    decision with the gateway's counters over the window."""
+    decision with the gateway's reading (over the window, or the interval for a policy that reads
+    no engine metrics)."""
 
     def __init__(self, cfg: FleetConfig, policy: Policy, requests: Sequence[Request], duration_s: float,
                  initial_groups: int, name: str = "", trace_name: str = "", model: GroupModel | None = None,
@@ -481,12 +493,17 @@ class FleetSim:
             return None
 
     def _tell_frontend(self, now: float, window_s: float) -> None:
-        """The gateway's counters over the window (its start: as the pod-scrape source picks it)."""
+        """The gateway's reading: counters over the window (from the newest count at or before
+        its start), requests in flight at the serving groups now."""
         assert self.frontend is not None
         base = self._gateway.base(now - window_s)
         assert base is not None
         start, (requests, tokens) = base
-        self.frontend(self._arrivals - requests, self._arrival_tokens - tokens, now - start)
+        serving = self._serving()
+        for g in serving:
+            self._advance(g, now)
+        self.frontend(GatewayReading(now - start, self._arrivals - requests, self._arrival_tokens - tokens,
+                                     float(sum(len(g.running) + len(g.waiting) for g in serving))))
         self._gateway.add(now, (self._arrivals, self._arrival_tokens))
         self._gateway.forget_before(start)
 

@@ -110,7 +110,7 @@ def baseline(name: str, s: Setup, static_groups: int) -> Policy:
 # ---------------------------------------------------------------- hindsight optimum -------------
 def _run(s: Setup, policy: Policy, trace: Trace, reqs: list[Request], initial: int, name: str,
          cfg: FleetConfig | None = None) -> RunResult:
-    frontend = policy.frontend if isinstance(policy, DynamoPlannerPolicy) else None  # it reads its frontend
+    frontend = policy.frontend if isinstance(policy, (DynamoPlannerPolicy, KPAPolicy)) else None  # they read the gateway
     return FleetSim(cfg or s.cfg, policy, reqs, trace.duration_s, initial, name=name, trace_name=trace.name,
                     model=s.model, frontend=frontend).run()
 
