@@ -66,12 +66,15 @@ a policy on the default layout.
 
 from __future__ import annotations
 
+import errno
 import heapq
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import requests
 
 from kimik3.autoscaler.observation import (ACCEPTED, DRAFTS, GENERATION_TOKENS, ITL, RUNNING, WAITING,
                                            DecodeObservation, MetricsUnavailable)
@@ -469,12 +472,17 @@ class FleetSim:
         return [g for g in self.groups if g.state in (READY, DRAINING)]
 
     def _targets(self, namespace: str, deployment: str) -> list[ScrapeTarget]:
-        """The leaders to scrape: every group that serves (ready or draining), by its page."""
-        return [ScrapeTarget(f"group-{g.gid}", str(g.gid), g.url) for g in self._serving()]
+        """The leaders to scrape: every group whose pods run (loading, ready or draining), as the
+        controller lists the Running leader pods."""
+        return [ScrapeTarget(f"group-{g.gid}", str(g.gid), g.url) for g in self.groups
+                if g.state in (LOADING, READY, DRAINING)]
 
     def page(self, url: str) -> str:
-        """The /metrics page of the group at ``url`` now: vLLM 0.32's text exposition."""
+        """The /metrics page of the group at ``url`` now: vLLM 0.32's text exposition. A group
+        still loading refuses the connection (vLLM listens once the weights are loaded)."""
         g = self._pages[url]
+        if g.state == LOADING:
+            raise requests.ConnectionError(ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"))
         values: dict[str, float | HistogramTotals] = {
             RUNNING: float(len(g.running)), WAITING: float(len(g.waiting)), GENERATION_TOKENS: g.tokens, ITL: g.itl}
         if self.cfg.shape.k:
