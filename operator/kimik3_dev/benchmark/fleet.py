@@ -76,6 +76,7 @@ from typing import Any
 
 import requests
 
+from kimik3.admission import Admitted
 from kimik3.autoscaler.observation import (ACCEPTED, DRAFTS, GENERATION_TOKENS, ITL, RUNNING, WAITING,
                                            DecodeObservation, MetricsUnavailable)
 from kimik3.autoscaler.perfmodel import (DEFAULT_WORKLOAD, EngineShape, PerfParams, acceptance_length, decode_point,
@@ -83,7 +84,7 @@ from kimik3.autoscaler.perfmodel import (DEFAULT_WORKLOAD, EngineShape, PerfPara
 from kimik3.autoscaler.policy import Decision, FleetState, Policy
 from kimik3.autoscaler.sources import PodScrapeSource, ScrapeTarget
 from kimik3.autoscaler.window import Samples
-from kimik3_dev.benchmark.traces import Request, Trace
+from kimik3_dev.benchmark.traces import Request
 from kimik3_dev.sim.vllm_metrics import HistogramTotals, exposition
 
 DEFAULT_LOAD_TIME_S = 900.0
@@ -131,7 +132,7 @@ class FleetConfig:
         return self.racks * (self.trays_per_rack // self.trays_per_group)
 
     @classmethod
-    def from_admitted(cls, admitted: Any, **overrides: Any) -> FleetConfig:
+    def from_admitted(cls, admitted: Admitted, **overrides: Any) -> FleetConfig:
         """Config for the groups of an admitted spec (``kimik3.admission.admit``)."""
         spec, plan = admitted.spec, admitted.plan
         return cls(shape=EngineShape.from_spec(spec, plan), max_num_seqs=spec.engine.max_num_seqs,
@@ -643,14 +644,3 @@ def _quantile(values: list[float], q: float) -> float | None:
         return None
     s = sorted(values)
     return s[min(len(s) - 1, int(math.ceil(q * len(s))) - 1)]
-
-
-def simulate(cfg: FleetConfig, policy: Policy, trace: Trace, initial_groups: int, seed: int = 0,
-             name: str = "", requests: Sequence[Request] | None = None, **kw: Any) -> RunResult:
-    """Run ``policy`` on ``trace`` (requests drawn with ``seed`` unless given)."""
-    reqs = requests if requests is not None else trace.requests(seed)
-    return FleetSim(cfg, policy, reqs, trace.duration_s, initial_groups, name=name, trace_name=trace.name,
-                    **kw).run()
-
-
-PolicyFactory = Callable[[], Policy]
