@@ -32,6 +32,9 @@ import requests
 import yaml
 
 from kimik3.controller.kube import Kube
+from kimik3.api.conditions import ConditionType
+from kimik3.kube.kinds import KIMIK3_DEPLOYMENT, LEADER_WORKER_SET
+from kimik3.kube.objects import condition
 from kimik3_dev.devcluster.controlplane import ControlPlane
 from kimik3_dev.devcluster.operator_thread import free_port
 from kimik3_dev.devcluster.install import install_apis
@@ -126,11 +129,10 @@ def main() -> int:
                     list(pool.map(lambda cr: kube.apply(cr, force=False), crs))
                 created_s = time.monotonic() - t0
                 while time.monotonic() - t0 < args.timeout:
-                    items = kube._call("GET", "/apis/inference.kimik3.io/v1alpha1/kimik3deployments")["items"]
+                    items = kube._call("GET", KIMIK3_DEPLOYMENT.path())["items"]
                     done = sum(1 for o in items
                                if (o.get("status") or {}).get("observedGeneration") == o["metadata"]["generation"]
-                               and any(c["type"] == "Degraded" and c["status"] == "False"
-                                       for c in o["status"].get("conditions", [])))
+                               and (condition(o, ConditionType.DEGRADED) or {}).get("status") == "False")
                     if done == args.crs:
                         break
                     time.sleep(0.5)
@@ -139,7 +141,7 @@ def main() -> int:
                     return 1
                 converge_s = time.monotonic() - t0
                 rps = (api_requests(cp) - before) / converge_s
-                lws = kube._call("GET", "/apis/leaderworkerset.x-k8s.io/v1/leaderworkersets")["items"]
+                lws = kube._call("GET", LEADER_WORKER_SET.path())["items"]
                 lws_ours = sum(1 for x in lws if x["metadata"]["namespace"].startswith("k3-"))
                 assert lws_ours == args.crs, f"{lws_ours} LeaderWorkerSets for {args.crs} CRs"
                 print(f"operator: {args.crs} CRs created in {created_s:.1f} s, all converged in {converge_s:.1f} s "

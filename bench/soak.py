@@ -74,19 +74,21 @@ import yaml
 from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
-from kimik3.kube.kinds import GROUP, PLURAL, VERSION
+from kimik3.api.conditions import ConditionType
+from kimik3.kube import nodes as knodes
+from kimik3.kube import pods as kpods
+from kimik3.kube.kinds import CONFIG_MAP, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, NODE, POD, SERVICE
+from kimik3.kube.objects import condition, is_deleting
 from kimik3.controller.reconcile import FINALIZER
 from kimik3_dev.devcluster import faults
 from kimik3_dev.devcluster.cluster import DevCluster, UpOptions
 from kimik3_dev.devcluster.racks import RackShape
 from kimik3_dev.devcluster.rest import Rest
 from kimik3_dev.devcluster.workloads import apply_deployment
-from kimik3.kube.labels import LWS_GROUP_INDEX_LABEL, LWS_NAME_LABEL, LWS_WORKER_INDEX_LABEL
-from kimik3.kube.labels import CLIQUE_LABEL
+from kimik3.kube.labels import CLIQUE_LABEL, LWS_NAME_LABEL
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "gb300-tp8-megakernel-dspark.yaml"
-LWS_API = "/apis/leaderworkerset.x-k8s.io/v1"
 TRAYS_PER_RACK = 4
 TOLERATION_S = 10
 """not-ready / unreachable NoExecute toleration of the engine pods, s."""
@@ -110,18 +112,8 @@ KINDS = ("scale", "delete-child", "delete-pod", "crash-pod", "tray-not-ready", "
 CHILD_KINDS = ("Service", "LeaderWorkerSet", "ConfigMap")
 
 
-def _cond(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
-    return next((c for c in ((obj or {}).get("status") or {}).get("conditions", []) if c.get("type") == type_), None)
-
-
-def _pod_ready(pod: dict[str, Any]) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions", []))
-
-
 def _live(pod: dict[str, Any]) -> bool:
-    return not pod["metadata"].get("deletionTimestamp") and \
-        (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    return not kpods.is_terminating(pod) and kpods.phase(pod) not in ("Succeeded", "Failed")
 
 
 class CounterTotals:
@@ -183,7 +175,7 @@ class Deployment:
 
     @property
     def path(self) -> str:
-        return f"/apis/{GROUP}/{VERSION}/namespaces/{self.namespace}/{PLURAL}/{self.name}"
+        return KIMIK3_DEPLOYMENT.path(self.namespace, self.name)
 
     @property
     def lws(self) -> str:
@@ -191,12 +183,12 @@ class Deployment:
 
     def child_paths(self) -> dict[str, str]:
         ns = self.namespace
-        return {"Service": f"/api/v1/namespaces/{ns}/services/{self.name}",
-                "LeaderWorkerSet": f"{LWS_API}/namespaces/{ns}/leaderworkersets/{self.lws}",
-                "ConfigMap": f"/api/v1/namespaces/{ns}/configmaps/{self.name}-launcher"}
+        return {SERVICE.kind: SERVICE.path(ns, self.name),
+                LEADER_WORKER_SET.kind: LEADER_WORKER_SET.path(ns, self.lws),
+                CONFIG_MAP.kind: CONFIG_MAP.path(ns, f"{self.name}-launcher")}
 
     def pods(self, rest: Rest) -> list[dict[str, Any]]:
-        return rest.items(f"/api/v1/namespaces/{self.namespace}/pods", f"{LWS_NAME_LABEL}={self.lws}")
+        return rest.items(POD.path(self.namespace), f"{LWS_NAME_LABEL}={self.lws}")
 
 
 def groups_of(pods: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
@@ -204,9 +196,9 @@ def groups_of(pods: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
     out: dict[int, list[dict[str, Any]]] = {}
     for pod in pods:
         if _live(pod):
-            out.setdefault(int(pod["metadata"]["labels"][LWS_GROUP_INDEX_LABEL]), []).append(pod)
+            out.setdefault(int(kpods.group_index(pod) or 0), []).append(pod)
     for members in out.values():
-        members.sort(key=lambda p: int(p["metadata"]["labels"][LWS_WORKER_INDEX_LABEL]))
+        members.sort(key=lambda p: kpods.worker_index(p) or 0)
     return dict(sorted(out.items()))
 
 
@@ -239,7 +231,7 @@ class Soak:
         self.lock = threading.Lock()  # our own CR edits vs the checker's spec comparison
         self.t0 = time.monotonic()
         self.clique_of = {n["metadata"]["name"]: n["metadata"]["labels"].get(CLIQUE_LABEL)
-                          for n in rest.items("/api/v1/nodes")}
+                          for n in rest.items(NODE.path())}
         self.violations: list[dict[str, Any]] = []
         self._violation_keys: set[str] = set()
         self.overlaps: dict[tuple[str, int], float] = {}  # (deployment, group) -> first seen
@@ -291,7 +283,7 @@ class Soak:
         want = cr["spec"]["replicas"]
         if status.get("observedGeneration") != cr["metadata"]["generation"]:
             return f"observedGeneration {status.get('observedGeneration')} != generation {cr['metadata']['generation']}"
-        ready, degraded = _cond(cr, "Ready"), _cond(cr, "Degraded")
+        ready, degraded = condition(cr, ConditionType.READY), condition(cr, ConditionType.DEGRADED)
         if not ready or ready["status"] != "True":
             return f"Ready={ready and ready['status']} ({ready and ready.get('message', '')[:160]})"
         if degraded and degraded["status"] == "True":
@@ -300,9 +292,9 @@ class Soak:
             return f"readyReplicas {status.get('readyReplicas')} != {want}"
         children = {k: rest.get(p) for k, p in dep.child_paths().items()}
         for kind, child in children.items():
-            if child is None or child["metadata"].get("deletionTimestamp"):
+            if child is None or is_deleting(child):
                 return f"{kind} missing"
-        lws = children["LeaderWorkerSet"]
+        lws = children[LEADER_WORKER_SET.kind]
         if lws["spec"].get("replicas") != want:
             return f"LeaderWorkerSet replicas {lws['spec'].get('replicas')} != {want}"
         size = int(lws["spec"]["leaderWorkerTemplate"].get("size", 1))
@@ -310,8 +302,8 @@ class Soak:
         if sorted(groups) != list(range(want)):
             return f"groups {sorted(groups)} != 0..{want - 1}"
         for index, members in groups.items():
-            if len(members) != size or not all(_pod_ready(p) for p in members):
-                return f"group {index}: {sum(map(_pod_ready, members))}/{size} pods Ready"
+            if len(members) != size or not all(kpods.is_ready(p) for p in members):
+                return f"group {index}: {sum(map(kpods.is_ready, members))}/{size} pods Ready"
             cliques = {self.clique_of.get(p["spec"].get("nodeName")) for p in members}
             if len(cliques) != 1 or None in cliques:
                 return f"group {index} spans cliques {sorted(map(str, cliques))}"
@@ -362,17 +354,16 @@ class Soak:
                         "status": {k: v for k, v in (lws.get("status") or {}).items() if k != "conditions"}},
                 "pods": [{"name": p["metadata"]["name"], "uid": p["metadata"]["uid"][:8],
                           "node": p["spec"].get("nodeName"), "phase": (p.get("status") or {}).get("phase"),
-                          "ready": _pod_ready(p), "deleting": p["metadata"].get("deletionTimestamp"),
+                          "ready": kpods.is_ready(p), "deleting": p["metadata"].get("deletionTimestamp"),
                           "conditions": {c["type"]: c["status"] for c in (p.get("status") or {}).get("conditions", [])},
                           "created": p["metadata"].get("creationTimestamp")}
                          for p in dep.pods(self.rest)],
             }
         out["trays"] = {n["metadata"]["name"]: {
-            "ready": next((c["status"] for c in n["status"]["conditions"] if c["type"] == "Ready"), None),
+            "ready": (condition(n, knodes.READY) or {}).get("status"),
             "taints": [f"{t['key']}:{t['effect']}" for t in n["spec"].get("taints", [])]}
-            for n in self.rest.items("/api/v1/nodes")
-            if n["spec"].get("taints") or not any(c["type"] == "Ready" and c["status"] == "True"
-                                                  for c in n["status"]["conditions"])}
+            for n in self.rest.items(NODE.path())
+            if n["spec"].get("taints") or not knodes.is_ready(n)}
         return out
 
     def wait_trays_healthy(self) -> str | None:
@@ -380,8 +371,8 @@ class Soak:
         deadline, last = time.monotonic() + NODE_HEALTH_TIMEOUT_S, ""
         while time.monotonic() < deadline:
             bad = []
-            for node in self.rest.items("/api/v1/nodes"):
-                ready = any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"])
+            for node in self.rest.items(NODE.path()):
+                ready = knodes.is_ready(node)
                 taints = [t["key"] for t in node["spec"].get("taints", [])]
                 if not ready or taints:
                     bad.append(f"{node['metadata']['name']} ready={ready} taints={taints}")
@@ -414,27 +405,26 @@ class Soak:
             if FINALIZER not in cr["metadata"].get("finalizers", []):
                 self.violation(f"finalizer/{ns}", f"{ns}/{name}: finalizer {FINALIZER} missing "
                                                   f"({cr['metadata'].get('finalizers')})")
-            lwss = [x for x in rest.items(f"{LWS_API}/namespaces/{ns}/leaderworkersets")
+            lwss = [x for x in rest.items(LEADER_WORKER_SET.path(ns))
                     if any(o.get("uid") == cr["metadata"]["uid"] for o in x["metadata"].get("ownerReferences", []))]
             if len(lwss) > 1:
                 self.violation(f"lws/{ns}/{len(lwss)}", f"{ns}/{name}: {len(lwss)} LeaderWorkerSets "
                                                         f"{[x['metadata']['name'] for x in lwss]}")
             # a group instance = its leader pod: a worker's StatefulSet is owned by its leader
             sts_owner = {s["metadata"]["uid"]: next((o["uid"] for o in s["metadata"].get("ownerReferences", [])
-                                                     if o.get("kind") == "Pod"), None)
+                                                     if o.get("kind") == POD.kind), None)
                          for s in rest.items(f"/apis/apps/v1/namespaces/{ns}/statefulsets")}
             leaders: dict[int, set[str]] = {}
             for pod in dep.pods(rest):
                 if not _live(pod):
                     continue
-                labels = pod["metadata"]["labels"]
-                if labels.get(LWS_WORKER_INDEX_LABEL) == "0":
+                if kpods.is_leader(pod):
                     leader = pod["metadata"]["uid"]
                 else:
                     sts = next((o["uid"] for o in pod["metadata"].get("ownerReferences", [])
                                 if o.get("kind") == "StatefulSet"), None)
                     leader = sts_owner.get(sts) or f"sts:{sts}"
-                leaders.setdefault(int(labels[LWS_GROUP_INDEX_LABEL]), set()).add(leader)
+                leaders.setdefault(int(kpods.group_index(pod) or 0), set()).add(leader)
             now = time.monotonic()
             for index in set(leaders) | {g for (n, g) in self.overlaps if n == ns}:
                 key = (ns, index)
@@ -554,23 +544,23 @@ class Soak:
 
     def _group_fault(self, dep: Deployment, pod: dict[str, Any]) -> Callable[[], str | None]:
         """The whole group of ``pod`` must be recreated (RecreateGroupOnPodRestart, F14)."""
-        index = pod["metadata"]["labels"][LWS_GROUP_INDEX_LABEL]
+        index = kpods.group_index(pod) or "0"
         self.victim = f"{dep.namespace}/{index}"
         group = groups_of(dep.pods(self.rest)).get(int(index), []) + [pod]
         return self._replaced(dep, {p["metadata"]["uid"]: p["metadata"]["name"] for p in group})
 
     def fault_delete_pod(self) -> Fault:
         dep, pod = self.rng.choice([(d, p) for d, p in self._group_pods()
-                                    if p["metadata"]["labels"][LWS_WORKER_INDEX_LABEL] != "0"])
+                                    if not kpods.is_leader(p)])
         effect = self._group_fault(dep, pod)
-        self.rest.delete(f"/api/v1/namespaces/{dep.namespace}/pods/{pod['metadata']['name']}")
+        self.rest.delete(POD.path(dep.namespace, pod["metadata"]["name"]))
         return Fault(f"worker pod {dep.namespace}/{pod['metadata']['name']}", effect=effect)
 
     def fault_crash_pod(self) -> Fault:
         # A group's leader: a worker that turns Failed is sometimes replaced alone by LeaderWorkerSet
         # v0.9 (kubernetes-sigs/lws#998, docs/reliability.md, known limits), a bug of that version, not of ours.
         dep, pod = self.rng.choice([(d, p) for d, p in self._group_pods()
-                                    if p["metadata"]["labels"].get(LWS_WORKER_INDEX_LABEL) == "0"])
+                                    if kpods.is_leader(p)])
         effect = self._group_fault(dep, pod)
         faults.fail_pod(self.rest, dep.namespace, pod["metadata"]["name"])
         return Fault(f"pod {dep.namespace}/{pod['metadata']['name']} crashed", effect=effect)
@@ -587,9 +577,8 @@ class Soak:
             # healthy trays, to tell a slow move from none
             while time.monotonic() - start < (TRAY_DOWN_S if moved is not None else TRAY_MAX_DOWN_S):
                 try:
-                    node = self.rest.get(f"/api/v1/nodes/{tray}") or {}
-                    if not_ready is None and any(c["type"] == "Ready" and c["status"] != "True"
-                                                 for c in node.get("status", {}).get("conditions", [])):
+                    node = self.rest.get(NODE.path(None, tray)) or {}
+                    if not_ready is None and (condition(node, knodes.READY) or {}).get("status") not in (None, "True"):
                         not_ready = time.monotonic() - start
                     if not_ready is not None and moved is None:
                         why = self.why_not_converged() or (
@@ -713,8 +702,8 @@ class Soak:
         Raises ``Stuck`` when even that does not converge."""
         deleted = []
         for dep, pod in self._group_pods():
-            if not _pod_ready(pod):
-                self.rest.delete(f"/api/v1/namespaces/{dep.namespace}/pods/{pod['metadata']['name']}")
+            if not kpods.is_ready(pod):
+                self.rest.delete(POD.path(dep.namespace, pod["metadata"]["name"]))
                 deleted.append(f"{dep.namespace}/{pod['metadata']['name']}")
         took, why = self.wait_converged(self.timeout_s)
         if took is None:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
+from prometheus_client import REGISTRY
 
 from kimik3 import admission
 from kimik3.controller import reconcile
@@ -91,13 +92,19 @@ def serve(e: dict, steps: int, step_s: float, running: float, tokens: float, dra
                                   tokens=tokens)
 
 
-def test_load_step_scales_up_and_tells_the_story(env):
-    e = env
-    e["kube"].apply(autoscaled_cr(e["ns"]), force=False)
+def started(e: dict, **autoscaling) -> dict:
+    """The autoscaled CR applied and reconciled, group 0's leader serving and scraped once (no
+    window yet); the CR after that first decision."""
+    e["kube"].apply(autoscaled_cr(e["ns"], **autoscaling), force=False)
     e["rec"].reconcile(e["ns"], "k3-latency")
     running_leaders(e, 1)
     serve(e, 0, 0.01, running=0, tokens=0)
-    obj = tick(e)
+    return tick(e)
+
+
+def test_load_step_scales_up_and_tells_the_story(env):
+    e = env
+    obj = started(e)
     assert condition(obj, "MetricsAvailable")["reason"] == "WarmingUp"
     assert obj["status"]["desiredReplicas"] == 1
     # A load step: 40 requests on one group, ~21 ms steps at 4.2 tokens/step (P90 5.6 ms per
@@ -106,7 +113,9 @@ def test_load_step_scales_up_and_tells_the_story(env):
     obj = tick(e)
     desired = obj["status"]["desiredReplicas"]
     assert desired >= 2, obj["status"]
-    assert obj["status"]["decode"]["p90ItlSeconds"] == pytest.approx((0.01 + 0.015 * 0.9) / 4.2)
+    decode = obj["status"]["decode"]
+    assert (decode["metric"], decode["percentile"]) == ("timePerOutputToken", 90)
+    assert decode["latencySeconds"] == pytest.approx((0.01 + 0.015 * 0.9) / 4.2)  # P90 step / tokens per step
     assert e["kube"].get(*LWS, e["ns"], "k3-latency-engine")["spec"]["replicas"] == desired
     assert obj["status"]["lastScale"]["from"] == 1 and obj["status"]["lastScale"]["to"] == desired
     assert obj["status"]["lastScale"]["reason"].startswith("ScaleUp")
@@ -136,11 +145,8 @@ def test_no_latency_metric_holds_replicas_and_says_why(env):
 def test_scale_to_zero_with_no_traffic_releases_the_compute_domain(env):
     """F11: minReplicas 0 and no traffic: LWS at 0, ComputeDomain released, Ready/ScaledToZero."""
     e = env
-    e["kube"].apply(autoscaled_cr(e["ns"], minReplicas=0, metricsSource={"type": "podScrape"}), force=False)
-    e["rec"].reconcile(e["ns"], "k3-latency")
-    running_leaders(e, 1)
-    serve(e, 0, 0.01, running=0, tokens=0)
-    for _ in range(7):  # 3.5 minutes of silence > the 2-minute scale-down window
+    obj = started(e, minReplicas=0, metricsSource={"type": "podScrape"})
+    for _ in range(6):  # 3.5 minutes of silence > the 2-minute scale-down window
         obj = tick(e)
     assert obj["status"]["desiredReplicas"] == 0, obj["status"]
     assert e["kube"].get(*LWS, e["ns"], "k3-latency-engine")["spec"]["replicas"] == 0
@@ -157,11 +163,7 @@ def test_scale_to_zero_with_no_traffic_releases_the_compute_domain(env):
 def test_no_further_scale_up_while_a_group_loads(env):
     """F10: a new group loading inside its load timeout counts as coming."""
     e = env
-    e["kube"].apply(autoscaled_cr(e["ns"], maxReplicas=2), force=False)
-    e["rec"].reconcile(e["ns"], "k3-latency")
-    running_leaders(e, 1)
-    serve(e, 0, 0.01, running=0, tokens=0)
-    tick(e)
+    started(e, maxReplicas=2)
     serve(e, 3000, 0.03, running=40, tokens=240_000, drafts=3000, accepted=9600)
     obj = tick(e)
     assert obj["status"]["desiredReplicas"] == 2
@@ -178,15 +180,38 @@ def test_no_further_scale_up_while_a_group_loads(env):
     assert e["kube"].get(*LWS, e["ns"], "k3-latency-engine")["spec"]["replicas"] == 2
 
 
+def test_decode_status_holds_the_target_metric_at_the_target_percentile(env):
+    """status.decode says which latency it holds: with target interTokenLatency at P95 it is vLLM's
+    raw ITL (per engine step) at P95, not the P90 per-token latency; tokens/s per user stays per
+    token at that percentile; the operator's gauge carries the same labels. Between decisions the
+    status keeps the last measurement."""
+    e = env
+    started(e, target={"metric": "interTokenLatency", "percentile": 95, "value": "30ms"})
+    # 3000 engine steps of 21 ms (bucket 10-25 ms) at 4.2 tokens per step.
+    serve(e, 3000, 0.021, running=8, tokens=240_000, drafts=3000, accepted=9600)
+    obj = tick(e)
+    decode = obj["status"]["decode"]
+    p95_step = 0.01 + 0.015 * 0.95
+    assert (decode["metric"], decode["percentile"]) == ("interTokenLatency", 95)
+    assert decode["latencySeconds"] == pytest.approx(p95_step)
+    assert decode["tokensPerSecondPerUser"] == pytest.approx(4.2 / p95_step)
+    assert decode["acceptanceLength"] == pytest.approx(4.2)
+    assert "p90ItlSeconds" not in decode
+    gauge = REGISTRY.get_sample_value("kimik3_autoscaler_observed_latency_seconds", {
+        "namespace": e["ns"], "deployment": "k3-latency", "metric": "interTokenLatency", "percentile": "95"})
+    assert gauge == pytest.approx(p95_step)
+    metrics_available = condition(obj, "MetricsAvailable")
+    assert (metrics_available["status"], metrics_available["reason"]) == ("True", "Measured")
+    later = tick(e, 5)  # before the next decision (interval 30 s): nothing measured, nothing changes
+    assert later["status"]["decode"] == decode
+    assert condition(later, "MetricsAvailable") == metrics_available
+
+
 def test_one_reconcile_admits_once_and_hands_the_same_value_on(env, monkeypatch):
     """With autoscaling on, one reconcile parses and checks the spec once, derives the group plan
     once, and the autoscaler, the renderer and the status all take that one Admitted."""
     e = env
-    e["kube"].apply(autoscaled_cr(e["ns"]), force=False)
-    e["rec"].reconcile(e["ns"], "k3-latency")
-    running_leaders(e, 1)
-    serve(e, 0, 0.01, running=0, tokens=0)
-    tick(e)  # the first decision only warms up
+    started(e)  # the first decision only warms up
     serve(e, 3000, 0.021, running=40, tokens=240_000, drafts=3000, accepted=9600)
     calls: dict[str, list] = {"admit": [], "plan_group": [], "step": [], "render": [], "status": []}
 
@@ -209,5 +234,4 @@ def test_one_reconcile_admits_once_and_hands_the_same_value_on(env, monkeypatch)
     (_, admitted), = calls["admit"]
     assert calls["step"][0][0][1] is admitted
     assert calls["render"][0][0][0] is admitted
-    status_args = calls["status"][0][0]
-    assert status_args[1] is admitted.spec and status_args[2] is admitted.plan
+    assert calls["status"][0][0][1] is admitted

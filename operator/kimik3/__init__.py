@@ -5,8 +5,3 @@ Data flow (one subpackage per arrow): ``api`` (the KimiK3Deployment models and C
 in-pod launcher) -> ``render`` (child objects) -> ``controller`` (kopf handlers that apply them
 and write status).
 """
-
-GROUP = "inference.kimik3.io"
-VERSION = "v1alpha1"
-KIND = "KimiK3Deployment"
-PLURAL = "kimik3deployments"

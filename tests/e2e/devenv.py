@@ -16,8 +16,8 @@ from kimik3.kube.kinds import GROUP, PLURAL, VERSION
 from kimik3_dev.devcluster.cluster import DevCluster
 from kimik3_dev.devcluster.rest import Rest
 from kimik3_dev.devcluster.workloads import apply_deployment
-from kimik3.kube.labels import LWS_GROUP_INDEX_LABEL, LWS_NAME_LABEL, LWS_WORKER_INDEX_LABEL
-from kimik3.kube.labels import CLIQUE_LABEL
+from kimik3.kube import pods as kpods
+from kimik3.kube.labels import CLIQUE_LABEL, LWS_NAME_LABEL
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RECIPE = REPO_ROOT / "recipes" / "gb300-tp8-megakernel-dspark.yaml"
@@ -84,25 +84,18 @@ class DevEnv:
         """Live (not terminating) pods by group index, each list sorted by worker index."""
         out: dict[int, list[dict[str, Any]]] = {}
         for pod in self.pods(namespace, name):
-            if pod["metadata"].get("deletionTimestamp"):
-                continue
-            labels = pod["metadata"]["labels"]
-            out.setdefault(int(labels[LWS_GROUP_INDEX_LABEL]), []).append(pod)
+            if not kpods.is_terminating(pod):
+                out.setdefault(int(kpods.group_index(pod) or 0), []).append(pod)
         for pods in out.values():
-            pods.sort(key=lambda p: int(p["metadata"]["labels"][LWS_WORKER_INDEX_LABEL]))
+            pods.sort(key=lambda p: kpods.worker_index(p) or 0)
         return dict(sorted(out.items()))
-
-    @staticmethod
-    def ready(pod: dict[str, Any]) -> bool:
-        return any(c["type"] == "Ready" and c["status"] == "True"
-                   for c in (pod.get("status") or {}).get("conditions", []))
 
     def ready_groups(self, namespace: str, size: int, count: int, name: str = "k3") -> dict[int, list[dict]] | None:
         """The groups when exactly groups 0..count-1 exist, each with ``size`` Ready pods; else None."""
         groups = self.groups(namespace, name)
         if sorted(groups) != list(range(count)):
             return None
-        if all(len(p) == size and all(self.ready(x) for x in p) for p in groups.values()):
+        if all(len(p) == size and all(kpods.is_ready(x) for x in p) for p in groups.values()):
             return groups
         return None
 

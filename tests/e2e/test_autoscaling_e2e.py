@@ -47,14 +47,15 @@ def test_load_step_scales_up_through_prometheus_then_back_down(dev_env, ns):
                             lambda s: (s.get("desiredReplicas") or 0) >= 2), timeout_s=180)
         assert scaled["lastScale"]["from"] == 1 and scaled["lastScale"]["to"] >= 2
         assert scaled["lastScale"]["reason"].startswith("ScaleUp")
-        assert scaled["decode"]["p90ItlSeconds"] > 0.007  # what the decision saw: over target
+        assert (scaled["decode"]["metric"], scaled["decode"]["percentile"]) == ("timePerOutputToken", 90)
+        assert scaled["decode"]["latencySeconds"] > 0.007  # what the decision saw: over target
         metrics = _conditions(dev_env, ns)["MetricsAvailable"]
         assert metrics["status"] == "True", metrics
         # The new groups are placed (each in a rack of its own), load, and take their share.
         wait_until("the new groups to be ready", lambda: _status_if(
             dev_env, ns, lambda s: (s.get("readyReplicas") or 0) >= scaled["desiredReplicas"]), timeout_s=180)
         settled = wait_until("P90 per-token latency back under 7 ms", lambda: _status_if(
-            dev_env, ns, lambda s: (s.get("decode") or {}).get("p90ItlSeconds", 1) <= 0.007
+            dev_env, ns, lambda s: (s.get("decode") or {}).get("latencySeconds", 1) <= 0.007
             and (s.get("readyReplicas") or 0) >= 2), timeout_s=240)
         assert settled["decode"]["tokensPerSecondPerUser"] >= 1 / 0.007
     finally:

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from kimik3.admission import admit
-from kimik3.controller.status import compute_status, scaling_limited_message, unschedulable_groups
+from kimik3.controller.status import compute_status, scaling_limited_message, status_patch, unschedulable_groups
 from kimik3_dev.devcluster import kwok, lws, processes, prometheus
 from kimik3_dev.devcluster.overview import render
 from kimik3_dev.devcluster.racks import KWOK_ANNOTATION, RACK_LABEL, RackShape, node_manifests
@@ -219,28 +219,28 @@ def _cr(status: dict | None = None) -> dict:
 def test_compute_status_sets_and_clears_scaling_limited() -> None:
     cr = _cr()
     admitted = admit(cr["spec"])
-    spec, plan = admitted.spec, admitted.plan
     lws_obj = {"status": {"replicas": 4, "readyReplicas": 3}}
     pods = [_pod("k3-latency-engine-3", "3", "0", UNSCHEDULABLE)]
-    status = compute_status(cr, spec, plan, lws_obj, pods, 4)
-    limited = next(c for c in status["conditions"] if c["type"] == "ScalingLimited")
-    assert (limited["status"], limited["reason"], limited["observedGeneration"]) == ("True", "Unschedulable", 2)
-    assert limited["message"].startswith("group 3 cannot be placed now")
-    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
-    assert (ready["status"], ready["reason"]) == ("False", "GroupsNotReady")
+    status = compute_status(cr, admitted, lws_obj, pods, 4)
+    limited = status.condition("ScalingLimited")
+    assert limited is not None
+    assert (limited.status, limited.reason, limited.observed_generation) == ("True", "Unschedulable", 2)
+    assert limited.message.startswith("group 3 cannot be placed now")
+    ready = status.condition("Ready")
+    assert ready is not None and (ready.status, ready.reason) == ("False", "GroupsNotReady")
 
     time.sleep(1.1)  # a new transition gets a new lastTransitionTime (RFC 3339 seconds)
-    cleared = compute_status(_cr(status), spec, plan, {"status": {"replicas": 3, "readyReplicas": 3}}, [], 3)
-    limited2 = next(c for c in cleared["conditions"] if c["type"] == "ScalingLimited")
-    assert (limited2["status"], limited2["reason"]) == ("False", "AllGroupsPlaced")
-    assert limited2["lastTransitionTime"] != limited["lastTransitionTime"]
+    cleared = compute_status(_cr(status_patch(status)), admitted, {"status": {"replicas": 3, "readyReplicas": 3}},
+                             [], 3)
+    limited2 = cleared.condition("ScalingLimited")
+    assert limited2 is not None and (limited2.status, limited2.reason) == ("False", "AllGroupsPlaced")
+    assert limited2.last_transition_time != limited.last_transition_time
 
 
 def test_ready_message_names_a_crashed_engine_a_terminating_pod_or_a_missing_group() -> None:
     cr = _cr()
     admitted = admit(cr["spec"])
-    spec, plan = admitted.spec, admitted.plan
-    assert plan.nodes_per_group == 2
+    assert admitted.plan.nodes_per_group == 2
     lws_obj = {"status": {"replicas": 2, "readyReplicas": 1}}
     ready = {"type": "Ready", "status": "True"}
     group0 = [_pod("k3-latency-engine-0", "0", "0", None), _pod("k3-latency-engine-0-1", "0", "1", None)]
@@ -253,8 +253,9 @@ def test_ready_message_names_a_crashed_engine_a_terminating_pod_or_a_missing_gro
     leader1["status"]["conditions"].append(ready)
 
     def message(pods: list[dict]) -> str:
-        status = compute_status(cr, spec, plan, lws_obj, pods, 2)
-        return next(c for c in status["conditions"] if c["type"] == "Ready")["message"]
+        ready = compute_status(cr, admitted, lws_obj, pods, 2).condition("Ready")
+        assert ready is not None
+        return ready.message
     assert message([*group0, leader1, crashed]) == (
         "1/2 groups ready; group 1: worker pod k3-latency-engine-1-1 is Failed: container engine exited 1 "
         "(containerFailed)")
@@ -268,10 +269,10 @@ def test_scaling_limited_set_by_someone_else_is_left_alone() -> None:
     cr = _cr({"conditions": [{"type": "ScalingLimited", "status": "True", "reason": "AtMaxReplicas",
                               "message": "autoscaler at maxReplicas 4", "lastTransitionTime": "2026-11-29T00:00:00Z"}]})
     admitted = admit(cr["spec"])
-    spec, plan = admitted.spec, admitted.plan
-    status = compute_status(cr, spec, plan, {"status": {"replicas": 1, "readyReplicas": 1}}, [], 1)
-    limited = next(c for c in status["conditions"] if c["type"] == "ScalingLimited")
-    assert (limited["status"], limited["reason"]) == ("True", "AtMaxReplicas")
+    status = compute_status(cr, admitted, {"status": {"replicas": 1, "readyReplicas": 1}}, [], 1)
+    limited = status.condition("ScalingLimited")
+    assert limited is not None and (limited.status, limited.reason) == ("True", "AtMaxReplicas")
+    assert limited.last_transition_time == "2026-11-29T00:00:00Z"
 
 
 # -- dev status text -----------------------------------------------------------------------------

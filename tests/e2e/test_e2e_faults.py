@@ -21,6 +21,7 @@ from typing import Any
 
 from devenv import DevEnv, wait_until
 
+from kimik3.kube import pods as kpods
 from kimik3_dev.devcluster import faults
 
 TRAYS_TP8 = 2
@@ -66,8 +67,8 @@ def _settled(env: DevEnv, ns: str, groups: int) -> dict[int, list[dict[str, Any]
 
 def _pod_summary(env: DevEnv, ns: str) -> list[tuple[str, str, bool, bool]]:
     """(name, phase, Ready, terminating) of every pod of the deployment: for failure messages."""
-    return [(p["metadata"]["name"], p["status"].get("phase", "?"), env.ready(p),
-             bool(p["metadata"].get("deletionTimestamp"))) for p in env.pods(ns)]
+    return [(p["metadata"]["name"], p["status"].get("phase", "?"), kpods.is_ready(p),
+             kpods.is_terminating(p)) for p in env.pods(ns)]
 
 
 def _uids(pods: list[dict[str, Any]]) -> list[str]:

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from kimik3.kube.kinds import GROUP, KIND, PLURAL, VERSION
+from kimik3.api.conditions import ConditionType
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec, KimiK3DeploymentStatus
 
 SHORT_NAMES = ["k3d", "kimik3"]
@@ -88,7 +89,8 @@ def model_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 def _printer_columns() -> list[dict[str, Any]]:
     return [
-        {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+        {"name": "Ready", "type": "string",
+         "jsonPath": f'.status.conditions[?(@.type=="{ConditionType.READY}")].status'},
         {"name": "Replicas", "type": "integer", "jsonPath": ".status.replicas",
          "description": "Engine groups that exist"},
         {"name": "Accelerator", "type": "string", "jsonPath": ".spec.topology.accelerator"},

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonDict
 
+from kimik3.api.conditions import ConditionStatus
 from kimik3.kube.accelerators import MODEL_MEMORY_FLOOR_GB, PROFILES, Accelerator
 
 DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
@@ -403,10 +404,15 @@ class TopologySpec(Model):
 # ---------------------------------------------------------------- autoscaling ---------------
 
 
+LatencyMetric = Literal["timePerOutputToken", "interTokenLatency"]
+"""Which decode latency: per output token (vLLM's ITL divided by the tokens per engine step) or
+vLLM's raw inter-token latency (one observation per engine step)."""
+
+
 class LatencyTarget(Model):
     """The decode-latency objective."""
 
-    metric: Literal["timePerOutputToken", "interTokenLatency"] = "timePerOutputToken"
+    metric: LatencyMetric = "timePerOutputToken"
     """timePerOutputToken: per output token as users feel it (ITL / tokens per step under speculative decoding). interTokenLatency: vLLM's raw ITL histogram (one observation per engine step)."""
     percentile: int = Field(default=90, ge=50, le=99)
     """Percentile of the windowed histogram held under value."""
@@ -687,11 +693,13 @@ class Condition(Model):
     """A Kubernetes-style condition (metav1.Condition)."""
 
     type: str
-    """Ready, Progressing, Degraded, MetricsAvailable or ScalingLimited."""
-    status: Literal["True", "False", "Unknown"]
+    """Ready, Progressing, Degraded, ScalingLimited, or MetricsAvailable (with autoscaling)."""
+    status: ConditionStatus
     """True, False or Unknown."""
     reason: str
-    """CamelCase reason."""
+    """CamelCase reason, e.g. AllGroupsReady, GroupsNotReady, Unschedulable, Measured."""
+    # type and reason stay plain strings so that other writers' conditions are kept; the
+    # operator's own types and reasons are kimik3.api.conditions.
     message: str = ""
     """Human-readable detail."""
     last_transition_time: str
@@ -701,12 +709,16 @@ class Condition(Model):
 
 
 class DecodeStatus(Model):
-    """Decode speed as measured over the autoscaling window."""
+    """Decode speed the autoscaler measured over its last window (spec.autoscaling.window)."""
 
-    p90_itl_seconds: float | None = None
-    """P90 time per output token, seconds (ITL / tokens per step under speculative decoding)."""
+    metric: LatencyMetric
+    """What latencySeconds measures (spec.autoscaling.target.metric): timePerOutputToken (per output token: vLLM's ITL / tokens per engine step under speculative decoding) or interTokenLatency (vLLM's raw ITL, per engine step)."""
+    percentile: int = Field(ge=50, le=99)
+    """The percentile of the window's histogram latencySeconds is, e.g. 90 for P90 (spec.autoscaling.target.percentile)."""
+    latency_seconds: float | None = None
+    """The metric at the percentile over the window, seconds: what the autoscaler holds under spec.autoscaling.target.value. Unset when no token was decoded in the window."""
     tokens_per_second_per_user: float | None = None
-    """1 / time per output token."""
+    """1 / time per output token at the same percentile (output tokens, whatever the metric)."""
     acceptance_length: float | None = None
     """Tokens per engine step: 1 + accepted / drafts (speculative decoding)."""
     observed_at: str | None = None
@@ -764,3 +776,7 @@ class KimiK3DeploymentStatus(Model):
     """Measured decode speed."""
     last_scale: ScaleEvent | None = None
     """Last autoscaling decision that changed replicas."""
+
+    def condition(self, type_: str) -> Condition | None:
+        """The condition of this type, or None."""
+        return next((c for c in self.conditions if c.type == type_), None)

@@ -5,13 +5,16 @@ outputs of a running request, and under speculative decoding a step emits 1 + ac
 (~4-5 with DSpark). The per-token latency a user feels (TPOT, the inverse of tokens/s per user)
 is therefore the step time divided by the tokens per step, 1 + accepted / drafts over the same
 window (kimi-k3-and-vllm.md, "what ITL really measures"). ``token_latency_quantile`` applies
-that conversion; ``step_latency_quantile`` is vLLM's raw ITL.
+that conversion; ``step_latency_quantile`` is vLLM's raw ITL; ``latency_quantile`` is the one
+``spec.autoscaling.target.metric`` names.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kimik3.api.conditions import Reason
+from kimik3.api.v1alpha1 import LatencyMetric
 from kimik3.autoscaler.histogram import Histogram, quantile
 
 ITL = "vllm:inter_token_latency_seconds"
@@ -28,9 +31,9 @@ GENERATION_TOKENS = "vllm:generation_tokens"
 
 class MetricsUnavailable(Exception):
     """No usable reading: the autoscaler holds replicas and sets MetricsAvailable=False with
-    this reason (a CamelCase word) and message."""
+    this reason (one of ``kimik3.api.conditions.METRICS_UNAVAILABLE``) and message."""
 
-    def __init__(self, reason: str, message: str):
+    def __init__(self, reason: Reason, message: str):
         super().__init__(message)
         self.reason = reason
         self.message = message
@@ -84,6 +87,12 @@ class DecodeObservation:
         step = self.step_latency_quantile(q)
         return None if step is None else step / self.acceptance_length
 
+    def latency_quantile(self, metric: LatencyMetric, q: float) -> float | None:
+        """Quantile ``q`` (0..1) of ``metric``, seconds: ``token_latency_quantile`` for
+        timePerOutputToken, ``step_latency_quantile`` for interTokenLatency."""
+        return self.step_latency_quantile(q) if metric == "interTokenLatency" else self.token_latency_quantile(q)
+
     def tokens_per_second_per_user(self, q: float = 0.9) -> float | None:
+        """1 / the per-output-token latency at quantile ``q``; None without observations."""
         t = self.token_latency_quantile(q)
         return 1.0 / t if t else None

@@ -67,6 +67,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from kimik3.api.v1alpha1 import LatencyMetric
 from kimik3.autoscaler.observation import DecodeObservation
 from kimik3.autoscaler.window import Samples
 
@@ -305,7 +306,7 @@ class LatencyPolicySettings:
     """After bursts shorter than a load time (groups asked for arrive to find their demand gone),
     scale-down keeps what the burst asked for during this many load times, so that the groups one
     burst brought serve the next one; each new burst extends it. 0 disables."""
-    metric: str = "timePerOutputToken"
+    metric: LatencyMetric = "timePerOutputToken"
     """timePerOutputToken (per token) or interTokenLatency (raw vLLM ITL per engine step)."""
 
 
@@ -346,10 +347,7 @@ class LatencyPolicy:
     """Last observed time from a scale-up decision to its groups serving."""
 
     def _latency(self, obs: DecodeObservation) -> float | None:
-        q = self.settings.percentile
-        if self.settings.metric == "interTokenLatency":
-            return obs.step_latency_quantile(q)
-        return obs.token_latency_quantile(q)
+        return obs.latency_quantile(self.settings.metric, self.settings.percentile)
 
     @property
     def interval_s(self) -> float:

@@ -28,6 +28,7 @@ from typing import Protocol
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from kimik3.api.conditions import Reason
 from kimik3.autoscaler.histogram import INF, Histogram, merge
 from kimik3.autoscaler.observation import (ACCEPTED, DRAFTS, GENERATION_TOKENS, ITL, ITL_OLD, KV_USAGE, RUNNING,
                                            TTFT, WAITING, DecodeObservation, MetricsUnavailable)
@@ -149,15 +150,15 @@ class PodScrapeSource:
     def observe(self, namespace: str, deployment: str, window_s: float) -> DecodeObservation:
         targets = list(self.targets(namespace, deployment))
         if not targets:
-            raise MetricsUnavailable("NoTargets", "no group leader to scrape")
+            raise MetricsUnavailable(Reason.NO_TARGETS, "no group leader to scrape")
         now = self.clock()
         start = now - window_s * (1 - WINDOW_SLACK)
         deltas, fresh, errors = self._scrape(targets, now, start)
         retired = self._retire({t.key for t in targets}, start)
         if not deltas:
             if errors:
-                raise MetricsUnavailable("ScrapeFailed", "; ".join(errors))
-            raise MetricsUnavailable("WarmingUp", "first scrape of every leader: no window yet")
+                raise MetricsUnavailable(Reason.SCRAPE_FAILED, "; ".join(errors))
+            raise MetricsUnavailable(Reason.WARMING_UP, "first scrape of every leader: no window yet")
         itl, ttft, names = [], [], set()
         drafts = accepted = tokens = running = waiting = 0.0
         kv: list[float] = []
@@ -166,12 +167,12 @@ class PodScrapeSource:
             if name:
                 names.add(name)
                 old_by_key = {k: h for k, h in old.histograms.items() if k[0] == name}
-                for key, h in new.histograms.items():
-                    if key[0] == name:
-                        itl.append(h - old_by_key.get(key, Histogram()))
-            for key, h in new.histograms.items():
-                if key[0] == TTFT:
-                    ttft.append(h - old.histograms.get(key, Histogram()))
+                for series, h in new.histograms.items():
+                    if series[0] == name:
+                        itl.append(h - old_by_key.get(series, Histogram()))
+            for series, h in new.histograms.items():
+                if series[0] == TTFT:
+                    ttft.append(h - old.histograms.get(series, Histogram()))
             drafts += _counter_delta(new, old, DRAFTS)
             accepted += _counter_delta(new, old, ACCEPTED)
             tokens += _counter_delta(new, old, GENERATION_TOKENS)
@@ -180,7 +181,7 @@ class PodScrapeSource:
             waiting += new.total(WAITING)
             kv += new.values(KV_USAGE)
         if not names:
-            raise MetricsUnavailable("NoLatencyMetric", f"leaders expose neither {ITL} nor {ITL_OLD}")
+            raise MetricsUnavailable(Reason.NO_LATENCY_METRIC, f"leaders expose neither {ITL} nor {ITL_OLD}")
         window = max(d[3] for d in deltas)
         return DecodeObservation(
             at=now, window_s=window, itl=merge(itl), itl_metric=ITL if ITL in names else ITL_OLD,
@@ -290,20 +291,20 @@ class PrometheusSource:
                                   timeout=HTTP_TIMEOUT_S, stream=True) as response:
                 body = response.raw.read(MAX_RESPONSE_BYTES + 1, decode_content=True)  # never more in memory
         except (requests.RequestException, OSError) as exc:
-            raise MetricsUnavailable("PrometheusUnreachable", f"{self.url}: {type(exc).__name__}") from None
+            raise MetricsUnavailable(Reason.PROMETHEUS_UNREACHABLE, f"{self.url}: {type(exc).__name__}") from None
         if len(body) > MAX_RESPONSE_BYTES:
-            raise MetricsUnavailable("PrometheusError", f"answer larger than {MAX_RESPONSE_BYTES} bytes")
+            raise MetricsUnavailable(Reason.PROMETHEUS_ERROR, f"answer larger than {MAX_RESPONSE_BYTES} bytes")
         try:
             payload = json.loads(body)
         except ValueError:
-            raise MetricsUnavailable("PrometheusError",
+            raise MetricsUnavailable(Reason.PROMETHEUS_ERROR,
                                      f"HTTP {response.status_code}, not JSON: {body[:200]!r}") from None
         if response.status_code != 200 or not isinstance(payload, dict) or payload.get("status") != "success":
             error = payload.get("error") if isinstance(payload, dict) else None
-            raise MetricsUnavailable("PrometheusError", f"HTTP {response.status_code}: {error or 'bad answer'}")
+            raise MetricsUnavailable(Reason.PROMETHEUS_ERROR, f"HTTP {response.status_code}: {error or 'bad answer'}")
         result = (payload.get("data") or {}).get("result")
         if not isinstance(result, list):
-            raise MetricsUnavailable("PrometheusError", "answer without a result vector")
+            raise MetricsUnavailable(Reason.PROMETHEUS_ERROR, "answer without a result vector")
         return result
 
     @staticmethod
@@ -311,7 +312,7 @@ class PrometheusSource:
         try:
             return float(sample["value"][1])
         except (KeyError, IndexError, TypeError, ValueError):
-            raise MetricsUnavailable("PrometheusError", f"malformed sample {str(sample)[:200]}") from None
+            raise MetricsUnavailable(Reason.PROMETHEUS_ERROR, f"malformed sample {str(sample)[:200]}") from None
 
     def _scalar(self, promql: str, at: float) -> float:
         return sum(self._value(s) for s in self._query(promql, at))
@@ -334,12 +335,14 @@ class PrometheusSource:
         groups = {(r.get("metric") or {}).get("group", "") for r in
                   self._query(f"count by (group) ({RUNNING}{{{sel}}})", at)}
         if not groups:
-            raise MetricsUnavailable("NoSeries", f"Prometheus has no {RUNNING} series for {namespace}/{deployment}")
+            raise MetricsUnavailable(Reason.NO_SERIES,
+                                     f"Prometheus has no {RUNNING} series for {namespace}/{deployment}")
         itl_metric, itl = ITL, self._histogram(ITL, sel, window, at)
         if not itl.buckets:
             itl_metric, itl = ITL_OLD, self._histogram(ITL_OLD, sel, window, at)
             if not itl.buckets:
-                raise MetricsUnavailable("NoLatencyMetric", f"no {ITL} or {ITL_OLD} series for {namespace}/{deployment}")
+                raise MetricsUnavailable(Reason.NO_LATENCY_METRIC,
+                                         f"no {ITL} or {ITL_OLD} series for {namespace}/{deployment}")
         kv = [self._value(s) for s in self._query(f"max({KV_USAGE}{{{sel}}})", at)]
         return DecodeObservation(
             at=at, window_s=window_s, itl=itl, itl_metric=itl_metric,

@@ -1,11 +1,11 @@
 """Autoscaling inside the reconcile: when a decision is due, observe, decide, report.
 
 ``Autoscaling.step(obj, admitted, lws, pods)`` returns the replicas to render and the status
-fields, condition and Events that tell the story (status.desiredReplicas, status.decode,
-status.lastScale, condition MetricsAvailable). It keeps one ``LatencyPolicy`` per deployment in
-memory (its learned model and recommendation history); after an operator restart the model
-starts again from the seed and the replicas from status.desiredReplicas, so nothing scales on a
-restart.
+fields, condition and Events that tell the story (an ``AutoscalerReport``: status.desiredReplicas,
+status.decode, status.lastScale, condition MetricsAvailable). It keeps one ``LatencyPolicy`` per
+deployment in memory (its learned model and recommendation history); after an operator restart
+the model starts again from the seed and the replicas from status.desiredReplicas, so nothing
+scales on a restart.
 """
 
 from __future__ import annotations
@@ -18,12 +18,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kimik3.admission import Admitted
+from kimik3.api.conditions import ConditionType, Reason, Verdict
+from kimik3.api.v1alpha1 import DecodeStatus, ScaleEvent
 from kimik3.autoscaler.factory import latency_policy, policy_settings
 from kimik3.autoscaler.observation import DecodeObservation, MetricsUnavailable
 from kimik3.autoscaler.policy import Decision, FleetState, LatencyPolicy
 from kimik3.autoscaler.sources import MetricSource, PodScrapeSource, PrometheusSource, ScrapeTarget
 from kimik3.controller import metrics
-from kimik3.kube.labels import LWS_GROUP_INDEX_LABEL, LWS_WORKER_INDEX_LABEL
+from kimik3.controller.status import AutoscalerReport, stored_conditions
+from kimik3.kube.pods import group_index, is_leader, is_ready, is_unschedulable, phase
 
 SLO_WINDOW_S = 3600.0
 """Decisions over this past window count toward the SLO-attainment gauge."""
@@ -46,34 +49,27 @@ def _parse_time(value: str | None) -> float | None:
     return dt.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc).timestamp()
 
 
-def _ready(pod: dict[str, Any]) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions", []) or [])
-
-
 def fleet_state(lws: dict[str, Any] | None, pods: list[dict[str, Any]], load_timeout_s: float,
                 now: float) -> FleetState:
     """Groups asked for (LWS spec.replicas), ready (LWS status.readyReplicas), loading (not ready:
-    not created yet, or leader younger than the load timeout) and unplaceable (a pod the
-    scheduler reports Unschedulable). A group past its load timeout counts as neither: failed."""
+    not created yet, or leader younger than the load timeout) and unplaceable (a pod
+    ``kube.pods.is_unschedulable``). A group past its load timeout counts as neither: failed."""
     current = int(((lws or {}).get("spec") or {}).get("replicas", 0) or 0)
     ready = int(((lws or {}).get("status") or {}).get("readyReplicas", 0) or 0)
     groups: dict[int, list[dict[str, Any]]] = {}
     for pod in pods:
-        g = pod["metadata"].get("labels", {}).get(LWS_GROUP_INDEX_LABEL)
+        g = group_index(pod)
         if g is not None and int(g) < current:
             groups.setdefault(int(g), []).append(pod)
     loading = unplaceable = 0
     for index in range(current):
         members = groups.get(index, [])
-        if any(c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
-               for p in members for c in (p.get("status") or {}).get("conditions", []) or []):
+        if any(is_unschedulable(p) for p in members):
             unplaceable += 1
         elif not members:
             loading += 1  # the LeaderWorkerSet has not created it yet
-        elif not all(_ready(p) for p in members):
-            leader = next((p for p in members if p["metadata"].get("labels", {}).get(LWS_WORKER_INDEX_LABEL) == "0"),
-                          members[0])
+        elif not all(is_ready(p) for p in members):
+            leader = next((p for p in members if is_leader(p)), members[0])
             created = _parse_time(leader["metadata"].get("creationTimestamp"))
             if created is None or now - created < load_timeout_s:
                 loading += 1
@@ -95,9 +91,8 @@ class DeploymentState:
 @dataclass
 class StepResult:
     replicas: int
-    status: dict[str, Any]
-    condition: tuple[str, str, str]
-    """MetricsAvailable (status, reason, message)."""
+    report: AutoscalerReport
+    """What goes into the status."""
     events: list[tuple[str, str, str]]
     """(type, reason, message)."""
     requeue_after: float
@@ -110,9 +105,14 @@ class Autoscaling:
         self.scrape_url = scrape_url
         self.clock = clock
         self._states: dict[tuple[str, str], DeploymentState] = {}
+        self._latency_series: dict[tuple[str, str], tuple[str, str]] = {}
+        """(metric, percentile) labels of each deployment's observed-latency gauge."""
 
     def forget(self, namespace: str, name: str) -> None:
         self._states.pop((namespace, name), None)
+        series = self._latency_series.pop((namespace, name), None)
+        if series is not None:
+            metrics.OBSERVED_LATENCY.remove(namespace, name, *series)
 
     def _state(self, key: tuple[str, str], admitted: Admitted) -> DeploymentState:
         spec = admitted.spec
@@ -127,12 +127,9 @@ class Autoscaling:
                 port = spec.service.port
 
                 def targets(namespace: str, name: str) -> list[ScrapeTarget]:
-                    return [ScrapeTarget(p["metadata"].get("uid", p["metadata"]["name"]),
-                                         p["metadata"]["labels"].get(LWS_GROUP_INDEX_LABEL, "0"),
+                    return [ScrapeTarget(p["metadata"].get("uid", p["metadata"]["name"]), group_index(p) or "0",
                                          self.scrape_url(p, port))
-                            for p in self._states[key].pods
-                            if p["metadata"].get("labels", {}).get(LWS_WORKER_INDEX_LABEL) == "0"
-                            and (p.get("status") or {}).get("phase") == "Running"]
+                            for p in self._states[key].pods if is_leader(p) and phase(p) == "Running"]
                 source = PodScrapeSource(targets, clock=self.clock)
             state = DeploymentState(latency_policy(admitted), source_key, source)
             self._states[key] = state
@@ -154,11 +151,11 @@ class Autoscaling:
                       min(max(spec.replicas, a.min_replicas), a.max_replicas))) or 0)
         held = status.get("desiredReplicas", current)
         held = min(max(held, a.min_replicas), a.max_replicas)
-        previous = next((c for c in status.get("conditions", []) if c.get("type") == "MetricsAvailable"), None)
-        prev_cond = (previous["status"], previous["reason"], previous.get("message", "")) if previous else (
-            "Unknown", "NotYetMeasured", "waiting for the first decision")
         if now - state.last_decision < interval:
-            return StepResult(held, {"desiredReplicas": held}, prev_cond, [],
+            measured = any(c.type == ConditionType.METRICS_AVAILABLE for c in stored_conditions(obj))
+            waiting = None if measured else Verdict("Unknown", Reason.NOT_YET_MEASURED,
+                                                    "waiting for the first decision")
+            return StepResult(held, AutoscalerReport(held, metrics=waiting), [],
                               max(1.0, interval - (now - state.last_decision)))
         state.last_decision = now
         fleet = fleet_state(lws, pods, seconds.load_timeout, now)
@@ -167,27 +164,19 @@ class Autoscaling:
         obs: DecodeObservation | None
         try:
             obs = state.source.observe(key[0], key[1], seconds.autoscaling_window)
-            condition = ("True", "Measured", f"{obs.itl_metric} from {len(obs.groups)} group(s)"
-                         if obs.has_traffic else "no traffic in the window (a valid reading)")
+            reading = Verdict("True", Reason.MEASURED, f"{obs.itl_metric} from {len(obs.groups)} group(s)"
+                              if obs.has_traffic else "no traffic in the window (a valid reading)")
         except MetricsUnavailable as exc:
             obs = None
-            condition = ("False", exc.reason, f"{exc.message}; holding replicas at {fleet.current}")
+            reading = Verdict("False", exc.reason, f"{exc.message}; holding replicas at {fleet.current}")
         if obs is None and fleet.current == 0 and a.min_replicas == 0:
             decision = Decision(0, "ScaledToZero", "no groups run: nothing to measure")
-            condition = ("True", "ScaledToZero", "no groups run; no traffic is a valid reading")
+            reading = Verdict("True", Reason.SCALED_TO_ZERO, "no groups run; no traffic is a valid reading")
         else:
             decision = state.policy.decide(now, obs, fleet)
-        out: dict[str, Any] = {"desiredReplicas": decision.desired}
-        events: list[tuple[str, str, str]] = []
-        target_s, q = seconds.latency_target, admitted.target_quantile
+        decode = None
         if obs is not None and obs.has_traffic:
-            latency = obs.token_latency_quantile(q)
-            out["decode"] = {"p90ItlSeconds": obs.token_latency_quantile(0.9),
-                             "tokensPerSecondPerUser": obs.tokens_per_second_per_user(0.9),
-                             "acceptanceLength": round(obs.acceptance_length, 3), "observedAt": _iso(now)}
-            if latency is not None:
-                metrics.OBSERVED_TPOT.labels(namespace=key[0], deployment=key[1]).set(latency)
-                state.slo.append((now, latency <= target_s))
+            decode = self._measured(state, key, admitted, obs, now)
         while state.slo and state.slo[0][0] < now - SLO_WINDOW_S:
             state.slo.popleft()
         if state.slo:
@@ -196,12 +185,33 @@ class Autoscaling:
         metrics.DESIRED_GROUPS.labels(namespace=key[0], deployment=key[1]).set(decision.desired)
         metrics.CURRENT_GROUPS.labels(namespace=key[0], deployment=key[1]).set(fleet.ready)
         metrics.DECISIONS.labels(reason=decision.reason).inc()
+        events: list[tuple[str, str, str]] = []
+        last_scale = None
         if decision.desired != fleet.current:
-            out["lastScale"] = {"time": _iso(now), "from": fleet.current, "to": decision.desired,
-                                "reason": f"{decision.reason}: {decision.message}"[:1024]}
+            last_scale = ScaleEvent.model_validate({"time": _iso(now), "from": fleet.current, "to": decision.desired,
+                                                    "reason": f"{decision.reason}: {decision.message}"[:1024]})
             events.append(("Normal", decision.reason,
                            f"groups {fleet.current} -> {decision.desired}: {decision.message}"))
         elif decision.reason in ("GroupsLoading", "Unplaceable", "MetricsUnavailable"):
             events.append(("Warning" if decision.reason != "GroupsLoading" else "Normal", decision.reason,
                            f"holding {fleet.current} group(s): {decision.message}"))
-        return StepResult(decision.desired, out, condition, events, interval)
+        return StepResult(decision.desired, AutoscalerReport(decision.desired, decode, last_scale, reading), events,
+                          interval)
+
+    def _measured(self, state: DeploymentState, key: tuple[str, str], admitted: Admitted,
+                  obs: DecodeObservation, now: float) -> DecodeStatus:
+        """status.decode of a window with traffic; also sets the observed-latency gauge and
+        records the window toward the SLO attainment."""
+        target, q = admitted.spec.autoscaling.target, admitted.target_quantile
+        latency = obs.latency_quantile(target.metric, q)
+        if latency is not None:
+            series = (target.metric, str(target.percentile))
+            previous = self._latency_series.get(key)
+            if previous is not None and previous != series:  # the target changed: drop the old series
+                metrics.OBSERVED_LATENCY.remove(*key, *previous)
+            self._latency_series[key] = series
+            metrics.OBSERVED_LATENCY.labels(*key, *series).set(latency)
+            state.slo.append((now, latency <= admitted.seconds.latency_target))
+        return DecodeStatus(metric=target.metric, percentile=target.percentile, latency_seconds=latency,
+                            tokens_per_second_per_user=obs.tokens_per_second_per_user(q),
+                            acceptance_length=round(obs.acceptance_length, 3), observed_at=_iso(now))

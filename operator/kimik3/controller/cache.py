@@ -25,6 +25,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
+from kimik3.kube.kinds import POD
 from kimik3.kube.labels import LWS_NAME_LABEL
 
 Key = tuple[str, str, str, str]
@@ -60,7 +61,7 @@ class ObjectCache:
         key = object_key(obj)
         deleted = event_type == "DELETED"
         with self._lock:
-            if obj["kind"] == "Pod":
+            if obj["kind"] == POD.kind:
                 lws = obj["metadata"].get("labels", {}).get(LWS_NAME_LABEL)
                 if lws:
                     pods = self._pods.setdefault((key[2], lws), {})

@@ -20,10 +20,10 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from kimik3.kube.kinds import GROUP, KIND, VERSION
 from kimik3.controller import metrics
 from kimik3.controller.kube import Kube
-from kimik3.kube.labels import LWS_GROUP_INDEX_LABEL, LWS_WORKER_INDEX_LABEL
+from kimik3.kube import pods
+from kimik3.kube.kinds import KIMIK3_DEPLOYMENT
 
 __all__ = ["CrashReporter", "container_failures", "disruptions"]
 
@@ -52,10 +52,11 @@ def container_failures(pod: dict[str, Any]) -> list[tuple[str, str, str]]:
 def disruptions(pod: dict[str, Any]) -> list[tuple[str, str, str]]:
     """``DisruptionTarget=True`` conditions of ``pod``: ``[(token, reason, description)]``."""
     uid = pod["metadata"].get("uid", "")
-    return [(f"{uid}/DisruptionTarget/{c.get('lastTransitionTime', '')}", c.get("reason") or "Unknown",
-             f"{c.get('reason') or 'disrupted'}: {(c.get('message') or '')[:200]}")
-            for c in (pod.get("status") or {}).get("conditions", []) or []
-            if c.get("type") == "DisruptionTarget" and c.get("status") == "True"]
+    c = pods.condition(pod, pods.DISRUPTION_TARGET)
+    if c is None or c.get("status") != "True":
+        return []
+    return [(f"{uid}/{pods.DISRUPTION_TARGET}/{c.get('lastTransitionTime', '')}", c.get("reason") or "Unknown",
+             f"{c.get('reason') or 'disrupted'}: {(c.get('message') or '')[:200]}")]
 
 
 class CrashReporter:
@@ -71,7 +72,6 @@ class CrashReporter:
         """Report the new failures of ``pod`` (of KimiK3Deployment ``deployment`` in the pod's
         namespace); returns how many were new."""
         meta = pod["metadata"]
-        labels = meta.get("labels") or {}
         new = 0
         incidents = [("EngineFailed", metrics.ENGINE_FAILURES, *f) for f in container_failures(pod)]
         incidents += [("EngineDisrupted", metrics.ENGINE_DISRUPTIONS, *d) for d in disruptions(pod)]
@@ -83,13 +83,12 @@ class CrashReporter:
                 if len(self._seen) > REMEMBERED:
                     self._seen.popitem(last=False)
             new += 1
-            group = labels.get(LWS_GROUP_INDEX_LABEL, "?")
-            role = "leader" if labels.get(LWS_WORKER_INDEX_LABEL) == "0" else "worker"
+            group = pods.group_index(pod) or "?"
             node = (pod.get("spec") or {}).get("nodeName") or "no node"
             counter.labels(meta["namespace"], deployment, reason).inc()
-            owner = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
+            owner = {"apiVersion": KIMIK3_DEPLOYMENT.api_version, "kind": KIMIK3_DEPLOYMENT.kind,
                      "metadata": {"namespace": meta["namespace"], "name": deployment}}
             self.kube.event(owner, "Warning", event_reason,
-                            f"group {group}: {role} pod {meta['name']} on {node}: {text}; the LeaderWorkerSet "
+                            f"group {group}: {pods.role(pod)} pod {meta['name']} on {node}: {text}; the LeaderWorkerSet "
                             f"recreates group {group} (RecreateGroupOnPodRestart)")
         return new

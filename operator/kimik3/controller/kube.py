@@ -6,6 +6,7 @@ synchronous (the official ``kubernetes`` client); the controller runs them in wo
 
 from __future__ import annotations
 
+import builtins
 import datetime as dt
 import json
 from dataclasses import dataclass
@@ -14,32 +15,15 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from kimik3.kube.kinds import GROUP, PLURAL, VERSION
+from kimik3.kube.kinds import EVENT, kind_of
 
 FIELD_MANAGER = "kimik3-operator"
 REQUEST_TIMEOUT_S = 30
 
-# apiVersion/kind -> plural of every kind the operator reads or writes.
-PLURALS: dict[tuple[str, str], str] = {
-    (f"{GROUP}/{VERSION}", "KimiK3Deployment"): PLURAL,
-    ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): "leaderworkersets",
-    ("resource.nvidia.com/v1beta1", "ComputeDomain"): "computedomains",
-    ("monitoring.coreos.com/v1", "PodMonitor"): "podmonitors",
-    ("gateway.networking.k8s.io/v1", "HTTPRoute"): "httproutes",
-    ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets",
-    ("v1", "ConfigMap"): "configmaps",
-    ("v1", "Service"): "services",
-    ("v1", "Pod"): "pods",
-    ("v1", "Event"): "events",
-}
-
-
-def resource_path(api_version: str, kind: str, namespace: str, name: str | None = None) -> str:
-    """REST path of a namespaced object or collection."""
-    plural = PLURALS[(api_version, kind)]
-    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
-    path = f"{base}/namespaces/{namespace}/{plural}"
-    return f"{path}/{name}" if name else path
+def _path(api_version: str, kind: str, namespace: str, name: str | None = None) -> str:
+    """REST path of a namespaced object or collection of a kind in ``kimik3.kube.kinds``
+    (KeyError for another kind)."""
+    return kind_of(api_version, kind).path(namespace, name)
 
 
 def api_client_from_kubeconfig(path: str | None) -> client.ApiClient:
@@ -63,7 +47,7 @@ def call_json(api: client.ApiClient, method: str, path: str, body: Any = None, q
     response = api.call_api(*request, _request_timeout=REQUEST_TIMEOUT_S)
     response.read()
     if not 200 <= response.status <= 299:
-        raise ApiException.from_response(http_resp=response, body=response.data.decode(errors="replace"), data=None)
+        raise ApiException.from_response(http_resp=response, body=(response.data or b"").decode(errors="replace"), data=None)
     return json.loads(response.data) if response.data else None
 
 
@@ -91,7 +75,7 @@ class Kube:
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         """The object, or None when it does not exist."""
         try:
-            return self._call("GET", resource_path(api_version, kind, namespace, name))
+            return self._call("GET", _path(api_version, kind, namespace, name))
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -100,7 +84,7 @@ class Kube:
     def apply(self, obj: dict[str, Any], force: bool = True) -> dict[str, Any]:
         """Server-side apply ``obj`` as the operator's field manager (strict field validation)."""
         meta = obj["metadata"]
-        path = resource_path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+        path = _path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
         query = [("fieldManager", FIELD_MANAGER), ("fieldValidation", "Strict")]
         if force:
             query.append(("force", "true"))
@@ -110,7 +94,7 @@ class Kube:
                propagation: str = "Background") -> bool:
         """Delete; False when it was already gone."""
         try:
-            self._call("DELETE", resource_path(api_version, kind, namespace, name),
+            self._call("DELETE", _path(api_version, kind, namespace, name),
                        body={"propagationPolicy": propagation})
             return True
         except ApiException as exc:
@@ -119,20 +103,20 @@ class Kube:
             raise
 
     def list(self, api_version: str, kind: str, namespace: str, selector: str) -> list[dict[str, Any]]:
-        out = self._call("GET", resource_path(api_version, kind, namespace), query=[("labelSelector", selector)])
+        out = self._call("GET", _path(api_version, kind, namespace), query=[("labelSelector", selector)])
         return out.get("items", [])
 
     def list_versioned(self, api_version: str, kind: str, namespace: str,
-                       selector: str) -> tuple[list[dict[str, Any]], int]:
+                       selector: str) -> tuple[builtins.list[dict[str, Any]], int]:
         """Items (each with apiVersion and kind set, as a watch delivers them) and the list's
         collection resourceVersion."""
-        out = self._call("GET", resource_path(api_version, kind, namespace), query=[("labelSelector", selector)])
+        out = self._call("GET", _path(api_version, kind, namespace), query=[("labelSelector", selector)])
         items = [{"apiVersion": api_version, "kind": kind, **item} for item in out.get("items", [])]
         return items, int((out.get("metadata") or {}).get("resourceVersion", "0") or 0)
 
     def patch_merge(self, api_version: str, kind: str, namespace: str, name: str, patch: dict[str, Any],
                     subresource: str | None = None) -> dict[str, Any]:
-        path = resource_path(api_version, kind, namespace, name) + (f"/{subresource}" if subresource else "")
+        path = _path(api_version, kind, namespace, name) + (f"/{subresource}" if subresource else "")
         return self._call("PATCH", path, body=patch, content_type="application/merge-patch+json")
 
     def event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
@@ -140,7 +124,7 @@ class Kube:
         meta = obj["metadata"]
         now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
-            "apiVersion": "v1", "kind": "Event",
+            "apiVersion": EVENT.api_version, "kind": EVENT.kind,
             "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
             "involvedObject": {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"],
                                "namespace": meta["namespace"], "uid": meta.get("uid")},
@@ -149,6 +133,6 @@ class Kube:
             "firstTimestamp": now, "lastTimestamp": now, "count": 1,
         }
         try:
-            self._call("POST", resource_path("v1", "Event", meta["namespace"]), body=body)
+            self._call("POST", EVENT.path(meta["namespace"]), body=body)
         except ApiException:
             pass

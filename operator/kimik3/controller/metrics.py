@@ -23,9 +23,11 @@ WATCH_EVENTS = Counter("kimik3_watch_events", "Watch events received by resource
 DESIRED_GROUPS = Gauge("kimik3_autoscaler_desired_groups", "Groups the autoscaler wants", ["namespace", "deployment"])
 CURRENT_GROUPS = Gauge("kimik3_autoscaler_ready_groups", "Groups serving at the last decision",
                        ["namespace", "deployment"])
-OBSERVED_TPOT = Gauge("kimik3_autoscaler_observed_tpot_seconds",
-                      "Per-token decode latency at the target percentile over the last window, seconds",
-                      ["namespace", "deployment"])
+OBSERVED_LATENCY = Gauge("kimik3_autoscaler_observed_latency_seconds",
+                         "Decode latency the autoscaler holds under its target, over the last window, seconds: "
+                         "spec.autoscaling.target.metric (label metric: timePerOutputToken or interTokenLatency) "
+                         "at target.percentile (label percentile); status.decode.latencySeconds",
+                         ["namespace", "deployment", "metric", "percentile"])
 SLO_ATTAINMENT = Gauge("kimik3_autoscaler_slo_attainment",
                        "Share of decision windows of the past hour with latency <= target (0..1)",
                        ["namespace", "deployment"])

@@ -23,30 +23,21 @@ import kopf
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from kimik3.kube.kinds import GROUP, KIND, PLURAL, VERSION
+from kimik3.kube.kinds import CHILD_KINDS, KIMIK3_DEPLOYMENT, POD, Kind
 from kimik3.admission import AdmissionPolicy
 from kimik3.controller import metrics
 from kimik3.controller.cache import ObjectCache
 from kimik3.controller.crashes import CrashReporter
 from kimik3.controller.kube import Kube, api_client_from_kubeconfig
 from kimik3.controller.reconcile import Reconciler
-from kimik3.kube.labels import DEPLOYMENT_LABEL, MANAGED_BY
+from kimik3.kube.labels import DEPLOYMENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL
 
 log = logging.getLogger("kimik3.operator")
 
 Key = tuple[str, str]
 
-# Children watched to catch drift and deletion, and pods for group status and teardown.
-WATCHED_CHILDREN = [
-    ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets"),
-    ("resource.nvidia.com", "v1beta1", "computedomains"),
-    ("monitoring.coreos.com", "v1", "podmonitors"),
-    ("gateway.networking.k8s.io", "v1", "httproutes"),
-    ("policy", "v1", "poddisruptionbudgets"),
-    ("", "v1", "configmaps"),
-    ("", "v1", "services"),
-    ("", "v1", "pods"),
-]
+WATCHED: tuple[Kind, ...] = (*CHILD_KINDS, POD)
+"""Children watched to catch drift and deletion, and pods for group status and teardown."""
 
 
 class WorkQueue:
@@ -171,34 +162,38 @@ def build_registry(cfg: OperatorConfig, queue: WorkQueue, cache: ObjectCache,
         # later are then picked up at the next restart; cluster-wide, kopf watches CRDs itself.
         settings.scanning.disabled = bool(cfg.namespaces)
 
-    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-    def on_deployment(body: kopf.Body, event: dict[str, Any], **_: Any) -> None:
-        metrics.WATCH_EVENTS.labels(resource=PLURAL).inc()
+    @kopf.on.event(KIMIK3_DEPLOYMENT.group, KIMIK3_DEPLOYMENT.version, KIMIK3_DEPLOYMENT.plural,
+                   registry=registry)
+    def on_deployment(body: kopf.Body, event: kopf.RawEvent, **_: Any) -> None:
+        metrics.WATCH_EVENTS.labels(resource=KIMIK3_DEPLOYMENT.plural).inc()
+        namespace = body.metadata.namespace or ""
         if event.get("type") is None:  # listed (start, or re-list after a lost watch / 410 Gone)
-            cache.forget_applied(body.metadata.namespace, body.metadata.name)
-        queue.add((body.metadata.namespace, body.metadata.name))
+            cache.forget_applied(namespace, body.metadata.name)
+        queue.add((namespace, body.metadata.name))
 
     def owner_key(body: kopf.Body) -> Key | None:
+        namespace = body.metadata.namespace or ""
         for ref in body.metadata.get("ownerReferences", []) or []:
-            if ref.get("kind") == KIND and ref.get("apiVersion", "").startswith(GROUP + "/"):
-                return body.metadata.namespace, ref["name"]
+            if ref.get("kind") == KIMIK3_DEPLOYMENT.kind and \
+                    ref.get("apiVersion", "").startswith(KIMIK3_DEPLOYMENT.group + "/"):
+                return namespace, ref["name"]
         name = (body.metadata.labels or {}).get(DEPLOYMENT_LABEL)
-        return (body.metadata.namespace, name) if name else None
+        return (namespace, name) if name else None
 
-    for group, version, plural in WATCHED_CHILDREN:
-        def on_child(body: kopf.Body, event: dict[str, Any], _plural: str = plural, **_: Any) -> None:
+    for kind in WATCHED:
+        def on_child(body: kopf.Body, event: kopf.RawEvent, _plural: str = kind.plural, **_: Any) -> None:
             metrics.WATCH_EVENTS.labels(resource=_plural).inc()
-            raw = event.get("object") or dict(body)
+            raw: dict[str, Any] = dict(event.get("object") or body)
             echo = event.get("type") != "DELETED" and cache.is_echo(raw)
             cache.update(event.get("type"), raw)
             key = owner_key(body)
-            if _plural == "pods" and key and crashes is not None and event.get("type") != "DELETED":
+            if _plural == POD.plural and key and crashes is not None and event.get("type") != "DELETED":
                 crashes.pod_seen(raw, key[1])
             if key and not echo:
                 queue.add(key, 0.5)  # coalesce bursts (a group's pods change together)
 
-        kopf.on.event(group, version, plural, registry=registry, id=f"child-{plural}",
-                      labels={"app.kubernetes.io/managed-by": MANAGED_BY})(on_child)
+        kopf.on.event(kind.group, kind.version, kind.plural, registry=registry, id=f"child-{kind.plural}",
+                      labels={MANAGED_BY_LABEL: MANAGED_BY})(on_child)
     return registry
 
 

@@ -22,22 +22,23 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from kimik3.kube.kinds import GROUP, KIND, VERSION
 from kimik3.admission import AdmissionPolicy, admit
+from kimik3.api.conditions import ConditionType, Reason
 from kimik3.api.errors import SpecErrors
+from kimik3.api.v1alpha1 import KimiK3DeploymentStatus
 from kimik3.controller import metrics
 from kimik3.controller.autoscaling import Autoscaling
 from kimik3.controller.cache import ObjectCache, desired_hash
 from kimik3.controller.kube import Kube, api_error_message
-from kimik3.controller.status import compute_status, invalid_status, lws_selector, set_condition
+from kimik3.controller.status import (compute_status, invalid_status, lws_selector, merge_patch, status_patch,
+                                     stored_conditions)
+from kimik3.kube.kinds import COMPUTE_DOMAIN, GROUP, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, POD, Kind
+from kimik3.kube.objects import is_deleting
 from kimik3.render.children import COMPUTE_DOMAIN_SKIPPED, render
-from kimik3.render.computedomain import API_VERSION as CD_API_VERSION
-from kimik3.render.leaderworkerset import API_VERSION as LWS_API_VERSION
 from kimik3.render.leaderworkerset import lws_name
 from kimik3.render.meta import Owner
 
 FINALIZER = f"{GROUP}/teardown"
-CR_API_VERSION = f"{GROUP}/{VERSION}"
 RESYNC_READY_S = 600.0
 """Safety resync of a settled deployment: watches on every child and pod trigger the reconciles
 that matter (drift, deletion, group status) within a second."""
@@ -100,32 +101,32 @@ class Reconciler:
             self.cache.record_apply(applied, digest)
         return applied
 
-    def _get_child(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+    def _get_child(self, kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
         if self.cache is not None:
-            return self.cache.get(api_version, kind, namespace, name)
-        return self.kube.get(api_version, kind, namespace, name)
+            return self.cache.get(*kind.type_meta, namespace, name)
+        return self.kube.get(*kind.type_meta, namespace, name)
 
     def _pods(self, owner: Owner) -> list[dict[str, Any]]:
         if self.cache is not None:
             if self.cache.pods_stale(owner.namespace, owner.name):  # re-listed: pods may have gone meanwhile
-                listed, version = self.kube.list_versioned("v1", "Pod", owner.namespace, lws_selector(owner))
+                listed, version = self.kube.list_versioned(*POD.type_meta, owner.namespace, lws_selector(owner))
                 self.cache.replace_pods(owner.namespace, owner.name, lws_name(owner), listed, version)
             return self.cache.pods(owner.namespace, lws_name(owner))
-        return self.kube.list("v1", "Pod", owner.namespace, lws_selector(owner))
+        return self.kube.list(*POD.type_meta, owner.namespace, lws_selector(owner))
 
     # -- entry point -------------------------------------------------------------------------
     def reconcile(self, namespace: str, name: str) -> Result:
         start = time.monotonic()
         try:
             # Inside the try: a failed read (API server unreachable) is a reconcile error too.
-            obj = self.kube.get(CR_API_VERSION, KIND, namespace, name)
+            obj = self.kube.get(*KIMIK3_DEPLOYMENT.type_meta, namespace, name)
             if obj is None:
                 self._posted.pop((namespace, name), None)
                 for state in ("desired", "ready"):
                     with contextlib.suppress(KeyError):
                         metrics.GROUPS.remove(namespace, name, state)
                 return Result("gone", None)
-            if obj["metadata"].get("deletionTimestamp"):
+            if is_deleting(obj):
                 result = self._teardown(obj)
             else:
                 result = self._apply(obj)
@@ -142,14 +143,17 @@ class Reconciler:
         if FINALIZER in finalizers:
             return obj
         meta = obj["metadata"]
-        return self.kube.patch_merge(CR_API_VERSION, KIND, meta["namespace"], meta["name"], {
+        return self.kube.patch_merge(*KIMIK3_DEPLOYMENT.type_meta, meta["namespace"], meta["name"], {
             "metadata": {"finalizers": [*finalizers, FINALIZER], "resourceVersion": meta["resourceVersion"]}})
 
-    def _write_status(self, obj: dict[str, Any], status: dict[str, Any]) -> None:
-        if (obj.get("status") or {}) == {**(obj.get("status") or {}), **status}:
+    def _write_status(self, obj: dict[str, Any], status: KimiK3DeploymentStatus) -> None:
+        """Merge-patch ``status`` into the CR's status subresource, unless that changes nothing."""
+        patch = status_patch(status)
+        stored = obj.get("status") or {}
+        if merge_patch(stored, patch) == stored:
             return
         meta = obj["metadata"]
-        self.kube.patch_merge(CR_API_VERSION, KIND, meta["namespace"], meta["name"], {"status": status},
+        self.kube.patch_merge(*KIMIK3_DEPLOYMENT.type_meta, meta["namespace"], meta["name"], {"status": patch},
                               subresource="status")
 
     def _apply(self, obj: dict[str, Any]) -> Result:
@@ -165,7 +169,7 @@ class Reconciler:
         scaled = None
         if admitted.spec.autoscaling.enabled:
             scaled = self.autoscaling.step(
-                obj, admitted, self._get_child(LWS_API_VERSION, "LeaderWorkerSet", owner.namespace, lws_name(owner)),
+                obj, admitted, self._get_child(LEADER_WORKER_SET, owner.namespace, lws_name(owner)),
                 self._pods(owner))
             for type_, reason, message in scaled.events:
                 self._event_once(obj, type_, reason, message)
@@ -188,37 +192,34 @@ class Reconciler:
                 self._event_once(obj, "Warning", "ApplyFailed", apply_error)
                 break
         pods = self._pods(owner)
-        for api_version, kind in rendered.absent:
-            if kind == "ComputeDomain" and pods:
+        for kind in rendered.absent:
+            if kind == COMPUTE_DOMAIN and pods:
                 continue  # F4: pods still hold its channel claim; deleted once they are gone
-            if self.cache is not None and self.cache.get(api_version, kind, owner.namespace, owner.name) is None:
+            if self.cache is not None and self.cache.get(*kind.type_meta, owner.namespace, owner.name) is None:
                 continue  # the watch saw none
-            if self.kube.delete(api_version, kind, owner.namespace, owner.name):
-                self._event_once(obj, "Normal", "Deleted", f"{kind} {owner.name} removed: not needed by the spec")
-        lws = applied.get("LeaderWorkerSet") or self._get_child(LWS_API_VERSION, "LeaderWorkerSet",
-                                                                owner.namespace, lws_name(owner))
+            if self.kube.delete(*kind.type_meta, owner.namespace, owner.name):
+                self._event_once(obj, "Normal", "Deleted", f"{kind.kind} {owner.name} removed: not needed by the spec")
+        lws = applied.get(LEADER_WORKER_SET.kind) or self._get_child(LEADER_WORKER_SET, owner.namespace,
+                                                                     lws_name(owner))
         if apply_error:  # what the user asked for, not what the LeaderWorkerSet still says
-            desired = next(int(c["spec"]["replicas"]) for c in rendered.objects if c["kind"] == "LeaderWorkerSet")
+            desired = next(int(c["spec"]["replicas"]) for c in rendered.objects
+                           if c["kind"] == LEADER_WORKER_SET.kind)
         else:
             desired = int(((lws or {}).get("spec") or {}).get("replicas", admitted.spec.replicas))
-        status = compute_status(obj, admitted.spec, admitted.plan, lws, pods, desired, apply_error,
-                                compute_domain_note=None if self.compute_domains else COMPUTE_DOMAIN_SKIPPED)
+        status = compute_status(obj, admitted, lws, pods, desired, apply_error,
+                                compute_domain_note=None if self.compute_domains else COMPUTE_DOMAIN_SKIPPED,
+                                autoscaled=scaled.report if scaled is not None else None)
         if (obj.get("status") or {}).get("observedGeneration") != obj["metadata"].get("generation") and not apply_error:
             kinds = ", ".join(c["kind"] for c in rendered.objects)
             self._event_once(obj, "Normal", "Applied",
                              f"generation {obj['metadata'].get('generation')}: applied {kinds}; "
                              f"{desired} group(s) of {admitted.plan.nodes_per_group} pods x "
                              f"{admitted.plan.gpus_per_node} GPUs")
-        limited = next((c for c in status["conditions"] if c["type"] == "ScalingLimited"), None)
-        if limited and limited["status"] == "True" and limited["reason"] == "Unschedulable":
-            self._event_once(obj, "Warning", "Unschedulable", limited["message"])
-        if scaled is not None:
-            status.update(scaled.status)
-            status["conditions"] = set_condition(status["conditions"], "MetricsAvailable", *scaled.condition,
-                                                 obj["metadata"].get("generation"))
+        limited = status.condition(ConditionType.SCALING_LIMITED)
+        if limited and limited.status == "True" and limited.reason == Reason.UNSCHEDULABLE:
+            self._event_once(obj, "Warning", limited.reason, limited.message)
         self._write_status(obj, status)
-        self._readiness_changed(obj, status, desired)
-        ready = next(c for c in status["conditions"] if c["type"] == "Ready")["status"] == "True"
+        ready = self._readiness_changed(obj, status, desired)
         if apply_error:
             log.warning("reconcile of %s/%s: %s; retrying with back-off", owner.namespace, owner.name,
                         apply_error[:300])
@@ -226,20 +227,22 @@ class Reconciler:
         requeue = RESYNC_READY_S if ready else RESYNC_STARTING_S
         return Result("applied", min(requeue, scaled.requeue_after) if scaled is not None else requeue)
 
-    def _readiness_changed(self, obj: dict[str, Any], status: dict[str, Any], desired: int) -> None:
+    def _readiness_changed(self, obj: dict[str, Any], status: KimiK3DeploymentStatus, desired: int) -> bool:
         """Group gauges, and an Event each time Ready flips: Warning ``GroupsNotReady`` (True ->
-        False, counted in ``kimik3_ready_lost_total``) or Normal ``GroupsReady`` (False -> True)."""
+        False, counted in ``kimik3_ready_lost_total``) or Normal ``GroupsReady`` (False -> True).
+        Returns whether the deployment is Ready now."""
         meta = obj["metadata"]
         metrics.GROUPS.labels(meta["namespace"], meta["name"], "desired").set(desired)
-        metrics.GROUPS.labels(meta["namespace"], meta["name"], "ready").set(status["readyReplicas"])
-        before = next((c["status"] for c in (obj.get("status") or {}).get("conditions", [])
-                       if c["type"] == "Ready"), None)
-        now = next(c for c in status["conditions"] if c["type"] == "Ready")
-        if before == "True" and now["status"] == "False":
+        metrics.GROUPS.labels(meta["namespace"], meta["name"], "ready").set(status.ready_replicas or 0)
+        before = next((c.status for c in stored_conditions(obj) if c.type == ConditionType.READY), None)
+        now = status.condition(ConditionType.READY)
+        assert now is not None  # compute_status always sets Ready
+        if before == "True" and now.status == "False":
             metrics.READY_LOST.labels(meta["namespace"], meta["name"]).inc()
-            self.kube.event(obj, "Warning", "GroupsNotReady", now["message"])
-        elif before == "False" and now["status"] == "True":
-            self.kube.event(obj, "Normal", "GroupsReady", now["message"])
+            self.kube.event(obj, "Warning", "GroupsNotReady", now.message)
+        elif before == "False" and now.status == "True":
+            self.kube.event(obj, "Normal", "GroupsReady", now.message)
+        return now.status == "True"
 
     # -- delete ------------------------------------------------------------------------------
     def _teardown(self, obj: dict[str, Any]) -> Result:
@@ -248,25 +251,25 @@ class Reconciler:
             return Result("gone", None)
         owner = Owner.from_object(obj)
         ns = owner.namespace
-        lws = self.kube.get(LWS_API_VERSION, "LeaderWorkerSet", ns, lws_name(owner))
+        lws = self.kube.get(*LEADER_WORKER_SET.type_meta, ns, lws_name(owner))
         if lws is not None:
-            if not lws["metadata"].get("deletionTimestamp"):
-                self.kube.delete(LWS_API_VERSION, "LeaderWorkerSet", ns, lws_name(owner))
+            if not is_deleting(lws):
+                self.kube.delete(*LEADER_WORKER_SET.type_meta, ns, lws_name(owner))
                 self._event_once(obj, "Normal", "TeardownStarted",
                                  "deleting the LeaderWorkerSet first; the ComputeDomain goes once its pods are gone")
             return Result("tearing-down", TEARDOWN_POLL_S)
-        pods = self.kube.list("v1", "Pod", ns, lws_selector(owner))
+        pods = self.kube.list(*POD.type_meta, ns, lws_selector(owner))
         if pods:
             pod = pods[0]["metadata"]["name"]
             self._event_once(obj, "Normal", "TeardownWaiting",
                              f"waiting for pod {pod} ({len(pods)} left) to terminate before releasing the ComputeDomain")
             return Result("tearing-down", TEARDOWN_POLL_S)
-        cd = self.kube.get(CD_API_VERSION, "ComputeDomain", ns, owner.name)
+        cd = self.kube.get(*COMPUTE_DOMAIN.type_meta, ns, owner.name)
         if cd is not None:
-            if not cd["metadata"].get("deletionTimestamp"):
-                self.kube.delete(CD_API_VERSION, "ComputeDomain", ns, owner.name)
+            if not is_deleting(cd):
+                self.kube.delete(*COMPUTE_DOMAIN.type_meta, ns, owner.name)
             return Result("tearing-down", TEARDOWN_POLL_S)
-        self.kube.patch_merge(CR_API_VERSION, KIND, ns, owner.name, {"metadata": {
+        self.kube.patch_merge(*KIMIK3_DEPLOYMENT.type_meta, ns, owner.name, {"metadata": {
             "finalizers": [f for f in meta["finalizers"] if f != FINALIZER],
             "resourceVersion": meta["resourceVersion"]}})
         self._posted.pop((ns, owner.name), None)

@@ -1,56 +1,102 @@
-"""The CR's status from what exists: the LeaderWorkerSet, its pods, and spec problems.
+"""The CR's status from what exists: the LeaderWorkerSet, its pods, spec problems, and the
+autoscaler's step.
 
-Pure functions (no API calls). Conditions follow the Kubernetes API conventions: a map-list
-keyed by type, ``lastTransitionTime`` changed only when ``status`` changes, ``observedGeneration``
-on each. Reasons:
-- Ready: AllGroupsReady | ScaledToZero | GroupsNotReady | InvalidSpec
-- Progressing: Reconciling | GroupsStarting | Stable | InvalidSpec | ApplyFailed
-- Degraded: AsExpected | InvalidSpec | ApplyFailed
-- ScalingLimited: Unschedulable (True: a group's pod has PodScheduled=False reason Unschedulable,
-  i.e. no rack/node can hold it; the message names the group and quotes the scheduler) |
-  AllGroupsPlaced (False). Other writers' reasons for ScalingLimited are left alone.
+Pure functions (no API calls) that build the typed ``KimiK3DeploymentStatus``; the reconciler
+writes ``status_patch(status)`` through the status subresource. Conditions follow the Kubernetes
+API conventions: a map-list keyed by type, ``lastTransitionTime`` changed only when ``status``
+changes, ``observedGeneration`` on each. Their types and reasons are ``kimik3.api.conditions``;
+a ScalingLimited condition with another writer's reason is left alone.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 from typing import Any
 
-from kimik3.api.v1alpha1 import KimiK3DeploymentSpec, PlanStatus
+from pydantic import BaseModel
+
+from kimik3.admission import Admitted
+from kimik3.api.conditions import ConditionStatus, ConditionType, Reason, Verdict
+from kimik3.api.v1alpha1 import Condition, DecodeStatus, KimiK3DeploymentStatus, PlanStatus, ScaleEvent
+from kimik3.kube.labels import LWS_NAME_LABEL
+from kimik3.kube.pods import (group_index, is_leader, is_ready, is_terminating, is_unschedulable, phase, role,
+                              scheduling_problem, unschedulable_message)
 from kimik3.render.leaderworkerset import lws_name
-from kimik3.kube.labels import LWS_GROUP_INDEX_LABEL, LWS_WORKER_INDEX_LABEL
 from kimik3.render.meta import Owner, selector_string
 from kimik3.render.service import endpoint, leader_selector
-from kimik3.topology.plan import GroupPlan
+
+MESSAGE_LIMIT = 4096
+"""Characters of a condition message kept (the rest is cut)."""
+
+
+@dataclass(frozen=True)
+class AutoscalerReport:
+    """What one step of the autoscaler puts in the status (``controller.autoscaling``)."""
+
+    desired_replicas: int
+    """status.desiredReplicas: the groups it wants."""
+    decode: DecodeStatus | None = None
+    """status.decode of a decision that measured traffic; None: status.decode stays as it is."""
+    last_scale: ScaleEvent | None = None
+    """status.lastScale of a decision that changed replicas; None: it stays as it is."""
+    metrics: Verdict | None = None
+    """Condition MetricsAvailable now; None between decisions (the condition stays as it is)."""
 
 
 def now_rfc3339() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def set_condition(conditions: list[dict[str, Any]], type_: str, status: str, reason: str, message: str,
-                  generation: int | None) -> list[dict[str, Any]]:
-    """A copy of ``conditions`` with ``type_`` set; the transition time moves only on a status change."""
-    out = [dict(c) for c in conditions if c.get("type") != type_]
-    previous = next((c for c in conditions if c.get("type") == type_), None)
-    since = previous["lastTransitionTime"] if previous and previous.get("status") == status else now_rfc3339()
-    entry = {"type": type_, "status": status, "reason": reason, "message": message[:4096],
-             "lastTransitionTime": since}
-    if generation is not None:
-        entry["observedGeneration"] = generation
-    out.append(entry)
-    return sorted(out, key=lambda c: c["type"])
+def status_patch(status: KimiK3DeploymentStatus) -> dict[str, Any]:
+    """``status`` as the CRD's JSON (camelCase aliases), the body of a JSON merge patch (RFC 7386)
+    of the status subresource: unset top-level fields are left out, so the CR keeps what it holds
+    there (e.g. status.decode between autoscaling decisions); an object the status sets (plan,
+    decode, lastScale) is written whole, its unset fields as null, so nothing an earlier write
+    left in it stays."""
+    patch = status.model_dump(by_alias=True, exclude_none=True, mode="json")
+    for name, info in type(status).model_fields.items():
+        value = getattr(status, name)
+        if isinstance(value, BaseModel):
+            patch[info.alias or name] = value.model_dump(by_alias=True, mode="json")
+    return patch
 
 
-def _pod_ready(pod: dict[str, Any]) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in pod.get("status", {}).get("conditions", []))
+def merge_patch(target: Any, patch: Any) -> Any:
+    """``target`` with the JSON merge patch ``patch`` applied (RFC 7386: objects merge key by
+    key, null removes a key, anything else replaces)."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+def stored_conditions(obj: dict[str, Any]) -> list[Condition]:
+    """The conditions of ``obj.status`` (as the API server validated them against the CRD)."""
+    return [Condition.model_validate(c) for c in (obj.get("status") or {}).get("conditions") or []]
+
+
+def set_condition(conditions: list[Condition], type_: ConditionType, verdict: Verdict,
+                  generation: int | None) -> list[Condition]:
+    """``conditions`` with ``type_`` set to ``verdict``, sorted by type; the transition time
+    moves only on a status change."""
+    previous = next((c for c in conditions if c.type == type_), None)
+    since = previous.last_transition_time if previous and previous.status == verdict.status else now_rfc3339()
+    entry = Condition(type=type_, status=verdict.status, reason=verdict.reason,
+                      message=verdict.message[:MESSAGE_LIMIT], last_transition_time=since,
+                      observed_generation=generation)
+    return sorted([c for c in conditions if c.type != type_] + [entry], key=lambda c: c.type)
 
 
 def _pod_wait_reason(pod: dict[str, Any]) -> str:
-    status = pod.get("status", {})
-    if pod["metadata"].get("deletionTimestamp"):
+    if is_terminating(pod):
         return "Terminating"
+    status = pod.get("status") or {}
     for cs in status.get("containerStatuses", []) or []:
         state = cs.get("state", {})
         if state.get("waiting"):
@@ -60,29 +106,25 @@ def _pod_wait_reason(pod: dict[str, Any]) -> str:
             reason = terminated.get("reason") or "Error"
             return (f"{status.get('phase', 'Failed')}: container {cs.get('name')} exited "
                     f"{terminated.get('exitCode', '?')} ({reason})")
-    for cond in status.get("conditions", []) or []:
-        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-            return f"Unschedulable: {cond.get('message', '')}".strip()
-    return status.get("phase", "Pending")
+    return scheduling_problem(pod) or phase(pod) or "Pending"
+
+
+def _group_order(group: str) -> int:
+    return int(group) if group.isdigit() else 1 << 30
 
 
 def unschedulable_groups(pods: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
     """Groups the scheduler cannot place: ``{group index: (pod name, scheduler message)}``.
 
-    A group counts when any of its pods (not being deleted) has the condition
-    ``PodScheduled=False`` with reason ``Unschedulable`` (set by kube-scheduler when no node
-    fits, e.g. no NVL72 rack has room for the group). The first such pod by name is quoted.
+    A group counts when any of its pods is unschedulable (``kube.pods.is_unschedulable``: set by
+    kube-scheduler when no node fits, e.g. no NVL72 rack has room for the group). The first such
+    pod by name is quoted.
     """
     out: dict[str, tuple[str, str]] = {}
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
-        if pod["metadata"].get("deletionTimestamp"):
-            continue
-        for cond in pod.get("status", {}).get("conditions", []) or []:
-            if cond.get("type") == "PodScheduled" and cond.get("status") == "False" \
-                    and cond.get("reason") == "Unschedulable":
-                group = pod["metadata"].get("labels", {}).get(LWS_GROUP_INDEX_LABEL, "?")
-                out.setdefault(group, (pod["metadata"]["name"], cond.get("message", "").strip()))
-    return dict(sorted(out.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 1 << 30))
+        if is_unschedulable(pod):
+            out.setdefault(group_index(pod) or "?", (pod["metadata"]["name"], unschedulable_message(pod)))
+    return dict(sorted(out.items(), key=lambda kv: _group_order(kv[0])))
 
 
 def scaling_limited_message(unplaced: dict[str, tuple[str, str]]) -> str:
@@ -94,16 +136,17 @@ def scaling_limited_message(unplaced: dict[str, tuple[str, str]]) -> str:
     return f"{noun} {groups} cannot be placed now (no rack or node has room); " + "; ".join(parts)
 
 
-def waiting_for(pods: list[dict[str, Any]], spec: KimiK3DeploymentSpec, plan: GroupPlan,
-                desired_groups: int) -> str:
+def waiting_for(pods: list[dict[str, Any]], admitted: Admitted, desired_groups: int) -> str:
     """What the groups wait for, in words (failure case F1: the status says what it waits for):
-    the first pod that is not Ready or is terminating (leaders first), else the first group of
-    ``0..desired_groups-1`` with fewer than ``plan.nodes_per_group`` pods; "" when neither."""
-    not_ready = [p for p in pods if p["metadata"].get("deletionTimestamp") or not _pod_ready(p)]
+    the first pod that is not Ready (``kube.pods.is_ready``: terminating pods are not; leaders
+    first), else the first group of ``0..desired_groups-1`` with fewer than
+    ``plan.nodes_per_group`` pods; "" when neither."""
+    spec, plan = admitted.spec, admitted.plan
+    not_ready = [p for p in pods if not is_ready(p)]
     if not not_ready:
         present: dict[str, int] = {}
         for pod in pods:
-            group = pod["metadata"].get("labels", {}).get(LWS_GROUP_INDEX_LABEL, "?")
+            group = group_index(pod) or "?"
             present[group] = present.get(group, 0) + 1
         short = [g for g in range(desired_groups) if present.get(str(g), 0) < plan.nodes_per_group]
         if not short:
@@ -111,13 +154,11 @@ def waiting_for(pods: list[dict[str, Any]], spec: KimiK3DeploymentSpec, plan: Gr
         text = (f"group {short[0]}: {present.get(str(short[0]), 0)}/{plan.nodes_per_group} pods exist; "
                 "the LeaderWorkerSet is (re)creating them")
         return text + (f" ({len(short)} groups short of pods)" if len(short) > 1 else "")
-    leaders = [p for p in not_ready if p["metadata"].get("labels", {}).get(LWS_WORKER_INDEX_LABEL) == "0"]
+    leaders = [p for p in not_ready if is_leader(p)]
     pod = (leaders or not_ready)[0]
-    labels = pod["metadata"].get("labels", {})
-    group = labels.get(LWS_GROUP_INDEX_LABEL, "?")
-    role = "leader" if labels.get(LWS_WORKER_INDEX_LABEL) == "0" else "worker"
-    text = f"group {group}: {role} pod {pod['metadata']['name']} is {_pod_wait_reason(pod)}"
-    if role == "leader" and plan.multi_node:
+    text = (f"group {group_index(pod) or '?'}: {role(pod)} pod {pod['metadata']['name']} is "
+            f"{_pod_wait_reason(pod)}")
+    if is_leader(pod) and plan.multi_node:
         text += (f"; its workers wait for the leader address up to {spec.probes.leader_address_timeout} "
                  f"(probes.leaderAddressTimeout), and the leader has {spec.probes.load_timeout} to load "
                  "(probes.loadTimeout)")
@@ -126,75 +167,83 @@ def waiting_for(pods: list[dict[str, Any]], spec: KimiK3DeploymentSpec, plan: Gr
     return text
 
 
-def compute_status(obj: dict[str, Any], spec: KimiK3DeploymentSpec, plan: GroupPlan,
-                   lws: dict[str, Any] | None, pods: list[dict[str, Any]], desired_groups: int,
-                   apply_error: str | None = None, compute_domain_note: str | None = None) -> dict[str, Any]:
-    """Status of a reconciled CR (spec valid). ``desired_groups`` is the LWS's spec.replicas."""
-    owner = Owner.from_object(obj)
-    previous = obj.get("status") or {}
+def _ready(ready: int, desired_groups: int, pods: list[dict[str, Any]], admitted: Admitted) -> Verdict:
+    if desired_groups == 0:
+        return Verdict("True", Reason.SCALED_TO_ZERO, "replicas is 0: no groups run and no GPUs are held")
+    if ready >= desired_groups:
+        return Verdict("True", Reason.ALL_GROUPS_READY, f"{ready}/{desired_groups} groups ready")
+    detail = waiting_for(pods, admitted, desired_groups)
+    if not detail:
+        detail = ("every pod is Ready; waiting for the LeaderWorkerSet to count the groups ready" if pods
+                  else "waiting for the LeaderWorkerSet to create the groups")
+    return Verdict("False", Reason.GROUPS_NOT_READY, f"{ready}/{desired_groups} groups ready; {detail}")
+
+
+def compute_status(obj: dict[str, Any], admitted: Admitted, lws: dict[str, Any] | None,
+                   pods: list[dict[str, Any]], desired_groups: int,
+                   apply_error: str | None = None, compute_domain_note: str | None = None,
+                   autoscaled: AutoscalerReport | None = None) -> KimiK3DeploymentStatus:
+    """Status of a reconciled CR whose spec this reconcile admitted (``admitted``).
+    ``desired_groups`` is the LWS's spec.replicas; ``autoscaled`` what the autoscaler's step reports
+    (None with autoscaling off: its fields are then left as the CR holds them)."""
+    owner, plan = Owner.from_object(obj), admitted.plan
     gen = obj["metadata"].get("generation")
     lws_status = (lws or {}).get("status") or {}
     groups = int(lws_status.get("replicas", 0) or 0)
     ready = int(lws_status.get("readyReplicas", 0) or 0)
-    conditions = previous.get("conditions", [])
-    if desired_groups == 0:
-        ready_c = ("True", "ScaledToZero", "replicas is 0: no groups run and no GPUs are held")
-    elif ready >= desired_groups:
-        ready_c = ("True", "AllGroupsReady", f"{ready}/{desired_groups} groups ready")
-    else:
-        detail = waiting_for(pods, spec, plan, desired_groups)
-        if not detail:
-            detail = ("every pod is Ready; waiting for the LeaderWorkerSet to count the groups ready" if pods
-                      else "waiting for the LeaderWorkerSet to create the groups")
-        msg = f"{ready}/{desired_groups} groups ready; {detail}"
-        ready_c = ("False", "GroupsNotReady", msg)
-    conditions = set_condition(conditions, "Ready", *ready_c, gen)
-    settled = ready_c[0] == "True" and groups == desired_groups
+    conditions = stored_conditions(obj)
+    ready_v = _ready(ready, desired_groups, pods, admitted)
+    conditions = set_condition(conditions, ConditionType.READY, ready_v, gen)
+    settled = ready_v.status == "True" and groups == desired_groups
     if apply_error:
-        conditions = set_condition(conditions, "Progressing", "True", "ApplyFailed",
-                                   f"children not applied yet (retrying with back-off): {apply_error}", gen)
+        progressing = Verdict("True", Reason.APPLY_FAILED,
+                              f"children not applied yet (retrying with back-off): {apply_error}")
+    elif settled:
+        progressing = Verdict("False", Reason.STABLE, "children applied; all groups as desired")
     else:
-        conditions = set_condition(conditions, "Progressing", "False" if settled else "True",
-                                   "Stable" if settled else "GroupsStarting",
-                                   "children applied; all groups as desired" if settled else ready_c[2], gen)
+        progressing = Verdict("True", Reason.GROUPS_STARTING, ready_v.message)
+    conditions = set_condition(conditions, ConditionType.PROGRESSING, progressing, gen)
     unplaced = unschedulable_groups(pods)
-    previous_limit = next((c for c in conditions if c.get("type") == "ScalingLimited"), None)
+    previous_limit = next((c for c in conditions if c.type == ConditionType.SCALING_LIMITED), None)
     if unplaced:
-        conditions = set_condition(conditions, "ScalingLimited", "True", "Unschedulable",
-                                   scaling_limited_message(unplaced), gen)
-    elif previous_limit is None or previous_limit.get("reason") in ("Unschedulable", "AllGroupsPlaced"):
-        conditions = set_condition(conditions, "ScalingLimited", "False", "AllGroupsPlaced",
-                                   "the scheduler has placed every pod of every group", gen)
-    if apply_error:
-        conditions = set_condition(conditions, "Degraded", "True", "ApplyFailed", apply_error, gen)
-    else:
-        conditions = set_condition(conditions, "Degraded", "False", "AsExpected", "children applied", gen)
-    status = {
-        "observedGeneration": gen,
-        "conditions": conditions,
-        "replicas": groups,
-        "readyReplicas": ready,
-        "selector": selector_string(leader_selector(owner)),
-        "endpoint": endpoint(owner, spec),
-        "plan": PlanStatus(gpus_per_node=plan.gpus_per_node, nodes_per_group=plan.nodes_per_group,
-                           gpus_per_group=plan.gpus_per_group,
-                           compute_domain=plan.needs_compute_domain and not compute_domain_note,
-                           compute_domain_note=compute_domain_note if plan.needs_compute_domain else None,
-                           ).model_dump(by_alias=True, exclude_none=True),
-    }
-    return status
+        conditions = set_condition(conditions, ConditionType.SCALING_LIMITED,
+                                   Verdict("True", Reason.UNSCHEDULABLE, scaling_limited_message(unplaced)), gen)
+    elif previous_limit is None or previous_limit.reason in (Reason.UNSCHEDULABLE, Reason.ALL_GROUPS_PLACED):
+        conditions = set_condition(conditions, ConditionType.SCALING_LIMITED, Verdict(
+            "False", Reason.ALL_GROUPS_PLACED, "the scheduler has placed every pod of every group"), gen)
+    degraded = (Verdict("True", Reason.APPLY_FAILED, apply_error) if apply_error
+                else Verdict("False", Reason.AS_EXPECTED, "children applied"))
+    conditions = set_condition(conditions, ConditionType.DEGRADED, degraded, gen)
+    if autoscaled is not None and autoscaled.metrics is not None:
+        conditions = set_condition(conditions, ConditionType.METRICS_AVAILABLE, autoscaled.metrics, gen)
+    return KimiK3DeploymentStatus(
+        observed_generation=gen,
+        conditions=conditions,
+        replicas=groups,
+        ready_replicas=ready,
+        desired_replicas=autoscaled.desired_replicas if autoscaled else None,
+        selector=selector_string(leader_selector(owner)),
+        endpoint=endpoint(owner, admitted.spec),
+        plan=PlanStatus(gpus_per_node=plan.gpus_per_node, nodes_per_group=plan.nodes_per_group,
+                        gpus_per_group=plan.gpus_per_group,
+                        compute_domain=plan.needs_compute_domain and not compute_domain_note,
+                        compute_domain_note=compute_domain_note if plan.needs_compute_domain else None),
+        decode=autoscaled.decode if autoscaled else None,
+        last_scale=autoscaled.last_scale if autoscaled else None,
+    )
 
 
-def invalid_status(obj: dict[str, Any], problems: str) -> dict[str, Any]:
+def invalid_status(obj: dict[str, Any], problems: str) -> KimiK3DeploymentStatus:
     """Status of a CR whose spec the operator refuses: nothing was changed, every problem named."""
-    previous = obj.get("status") or {}
     gen = obj["metadata"].get("generation")
-    conditions = previous.get("conditions", [])
-    for type_, status in (("Ready", "False"), ("Progressing", "False"), ("Degraded", "True")):
-        conditions = set_condition(conditions, type_, status, "InvalidSpec", problems, gen)
-    return {"observedGeneration": gen, "conditions": conditions}
+    conditions = stored_conditions(obj)
+    refused: tuple[tuple[ConditionType, ConditionStatus], ...] = (
+        (ConditionType.READY, "False"), (ConditionType.PROGRESSING, "False"), (ConditionType.DEGRADED, "True"))
+    for type_, status in refused:
+        conditions = set_condition(conditions, type_, Verdict(status, Reason.INVALID_SPEC, problems), gen)
+    return KimiK3DeploymentStatus(observed_generation=gen, conditions=conditions)
 
 
 def lws_selector(owner: Owner) -> str:
     """Selector of every pod of the deployment's LeaderWorkerSet."""
-    return f"leaderworkerset.sigs.k8s.io/name={lws_name(owner)}"
+    return f"{LWS_NAME_LABEL}={lws_name(owner)}"

@@ -1,6 +1,8 @@
-"""Every kind the operator reads or writes: API group, version, kind and plural in one place.
+"""Every kind kimik3 reads or writes (the operator; the dev kit also reads Nodes): API group, version,
+kind and plural in one place.
 
-``Kind.api_version`` is the ``apiVersion`` of an object; ``Kind.path(namespace, name)`` its REST path.
+``Kind.api_version`` is the ``apiVersion`` of an object; ``Kind.path(namespace, name)`` its REST path;
+``kind_of(api_version, kind)`` finds the ``Kind`` of an object.
 """
 
 from __future__ import annotations
@@ -22,10 +24,18 @@ class Kind:
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
 
-    def path(self, namespace: str, name: str | None = None) -> str:
-        """REST path of the collection in ``namespace``, or of one object when ``name`` is given."""
+    @property
+    def type_meta(self) -> tuple[str, str]:
+        """``(apiVersion, kind)``: how an object names its type (Kubernetes' TypeMeta), and how
+        ``controller.kube.Kube`` calls are addressed."""
+        return self.api_version, self.kind
+
+    def path(self, namespace: str | None = None, name: str | None = None) -> str:
+        """REST path of the collection in ``namespace`` (across namespaces when None), or of one
+        object when ``name`` is given too: ``/apis/<group>/<version>[/namespaces/<ns>]/<plural>[/<name>]``
+        (``/api/v1/...`` for the core group)."""
         base = f"/apis/{self.api_version}" if self.group else f"/api/{self.version}"
-        path = f"{base}/namespaces/{namespace}/{self.plural}"
+        path = f"{base}/namespaces/{namespace}/{self.plural}" if namespace else f"{base}/{self.plural}"
         return f"{path}/{name}" if name else path
 
 
@@ -45,9 +55,11 @@ CONFIG_MAP = Kind("", "v1", "ConfigMap", "configmaps")
 SERVICE = Kind("", "v1", "Service", "services")
 POD = Kind("", "v1", "Pod", "pods")
 EVENT = Kind("", "v1", "Event", "events")
+NODE = Kind("", "v1", "Node", "nodes")
+"""Cluster-scoped (``path()`` with no namespace); read by the dev kit's views, not by the operator."""
 
 KINDS: tuple[Kind, ...] = (KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, COMPUTE_DOMAIN, POD_MONITOR, HTTP_ROUTE,
-                           POD_DISRUPTION_BUDGET, CONFIG_MAP, SERVICE, POD, EVENT)
+                           POD_DISRUPTION_BUDGET, CONFIG_MAP, SERVICE, POD, EVENT, NODE)
 
 CHILD_KINDS: tuple[Kind, ...] = (COMPUTE_DOMAIN, CONFIG_MAP, LEADER_WORKER_SET, SERVICE, POD_DISRUPTION_BUDGET,
                                  POD_MONITOR, HTTP_ROUTE)

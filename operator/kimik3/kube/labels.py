@@ -11,13 +11,17 @@ from kimik3.kube.kinds import GROUP
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 """``"0"`` on the leader pod of a group, ``"1"``... on its workers."""
+LEADER_WORKER_INDEX = "0"
+"""``LWS_WORKER_INDEX_LABEL`` of a group's leader."""
 LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_EXCLUSIVE_TOPOLOGY = "leaderworkerset.sigs.k8s.io/exclusive-topology"
 """Annotation: each group alone in one domain of the named node label."""
 
 DEPLOYMENT_LABEL = f"{GROUP}/deployment"
 ROLE_LABEL = f"{GROUP}/role"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "kimik3-operator"
+"""Value of ``MANAGED_BY_LABEL`` on every child and pod; the operator watches only objects with it."""
 
 CLIQUE_LABEL = "nvidia.com/gpu.clique"
 """GFD label equal on every tray of one NVLink domain (``<clusterUUID>.<cliqueID>``)."""

@@ -1,29 +1,49 @@
 """What a pod's labels and status mean, for pods as plain dicts (the API's JSON) or as the
 ``kubernetes`` client's models (``V1Pod``). Used by the controller, status, autoscaler, dev
-cluster and engine simulator alike."""
+cluster, engine simulator and benchmarks alike.
+
+Sources: the core/v1 Pod API (conditions ``Ready``, ``PodScheduled``, ``DisruptionTarget``; kube-scheduler sets
+``PodScheduled=False`` with reason ``Unschedulable`` when no node fits, ``SchedulingGated`` while a
+scheduling gate holds the pod), LeaderWorkerSet v0.9 (the group and worker index labels).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from kimik3.kube.labels import LWS_WORKER_INDEX_LABEL
+from kimik3.kube.objects import condition, field, is_deleting, is_true
+from kimik3.kube.labels import LEADER_WORKER_INDEX, LWS_GROUP_INDEX_LABEL, LWS_WORKER_INDEX_LABEL
 
-
-def _get(obj: Any, key: str, attr: str | None = None) -> Any:
-    if obj is None:
-        return None
-    if isinstance(obj, dict):
-        return obj.get(key)
-    return getattr(obj, attr or key, None)
+READY = "Ready"
+"""Pod condition: every container passes its readiness probe."""
+POD_SCHEDULED = "PodScheduled"
+"""Pod condition: bound to a node (``False`` while the scheduler cannot or may not place it)."""
+UNSCHEDULABLE = "Unschedulable"
+"""Reason of ``PodScheduled=False`` when the scheduler found no node that fits."""
+DISRUPTION_TARGET = "DisruptionTarget"
+"""Pod condition Kubernetes sets (``True``) before it deletes a pod for a taint, an eviction,
+a preemption or pod GC; its reason says which."""
 
 
 def labels(pod: Any) -> dict[str, str]:
-    return _get(_get(pod, "metadata"), "labels") or {}
+    """The pod's labels ({} when it has none)."""
+    return field(field(pod, "metadata"), "labels") or {}
+
+
+def group_index(pod: Any) -> str | None:
+    """The LeaderWorkerSet group the pod belongs to (``"0"``, ``"1"``...), None for a pod of no group."""
+    return labels(pod).get(LWS_GROUP_INDEX_LABEL)
+
+
+def worker_index(pod: Any) -> int | None:
+    """The pod's rank in its group (0 = leader), None for a pod of no group."""
+    value = labels(pod).get(LWS_WORKER_INDEX_LABEL)
+    return None if value is None else int(value)
 
 
 def is_leader(pod: Any) -> bool:
     """The group's rank 0 (LeaderWorkerSet worker index 0): the pod that serves the API."""
-    return labels(pod).get(LWS_WORKER_INDEX_LABEL) == "0"
+    return labels(pod).get(LWS_WORKER_INDEX_LABEL) == LEADER_WORKER_INDEX
 
 
 def role(pod: Any) -> str:
@@ -31,33 +51,45 @@ def role(pod: Any) -> str:
     return "leader" if is_leader(pod) else "worker"
 
 
+def phase(pod: Any) -> str | None:
+    """``status.phase``: Pending, Running, Succeeded, Failed, Unknown; None before the API server set it."""
+    return field(field(pod, "status"), "phase")
+
+
 def is_terminating(pod: Any) -> bool:
-    """Deletion requested (``metadata.deletionTimestamp`` set)."""
-    return _get(_get(pod, "metadata"), "deletionTimestamp", "deletion_timestamp") is not None
-
-
-def _conditions(pod: Any) -> list[Any]:
-    return _get(_get(pod, "status"), "conditions") or []
-
-
-def condition(pod: Any, type_: str) -> Any:
-    """The pod condition of this type, or None."""
-    return next((c for c in _conditions(pod) if _get(c, "type") == type_), None)
+    """Deletion requested (``metadata.deletionTimestamp`` set): what kubectl shows as Terminating."""
+    return is_deleting(pod)
 
 
 def is_ready(pod: Any) -> bool:
-    """Condition ``Ready`` is ``True`` and the pod is not terminating."""
-    c = condition(pod, "Ready")
-    return c is not None and _get(c, "status") == "True" and not is_terminating(pod)
+    """Condition ``Ready`` is ``True`` and the pod is not terminating (a pod being deleted no
+    longer counts toward its group, whatever its probes said last)."""
+    return is_true(pod, READY) and not is_terminating(pod)
 
 
 def is_unschedulable(pod: Any) -> bool:
-    """The scheduler found no node: ``PodScheduled=False`` with reason ``Unschedulable``."""
-    c = condition(pod, "PodScheduled")
-    return c is not None and _get(c, "status") == "False" and _get(c, "reason") == "Unschedulable"
+    """The scheduler found no node for it: ``PodScheduled=False`` with reason ``Unschedulable``,
+    and the pod is not terminating (the scheduler no longer tries to place a pod being deleted,
+    so it does not say the group cannot be placed)."""
+    c = condition(pod, POD_SCHEDULED)
+    return (field(c, "status") == "False" and field(c, "reason") == UNSCHEDULABLE
+            and not is_terminating(pod))
 
 
 def unschedulable_message(pod: Any) -> str:
-    """The scheduler's message for an unschedulable pod ("" otherwise)."""
-    c = condition(pod, "PodScheduled")
-    return (_get(c, "message") or "") if is_unschedulable(pod) else ""
+    """The scheduler's message for an unschedulable pod, stripped ("" otherwise)."""
+    if not is_unschedulable(pod):
+        return ""
+    return (field(condition(pod, POD_SCHEDULED), "message") or "").strip()
+
+
+def scheduling_problem(pod: Any) -> str:
+    """Why the pod is not on a node, ``"<reason>: <message>"`` from ``PodScheduled=False``
+    (e.g. ``"Unschedulable: 0/12 nodes are available: ..."``, ``"SchedulingGated: ..."``; the
+    reason alone without a message); "" when it is scheduled or the scheduler has not looked at
+    it yet."""
+    c = condition(pod, POD_SCHEDULED)
+    if field(c, "status") != "False":
+        return ""
+    reason, message = field(c, "reason") or UNSCHEDULABLE, (field(c, "message") or "").strip()
+    return f"{reason}: {message}" if message else reason

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kimik3.admission import Admitted
+from kimik3.kube.kinds import COMPUTE_DOMAIN, HTTP_ROUTE, POD_DISRUPTION_BUDGET, POD_MONITOR, Kind
 from kimik3.render.computedomain import compute_domain
 from kimik3.render.configmap import launcher_configmap
 from kimik3.render.disruption import disruption_budget
-from kimik3.render.httproute import API_VERSION as HTTPROUTE_API_VERSION
 from kimik3.render.httproute import http_route
 from kimik3.render.leaderworkerset import leader_worker_set
 from kimik3.render.meta import Owner
@@ -28,8 +28,8 @@ from kimik3.render.service import client_service
 class Rendered:
     objects: list[dict[str, Any]]
     """Children to apply, in order (the ComputeDomain before the pods that claim it)."""
-    absent: list[tuple[str, str]] = field(default_factory=list)
-    """(apiVersion, kind) of children that must not exist now."""
+    absent: list[Kind] = field(default_factory=list)
+    """Kinds of the children (named like the deployment) that must not exist now."""
     warnings: list[str] = field(default_factory=list)
 
 
@@ -45,7 +45,7 @@ def render(admitted: Admitted, owner: Owner, replicas: int | None = None, comput
     spec, plan = admitted.spec, admitted.plan
     groups = spec.replicas if replicas is None else replicas
     objects: list[dict[str, Any]] = []
-    absent: list[tuple[str, str]] = []
+    absent: list[Kind] = []
     warnings: list[str] = []
     cd = compute_domain(owner)
     with_cd = plan.needs_compute_domain and compute_domains
@@ -54,7 +54,7 @@ def render(admitted: Admitted, owner: Owner, replicas: int | None = None, comput
     if with_cd and groups > 0:
         objects.append(cd)
     else:  # also when a spec change moved the deployment to nodes that need none
-        absent.append((cd["apiVersion"], cd["kind"]))
+        absent.append(COMPUTE_DOMAIN)
     objects.append(launcher_configmap(owner, admitted))
     objects.append(leader_worker_set(owner, admitted, groups, channel_claims=with_cd))
     objects.append(client_service(owner, spec))
@@ -62,15 +62,15 @@ def render(admitted: Admitted, owner: Owner, replicas: int | None = None, comput
     if pdb is not None:
         objects.append(pdb)
     else:
-        absent.append(("policy/v1", "PodDisruptionBudget"))
+        absent.append(POD_DISRUPTION_BUDGET)
         if why:
             warnings.append(why)
     if spec.monitoring.enabled:
         objects.append(pod_monitor(owner, spec))
     else:
-        absent.append(("monitoring.coreos.com/v1", "PodMonitor"))
+        absent.append(POD_MONITOR)
     if spec.service.http_route is not None:
         objects.append(http_route(owner, spec))
     else:
-        absent.append((HTTPROUTE_API_VERSION, "HTTPRoute"))
+        absent.append(HTTP_ROUTE)
     return Rendered(objects, absent, warnings)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from kimik3.kube.kinds import COMPUTE_DOMAIN
 from kimik3.render.meta import Owner
 
-API_VERSION = "resource.nvidia.com/v1beta1"
 CLAIM_NAME = "compute-domain-channel"
 
 
@@ -22,8 +22,8 @@ def channel_template_name(owner: Owner) -> str:
 
 def compute_domain(owner: Owner) -> dict[str, Any]:
     return {
-        "apiVersion": API_VERSION,
-        "kind": "ComputeDomain",
+        "apiVersion": COMPUTE_DOMAIN.api_version,
+        "kind": COMPUTE_DOMAIN.kind,
         "metadata": owner.metadata(owner.name),
         "spec": {
             "numNodes": 0,

@@ -8,6 +8,7 @@ from typing import Any
 
 from kimik3.admission import Admitted
 from kimik3.engine.args import VLLM_VERSION, rank_args
+from kimik3.kube.kinds import CONFIG_MAP
 from kimik3.render.meta import Owner
 
 MOUNT_PATH = "/etc/kimik3"
@@ -38,8 +39,8 @@ def group_plan_document(admitted: Admitted) -> dict[str, Any]:
 
 def launcher_configmap(owner: Owner, admitted: Admitted) -> dict[str, Any]:
     return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
+        "apiVersion": CONFIG_MAP.api_version,
+        "kind": CONFIG_MAP.kind,
         "metadata": owner.metadata(configmap_name(owner)),
         "data": {
             LAUNCHER_KEY: launcher_source(),

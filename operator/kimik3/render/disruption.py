@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from kimik3.kube.kinds import POD_DISRUPTION_BUDGET
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
 from kimik3.render.leaderworkerset import lws_name
 from kimik3.kube.labels import LWS_NAME_LABEL
@@ -36,8 +37,8 @@ def disruption_budget(owner: Owner, spec: KimiK3DeploymentSpec, plan: GroupPlan,
         return None, (f"no PodDisruptionBudget: with {replicas} group(s) and minAvailable "
                       f"{spec.disruption_budget.min_available} no group could ever be drained")
     return {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
+        "apiVersion": POD_DISRUPTION_BUDGET.api_version,
+        "kind": POD_DISRUPTION_BUDGET.kind,
         "metadata": owner.metadata(owner.name),
         "spec": {
             "minAvailable": keep * plan.nodes_per_group,

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from kimik3.kube.kinds import HTTP_ROUTE, SERVICE
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
 from kimik3.render.meta import Owner
 
-API_VERSION = "gateway.networking.k8s.io/v1"
-KIND = "HTTPRoute"
 
 
 def http_route(owner: Owner, spec: KimiK3DeploymentSpec) -> dict[str, Any]:
@@ -24,7 +23,7 @@ def http_route(owner: Owner, spec: KimiK3DeploymentSpec) -> dict[str, Any]:
         raise ValueError("spec.service.httpRoute is not set")
     parents = []
     for ref in route.parent_refs:
-        parent: dict[str, Any] = {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": ref.name}
+        parent: dict[str, Any] = {"group": HTTP_ROUTE.group, "kind": "Gateway", "name": ref.name}
         if ref.namespace:
             parent["namespace"] = ref.namespace
         if ref.section_name:
@@ -35,6 +34,8 @@ def http_route(owner: Owner, spec: KimiK3DeploymentSpec) -> dict[str, Any]:
         route_spec["hostnames"] = list(route.hostnames)
     route_spec["rules"] = [{
         "matches": [{"path": {"type": "PathPrefix", "value": prefix}} for prefix in route.path_prefixes],
-        "backendRefs": [{"group": "", "kind": "Service", "name": owner.name, "port": spec.service.port}],
+        "backendRefs": [{"group": SERVICE.group, "kind": SERVICE.kind, "name": owner.name,
+                         "port": spec.service.port}],
     }]
-    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": owner.metadata(owner.name), "spec": route_spec}
+    return {"apiVersion": HTTP_ROUTE.api_version, "kind": HTTP_ROUTE.kind, "metadata": owner.metadata(owner.name),
+            "spec": route_spec}

@@ -22,12 +22,11 @@ from typing import Any
 from kimik3.admission import Admitted
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
 from kimik3.engine.args import API_KEY_ENV, API_PORT_NAME, MODEL_MOUNT, engine_env
+from kimik3.kube.kinds import LEADER_WORKER_SET
+from kimik3.kube.labels import GPU_RESOURCE, LWS_EXCLUSIVE_TOPOLOGY, PRODUCT_LABEL, ROLE_LABEL
 from kimik3.render import computedomain, configmap
-from kimik3.kube.labels import LWS_EXCLUSIVE_TOPOLOGY, ROLE_LABEL
 from kimik3.render.meta import Owner
-from kimik3.kube.labels import GPU_RESOURCE, PRODUCT_LABEL
 
-API_VERSION = "leaderworkerset.x-k8s.io/v1"
 PLAN_HASH_ANNOTATION = "inference.kimik3.io/plan-hash"
 CONTAINER = "engine"
 
@@ -160,8 +159,8 @@ def leader_worker_set(owner: Owner, admitted: Admitted, replicas: int, channel_c
     if annotations:
         meta["annotations"] = annotations
     return {
-        "apiVersion": API_VERSION,
-        "kind": "LeaderWorkerSet",
+        "apiVersion": LEADER_WORKER_SET.api_version,
+        "kind": LEADER_WORKER_SET.kind,
         "metadata": meta,
         "spec": {
             "replicas": replicas,

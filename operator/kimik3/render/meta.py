@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kimik3.kube.kinds import GROUP, KIND, VERSION
-from kimik3.kube.labels import DEPLOYMENT_LABEL, MANAGED_BY
+from kimik3.kube.kinds import KIMIK3_DEPLOYMENT
+from kimik3.kube.labels import DEPLOYMENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL
 
 
 
@@ -28,7 +28,7 @@ class Owner:
         return {
             "app.kubernetes.io/name": "kimi-k3",
             "app.kubernetes.io/instance": self.name,
-            "app.kubernetes.io/managed-by": MANAGED_BY,
+            MANAGED_BY_LABEL: MANAGED_BY,
             DEPLOYMENT_LABEL: self.name,
         }
 
@@ -39,8 +39,8 @@ class Owner:
             "namespace": self.namespace,
             "labels": self.labels(),
             "ownerReferences": [{
-                "apiVersion": f"{GROUP}/{VERSION}",
-                "kind": KIND,
+                "apiVersion": KIMIK3_DEPLOYMENT.api_version,
+                "kind": KIMIK3_DEPLOYMENT.kind,
                 "name": self.name,
                 "uid": self.uid,
                 "controller": True,

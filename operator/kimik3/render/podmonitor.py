@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kimik3.kube.kinds import POD_MONITOR
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
 from kimik3.engine.args import API_PORT_NAME
 from kimik3.kube.labels import DEPLOYMENT_LABEL, LWS_GROUP_INDEX_LABEL, ROLE_LABEL
@@ -24,15 +25,14 @@ def _meta_label(pod_label: str) -> str:
     return "__meta_kubernetes_pod_label_" + "".join(ch if ch.isalnum() else "_" for ch in pod_label)
 from kimik3.render.service import leader_selector
 
-API_VERSION = "monitoring.coreos.com/v1"
 
 
 def pod_monitor(owner: Owner, spec: KimiK3DeploymentSpec) -> dict[str, Any]:
     meta = owner.metadata(owner.name)
     meta["labels"] = {**meta["labels"], **spec.monitoring.labels}
     return {
-        "apiVersion": API_VERSION,
-        "kind": "PodMonitor",
+        "apiVersion": POD_MONITOR.api_version,
+        "kind": POD_MONITOR.kind,
         "metadata": meta,
         "spec": {
             "selector": {"matchLabels": leader_selector(owner)},

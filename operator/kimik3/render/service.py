@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from kimik3.kube.kinds import SERVICE
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
 from kimik3.engine.args import API_PORT_NAME
 from kimik3.render.leaderworkerset import lws_name
-from kimik3.kube.labels import LWS_NAME_LABEL, LWS_WORKER_INDEX_LABEL
+from kimik3.kube.labels import LEADER_WORKER_INDEX, LWS_NAME_LABEL, LWS_WORKER_INDEX_LABEL
 from kimik3.render.meta import Owner
 
 
@@ -18,7 +19,7 @@ def endpoint(owner: Owner, spec: KimiK3DeploymentSpec) -> str:
 
 def leader_selector(owner: Owner) -> dict[str, str]:
     """Group leaders (worker index 0) of this deployment's LeaderWorkerSet."""
-    return {LWS_NAME_LABEL: lws_name(owner), LWS_WORKER_INDEX_LABEL: "0"}
+    return {LWS_NAME_LABEL: lws_name(owner), LWS_WORKER_INDEX_LABEL: LEADER_WORKER_INDEX}
 
 
 def client_service(owner: Owner, spec: KimiK3DeploymentSpec) -> dict[str, Any]:
@@ -26,8 +27,8 @@ def client_service(owner: Owner, spec: KimiK3DeploymentSpec) -> dict[str, Any]:
     if spec.service.annotations:
         meta["annotations"] = dict(spec.service.annotations)
     return {
-        "apiVersion": "v1",
-        "kind": "Service",
+        "apiVersion": SERVICE.api_version,
+        "kind": SERVICE.kind,
         "metadata": meta,
         "spec": {
             "type": spec.service.type,

@@ -40,6 +40,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.rest import ApiException
 
 import kimik3
+from kimik3.kube import nodes as knodes
 from kimik3_dev.devcluster import kubecomponents, kwok, lws, processes, prometheus, rbac
 from kimik3_dev.devcluster.controlplane import (
     ETCD_VERSION,
@@ -287,8 +288,7 @@ class DevCluster:
 
             def nodes_ready() -> bool | str:
                 nodes = rest.items("/api/v1/nodes", RACK_LABEL)
-                ready = sum(1 for n in nodes if any(c.get("type") == "Ready" and c.get("status") == "True"
-                                                    for c in (n.get("status") or {}).get("conditions", [])))
+                ready = sum(1 for n in nodes if knodes.is_ready(n))
                 return True if ready == shape.nodes else f"{ready}/{shape.nodes} nodes Ready"
             wait_for("kwok", nodes_ready, timeout, process=record, retry=self._retry, tick=out.tick)
             out.note(f"{shape.nodes} nodes Ready, {shape.gpus} GPUs"

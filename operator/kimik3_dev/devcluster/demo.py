@@ -21,7 +21,9 @@ from typing import Any
 import requests
 import yaml
 
-from kimik3.kube.kinds import GROUP, KIND, VERSION
+from kimik3.api.conditions import ConditionType
+from kimik3.kube.kinds import KIMIK3_DEPLOYMENT
+from kimik3.kube.objects import is_true
 from kimik3.controller.kube import Kube
 from kimik3_dev.devcluster import cli as dev_cli
 from kimik3_dev.devcluster.cluster import DevCluster
@@ -44,7 +46,7 @@ def _wait(what: str, fn: Any, timeout_s: float, poll_s: float = 1.0) -> Any:
 
 
 def run_demo(recipe: Path, state_dir: Path, timeout_s: float) -> int:
-    cr = next(d for d in yaml.safe_load_all(recipe.read_text()) if d and d.get("kind") == KIND)
+    cr = next(d for d in yaml.safe_load_all(recipe.read_text()) if d and d.get("kind") == KIMIK3_DEPLOYMENT.kind)
     ns, name = cr["metadata"].get("namespace", "default"), cr["metadata"]["name"]
     _step("kimik3 dev up: control plane, simulated GB300 NVL72 racks, LWS, operator, Prometheus, simulator")
     dev_cli.dev.main(["up", "--state-dir", str(state_dir)], standalone_mode=False)
@@ -55,11 +57,10 @@ def run_demo(recipe: Path, state_dir: Path, timeout_s: float) -> int:
         kube = Kube(api)
 
         def ready() -> dict[str, Any] | None:
-            obj = kube.get(f"{GROUP}/{VERSION}", KIND, ns, name)
-            conds = {c["type"]: c for c in ((obj or {}).get("status") or {}).get("conditions", [])}
-            return obj if conds.get("Ready", {}).get("status") == "True" else None
+            obj = kube.get(*KIMIK3_DEPLOYMENT.type_meta, ns, name)
+            return obj if is_true(obj, ConditionType.READY) else None
 
-        _step(f"waiting for {KIND} {ns}/{name} to be Ready")
+        _step(f"waiting for {KIMIK3_DEPLOYMENT.kind} {ns}/{name} to be Ready")
         obj = _wait("Ready=True", ready, timeout_s)
         print(yaml.safe_dump({"status": {k: obj["status"][k] for k in ("conditions", "replicas", "readyReplicas",
                                                                        "endpoint", "plan") if k in obj["status"]}},

@@ -20,18 +20,14 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from kimik3.kube.kinds import GROUP, PLURAL, VERSION
+from kimik3.kube import nodes as knodes
+from kimik3.kube import pods as kpods
+from kimik3.kube.kinds import KIMIK3_DEPLOYMENT, NODE, POD
+from kimik3.kube.labels import CLIQUE_LABEL, DEPLOYMENT_LABEL, GPU_RESOURCE, LWS_NAME_LABEL
 from kimik3_dev.devcluster.racks import RACK_LABEL
 from kimik3_dev.devcluster.rest import Rest
-from kimik3.kube.labels import DEPLOYMENT_LABEL, LWS_GROUP_INDEX_LABEL, LWS_NAME_LABEL, LWS_WORKER_INDEX_LABEL
-from kimik3.kube.labels import CLIQUE_LABEL, GPU_RESOURCE
 
 __all__ = ["gather", "render"]
-
-
-def _ready(obj: dict[str, Any]) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (obj.get("status") or {}).get("conditions", []) or [])
 
 
 def _gpu_request(pod: dict[str, Any]) -> int:
@@ -44,10 +40,7 @@ def _gpu_request(pod: dict[str, Any]) -> int:
 
 
 def _waiting(pod: dict[str, Any]) -> str:
-    for cond in (pod.get("status") or {}).get("conditions", []) or []:
-        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-            return f"{cond.get('reason', 'Unscheduled')}: {cond.get('message', '')}".strip()
-    return "" if _ready(pod) else (pod.get("status") or {}).get("phase", "Pending")
+    return kpods.scheduling_problem(pod) or ("" if kpods.is_ready(pod) else kpods.phase(pod) or "Pending")
 
 
 def _sim_url(entry: Any) -> str | None:
@@ -66,9 +59,9 @@ def _rack_of(node: dict[str, Any]) -> tuple[str, str]:
 
 def gather(rest: Rest, state_dir: Path | None = None) -> dict[str, Any]:
     """Read the cluster into the plain structure described in the module docstring."""
-    nodes = rest.items("/api/v1/nodes")
-    pods = rest.items("/api/v1/pods")
-    crs = rest.items(f"/apis/{GROUP}/{VERSION}/{PLURAL}")
+    nodes = rest.items(NODE.path())
+    pods = rest.items(POD.path())
+    crs = rest.items(KIMIK3_DEPLOYMENT.path())
     endpoints: dict[str, str] = {}
     if state_dir is not None:
         try:
@@ -80,14 +73,14 @@ def gather(rest: Rest, state_dir: Path | None = None) -> dict[str, Any]:
     used: dict[str, int] = defaultdict(int)
     for pod in pods:
         node = (pod.get("spec") or {}).get("nodeName")
-        if node and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+        if node and kpods.phase(pod) not in ("Succeeded", "Failed"):
             used[node] += _gpu_request(pod)
     racks: dict[str, dict[str, Any]] = {}
     for n in nodes:
         name, clique = node_rack[n["metadata"]["name"]]
         r = racks.setdefault(name, {"name": name, "clique": clique, "nodes": 0, "ready": 0, "gpus": 0, "gpus_used": 0})
         r["nodes"] += 1
-        r["ready"] += int(_ready(n))
+        r["ready"] += int(knodes.is_ready(n))
         r["gpus"] += int(((n.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE, 0) or 0)
         r["gpus_used"] += used.get(n["metadata"]["name"], 0)
     for r in racks.values():
@@ -95,18 +88,19 @@ def gather(rest: Rest, state_dir: Path | None = None) -> dict[str, Any]:
 
     groups: dict[tuple[str, str, str], dict[str, Any]] = {}
     for pod in pods:
-        labels = pod["metadata"].get("labels", {})
-        if LWS_NAME_LABEL not in labels or LWS_GROUP_INDEX_LABEL not in labels:
+        labels = kpods.labels(pod)
+        group = kpods.group_index(pod)
+        if LWS_NAME_LABEL not in labels or group is None:
             continue
-        key = (pod["metadata"]["namespace"], labels[LWS_NAME_LABEL], labels[LWS_GROUP_INDEX_LABEL])
+        key = (pod["metadata"]["namespace"], labels[LWS_NAME_LABEL], group)
         g = groups.setdefault(key, {"namespace": key[0], "deployment": labels.get(DEPLOYMENT_LABEL, ""),
                                     "lws": key[1], "group": int(key[2]), "pods": []})
         node = (pod.get("spec") or {}).get("nodeName") or ""
         g["pods"].append({
             "name": pod["metadata"]["name"], "node": node, "rack": node_rack.get(node, ("", ""))[0] if node else "",
-            "worker": int(labels.get(LWS_WORKER_INDEX_LABEL, "0")), "ready": _ready(pod),
+            "worker": kpods.worker_index(pod) or 0, "ready": kpods.is_ready(pod),
             "phase": (pod.get("status") or {}).get("phase", ""), "uid": pod["metadata"].get("uid", ""),
-            "waiting": _waiting(pod), "terminating": bool(pod["metadata"].get("deletionTimestamp")),
+            "waiting": _waiting(pod), "terminating": kpods.is_terminating(pod),
         })
     for g in groups.values():
         g["pods"].sort(key=lambda p: p["worker"])

@@ -61,7 +61,9 @@ from aiohttp import web
 
 from kimik3.api.v1alpha1 import ModelSpec, duration_seconds
 from kimik3.kube.kinds import GROUP, PLURAL, VERSION
-from kimik3.kube.labels import LWS_GROUP_INDEX_LABEL, LWS_NAME_LABEL, LWS_WORKER_INDEX_LABEL
+from kimik3.kube import pods as kpods
+from kimik3.kube.labels import LWS_NAME_LABEL
+from kimik3.kube.objects import is_deleting
 from kimik3.render.leaderworkerset import API_KEY_ENV, CONTAINER
 from kimik3_dev.sim import launch, podenv
 from kimik3_dev.sim.engine import LOOPBACK, SimEngine
@@ -253,8 +255,7 @@ class Supervisor:
                 ) -> tuple[dict[tuple[str, str, str], _Wanted], set[tuple[str, str]]]:
         by_lws: dict[tuple[str, str], dict[str, list[Any]]] = {}
         for pod in pods:
-            labels = pod.metadata.labels or {}
-            lws, gi = labels.get(LWS_NAME_LABEL), labels.get(LWS_GROUP_INDEX_LABEL)
+            lws, gi = kpods.labels(pod).get(LWS_NAME_LABEL), kpods.group_index(pod)
             if lws is None or gi is None:
                 continue
             by_lws.setdefault((pod.metadata.namespace, lws), {}).setdefault(gi, []).append(pod)
@@ -263,7 +264,7 @@ class Supervisor:
         for cr in crs:
             meta = cr.get("metadata", {})
             ns, name = meta.get("namespace", "default"), meta.get("name", "")
-            if meta.get("deletionTimestamp"):
+            if is_deleting(cr):
                 continue
             deployments.add((ns, name))
             annotations = meta.get("annotations") or {}
@@ -280,7 +281,7 @@ class Supervisor:
             for gi, members in by_lws.get((ns, f"{name}-engine"), {}).items():
                 running = self._running(members)
                 leader = self._leader(running)
-                if leader is None or len(running) < len([p for p in members if p.metadata.deletion_timestamp is None]):
+                if leader is None or len(running) < len([p for p in members if not kpods.is_terminating(p)]):
                     continue
                 wanted[(ns, name, gi)] = _Wanted(
                     ns, name, gi, leader.metadata.name, leader.metadata.uid,
@@ -290,13 +291,12 @@ class Supervisor:
     @staticmethod
     def _running(members: list[Any]) -> list[Any]:
         """The group's pods that are not terminating and are Running."""
-        return [p for p in members if p.metadata.deletion_timestamp is None
-                and (p.status.phase if p.status else None) == "Running"]
+        return [p for p in members if not kpods.is_terminating(p) and kpods.phase(p) == "Running"]
 
     @staticmethod
     def _leader(running: list[Any]) -> Any | None:
         """The group's one Running leader pod, else None."""
-        leaders = [p for p in running if (p.metadata.labels or {}).get(LWS_WORKER_INDEX_LABEL) == "0"]
+        leaders = [p for p in running if kpods.is_leader(p)]
         return leaders[0] if len(leaders) == 1 else None
 
     def _read_data(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:

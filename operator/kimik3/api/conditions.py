@@ -1,0 +1,107 @@
+"""The conditions of a KimiK3Deployment's status and their reasons, declared once.
+
+Every condition the operator writes has one of the ``ConditionType`` types and, for that type,
+one of the reasons ``REASONS`` lists (CamelCase words, Kubernetes API conventions). The status
+model (``v1alpha1.Condition``) keeps ``type`` and ``reason`` plain strings, so conditions other
+writers set are kept as they are; the operator writes only these.
+
+=================  ======  =====================================================================
+type               status  reasons
+=================  ======  =====================================================================
+Ready              True    AllGroupsReady, ScaledToZero (replicas 0)
+                   False   GroupsNotReady (the message says what the groups wait for), InvalidSpec
+Progressing        True    GroupsStarting, ApplyFailed (retried with back-off)
+                   False   Stable, InvalidSpec
+Degraded           True    ApplyFailed, InvalidSpec
+                   False   AsExpected
+ScalingLimited     True    Unschedulable (a group's pod has ``PodScheduled=False`` reason
+                           ``Unschedulable``: no rack or node can hold it)
+                   False   AllGroupsPlaced
+MetricsAvailable   True    Measured, ScaledToZero (no groups: nothing to measure)
+                   False   NoTargets, WarmingUp, ScrapeFailed, NoLatencyMetric, NoSeries,
+                           PrometheusUnreachable, PrometheusError (the autoscaler holds replicas)
+                   Unknown NotYetMeasured
+=================  ======  =====================================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
+
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+
+class ConditionType(StrEnum):
+    """The ``type`` of each condition the operator writes."""
+
+    READY = "Ready"
+    """Every desired group serves (or replicas is 0)."""
+    PROGRESSING = "Progressing"
+    """Children are being applied or groups are starting."""
+    DEGRADED = "Degraded"
+    """The operator cannot make the children what the spec says."""
+    SCALING_LIMITED = "ScalingLimited"
+    """The scheduler cannot place a group now."""
+    METRICS_AVAILABLE = "MetricsAvailable"
+    """The autoscaler has a reading of decode latency (autoscaling enabled only)."""
+
+
+class Reason(StrEnum):
+    """The ``reason`` of each condition the operator writes (the table in the module docstring)."""
+
+    ALL_GROUPS_READY = "AllGroupsReady"
+    SCALED_TO_ZERO = "ScaledToZero"
+    GROUPS_NOT_READY = "GroupsNotReady"
+    INVALID_SPEC = "InvalidSpec"
+    """The spec was refused: nothing was changed, the message names every problem."""
+    GROUPS_STARTING = "GroupsStarting"
+    STABLE = "Stable"
+    APPLY_FAILED = "ApplyFailed"
+    """A child could not be applied; the message quotes the API server."""
+    AS_EXPECTED = "AsExpected"
+    UNSCHEDULABLE = "Unschedulable"
+    ALL_GROUPS_PLACED = "AllGroupsPlaced"
+    MEASURED = "Measured"
+    NOT_YET_MEASURED = "NotYetMeasured"
+    NO_TARGETS = "NoTargets"
+    """Pod scrape: no Running group leader to scrape."""
+    WARMING_UP = "WarmingUp"
+    """Pod scrape: every leader was scraped once only, so no window exists yet."""
+    SCRAPE_FAILED = "ScrapeFailed"
+    """Pod scrape: no leader answered its /metrics."""
+    NO_LATENCY_METRIC = "NoLatencyMetric"
+    """Neither vLLM's inter-token latency histogram nor its deprecated name is exposed."""
+    NO_SERIES = "NoSeries"
+    """Prometheus has no series of the deployment's engines."""
+    PROMETHEUS_UNREACHABLE = "PrometheusUnreachable"
+    PROMETHEUS_ERROR = "PrometheusError"
+    """Prometheus answered with an error, or with an answer the operator cannot read."""
+
+
+METRICS_UNAVAILABLE: tuple[Reason, ...] = (
+    Reason.NO_TARGETS, Reason.WARMING_UP, Reason.SCRAPE_FAILED, Reason.NO_LATENCY_METRIC, Reason.NO_SERIES,
+    Reason.PROMETHEUS_UNREACHABLE, Reason.PROMETHEUS_ERROR)
+"""Reasons of ``MetricsAvailable=False``: why the metric source has no reading."""
+
+REASONS: dict[ConditionType, tuple[Reason, ...]] = {
+    ConditionType.READY: (Reason.ALL_GROUPS_READY, Reason.SCALED_TO_ZERO, Reason.GROUPS_NOT_READY,
+                          Reason.INVALID_SPEC),
+    ConditionType.PROGRESSING: (Reason.GROUPS_STARTING, Reason.STABLE, Reason.APPLY_FAILED, Reason.INVALID_SPEC),
+    ConditionType.DEGRADED: (Reason.AS_EXPECTED, Reason.APPLY_FAILED, Reason.INVALID_SPEC),
+    ConditionType.SCALING_LIMITED: (Reason.UNSCHEDULABLE, Reason.ALL_GROUPS_PLACED),
+    ConditionType.METRICS_AVAILABLE: (Reason.MEASURED, Reason.SCALED_TO_ZERO, Reason.NOT_YET_MEASURED,
+                                      *METRICS_UNAVAILABLE),
+}
+"""The reasons the operator writes for each condition type."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What one condition says now; ``lastTransitionTime`` and ``observedGeneration`` are added
+    when it is written into a status (``controller.status.set_condition``)."""
+
+    status: ConditionStatus
+    reason: Reason
+    message: str

@@ -1,0 +1,146 @@
+"""The status is built as the typed models (``KimiK3DeploymentStatus``) and written as their
+camelCase JSON; conditions carry only the declared types and reasons (``kimik3.api.conditions``).
+Pure functions: no cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kimik3.admission import admit
+from kimik3.api.conditions import REASONS, ConditionType, Reason, Verdict
+from kimik3.api.v1alpha1 import Condition, DecodeStatus, KimiK3DeploymentStatus, ScaleEvent
+from kimik3.controller.status import (AutoscalerReport, compute_status, invalid_status, merge_patch,
+                                      set_condition, status_patch)
+
+RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "gb300-tp8-megakernel-dspark.yaml"
+LWS = "leaderworkerset.sigs.k8s.io"
+
+
+def cr(status: dict | None = None) -> dict:
+    obj = yaml.safe_load(RECIPE.read_text())
+    obj["metadata"].update(uid="u1", generation=3)
+    if status is not None:
+        obj["status"] = status
+    return obj
+
+
+def pod(name: str, group: str, worker: str, ready: bool = True, scheduled: dict | None = None) -> dict:
+    conditions = [scheduled or {"type": "PodScheduled", "status": "True"}]
+    if ready:
+        conditions.append({"type": "Ready", "status": "True"})
+    return {"metadata": {"name": name, "labels": {f"{LWS}/group-index": group, f"{LWS}/worker-index": worker}},
+            "status": {"phase": "Running" if ready else "Pending", "conditions": conditions}}
+
+
+def assert_declared(status: KimiK3DeploymentStatus) -> None:
+    for c in status.conditions:
+        assert c.reason in REASONS[ConditionType(c.type)], (c.type, c.reason)
+
+
+def test_merge_patch_follows_rfc_7386() -> None:
+    # RFC 7386, appendix A (a selection): objects merge, null removes, lists and scalars replace.
+    target = {"title": "Goodbye!", "author": {"givenName": "John", "familyName": "Doe"}, "tags": ["example", "sample"],
+              "content": "This will be unchanged"}
+    patch = {"title": "Hello!", "phoneNumber": "+01-123-456-7890", "author": {"familyName": None}, "tags": ["example"]}
+    assert merge_patch(target, patch) == {"title": "Hello!", "author": {"givenName": "John"}, "tags": ["example"],
+                                          "content": "This will be unchanged", "phoneNumber": "+01-123-456-7890"}
+    assert merge_patch({"a": "b"}, {"a": None}) == {}
+    assert merge_patch({"a": [{"b": "c"}]}, {"a": [1]}) == {"a": [1]}
+
+
+def test_status_patch_is_camel_case_and_writes_sub_objects_whole() -> None:
+    status = KimiK3DeploymentStatus(
+        observed_generation=3, ready_replicas=1, desired_replicas=2,
+        decode=DecodeStatus(metric="interTokenLatency", percentile=95, latency_seconds=None,
+                            acceptance_length=4.2, observed_at="2026-11-29T08:00:00Z"),
+        last_scale=ScaleEvent.model_validate({"time": "2026-11-29T08:00:00Z", "from": 1, "to": 2,
+                                              "reason": "ScaleUp: latency over target"}))
+    patch = status_patch(status)
+    assert patch == {
+        "observedGeneration": 3, "conditions": [], "readyReplicas": 1, "desiredReplicas": 2,
+        "decode": {"metric": "interTokenLatency", "percentile": 95, "latencySeconds": None,
+                   "tokensPerSecondPerUser": None, "acceptanceLength": 4.2, "observedAt": "2026-11-29T08:00:00Z"},
+        "lastScale": {"time": "2026-11-29T08:00:00Z", "from": 1, "to": 2, "reason": "ScaleUp: latency over target"}}
+    # What an earlier decision left in status.decode does not survive the patch; what the patch
+    # leaves out (replicas, plan) stays as the CR holds it.
+    stored = {"replicas": 1, "plan": {"gpusPerNode": 4},
+              "decode": {"metric": "timePerOutputToken", "percentile": 90, "latencySeconds": 0.0051,
+                         "tokensPerSecondPerUser": 196.1, "acceptanceLength": 4.0, "observedAt": "x"}}
+    merged = merge_patch(stored, patch)
+    assert merged["decode"] == {"metric": "interTokenLatency", "percentile": 95, "acceptanceLength": 4.2,
+                                "observedAt": "2026-11-29T08:00:00Z"}
+    assert (merged["replicas"], merged["plan"]) == (1, {"gpusPerNode": 4})
+    assert DecodeStatus.model_validate(merged["decode"]) == status.decode
+
+
+def test_set_condition_moves_the_transition_time_only_on_a_status_change() -> None:
+    old = [Condition(type="Ready", status="False", reason="GroupsNotReady", message="0/1",
+                     last_transition_time="2026-11-29T00:00:00Z", observed_generation=2),
+           Condition(type="Degraded", status="False", reason="AsExpected", last_transition_time="2026-11-29T00:00:00Z")]
+    same = set_condition(old, ConditionType.READY, Verdict("False", Reason.GROUPS_NOT_READY, "0/2"), 3)
+    assert [c.type for c in same] == ["Degraded", "Ready"]  # sorted by type, one per type
+    ready = same[1]
+    assert (ready.message, ready.last_transition_time, ready.observed_generation) == ("0/2", "2026-11-29T00:00:00Z", 3)
+    flipped = set_condition(same, ConditionType.READY, Verdict("True", Reason.ALL_GROUPS_READY, "2/2"), 3)[1]
+    assert flipped.status == "True" and flipped.last_transition_time != "2026-11-29T00:00:00Z"
+    long = set_condition([], ConditionType.DEGRADED, Verdict("True", Reason.APPLY_FAILED, "x" * 5000), None)[0]
+    assert len(long.message) == 4096 and long.observed_generation is None
+
+
+def test_reconciled_status_uses_declared_reasons_and_the_autoscaler_report() -> None:
+    admitted = admit(cr()["spec"])
+    pods = [pod("k3-latency-engine-0", "0", "0"), pod("k3-latency-engine-0-1", "0", "1"),
+            pod("k3-latency-engine-1", "1", "0", ready=False, scheduled={
+                "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": "0/8 nodes are available: 8 Insufficient nvidia.com/gpu."})]
+    decode = DecodeStatus(metric="timePerOutputToken", percentile=90, latency_seconds=0.0056,
+                          tokens_per_second_per_user=178.6, acceptance_length=4.2, observed_at="2026-11-29T08:00:00Z")
+    report = AutoscalerReport(2, decode, None, Verdict("True", Reason.MEASURED, "from 1 group(s)"))
+    status = compute_status(cr(), admitted, {"status": {"replicas": 2, "readyReplicas": 1}},
+                            pods, 2, autoscaled=report)
+    assert_declared(status)
+    reasons = {c.type: (c.status, c.reason) for c in status.conditions}
+    assert reasons == {"Ready": ("False", "GroupsNotReady"), "Progressing": ("True", "GroupsStarting"),
+                       "ScalingLimited": ("True", "Unschedulable"), "Degraded": ("False", "AsExpected"),
+                       "MetricsAvailable": ("True", "Measured")}
+    assert all(c.observed_generation == 3 for c in status.conditions)
+    assert (status.desired_replicas, status.decode, status.last_scale) == (2, decode, None)
+    patch = status_patch(status)
+    assert patch["decode"]["latencySeconds"] == 0.0056 and "lastScale" not in patch
+    assert patch["plan"] == {"gpusPerNode": 4, "nodesPerGroup": 2, "gpusPerGroup": 8, "computeDomain": True,
+                             "computeDomainNote": None}
+
+    # Autoscaling off: the autoscaler's fields and MetricsAvailable are left as the CR holds them.
+    plain = compute_status(cr(patch), admitted, {"status": {"replicas": 2, "readyReplicas": 2}},
+                           pods[:2], 2)
+    assert_declared(plain)
+    assert plain.condition("MetricsAvailable") == status.condition("MetricsAvailable")
+    assert plain.desired_replicas is None and plain.decode is None
+    again = status_patch(plain)
+    assert not {"desiredReplicas", "decode", "lastScale"} & set(again)
+    assert merge_patch(patch, again)["decode"] == patch["decode"]
+
+
+@pytest.mark.parametrize("apply_error", [None, "LeaderWorkerSet k3-latency-engine: 500 Internal Server Error: "
+                                               "failed calling webhook"])
+def test_apply_failures_and_invalid_specs_use_declared_reasons(apply_error: str | None) -> None:
+    admitted = admit(cr()["spec"])
+    status = compute_status(cr(), admitted, None, [], 1, apply_error)
+    assert_declared(status)
+    degraded = status.condition(ConditionType.DEGRADED)
+    assert degraded is not None
+    assert (degraded.status, degraded.reason) == (("True", "ApplyFailed") if apply_error else ("False", "AsExpected"))
+    refused = invalid_status(cr(status_patch(status)), "spec.topology: too few GPUs")
+    assert_declared(refused)
+    assert {c.type: (c.status, c.reason) for c in refused.conditions if c.reason == "InvalidSpec"} == {
+        "Ready": ("False", "InvalidSpec"), "Progressing": ("False", "InvalidSpec"), "Degraded": ("True", "InvalidSpec")}
+    assert refused.condition("ScalingLimited") == status.condition("ScalingLimited")  # not this writer's verdict
+    assert status_patch(refused).keys() == {"observedGeneration", "conditions"}
+
+
+def test_every_reason_belongs_to_a_condition_type() -> None:
+    assert set(REASONS) == set(ConditionType)
+    assert {r for reasons in REASONS.values() for r in reasons} == set(Reason)
