@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -259,3 +260,83 @@ def test_mangled_metrics_pages_never_crash_the_scrape_source(leader, data):
         assert exc.reason in ("ScrapeFailed", "WarmingUp", "NoLatencyMetric"), exc.reason
     else:
         assert isinstance(obs, DecodeObservation)
+
+
+def test_pod_scrape_windows_start_at_the_scrape_a_window_old(leader):
+    """Scrapes every 30 s, a 60 s window: each observation differences against the scrape 60 s
+    back (as Prometheus' increase over the window), not the previous one; the window is 60 s once
+    the pod has been scraped that long, and what it has until then."""
+    clock = [0.0]
+    src = scrape_source(leader, clock)
+    counts = {0.0: 10, 30.0: 20, 60.0: 30, 90.0: 45}
+    seen = {}
+    for at, count in counts.items():
+        clock[0] = at
+        leader.text = exposition("vllm:inter_token_latency_seconds", {0: [0.01] * count}, tokens=4 * count)
+        try:
+            seen[at] = src.observe("ns", "k3", 60)
+        except MetricsUnavailable as exc:
+            assert (at, exc.reason) == (0.0, "WarmingUp")
+    assert [(o.window_s, o.itl.count, o.generation_tokens) for o in seen.values()] == [
+        (30, 10, 40), (60, 20, 80), (60, 25, 100)]
+
+
+def test_a_leader_scraped_the_first_time_adds_its_gauges_not_its_counters():
+    """Gauges need no window: a group whose first scrape this is counts its running requests;
+    its counters and histograms wait for a window."""
+    pages = {"a": exposition("vllm:inter_token_latency_seconds", {0: [0.01] * 10}, running=3, tokens=10)}
+    targets = [ScrapeTarget("uid-a", "0", "a")]
+    clock = [0.0]
+    src = PodScrapeSource(lambda ns, name: list(targets), fetch=lambda url: pages[url], clock=lambda: clock[0])
+    with pytest.raises(MetricsUnavailable):
+        src.observe("ns", "k3", 60)
+    clock[0] = 30.0
+    pages["a"] = exposition("vllm:inter_token_latency_seconds", {0: [0.01] * 40}, running=3, tokens=40)
+    pages["b"] = exposition("vllm:inter_token_latency_seconds", {0: [0.01] * 500}, running=5, tokens=500)
+    targets.append(ScrapeTarget("uid-b", "1", "b"))
+    obs = src.observe("ns", "k3", 60)
+    assert (obs.running, obs.itl.count, obs.generation_tokens, obs.groups) == (8, 30, 30, frozenset({"0"}))
+
+
+def test_a_leader_that_refused_counts_from_zero_and_a_removed_one_until_its_last_page():
+    """A group loading refuses the connection (vLLM listens once loaded): its first page is
+    differenced against zero counters at the refused scrape, so the tokens it served before its
+    second scrape count. A group scaled down still counts what it served inside the window, up
+    to its last page; once that page is older than the window it is forgotten."""
+    def page(steps: int, running: float) -> str:
+        return exposition("vllm:inter_token_latency_seconds", {0: [0.01] * steps}, running=running, tokens=4 * steps)
+
+    pages: dict[str, str | None] = {"a": page(100, 3), "b": None}
+    targets = {"a": ScrapeTarget("uid-a", "0", "a"), "b": ScrapeTarget("uid-b", "1", "b")}
+    clock = [0.0]
+
+    def fetch(url: str) -> str:
+        text = pages[url]
+        if text is None:
+            raise requests.ConnectionError(ConnectionRefusedError(111, "Connection refused"))
+        return text
+
+    src = PodScrapeSource(lambda ns, name: list(targets.values()), fetch=fetch, clock=lambda: clock[0])
+    with pytest.raises(MetricsUnavailable):
+        src.observe("ns", "k3", 60)  # a: first page; b: refused (loading)
+    clock[0], pages["a"], pages["b"] = 30.0, page(130, 3), page(20, 2)  # b became ready and served 20 steps
+    obs = src.observe("ns", "k3", 60)
+    assert (obs.itl.count, obs.running, obs.groups) == (30 + 20, 5, frozenset({"0", "1"}))
+    clock[0], pages["a"], pages["b"] = 60.0, page(160, 3), page(50, 2)
+    assert src.observe("ns", "k3", 60).itl.count == 60 + 50  # b from zero at 0 s
+    del targets["b"]  # b scaled down after its page at 60 s
+    clock[0], pages["a"] = 90.0, page(190, 3)
+    obs = src.observe("ns", "k3", 60)
+    # a: 190 - 130 (its page at 30 s starts the window); b: 50 - 20 up to its last page (60 s)
+    assert (obs.itl.count, obs.running, obs.groups) == (60 + 30, 3, frozenset({"0"}))
+    clock[0], pages["a"] = 150.0, page(250, 3)
+    assert src.observe("ns", "k3", 60).itl.count == 250 - 190  # b's last page is out of the window
+
+
+def test_only_a_refused_connection_means_nothing_listens():
+    from kimik3.autoscaler.sources import _refused
+    with pytest.raises(requests.ConnectionError) as refused:
+        requests.get("http://127.0.0.1:9/metrics", timeout=2)  # discard port: nothing listens
+    assert _refused(refused.value)
+    assert not _refused(requests.ConnectTimeout("slow"))
+    assert not _refused(requests.HTTPError("503 Service Unavailable"))

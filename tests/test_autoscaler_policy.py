@@ -10,6 +10,7 @@ import pytest
 from kimik3.autoscaler.histogram import INF, Histogram
 from kimik3.autoscaler.observation import DecodeObservation
 from kimik3.autoscaler.policy import FleetState, GroupLatencyModel, LatencyPolicy, LatencyPolicySettings
+from kimik3.autoscaler.seed import seed_model
 
 TARGET = 0.005  # 5 ms per token
 
@@ -141,7 +142,7 @@ def test_seed_fits_the_shared_poisson_batch_model_to_the_recipe():
     perf model and fits quantile = t0 + k (c + z sqrt(c/n)), mean = t0 + k (c + 1/n) to them."""
     from kimik3_dev.benchmark import simulate as benchmark
     s = benchmark.setup("recipes/gb300-tp8-megakernel-dspark.yaml")
-    m = benchmark.seed_model(s.admitted)
+    m = seed_model(s.admitted)
     assert (m.z, m.w) == (pytest.approx(2.0), 1.0)
     assert m.t0 == pytest.approx(0.00168, rel=0.01) and m.k == pytest.approx(0.000551, rel=0.01)
     # The prior's points are on the seed line, at the effective batches of 0.6 x and 1 x target.
@@ -215,13 +216,11 @@ def test_more_demand_adds_groups_while_others_load_but_latency_alone_does_not():
 
 def test_a_past_step_is_not_extrapolated_but_a_sustained_ramp_is():
     step = policy(lead_s=600, trend_window_s=600)
-    step._interval_s = 30  # decide() measures it
     for t in range(0, 600, 30):
         step._predicted_demand(t, 8_000 if t < 300 else 16_000, 120)
     assert step._shift_at == 300 and step._shift_up
     assert step._predicted_demand(600, 16_000, 120) == 16_000  # history restarted at the shift
     ramp = policy(lead_s=600, trend_window_s=600)
-    ramp._interval_s = 30
     for t in range(0, 600, 30):
         ramp._predicted_demand(t, 8_000 + 10 * t, 120)
     assert ramp._shift_at is None
@@ -232,7 +231,6 @@ def test_an_accelerating_ramp_is_bent_upward_once_the_history_spans_the_window()
     """Over the full trend window the forecast is a parabola: a ramp that accelerates (a day's
     rise from its trough) outgrows its line over a 15-minute load time."""
     p = policy(lead_s=600, trend_window_s=1800, correct_gain=0)
-    p._interval_s = 30
     demand = lambda t: 8_000 + 0.002 * t * t  # noqa: E731
     for t in range(0, 1800, 30):
         p._predicted_demand(t, demand(t), 120)
@@ -247,7 +245,6 @@ def test_noise_is_not_a_trend():
     forecast is the fitted level now (the scale-down side keeps the unshrunk trend)."""
     from kimik3.autoscaler.policy import _line_now
     p = policy(lead_s=600, trend_window_s=1200, correct_gain=0)  # 600 s of history: a line
-    p._interval_s = 30
     # +-5% wobble on a drift of 0.2 tok/s per s: the drift is well inside the slope's error.
     points = [(t, 10_000 * (1.05 if i % 3 == 1 else 0.975) + 0.2 * t) for i, t in enumerate(range(0, 630, 30))]
     for t, d in points:
@@ -259,7 +256,6 @@ def test_noise_is_not_a_trend():
 
 def test_forecast_is_raised_by_its_measured_shortfall():
     p = policy(lead_s=600)
-    p._interval_s = 30
     assert p._corrected(0, 1_000, 1_000) == 1_000
     # 630 s later (lead + interval) the demand is twice what was forecast: shortfall 0.1 x 100%.
     assert p._corrected(630, 2_000, 2_000) == pytest.approx(2_200)

@@ -6,15 +6,18 @@ import json
 from dataclasses import replace
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-from kimik3_dev.benchmark.baselines import (HPAPolicy, KEDAPolicy, KPAPolicy, OptimalPolicy, StaticPolicy,
-                                         provisioning_schedule)
-from kimik3.autoscaler.histogram import quantile
-from kimik3.autoscaler.observation import DecodeObservation
+from kimik3.autoscaler.histogram import Histogram, quantile
+from kimik3.autoscaler.observation import (ACCEPTED, DRAFTS, GENERATION_TOKENS, ITL, RUNNING, WAITING,
+                                           DecodeObservation)
+from kimik3.autoscaler.perfmodel import acceptance_length, decode_point, perf_params
 from kimik3.autoscaler.policy import Decision, FleetState
 from kimik3_dev.benchmark import simulate as benchmark, traces
-from kimik3_dev.benchmark.fleet import FleetSim, GroupModel
-from kimik3.autoscaler.perfmodel import acceptance_length, decode_point, perf_params
+from kimik3_dev.benchmark.baselines import (HPAPolicy, KEDAPolicy, KPAPolicy, OptimalPolicy, StaticPolicy,
+                                            provisioning_schedule)
+from kimik3_dev.benchmark.fleet import FleetSim, GatewayReading, GroupModel
+from kimik3_dev.sim.vllm_metrics import BY_NAME
 
 RECIPE = "recipes/gb300-tp8-megakernel-dspark.yaml"
 
@@ -80,6 +83,30 @@ def test_the_observation_is_what_vllm_would_export(setup):
     assert point.step_s == pytest.approx(0.0186, abs=1e-4)
     assert 0.018 <= quantile(0.9, obs.itl) <= 0.019
     assert obs.itl.count == pytest.approx(4 * 120 / point.step_s, rel=1e-3)
+
+
+def test_groups_serve_vllm_pages_that_the_operators_own_source_reads(setup, monkeypatch):
+    """Each group's /metrics page is vLLM 0.32's (names, types, labels, the ITL bucket layout);
+    the observation is the operator's PodScrapeSource reading of those pages, so a bug in the
+    operator's histogram code changes what the policy sees."""
+    reqs = [traces.Request(0.001 * i, 16, 60_000) for i in range(4)]
+    sim = FleetSim(setup.cfg, Scripted({}), reqs, 150, 1, model=setup.model)
+    sim.run()
+    families = {f.name: f for f in text_string_to_metric_families(sim.page(sim.groups[0].url))}
+    assert set(families) == {ITL, RUNNING, WAITING, GENERATION_TOKENS, DRAFTS, ACCEPTED}
+    for f in families.values():
+        assert f.type == BY_NAME[f.name].kind
+        assert {frozenset(x.labels) - {"le"} for x in f.samples} == {frozenset(BY_NAME[f.name].labels)}
+    bounds = [float(x.labels["le"]) for x in families[ITL].samples if x.name.endswith("_bucket")]
+    assert bounds == [*setup.cfg.itl_buckets, float("inf")]
+    assert families[RUNNING].samples[0].value == 4
+
+    right, broken = Scripted({}), Scripted({})
+    _sim(setup, right, reqs, 150, 1)
+    monkeypatch.setattr(Histogram, "__sub__", lambda new, old: new)  # a bug: no differencing
+    _sim(setup, broken, reqs, 150, 1)
+    (_, ok, _), (_, bad, _) = right.seen[-1], broken.seen[-1]
+    assert bad.itl.count == pytest.approx(ok.itl.count * 150 / 120, rel=0.02)  # since t = 0, not 2 min
 
 
 def test_a_group_added_loads_for_exactly_the_load_time(setup):
@@ -168,8 +195,10 @@ def test_keda_scales_on_waiting_requests_only():
 def test_kpa_panics_at_twice_the_target():
     kpa = KPAPolicy(target=5.0, min_replicas=1, max_replicas=20)
     for t in range(0, 60, 2):
-        kpa.decide(t, _obs(latency=0.004, running=10), FleetState(current=2, ready=2))
-    d = kpa.decide(60, _obs(latency=0.01, running=60), FleetState(current=2, ready=2))
+        kpa.frontend(GatewayReading(2, 0, 0, in_flight=10))
+        kpa.decide(t, None, FleetState(current=2, ready=2))
+    kpa.frontend(GatewayReading(2, 0, 0, in_flight=60))
+    d = kpa.decide(60, None, FleetState(current=2, ready=2))
     assert d.reason == "KPAPanic" and d.desired == 4  # panic wants 12, rate-limited to 2 x 2 ready
 
 

@@ -14,7 +14,7 @@ import pytest
 from kimik3.admission import admit
 from kimik3.engine.args import rank_args
 from support.recipes import recipe
-from support.rendering import render_cr
+from support.rendering import by_kind, render_cr
 
 TP8_RECIPE = "gb300-tp8-megakernel-dspark.yaml"
 DEP16_RECIPE = "gb300-dep16-throughput.yaml"
@@ -30,12 +30,6 @@ WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 def absent(out) -> set[tuple[str, str]]:
     """(apiVersion, kind) of the children ``render`` says must not exist."""
     return {(k.api_version, k.kind) for k in out.absent}
-
-
-def by_kind(objects: list[dict], kind: str) -> dict:
-    found = [o for o in objects if o["kind"] == kind]
-    assert len(found) == 1, f"{len(found)} {kind} in {[o['kind'] for o in objects]}"
-    return found[0]
 
 
 def templates(lws: dict) -> tuple[dict, dict]:

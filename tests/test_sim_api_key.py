@@ -139,8 +139,8 @@ def test_unresolved_key_is_logged_without_value(caplog: pytest.LogCaptureFixture
     sup = Supervisor.__new__(Supervisor)
     sup._unresolved = {}
     sup._read_secret = lambda ns, name: secret(other=KEY)  # type: ignore[method-assign]
-    want = _Wanted("ns", "k3", "0", "k3-engine-0", "uid-1", EngineConfig(),
-                   {"name": API_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}})
+    want = _Wanted("ns", "k3", "0", "k3-engine-0", "uid-1", {"spec": {"containers": [{"name": "engine", "env": [
+        {"name": API_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}]}})
     with caplog.at_level(logging.INFO, logger="kimik3_dev.sim.supervisor"):
         assert asyncio.run(sup._api_keys(("ns", "k3", "0"), want)) is None
         assert asyncio.run(sup._api_keys(("ns", "k3", "0"), want)) is None  # once per leader pod

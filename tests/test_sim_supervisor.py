@@ -1,4 +1,9 @@
-"""The simulator's supervisor against a real kube-apiserver: engines follow the groups' pods."""
+"""The simulator's supervisor against a real kube-apiserver: engines follow the groups' pods.
+
+No operator runs here: the tests create what it would render (the launcher ConfigMap, from
+``render``) and the pods LeaderWorkerSet would make from the rendered LeaderWorkerSet
+(``support.lws_pods``); the engines are configured from those, not from the CR.
+"""
 
 from __future__ import annotations
 
@@ -16,10 +21,11 @@ from kubernetes import client
 
 from kimik3.kube.kinds import GROUP, PLURAL, VERSION
 from kimik3_dev.sim.supervisor import LOAD_TIME_ANNOTATION, Supervisor
+from support.lws_pods import group_pods
 from support.recipes import recipe
+from support.rendering import by_kind, render_cr
 from support.waiting import wait_for
 
-LWS = "leaderworkerset.sigs.k8s.io"
 LOAD_TIME = "1s"
 
 
@@ -64,25 +70,33 @@ def http(url: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
         return 0, None
 
 
-@pytest.fixture
-def cr(admin_api: client.ApiClient, namespace: str) -> dict[str, Any]:
+def deploy(admin_api: client.ApiClient, namespace: str, **spec: Any) -> list[dict[str, Any]]:
+    """The TP8 recipe's CR (``spec`` keys replaced) and the launcher ConfigMap the operator would
+    render for it (with --no-compute-domains, as in the dev cluster); the rendered objects."""
     body = recipe(namespace=namespace)
     body["metadata"]["annotations"] = {LOAD_TIME_ANNOTATION: LOAD_TIME}
-    return client.CustomObjectsApi(admin_api).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    body["spec"] |= spec
+    created = client.CustomObjectsApi(admin_api).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                                                                 body)
+    objects = render_cr(created, compute_domains=False).objects
+    client.CoreV1Api(admin_api).create_namespaced_config_map(namespace, by_kind(objects, "ConfigMap"))
+    return objects
 
 
-def make_group(core: client.CoreV1Api, namespace: str, group: int, phases: tuple[str, str] = ("Running", "Running")
-               ) -> list[str]:
-    """A TP8 group on GB300: leader + one worker pod with the LeaderWorkerSet labels, in ``phases``."""
+@pytest.fixture
+def cr(admin_api: client.ApiClient, namespace: str) -> list[dict[str, Any]]:
+    return deploy(admin_api, namespace)
+
+
+def make_group(core: client.CoreV1Api, namespace: str, objects: list[dict[str, Any]], group: int,
+               phases: tuple[str, str] = ("Running", "Running")) -> list[str]:
+    """A TP8 group on GB300 as LeaderWorkerSet makes it from the rendered LeaderWorkerSet: leader +
+    one worker pod, in ``phases``."""
     names = []
-    for worker, phase in enumerate(phases):
-        name = f"k3-latency-engine-{group}" + (f"-{worker}" if worker else "")
-        labels = {f"{LWS}/name": "k3-latency-engine", f"{LWS}/group-index": str(group),
-                  f"{LWS}/worker-index": str(worker)}
-        core.create_namespaced_pod(namespace, {"metadata": {"name": name, "labels": labels},
-                                               "spec": {"containers": [{"name": "engine", "image": "x"}]}})
-        set_phase(core, namespace, name, phase)
-        names.append(name)
+    for pod, phase in zip(group_pods(by_kind(objects, "LeaderWorkerSet"), namespace, group), phases):
+        core.create_namespaced_pod(namespace, pod)
+        set_phase(core, namespace, pod["metadata"]["name"], phase)
+        names.append(pod["metadata"]["name"])
     return names
 
 
@@ -107,8 +121,8 @@ def test_engines_follow_groups_and_files_tell_prometheus(admin_api, namespace, c
         sup = st.supervisor
         targets, endpoints = tmp_path / "sim" / "targets.json", tmp_path / "sim" / "endpoints.json"
         wait_for(lambda: read(targets) == [], what="an empty targets file at start")
-        group0 = make_group(core, namespace, 0)
-        group1 = make_group(core, namespace, 1, ("Running", "Pending"))  # worker not running: no engine
+        group0 = make_group(core, namespace, cr, 0)
+        group1 = make_group(core, namespace, cr, 1, ("Running", "Pending"))  # worker not running: no engine
 
         mine = lambda: [t for t in read(targets) or [] if t["labels"]["namespace"] == namespace]  # noqa: E731
         entries = wait_for(lambda: len(mine()) == 1 and mine(), what="one target")
@@ -135,9 +149,10 @@ def test_engines_follow_groups_and_files_tell_prometheus(admin_api, namespace, c
             events = [line.decode().strip() for line in r if line.strip()]
         assert events[-1] == "data: [DONE]" and len(events) >= 3
         wait_for(lambda: read(endpoints)[f"{namespace}/k3-latency"]["groups"]["0"]["ready"], what="ready in file")
-        # the engine is configured from the CR: TP8 megakernel + DSpark 7
+        # the engine is configured from the leader's rendered argv: TP8 megakernel + DSpark 7
         group = sup.groups[(namespace, "k3-latency", "0")]
         assert group.engine.config.shape.k == 7 and group.engine.config.shape.decode_backend == "latency_specialized"
+        assert group.engine.config.shape.tensor_parallel_size == 8
 
         # group 1's worker runs: a second engine; the front now round-robins over both once loaded
         set_phase(core, namespace, group1[1], "Running")
@@ -161,22 +176,33 @@ def test_engines_follow_groups_and_files_tell_prometheus(admin_api, namespace, c
         old_uid = read(endpoints)[f"{namespace}/k3-latency"]["groups"]["0"]["leaderUid"]
         delete_pods(core, namespace, group0)
         wait_for(lambda: not mine(), what="group 0 target removed")
-        make_group(core, namespace, 0)
+        make_group(core, namespace, cr, 0)
         wait_for(lambda: mine(), what="group 0 back")
         new = read(endpoints)[f"{namespace}/k3-latency"]["groups"]["0"]
         assert new["leaderUid"] != old_uid
         assert http(new["url"] + "/health")[0] == 503  # loading again
         wait_for(lambda: http(new["url"] + "/health")[0] == 200, what="group 0 reloaded")
 
-        # an edit the operator refuses changes nothing: the engine keeps serving on the last valid spec
+        # an edit of the CR alone (nothing rendered it: the operator refused it, or has not run)
+        # changes nothing: the engine keeps what its pod was started with
         engine = sup.groups[(namespace, "k3-latency", "0")].engine
         client.CustomObjectsApi(admin_api).patch_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, "k3-latency", {"spec": {"engine": {"extraArgs": ["--api-key", "x"]}}})
-        wait_for(lambda: (namespace, "k3-latency") in sup._refused, what="the supervisor saw the refused edit")
+            GROUP, VERSION, namespace, PLURAL, "k3-latency", {"spec": {"speculativeDecoding": {"numSpeculativeTokens": 3}}})
         sup_polls = sup.polls
         wait_for(lambda: sup.polls >= sup_polls + 2, what="two more polls")
-        assert sup.groups[(namespace, "k3-latency", "0")].engine is engine
+        assert sup.groups[(namespace, "k3-latency", "0")].engine is engine and engine.config.shape.k == 7
         assert http(new["url"] + "/health")[0] == 200
+
+        # what the operator renders for that edit (a new plan, the groups recreated) reaches the engine
+        edited = render_cr(client.CustomObjectsApi(admin_api).get_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, "k3-latency"), compute_domains=False).objects
+        cm = by_kind(edited, "ConfigMap")
+        core.replace_namespaced_config_map(cm["metadata"]["name"], namespace, cm)
+        delete_pods(core, namespace, [p.metadata.name for p in core.list_namespaced_pod(namespace).items])
+        make_group(core, namespace, edited, 0)
+        k3 = wait_for(lambda: (g := sup.groups.get((namespace, "k3-latency", "0"))) is not None
+                      and g.engine is not engine and g.engine.config.shape.k, what="group 0 on the new plan")
+        assert k3 == 3
 
         # deleting the CR stops everything of it
         client.CustomObjectsApi(admin_api).delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
@@ -185,7 +211,7 @@ def test_engines_follow_groups_and_files_tell_prometheus(admin_api, namespace, c
     assert read(targets) == [] and read(endpoints) == {}  # stopping the supervisor empties the files
 
 
-def test_api_key_from_the_leaders_secret_as_a_kubelet_reads_it(admin_api, namespace, cr, tmp_path, caplog):
+def test_api_key_from_the_leaders_secret_as_a_kubelet_reads_it(admin_api, namespace, tmp_path, caplog):
     """A leader pod whose engine container has VLLM_API_KEY from a Secret (what the renderer writes
     for spec.service.apiKeySecret): no engine while the Secret is missing (a kubelet would not
     start the container); once it exists, the engine and the front (which passes Authorization on)
@@ -197,13 +223,8 @@ def test_api_key_from_the_leaders_secret_as_a_kubelet_reads_it(admin_api, namesp
 
     core = client.CoreV1Api(admin_api)
     key = "sk-sup-" + secrets.token_hex(12)
-    env = [{"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": "k3-api-key", "key": "api-key"}}}]
-    for worker in (0, 1):
-        name = "k3-latency-engine-0" + (f"-{worker}" if worker else "")
-        labels = {f"{LWS}/name": "k3-latency-engine", f"{LWS}/group-index": "0", f"{LWS}/worker-index": str(worker)}
-        core.create_namespaced_pod(namespace, {"metadata": {"name": name, "labels": labels}, "spec": {"containers": [
-            {"name": "engine", "image": "x", "env": env if worker == 0 else []}]}})
-        set_phase(core, namespace, name, "Running")
+    objects = deploy(admin_api, namespace, service={"apiKeySecret": {"name": "k3-api-key", "key": "api-key"}})
+    make_group(core, namespace, objects, 0)
     caplog.set_level(logging.DEBUG)
     with SupervisorThread(admin_api, tmp_path) as st:
         endpoints = tmp_path / "sim" / "endpoints.json"

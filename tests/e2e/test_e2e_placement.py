@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from devenv import WAIT_S, DevEnv
 
+from kimik3.kube.pods import is_ready
 from support.waiting import wait_for
 
 TRAYS_TP8 = 2  # TP8 on 4-GPU GB300 trays
@@ -67,7 +68,7 @@ def test_group_no_rack_can_hold_is_refused_with_condition_and_event(dev_env: Dev
         if sorted(groups) != [0, 1, 2, 3] or len(groups[3]) != 1:
             return None
         placed = [groups[i] for i in range(3)]
-        return groups if all(len(g) == TRAYS_TP8 and all(map(dev_env.ready, g)) for g in placed) else None
+        return groups if all(len(g) == TRAYS_TP8 and all(map(is_ready, g)) for g in placed) else None
     groups = wait_for(three_placed_one_pending, WAIT_S, "groups 0-2 ready and group 3 pending")
     assert groups[3][0]["spec"].get("nodeName") is None  # its leader is pending; LWS made no workers for it
     _assert_one_rack_each(dev_env, {i: g for i, g in groups.items() if i < 3})

@@ -5,4 +5,6 @@
 - ``recipes``: the shipped recipes (``recipes/*.yaml``) as fresh dicts, with overrides.
 - ``cluster``: working against a real API server: object references, namespaces, applying a
   KimiK3Deployment and waiting for its status, events, the operator's ``/metrics``.
+- ``rendering``: what the controller renders for a stored CR (``render_cr``), one object by kind.
+- ``lws_pods``: the pods LeaderWorkerSet makes for a rendered group, for tests with no LWS controller.
 """

@@ -11,6 +11,13 @@ from kimik3.render.children import Rendered, render
 from kimik3.render.meta import Owner
 
 
+def by_kind(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    """The one object of ``kind`` among ``objects`` (AssertionError naming the kinds there are)."""
+    found = [o for o in objects if o["kind"] == kind]
+    assert len(found) == 1, f"{len(found)} {kind} in {[o['kind'] for o in objects]}"
+    return found[0]
+
+
 def render_cr(obj: dict[str, Any], policy: AdmissionPolicy = AdmissionPolicy(), **options: Any) -> Rendered:
     """Children of ``obj`` (metadata + spec); ``options`` go to ``render`` (replicas, compute_domains)."""
     return render(admit(obj.get("spec") or {}, policy), Owner.from_object(obj), **options)

@@ -64,12 +64,12 @@ deviations of the batch (a window's quantile at the target still leaves minutes 
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from kimik3.api.v1alpha1 import LatencyMetric
 from kimik3.autoscaler.observation import DecodeObservation
+from kimik3.autoscaler.window import Samples
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,22 @@ class Decision:
 
 
 class Policy(Protocol):
-    """Anything that turns (time, observation or None, fleet) into a Decision."""
+    """Anything that turns (time, observation or None, fleet) into a Decision, at its own cadence.
+
+    Whoever drives a policy (the controller, the kit's fleet simulator) calls ``decide`` every
+    ``interval_s`` seconds with an observation over the last ``window_s`` seconds, or None when
+    no reading could be made. A policy that reads no metrics (a fixed schedule) declares
+    ``window_s`` None and is always given None."""
+
+    @property
+    def interval_s(self) -> float:
+        """Seconds between decisions."""
+        ...
+
+    @property
+    def window_s(self) -> float | None:
+        """Seconds of metrics each decision reads (the observation window); None: reads none."""
+        ...
 
     def decide(self, now: float, obs: DecodeObservation | None, fleet: FleetState) -> Decision: ...
 
@@ -254,6 +269,10 @@ class LatencyPolicySettings:
     target_s: float
     """Per-token latency target (seconds) at ``percentile``."""
     percentile: float = 0.9
+    interval_s: float = 30.0
+    """Seconds between decisions (``autoscaling.interval``; the API's default)."""
+    window_s: float = 120.0
+    """Seconds of metrics each decision reads (``autoscaling.window``; the API's default)."""
     min_replicas: int = 1
     max_replicas: int = 1
     scale_up_window_s: float = 0.0
@@ -297,12 +316,12 @@ class LatencyPolicy:
 
     settings: LatencyPolicySettings
     model: GroupLatencyModel
-    _recommendations: deque = field(default_factory=deque)
-    """(time, (scale-up level, scale-down level)) of each decision."""
-    _demand: deque = field(default_factory=deque)
-    """(time, demand) since the last level shift, for the trend."""
-    _forecasts: deque = field(default_factory=deque)
-    """(time, forecast) made, to measure the forecast's shortfall a lead time later."""
+    _recommendations: Samples[tuple[int, int]] = field(default_factory=Samples)
+    """(scale-up level, scale-down level) of each decision."""
+    _demand: Samples[float] = field(default_factory=Samples)
+    """Demand since the last level shift, for the trend."""
+    _forecasts: Samples[float] = field(default_factory=Samples)
+    """Forecasts made, to measure the forecast's shortfall a lead time later."""
     _shortfall: float = 0.0
     _noise: float = 0.05 ** 2
     """Relative variance of the demand's change over one window (level shifts left out)."""
@@ -313,9 +332,8 @@ class LatencyPolicy:
     """The demand forecast with the trend unshrunk: what scale-down must keep serving."""
     _last_traffic: float | None = None
     _first_decision: float | None = None
-    _last_decision: float | None = None
-    _interval_s: float = 0.0
     _window_s: float = 0.0
+    """Window of the last observation (seconds)."""
     _ready_changed: float | None = None
     _last_ready: int | None = None
     _scale_ups: list = field(default_factory=list)
@@ -331,16 +349,19 @@ class LatencyPolicy:
     def _latency(self, obs: DecodeObservation) -> float | None:
         return obs.latency_quantile(self.settings.metric, self.settings.percentile)
 
-    def _record(self, now: float, value: Any, history: deque, window: float) -> None:
-        history.append((now, value))
-        while history and history[0][0] < now - window:
-            history.popleft()
+    @property
+    def interval_s(self) -> float:
+        return self.settings.interval_s
+
+    @property
+    def window_s(self) -> float:
+        return self.settings.window_s
 
     @property
     def lead_s(self) -> float:
         """Seconds ahead demand is predicted: the configured lead or the observed load time, plus
         one decision interval (a group asked for at the next decision serves that much later)."""
-        return max(self.settings.lead_s, self._load_time_s or 0.0) + self._interval_s
+        return max(self.settings.lead_s, self._load_time_s or 0.0) + self.interval_s
 
     @property
     def burst_hold_s(self) -> float:
@@ -355,7 +376,7 @@ class LatencyPolicy:
         hist = self._demand
         # A level shift: the demand moved over one window (between two windows that do not
         # overlap) by more than SHIFT times its usual relative change; a trend moves it little.
-        past = [d for t, d in hist if t <= now - window_s + 1e-6]
+        past = hist.until(now - window_s + 1e-6)
         if self._shift_at is not None and now - self._shift_at < window_s:
             hist.clear()  # the window still straddles the shift: its demand moves on its own
         elif past and past[-1] > 0:
@@ -367,16 +388,17 @@ class LatencyPolicy:
             else:
                 # Winsorized: a change building up over several windows must not teach the noise.
                 self._noise += 0.1 * (min(r * r, (2 * sd) ** 2) - self._noise)
-        self._record(now, demand, hist, s.trend_window_s)
+        hist.add(now, demand)
+        hist.forget_before(now - s.trend_window_s)
         self._keep_demand = demand
         pts = list(hist)
         if len(pts) < 4 or pts[-1][0] - pts[0][0] < s.trend_window_s / 2:
             return self._corrected(now, demand, demand)
         # Successive windows overlap (a 2-minute window every 30 s): their errors are correlated,
         # so the fit's standard errors are scaled up by sqrt(window / interval).
-        overlap = math.sqrt(window_s / self._interval_s) if 0 < self._interval_s < window_s else 1.0
+        overlap = math.sqrt(window_s / self.interval_s) if 0 < self.interval_s < window_s else 1.0
         lead = self.lead_s
-        if len(pts) >= 6 and pts[-1][0] - pts[0][0] >= s.trend_window_s - self._interval_s - 1e-6:
+        if len(pts) >= 6 and pts[-1][0] - pts[0][0] >= s.trend_window_s - self.interval_s - 1e-6:
             level, slope, accel, se_b, se_c = _quadratic_now(pts, now)
         else:
             level, slope, _ = _line_now(pts, now)
@@ -395,10 +417,9 @@ class LatencyPolicy:
         demand that came (an exponential average; a level shift in between is no shortfall)."""
         s = self.settings
         made = self._forecasts
-        made.append((now, forecast))
-        while made and made[0][0] < now - self.lead_s - 2 * self._interval_s:
-            made.popleft()
-        due = [f for t, f in made if t <= now - self.lead_s + 1e-6]
+        made.add(now, forecast)
+        made.forget_before(now - self.lead_s - 2 * self.interval_s)
+        due = made.until(now - self.lead_s + 1e-6)
         if self._shift_at is not None and now - self._shift_at < self.lead_s + self._window_s:
             due, self._shortfall = [], 0.0
         if due and due[-1] > 0:
@@ -473,7 +494,7 @@ class LatencyPolicy:
         steady = (self._ready_changed is None or now - self._ready_changed >= obs.window_s) and \
             (self._shift_at is None or now - self._shift_at >= obs.window_s)
         near = latency is not None and LEARN_RANGE[0] * s.target_s <= latency <= LEARN_RANGE[1] * s.target_s
-        if near and per_group_c > 0 and steady:
+        if latency is not None and near and per_group_c > 0 and steady:
             model.update(per_group_c, latency, serving, mean_latency)
         plan, plan_down = s.headroom * s.target_s, s.scale_down_headroom * s.target_s
         if model.latency(0.0, 1) >= plan:
@@ -485,15 +506,15 @@ class LatencyPolicy:
                      s.max_replicas)
             return n, n, "Concurrency"
         most = max(s.max_replicas, fleet.current)
-        n = self._groups_for(predicted, plan, most)
+        up = self._groups_for(predicted, plan, most)
         keep = max(predicted, self._keep_demand, demand)
-        n_down = self._groups_for(keep, plan_down, most)
-        if n is None:
+        down = self._groups_for(keep, plan_down, most)
+        if up is None:
             n, reason = s.max_replicas, "Saturated"
         else:
-            reason = "Predicted" if n > (self._groups_for(demand, plan, most) or most) else "Load"
-        n_down = max(n, n_down if n_down is not None else most)
-        if n_down < serving and steady and near:
+            n, reason = up, "Predicted" if up > (self._groups_for(demand, plan, most) or most) else "Load"
+        n_down = max(n, down if down is not None else most)
+        if latency is not None and n_down < serving and steady and near:
             # Fewer groups than serve now: the model's step from this count, added to the quantile
             # observed at it (the model can be off where it stands, its slope less so).
             base = model.predict(demand, serving)
@@ -510,9 +531,6 @@ class LatencyPolicy:
         s = self.settings
         if self._first_decision is None:
             self._first_decision = now
-        if self._last_decision is not None and now > self._last_decision:
-            self._interval_s = now - self._last_decision
-        self._last_decision = now
         arrived = self._track_loading(now, fleet)
         if obs is None:
             return Decision(fleet.current, "MetricsUnavailable", "no reading: holding replicas")
@@ -521,7 +539,8 @@ class LatencyPolicy:
         rec = min(max(rec, s.min_replicas), s.max_replicas)
         rec_down = min(max(rec_down, s.min_replicas), s.max_replicas)
         window = max(s.scale_up_window_s, s.scale_down_window_s, obs.window_s)
-        self._record(now, (rec, rec_down), self._recommendations, window)
+        self._recommendations.add(now, (rec, rec_down))
+        self._recommendations.forget_before(now - window)
         if s.burst_hold_loads > 0:
             late = [target for _, target, _, then in arrived
                     if self._last_demand is not None and self._last_demand * BURST_DROP < then]
@@ -537,8 +556,8 @@ class LatencyPolicy:
         if not obs.has_traffic:
             self._bursty_until = None  # no traffic is no burst to come: F11 may scale to zero
         bursty = self._bursty_until is not None and now < self._bursty_until
-        up = max(r for t, (r, _) in self._recommendations if t >= now - s.scale_up_window_s)
-        down = max(r for t, (_, r) in self._recommendations if t >= now - s.scale_down_window_s)
+        up = max(r for r, _ in self._recommendations.since(now - s.scale_up_window_s))
+        down = max(r for _, r in self._recommendations.since(now - s.scale_down_window_s))
         if bursty:
             down = max(down, min(self._burst_level, s.max_replicas))
         latency = self._latency(obs)
@@ -551,7 +570,7 @@ class LatencyPolicy:
                 if r <= fleet.current:
                     break
                 agreeing = t
-            if now - agreeing < obs.window_s - self._interval_s - 1e-6:
+            if now - agreeing < obs.window_s - self.interval_s - 1e-6:
                 up = fleet.current
         detail = (f"p{int(s.percentile * 100)} {'ITL' if s.metric == 'interTokenLatency' else 'TPOT'} "
                   f"{latency * 1000:.2f} ms" if latency is not None else "no latency samples")

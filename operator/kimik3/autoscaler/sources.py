@@ -4,7 +4,14 @@
   decoded by the library, no hand-written parser). Series are selected by the labels the
   PodMonitor gives (``namespace``, ``deployment``, ``group``; see render/podmonitor.py).
 - ``PodScrapeSource``: GETs each group leader's ``/metrics``, parses it with prometheus-client's
-  parser and differences the histograms and counters against the previous scrape of the same pod.
+  parser and differences the histograms and counters against the scrape of the same pod that
+  starts the window (the newest one at least ``window_s`` old, as Prometheus' ``increase()``
+  over the window; the oldest kept while the pod is younger than the window). A leader that
+  refused the connection (nothing listens: vLLM still loading, or restarting) served nothing
+  then: its first page after that is differenced against zero counters at that time, so a group
+  that just became ready counts from its first token, not from its second scrape. A leader no
+  longer listed (scaled down, deleted) still counts what it served inside the window, up to its
+  last page.
 
 Both return a ``DecodeObservation`` or raise ``MetricsUnavailable`` (hold, and say why).
 """
@@ -25,10 +32,14 @@ from kimik3.api.conditions import Reason
 from kimik3.autoscaler.histogram import INF, Histogram, merge
 from kimik3.autoscaler.observation import (ACCEPTED, DRAFTS, GENERATION_TOKENS, ITL, ITL_OLD, KV_USAGE, RUNNING,
                                            TTFT, WAITING, DecodeObservation, MetricsUnavailable)
+from kimik3.autoscaler.window import Samples
 
 HTTP_TIMEOUT_S = 5.0
 MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 """A /metrics or PromQL answer larger than this is refused (a guard against runaway label sets)."""
+WINDOW_SLACK = 0.05
+"""A scrape up to this share of the window younger than the window still starts it: decisions
+come a little early or late, and a window of 2 min must not become 2.5 min for 10 ms."""
 
 
 class MetricSource(Protocol):
@@ -99,48 +110,51 @@ class ScrapeTarget:
     url: str
 
 
-class PodScrapeSource:
-    """Scrapes leaders' /metrics; the window is the time since the previous scrape of each pod.
+class HTTPPages:
+    """GETs a /metrics page over HTTP (``requests``): its text. Raises ``requests.RequestException``
+    (unreachable, HTTP error status) or ValueError (a page over ``MAX_RESPONSE_BYTES``)."""
 
-    ``targets(namespace, deployment)`` lists the leaders to scrape (the controller builds it from
-    the leader pods; the URL resolver decides the address: pod IP in a cluster, a loopback port
-    for the simulator). A pod seen for the first time gives no window yet."""
-
-    def __init__(self, targets: Callable[[str, str], Iterable[ScrapeTarget]],
-                 session: requests.Session | None = None, clock: Callable[[], float] = time.time):
-        self.targets = targets
+    def __init__(self, session: requests.Session | None = None):
         self.session = session or requests.Session()
-        self.clock = clock
-        self._previous: dict[str, tuple[float, Scrape]] = {}
 
-    def _fetch(self, url: str) -> Scrape:
+    def __call__(self, url: str) -> str:
         response = self.session.get(url, timeout=HTTP_TIMEOUT_S, stream=True)
         response.raise_for_status()
         body = response.raw.read(MAX_RESPONSE_BYTES + 1, decode_content=True)
         if len(body) > MAX_RESPONSE_BYTES:
             raise ValueError(f"/metrics larger than {MAX_RESPONSE_BYTES} bytes")
-        return parse_scrape(body.decode("utf-8", errors="replace"))
+        return body.decode("utf-8", errors="replace")
+
+
+class PodScrapeSource:
+    """Scrapes leaders' /metrics; the window of each pod runs from its scrape that starts
+    ``window_s`` (module docstring) to this one.
+
+    ``targets(namespace, deployment)`` lists the leaders to scrape (the controller builds it from
+    the leader pods; the URL resolver decides the address: pod IP in a cluster, a loopback port
+    for the simulator). ``fetch(url)`` returns a page's text (``HTTPPages`` by default; the kit's
+    fleet simulator serves its groups' pages without a socket) and raises
+    ``requests.RequestException`` or ValueError when it cannot. A pod seen for the first time
+    gives no window yet."""
+
+    def __init__(self, targets: Callable[[str, str], Iterable[ScrapeTarget]],
+                 fetch: Callable[[str], str] | None = None, clock: Callable[[], float] = time.time):
+        self.targets = targets
+        self.fetch = fetch or HTTPPages()
+        self.clock = clock
+        self._scrapes: dict[str, Samples[Scrape]] = {}
+        """Scrapes of each pod (by key), from the one that starts the current window on."""
+        self._refused: dict[str, float] = {}
+        """When each pod (by key) last refused the connection, while it has no scrape since."""
 
     def observe(self, namespace: str, deployment: str, window_s: float) -> DecodeObservation:
         targets = list(self.targets(namespace, deployment))
         if not targets:
             raise MetricsUnavailable(Reason.NO_TARGETS, "no group leader to scrape")
         now = self.clock()
-        deltas: list[tuple[str, Scrape, Scrape, float]] = []
-        errors = []
-        for t in targets:
-            try:
-                scrape = self._fetch(t.url)
-            except (requests.RequestException, ValueError) as exc:
-                errors.append(f"group {t.group}: {type(exc).__name__}: {str(exc)[:200]}")
-                continue
-            previous = self._previous.get(t.key)
-            self._previous[t.key] = (now, scrape)
-            if previous is not None:
-                deltas.append((t.group, scrape, previous[1], now - previous[0]))
-        live = {t.key for t in targets}
-        for key in [k for k in self._previous if k not in live]:
-            del self._previous[key]
+        start = now - window_s * (1 - WINDOW_SLACK)
+        deltas, fresh, errors = self._scrape(targets, now, start)
+        retired = self._retire({t.key for t in targets}, start)
         if not deltas:
             if errors:
                 raise MetricsUnavailable(Reason.SCRAPE_FAILED, "; ".join(errors))
@@ -148,7 +162,7 @@ class PodScrapeSource:
         itl, ttft, names = [], [], set()
         drafts = accepted = tokens = running = waiting = 0.0
         kv: list[float] = []
-        for _, new, old, _ in deltas:
+        for new, old in [(d[1], d[2]) for d in deltas] + retired:
             name = _itl_name(new)
             if name:
                 names.add(name)
@@ -162,6 +176,7 @@ class PodScrapeSource:
             drafts += _counter_delta(new, old, DRAFTS)
             accepted += _counter_delta(new, old, ACCEPTED)
             tokens += _counter_delta(new, old, GENERATION_TOKENS)
+        for new in [d[1] for d in deltas] + fresh:  # gauges need no window: a first scrape counts
             running += new.total(RUNNING)
             waiting += new.total(WAITING)
             kv += new.values(KV_USAGE)
@@ -173,6 +188,79 @@ class PodScrapeSource:
             ttft=merge(ttft), running=running, waiting=waiting, kv_usage=max(kv) if kv else None,
             drafts=drafts, accepted=accepted, generation_tokens=tokens,
             groups=frozenset(d[0] for d in deltas))
+
+    def _scrape(self, targets: list[ScrapeTarget], now: float, start: float
+                ) -> tuple[list[tuple[str, Scrape, Scrape, float]], list[Scrape], list[str]]:
+        """Scrape every target: (group, page, the page starting its window, seconds between) of
+        those with a window; the pages of those scraped the first time; the errors."""
+        deltas: list[tuple[str, Scrape, Scrape, float]] = []
+        fresh: list[Scrape] = []
+        errors = []
+        for t in targets:
+            try:
+                scrape = parse_scrape(self.fetch(t.url))
+            except (requests.RequestException, ValueError) as exc:
+                errors.append(f"group {t.group}: {type(exc).__name__}: {str(exc)[:200]}")
+                if _refused(exc):  # not serving: its counters start again from zero
+                    self._scrapes.pop(t.key, None)
+                    self._refused[t.key] = now
+                continue
+            history = self._scrapes.get(t.key)
+            if history is None:
+                history = self._scrapes[t.key] = Samples()
+                if t.key in self._refused:
+                    history.add(self._refused.pop(t.key), NOTHING_SERVED)
+            base = history.base(start)
+            history.add(now, scrape)
+            if base is not None:
+                history.forget_before(base[0])
+                deltas.append((t.group, scrape, base[1], now - base[0]))
+            else:
+                fresh.append(scrape)
+        return deltas, fresh, errors
+
+    def _retire(self, live: set[str], start: float) -> list[tuple[Scrape, Scrape]]:
+        """(last page, the page starting the window) of pods no longer scraped (deleted, scaled
+        down) whose last page is inside the window: what they served there still counts, as a
+        series that ended inside the range does in Prometheus' ``increase()``. Pods whose last
+        page is older are forgotten."""
+        retired = []
+        for key in [k for k in self._refused if k not in live]:
+            del self._refused[key]
+        for key, history in list(self._scrapes.items()):
+            if key in live:
+                continue
+            last_t, last = next(reversed(history))
+            base = history.base(start)
+            if base is None or base[0] >= last_t:
+                del self._scrapes[key]
+            else:
+                history.forget_before(base[0])
+                retired.append((last, base[1]))
+        return retired
+
+
+NOTHING_SERVED = Scrape({}, {})
+"""The counters of an engine before it served: every series at zero."""
+
+
+def _refused(exc: BaseException) -> bool:
+    """The connection was refused (``ConnectionRefusedError`` somewhere in the exception's
+    arguments or chain): nothing listened, as while vLLM loads. A timeout or an HTTP error is
+    not: a serving engine may answer late."""
+    seen: set[int] = set()
+    todo: list[object] = [exc]
+    while todo:
+        e = todo.pop()
+        if not isinstance(e, BaseException) or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, ConnectionRefusedError):
+            return True
+        if isinstance(e, requests.Timeout):
+            return False
+        todo += [*e.args, e.__cause__, e.__context__, getattr(e, "reason", None)]
+    return False
 
 
 def _counter_delta(new: Scrape, old: Scrape, name: str) -> float:

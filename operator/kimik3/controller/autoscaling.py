@@ -20,9 +20,9 @@ from typing import Any
 from kimik3.admission import Admitted
 from kimik3.api.conditions import ConditionType, Reason, Verdict
 from kimik3.api.v1alpha1 import DecodeStatus, ScaleEvent
+from kimik3.autoscaler.factory import latency_policy, policy_settings
 from kimik3.autoscaler.observation import DecodeObservation, MetricsUnavailable
-from kimik3.autoscaler.policy import Decision, FleetState, LatencyPolicy, LatencyPolicySettings
-from kimik3.autoscaler.seed import seed_model
+from kimik3.autoscaler.policy import Decision, FleetState, LatencyPolicy
 from kimik3.autoscaler.sources import MetricSource, PodScrapeSource, PrometheusSource, ScrapeTarget
 from kimik3.controller import metrics
 from kimik3.controller.status import AutoscalerReport, stored_conditions
@@ -98,17 +98,6 @@ class StepResult:
     requeue_after: float
 
 
-def policy_settings(admitted: Admitted) -> LatencyPolicySettings:
-    """The latency policy's settings from ``spec.autoscaling`` (durations in seconds, percentile
-    as a fraction)."""
-    a, seconds = admitted.spec.autoscaling, admitted.seconds
-    return LatencyPolicySettings(
-        target_s=seconds.latency_target, percentile=admitted.target_quantile,
-        min_replicas=a.min_replicas, max_replicas=a.max_replicas,
-        scale_up_window_s=seconds.scale_up_stabilization,
-        scale_down_window_s=seconds.scale_down_stabilization,
-        metric=a.target.metric)
-
 class Autoscaling:
     """Autoscaler state of every deployment this operator reconciles."""
 
@@ -142,7 +131,7 @@ class Autoscaling:
                                          self.scrape_url(p, port))
                             for p in self._states[key].pods if is_leader(p) and phase(p) == "Running"]
                 source = PodScrapeSource(targets, clock=self.clock)
-            state = DeploymentState(LatencyPolicy(settings, seed_model(admitted)), source_key, source)
+            state = DeploymentState(latency_policy(admitted), source_key, source)
             self._states[key] = state
         return state
 

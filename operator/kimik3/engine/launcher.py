@@ -21,6 +21,8 @@ import sys
 import time
 
 PLACEHOLDER = "${LWS_LEADER_ADDRESS}"
+DEFAULT_PLAN = "/etc/kimik3/plan.json"
+"""Where the plan is read when neither an argument nor ``KIMIK3_PLAN`` names it."""
 EXIT_BAD_INPUT = 2
 EXIT_LEADER_UNRESOLVED = 3
 
@@ -94,8 +96,15 @@ def _check_plan(plan: object) -> None:
             raise LaunchError(EXIT_BAD_INPUT, f'plan rank {i} has no "args" list')
 
 
-def build_argv(plan: dict, env: dict[str, str]) -> list[str]:
-    """The argv to exec for this pod: plan command + rank arguments with the leader address in."""
+def plan_path(args: list[str], env: dict[str, str]) -> str:
+    """The plan file the launcher reads: its first argument, else ``KIMIK3_PLAN``, else DEFAULT_PLAN."""
+    return (args or [env.get("KIMIK3_PLAN", DEFAULT_PLAN)])[0]
+
+
+def build_argv(plan: dict, env: dict[str, str], wait: bool = True) -> list[str]:
+    """The argv to exec for this pod: plan command + rank arguments with the leader address in.
+    ``wait=False`` puts the address in without waiting for it to resolve (the kit's engine
+    simulator reads the argv of pods that have no DNS)."""
     _check_plan(plan)
     rank = _int_env(env, "LWS_WORKER_INDEX", 0)
     size = _int_env(env, "LWS_GROUP_SIZE", len(plan["ranks"]))
@@ -108,15 +117,16 @@ def build_argv(plan: dict, env: dict[str, str]) -> list[str]:
     args = list(ranks[rank]["args"])
     if any(PLACEHOLDER in a for a in args):
         name = env.get("LWS_LEADER_ADDRESS", "").strip()
-        timeout_s = float(plan.get("leaderAddressTimeoutSeconds", 1800))
-        poll_s = float(env.get("KIMIK3_POLL_SECONDS", "2"))
-        wait_for_leader(name, timeout_s, poll_s)
+        if wait:
+            timeout_s = float(plan.get("leaderAddressTimeoutSeconds", 1800))
+            poll_s = float(env.get("KIMIK3_POLL_SECONDS", "2"))
+            wait_for_leader(name, timeout_s, poll_s)
         args = [a.replace(PLACEHOLDER, name) for a in args]
     return list(plan["command"]) + args
 
 
 def main(argv: list[str] | None = None) -> int:
-    path = (argv or sys.argv[1:] or [os.environ.get("KIMIK3_PLAN", "/etc/kimik3/plan.json")])[0]
+    path = plan_path(argv or sys.argv[1:], dict(os.environ))
     try:
         try:
             with open(path, encoding="utf-8") as fh:

@@ -23,7 +23,9 @@ policy               rule and source
                      "queue >= 5" saturation rule, autoscaling.md), pollingInterval 30 s,
                      cooldownPeriod 300 s (KEDA: only for 1 -> 0); the HPA underneath: ``desired =
                      ceil(total / threshold)`` outside the 10 % tolerance, its default behavior.
-``KPAPolicy``        AIBrix KPA (Knative KPA semantics): concurrency (running + waiting) averaged
+``KPAPolicy``        AIBrix KPA (Knative KPA semantics): concurrency (requests in flight at the
+                     groups, running + waiting, as Knative's queue-proxies report it: the fleet's
+                     gateway, not vLLM's series) averaged
                      over a 60 s stable and a 6 s panic window (10 %), ``desired = ceil(avg /
                      target)``; panic when the panic desire reaches 2x the ready groups, never scale
                      down in panic, leave it after a stable window without; rate limits up x2 /
@@ -40,12 +42,18 @@ policy               rule and source
                      GPUs per engine)``. Profile: the perf model (Dynamo profiles the engine for
                      hours; ours is the calibrated model). Dynamo's ITL target is a mean, not P90.
 ``StaticPolicy``     Static provisioning: a fixed group count (the benchmark uses the hindsight peak).
+                     Reads no metrics (``window_s`` None), like ``OptimalPolicy``.
 ``OptimalPolicy``    Hindsight optimum: knowing the whole trace and the load time, the fewest ready
                      groups each minute that keep the SLO (found by simulation,
                      ``benchmark/simulate.py``), each group started exactly one load time before it is
                      needed and kept through gaps shorter than a load time (keeping is then cheaper
                      than reloading).
 ==================== ===========================================================================
+
+Each declares its cadence as the ``Policy`` protocol asks: ``interval_s`` between decisions and
+``window_s``, the metrics each decision reads (the fleet simulator reads them through the
+operator's pod-scrape source); the windows inside a rule (stabilization, stable and panic
+windows, rate-limit periods) are ``kimik3.autoscaler.window.Samples``, like our policy's.
 """
 
 from __future__ import annotations
@@ -54,9 +62,12 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
+from kimik3.autoscaler.histogram import mean
 from kimik3.autoscaler.observation import DecodeObservation
-from kimik3.autoscaler.policy import Decision, FleetState
 from kimik3.autoscaler.perfmodel import DEFAULT_WORKLOAD, EngineShape, decode_point, perf_params
+from kimik3.autoscaler.policy import Decision, FleetState
+from kimik3.autoscaler.window import Samples
+from kimik3_dev.benchmark.fleet import GatewayReading
 
 
 # ---------------------------------------------------------------- profile -------------------
@@ -142,18 +153,16 @@ class _HPACore:
     min_replicas: int
     max_replicas: int
     behavior: HPABehavior = field(default_factory=HPABehavior)
-    _recs: deque = field(default_factory=deque)
-    _events: deque = field(default_factory=deque)
-    """(time, replica change) of past scale actions, for the rate-limit periods."""
+    _recs: Samples[int] = field(default_factory=Samples)
+    _events: Samples[int] = field(default_factory=Samples)
+    """Replica changes of past scale actions, for the rate-limit periods."""
 
     def normalize(self, now: float, rec: int, current: int) -> int:
         b = self.behavior
-        self._recs.append((now, rec))
-        keep = max(b.scale_up_window_s, b.scale_down_window_s)
-        while self._recs and self._recs[0][0] < now - keep:
-            self._recs.popleft()
-        up_recs = [r for t, r in self._recs if t >= now - b.scale_up_window_s] or [rec]
-        down_recs = [r for t, r in self._recs if t >= now - b.scale_down_window_s] or [rec]
+        self._recs.add(now, rec)
+        self._recs.forget_before(now - max(b.scale_up_window_s, b.scale_down_window_s))
+        up_recs = self._recs.since(now - b.scale_up_window_s) or [rec]
+        down_recs = self._recs.since(now - b.scale_down_window_s) or [rec]
         # Scale up to the lowest, down to the highest recommendation of the windows.
         desired = current
         if rec > current:
@@ -161,8 +170,8 @@ class _HPACore:
         elif rec < current:
             desired = min(current, max(down_recs))
         # Rate limits: replicas added (removed) within the period count against the limit.
-        added = sum(d for t, d in self._events if d > 0 and t > now - b.scale_up_period_s)
-        removed = -sum(d for t, d in self._events if d < 0 and t > now - b.scale_down_period_s)
+        added = sum(d for d in self._events.after(now - b.scale_up_period_s) if d > 0)
+        removed = -sum(d for d in self._events.after(now - b.scale_down_period_s) if d < 0)
         base_up = current - added
         up_limit = max(math.ceil(base_up * (1 + b.scale_up_percent / 100)), base_up + b.scale_up_pods)
         base_down = current + removed
@@ -170,75 +179,81 @@ class _HPACore:
         desired = min(desired, up_limit) if desired > current else max(desired, down_limit)
         desired = min(max(desired, self.min_replicas), self.max_replicas)
         if desired != current:
-            self._events.append((now, desired - current))
-        while self._events and self._events[0][0] < now - max(b.scale_up_period_s, b.scale_down_period_s):
-            self._events.popleft()
+            self._events.add(now, desired - current)
+        self._events.forget_before(now - max(b.scale_up_period_s, b.scale_down_period_s))
         return desired
 
 
-@dataclass
-class HPAPolicy:
-    """Kubernetes HPA on the P90 per-token latency (module docstring)."""
+@dataclass(kw_only=True)
+class _Bounds:
+    """The group counts a rule may ask for: ``min_replicas`` to ``max_replicas``."""
 
-    target_s: float
     min_replicas: int = 1
     max_replicas: int = 1
-    percentile: float = 0.9
+
+
+@dataclass(kw_only=True)
+class _HPAControlled(_Bounds):
+    """A metric fed to the HPA controller (HPA itself; KEDA, which drives an HPA): its bounds,
+    tolerance and ``behavior``."""
+
     tolerance: float = 0.1
-    interval_s: float = 15.0
-    window_s: float = 120.0
     behavior: HPABehavior = field(default_factory=HPABehavior)
 
     def __post_init__(self) -> None:
         self._core = _HPACore(self.min_replicas, self.max_replicas, self.behavior)
+
+    def _scale(self, now: float, ratio: float, outside: int, fleet: FleetState) -> tuple[int, int]:
+        """(desired, recommendation): ``outside`` groups unless the metric/target ``ratio`` is
+        inside the tolerance (then the current count), normalized by the HPA controller."""
+        rec = fleet.current if abs(1 - ratio) <= self.tolerance else outside
+        return self._core.normalize(now, rec, fleet.current), rec
+
+
+@dataclass(kw_only=True)
+class HPAPolicy(_HPAControlled):
+    """Kubernetes HPA on the P90 per-token latency (module docstring)."""
+
+    target_s: float
+    percentile: float = 0.9
+    interval_s: float = 15.0
+    window_s: float = 120.0
 
     def decide(self, now: float, obs: DecodeObservation | None, fleet: FleetState) -> Decision:
         latency = obs.token_latency_quantile(self.percentile) if obs is not None else None
         if latency is None or fleet.ready == 0:
             return _hold(fleet, "no latency metric: HPA keeps the replicas")
         ratio = latency / self.target_s
-        rec = fleet.current if abs(1 - ratio) <= self.tolerance else math.ceil(ratio * fleet.ready)
-        desired = self._core.normalize(now, rec, fleet.current)
+        desired, rec = self._scale(now, ratio, math.ceil(ratio * fleet.ready), fleet)
         return Decision(desired, "HPA", f"ratio {ratio:.2f} x {fleet.ready} ready -> {rec}", rec)
 
 
-@dataclass
-class KEDAPolicy:
+@dataclass(kw_only=True)
+class KEDAPolicy(_HPAControlled):
     """KEDA Prometheus trigger on waiting requests, AverageValue (module docstring)."""
 
     threshold: float = 5.0
-    min_replicas: int = 1
-    max_replicas: int = 1
-    tolerance: float = 0.1
     interval_s: float = 30.0
     window_s: float = 30.0
     cooldown_s: float = 300.0
     """KEDA's cooldownPeriod: only delays 1 -> 0; with minReplicas >= 1 the HPA's window rules."""
-    behavior: HPABehavior = field(default_factory=HPABehavior)
-
-    def __post_init__(self) -> None:
-        self._core = _HPACore(self.min_replicas, self.max_replicas, self.behavior)
 
     def decide(self, now: float, obs: DecodeObservation | None, fleet: FleetState) -> Decision:
         if obs is None:
             return _hold(fleet, "trigger failed: KEDA keeps the replicas")
         total = obs.waiting
-        current = max(1, fleet.current)
-        ratio = total / (self.threshold * current)
-        rec = fleet.current if abs(1 - ratio) <= self.tolerance else math.ceil(total / self.threshold)
-        desired = self._core.normalize(now, rec, fleet.current)
+        ratio = total / (self.threshold * max(1, fleet.current))
+        desired, rec = self._scale(now, ratio, math.ceil(total / self.threshold), fleet)
         return Decision(desired, "KEDA", f"{total:.0f} waiting / {self.threshold:g} -> {rec}", rec)
 
 
 # ---------------------------------------------------------------- KPA -----------------------
 @dataclass
-class KPAPolicy:
+class KPAPolicy(_Bounds):
     """AIBrix KPA (Knative KPA) on concurrency per group (module docstring)."""
 
     target: float
     """Concurrency per group (requests running + waiting)."""
-    min_replicas: int = 1
-    max_replicas: int = 1
     stable_window_s: float = 60.0
     panic_window_s: float = 6.0
     panic_threshold: float = 2.0
@@ -247,20 +262,26 @@ class KPAPolicy:
     tolerance: float = 0.1
     scale_down_delay_s: float = 300.0
     interval_s: float = 2.0
-    window_s: float = 2.0
-    _samples: deque = field(default_factory=deque)
-    _desired: deque = field(default_factory=deque)
+    window_s: float | None = None
+    """Reads no engine metrics: its concurrency is the gateway's (``frontend``)."""
+    _samples: Samples[float] = field(default_factory=Samples)
+    """Concurrency (running + waiting) of each tick of the stable window."""
+    _desired: Samples[int] = field(default_factory=Samples)
     _panic_since: float | None = None
     _panic_max: int = 0
+    _in_flight: float | None = None
+
+    def frontend(self, reading: GatewayReading) -> None:
+        """The requests in flight at the groups now (the queue-proxies' concurrency)."""
+        self._in_flight = reading.in_flight
 
     def decide(self, now: float, obs: DecodeObservation | None, fleet: FleetState) -> Decision:
-        if obs is None:
+        if self._in_flight is None or fleet.ready == 0:
             return _hold(fleet, "no concurrency metric: KPA keeps the replicas")
-        self._samples.append((now, obs.running + obs.waiting))
-        while self._samples and self._samples[0][0] <= now - self.stable_window_s:
-            self._samples.popleft()
+        self._samples.add(now, self._in_flight)
+        self._samples.forget_through(now - self.stable_window_s)
         stable = sum(v for _, v in self._samples) / len(self._samples)
-        recent = [v for t, v in self._samples if t > now - self.panic_window_s] or [stable]
+        recent = self._samples.after(now - self.panic_window_s) or [stable]
         panic = sum(recent) / len(recent)
         ready = max(1, fleet.ready)
         want_stable = math.ceil(stable / self.target)
@@ -284,9 +305,8 @@ class KPAPolicy:
         else:
             desired, why = want_stable, "KPA"
         # Scale-down delay: the highest desire of the last delay.
-        self._desired.append((now, desired))
-        while self._desired and self._desired[0][0] < now - self.scale_down_delay_s:
-            self._desired.popleft()
+        self._desired.add(now, desired)
+        self._desired.forget_before(now - self.scale_down_delay_s)
         if desired < fleet.current:
             desired = min(fleet.current, max(d for _, d in self._desired))
         desired = min(max(desired, self.min_replicas), self.max_replicas)
@@ -295,41 +315,39 @@ class KPAPolicy:
 
 # ---------------------------------------------------------------- Dynamo planner ------------
 @dataclass
-class DynamoPlannerPolicy:
+class DynamoPlannerPolicy(_Bounds):
     """Dynamo SLA planner, throughput-based decode scaling (module docstring)."""
 
     target_s: float
     """ITL target (per token, a mean: Dynamo's SLA)."""
     profile: Profile
-    min_replicas: int = 1
-    max_replicas: int = 1
     interval_s: float = 180.0
     window_s: float = 180.0
     history: int = 4
     """Intervals the trend predictor fits."""
     correction: bool = True
-    _loads: deque = field(default_factory=deque)
-    _frontend: tuple[float, float, float] | None = None
+    _frontend: GatewayReading | None = None
 
-    def frontend(self, requests: float, output_tokens: float, window_s: float) -> None:
+    def __post_init__(self) -> None:
+        self._loads: deque[float] = deque(maxlen=self.history)
+        """Demand of the last ``history`` intervals."""
+
+    def frontend(self, reading: GatewayReading) -> None:
         """The frontend's counters over the interval: requests received and their output tokens
         (Dynamo reads num_req and the mean OSL from its frontend's /metrics)."""
-        self._frontend = (requests, output_tokens, window_s)
+        self._frontend = reading
 
     def decide(self, now: float, obs: DecodeObservation | None, fleet: FleetState) -> Decision:
         if obs is None:
             return _hold(fleet, "no metrics: the planner keeps the replicas")
         tokens_per_s = obs.generation_tokens / obs.window_s if obs.window_s > 0 else 0.0
         demand = tokens_per_s
-        if self._frontend is not None and self._frontend[2] > 0:
-            demand = self._frontend[1] / self._frontend[2]  # next_num_req x next_osl / interval
+        if self._frontend is not None and self._frontend.window_s > 0:
+            demand = self._frontend.output_tokens / self._frontend.window_s  # next_num_req x next_osl / interval
         self._loads.append(demand)
-        while len(self._loads) > self.history:
-            self._loads.popleft()
         predicted = _trend_next(list(self._loads))
         corrected = self.target_s
         factor = 1.0
-        from kimik3.autoscaler.histogram import mean
         step_mean = mean(obs.itl)
         if self.correction and step_mean and fleet.ready > 0 and tokens_per_s > 0:
             observed = step_mean / obs.acceptance_length
@@ -362,7 +380,7 @@ def _trend_next(values: list[float]) -> float:
 class StaticPolicy:
     groups: int
     interval_s: float = 60.0
-    window_s: float = 60.0
+    window_s: float | None = None
 
     def decide(self, now: float, obs: DecodeObservation | None, fleet: FleetState) -> Decision:
         return Decision(self.groups, "Static")
@@ -374,7 +392,7 @@ class OptimalPolicy:
 
     active: list[int]
     interval_s: float = 60.0
-    window_s: float = 60.0
+    window_s: float | None = None
 
     def decide(self, now: float, obs: DecodeObservation | None, fleet: FleetState) -> Decision:
         i = min(int(now // 60), len(self.active) - 1)

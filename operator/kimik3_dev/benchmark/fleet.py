@@ -1,8 +1,9 @@
 """A simulated fleet of engine groups driven by an autoscaling ``Policy`` (issue 4, part 4).
 
-The SAME policy code the operator runs (``kimik3.autoscaler.policy.LatencyPolicy``, or any
-``Policy``) is called every ``interval_s`` with a ``DecodeObservation`` built the way a metric
-source builds it from vLLM's series, and its ``Decision`` is applied to the fleet.
+The SAME policy code the operator runs (``kimik3.autoscaler.factory.latency_policy``, or any
+``Policy``) is called every ``policy.interval_s`` with the ``DecodeObservation`` the operator's
+own pod-scrape source (``kimik3.autoscaler.sources.PodScrapeSource``) makes of the groups' vLLM
+``/metrics`` pages over ``policy.window_s``, and its ``Decision`` is applied to the fleet.
 
 What is simulated
 =================
@@ -38,13 +39,20 @@ What is measured
   demand (requests and output tokens asked for), groups ready / loading / pending at the end of
   the minute, GPU-hours (groups holding GPUs, loading and draining ones included, x GPUs per
   group, integrated over time).
-- The observation: vLLM's ``vllm:inter_token_latency_seconds`` is observed once per running
-  request per engine step with the step's duration (so under DSpark it is ~AL x the per-token
-  latency), into ``itl_buckets``; ``vllm:spec_decode_num_drafts`` counts one draft per request per
-  step and ``..._num_accepted_tokens`` AL - 1 per draft; ``vllm:generation_tokens`` the tokens;
-  ``num_requests_running`` / ``_waiting`` are the latest gauges summed over serving groups. The
-  window is the difference of these cumulative series between ``now - window_s`` and ``now``
-  (the Prometheus source's ``increase(...[window])``).
+- The observation: each serving group (ready or draining) exposes a vLLM 0.32 ``/metrics`` page
+  (``kimik3_dev.sim.vllm_metrics.exposition``: vLLM's names, types, labels): its
+  ``vllm:inter_token_latency_seconds``, observed once per running request per engine step with
+  the step's duration (so under DSpark it is ~AL x the per-token latency), into ``itl_buckets``;
+  ``vllm:spec_decode_num_drafts`` (one draft per request per step) and
+  ``..._num_accepted_tokens`` (AL - 1 per draft) when the shape speculates;
+  ``vllm:generation_tokens``; the ``num_requests_running`` / ``_waiting`` gauges. Steps are
+  integrated over time, so counts are fractional. At each decision the operator's
+  ``PodScrapeSource`` reads every page (``parse_scrape``), differences each group's histograms
+  and counters against its scrape that starts the window and merges them
+  (``autoscaler/histogram.py``): a bug in that path moves the benchmark's figures. A group is
+  first scraped at the first decision after it serves (at t = 0 for the initial ones), and
+  counts in the windows after that, as a newly started pod does. The pages carry the families
+  the fleet simulates and the autoscaler reads: TTFT is measured per minute, not exposed.
 
 ITL buckets
 ===========
@@ -58,7 +66,7 @@ a policy on the default layout.
 
 from __future__ import annotations
 
-import bisect
+import errno
 import heapq
 import math
 from collections import deque
@@ -66,13 +74,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kimik3.autoscaler.histogram import INF, Histogram
-from kimik3.autoscaler.observation import ITL, DecodeObservation
-from kimik3.autoscaler.policy import Decision, FleetState, Policy
+import requests
+
+from kimik3.admission import Admitted
+from kimik3.autoscaler.observation import (ACCEPTED, DRAFTS, GENERATION_TOKENS, ITL, RUNNING, WAITING,
+                                           DecodeObservation, MetricsUnavailable)
 from kimik3.autoscaler.perfmodel import (DEFAULT_WORKLOAD, EngineShape, PerfParams, acceptance_length, decode_point,
-                                  perf_params, ttft)
-from kimik3_dev.benchmark.traces import Request, Trace
-from kimik3_dev.sim.vllm_metrics import TIME_TO_FIRST_TOKEN_BUCKETS
+                                         perf_params, ttft)
+from kimik3.autoscaler.policy import Decision, FleetState, Policy
+from kimik3.autoscaler.sources import PodScrapeSource, ScrapeTarget
+from kimik3.autoscaler.window import Samples
+from kimik3_dev.benchmark.traces import Request
+from kimik3_dev.sim.vllm_metrics import HistogramTotals, exposition
 
 DEFAULT_LOAD_TIME_S = 900.0
 """Seconds from creating a group to serving: ~1.5 TB of weights (kimi-k3-and-vllm.md) read from a
@@ -106,6 +119,8 @@ class FleetConfig:
     workload: str | float = DEFAULT_WORKLOAD
     """Speculative acceptance workload (perfmodel.AL_DSPARK key or an acceptance length at 7 drafts)."""
     itl_buckets: tuple[float, ...] = FAST_DECODE_ITL_BUCKETS
+    served_model_name: str = "kimi-k3"
+    """--served-model-name: the ``model_name`` label of the groups' series."""
 
     @property
     def gpus_per_group(self) -> int:
@@ -117,19 +132,13 @@ class FleetConfig:
         return self.racks * (self.trays_per_rack // self.trays_per_group)
 
     @classmethod
-    def from_recipe(cls, path: str, **overrides: Any) -> tuple[FleetConfig, Any]:
-        """Config for a recipe file's first KimiK3Deployment; also returns the parsed spec."""
-        import yaml
-
-        from kimik3.admission import admit
-        with open(path, encoding="utf-8") as fh:
-            doc = next(d for d in yaml.safe_load_all(fh) if d and d.get("kind") == "KimiK3Deployment")
-        admitted = admit(doc.get("spec") or {})
+    def from_admitted(cls, admitted: Admitted, **overrides: Any) -> FleetConfig:
+        """Config for the groups of an admitted spec (``kimik3.admission.admit``)."""
         spec, plan = admitted.spec, admitted.plan
-        cfg = cls(shape=EngineShape.from_spec(spec, plan), max_num_seqs=spec.engine.max_num_seqs,
-                  max_num_batched_tokens=spec.engine.max_num_batched_tokens,
-                  trays_per_group=plan.nodes_per_group, **overrides)
-        return cfg, (spec, plan)
+        return cls(shape=EngineShape.from_spec(spec, plan), max_num_seqs=spec.engine.max_num_seqs,
+                   max_num_batched_tokens=spec.engine.max_num_batched_tokens,
+                   trays_per_group=plan.nodes_per_group, served_model_name=spec.model.served_model_name,
+                   **overrides)
 
 
 class GroupModel:
@@ -178,6 +187,17 @@ class _Group:
     stall_decoders: int = 0
     stall_prompt_tokens: int = 0
     version: int = 0
+    itl: HistogramTotals = field(default_factory=lambda: HistogramTotals(()))
+    """vllm:inter_token_latency_seconds of the group's engine (bounds: ``FleetConfig.itl_buckets``)."""
+    drafts: float = 0.0
+    accepted: float = 0.0
+    tokens: float = 0.0
+    """vllm:spec_decode_num_drafts, ..._num_accepted_tokens, vllm:generation_tokens."""
+
+    @property
+    def url(self) -> str:
+        """Where the fleet serves this group's /metrics page (no socket: ``FleetSim.page``)."""
+        return f"fleet://group-{self.gid}/metrics"
 
 
 @dataclass
@@ -216,55 +236,42 @@ class RunResult:
         return [m.p90_tpot_s for m in self.minutes]
 
 
-@dataclass
-class _Counters:
-    itl: list[float]
-    itl_sum: float = 0.0
-    ttft: list[float] = field(default_factory=list)
-    ttft_sum: float = 0.0
-    drafts: float = 0.0
-    accepted: float = 0.0
-    tokens: float = 0.0
-    arrivals: float = 0.0
-    """Requests received at the gateway (a frontend counter, not a vLLM series)."""
-    arrival_output_tokens: float = 0.0
+@dataclass(frozen=True)
+class GatewayReading:
+    """What the deployment's gateway counts (not vLLM series): the requests it received over the
+    policy's window and their output tokens (Dynamo's planner reads its frontend's), and the
+    requests in flight at the serving groups now, running or queued (the concurrency Knative's
+    queue-proxies report to its KPA)."""
 
-    def copy(self) -> _Counters:
-        return _Counters(list(self.itl), self.itl_sum, list(self.ttft), self.ttft_sum, self.drafts, self.accepted,
-                         self.tokens, self.arrivals, self.arrival_output_tokens)
+    window_s: float
+    requests: float
+    output_tokens: float
+    in_flight: float
 
 
-def _histogram(bounds: Sequence[float], counts: Sequence[float], older: Sequence[float], total: float) -> Histogram:
-    """Cumulative Histogram (with +Inf) from per-bucket counts minus an older snapshot."""
-    buckets: dict[float, float] = {}
-    acc = 0.0
-    for i, le in enumerate(bounds):
-        acc += counts[i] - older[i]
-        buckets[le] = acc
-    acc += counts[len(bounds)] - older[len(bounds)]
-    buckets[INF] = acc
-    return Histogram(buckets, total)
+Frontend = Callable[[GatewayReading], None]
+"""Told the gateway's reading before each decision of a policy that reads it."""
 
 
 class FleetSim:
     """One policy on one trace. ``run()`` returns a ``RunResult``.
 
-    ``interval_s`` / ``window_s``: time between decisions and the observation window (the
-    operator's defaults: 30 s and 2 min); a policy object may carry its own ``interval_s`` /
-    ``window_s`` attributes (the baselines do: HPA syncs every 15 s, KPA ticks every 2 s)."""
+    Decisions come every ``policy.interval_s``; each reads ``policy.window_s`` of the groups'
+    metrics through ``PodScrapeSource`` (module docstring), or nothing when the policy reads
+    none (``window_s`` None: it is given None). ``frontend``, when given, is called before each
+    decision with the gateway's reading (over the window, or the interval for a policy that reads
+    no engine metrics)."""
 
     def __init__(self, cfg: FleetConfig, policy: Policy, requests: Sequence[Request], duration_s: float,
-                 initial_groups: int, name: str = "", trace_name: str = "",
-                 interval_s: float | None = None, window_s: float | None = None,
-                 model: GroupModel | None = None):
+                 initial_groups: int, name: str = "", trace_name: str = "", model: GroupModel | None = None,
+                 frontend: Frontend | None = None):
         self.cfg = cfg
         self.policy = policy
         self.requests = requests
         self.duration_s = float(duration_s)
         self.name = name
         self.trace_name = trace_name
-        self.interval_s = float(interval_s or getattr(policy, "interval_s", 30.0))
-        self.window_s = float(window_s or getattr(policy, "window_s", 120.0))
+        self.frontend = frontend
         self.m = model or GroupModel(cfg)
         self.groups: list[_Group] = []
         self.gateway: deque = deque()
@@ -272,9 +279,14 @@ class FleetSim:
         self._seq = 0
         self._now = 0.0
         self._rack_free = [cfg.trays_per_rack] * cfg.racks
-        nb = len(cfg.itl_buckets)
-        self.c = _Counters(itl=[0.0] * (nb + 1), ttft=[0.0] * (len(TIME_TO_FIRST_TOKEN_BUCKETS) + 1))
-        self._snapshots: deque = deque([(0.0, self.c.copy())])
+        self._pages: dict[str, _Group] = {}
+        self.source = PodScrapeSource(self._targets, fetch=self.page, clock=lambda: self._now)
+        """The operator's pod-scrape source, reading the serving groups' pages."""
+        self._arrivals = 0.0
+        self._arrival_tokens = 0.0
+        """Requests received at the gateway and their output tokens (for ``frontend``)."""
+        self._gateway: Samples[tuple[float, float]] = Samples()
+        self._gateway.add(0.0, (0.0, 0.0))
         self._gpu_s = 0.0
         self._gpu_mark = 0.0
         self._minute_tokens: dict[float, float] = {}
@@ -295,6 +307,9 @@ class FleetSim:
                 self._ready_at[g.gid] = 0.0
             else:
                 self.desired = len([x for x in self.groups if x.state != GONE])
+        if policy.window_s is not None:
+            # The groups served before the trace: their first scrape (no window yet) is at t = 0.
+            self.observe(0.0)
 
     # ---------------------------------------------------------------- bookkeeping --------
     def _account(self, now: float) -> None:
@@ -311,19 +326,15 @@ class FleetSim:
         key = round(latency, 6)
         self._minute_tokens[key] = self._minute_tokens.get(key, 0.0) + tokens
 
-    def _observe_itl(self, step: float, count: float) -> None:
-        i = bisect.bisect_left(self.cfg.itl_buckets, step)
-        self.c.itl[i] += count
-        self.c.itl_sum += step * count
-
     def _push(self, t: float, kind: int, payload: Any) -> None:
         self._seq += 1
         heapq.heappush(self._heap, (t, kind, self._seq, payload))
 
     # ---------------------------------------------------------------- groups -------------
     def _new_group(self, now: float) -> _Group:
-        g = _Group(gid=len(self.groups), created_s=now, last_t=now)
+        g = _Group(gid=len(self.groups), created_s=now, last_t=now, itl=HistogramTotals(self.cfg.itl_buckets))
         self.groups.append(g)
+        self._pages[g.url] = g
         self._place(g, now)
         return g
 
@@ -360,16 +371,16 @@ class FleetSim:
                 g.last_t = t1
                 return
             # The prefill step(s) end: decoders get AL tokens per step, at the stretched step time.
-            steps = g.stall_steps
-            dur = (g.stall_end - g.stall_start) / steps
-            g.progress += m.al * steps
+            stalled = g.stall_steps
+            dur = (g.stall_end - g.stall_start) / stalled
+            g.progress += m.al * stalled
             if g.stall_decoders:
-                tokens = g.stall_decoders * m.al * steps
-                self._record_tokens(dur / m.al, tokens)
-                self._observe_itl(dur, g.stall_decoders * steps)
-                self.c.drafts += g.stall_decoders * steps
-                self.c.accepted += g.stall_decoders * steps * (m.al - 1)
-                self.c.tokens += tokens
+                emitted = g.stall_decoders * m.al * stalled
+                self._record_tokens(dur / m.al, emitted)
+                g.itl.observe(dur, g.stall_decoders * stalled)
+                g.drafts += g.stall_decoders * stalled
+                g.accepted += g.stall_decoders * stalled * (m.al - 1)
+                g.tokens += emitted
             t = g.stall_end
             g.stall_steps = g.stall_decoders = g.stall_prompt_tokens = 0
         n = len(g.running)
@@ -379,10 +390,10 @@ class FleetSim:
             tokens = n * steps * m.al
             g.progress += steps * m.al
             self._record_tokens(m.tpot_s[n], tokens)
-            self._observe_itl(m.step_s[n], n * steps)
-            self.c.drafts += n * steps
-            self.c.accepted += n * steps * (m.al - 1)
-            self.c.tokens += tokens
+            g.itl.observe(m.step_s[n], n * steps)
+            g.drafts += n * steps
+            g.accepted += n * steps * (m.al - 1)
+            g.tokens += tokens
         g.last_t = t1
 
     def _schedule(self, g: _Group) -> None:
@@ -420,15 +431,10 @@ class FleetSim:
             g.stall_end = now + m.prefill_step_s(req.prompt_tokens, g.stall_decoders)
         ttft = g.stall_end - req.arrival_s
         self._minute_ttft.append(ttft)
-        self.c.ttft[bisect.bisect_left(TIME_TO_FIRST_TOKEN_BUCKETS, ttft)] += 1
-        self.c.ttft_sum += ttft
-        self.c.tokens += 1  # the first token, emitted by the prefill step
+        g.tokens += 1  # the first token, emitted by the prefill step
         finish = g.progress + m.al * g.stall_steps + max(0, req.output_tokens - 1)
         self._seq += 1
         heapq.heappush(g.running, (finish, self._seq, req))
-
-    def _serving(self) -> list[_Group]:
-        return [g for g in self.groups if g.state == READY]
 
     def _route(self, req: Request, now: float) -> None:
         best = None
@@ -463,45 +469,58 @@ class FleetSim:
         return FleetState(current=len(alive), ready=sum(1 for g in alive if g.state == READY),
                           loading=loading, unplaceable=sum(1 for g in alive if g.state == PENDING))
 
+    def _serving(self) -> list[_Group]:
+        return [g for g in self.groups if g.state in (READY, DRAINING)]
+
+    def _targets(self, namespace: str, deployment: str) -> list[ScrapeTarget]:
+        """The leaders to scrape: every group whose pods run (loading, ready or draining), as the
+        controller lists the Running leader pods."""
+        return [ScrapeTarget(f"group-{g.gid}", str(g.gid), g.url) for g in self.groups
+                if g.state in (LOADING, READY, DRAINING)]
+
+    def page(self, url: str) -> str:
+        """The /metrics page of the group at ``url`` now: vLLM 0.32's text exposition. A group
+        still loading refuses the connection (vLLM listens once the weights are loaded)."""
+        g = self._pages[url]
+        if g.state == LOADING:
+            raise requests.ConnectionError(ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"))
+        values: dict[str, float | HistogramTotals] = {
+            RUNNING: float(len(g.running)), WAITING: float(len(g.waiting)), GENERATION_TOKENS: g.tokens, ITL: g.itl}
+        if self.cfg.shape.k:
+            values |= {DRAFTS: g.drafts, ACCEPTED: g.accepted}
+        return exposition(self.cfg.served_model_name, values)
+
     def observe(self, now: float) -> DecodeObservation | None:
-        """The window's observation, or None when no group serves (no series to read)."""
-        serving = [g for g in self.groups if g.state in (READY, DRAINING)]
-        if not serving:
+        """The operator's reading of the window ending at ``now`` (``policy.window_s``), or None
+        when it has none (no group serves, or every one is scraped for the first time)."""
+        assert self.policy.window_s is not None
+        for g in self._serving():
+            self._advance(g, now)
+        try:
+            return self.source.observe("", self.name, self.policy.window_s)
+        except MetricsUnavailable:
             return None
+
+    def _tell_frontend(self, now: float, window_s: float) -> None:
+        """The gateway's reading: counters over the window (from the newest count at or before
+        its start), requests in flight at the serving groups now."""
+        assert self.frontend is not None
+        base = self._gateway.base(now - window_s)
+        assert base is not None
+        start, (requests, tokens) = base
+        serving = self._serving()
         for g in serving:
             self._advance(g, now)
-        old_t, old = self._window_start(now)
-        c = self.c
-        window = now - old_t
-        itl = _histogram(self.cfg.itl_buckets, c.itl, old.itl, c.itl_sum - old.itl_sum)
-        ttft = _histogram(TIME_TO_FIRST_TOKEN_BUCKETS, c.ttft, old.ttft, c.ttft_sum - old.ttft_sum)
-        return DecodeObservation(
-            at=now, window_s=window if window > 0 else self.window_s, itl=itl, itl_metric=ITL, ttft=ttft,
-            running=float(sum(len(g.running) for g in serving)),
-            waiting=float(sum(len(g.waiting) for g in serving)),
-            drafts=c.drafts - old.drafts, accepted=c.accepted - old.accepted,
-            generation_tokens=c.tokens - old.tokens, groups=frozenset(str(g.gid) for g in serving))
-
-    def _window_start(self, now: float) -> tuple[float, _Counters]:
-        """The latest snapshot at or before ``now - window_s`` (the first one early in the run)."""
-        old_t, old = self._snapshots[0]
-        for t, snap in self._snapshots:
-            if t <= now - self.window_s + 1e-9:
-                old_t, old = t, snap
-            else:
-                break
-        return old_t, old
+        self.frontend(GatewayReading(now - start, self._arrivals - requests, self._arrival_tokens - tokens,
+                                     float(sum(len(g.running) + len(g.waiting) for g in serving))))
+        self._gateway.add(now, (self._arrivals, self._arrival_tokens))
+        self._gateway.forget_before(start)
 
     def _decide(self, now: float) -> None:
-        obs = self.observe(now)
-        frontend = getattr(self.policy, "frontend", None)
-        if frontend is not None:  # a policy that reads a frontend's request counter (Dynamo's planner)
-            old_t, old = self._window_start(now)
-            frontend(self.c.arrivals - old.arrivals, self.c.arrival_output_tokens - old.arrival_output_tokens,
-                     now - old_t)
-        self._snapshots.append((now, self.c.copy()))
-        while len(self._snapshots) > 2 and self._snapshots[1][0] <= now - self.window_s - 1e-9:
-            self._snapshots.popleft()
+        window_s = self.policy.window_s
+        obs = None if window_s is None else self.observe(now)
+        if self.frontend is not None:
+            self._tell_frontend(now, window_s or self.policy.interval_s)
         fleet = self.fleet_state(now)
         decision = self.policy.decide(now, obs, fleet)
         self.decisions.append((now, decision))
@@ -560,10 +579,11 @@ class FleetSim:
     # ---------------------------------------------------------------- the loop -----------
     def run(self) -> RunResult:
         # Event kinds by priority at equal times: 0 decision, 1 group ready, 2 completion, 3 minute.
-        t = self.interval_s
+        interval = self.policy.interval_s
+        t = interval
         while t <= self.duration_s:
             self._push(t, 0, None)
-            t += self.interval_s
+            t += interval
         minute = 60.0
         while minute <= self.duration_s + 1e-9:
             self._push(minute, 3, minute - 60.0)
@@ -580,8 +600,8 @@ class FleetSim:
                 self._now = req.arrival_s
                 self._minute_arrivals += 1
                 self._minute_demand += req.output_tokens
-                self.c.arrivals += 1
-                self.c.arrival_output_tokens += req.output_tokens
+                self._arrivals += 1
+                self._arrival_tokens += req.output_tokens
                 self._route(req, req.arrival_s)
                 continue
             now, kind, _, payload = heapq.heappop(heap)
@@ -624,14 +644,3 @@ def _quantile(values: list[float], q: float) -> float | None:
         return None
     s = sorted(values)
     return s[min(len(s) - 1, int(math.ceil(q * len(s))) - 1)]
-
-
-def simulate(cfg: FleetConfig, policy: Policy, trace: Trace, initial_groups: int, seed: int = 0,
-             name: str = "", requests: Sequence[Request] | None = None, **kw: Any) -> RunResult:
-    """Run ``policy`` on ``trace`` (requests drawn with ``seed`` unless given)."""
-    reqs = requests if requests is not None else trace.requests(seed)
-    return FleetSim(cfg, policy, reqs, trace.duration_s, initial_groups, name=name, trace_name=trace.name,
-                    **kw).run()
-
-
-PolicyFactory = Callable[[], Policy]

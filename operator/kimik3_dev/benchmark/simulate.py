@@ -3,8 +3,9 @@
 ``kimik3 simulate`` and ``bench/autoscaler.py`` run this. For each trace (``sim/traces.py``) the
 same requests (one seed) go through a simulated fleet (``benchmark/fleet.py``) driven by:
 
-- ``kimik3``: our ``LatencyPolicy`` built exactly as the operator builds it
-  (controller/autoscaling.py: settings from the CR's ``autoscaling``, model from ``seed_model``);
+- ``kimik3``: our ``LatencyPolicy``, built by the operator's own factory
+  (``kimik3.autoscaler.factory.latency_policy``: settings and cadence from the CR's
+  ``autoscaling``, model seeded from the perf model), as the controller builds it;
 - the peers' rules (``benchmark/baselines.py``): ``hpa``, ``keda``, ``aibrix-kpa``,
   ``dynamo-planner``, ``static-peak``;
 - ``optimal``: the hindsight optimum.
@@ -49,11 +50,11 @@ from typing import Any
 
 import click
 
+from kimik3.admission import Admitted, admit
+from kimik3.autoscaler.factory import latency_policy
+from kimik3.autoscaler.policy import Policy
 from kimik3_dev.benchmark.baselines import (DynamoPlannerPolicy, HPAPolicy, KEDAPolicy, KPAPolicy, OptimalPolicy,
-                                         Profile, StaticPolicy, provisioning_schedule)
-from kimik3.admission import Admitted
-from kimik3.autoscaler.policy import LatencyPolicy, Policy
-from kimik3.autoscaler.seed import seed_model
+                                            Profile, StaticPolicy, provisioning_schedule)
 from kimik3_dev.benchmark.fleet import FleetConfig, FleetSim, GroupModel, RunResult
 from kimik3_dev.benchmark.traces import Request, Trace, all_traces
 
@@ -68,6 +69,7 @@ POLICIES = ("kimik3", "hpa", "keda", "aibrix-kpa", "dynamo-planner", "static-pea
 class Setup:
     cfg: FleetConfig
     admitted: Admitted
+    """The recipe's spec with the benchmark's ``autoscaling``, admitted."""
     target_s: float
     profile: Profile
     model: GroupModel
@@ -77,7 +79,6 @@ def setup(recipe: str = RECIPE, target_s: float = TARGET_S, **cfg_overrides: Any
     """The fleet config and the CR spec (with autoscaling on) of ``recipe``."""
     import yaml
 
-    from kimik3.admission import admit
     with open(recipe, encoding="utf-8") as fh:
         doc = next(d for d in yaml.safe_load_all(fh) if d and d.get("kind") == "KimiK3Deployment")
     spec_dict = dict(doc.get("spec") or {})
@@ -86,34 +87,21 @@ def setup(recipe: str = RECIPE, target_s: float = TARGET_S, **cfg_overrides: Any
                                 "target": {"metric": "timePerOutputToken", "percentile": 90,
                                            "value": f"{target_s * 1000:g}ms"}}
     admitted = admit(spec_dict)
-    spec, plan = admitted.spec, admitted.plan
-    from kimik3.autoscaler.perfmodel import EngineShape
-    cfg = FleetConfig(shape=EngineShape.from_spec(spec, plan), max_num_seqs=spec.engine.max_num_seqs,
-                      max_num_batched_tokens=spec.engine.max_num_batched_tokens,
-                      trays_per_group=plan.nodes_per_group, **cfg_overrides)
+    cfg = FleetConfig.from_admitted(admitted, **cfg_overrides)
     return Setup(cfg, admitted, target_s, Profile.from_shape(cfg.shape, cfg.max_num_seqs, cfg.workload),
                  GroupModel(cfg))
 
 
-def kimik3_policy(s: Setup) -> LatencyPolicy:
-    """Our policy, constructed as controller/autoscaling.py constructs it for this spec."""
-    from kimik3.controller.autoscaling import policy_settings
-    policy = LatencyPolicy(policy_settings(s.admitted), seed_model(s.admitted))
-    policy.interval_s = s.admitted.seconds.autoscaling_interval  # type: ignore[attr-defined]
-    policy.window_s = s.admitted.seconds.autoscaling_window  # type: ignore[attr-defined]
-    return policy
-
-
 def baseline(name: str, s: Setup, static_groups: int) -> Policy:
-    kw = dict(min_replicas=MIN_REPLICAS, max_replicas=MAX_REPLICAS)
+    lo, hi = MIN_REPLICAS, MAX_REPLICAS
     if name == "hpa":
-        return HPAPolicy(target_s=s.target_s, **kw)
+        return HPAPolicy(target_s=s.target_s, min_replicas=lo, max_replicas=hi)
     if name == "keda":
-        return KEDAPolicy(**kw)
+        return KEDAPolicy(min_replicas=lo, max_replicas=hi)
     if name == "aibrix-kpa":
-        return KPAPolicy(target=s.profile.concurrency_at(s.target_s), **kw)
+        return KPAPolicy(target=s.profile.concurrency_at(s.target_s), min_replicas=lo, max_replicas=hi)
     if name == "dynamo-planner":
-        return DynamoPlannerPolicy(target_s=s.target_s, profile=s.profile, **kw)
+        return DynamoPlannerPolicy(target_s=s.target_s, profile=s.profile, min_replicas=lo, max_replicas=hi)
     if name == "static-peak":
         return StaticPolicy(static_groups)
     raise KeyError(name)
@@ -122,8 +110,9 @@ def baseline(name: str, s: Setup, static_groups: int) -> Policy:
 # ---------------------------------------------------------------- hindsight optimum -------------
 def _run(s: Setup, policy: Policy, trace: Trace, reqs: list[Request], initial: int, name: str,
          cfg: FleetConfig | None = None) -> RunResult:
+    frontend = policy.frontend if isinstance(policy, (DynamoPlannerPolicy, KPAPolicy)) else None  # they read the gateway
     return FleetSim(cfg or s.cfg, policy, reqs, trace.duration_s, initial, name=name, trace_name=trace.name,
-                    model=s.model).run()
+                    model=s.model, frontend=frontend).run()
 
 
 def hindsight_ready(s: Setup, trace: Trace, reqs: list[Request], max_iterations: int = 20) -> list[int]:
@@ -210,7 +199,7 @@ def run_trace(s: Setup, trace: Trace, policies: tuple[str, ...] = POLICIES, seed
         if name == "optimal":
             policy, initial = OptimalPolicy(schedule), start
         elif name == "kimik3":
-            policy, initial = kimik3_policy(s), start
+            policy, initial = latency_policy(s.admitted), start
         elif name == "static-peak":
             policy, initial = baseline(name, s, max(ready)), max(ready)
         else:
@@ -249,9 +238,9 @@ COLORS = {"kimik3": "#d62728", "hpa": "#1f77b4", "keda": "#9467bd", "aibrix-kpa"
 
 def plot(run: TraceRun, s: Setup, out_dir: Path) -> Path:
     """One PNG per trace: demand; groups holding GPUs per policy; P90 per-token latency vs target."""
-    import matplotlib
+    import matplotlib  # type: ignore[import-not-found, unused-ignore]  # the [bench] extra
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # type: ignore[import-not-found, unused-ignore]
 
     trace = run.trace
     some = next(iter(run.results.values()))

@@ -87,7 +87,8 @@ def token_text(index: int) -> str:
 
 @dataclass
 class EngineConfig:
-    """Configuration of one simulated server (one engine group)."""
+    """Configuration of one simulated server (one engine group); in the dev cluster read from the
+    argv the operator rendered for the group's leader (``kimik3_dev.sim.launch``)."""
 
     shape: EngineShape = field(default_factory=EngineShape)
     served_model_name: str = "kimi-k3"
@@ -105,20 +106,6 @@ class EngineConfig:
     api_keys: tuple[str, ...] = field(default=(), repr=False, compare=False)
     """Keys accepted as ``Authorization: Bearer <key>`` on the guarded paths (empty: no
     authentication). Never in ``repr`` (the key must not reach a log)."""
-
-    @classmethod
-    def from_spec(cls, spec: Any, plan: Any, **overrides: Any) -> EngineConfig:
-        """From a parsed spec and its plan (``kimik3.admission.admit``)."""
-        values: dict[str, Any] = dict(
-            shape=EngineShape.from_spec(spec, plan),
-            served_model_name=spec.model.served_model_name,
-            model=spec.model.name,
-            max_model_len=spec.model.max_model_len or 1048576,
-            max_num_seqs=spec.engine.max_num_seqs,
-            max_num_batched_tokens=spec.engine.max_num_batched_tokens,
-        )
-        values.update(overrides)
-        return cls(**values)
 
 
 @dataclass(eq=False)

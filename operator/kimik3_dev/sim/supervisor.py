@@ -3,11 +3,18 @@
 Every ``poll_interval`` seconds (2 s by default) it lists, through the ``kubernetes`` client,
 the KimiK3Deployments and the pods of their LeaderWorkerSets (label
 ``leaderworkerset.sigs.k8s.io/name=<cr>-engine``), and for every group (label ``group-index``)
-whose ``nodes_per_group`` pods all exist, are not terminating and are ``Running`` it keeps one
-``SimEngine`` on a free 127.0.0.1 port, configured from the CR's spec through
-``kimik3.admission.admit`` (spec + GroupPlan). A group that goes away (scale-down, deletion, a pod
-no longer Running) stops its engine; a group recreated under a new leader pod UID restarts it,
-with a new load time. Pod IPs are never used: they are fake under kwok.
+whose pods all exist (as many as the launch plan has ranks), are not terminating and are
+``Running`` it keeps one ``SimEngine`` on a free 127.0.0.1 port, configured from what the
+operator rendered for the group's leader pod, as vLLM would be: the ``vllm serve`` argv the
+in-pod launcher builds from the launcher ConfigMap's plan and the pod's env
+(``kimik3_dev.sim.launch``), read once per leader pod UID, when its engine starts (a kubelet
+starts the container once). The CR's spec is not read for it, so a wrong flag or value in the
+operator's argument builder changes what the simulated engine does; an edit the operator refuses
+(or has not rendered yet) changes nothing. A group whose launch cannot be resolved (the
+ConfigMap missing, a plan the launcher refuses, ``--port`` not the pod's) gets no engine, with a
+warning, retried every poll. A group that goes away (scale-down, deletion, a pod no longer
+Running) stops its engine; a group recreated under a new leader pod UID restarts it, with a new
+load time. Pod IPs are never used: they are fake under kwok.
 
 It writes, atomically (temp file + rename), under ``<state-dir>/sim/``:
 
@@ -30,7 +37,8 @@ The key is never logged nor written to a file; ``endpoints.json`` says ``"apiKey
 
 Per-CR annotations (simulator only): ``inference.kimik3.io/sim-load-time`` (a duration such as
 ``90s``) and ``inference.kimik3.io/sim-workload`` (``code``, ``chat``, ``creative``, ... or an
-acceptance length) override the command's defaults for that deployment's engines.
+acceptance length) override the command's defaults for that deployment's engines. The CR's
+``spec.model.variant`` stands for the checkpoint's quantization, which vLLM reads from the weights.
 """
 
 from __future__ import annotations
@@ -46,20 +54,19 @@ import socket
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 from aiohttp import web
 
+from kimik3.api.v1alpha1 import ModelSpec, duration_seconds
 from kimik3.kube.kinds import GROUP, PLURAL, VERSION
-from kimik3.api.errors import SpecErrors
-from kimik3.api.v1alpha1 import duration_seconds
-from kimik3.render.leaderworkerset import API_KEY_ENV, CONTAINER
 from kimik3.kube import pods as kpods
 from kimik3.kube.labels import LWS_NAME_LABEL
 from kimik3.kube.objects import is_deleting
-from kimik3_dev.sim import podenv
-from kimik3_dev.sim.engine import LOOPBACK, EngineConfig, SimEngine
+from kimik3.render.leaderworkerset import API_KEY_ENV, CONTAINER
+from kimik3_dev.sim import launch, podenv
+from kimik3_dev.sim.engine import LOOPBACK, SimEngine
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +98,6 @@ class _Front:
 
     namespace: str
     deployment: str
-    served_model_name: str
     groups: dict[str, _Group] = field(default_factory=dict)
     port: int = 0
     runner: web.AppRunner | None = None
@@ -102,17 +108,36 @@ class _Front:
     def url(self) -> str:
         return f"http://{LOOPBACK}:{self.port}"
 
+    @property
+    def served_model_name(self) -> str | None:
+        """The name the deployment's engines serve (``--served-model-name``; the lowest group's
+        while a rollout mixes two), None while none runs."""
+        ordered = sorted(self.groups.items(), key=lambda kv: int(kv[0]))
+        return ordered[0][1].engine.config.served_model_name if ordered else None
+
 
 @dataclass(frozen=True)
 class _Wanted:
+    """A group whose leader pod runs (the engine it gets is read from that pod: ``launch``)."""
+
     namespace: str
     deployment: str
     group: str
     leader_pod: str
     leader_uid: str
-    config: EngineConfig
-    api_key_env: dict[str, Any] | None = field(default=None, repr=False)
-    """The leader's engine container env entry of ``VLLM_API_KEY`` (camelCase), None when unset."""
+    pod: dict[str, Any] = field(repr=False)
+    """The leader pod, camelCase (as the API server serves it)."""
+    running: int = 1
+    """Pods of the group that exist, are not terminating and are Running."""
+    load_time_s: float = 0.0
+    workload: str | float = "chat"
+    variant: str = ModelSpec.model_fields["variant"].default
+    """The checkpoint's quantization (the CR's spec.model.variant)."""
+
+    @property
+    def api_key_env(self) -> dict[str, Any] | None:
+        """The leader's engine container env entry of ``VLLM_API_KEY`` (camelCase), None when unset."""
+        return podenv.env_entry(self.pod.get("spec") or {}, API_KEY_ENV, CONTAINER)
 
 
 def _listen_socket() -> socket.socket:
@@ -161,9 +186,10 @@ class Supervisor:
         self.seed = seed
         self.groups: dict[tuple[str, str, str], _Group] = {}
         self.fronts: dict[tuple[str, str], _Front] = {}
-        self._refused: dict[tuple[str, str], str] = {}
-        self._last_valid: dict[tuple[str, str], tuple[Any, Any]] = {}
-        """The last admitted (spec, plan) of each deployment: used while a later edit is refused."""
+        self._launches: dict[str, launch.Launch] = {}
+        """The launch of each leader pod UID that runs or waits for its group's other pods."""
+        self._unlaunched: dict[tuple[str, str, str], tuple[str, str]] = {}
+        """(leader UID, why) of groups whose launch could not be resolved (warned once each)."""
         self._unresolved: dict[tuple[str, str, str], str] = {}
         self._last_written: tuple[str, str] | None = None
         self.polls = 0
@@ -187,10 +213,10 @@ class Supervisor:
 
     async def close(self) -> None:
         """Stop every engine and front; write empty target and endpoint files."""
-        for key in list(self.groups):
-            await self._stop_group(key)
-        for key in list(self.fronts):
-            await self._stop_front(key)
+        for group in list(self.groups):
+            await self._stop_group(group)
+        for front in list(self.fronts):
+            await self._stop_front(front)
         self._write_files(force=True)
 
     async def poll_once(self) -> None:
@@ -201,19 +227,23 @@ class Supervisor:
             asyncio.to_thread(self.core.list_pod_for_all_namespaces, label_selector=LWS_NAME_LABEL,
                               _request_timeout=API_TIMEOUT_S),
         )
-        wanted, deployments = self._wanted(crs.get("items", []), pods.items)
+        wanted, deployments = self._wanted(cast(dict, crs).get("items", []), cast(Any, pods).items)
         for key, group in list(self.groups.items()):
             want = wanted.get(key)
-            if want is None or want.leader_uid != group.leader_uid:
+            if want is None or want.leader_uid != group.leader_uid or \
+                    want.running < self._launches[group.leader_uid].group_size:
                 log.info("group %s/%s/%s gone or recreated: stopping its engine on port %s",
                          *key, group.engine.port)
                 await self._stop_group(key)
-        for key in list(self.fronts):
-            if key not in deployments:
-                await self._stop_front(key)
-        for key, served in deployments.items():
-            if key not in self.fronts:
-                await self._start_front(key, served)
+        for front in list(self.fronts):
+            if front not in deployments:
+                await self._stop_front(front)
+        for deployment in deployments:
+            if deployment not in self.fronts:
+                await self._start_front(deployment)
+        live = {w.leader_uid for w in wanted.values()}
+        for uid in [u for u in self._launches if u not in live]:
+            del self._launches[uid]
         for key, want in wanted.items():
             if key not in self.groups:
                 await self._start_group(key, want)
@@ -222,9 +252,7 @@ class Supervisor:
 
     # ---------------------------------------------------------------- what should run
     def _wanted(self, crs: list[dict[str, Any]], pods: list[Any]
-                ) -> tuple[dict[tuple[str, str, str], _Wanted], dict[tuple[str, str], str]]:
-        from kimik3.admission import admit
-
+                ) -> tuple[dict[tuple[str, str, str], _Wanted], set[tuple[str, str]]]:
         by_lws: dict[tuple[str, str], dict[str, list[Any]]] = {}
         for pod in pods:
             lws, gi = kpods.labels(pod).get(LWS_NAME_LABEL), kpods.group_index(pod)
@@ -232,30 +260,13 @@ class Supervisor:
                 continue
             by_lws.setdefault((pod.metadata.namespace, lws), {}).setdefault(gi, []).append(pod)
         wanted: dict[tuple[str, str, str], _Wanted] = {}
-        deployments: dict[tuple[str, str], str] = {}
+        deployments: set[tuple[str, str]] = set()
         for cr in crs:
             meta = cr.get("metadata", {})
             ns, name = meta.get("namespace", "default"), meta.get("name", "")
             if is_deleting(cr):
                 continue
-            try:
-                admitted = admit(cr.get("spec") or {})
-                spec, plan = admitted.spec, admitted.plan
-            except SpecErrors as exc:
-                # The operator changes nothing for a refused spec: the pods, and so the engines,
-                # keep what they were started with (the last spec admitted here).
-                last = self._last_valid.get((ns, name))
-                if self._refused.get((ns, name)) != str(exc):
-                    log.warning("%s/%s: invalid spec, %s: %s", ns, name, "engines keep the last valid spec"
-                                if last else "no engines simulated", exc)
-                    self._refused[(ns, name)] = str(exc)
-                if last is None:
-                    continue
-                spec, plan = last
-            else:
-                self._refused.pop((ns, name), None)
-                self._last_valid[(ns, name)] = (spec, plan)
-            deployments[(ns, name)] = spec.model.served_model_name
+            deployments.add((ns, name))
             annotations = meta.get("annotations") or {}
             load_time = self.load_time_s
             if LOAD_TIME_ANNOTATION in annotations:
@@ -266,43 +277,64 @@ class Supervisor:
             workload: str | float = annotations.get(WORKLOAD_ANNOTATION, self.workload)
             with contextlib.suppress(ValueError):
                 workload = float(workload)
+            variant = ((cr.get("spec") or {}).get("model") or {}).get("variant") or _Wanted.variant
             for gi, members in by_lws.get((ns, f"{name}-engine"), {}).items():
-                leader = self._ready_leader(members, plan.nodes_per_group)
-                if leader is None:
+                running = self._running(members)
+                leader = self._leader(running)
+                if leader is None or len(running) < len([p for p in members if not kpods.is_terminating(p)]):
                     continue
-                config = EngineConfig.from_spec(spec, plan, load_time_s=load_time, workload=workload,
-                                                seed=self.seed)
-                wanted[(ns, name, gi)] = _Wanted(ns, name, gi, leader.metadata.name, leader.metadata.uid, config,
-                                                 self._api_key_entry(leader))
+                wanted[(ns, name, gi)] = _Wanted(
+                    ns, name, gi, leader.metadata.name, leader.metadata.uid,
+                    self.api_client.sanitize_for_serialization(leader), len(running), load_time, workload, variant)
         return wanted, deployments
 
     @staticmethod
-    def _ready_leader(members: list[Any], size: int) -> Any | None:
-        """The leader pod when the group is whole and every pod Running, else None."""
-        live = [p for p in members if not kpods.is_terminating(p)]
-        if len(live) < size or any(kpods.phase(p) != "Running" for p in live):
-            return None
-        leaders = [p for p in live if kpods.is_leader(p)]
+    def _running(members: list[Any]) -> list[Any]:
+        """The group's pods that are not terminating and are Running."""
+        return [p for p in members if not kpods.is_terminating(p) and kpods.phase(p) == "Running"]
+
+    @staticmethod
+    def _leader(running: list[Any]) -> Any | None:
+        """The group's one Running leader pod, else None."""
+        leaders = [p for p in running if kpods.is_leader(p)]
         return leaders[0] if len(leaders) == 1 else None
 
-    def _api_key_entry(self, pod: Any) -> dict[str, Any] | None:
-        """The ``VLLM_API_KEY`` env entry of ``pod``'s engine container (camelCase dict) or None."""
-        spec = {"containers": [{"name": c.name, "env": self.api_client.sanitize_for_serialization(c.env or [])}
-                               for c in (pod.spec.containers if pod.spec else None) or []]}
-        return podenv.env_entry(spec, API_KEY_ENV, CONTAINER)
-
-    def _read_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """Secret ``namespace/name`` as ``{"data": {key: base64}}``, None when it does not exist."""
+    def _read_data(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """The ``data`` of the ConfigMap or Secret (``kind``) ``namespace/name`` as ``{"data":
+        {...}}`` (a Secret's values base64), None when it does not exist; ``podenv.EnvUnresolved``
+        when the API server does not answer."""
         from kubernetes.client.rest import ApiException
 
+        read = self.core.read_namespaced_config_map if kind == "ConfigMap" else self.core.read_namespaced_secret
         try:
-            secret = self.core.read_namespaced_secret(name, namespace, _request_timeout=API_TIMEOUT_S)
+            found = read(name, namespace, _request_timeout=API_TIMEOUT_S)
         except ApiException as exc:
             if exc.status == 404:
                 return None
             # not `from exc`: the exception would carry the API server's response into a log
-            raise podenv.EnvUnresolved(f"reading Secret {namespace}/{name}: HTTP {exc.status} {exc.reason}") from None
-        return {"data": dict(secret.data or {})}
+            raise podenv.EnvUnresolved(f"reading {kind} {namespace}/{name}: HTTP {exc.status} {exc.reason}") from None
+        return {"data": dict(found.data or {})}
+
+    def _read_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._read_data("Secret", namespace, name)
+
+    async def _launch(self, key: tuple[str, str, str], want: _Wanted) -> launch.Launch | None:
+        """The launch of ``want``'s leader pod (once per UID), None when it cannot be resolved."""
+        found = self._launches.get(want.leader_uid)
+        if found is not None:
+            return found
+        try:
+            found = await asyncio.to_thread(launch.launch, want.pod,
+                                            lambda name: self._read_data("ConfigMap", want.namespace, name))
+        except launch.LaunchUnresolved as exc:
+            if self._unlaunched.get(key) != (want.leader_uid, str(exc)):
+                log.warning("group %s/%s/%s (leader %s): no engine, its launch does not resolve: %s",
+                            *key, want.leader_pod, exc)
+                self._unlaunched[key] = (want.leader_uid, str(exc))
+            return None
+        self._unlaunched.pop(key, None)
+        self._launches[want.leader_uid] = found
+        return found
 
     async def _api_keys(self, key: tuple[str, str, str], want: _Wanted) -> tuple[str, ...] | None:
         """The keys the engine of ``want`` accepts (() = no authentication), resolved like a
@@ -321,10 +353,19 @@ class Supervisor:
 
     # ---------------------------------------------------------------- engines
     async def _start_group(self, key: tuple[str, str, str], want: _Wanted) -> None:
+        started_with = await self._launch(key, want)
+        if started_with is None or want.running < started_with.group_size:
+            return  # no launch, or not every rank of the plan runs yet
+        try:
+            config = launch.engine_config(started_with.argv, started_with.accelerator, want.variant,
+                                          load_time_s=want.load_time_s, workload=want.workload, seed=self.seed)
+        except launch.LaunchUnresolved as exc:
+            log.warning("group %s/%s/%s (leader %s): no engine: %s", *key, want.leader_pod, exc)
+            return
         api_keys = await self._api_keys(key, want)
         if api_keys is None:
             return
-        engine = SimEngine(dataclasses.replace(want.config, api_keys=api_keys))
+        engine = SimEngine(dataclasses.replace(config, api_keys=api_keys))
         await engine.start()
         started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         group = _Group(want.namespace, want.deployment, want.group, want.leader_pod, want.leader_uid, engine, started)
@@ -332,8 +373,8 @@ class Supervisor:
         front = self.fronts.get((want.namespace, want.deployment))
         if front is not None:
             front.groups[want.group] = group
-        log.info("group %s/%s/%s (leader %s): engine on %s, ready in %.0f s%s",
-                 *key, want.leader_pod, engine.url, want.config.load_time_s,
+        log.info("group %s/%s/%s (leader %s): engine on %s (%s), ready in %.0f s%s",
+                 *key, want.leader_pod, engine.url, " ".join(started_with.argv), config.load_time_s,
                  f", API key ({API_KEY_ENV}) required on /v1" if engine.requires_api_key else "")
 
     async def _stop_group(self, key: tuple[str, str, str]) -> None:
@@ -344,8 +385,8 @@ class Supervisor:
         await group.engine.stop()
 
     # ---------------------------------------------------------------- fronts (Service stand-ins)
-    async def _start_front(self, key: tuple[str, str], served: str) -> None:
-        front = _Front(key[0], key[1], served)
+    async def _start_front(self, key: tuple[str, str]) -> None:
+        front = _Front(key[0], key[1])
         for (ns, name, gi), group in self.groups.items():
             if (ns, name) == key:
                 front.groups[gi] = group

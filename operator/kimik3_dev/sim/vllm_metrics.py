@@ -11,16 +11,24 @@ HELP strings are ours (nothing reads them).
 child per data-parallel engine index (label ``engine``), like vLLM's Prometheus stat logger, and
 renders them without ``_created`` samples: vLLM's API server serves its metrics through
 prometheus-client's multiprocess collector, which emits none.
+
+``exposition(model_name, values)`` writes the same page from totals kept elsewhere (the kit's
+fleet simulator counts a group's engine steps in bulk, ``HistogramTotals``, not one
+``observe()`` per step): the families of ``METRICS`` it is given, with their names, types and
+label names, through prometheus-client's text encoder.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+import bisect
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.exposition import choose_encoder
-from prometheus_client.metrics_core import Metric
+from prometheus_client.exposition import choose_encoder, generate_latest
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
 LABELS = ("model_name", "engine")
 """Label names of every per-engine series."""
@@ -153,13 +161,14 @@ class EngineMetrics:
         self.engines = list(engines)
         self.k = num_speculative_tokens
         self.families: dict[str, Counter | Gauge | Histogram] = {}
-        self.series: dict[str, dict[int, object]] = {}
-        self.by_reason: dict[str, dict[int, Counter]] = {}
-        self.per_pos: dict[int, list[Counter]] = {}
+        self.series: dict[str, dict[int, Any]] = {}
+        self.by_reason: dict[str, dict[int, Any]] = {}
+        self.per_pos: dict[int, list[Any]] = {}
         for m in METRICS:
             if m.spec_decode and self.k <= 0:
                 continue
             short = m.name.removeprefix("vllm:")
+            fam: Counter | Gauge | Histogram
             if m.kind == "counter":
                 fam = Counter(m.name, m.help, labelnames=m.labels, registry=self.registry)
             elif m.kind == "gauge":
@@ -178,7 +187,7 @@ class EngineMetrics:
             else:
                 self.series[short] = {e: fam.labels(model_name, str(e)) for e in self.engines}
 
-    def __getitem__(self, short_name: str) -> dict[int, object]:
+    def __getitem__(self, short_name: str) -> dict[int, Any]:
         return self.series[short_name]
 
     def render(self, accept: str | None = None) -> tuple[bytes, str]:
@@ -186,3 +195,63 @@ class EngineMetrics:
         prometheus-client's ASGI app (which vLLM mounts on /metrics) does."""
         encoder, content_type = choose_encoder(accept or "")
         return encoder(_WithoutCreated(self.registry)), content_type
+
+
+@dataclass
+class HistogramTotals:
+    """One histogram series as running totals: ``counts[i]`` observations in bucket ``i`` (those
+    ``<= bounds[i]`` and above the bound before; the last entry, above every bound, is ``+Inf``'s
+    share) and the ``sum`` of the observed values. Counts may be fractional (a simulator that
+    integrates steps over time); they only grow."""
+
+    bounds: tuple[float, ...]
+    counts: list[float] = field(default_factory=list)
+    sum: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.counts:
+            self.counts = [0.0] * (len(self.bounds) + 1)
+
+    def observe(self, value: float, count: float = 1.0) -> None:
+        """``count`` observations of ``value`` (Prometheus buckets are ``le``: upper bound included)."""
+        self.counts[bisect.bisect_left(self.bounds, value)] += count
+        self.sum += value * count
+
+
+class _Totals:
+    """A collector of one engine's families from given values (``exposition``)."""
+
+    def __init__(self, model_name: str, engine: int, values: Mapping[str, float | HistogramTotals]):
+        self.labels = [model_name, str(engine)]
+        self.values = values
+
+    def collect(self) -> Iterator[Metric]:
+        for name, value in self.values.items():
+            m = BY_NAME[name]
+            if m.labels != LABELS:
+                raise ValueError(f"{name} has labels {m.labels}: exposition writes ({', '.join(LABELS)}) series only")
+            if m.kind == "histogram":
+                if not isinstance(value, HistogramTotals):
+                    raise ValueError(f"{name} is a histogram: give HistogramTotals, not {type(value).__name__}")
+                cumulative, acc = [], 0.0
+                for le, count in zip([*value.bounds, float("inf")], value.counts):
+                    acc += count
+                    cumulative.append((floatToGoString(le), acc))
+                histogram = HistogramMetricFamily(name, m.help, labels=LABELS)
+                histogram.add_metric(self.labels, cumulative, value.sum)
+                yield histogram
+            elif isinstance(value, HistogramTotals):
+                raise ValueError(f"{name} is a {m.kind}, not a histogram")
+            else:
+                scalar = (CounterMetricFamily if m.kind == "counter" else GaugeMetricFamily)(name, m.help, labels=LABELS)
+                scalar.add_metric(self.labels, value)
+                yield scalar
+
+
+def exposition(model_name: str, values: Mapping[str, float | HistogramTotals], engine: int = 0) -> str:
+    """The text page (Prometheus text format 0.0.4) of one engine exposing ``values``: keys are
+    family names of ``METRICS`` (``vllm:...``; counters without ``_total``, which the encoder
+    appends), values a number (counter, gauge) or ``HistogramTotals`` (histogram), each one
+    series labelled ``model_name`` and ``engine``. Raises KeyError for a name vLLM 0.32 does not
+    expose, ValueError for a value of the wrong kind or a family with more labels."""
+    return generate_latest(_Totals(model_name, engine, values)).decode("utf-8")
