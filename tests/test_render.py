@@ -124,6 +124,37 @@ def test_leader_worker_set_group_shape_and_placement(name, size):
         assert mounts["/models"]["readOnly"] is True
 
 
+@pytest.mark.parametrize("name,priority", [(TP8_RECIPE, "high"), (DEP16_RECIPE, None)])
+def test_kueue_placement_submits_whole_groups_to_the_queue(name, priority):
+    """Kueue mode (kueue.md): the queue (and priority) label on the LeaderWorkerSet; both templates
+    require one clique and share one podset group; no exclusive-topology annotation (Kueue ignores
+    pod affinity, and the two together strand pods); everything else as in exclusive mode."""
+    placement = {"mode": "kueue", "queueName": "tenant-a", **({"priorityClass": priority} if priority else {})}
+    kueue = by_kind(render_cr(recipe(name, scheduling={"placement": placement})).objects, "LeaderWorkerSet")
+    exclusive = by_kind(render_cr(recipe(name)).objects, "LeaderWorkerSet")
+    labels = kueue["metadata"]["labels"]
+    assert labels["kueue.x-k8s.io/queue-name"] == "tenant-a"
+    assert labels.get("kueue.x-k8s.io/priority-class") == priority
+    assert "annotations" not in kueue["metadata"]
+    for template in templates(kueue):
+        annotations = template["metadata"]["annotations"]
+        assert annotations["kueue.x-k8s.io/podset-required-topology"] == "nvidia.com/gpu.clique"
+        assert annotations["kueue.x-k8s.io/podset-group-name"] == "engine-group"
+    for k, e in zip(templates(kueue), templates(exclusive)):
+        assert k["spec"] == e["spec"]
+    assert kueue["spec"]["leaderWorkerTemplate"]["size"] == exclusive["spec"]["leaderWorkerTemplate"]["size"]
+
+
+def test_kueue_placement_of_a_single_node_group_needs_no_topology():
+    """A B300 group is one 8-GPU node: Kueue admits it within quota, no clique to require."""
+    lws = by_kind(render_cr(recipe("b300-tp8-single-node.yaml",
+                                   scheduling={"placement": {"mode": "kueue", "queueName": "q"}})).objects,
+                  "LeaderWorkerSet")
+    assert lws["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "q"
+    template = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]
+    assert "kueue.x-k8s.io/podset-required-topology" not in template["metadata"]["annotations"]
+
+
 def test_compute_domain_spec():
     cd = by_kind(render_cr(recipe(TP8_RECIPE)).objects, "ComputeDomain")
     assert cd["spec"]["numNodes"] == 0
