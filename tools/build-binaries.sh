@@ -4,7 +4,7 @@
 # is skipped, so only the first run on a machine pays for the compile.
 #
 #   tools/build-binaries.sh [component ...]     components: etcd kube-apiserver kube-controller-manager
-#                                               kube-scheduler kwok lws helm (default: all)
+#                                               kube-scheduler kwok lws kueue helm (default: all)
 #
 # Versions: Kubernetes 1.35.4 (tools/kubernetes/go.mod), etcd 3.6.16 (tools/etcd/go.mod), kwok
 # v0.8.0, LeaderWorkerSet v0.9.0 (v0.10.0's module zip is refused by the Go module proxy here),
@@ -20,6 +20,7 @@ ETCD_VERSION=v3.6.16
 KWOK_VERSION=v0.8.0
 LWS_VERSION=v0.9.0
 HELM_VERSION=v3.21.4
+KUEUE_VERSION=v0.17.0
 k8s_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${K8S_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=35"
 
 build() {  # build <component> <output name> <module dir> <package> <ldflags>
@@ -45,22 +46,28 @@ install() {  # install <component> <output name> <package@version> <binary name 
   echo "[build] $name: built in $((SECONDS - start)) s -> $out"
 }
 
+module_dir() {  # module_dir <module> <version>: its directory in the Go module cache (downloaded once)
+  local tmpd dir
+  tmpd="$(mktemp -d)"
+  dir="$(cd "$tmpd" && GOFLAGS=-mod=mod go mod download -json "$1@$2" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+  rmdir "$tmpd"
+  [ -n "$dir" ] || { echo "[build] FAILED: go mod download $1@$2" >&2; exit 1; }
+  echo "$dir"
+}
+
 components=("$@")
-[ ${#components[@]} -eq 0 ] && components=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok lws helm)
+[ ${#components[@]} -eq 0 ] && components=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok lws kueue helm)
 for c in "${components[@]}"; do
   case "$c" in
     etcd) build etcd "etcd-${ETCD_VERSION}" "$here/etcd" go.etcd.io/etcd/server/v3 "-s -w" ;;
     kube-apiserver|kube-controller-manager|kube-scheduler)
       build "$c" "$c-${K8S_VERSION}" "$here/kubernetes" "k8s.io/kubernetes/cmd/$c" "$k8s_ldflags" ;;
     kwok) install kwok "kwok-${KWOK_VERSION}" "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}" kwok ;;
-    lws)  # `go install sigs.k8s.io/lws/cmd@...` fails here: its deprecation check reads the module's
-          # version list, which the proxy refuses (403). Build the downloaded module in place.
-      tmpd="$(mktemp -d)"
-      lws_dir="$(cd "$tmpd" && GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/lws@${LWS_VERSION}" \
-        | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
-      rmdir "$tmpd"
-      [ -n "$lws_dir" ] || { echo "[build] lws FAILED: go mod download sigs.k8s.io/lws@${LWS_VERSION}" >&2; exit 1; }
-      build lws "lws-manager-${LWS_VERSION}" "$lws_dir" ./cmd "-s -w" ;;
+    # `go install sigs.k8s.io/lws/cmd@...` fails here: its deprecation check reads the module's
+    # version list, which the proxy refuses (403). LWS and Kueue: build the downloaded module in place.
+    lws) build lws "lws-manager-${LWS_VERSION}" "$(module_dir sigs.k8s.io/lws "$LWS_VERSION")" ./cmd "-s -w" ;;
+    kueue) build kueue "kueue-manager-${KUEUE_VERSION}" "$(module_dir sigs.k8s.io/kueue "$KUEUE_VERSION")" \
+             ./cmd/kueue "-s -w" ;;
     helm) install helm "helm-${HELM_VERSION}" "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}" helm ;;
     *) echo "unknown component: $c" >&2; exit 2 ;;
   esac

@@ -27,7 +27,7 @@ fi
 # tests import this checkout's package whichever clone the venv's editable install points at.
 export PYTHONPATH="$KIMIK3_REPO/operator${PYTHONPATH:+:$PYTHONPATH}"
 export PATH="$KIMIK3_VENV/bin:$PATH"
-"$KIMIK3_REPO/tools/build-binaries.sh" etcd kube-apiserver kube-controller-manager kube-scheduler kwok lws helm >&2
+"$KIMIK3_REPO/tools/build-binaries.sh" etcd kube-apiserver kube-controller-manager kube-scheduler kwok lws kueue helm >&2
 flock -u 9
 # The vLLM venvs of tests/conformance (tools/test only; cached: ~0 s warm, ~8 min cold; KIMIK3_VLLM_ENVS=0 skips).
 [ "$(basename "$0")" != test ] || [ "${KIMIK3_VLLM_ENVS:-1}" = 0 ] || "$KIMIK3_REPO/tools/vllm-envs.sh" >&2 || echo "[env] a vLLM venv failed to build: see ~/.cache/kimik3/*.log" >&2

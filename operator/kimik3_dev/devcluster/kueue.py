@@ -192,3 +192,23 @@ def local_queue(namespace: str, cluster_queue_name: str = CLUSTER_QUEUE, name: s
     """A tenant namespace's LocalQueue pointing at its ClusterQueue."""
     return {"apiVersion": API_VERSION, "kind": "LocalQueue", "metadata": {"name": name, "namespace": namespace},
             "spec": {"clusterQueue": cluster_queue_name}}
+
+
+PLURALS = {"Topology": "topologies", "ResourceFlavor": "resourceflavors", "ClusterQueue": "clusterqueues",
+           "LocalQueue": "localqueues", "WorkloadPriorityClass": "workloadpriorityclasses", "Workload": "workloads"}
+NAMESPACED = ("LocalQueue", "Workload")
+
+
+def object_path(obj: dict[str, Any]) -> str:
+    """The REST path of one of these Kueue objects (LocalQueue and Workload are namespaced)."""
+    kind, meta = obj["kind"], obj["metadata"]
+    base = f"/apis/{API_VERSION}"
+    if kind in NAMESPACED:
+        base += f"/namespaces/{meta['namespace']}"
+    return f"{base}/{PLURALS[kind]}/{meta['name']}"
+
+
+def workload_priority_class(name: str, value: int, description: str = "") -> dict[str, Any]:
+    """A WorkloadPriorityClass: ``value`` orders admission and preemption (higher wins)."""
+    return {"apiVersion": API_VERSION, "kind": "WorkloadPriorityClass", "metadata": {"name": name},
+            "value": value, "description": description or f"kimik3 dev: priority {value}"}
