@@ -144,3 +144,39 @@ def test_apply_failures_and_invalid_specs_use_declared_reasons(apply_error: str 
 def test_every_reason_belongs_to_a_condition_type() -> None:
     assert set(REASONS) == set(ConditionType)
     assert {r for reasons in REASONS.values() for r in reasons} == set(Reason)
+
+
+def _workload(index: str, *conditions: dict) -> dict:
+    return {"metadata": {"name": f"leaderworkerset-k3-engine-{index}-abcde",
+                         "annotations": {"kueue.x-k8s.io/component-workload-index": index}},
+            "status": {"conditions": list(conditions)}}
+
+
+ADMITTED = {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "The workload is admitted"}
+QUOTA = {"type": "QuotaReserved", "status": "False", "reason": "Pending",
+         "message": "couldn't assign flavors to pod set leader: insufficient unused quota for nvidia.com/gpu in "
+                    "flavor gb300, 8 more needed"}
+TOPOLOGY = {"type": "QuotaReserved", "status": "False", "reason": "Pending",
+            "message": "couldn't assign flavors to pod set leader: topology \"nvl72\" doesn't allow to fit any of 2 pod(s)"}
+PREEMPTED = {"type": "Evicted", "status": "True", "reason": "Preempted",
+             "message": "Preempted to accommodate a workload (UID: 1) due to prioritization in the ClusterQueue"}
+
+
+def test_kueue_limit_names_waiting_groups_once_and_quotes_kueue():
+    from kimik3.controller.status import kueue_limit
+    assert kueue_limit([_workload("0", ADMITTED), _workload("1", ADMITTED)], "q") is None
+    v = kueue_limit([_workload("0", ADMITTED), _workload("2", QUOTA), _workload("1", QUOTA)], "q")
+    assert (v.status, v.reason) == ("True", "QuotaExhausted")
+    assert v.message.startswith("groups 1, 2 not admitted by Kueue (LocalQueue q); group 1: couldn't assign")
+    assert v.message.count("insufficient unused quota") == 1  # one quote per kind, not per group
+    v = kueue_limit([_workload("3", TOPOLOGY)], "q")
+    assert (v.reason, v.message) == ("NoRackFits", "group 3 not admitted by Kueue (LocalQueue q); group 3: "
+                                                   + TOPOLOGY["message"])
+    v = kueue_limit([_workload("1", PREEMPTED, QUOTA), _workload("4", TOPOLOGY)], "q")
+    # group 1 was preempted (its eviction says why it lost its place); topology outranks preemption
+    assert v.reason == "NoRackFits" and "group 1: Preempted to accommodate" in v.message and "topology" in v.message
+    v = kueue_limit([_workload("1", PREEMPTED)], "q")
+    assert v.reason == "Preempted"
+    v = kueue_limit([_workload("5")], "q")
+    assert (v.reason, v.message) == ("KueuePending", "group 5 not admitted by Kueue (LocalQueue q); group 5: "
+                                                     "waiting for Kueue to reserve quota")

@@ -15,7 +15,9 @@ Progressing        True    GroupsStarting, ApplyFailed (retried with back-off)
 Degraded           True    ApplyFailed, InvalidSpec
                    False   AsExpected
 ScalingLimited     True    Unschedulable (a group's pod has ``PodScheduled=False`` reason
-                           ``Unschedulable``: no rack or node can hold it)
+                           ``Unschedulable``: no rack or node can hold it); under placement
+                           kueue: QuotaExhausted, NoRackFits, Preempted, KueuePending (a group's
+                           Workload is not admitted; Kueue's message quoted)
                    False   AllGroupsPlaced
 MetricsAvailable   True    Measured, ScaledToZero (no groups: nothing to measure)
                    False   NoTargets, WarmingUp, ScrapeFailed, NoLatencyMetric, NoSeries,
@@ -62,6 +64,14 @@ class Reason(StrEnum):
     """A child could not be applied; the message quotes the API server."""
     AS_EXPECTED = "AsExpected"
     UNSCHEDULABLE = "Unschedulable"
+    QUOTA_EXHAUSTED = "QuotaExhausted"
+    """Kueue: the queue's GPU quota cannot hold another group (Kueue's message quoted)."""
+    NO_RACK_FITS = "NoRackFits"
+    """Kueue: no NVLink domain has a free block of trays for a whole group."""
+    PREEMPTED = "Preempted"
+    """Kueue evicted a group for a higher-priority Workload; it comes back when room returns."""
+    KUEUE_PENDING = "KueuePending"
+    """Kueue has not admitted a group for another reason (its message quoted)."""
     ALL_GROUPS_PLACED = "AllGroupsPlaced"
     MEASURED = "Measured"
     NOT_YET_MEASURED = "NotYetMeasured"
@@ -90,7 +100,8 @@ REASONS: dict[ConditionType, tuple[Reason, ...]] = {
                           Reason.INVALID_SPEC),
     ConditionType.PROGRESSING: (Reason.GROUPS_STARTING, Reason.STABLE, Reason.APPLY_FAILED, Reason.INVALID_SPEC),
     ConditionType.DEGRADED: (Reason.AS_EXPECTED, Reason.APPLY_FAILED, Reason.INVALID_SPEC),
-    ConditionType.SCALING_LIMITED: (Reason.UNSCHEDULABLE, Reason.ALL_GROUPS_PLACED),
+    ConditionType.SCALING_LIMITED: (Reason.UNSCHEDULABLE, Reason.QUOTA_EXHAUSTED, Reason.NO_RACK_FITS, Reason.PREEMPTED,
+                                    Reason.KUEUE_PENDING, Reason.ALL_GROUPS_PLACED),
     ConditionType.METRICS_AVAILABLE: (Reason.MEASURED, Reason.SCALED_TO_ZERO, Reason.NOT_YET_MEASURED,
                                       *METRICS_UNAVAILABLE),
 }

@@ -22,7 +22,7 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from kimik3.admission import AdmissionPolicy, admit
+from kimik3.admission import AdmissionPolicy, Admitted, admit
 from kimik3.api.conditions import ConditionType, Reason
 from kimik3.api.errors import SpecErrors
 from kimik3.api.v1alpha1 import KimiK3DeploymentStatus
@@ -32,7 +32,8 @@ from kimik3.controller.cache import ObjectCache, desired_hash
 from kimik3.controller.kube import Kube, api_error_message
 from kimik3.controller.status import (compute_status, invalid_status, lws_selector, merge_patch, status_patch,
                                      stored_conditions)
-from kimik3.kube.kinds import COMPUTE_DOMAIN, GROUP, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, POD, Kind
+from kimik3.kube.kinds import COMPUTE_DOMAIN, GROUP, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, POD, WORKLOAD, Kind
+from kimik3.kube.labels import KUEUE_JOB_UID_LABEL
 from kimik3.kube.objects import is_deleting
 from kimik3.render.children import COMPUTE_DOMAIN_SKIPPED, render
 from kimik3.render.leaderworkerset import lws_name
@@ -208,7 +209,8 @@ class Reconciler:
             desired = int(((lws or {}).get("spec") or {}).get("replicas", admitted.spec.replicas))
         status = compute_status(obj, admitted, lws, pods, desired, apply_error,
                                 compute_domain_note=None if self.compute_domains else COMPUTE_DOMAIN_SKIPPED,
-                                autoscaled=scaled.report if scaled is not None else None)
+                                autoscaled=scaled.report if scaled is not None else None,
+                                workloads=self._workloads(admitted, lws))
         if (obj.get("status") or {}).get("observedGeneration") != obj["metadata"].get("generation") and not apply_error:
             kinds = ", ".join(c["kind"] for c in rendered.objects)
             self._event_once(obj, "Normal", "Applied",
@@ -216,7 +218,7 @@ class Reconciler:
                              f"{desired} group(s) of {admitted.plan.nodes_per_group} pods x "
                              f"{admitted.plan.gpus_per_node} GPUs")
         limited = status.condition(ConditionType.SCALING_LIMITED)
-        if limited and limited.status == "True" and limited.reason == Reason.UNSCHEDULABLE:
+        if limited and limited.status == "True" and limited.reason != Reason.ALL_GROUPS_PLACED:
             self._event_once(obj, "Warning", limited.reason, limited.message)
         self._write_status(obj, status)
         ready = self._readiness_changed(obj, status, desired)
@@ -226,6 +228,19 @@ class Reconciler:
             return Result("apply-failed", None, retry=True)
         requeue = RESYNC_READY_S if ready else RESYNC_STARTING_S
         return Result("applied", min(requeue, scaled.requeue_after) if scaled is not None else requeue)
+
+    def _workloads(self, admitted: Admitted, lws: dict[str, Any] | None) -> list[dict[str, Any]] | None:
+        """Under placement ``kueue``, the Workloads Kueue made for the LeaderWorkerSet's groups
+        (label ``kueue.x-k8s.io/job-uid``); None otherwise, or before the LWS exists."""
+        if admitted.spec.scheduling.placement.mode != "kueue" or not lws:
+            return None
+        meta = lws["metadata"]
+        try:
+            return self.kube.list(*WORKLOAD.type_meta, meta["namespace"], f"{KUEUE_JOB_UID_LABEL}={meta['uid']}")
+        except ApiException as exc:
+            log.warning("cannot list Kueue Workloads in %s (%s %s): is Kueue installed?", meta["namespace"],
+                        exc.status, exc.reason)
+            return None
 
     def _readiness_changed(self, obj: dict[str, Any], status: KimiK3DeploymentStatus, desired: int) -> bool:
         """Group gauges, and an Event each time Ready flips: Warning ``GroupsNotReady`` (True ->

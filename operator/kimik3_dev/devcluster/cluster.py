@@ -250,7 +250,7 @@ class DevCluster:
             own_crds, own_policies = own_manifests()  # crds/: our CRD and ValidatingAdmissionPolicies
             paths: list[Any] = list(dict.fromkeys([*thirdparty_crd_paths().values(), *lws.crd_paths(), *own_crds]))
             if opts.kueue:
-                paths += kueue.crd_documents(kueue_ports[0], ca)
+                paths += kueue.crd_documents((kueue_ports[0], ca))
             try:
                 names = cp.apply_crds(paths, timeout_s=timeout)
                 with cp.api_client("admin") as api:
