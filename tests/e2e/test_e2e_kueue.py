@@ -145,11 +145,20 @@ def test_quota_of_16_gpus_admits_two_groups_and_a_raise_admits_the_third(kueue_e
         reserved = next(c for c in wl["status"]["conditions"] if c["type"] == "QuotaReserved")
         assert reserved["status"] == "False"
         assert "insufficient unused quota for nvidia.com/gpu" in reserved["message"], reserved["message"]
+        limited = wait_until("ScalingLimited=True QuotaExhausted on the CR",
+                             lambda: (lambda c: c if c and c["reason"] == "QuotaExhausted" else None)(
+                                 env.condition(tenant, "ScalingLimited")), timeout_s=WAIT_S)
+        assert limited["status"] == "True"
+        assert "not admitted by Kueue (LocalQueue own)" in limited["message"]
+        assert "insufficient unused quota for nvidia.com/gpu" in limited["message"]
+        assert any(e["reason"] == "QuotaExhausted" and e["type"] == "Warning" for e in env.events(tenant))
 
         raised = copy.deepcopy(queue)
         raised["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2]["nominalQuota"] = 24
         env.rest.apply(kueue.object_path(raised), raised)
         wait_until("the third group admitted after the quota raise", lambda: env.ready_groups(tenant, 2, 3),
                    timeout_s=WAIT_S)
+        wait_until("ScalingLimited=False once every group is admitted",
+                   lambda: (env.condition(tenant, "ScalingLimited") or {}).get("status") == "False", timeout_s=WAIT_S)
     finally:
         env.rest.delete(kueue.object_path(queue))
