@@ -5,6 +5,7 @@ GB300 trays (144 GPUs), as a real GB300 NVL72 pair of racks looks to Kubernetes.
   not one rack per group as in exclusive placement); no group ever spans racks.
 - Gang: Kueue admits a group whole; a group gated by quota has no pod bound, and an admitted one
   has all its pods bound within ``GANG_SKEW_S``.
+- Sharing: 4 TP16 groups and another tenant's TP8 group fill one rack exactly.
 - Quota: a tenant whose ClusterQueue holds 16 GPUs gets 2 TP8 groups of 3; raising the quota
   admits the third without an edit of the CR.
 """
@@ -162,3 +163,27 @@ def test_quota_of_16_gpus_admits_two_groups_and_a_raise_admits_the_third(kueue_e
                    lambda: (env.condition(tenant, "ScalingLimited") or {}).get("status") == "False", timeout_s=WAIT_S)
     finally:
         env.rest.delete(kueue.object_path(queue))
+
+
+def test_four_tp16_groups_and_a_tp8_group_of_another_tenant_share_one_rack(kueue_env: DevEnv, tenant: str) -> None:
+    """Best fit across deployments: 4 TP16 groups take 16 trays of one rack, and another tenant's
+    TP8 group takes that rack's last 2 trays rather than opening the empty rack."""
+    env = kueue_env
+    cr = packed(env, tenant, replicas=4)
+    cr["spec"]["topology"]["tensorParallelSize"] = 16
+    env.apply(cr)
+    groups = wait_until("4 TP16 groups Ready", lambda: env.ready_groups(tenant, 4, 4), timeout_s=WAIT_S)
+    (rack,) = {r for pods in groups.values() for r in env.cliques(pods)}
+    other = f"{tenant}-b"
+    ensure_namespace(env.rest, other)
+    try:
+        env.apply(packed(env, other, replicas=1))
+        (tp8,) = wait_until("the other tenant's TP8 group Ready", lambda: env.ready_groups(other, 2, 1),
+                            timeout_s=WAIT_S).values()
+        assert env.cliques(tp8) == {rack}
+        trays = {p["spec"]["nodeName"] for pods in [*groups.values(), tp8] for p in pods}
+        assert len(trays) == TRAYS  # the rack is full: 4 x 4 + 2 trays, each tray held once
+    finally:
+        env.rest.delete(env.cr_path(other))
+        wait_until(f"the pods of {other} to be gone",
+                   lambda: not env.rest.items(f"/api/v1/namespaces/{other}/pods"), timeout_s=WAIT_S)
