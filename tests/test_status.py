@@ -180,3 +180,21 @@ def test_kueue_limit_names_waiting_groups_once_and_quotes_kueue():
     v = kueue_limit([_workload("5")], "q")
     assert (v.reason, v.message) == ("KueuePending", "group 5 not admitted by Kueue (LocalQueue q); group 5: "
                                                      "waiting for Kueue to reserve quota")
+
+
+def test_autoscaler_counts_a_group_kueue_refused_as_unplaceable_not_coming():
+    """F10 under Kueue: a group whose Workload waits on quota or a rack is not capacity on its
+    way; one Kueue has not looked at yet (no QuotaReserved condition) is still loading."""
+    from kimik3.controller.autoscaling import fleet_state
+    lws = {"spec": {"replicas": 3}, "status": {"readyReplicas": 1}}
+
+    def pod(group: str, ready: bool) -> dict:
+        return {"metadata": {"name": f"k3-engine-{group}", "creationTimestamp": "2026-12-01T00:00:00Z",
+                             "labels": {"leaderworkerset.sigs.k8s.io/group-index": group,
+                                        "leaderworkerset.sigs.k8s.io/worker-index": "0"}},
+                "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+    pods = [pod("0", True), pod("1", False), pod("2", False)]
+    now = 1_796_083_200.0 + 60  # a minute after creation, well inside the load timeout
+    assert fleet_state(lws, pods, 5400, now).loading == 2
+    refused = fleet_state(lws, pods, 5400, now, [_workload("0", ADMITTED), _workload("1", QUOTA), _workload("2")])
+    assert (refused.ready, refused.loading, refused.unplaceable) == (1, 1, 1)

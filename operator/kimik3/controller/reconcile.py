@@ -169,9 +169,9 @@ class Reconciler:
         owner = Owner.from_object(obj)
         scaled = None
         if admitted.spec.autoscaling.enabled:
-            scaled = self.autoscaling.step(
-                obj, admitted, self._get_child(LEADER_WORKER_SET, owner.namespace, lws_name(owner)),
-                self._pods(owner))
+            current = self._get_child(LEADER_WORKER_SET, owner.namespace, lws_name(owner))
+            scaled = self.autoscaling.step(obj, admitted, current, self._pods(owner),
+                                           self._workloads(admitted, current))
             for type_, reason, message in scaled.events:
                 self._event_once(obj, type_, reason, message)
         else:
