@@ -198,3 +198,16 @@ def test_autoscaler_counts_a_group_kueue_refused_as_unplaceable_not_coming():
     assert fleet_state(lws, pods, 5400, now).loading == 2
     refused = fleet_state(lws, pods, 5400, now, [_workload("0", ADMITTED), _workload("1", QUOTA), _workload("2")])
     assert (refused.ready, refused.loading, refused.unplaceable) == (1, 1, 1)
+
+
+def test_a_group_gated_by_kueue_is_said_to_wait_for_admission():
+    """Not "SchedulingGated" plus the leader-address budget: the group waits for Kueue."""
+    from kimik3.controller.status import waiting_for
+    gated = {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
+             "message": "Scheduling is blocked due to non-empty scheduling gates"}
+    pods = [pod("k3-latency-engine-0", "0", "0"), pod("k3-latency-engine-0-1", "0", "1"),
+            pod("k3-latency-engine-1", "1", "0", ready=False, scheduled=gated)]
+    pods[2]["spec"] = {"schedulingGates": [{"name": "kueue.x-k8s.io/admission"}, {"name": "kueue.x-k8s.io/topology"}]}
+    text = waiting_for(pods, admit(cr()["spec"]), 2)
+    assert text == ("group 1: leader pod k3-latency-engine-1 is gated until Kueue admits its group "
+                    "(ScalingLimited says why)")

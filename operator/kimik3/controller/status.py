@@ -21,7 +21,7 @@ from kimik3.api.conditions import ConditionStatus, ConditionType, Reason, Verdic
 from kimik3.api.v1alpha1 import Condition, DecodeStatus, KimiK3DeploymentStatus, PlanStatus, ScaleEvent
 from kimik3.kube.labels import LWS_NAME_LABEL
 from kimik3.kube.pods import (group_index, is_leader, is_ready, is_terminating, is_unschedulable, phase, role,
-                              scheduling_problem, unschedulable_message)
+                              scheduling_gates, scheduling_problem, unschedulable_message)
 from kimik3.kube.workloads import waiting
 from kimik3.render.leaderworkerset import lws_name
 from kimik3.render.meta import Owner, selector_string
@@ -137,6 +137,8 @@ def scaling_limited_message(unplaced: dict[str, tuple[str, str]]) -> str:
     return f"{noun} {groups} cannot be placed now (no rack or node has room); " + "; ".join(parts)
 
 
+KUEUE_GATE_PREFIX = "kueue.x-k8s.io/"
+"""Kueue's scheduling gates (``admission``, ``topology``) on the pods of a group it has not admitted."""
 PLACEMENT_REASONS = (Reason.UNSCHEDULABLE, Reason.QUOTA_EXHAUSTED, Reason.NO_RACK_FITS, Reason.PREEMPTED,
                      Reason.KUEUE_PENDING, Reason.ALL_GROUPS_PLACED)
 """ScalingLimited reasons this module writes (another writer's reason is left alone)."""
@@ -182,9 +184,14 @@ def waiting_for(pods: list[dict[str, Any]], admitted: Admitted, desired_groups: 
         return text + (f" ({len(short)} groups short of pods)" if len(short) > 1 else "")
     leaders = [p for p in not_ready if is_leader(p)]
     pod = (leaders or not_ready)[0]
-    text = (f"group {group_index(pod) or '?'}: {role(pod)} pod {pod['metadata']['name']} is "
-            f"{_pod_wait_reason(pod)}")
-    if is_leader(pod) and plan.multi_node:
+    gates = scheduling_gates(pod)
+    if any(g.startswith(KUEUE_GATE_PREFIX) for g in gates):
+        text = (f"group {group_index(pod) or '?'}: {role(pod)} pod {pod['metadata']['name']} is gated until "
+                "Kueue admits its group (ScalingLimited says why)")
+    else:
+        text = (f"group {group_index(pod) or '?'}: {role(pod)} pod {pod['metadata']['name']} is "
+                f"{_pod_wait_reason(pod)}")
+    if is_leader(pod) and plan.multi_node and not gates:
         text += (f"; its workers wait for the leader address up to {spec.probes.leader_address_timeout} "
                  f"(probes.leaderAddressTimeout), and the leader has {spec.probes.load_timeout} to load "
                  "(probes.loadTimeout)")
