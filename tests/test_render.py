@@ -313,3 +313,22 @@ def test_without_a_dra_driver_no_compute_domain_or_claims_and_a_warning():
     # Placement inside one NVL72 rack still holds without the driver.
     assert lws["metadata"]["annotations"]["leaderworkerset.sigs.k8s.io/exclusive-topology"] == "nvidia.com/gpu.clique"
     assert any("--no-compute-domains" in w for w in out.warnings)
+
+
+def test_kueue_shape_sees_size_and_pod_shape_changes_not_image_or_args():
+    """What Kueue admitted a group for (F15): size and pod shape, read the same from a rendered
+    LWS and from the API server's copy (quantities as text)."""
+    from kimik3.render.leaderworkerset import kueue_shape
+    base = recipe(TP8_RECIPE, scheduling={"placement": {"mode": "kueue", "queueName": "q"}})
+    lws = by_kind(render_cr(base).objects, "LeaderWorkerSet")
+    stored = json.loads(json.dumps(lws).replace('"nvidia.com/gpu": 4', '"nvidia.com/gpu": "4"'))
+    assert stored != lws and kueue_shape(stored) == kueue_shape(lws)
+    image = by_kind(render_cr(merge(base, {"spec": {"engine": {"image": "vllm/vllm-openai:v0.33.1"}}})).objects,
+                    "LeaderWorkerSet")
+    assert kueue_shape(image) == kueue_shape(lws)
+    tp16 = by_kind(render_cr(merge(base, {"spec": {"topology": {"tensorParallelSize": 16}}})).objects,
+                   "LeaderWorkerSet")
+    assert kueue_shape(tp16) != kueue_shape(lws)
+    tolerated = by_kind(render_cr(merge(base, {"spec": {"scheduling": {"tolerations": [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}}})).objects, "LeaderWorkerSet")
+    assert kueue_shape(tolerated) != kueue_shape(lws)

@@ -187,3 +187,25 @@ def test_four_tp16_groups_and_a_tp8_group_of_another_tenant_share_one_rack(kueue
         env.rest.delete(env.cr_path(other))
         wait_until(f"the pods of {other} to be gone",
                    lambda: not env.rest.items(f"/api/v1/namespaces/{other}/pods"), timeout_s=WAIT_S)
+
+
+def test_a_group_size_edit_under_kueue_replaces_the_leaderworkerset(kueue_env: DevEnv, tenant: str) -> None:
+    """F15: TP8 -> TP16 changes the group size 2 -> 4; in place, Kueue would leave the new pods
+    gated with no Workload for ever. The operator replaces the LeaderWorkerSet instead, says so
+    (Progressing=True Replacing, a Warning Event), and the new shape is admitted and Ready."""
+    env = kueue_env
+    env.apply(packed(env, tenant, replicas=2))
+    wait_until("2 TP8 groups Ready", lambda: env.ready_groups(tenant, 2, 2), timeout_s=WAIT_S)
+    before = env.rest.get(f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{tenant}/leaderworkersets/k3-engine")
+    cr = packed(env, tenant, replicas=2)
+    cr["spec"]["topology"]["tensorParallelSize"] = 16
+    env.apply(cr)
+    groups = wait_until("2 TP16 groups Ready", lambda: env.ready_groups(tenant, 4, 2), timeout_s=WAIT_S)
+    after = env.rest.get(f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{tenant}/leaderworkersets/k3-engine")
+    assert after["metadata"]["uid"] != before["metadata"]["uid"]
+    assert after["spec"]["leaderWorkerTemplate"]["size"] == 4
+    assert all(len(env.cliques(pods)) == 1 for pods in groups.values())
+    (event,) = [e for e in env.events(tenant) if e["reason"] == "ReplacingLeaderWorkerSet"]
+    assert "group size 2 -> 4 pods changed" in event["message"] and "F15" in event["message"]
+    wait_until("Progressing=False once replaced", lambda: (env.condition(tenant, "Progressing") or {}).get("status")
+               == "False", timeout_s=WAIT_S)

@@ -10,7 +10,7 @@ type               status  reasons
 =================  ======  =====================================================================
 Ready              True    AllGroupsReady, ScaledToZero (replicas 0)
                    False   GroupsNotReady (the message says what the groups wait for), InvalidSpec
-Progressing        True    GroupsStarting, ApplyFailed (retried with back-off)
+Progressing        True    GroupsStarting, ApplyFailed (retried with back-off), Replacing (F15)
                    False   Stable, InvalidSpec
 Degraded           True    ApplyFailed, InvalidSpec
                    False   AsExpected
@@ -63,6 +63,8 @@ class Reason(StrEnum):
     APPLY_FAILED = "ApplyFailed"
     """A child could not be applied; the message quotes the API server."""
     AS_EXPECTED = "AsExpected"
+    REPLACING = "Replacing"
+    """Placement kueue: the LeaderWorkerSet is replaced because its group shape changed (F15)."""
     UNSCHEDULABLE = "Unschedulable"
     QUOTA_EXHAUSTED = "QuotaExhausted"
     """Kueue: the queue's GPU quota cannot hold another group (Kueue's message quoted)."""
@@ -98,7 +100,8 @@ METRICS_UNAVAILABLE: tuple[Reason, ...] = (
 REASONS: dict[ConditionType, tuple[Reason, ...]] = {
     ConditionType.READY: (Reason.ALL_GROUPS_READY, Reason.SCALED_TO_ZERO, Reason.GROUPS_NOT_READY,
                           Reason.INVALID_SPEC),
-    ConditionType.PROGRESSING: (Reason.GROUPS_STARTING, Reason.STABLE, Reason.APPLY_FAILED, Reason.INVALID_SPEC),
+    ConditionType.PROGRESSING: (Reason.GROUPS_STARTING, Reason.STABLE, Reason.APPLY_FAILED, Reason.INVALID_SPEC,
+                                Reason.REPLACING),
     ConditionType.DEGRADED: (Reason.AS_EXPECTED, Reason.APPLY_FAILED, Reason.INVALID_SPEC),
     ConditionType.SCALING_LIMITED: (Reason.UNSCHEDULABLE, Reason.QUOTA_EXHAUSTED, Reason.NO_RACK_FITS, Reason.PREEMPTED,
                                     Reason.KUEUE_PENDING, Reason.ALL_GROUPS_PLACED),

@@ -36,7 +36,7 @@ from kimik3.kube.kinds import COMPUTE_DOMAIN, GROUP, KIMIK3_DEPLOYMENT, LEADER_W
 from kimik3.kube.labels import KUEUE_JOB_UID_LABEL
 from kimik3.kube.objects import is_deleting
 from kimik3.render.children import COMPUTE_DOMAIN_SKIPPED, render
-from kimik3.render.leaderworkerset import lws_name
+from kimik3.render.leaderworkerset import kueue_shape, lws_name
 from kimik3.render.meta import Owner
 
 FINALIZER = f"{GROUP}/teardown"
@@ -47,6 +47,8 @@ RESYNC_STARTING_S = 120.0
 """Safety resync while groups start (pod and LeaderWorkerSet watches drive status sooner)."""
 TEARDOWN_POLL_S = 3.0
 
+REPLACE_POLL_S = 2.0
+"""Re-check this often while a reshaped LeaderWorkerSet is deleted (F15), seconds."""
 log = logging.getLogger("kimik3.reconcile")
 
 
@@ -182,8 +184,12 @@ class Reconciler:
             reason = "ComputeDomainSkipped" if warning == COMPUTE_DOMAIN_SKIPPED else "DisruptionBudgetSkipped"
             self._event_once(obj, "Warning", reason, warning)
         applied: dict[str, dict[str, Any]] = {}
-        apply_error = None
+        apply_error = replacing = None
         for child in rendered.objects:
+            if child["kind"] == LEADER_WORKER_SET.kind and admitted.spec.scheduling.placement.mode == "kueue":
+                replacing = self._replace_if_reshaped(obj, child)
+                if replacing:
+                    continue
             try:
                 applied[child["kind"]] = self._apply_child(child)
             except ApiException as exc:
@@ -207,7 +213,7 @@ class Reconciler:
                            if c["kind"] == LEADER_WORKER_SET.kind)
         else:
             desired = int(((lws or {}).get("spec") or {}).get("replicas", admitted.spec.replicas))
-        status = compute_status(obj, admitted, lws, pods, desired, apply_error,
+        status = compute_status(obj, admitted, lws, pods, desired, apply_error, replacing=replacing,
                                 compute_domain_note=None if self.compute_domains else COMPUTE_DOMAIN_SKIPPED,
                                 autoscaled=scaled.report if scaled is not None else None,
                                 workloads=self._workloads(admitted, lws))
@@ -226,8 +232,35 @@ class Reconciler:
             log.warning("reconcile of %s/%s: %s; retrying with back-off", owner.namespace, owner.name,
                         apply_error[:300])
             return Result("apply-failed", None, retry=True)
-        requeue = RESYNC_READY_S if ready else RESYNC_STARTING_S
+        requeue = REPLACE_POLL_S if replacing else RESYNC_READY_S if ready else RESYNC_STARTING_S
         return Result("applied", min(requeue, scaled.requeue_after) if scaled is not None else requeue)
+
+    def _replace_if_reshaped(self, obj: dict[str, Any], lws: dict[str, Any]) -> str | None:
+        """Failure case F15: Kueue admitted the existing LeaderWorkerSet's groups for their shape
+        (group size, pod resources, node selector, tolerations, priority, claims) and cannot
+        re-admit a changed shape in place (the new pods would stay gated with no Workload). So a
+        reshaped LeaderWorkerSet is replaced: the old one is deleted (its groups stop), and the
+        new one is created once it is gone. Returns what is being replaced and why, or None when
+        the shape is unchanged (or nothing exists yet) and ``lws`` can be applied."""
+        meta = lws["metadata"]
+        current = self._get_child(LEADER_WORKER_SET, meta["namespace"], meta["name"])
+        if current is None:
+            return None
+        if is_deleting(current):
+            return (f"the LeaderWorkerSet {meta['name']} is being deleted to be replaced with the new group "
+                    "shape (Kueue admits a group shape once, F15); the new one follows once it is gone")
+        if kueue_shape(current) == kueue_shape(lws):
+            return None
+        old = ((current.get("spec") or {}).get("leaderWorkerTemplate") or {}).get("size", 1)
+        new = lws["spec"]["leaderWorkerTemplate"]["size"]
+        what = f"group size {old} -> {new} pods" if old != new else \
+            "pod shape (resources, node selector, tolerations, priority class or resource claims)"
+        message = (f"replacing LeaderWorkerSet {meta['name']}: {what} changed, and Kueue cannot re-admit a "
+                   "changed group shape in place (F15); its groups stop now and the new shape is admitted "
+                   "and loads from scratch")
+        self.kube.delete(*LEADER_WORKER_SET.type_meta, meta["namespace"], meta["name"])
+        self._event_once(obj, "Warning", "ReplacingLeaderWorkerSet", message)
+        return message
 
     def _workloads(self, admitted: Admitted, lws: dict[str, Any] | None) -> list[dict[str, Any]] | None:
         """Under placement ``kueue``, the Workloads Kueue made for the LeaderWorkerSet's groups

@@ -216,7 +216,8 @@ def compute_status(obj: dict[str, Any], admitted: Admitted, lws: dict[str, Any] 
                    pods: list[dict[str, Any]], desired_groups: int,
                    apply_error: str | None = None, compute_domain_note: str | None = None,
                    autoscaled: AutoscalerReport | None = None,
-                   workloads: list[dict[str, Any]] | None = None) -> KimiK3DeploymentStatus:
+                   workloads: list[dict[str, Any]] | None = None,
+                   replacing: str | None = None) -> KimiK3DeploymentStatus:
     """Status of a reconciled CR whose spec this reconcile admitted (``admitted``).
     ``desired_groups`` is the LWS's spec.replicas; ``autoscaled`` what the autoscaler's step reports
     (None with autoscaling off: its fields are then left as the CR holds them); ``workloads`` the
@@ -230,7 +231,9 @@ def compute_status(obj: dict[str, Any], admitted: Admitted, lws: dict[str, Any] 
     ready_v = _ready(ready, desired_groups, pods, admitted)
     conditions = set_condition(conditions, ConditionType.READY, ready_v, gen)
     settled = ready_v.status == "True" and groups == desired_groups
-    if apply_error:
+    if replacing:
+        progressing = Verdict("True", Reason.REPLACING, replacing)
+    elif apply_error:
         progressing = Verdict("True", Reason.APPLY_FAILED,
                               f"children not applied yet (retrying with back-off): {apply_error}")
     elif settled:

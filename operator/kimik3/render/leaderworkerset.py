@@ -193,3 +193,33 @@ def leader_worker_set(owner: Owner, admitted: Admitted, replicas: int, channel_c
             "leaderWorkerTemplate": template,
         },
     }
+
+
+KUEUE_SHAPE_FIELDS = ("nodeSelector", "tolerations", "priorityClassName", "resourceClaims", "affinity",
+                      "runtimeClassName", "topologySpreadConstraints")
+"""Pod template fields Kueue v0.17 cannot change on an admitted LeaderWorkerSet (kueue.md: its
+webhook refuses them, and a changed group size leaves the new pods gated with no Workload; F15)."""
+
+
+def kueue_shape(lws: dict[str, Any]) -> str:
+    """What Kueue admitted a LeaderWorkerSet's groups for, as one comparable string: the group
+    size, and per template the containers' resources and ports and ``KUEUE_SHAPE_FIELDS``.
+    Quantities compare as text (the API server stores ``4`` as ``"4"``)."""
+    template = (lws.get("spec") or {}).get("leaderWorkerTemplate") or {}
+    shape: dict[str, Any] = {"size": template.get("size", 1)}
+    for key in ("leaderTemplate", "workerTemplate"):
+        pod = (template.get(key) or {}).get("spec") or {}
+        shape[key] = {
+            "containers": [{"resources": c.get("resources") or {}, "ports": c.get("ports") or []}
+                           for c in pod.get("containers", [])],
+            **{f: pod[f] for f in KUEUE_SHAPE_FIELDS if pod.get(f)},
+        }
+    return json.dumps(_as_text(shape), sort_keys=True)
+
+
+def _as_text(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _as_text(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_as_text(v) for v in value]
+    return value if isinstance(value, (str, bool)) or value is None else str(value)
