@@ -18,14 +18,13 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from devenv import DevEnv, Recorder, wait_until
+from devenv import DevEnv, Recorder, dev_cluster, wait_until
 
 from kimik3.kube import pods as kpods
 from kimik3.kube.labels import KUEUE_WORKLOAD_INDEX_ANNOTATION
 from kimik3_dev.devcluster import kueue
-from kimik3_dev.devcluster.cluster import DevCluster, UpOptions
+from kimik3_dev.devcluster.cluster import UpOptions
 from kimik3_dev.devcluster.racks import RackShape
-from kimik3_dev.devcluster.rest import Rest
 from kimik3_dev.devcluster.workloads import ensure_namespace
 
 RACKS, TRAYS = 2, 18
@@ -35,14 +34,10 @@ WAIT_S = 150.0
 @pytest.fixture(scope="module")
 def kueue_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevEnv]:
     """``kimik3 dev up`` with Kueue, 2 racks x 18 GB300 trays, no simulator or Prometheus."""
-    cluster = DevCluster(tmp_path_factory.mktemp("dev-kueue"))
-    state = cluster.up(UpOptions(shape=RackShape(profile="gb300", racks=RACKS, trays_per_rack=TRAYS),
-                                 sim=False, prometheus=False, die_with_parent=True, wait_timeout_s=180.0))
-    try:
-        with cluster.api_client() as api:
-            yield DevEnv(cluster, state, Rest(api))
-    finally:
-        cluster.down()
+    with dev_cluster(tmp_path_factory.mktemp("dev-kueue"),
+                     UpOptions(shape=RackShape(profile="gb300", racks=RACKS, trays_per_rack=TRAYS), sim=False,
+                               prometheus=False, die_with_parent=True, wait_timeout_s=180.0)) as env:
+        yield env
 
 
 @pytest.fixture

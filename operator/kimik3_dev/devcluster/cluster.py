@@ -128,6 +128,14 @@ def _cli_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path, **extra}
 
 
+def register_webhooks(rest: Rest, configurations: list[dict[str, Any]]) -> None:
+    """Server-side apply Mutating/ValidatingWebhookConfigurations (cluster-scoped)."""
+    for doc in configurations:
+        plural = "mutatingwebhookconfigurations" if doc["kind"].startswith("Mutating") \
+            else "validatingwebhookconfigurations"
+        rest.apply(f"/apis/admissionregistration.k8s.io/v1/{plural}/{doc['metadata']['name']}", doc)
+
+
 def sim_command_available() -> tuple[bool, str]:
     """Whether ``kimik3 dev sim`` exists here; returns (available, its --help text)."""
     try:
@@ -274,10 +282,7 @@ class DevCluster:
             record = self._spawn("lws-manager", lws.argv(bins["lws"], self.kubeconfig, config),
                                  env={**os.environ, "KUBECONFIG": str(self.kubeconfig)})
             self._wait_http("lws-manager", f"http://127.0.0.1:{health_port}/readyz", record, timeout, out)
-            for doc in lws.webhook_configurations(wh_port, ca):
-                plural = "mutatingwebhookconfigurations" if doc["kind"].startswith("Mutating") \
-                    else "validatingwebhookconfigurations"
-                rest.apply(f"/apis/admissionregistration.k8s.io/v1/{plural}/{doc['metadata']['name']}", doc)
+            register_webhooks(rest, lws.webhook_configurations(wh_port, ca))
             probe = lws.dry_run_probe()
 
             def webhooks_answer() -> bool:
@@ -383,10 +388,7 @@ class DevCluster:
             record = self._spawn("kueue-manager", kueue.argv(binary, self.kubeconfig, config),
                                  env={**os.environ, "KUBECONFIG": str(self.kubeconfig)})
             self._wait_http("kueue-manager", f"http://127.0.0.1:{health_port}/readyz", record, timeout, out)
-            for doc in kueue.webhook_configurations(wh_port, ca):
-                plural = "mutatingwebhookconfigurations" if doc["kind"].startswith("Mutating") \
-                    else "validatingwebhookconfigurations"
-                rest.apply(f"/apis/admissionregistration.k8s.io/v1/{plural}/{doc['metadata']['name']}", doc)
+            register_webhooks(rest, kueue.webhook_configurations(wh_port, ca))
             probe = kueue.topology()
 
             def webhooks_answer() -> bool:
