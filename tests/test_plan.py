@@ -270,3 +270,18 @@ def test_every_schema_problem_is_reported_at_once_with_camel_case_paths():
     assert sorted(p for p, _ in errors) == [
         "spec.engine.maxNumSeq", "spec.engine.maxNumSeqs", "spec.topology.tensorParallelSize"]
     assert "unknown field" in message_at(errors, "spec.engine.maxNumSeq")
+
+
+@pytest.mark.parametrize("placement,path", [
+    ({"mode": "kueue"}, "spec.scheduling.placement.queueName"),
+    ({"mode": "exclusive", "queueName": "q"}, "spec.scheduling.placement.queueName"),
+    ({"priorityClass": "high"}, "spec.scheduling.placement.priorityClass"),
+])
+def test_placement_refusals_name_the_field(placement, path):
+    errors = refusal({**spec({}), "scheduling": {"placement": placement}})
+    assert [p for p, _ in errors] == [path]
+
+
+def test_kueue_placement_is_admitted_with_a_queue():
+    admitted = admit({**spec({}), "scheduling": {"placement": {"mode": "kueue", "queueName": "tenant-a"}}})
+    assert admitted.spec.scheduling.placement.queue_name == "tenant-a"

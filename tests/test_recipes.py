@@ -30,11 +30,12 @@ UID = "00000000-0000-4000-8000-000000000001"
 MEASURED_TOK_S = {111, 118, 331, 370, 423, 840}
 """Batch-1 tok/s per user measured on GB300 NVL72 (shared/reference/kimi-k3-and-vllm.md)."""
 NEW_RECIPES = {"gb200-tp16-megakernel-dspark.yaml", "h200-tp16-two-nodes.yaml", "b300-tp8-single-node.yaml",
-               "dedicated-endpoint.yaml"}
+               "dedicated-endpoint.yaml", "gb300-tp16-megakernel-dspark.yaml"}
 
 # recipe -> (CR name, nodes per group, GPUs per node, accelerator, ComputeDomain, HTTPRoute)
 SHAPES = {
     "gb300-tp8-megakernel-dspark.yaml": ("k3-latency", 2, 4, "gb300", True, False),
+    "gb300-tp16-megakernel-dspark.yaml": ("k3-tp16", 4, 4, "gb300", True, False),
     "gb300-dep16-throughput.yaml": ("k3-throughput", 4, 4, "gb300", True, False),
     "gb200-tp16-megakernel-dspark.yaml": ("k3-gb200", 4, 4, "gb200", True, False),
     "h200-tp16-two-nodes.yaml": ("k3-h200", 2, 8, "h200", False, False),

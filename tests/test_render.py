@@ -100,6 +100,37 @@ def test_leader_worker_set_group_shape_and_placement(name, size):
         assert mounts["/models"]["readOnly"] is True
 
 
+@pytest.mark.parametrize("name,priority", [(TP8_RECIPE, "high"), (DEP16_RECIPE, None)])
+def test_kueue_placement_submits_whole_groups_to_the_queue(name, priority):
+    """Kueue mode (kueue.md): the queue (and priority) label on the LeaderWorkerSet; both templates
+    require one clique and share one podset group; no exclusive-topology annotation (Kueue ignores
+    pod affinity, and the two together strand pods); everything else as in exclusive mode."""
+    placement = {"mode": "kueue", "queueName": "tenant-a", **({"priorityClass": priority} if priority else {})}
+    kueue = by_kind(render_cr(recipe(name, scheduling={"placement": placement})).objects, "LeaderWorkerSet")
+    exclusive = by_kind(render_cr(recipe(name)).objects, "LeaderWorkerSet")
+    labels = kueue["metadata"]["labels"]
+    assert labels["kueue.x-k8s.io/queue-name"] == "tenant-a"
+    assert labels.get("kueue.x-k8s.io/priority-class") == priority
+    assert "annotations" not in kueue["metadata"]
+    for template in templates(kueue):
+        annotations = template["metadata"]["annotations"]
+        assert annotations["kueue.x-k8s.io/podset-required-topology"] == "nvidia.com/gpu.clique"
+        assert annotations["kueue.x-k8s.io/podset-group-name"] == "engine-group"
+    for k, e in zip(templates(kueue), templates(exclusive)):
+        assert k["spec"] == e["spec"]
+    assert kueue["spec"]["leaderWorkerTemplate"]["size"] == exclusive["spec"]["leaderWorkerTemplate"]["size"]
+
+
+def test_kueue_placement_of_a_single_node_group_needs_no_topology():
+    """A B300 group is one 8-GPU node: Kueue admits it within quota, no clique to require."""
+    lws = by_kind(render_cr(recipe("b300-tp8-single-node.yaml",
+                                   scheduling={"placement": {"mode": "kueue", "queueName": "q"}})).objects,
+                  "LeaderWorkerSet")
+    assert lws["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "q"
+    template = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]
+    assert "kueue.x-k8s.io/podset-required-topology" not in template["metadata"]["annotations"]
+
+
 def test_compute_domain_spec():
     cd = by_kind(render_cr(recipe(TP8_RECIPE, uid=UID)).objects, "ComputeDomain")
     assert cd["spec"]["numNodes"] == 0
@@ -258,3 +289,22 @@ def test_without_a_dra_driver_no_compute_domain_or_claims_and_a_warning():
     # Placement inside one NVL72 rack still holds without the driver.
     assert lws["metadata"]["annotations"]["leaderworkerset.sigs.k8s.io/exclusive-topology"] == "nvidia.com/gpu.clique"
     assert any("--no-compute-domains" in w for w in out.warnings)
+
+
+def test_kueue_shape_sees_size_and_pod_shape_changes_not_image_or_args():
+    """What Kueue admitted a group for (F15): size and pod shape, read the same from a rendered
+    LWS and from the API server's copy (quantities as text)."""
+    from kimik3.render.leaderworkerset import kueue_shape
+    base = recipe(TP8_RECIPE, scheduling={"placement": {"mode": "kueue", "queueName": "q"}})
+    lws = by_kind(render_cr(base).objects, "LeaderWorkerSet")
+    stored = json.loads(json.dumps(lws).replace('"nvidia.com/gpu": 4', '"nvidia.com/gpu": "4"'))
+    assert stored != lws and kueue_shape(stored) == kueue_shape(lws)
+    image = by_kind(render_cr(merge(base, {"spec": {"engine": {"image": "vllm/vllm-openai:v0.33.1"}}})).objects,
+                    "LeaderWorkerSet")
+    assert kueue_shape(image) == kueue_shape(lws)
+    tp16 = by_kind(render_cr(merge(base, {"spec": {"topology": {"tensorParallelSize": 16}}})).objects,
+                   "LeaderWorkerSet")
+    assert kueue_shape(tp16) != kueue_shape(lws)
+    tolerated = by_kind(render_cr(merge(base, {"spec": {"scheduling": {"tolerations": [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}}})).objects, "LeaderWorkerSet")
+    assert kueue_shape(tolerated) != kueue_shape(lws)

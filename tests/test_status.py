@@ -141,3 +141,70 @@ def test_apply_failures_and_invalid_specs_use_declared_reasons(apply_error: str 
 def test_every_reason_belongs_to_a_condition_type() -> None:
     assert set(REASONS) == set(ConditionType)
     assert {r for reasons in REASONS.values() for r in reasons} == set(Reason)
+
+
+def _workload(index: str, *conditions: dict) -> dict:
+    return {"metadata": {"name": f"leaderworkerset-k3-engine-{index}-abcde",
+                         "annotations": {"kueue.x-k8s.io/component-workload-index": index}},
+            "status": {"conditions": list(conditions)}}
+
+
+ADMITTED = {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "The workload is admitted"}
+QUOTA = {"type": "QuotaReserved", "status": "False", "reason": "Pending",
+         "message": "couldn't assign flavors to pod set leader: insufficient unused quota for nvidia.com/gpu in "
+                    "flavor gb300, 8 more needed"}
+TOPOLOGY = {"type": "QuotaReserved", "status": "False", "reason": "Pending",
+            "message": "couldn't assign flavors to pod set leader: topology \"nvl72\" doesn't allow to fit any of 2 pod(s)"}
+PREEMPTED = {"type": "Evicted", "status": "True", "reason": "Preempted",
+             "message": "Preempted to accommodate a workload (UID: 1) due to prioritization in the ClusterQueue"}
+
+
+def test_kueue_limit_names_waiting_groups_once_and_quotes_kueue():
+    from kimik3.controller.status import kueue_limit
+    assert kueue_limit([_workload("0", ADMITTED), _workload("1", ADMITTED)], "q") is None
+    v = kueue_limit([_workload("0", ADMITTED), _workload("2", QUOTA), _workload("1", QUOTA)], "q")
+    assert (v.status, v.reason) == ("True", "QuotaExhausted")
+    assert v.message.startswith("groups 1, 2 not admitted by Kueue (LocalQueue q); group 1: couldn't assign")
+    assert v.message.count("insufficient unused quota") == 1  # one quote per kind, not per group
+    v = kueue_limit([_workload("3", TOPOLOGY)], "q")
+    assert (v.reason, v.message) == ("NoRackFits", "group 3 not admitted by Kueue (LocalQueue q); group 3: "
+                                                   + TOPOLOGY["message"])
+    v = kueue_limit([_workload("1", PREEMPTED, QUOTA), _workload("4", TOPOLOGY)], "q")
+    # group 1 was preempted (its eviction says why it lost its place); topology outranks preemption
+    assert v.reason == "NoRackFits" and "group 1: Preempted to accommodate" in v.message and "topology" in v.message
+    v = kueue_limit([_workload("1", PREEMPTED)], "q")
+    assert v.reason == "Preempted"
+    v = kueue_limit([_workload("5")], "q")
+    assert (v.reason, v.message) == ("KueuePending", "group 5 not admitted by Kueue (LocalQueue q); group 5: "
+                                                     "waiting for Kueue to reserve quota")
+
+
+def test_autoscaler_counts_a_group_kueue_refused_as_unplaceable_not_coming():
+    """F10 under Kueue: a group whose Workload waits on quota or a rack is not capacity on its
+    way; one Kueue has not looked at yet (no QuotaReserved condition) is still loading."""
+    from kimik3.controller.autoscaling import fleet_state
+    lws = {"spec": {"replicas": 3}, "status": {"readyReplicas": 1}}
+
+    def pod(group: str, ready: bool) -> dict:
+        return {"metadata": {"name": f"k3-engine-{group}", "creationTimestamp": "2026-12-01T00:00:00Z",
+                             "labels": {"leaderworkerset.sigs.k8s.io/group-index": group,
+                                        "leaderworkerset.sigs.k8s.io/worker-index": "0"}},
+                "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+    pods = [pod("0", True), pod("1", False), pod("2", False)]
+    now = 1_796_083_200.0 + 60  # a minute after creation, well inside the load timeout
+    assert fleet_state(lws, pods, 5400, now).loading == 2
+    refused = fleet_state(lws, pods, 5400, now, [_workload("0", ADMITTED), _workload("1", QUOTA), _workload("2")])
+    assert (refused.ready, refused.loading, refused.unplaceable) == (1, 1, 1)
+
+
+def test_a_group_gated_by_kueue_is_said_to_wait_for_admission():
+    """Not "SchedulingGated" plus the leader-address budget: the group waits for Kueue."""
+    from kimik3.controller.status import waiting_for
+    gated = {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
+             "message": "Scheduling is blocked due to non-empty scheduling gates"}
+    pods = [pod("k3-latency-engine-0", "0", "0"), pod("k3-latency-engine-0-1", "0", "1"),
+            pod("k3-latency-engine-1", "1", "0", ready=False, scheduled=gated)]
+    pods[2]["spec"] = {"schedulingGates": [{"name": "kueue.x-k8s.io/admission"}, {"name": "kueue.x-k8s.io/topology"}]}
+    text = waiting_for(pods, admit(cr()["spec"]), 2)
+    assert text == ("group 1: leader pod k3-latency-engine-1 is gated until Kueue admits its group "
+                    "(ScalingLimited says why)")

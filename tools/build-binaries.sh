@@ -5,12 +5,12 @@
 # binary it builds; the Go toolchain's output goes to <binary>.log beside it, named on failure).
 #
 #   tools/build-binaries.sh [component ...]     components: etcd kube-apiserver kube-controller-manager
-#                                               kube-scheduler kwok lws helm (default: all)
+#                                               kube-scheduler kwok lws kueue helm (default: all)
 #
 # Versions: operator/kimik3_dev/versions.py (KUBERNETES_VERSION, ETCD_VERSION, KWOK_VERSION,
-# LWS_VERSION, HELM_VERSION); tools/kubernetes/go.mod and tools/etcd/go.mod require the same
+# LWS_VERSION, KUEUE_VERSION, HELM_VERSION); tools/kubernetes/go.mod and tools/etcd/go.mod require the same
 # (tests/test_versions.py). kwok and helm are `go install`s of published main packages (no tools
-# module needed); lws is built inside its downloaded module.
+# module needed); lws and kueue are built inside their downloaded modules.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=../operator/kimik3_dev/versions.py
@@ -50,23 +50,31 @@ install() {  # install <component> <output name> <package@version> <binary name 
   mv "$tmp/$produced" "$out" && rm -rf "$tmp"
 }
 
+module_dir() {  # module_dir <component> <module> <version>: the module's directory in the Go module cache
+  local tmpd dl_log="$bin/$1.download.log" dir
+  tmpd="$(mktemp -d)"
+  (cd "$tmpd" && GOFLAGS=-mod=mod go mod download -json "$2@$3") >"$dl_log" 2>&1 || true
+  rmdir "$tmpd"
+  dir="$(sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p' "$dl_log")"
+  [ -n "$dir" ] || fail "$1" "$dl_log" "go mod download $2@$3"
+  echo "$dir"
+}
+
 components=("$@")
-[ ${#components[@]} -eq 0 ] && components=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok lws helm)
+[ ${#components[@]} -eq 0 ] && components=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok lws kueue helm)
 for c in "${components[@]}"; do
   case "$c" in
     etcd) build etcd "etcd-${ETCD_VERSION}" "$here/etcd" go.etcd.io/etcd/server/v3 "-s -w" ;;
     kube-apiserver|kube-controller-manager|kube-scheduler)
       build "$c" "$c-${KUBERNETES_VERSION}" "$here/kubernetes" "k8s.io/kubernetes/cmd/$c" "$k8s_ldflags" ;;
     kwok) install kwok "kwok-${KWOK_VERSION}" "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}" kwok ;;
-    lws)  # `go install sigs.k8s.io/lws/cmd@...` fails here: its deprecation check reads the module's
-          # version list, which the proxy refuses (403). Build the downloaded module in place.
-      [ -x "$bin/lws-manager-${LWS_VERSION}" ] && continue
-      tmpd="$(mktemp -d)" dl_log="$bin/lws-manager-${LWS_VERSION}.download.log"
-      (cd "$tmpd" && GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/lws@${LWS_VERSION}") >"$dl_log" 2>&1 || true
-      rmdir "$tmpd"
-      lws_dir="$(sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p' "$dl_log")"
-      [ -n "$lws_dir" ] || fail lws "$dl_log" "go mod download sigs.k8s.io/lws@${LWS_VERSION}"
-      build lws "lws-manager-${LWS_VERSION}" "$lws_dir" ./cmd "-s -w" ;;
+    # `go install sigs.k8s.io/lws/cmd@...` fails here: its deprecation check reads the module's
+    # version list, which the proxy refuses (403). LWS and Kueue: build the downloaded module in place.
+    lws) [ -x "$bin/lws-manager-${LWS_VERSION}" ] && continue
+      build lws "lws-manager-${LWS_VERSION}" "$(module_dir lws sigs.k8s.io/lws "$LWS_VERSION")" ./cmd "-s -w" ;;
+    kueue) [ -x "$bin/kueue-manager-${KUEUE_VERSION}" ] && continue
+      build kueue "kueue-manager-${KUEUE_VERSION}" "$(module_dir kueue sigs.k8s.io/kueue "$KUEUE_VERSION")" \
+        ./cmd/kueue "-s -w" ;;
     helm) install helm "helm-${HELM_VERSION}" "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}" helm ;;
     *) echo "unknown component: $c" >&2; exit 2 ;;
   esac

@@ -28,6 +28,7 @@ from kimik3_dev.devcluster.controlplane import ControlPlane
 from kimik3_dev.devcluster.operator_thread import free_port
 from kimik3_dev.devcluster.rbac import (CHART_DIR, RELEASE, RELEASE_NAMESPACE, HelmMissingError, helm_binary, helm_env,
                                    render_chart)
+from kimik3_dev.devcluster import kueue
 from kimik3_dev.devcluster.thirdparty import thirdparty_crd_paths
 from support.cluster import http_status
 from support.waiting import WaitTimeout, wait_for
@@ -136,7 +137,7 @@ def chart_cp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]
     """A control plane with the third-party CRDs only (the chart installs the KimiK3Deployment CRD)
     and the operator's namespace."""
     with ControlPlane(tmp_path_factory.mktemp("chart-control-plane")) as cp:
-        cp.apply_crds(thirdparty_crd_paths().values())
+        cp.apply_crds([*thirdparty_crd_paths().values(), *kueue.crd_documents(None)])
         with cp.api_client("admin") as api:
             client.CoreV1Api(api).create_namespace({"metadata": {"name": RELEASE_NAMESPACE}})
         yield cp

@@ -36,6 +36,10 @@ VARIANTS = {
                       "--set", "image.digest=sha256:" + "0" * 64],
     "no-crd-no-dashboard": ["--set", "crds.install=false", "--set", "grafanaDashboard.enabled=false",
                             "--set", "metrics.service.enabled=false"],
+    "kueue": ["--set", "kueue.enabled=true",
+              "--set-json", 'kueue.tenants=[{"namespace":"tenant-a","gpus":16},{"namespace":"tenant-b","gpus":64,'
+                            '"queueName":"endpoints"}]',
+              "--set-json", 'kueue.priorityClasses=[{"name":"premium","value":1000}]'],
 }
 FORBIDDEN = re.compile(r"forbidden|(?<![,.\d])403(?!\d)", re.IGNORECASE)
 """An authorization failure in the operator's log (not a 403 in a log line's milliseconds)."""
@@ -220,7 +224,7 @@ def test_bad_values_fail_helm_install_naming_the_value(helm, args, words):
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_template_is_accepted_by_the_api_server_with_strict_validation(helm, kube, admin_api, variant):
-    for ns in ("kimik3-wa", "kimik3-wb"):
+    for ns in ("kimik3-wa", "kimik3-wb", "tenant-a", "tenant-b"):
         make_namespace(admin_api, ns)
     docs = helm.template(*VARIANTS[variant])
     assert docs
@@ -233,7 +237,9 @@ def test_template_is_accepted_by_the_api_server_with_strict_validation(helm, kub
                   "Role": "roles", "RoleBinding": "rolebindings", "CustomResourceDefinition": "customresourcedefinitions",
                   "ServiceMonitor": "servicemonitors", "NetworkPolicy": "networkpolicies",
                   "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
-                  "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings"}[kind]
+                  "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
+                  "Topology": "topologies", "ResourceFlavor": "resourceflavors", "ClusterQueue": "clusterqueues",
+                  "LocalQueue": "localqueues", "WorkloadPriorityClass": "workloadpriorityclasses"}[kind]
         scoped = f"/namespaces/{meta['namespace']}" if meta.get("namespace") else ""
         url = f"{group_version}{scoped}/{plural}/{meta['name']}"
         query = [("fieldManager", "helm-dry-run"), ("fieldValidation", "Strict"), ("dryRun", "All"), ("force", "true")]
@@ -249,8 +255,19 @@ def test_template_is_accepted_by_the_api_server_with_strict_validation(helm, kub
         "everything-on": {"ServiceAccount", "ConfigMap", "CustomResourceDefinition", "ClusterRole",
                           "ClusterRoleBinding", "Service", "Deployment", "ServiceMonitor", "NetworkPolicy"},
         "no-crd-no-dashboard": {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment"},
+        "kueue": {"ServiceAccount", "ConfigMap", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
+                  "Service", "Deployment", "Topology", "ResourceFlavor", "WorkloadPriorityClass", "ClusterQueue",
+                  "LocalQueue"},
     }.items()}[variant]
     assert kinds == expected
+    if variant == "kueue":
+        queues = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterQueue"}
+        gpus = {n: q["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2] for n, q in queues.items()}
+        assert gpus == {"tenant-a": {"name": "nvidia.com/gpu", "nominalQuota": 16},
+                        "tenant-b": {"name": "nvidia.com/gpu", "nominalQuota": 64}}
+        local = {(d["metadata"]["namespace"], d["metadata"]["name"]): d["spec"]["clusterQueue"]
+                 for d in docs if d["kind"] == "LocalQueue"}
+        assert local == {("tenant-a", "inference"): "tenant-a", ("tenant-b", "endpoints"): "tenant-b"}
 
 
 def test_an_unknown_field_in_a_template_would_be_refused(kube):

@@ -23,6 +23,8 @@ Scenario (one fresh namespace each run), in order:
   follow LeaderWorkerSet  the CR turns Ready soon after the LWS reports its groups ready
   heal <Kind>          a deleted child is back within HEAL_WINDOW_S (the resync is minutes away)
   follow pods          a leader pod that appears shows up in the Ready message
+  follow Workloads     (placement kueue) a group's Workload pending on quota shows as
+                       ScalingLimited=True QuotaExhausted with Kueue's message
   remove <Kind>        replicas 1, monitoring off, no route: the budget, PodMonitor, HTTPRoute go
   teardown <step>      deleting the CR deletes the LeaderWorkerSet, then the ComputeDomain, then
                        releases the CR
@@ -120,6 +122,7 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("pods", "list"): "follow pods",
     ("pods", "watch"): "follow pods",
     ("events", "create"): "event",
+    ("workloads", "list"): "follow Workloads",
     ("customresourcedefinitions", "list"): "heal HTTPRoute",
     ("customresourcedefinitions", "watch"): "heal HTTPRoute",
 }
@@ -144,7 +147,26 @@ def expect(behaviour: str, fn: Callable[[], Any], timeout: float) -> Any:
 def cr_body(namespace: str) -> dict[str, Any]:
     body = recipe(name=NAME, namespace=namespace, replicas=2, disruptionBudget={"minAvailable": 1})
     body["spec"]["service"] = {"httpRoute": {"parentRefs": [{"name": "gw"}]}}
+    body["spec"]["scheduling"] = {"placement": {"mode": "kueue", "queueName": "tenant"}}
     return body
+
+
+QUOTA_MESSAGE = ("couldn't assign flavors to pod set leader: insufficient unused quota for nvidia.com/gpu in "
+                 "flavor gb300, 8 more needed")
+
+
+def pending_workload(kube: Kube, namespace: str, lws_uid: str) -> None:
+    """What Kueue v0.17 writes for a group its queue's quota cannot hold (no Kueue runs here)."""
+    name = f"{NAME}-engine-1-quota"
+    kube.apply({
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"kueue.x-k8s.io/job-uid": lws_uid},
+                     "annotations": {"kueue.x-k8s.io/component-workload-index": "1"}},
+        "spec": {"queueName": "tenant", "podSets": [{"name": "leader", "count": 1, "template": {
+            "spec": {"containers": [{"name": "engine", "image": "x"}]}}}]}})
+    kube.patch_merge("kueue.x-k8s.io/v1beta2", "Workload", namespace, name, {"status": {"conditions": [{
+        "type": "QuotaReserved", "status": "False", "reason": "Pending", "message": QUOTA_MESSAGE,
+        "lastTransitionTime": "2026-12-01T00:00:00Z"}]}}, subresource="status")
 
 
 def scenario(kube: Kube, core: client.CoreV1Api, namespace: str) -> None:
@@ -185,6 +207,13 @@ def scenario(kube: Kube, core: client.CoreV1Api, namespace: str) -> None:
     core.delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
     wait_for(lambda: pod not in {p.metadata.name for p in core.list_namespaced_pod(namespace).items}, 10,
              "the test pod gone")
+
+    pending_workload(kube, namespace, get(*LWS, namespace, f"{NAME}-engine")["metadata"]["uid"])
+    kube.patch_merge(*LWS, namespace, f"{NAME}-engine", {"status": {"replicas": 2, "readyReplicas": 0}},
+                     subresource="status")  # an LWS event: the operator reconciles and lists the Workloads
+    expect("follow Workloads", lambda: (lambda c: c.get("reason") == "QuotaExhausted" and QUOTA_MESSAGE in
+                                        c.get("message", ""))(condition(get(*CR, namespace, NAME), "ScalingLimited")),
+           HEAL_WINDOW_S)
 
     kube.patch_merge(*CR, namespace, NAME, {"spec": {"replicas": 1, "monitoring": {"enabled": False},
                                                      "service": {"httpRoute": None}}})

@@ -16,12 +16,11 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from devenv import SHAPE, DevEnv
+from devenv import SHAPE, DevEnv, dev_cluster
 from kubernetes.client.rest import ApiException
 
-from kimik3_dev.devcluster.cluster import DevCluster, UpOptions
+from kimik3_dev.devcluster.cluster import UpOptions
 from kimik3_dev.devcluster.racks import RackShape
-from kimik3_dev.devcluster.rest import Rest
 from kimik3_dev.devcluster.workloads import ensure_namespace
 from support.waiting import wait_for
 
@@ -29,13 +28,9 @@ from support.waiting import wait_for
 @pytest.fixture(scope="session")
 def dev_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevEnv]:
     """``kimik3 dev up`` (3 racks x 4 GB300 trays) for the session; ``dev down`` at the end."""
-    cluster = DevCluster(tmp_path_factory.mktemp("dev"))
-    state = cluster.up(UpOptions(shape=RackShape(**SHAPE), die_with_parent=True, wait_timeout_s=180.0))
-    try:
-        with cluster.api_client() as api:
-            yield DevEnv(cluster, state, Rest(api))
-    finally:
-        cluster.down()
+    with dev_cluster(tmp_path_factory.mktemp("dev"),
+                     UpOptions(shape=RackShape(**SHAPE), die_with_parent=True, wait_timeout_s=180.0)) as env:
+        yield env
 
 
 @pytest.fixture

@@ -4,15 +4,17 @@ itself is tests/support's ``wait_for``)."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from kimik3.kube import pods as kpods
 from kimik3.kube.kinds import GROUP, PLURAL, VERSION
 from kimik3.kube.labels import CLIQUE_LABEL, LWS_NAME_LABEL
-from kimik3_dev.devcluster.cluster import DevCluster
+from kimik3_dev.devcluster.cluster import DevCluster, UpOptions
 from kimik3_dev.devcluster.rest import Rest
 from kimik3_dev.devcluster.workloads import apply_deployment
 from support.recipes import recipe
@@ -84,6 +86,19 @@ class DevEnv:
         items = self.rest.items(f"/api/v1/namespaces/{namespace}/events")
         return [e for e in items if e.get("involvedObject", {}).get("kind") == "KimiK3Deployment"
                 and e["involvedObject"].get("name") == name]
+
+
+@contextlib.contextmanager
+def dev_cluster(state_dir: Path, options: UpOptions) -> Iterator[DevEnv]:
+    """``kimik3 dev up`` in ``state_dir`` with ``options`` (processes die with the test run), a
+    ``DevEnv`` on it, ``dev down`` at the end."""
+    cluster = DevCluster(state_dir)
+    state = cluster.up(options)
+    try:
+        with cluster.api_client() as api:
+            yield DevEnv(cluster, state, Rest(api))
+    finally:
+        cluster.down()
 
 
 class Recorder:

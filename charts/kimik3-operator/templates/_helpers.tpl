@@ -97,6 +97,11 @@ create (seen here: "cannot create resource computedomains"); nothing is ever upd
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch"]
+# Kueue placement: each group's Workload, listed for why a group waits (QuotaExhausted, NoRackFits,
+# Preempted in ScalingLimited); never written.
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["list"]
 # Events on the CR (Applied, InvalidSpec, DisruptionBudgetSkipped, TeardownWaiting, ...).
 - apiGroups: [""]
   resources: ["events"]

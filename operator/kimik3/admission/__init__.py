@@ -26,6 +26,7 @@ from kimik3.admission.disruption import DISRUPTION
 from kimik3.admission.extra_args import EXTRA_ARGS
 from kimik3.admission.megakernel import MEGAKERNEL
 from kimik3.admission.memory import MEMORY
+from kimik3.admission.placement import PLACEMENT
 from kimik3.admission.rules import AdmissionPolicy, Candidate, Table
 from kimik3.admission.shape import SHAPE
 from kimik3.admission.source import SOURCE
@@ -37,7 +38,7 @@ from kimik3.topology.plan import GroupPlan, plan_group
 __all__ = ["TABLES", "AdmissionPolicy", "Admitted", "Seconds", "Table", "admit"]
 
 TABLES: tuple[Table, ...] = (SHAPE, MEMORY, MEGAKERNEL, SPECULATIVE, EXTRA_ARGS, API_KEYS, SOURCE, AUTOSCALING,
-                             DISRUPTION)
+                             DISRUPTION, PLACEMENT)
 """Every concern's rules, in the order their problems are reported."""
 
 

@@ -10,12 +10,14 @@ type               status  reasons
 =================  ======  =====================================================================
 Ready              True    AllGroupsReady, ScaledToZero (replicas 0)
                    False   GroupsNotReady (the message says what the groups wait for), InvalidSpec
-Progressing        True    GroupsStarting, ApplyFailed (retried with back-off)
+Progressing        True    GroupsStarting, ApplyFailed (retried with back-off), Replacing (F15)
                    False   Stable, InvalidSpec
 Degraded           True    ApplyFailed, InvalidSpec
                    False   AsExpected
 ScalingLimited     True    Unschedulable (a group's pod has ``PodScheduled=False`` reason
-                           ``Unschedulable``: no rack or node can hold it)
+                           ``Unschedulable``: no rack or node can hold it); under placement
+                           kueue: QuotaExhausted, NoRackFits, Preempted, KueuePending (a group's
+                           Workload is not admitted; Kueue's message quoted)
                    False   AllGroupsPlaced
 MetricsAvailable   True    Measured, ScaledToZero (no groups: nothing to measure)
                    False   NoTargets, WarmingUp, ScrapeFailed, NoLatencyMetric, NoSeries,
@@ -61,7 +63,17 @@ class Reason(StrEnum):
     APPLY_FAILED = "ApplyFailed"
     """A child could not be applied; the message quotes the API server."""
     AS_EXPECTED = "AsExpected"
+    REPLACING = "Replacing"
+    """Placement kueue: the LeaderWorkerSet is replaced because its group shape changed (F15)."""
     UNSCHEDULABLE = "Unschedulable"
+    QUOTA_EXHAUSTED = "QuotaExhausted"
+    """Kueue: the queue's GPU quota cannot hold another group (Kueue's message quoted)."""
+    NO_RACK_FITS = "NoRackFits"
+    """Kueue: no NVLink domain has a free block of trays for a whole group."""
+    PREEMPTED = "Preempted"
+    """Kueue evicted a group for a higher-priority Workload; it comes back when room returns."""
+    KUEUE_PENDING = "KueuePending"
+    """Kueue has not admitted a group for another reason (its message quoted)."""
     ALL_GROUPS_PLACED = "AllGroupsPlaced"
     MEASURED = "Measured"
     NOT_YET_MEASURED = "NotYetMeasured"
@@ -88,9 +100,11 @@ METRICS_UNAVAILABLE: tuple[Reason, ...] = (
 REASONS: dict[ConditionType, tuple[Reason, ...]] = {
     ConditionType.READY: (Reason.ALL_GROUPS_READY, Reason.SCALED_TO_ZERO, Reason.GROUPS_NOT_READY,
                           Reason.INVALID_SPEC),
-    ConditionType.PROGRESSING: (Reason.GROUPS_STARTING, Reason.STABLE, Reason.APPLY_FAILED, Reason.INVALID_SPEC),
+    ConditionType.PROGRESSING: (Reason.GROUPS_STARTING, Reason.STABLE, Reason.APPLY_FAILED, Reason.INVALID_SPEC,
+                                Reason.REPLACING),
     ConditionType.DEGRADED: (Reason.AS_EXPECTED, Reason.APPLY_FAILED, Reason.INVALID_SPEC),
-    ConditionType.SCALING_LIMITED: (Reason.UNSCHEDULABLE, Reason.ALL_GROUPS_PLACED),
+    ConditionType.SCALING_LIMITED: (Reason.UNSCHEDULABLE, Reason.QUOTA_EXHAUSTED, Reason.NO_RACK_FITS, Reason.PREEMPTED,
+                                    Reason.KUEUE_PENDING, Reason.ALL_GROUPS_PLACED),
     ConditionType.METRICS_AVAILABLE: (Reason.MEASURED, Reason.SCALED_TO_ZERO, Reason.NOT_YET_MEASURED,
                                       *METRICS_UNAVAILABLE),
 }

@@ -474,8 +474,40 @@ class Toleration(Model):
     """For NoExecute: seconds the pod stays bound after the taint appears."""
 
 
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+class PlacementSpec(Model):
+    """How engine groups are placed into NVLink domains (racks).
+
+    - ``exclusive`` (default; clusters without Kueue): LeaderWorkerSet's exclusive topology on
+      ``topologyKey``, so each group of this deployment gets a whole rack (a TP8 group of GB300
+      holds 2 of 18 trays and the rack's other 16 stay idle for this deployment).
+    - ``kueue`` (Kueue v0.17+ with topology-aware scheduling): the LeaderWorkerSet is submitted to
+      the LocalQueue ``queueName``; Kueue admits each group whole (gang) within the tenant's GPU
+      quota and packs it best-fit into one ``topologyKey`` domain with other groups (9 TP8 groups
+      of GB300 fill one rack), and preempts by ``priorityClass``.
+    """
+
+    model_config = validated_by(
+        rule("placement-kueue-needs-queue",
+             "self.mode == 'kueue' ? has(self.queueName) : !has(self.queueName) && !has(self.priorityClass)",
+             "mode kueue needs queueName (a LocalQueue of this namespace); queueName and priorityClass apply "
+             "to mode kueue only", ".queueName"),
+    )
+    mode: Literal["exclusive", "kueue"] = "exclusive"
+    """exclusive: each group alone in one rack (LeaderWorkerSet exclusive topology); kueue: Kueue admits and packs groups."""
+    queue_name: str | None = Field(default=None, min_length=1, max_length=63, pattern=DNS_LABEL_PATTERN)
+    """The LocalQueue (in this namespace) the groups are submitted to; label kueue.x-k8s.io/queue-name. Immutable under Kueue v0.17."""
+    priority_class: str | None = Field(default=None, min_length=1, max_length=253)
+    """A WorkloadPriorityClass (kueue.x-k8s.io/v1beta2) for the groups' Workloads: a higher one may preempt lower ones when quota or racks run out."""
+
+
 class SchedulingSpec(Model):
     """Where groups may run."""
+
+    placement: PlacementSpec = Field(default_factory=PlacementSpec)
+    """Exclusive racks per group (default) or Kueue placement (gang admission, packing, quota, priority)."""
 
     node_selector: dict[str, str] = Field(default_factory=dict)
     """Extra node labels every engine pod requires (the GPU product label is added by the operator)."""
@@ -486,7 +518,7 @@ class SchedulingSpec(Model):
     scheduler_name: str | None = Field(default=None, max_length=253)
     """Scheduler (e.g. a gang scheduler) for the engine pods."""
     topology_key: str = Field(default="nvidia.com/gpu.clique", max_length=317)
-    """Node label whose value bounds one NVLink domain; each multi-node group lands alone inside one value."""
+    """Node label whose value bounds one NVLink domain; each multi-node group lands inside one value (alone in exclusive placement)."""
 
 
 class GatewayParentRef(Model):

@@ -27,6 +27,7 @@ from kimik3.autoscaler.sources import MetricSource, PodScrapeSource, PrometheusS
 from kimik3.controller import metrics
 from kimik3.controller.status import AutoscalerReport, stored_conditions
 from kimik3.kube.pods import group_index, is_leader, is_ready, is_unschedulable, phase
+from kimik3.kube.workloads import waiting
 
 SLO_WINDOW_S = 3600.0
 """Decisions over this past window count toward the SLO-attainment gauge."""
@@ -50,10 +51,12 @@ def _parse_time(value: str | None) -> float | None:
 
 
 def fleet_state(lws: dict[str, Any] | None, pods: list[dict[str, Any]], load_timeout_s: float,
-                now: float) -> FleetState:
+                now: float, workloads: list[dict[str, Any]] | None = None) -> FleetState:
     """Groups asked for (LWS spec.replicas), ready (LWS status.readyReplicas), loading (not ready:
     not created yet, or leader younger than the load timeout) and unplaceable (a pod
-    ``kube.pods.is_unschedulable``). A group past its load timeout counts as neither: failed."""
+    ``kube.pods.is_unschedulable``, or under placement kueue a group whose Workload Kueue refused:
+    quota used up, no rack fits, preempted; ``kube.workloads.waiting``). A group past its load
+    timeout counts as neither: failed."""
     current = int(((lws or {}).get("spec") or {}).get("replicas", 0) or 0)
     ready = int(((lws or {}).get("status") or {}).get("readyReplicas", 0) or 0)
     groups: dict[int, list[dict[str, Any]]] = {}
@@ -61,10 +64,11 @@ def fleet_state(lws: dict[str, Any] | None, pods: list[dict[str, Any]], load_tim
         g = group_index(pod)
         if g is not None and int(g) < current:
             groups.setdefault(int(g), []).append(pod)
+    refused = {w.group for w in map(waiting, workloads or []) if w is not None and w.why != "pending"}
     loading = unplaceable = 0
     for index in range(current):
         members = groups.get(index, [])
-        if any(is_unschedulable(p) for p in members):
+        if str(index) in refused or any(is_unschedulable(p) for p in members):
             unplaceable += 1
         elif not members:
             loading += 1  # the LeaderWorkerSet has not created it yet
@@ -136,7 +140,7 @@ class Autoscaling:
         return state
 
     def step(self, obj: dict[str, Any], admitted: Admitted, lws: dict[str, Any] | None,
-             pods: list[dict[str, Any]]) -> StepResult:
+             pods: list[dict[str, Any]], workloads: list[dict[str, Any]] | None = None) -> StepResult:
         """The replicas to render now, and what to report. Decides at most once per interval."""
         meta = obj["metadata"]
         key = (meta["namespace"], meta["name"])
@@ -158,7 +162,7 @@ class Autoscaling:
             return StepResult(held, AutoscalerReport(held, metrics=waiting), [],
                               max(1.0, interval - (now - state.last_decision)))
         state.last_decision = now
-        fleet = fleet_state(lws, pods, seconds.load_timeout, now)
+        fleet = fleet_state(lws, pods, seconds.load_timeout, now, workloads)
         fleet = FleetState(current=held if lws is None else fleet.current, ready=fleet.ready,
                            loading=fleet.loading, unplaceable=fleet.unplaceable)
         obs: DecodeObservation | None

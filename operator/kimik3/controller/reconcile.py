@@ -22,7 +22,7 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from kimik3.admission import AdmissionPolicy, admit
+from kimik3.admission import AdmissionPolicy, Admitted, admit
 from kimik3.api.conditions import ConditionType, Reason
 from kimik3.api.errors import SpecErrors
 from kimik3.api.v1alpha1 import KimiK3DeploymentStatus
@@ -32,10 +32,11 @@ from kimik3.controller.cache import ObjectCache, desired_hash
 from kimik3.controller.kube import Kube, api_error_message
 from kimik3.controller.status import (compute_status, invalid_status, lws_selector, merge_patch, status_patch,
                                      stored_conditions)
-from kimik3.kube.kinds import COMPUTE_DOMAIN, GROUP, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, POD, Kind
+from kimik3.kube.kinds import COMPUTE_DOMAIN, GROUP, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, POD, WORKLOAD, Kind
+from kimik3.kube.labels import KUEUE_JOB_UID_LABEL
 from kimik3.kube.objects import is_deleting
 from kimik3.render.children import COMPUTE_DOMAIN_SKIPPED, render
-from kimik3.render.leaderworkerset import lws_name
+from kimik3.render.leaderworkerset import kueue_shape, lws_name
 from kimik3.render.meta import Owner
 
 FINALIZER = f"{GROUP}/teardown"
@@ -46,6 +47,8 @@ RESYNC_STARTING_S = 120.0
 """Safety resync while groups start (pod and LeaderWorkerSet watches drive status sooner)."""
 TEARDOWN_POLL_S = 3.0
 
+REPLACE_POLL_S = 2.0
+"""Re-check this often while a reshaped LeaderWorkerSet is deleted (F15), seconds."""
 log = logging.getLogger("kimik3.reconcile")
 
 
@@ -168,9 +171,9 @@ class Reconciler:
         owner = Owner.from_object(obj)
         scaled = None
         if admitted.spec.autoscaling.enabled:
-            scaled = self.autoscaling.step(
-                obj, admitted, self._get_child(LEADER_WORKER_SET, owner.namespace, lws_name(owner)),
-                self._pods(owner))
+            current = self._get_child(LEADER_WORKER_SET, owner.namespace, lws_name(owner))
+            scaled = self.autoscaling.step(obj, admitted, current, self._pods(owner),
+                                           self._workloads(admitted, current))
             for type_, reason, message in scaled.events:
                 self._event_once(obj, type_, reason, message)
         else:
@@ -181,8 +184,12 @@ class Reconciler:
             reason = "ComputeDomainSkipped" if warning == COMPUTE_DOMAIN_SKIPPED else "DisruptionBudgetSkipped"
             self._event_once(obj, "Warning", reason, warning)
         applied: dict[str, dict[str, Any]] = {}
-        apply_error = None
+        apply_error = replacing = None
         for child in rendered.objects:
+            if child["kind"] == LEADER_WORKER_SET.kind and admitted.spec.scheduling.placement.mode == "kueue":
+                replacing = self._replace_if_reshaped(obj, child)
+                if replacing:
+                    continue
             try:
                 applied[child["kind"]] = self._apply_child(child)
             except ApiException as exc:
@@ -206,9 +213,10 @@ class Reconciler:
                            if c["kind"] == LEADER_WORKER_SET.kind)
         else:
             desired = int(((lws or {}).get("spec") or {}).get("replicas", admitted.spec.replicas))
-        status = compute_status(obj, admitted, lws, pods, desired, apply_error,
+        status = compute_status(obj, admitted, lws, pods, desired, apply_error, replacing=replacing,
                                 compute_domain_note=None if self.compute_domains else COMPUTE_DOMAIN_SKIPPED,
-                                autoscaled=scaled.report if scaled is not None else None)
+                                autoscaled=scaled.report if scaled is not None else None,
+                                workloads=self._workloads(admitted, lws))
         if (obj.get("status") or {}).get("observedGeneration") != obj["metadata"].get("generation") and not apply_error:
             kinds = ", ".join(c["kind"] for c in rendered.objects)
             self._event_once(obj, "Normal", "Applied",
@@ -216,7 +224,7 @@ class Reconciler:
                              f"{desired} group(s) of {admitted.plan.nodes_per_group} pods x "
                              f"{admitted.plan.gpus_per_node} GPUs")
         limited = status.condition(ConditionType.SCALING_LIMITED)
-        if limited and limited.status == "True" and limited.reason == Reason.UNSCHEDULABLE:
+        if limited and limited.status == "True" and limited.reason != Reason.ALL_GROUPS_PLACED:
             self._event_once(obj, "Warning", limited.reason, limited.message)
         self._write_status(obj, status)
         ready = self._readiness_changed(obj, status, desired)
@@ -224,8 +232,48 @@ class Reconciler:
             log.warning("reconcile of %s/%s: %s; retrying with back-off", owner.namespace, owner.name,
                         apply_error[:300])
             return Result("apply-failed", None, retry=True)
-        requeue = RESYNC_READY_S if ready else RESYNC_STARTING_S
+        requeue = REPLACE_POLL_S if replacing else RESYNC_READY_S if ready else RESYNC_STARTING_S
         return Result("applied", min(requeue, scaled.requeue_after) if scaled is not None else requeue)
+
+    def _replace_if_reshaped(self, obj: dict[str, Any], lws: dict[str, Any]) -> str | None:
+        """Failure case F15: Kueue admitted the existing LeaderWorkerSet's groups for their shape
+        (group size, pod resources, node selector, tolerations, priority, claims) and cannot
+        re-admit a changed shape in place (the new pods would stay gated with no Workload). So a
+        reshaped LeaderWorkerSet is replaced: the old one is deleted (its groups stop), and the
+        new one is created once it is gone. Returns what is being replaced and why, or None when
+        the shape is unchanged (or nothing exists yet) and ``lws`` can be applied."""
+        meta = lws["metadata"]
+        current = self._get_child(LEADER_WORKER_SET, meta["namespace"], meta["name"])
+        if current is None:
+            return None
+        if is_deleting(current):
+            return (f"the LeaderWorkerSet {meta['name']} is being deleted to be replaced with the new group "
+                    "shape (Kueue admits a group shape once, F15); the new one follows once it is gone")
+        if kueue_shape(current) == kueue_shape(lws):
+            return None
+        old = ((current.get("spec") or {}).get("leaderWorkerTemplate") or {}).get("size", 1)
+        new = lws["spec"]["leaderWorkerTemplate"]["size"]
+        what = f"group size {old} -> {new} pods" if old != new else \
+            "pod shape (resources, node selector, tolerations, priority class or resource claims)"
+        message = (f"replacing LeaderWorkerSet {meta['name']}: {what} changed, and Kueue cannot re-admit a "
+                   "changed group shape in place (F15); its groups stop now and the new shape is admitted "
+                   "and loads from scratch")
+        self.kube.delete(*LEADER_WORKER_SET.type_meta, meta["namespace"], meta["name"])
+        self._event_once(obj, "Warning", "ReplacingLeaderWorkerSet", message)
+        return message
+
+    def _workloads(self, admitted: Admitted, lws: dict[str, Any] | None) -> list[dict[str, Any]] | None:
+        """Under placement ``kueue``, the Workloads Kueue made for the LeaderWorkerSet's groups
+        (label ``kueue.x-k8s.io/job-uid``); None otherwise, or before the LWS exists."""
+        if admitted.spec.scheduling.placement.mode != "kueue" or not lws:
+            return None
+        meta = lws["metadata"]
+        try:
+            return self.kube.list(*WORKLOAD.type_meta, meta["namespace"], f"{KUEUE_JOB_UID_LABEL}={meta['uid']}")
+        except ApiException as exc:
+            log.warning("cannot list Kueue Workloads in %s (%s %s): is Kueue installed?", meta["namespace"],
+                        exc.status, exc.reason)
+            return None
 
     def _readiness_changed(self, obj: dict[str, Any], status: KimiK3DeploymentStatus, desired: int) -> bool:
         """Group gauges, and an Event each time Ready flips: Warning ``GroupsNotReady`` (True ->

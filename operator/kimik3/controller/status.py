@@ -21,7 +21,8 @@ from kimik3.api.conditions import ConditionStatus, ConditionType, Reason, Verdic
 from kimik3.api.v1alpha1 import Condition, DecodeStatus, KimiK3DeploymentStatus, PlanStatus, ScaleEvent
 from kimik3.kube.labels import LWS_NAME_LABEL
 from kimik3.kube.pods import (group_index, is_leader, is_ready, is_terminating, is_unschedulable, phase, role,
-                              scheduling_problem, unschedulable_message)
+                              scheduling_gates, scheduling_problem, unschedulable_message)
+from kimik3.kube.workloads import waiting
 from kimik3.render.leaderworkerset import lws_name
 from kimik3.render.meta import Owner, selector_string
 from kimik3.render.service import endpoint, leader_selector
@@ -136,6 +137,33 @@ def scaling_limited_message(unplaced: dict[str, tuple[str, str]]) -> str:
     return f"{noun} {groups} cannot be placed now (no rack or node has room); " + "; ".join(parts)
 
 
+KUEUE_GATE_PREFIX = "kueue.x-k8s.io/"
+"""Kueue's scheduling gates (``admission``, ``topology``) on the pods of a group it has not admitted."""
+PLACEMENT_REASONS = (Reason.UNSCHEDULABLE, Reason.QUOTA_EXHAUSTED, Reason.NO_RACK_FITS, Reason.PREEMPTED,
+                     Reason.KUEUE_PENDING, Reason.ALL_GROUPS_PLACED)
+"""ScalingLimited reasons this module writes (another writer's reason is left alone)."""
+KUEUE_REASONS: dict[str, Reason] = {"quota": Reason.QUOTA_EXHAUSTED, "topology": Reason.NO_RACK_FITS,
+                                    "preempted": Reason.PREEMPTED, "pending": Reason.KUEUE_PENDING}
+"""``kube.workloads.Wait`` -> the ScalingLimited reason that says it, in order of precedence."""
+
+
+def kueue_limit(workloads: list[dict[str, Any]], queue: str | None) -> Verdict | None:
+    """``ScalingLimited=True`` when Kueue has not admitted some group: the reason of the first
+    kind in ``KUEUE_REASONS`` order among the waiting groups, the groups named once, Kueue's
+    message quoted once per kind. None when every Workload is admitted."""
+    waits = sorted((w for w in map(waiting, workloads) if w is not None), key=lambda w: _group_order(w.group))
+    if not waits:
+        return None
+    first = min(waits, key=lambda w: list(KUEUE_REASONS).index(w.why))
+    groups = ", ".join(w.group for w in waits)
+    noun = "group" if len(waits) == 1 else "groups"
+    quoted: dict[str, str] = {}
+    for w in waits:
+        quoted.setdefault(w.why, f"group {w.group}: {w.message}")
+    return Verdict("True", KUEUE_REASONS[first.why],
+                   f"{noun} {groups} not admitted by Kueue (LocalQueue {queue}); " + "; ".join(quoted.values()))
+
+
 def waiting_for(pods: list[dict[str, Any]], admitted: Admitted, desired_groups: int) -> str:
     """What the groups wait for, in words (failure case F1: the status says what it waits for):
     the first pod that is not Ready (``kube.pods.is_ready``: terminating pods are not; leaders
@@ -156,9 +184,14 @@ def waiting_for(pods: list[dict[str, Any]], admitted: Admitted, desired_groups: 
         return text + (f" ({len(short)} groups short of pods)" if len(short) > 1 else "")
     leaders = [p for p in not_ready if is_leader(p)]
     pod = (leaders or not_ready)[0]
-    text = (f"group {group_index(pod) or '?'}: {role(pod)} pod {pod['metadata']['name']} is "
-            f"{_pod_wait_reason(pod)}")
-    if is_leader(pod) and plan.multi_node:
+    gates = scheduling_gates(pod)
+    if any(g.startswith(KUEUE_GATE_PREFIX) for g in gates):
+        text = (f"group {group_index(pod) or '?'}: {role(pod)} pod {pod['metadata']['name']} is gated until "
+                "Kueue admits its group (ScalingLimited says why)")
+    else:
+        text = (f"group {group_index(pod) or '?'}: {role(pod)} pod {pod['metadata']['name']} is "
+                f"{_pod_wait_reason(pod)}")
+    if is_leader(pod) and plan.multi_node and not gates:
         text += (f"; its workers wait for the leader address up to {spec.probes.leader_address_timeout} "
                  f"(probes.leaderAddressTimeout), and the leader has {spec.probes.load_timeout} to load "
                  "(probes.loadTimeout)")
@@ -182,10 +215,13 @@ def _ready(ready: int, desired_groups: int, pods: list[dict[str, Any]], admitted
 def compute_status(obj: dict[str, Any], admitted: Admitted, lws: dict[str, Any] | None,
                    pods: list[dict[str, Any]], desired_groups: int,
                    apply_error: str | None = None, compute_domain_note: str | None = None,
-                   autoscaled: AutoscalerReport | None = None) -> KimiK3DeploymentStatus:
+                   autoscaled: AutoscalerReport | None = None,
+                   workloads: list[dict[str, Any]] | None = None,
+                   replacing: str | None = None) -> KimiK3DeploymentStatus:
     """Status of a reconciled CR whose spec this reconcile admitted (``admitted``).
     ``desired_groups`` is the LWS's spec.replicas; ``autoscaled`` what the autoscaler's step reports
-    (None with autoscaling off: its fields are then left as the CR holds them)."""
+    (None with autoscaling off: its fields are then left as the CR holds them); ``workloads`` the
+    Kueue Workloads of the LeaderWorkerSet under placement ``kueue`` (None otherwise)."""
     owner, plan = Owner.from_object(obj), admitted.plan
     gen = obj["metadata"].get("generation")
     lws_status = (lws or {}).get("status") or {}
@@ -195,7 +231,9 @@ def compute_status(obj: dict[str, Any], admitted: Admitted, lws: dict[str, Any] 
     ready_v = _ready(ready, desired_groups, pods, admitted)
     conditions = set_condition(conditions, ConditionType.READY, ready_v, gen)
     settled = ready_v.status == "True" and groups == desired_groups
-    if apply_error:
+    if replacing:
+        progressing = Verdict("True", Reason.REPLACING, replacing)
+    elif apply_error:
         progressing = Verdict("True", Reason.APPLY_FAILED,
                               f"children not applied yet (retrying with back-off): {apply_error}")
     elif settled:
@@ -205,10 +243,13 @@ def compute_status(obj: dict[str, Any], admitted: Admitted, lws: dict[str, Any] 
     conditions = set_condition(conditions, ConditionType.PROGRESSING, progressing, gen)
     unplaced = unschedulable_groups(pods)
     previous_limit = next((c for c in conditions if c.type == ConditionType.SCALING_LIMITED), None)
-    if unplaced:
+    kueue_wait = kueue_limit(workloads or [], admitted.spec.scheduling.placement.queue_name)
+    if kueue_wait is not None:
+        conditions = set_condition(conditions, ConditionType.SCALING_LIMITED, kueue_wait, gen)
+    elif unplaced:
         conditions = set_condition(conditions, ConditionType.SCALING_LIMITED,
                                    Verdict("True", Reason.UNSCHEDULABLE, scaling_limited_message(unplaced)), gen)
-    elif previous_limit is None or previous_limit.reason in (Reason.UNSCHEDULABLE, Reason.ALL_GROUPS_PLACED):
+    elif previous_limit is None or previous_limit.reason in PLACEMENT_REASONS:
         conditions = set_condition(conditions, ConditionType.SCALING_LIMITED, Verdict(
             "False", Reason.ALL_GROUPS_PLACED, "the scheduler has placed every pod of every group"), gen)
     degraded = (Verdict("True", Reason.APPLY_FAILED, apply_error) if apply_error

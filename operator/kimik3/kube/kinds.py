@@ -51,6 +51,8 @@ COMPUTE_DOMAIN = Kind("resource.nvidia.com", "v1beta1", "ComputeDomain", "comput
 POD_MONITOR = Kind("monitoring.coreos.com", "v1", "PodMonitor", "podmonitors")
 HTTP_ROUTE = Kind("gateway.networking.k8s.io", "v1", "HTTPRoute", "httproutes")
 POD_DISRUPTION_BUDGET = Kind("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets")
+WORKLOAD = Kind("kueue.x-k8s.io", "v1beta2", "Workload", "workloads")
+"""Kueue: one per group of a LeaderWorkerSet it manages (placement ``kueue``); read, never written."""
 CONFIG_MAP = Kind("", "v1", "ConfigMap", "configmaps")
 SERVICE = Kind("", "v1", "Service", "services")
 POD = Kind("", "v1", "Pod", "pods")
@@ -59,7 +61,7 @@ NODE = Kind("", "v1", "Node", "nodes")
 """Cluster-scoped (``path()`` with no namespace); read by the dev kit's views, not by the operator."""
 
 KINDS: tuple[Kind, ...] = (KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, COMPUTE_DOMAIN, POD_MONITOR, HTTP_ROUTE,
-                           POD_DISRUPTION_BUDGET, CONFIG_MAP, SERVICE, POD, EVENT, NODE)
+                           POD_DISRUPTION_BUDGET, CONFIG_MAP, SERVICE, POD, EVENT, NODE, WORKLOAD)
 
 CHILD_KINDS: tuple[Kind, ...] = (COMPUTE_DOMAIN, CONFIG_MAP, LEADER_WORKER_SET, SERVICE, POD_DISRUPTION_BUDGET,
                                  POD_MONITOR, HTTP_ROUTE)

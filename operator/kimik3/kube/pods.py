@@ -93,3 +93,10 @@ def scheduling_problem(pod: Any) -> str:
         return ""
     reason, message = field(c, "reason") or UNSCHEDULABLE, (field(c, "message") or "").strip()
     return f"{reason}: {message}" if message else reason
+
+
+def scheduling_gates(pod: Any) -> list[str]:
+    """Names of the pod's scheduling gates (``spec.schedulingGates``): while any is left the
+    scheduler does not place it. Kueue sets ``kueue.x-k8s.io/admission`` (and ``.../topology``)
+    until it admits the pod's group."""
+    return [str(field(g, "name")) for g in field(field(pod, "spec"), "schedulingGates", "scheduling_gates") or []]

@@ -6,8 +6,10 @@ sources (gb300-on-kubernetes.md, failure-cases.md):
   failed pod recreates its whole group and only that group (F14);
 - ``startupPolicy: LeaderCreated``: with LeaderReady a TP group deadlocks (its leader is Ready
   only once the workers joined); workers instead wait for the leader's address (F1);
-- the ``exclusive-topology`` annotation on ``nvidia.com/gpu.clique`` puts each group alone in one
-  NVL72 rack;
+- placement ``exclusive``: the ``exclusive-topology`` annotation on ``nvidia.com/gpu.clique`` puts
+  each group alone in one NVL72 rack; placement ``kueue``: the queue (and priority) label on the
+  LeaderWorkerSet and, on both templates, Kueue's required-topology annotation on the clique and
+  one podset group name, so Kueue admits a group whole and packs it into one rack (kueue.md);
 - the leader's startup probe allows ``probes.loadTimeout`` for the ~1.5 TB load (F12); workers
   get no HTTP probes (headless ranks serve no HTTP).
 """
@@ -23,11 +25,22 @@ from kimik3.admission import Admitted
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
 from kimik3.engine.args import API_KEY_ENV, API_PORT_NAME, MODEL_MOUNT, engine_env
 from kimik3.kube.kinds import LEADER_WORKER_SET
-from kimik3.kube.labels import GPU_RESOURCE, LWS_EXCLUSIVE_TOPOLOGY, PRODUCT_LABEL, ROLE_LABEL
+from kimik3.kube.labels import (
+    GPU_RESOURCE,
+    KUEUE_PODSET_GROUP,
+    KUEUE_PRIORITY_CLASS_LABEL,
+    KUEUE_QUEUE_NAME_LABEL,
+    KUEUE_REQUIRED_TOPOLOGY,
+    LWS_EXCLUSIVE_TOPOLOGY,
+    PRODUCT_LABEL,
+    ROLE_LABEL,
+)
 from kimik3.render import computedomain, configmap
 from kimik3.render.meta import Owner
 
 PLAN_HASH_ANNOTATION = "inference.kimik3.io/plan-hash"
+KUEUE_GROUP_NAME = "engine-group"
+"""The podset group name on both templates: Kueue places a group's leader and workers together."""
 CONTAINER = "engine"
 
 
@@ -148,7 +161,7 @@ def pod_template(owner: Owner, admitted: Admitted, serves_api: bool, channel_cla
 def leader_worker_set(owner: Owner, admitted: Admitted, replicas: int, channel_claims: bool = True) -> dict[str, Any]:
     """The LeaderWorkerSet with ``replicas`` groups of ``plan.nodes_per_group`` pods."""
     spec, plan = admitted.spec, admitted.plan
-    annotations = {LWS_EXCLUSIVE_TOPOLOGY: spec.scheduling.topology_key} if plan.clique_placement else {}
+    placement = spec.scheduling.placement
     template: dict[str, Any] = {"size": plan.nodes_per_group, "restartPolicy": "RecreateGroupOnPodRestart"}
     if plan.multi_node:
         template["leaderTemplate"] = pod_template(owner, admitted, True, channel_claims)
@@ -156,8 +169,18 @@ def leader_worker_set(owner: Owner, admitted: Admitted, replicas: int, channel_c
     else:
         template["workerTemplate"] = pod_template(owner, admitted, True, channel_claims)
     meta = owner.metadata(lws_name(owner))
-    if annotations:
-        meta["annotations"] = annotations
+    if placement.mode == "kueue":
+        meta["labels"][KUEUE_QUEUE_NAME_LABEL] = placement.queue_name
+        if placement.priority_class:
+            meta["labels"][KUEUE_PRIORITY_CLASS_LABEL] = placement.priority_class
+        if plan.clique_placement:
+            # Kueue TAS (kueue.md): both podsets of a group in one domain of the topology key.
+            # Kueue ignores pod (anti-)affinity, so no exclusive-topology annotation beside it.
+            for key in ("leaderTemplate", "workerTemplate"):
+                template[key]["metadata"]["annotations"] |= {KUEUE_REQUIRED_TOPOLOGY: spec.scheduling.topology_key,
+                                                             KUEUE_PODSET_GROUP: KUEUE_GROUP_NAME}
+    elif plan.clique_placement:
+        meta["annotations"] = {LWS_EXCLUSIVE_TOPOLOGY: spec.scheduling.topology_key}
     return {
         "apiVersion": LEADER_WORKER_SET.api_version,
         "kind": LEADER_WORKER_SET.kind,
@@ -170,3 +193,33 @@ def leader_worker_set(owner: Owner, admitted: Admitted, replicas: int, channel_c
             "leaderWorkerTemplate": template,
         },
     }
+
+
+KUEUE_SHAPE_FIELDS = ("nodeSelector", "tolerations", "priorityClassName", "resourceClaims", "affinity",
+                      "runtimeClassName", "topologySpreadConstraints")
+"""Pod template fields Kueue v0.17 cannot change on an admitted LeaderWorkerSet (kueue.md: its
+webhook refuses them, and a changed group size leaves the new pods gated with no Workload; F15)."""
+
+
+def kueue_shape(lws: dict[str, Any]) -> str:
+    """What Kueue admitted a LeaderWorkerSet's groups for, as one comparable string: the group
+    size, and per template the containers' resources and ports and ``KUEUE_SHAPE_FIELDS``.
+    Quantities compare as text (the API server stores ``4`` as ``"4"``)."""
+    template = (lws.get("spec") or {}).get("leaderWorkerTemplate") or {}
+    shape: dict[str, Any] = {"size": template.get("size", 1)}
+    for key in ("leaderTemplate", "workerTemplate"):
+        pod = (template.get(key) or {}).get("spec") or {}
+        shape[key] = {
+            "containers": [{"resources": c.get("resources") or {}, "ports": c.get("ports") or []}
+                           for c in pod.get("containers", [])],
+            **{f: pod[f] for f in KUEUE_SHAPE_FIELDS if pod.get(f)},
+        }
+    return json.dumps(_as_text(shape), sort_keys=True)
+
+
+def _as_text(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _as_text(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_as_text(v) for v in value]
+    return value if isinstance(value, (str, bool)) or value is None else str(value)

@@ -8,8 +8,11 @@ pidfile (``<state>/pids/``) and a log (``<state>/logs/``, etcd and kube-apiserve
 2. kube-controller-manager + kube-scheduler (``kubecomponents``);
 3. the CRDs: LeaderWorkerSet (+ DisaggregatedSet), ComputeDomain, PodMonitor, ServiceMonitor,
    Gateway API, KimiK3Deployment;
-4. the LeaderWorkerSet manager with its webhooks on 127.0.0.1 (``lws``);
-5. ``racks x trays`` Node objects and kwok as their kubelet (``racks``, ``kwok``);
+4. the LeaderWorkerSet manager with its webhooks on 127.0.0.1 (``lws``), then the Kueue
+   manager likewise (``kueue``; ``UpOptions.kueue``);
+5. ``racks x trays`` Node objects and kwok as their kubelet (``racks``, ``kwok``); with
+   Kueue, its Topology (clique, then node), a ResourceFlavor for the profile and the ClusterQueue
+   ``gpus`` holding every GPU of the cluster (tenants get LocalQueues from ``dev apply``);
 6. the operator: ``kimik3 run --no-compute-domains`` (no DRA driver runs here), as the chart's
    ServiceAccount ``kimik3-system/kimik3-operator`` with the chart's RBAC (``rbac``), recorded in
    ``cluster.json``'s ``operator_identity``;
@@ -41,7 +44,8 @@ from kubernetes.client.rest import ApiException
 
 import kimik3
 from kimik3.kube import nodes as knodes
-from kimik3_dev.devcluster import kubecomponents, kwok, lws, processes, prometheus, rbac
+from kimik3.kube.accelerators import PROFILES
+from kimik3_dev.devcluster import kubecomponents, kueue, kwok, lws, processes, prometheus, rbac
 from kimik3_dev.devcluster.controlplane import ControlPlane, ControlPlaneError, bin_dir
 from kimik3_dev.devcluster.install import apply_admission_policies, own_manifests
 from kimik3_dev.devcluster.processes import ProcessRecord
@@ -50,7 +54,8 @@ from kimik3_dev.devcluster.racks import RACK_LABEL, RackShape, node_manifests
 from kimik3_dev.devcluster.readiness import ComponentError, http_get, wait_for
 from kimik3_dev.devcluster.rest import Rest
 from kimik3_dev.devcluster.thirdparty import thirdparty_crd_paths
-from kimik3_dev.versions import ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION, KWOK_VERSION, LWS_VERSION
+from kimik3_dev.versions import (ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION, KUEUE_VERSION, KWOK_VERSION,
+                                 LWS_VERSION)
 
 __all__ = ["BINARIES", "DEFAULT_STATE_DIR", "DevCluster", "UpOptions", "sim_command_available"]
 
@@ -64,11 +69,12 @@ BINARIES: dict[str, str] = {
     "kube-scheduler": f"kube-scheduler-{KUBERNETES_VERSION}",
     "kwok": f"kwok-{KWOK_VERSION}",
     "lws": f"lws-manager-{LWS_VERSION}",
+    "kueue": f"kueue-manager-{KUEUE_VERSION}",
     "helm": f"helm-{HELM_VERSION}",  # renders the chart's RBAC for the operator's identity
 }
 CONTROL_PLANE = ("etcd", "kube-apiserver")
 """Started by ``ControlPlane``, not from a recorded command line: ``stop_component`` refuses them."""
-STOP_ORDER = ["sim", "prometheus", "operator", "kwok", "lws-manager", "kube-scheduler",
+STOP_ORDER = ["sim", "prometheus", "operator", "kwok", "kueue-manager", "lws-manager", "kube-scheduler",
               "kube-controller-manager", "kube-apiserver", "etcd"]
 """Components in stop order (the reverse of start order); unknown pidfiles go first."""
 BUILD_TIMEOUT_S = 3600.0
@@ -90,6 +96,8 @@ class UpOptions:
     sim: bool = True
     """Start the engine simulator when this checkout has ``kimik3 dev sim``."""
     prometheus: bool = True
+    kueue: bool = True
+    """Run the Kueue manager (placement ``kueue``: gang admission, packing into racks, quota)."""
     wait_timeout_s: float = 120.0
     die_with_parent: bool = False
     """Kill every process when the calling thread exits (test fixtures); False for ``dev up``."""
@@ -114,6 +122,14 @@ def _cli_env(**extra: str) -> dict[str, str]:
     package_root = str(Path(kimik3.__file__).resolve().parents[1])
     path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "PYTHONPATH": path, **extra}
+
+
+def register_webhooks(rest: Rest, configurations: list[dict[str, Any]]) -> None:
+    """Server-side apply Mutating/ValidatingWebhookConfigurations (cluster-scoped)."""
+    for doc in configurations:
+        plural = "mutatingwebhookconfigurations" if doc["kind"].startswith("Mutating") \
+            else "validatingwebhookconfigurations"
+        rest.apply(f"/apis/admissionregistration.k8s.io/v1/{plural}/{doc['metadata']['name']}", doc)
 
 
 def sim_command_available() -> tuple[bool, str]:
@@ -232,10 +248,13 @@ class DevCluster:
         # collector maps KimiK3Deployment owners at once (its discovery refreshes every 30 s).
         started = {sched.name: (sched, self._spawn(sched.name, sched.argv))}
 
-        with out.step("installing CRDs (LeaderWorkerSet, ComputeDomain, PodMonitor, HTTPRoute, KimiK3Deployment) "
-                      "and admission policies"):
+        kueue_ports = (free_port(), free_port())  # webhooks (and CRD conversion), health
+        with out.step("installing CRDs (LeaderWorkerSet, ComputeDomain, PodMonitor, HTTPRoute, KimiK3Deployment"
+                      + (", Kueue" if opts.kueue else "") + ") and admission policies"):
             own_crds, own_policies = own_manifests()  # crds/: our CRD and ValidatingAdmissionPolicies
-            paths = list(dict.fromkeys([*thirdparty_crd_paths().values(), *lws.crd_paths(), *own_crds]))
+            paths: list[Any] = list(dict.fromkeys([*thirdparty_crd_paths().values(), *lws.crd_paths(), *own_crds]))
+            if opts.kueue:
+                paths += kueue.crd_documents((kueue_ports[0], ca))
             try:
                 names = cp.apply_crds(paths, timeout_s=timeout)
                 with cp.api_client("admin") as api:
@@ -259,10 +278,7 @@ class DevCluster:
             record = self._spawn("lws-manager", lws.argv(bins["lws"], self.kubeconfig, config),
                                  env={**os.environ, "KUBECONFIG": str(self.kubeconfig)})
             self._wait_http("lws-manager", f"http://127.0.0.1:{health_port}/readyz", record, timeout, out)
-            for doc in lws.webhook_configurations(wh_port, ca):
-                plural = "mutatingwebhookconfigurations" if doc["kind"].startswith("Mutating") \
-                    else "validatingwebhookconfigurations"
-                rest.apply(f"/apis/admissionregistration.k8s.io/v1/{plural}/{doc['metadata']['name']}", doc)
+            register_webhooks(rest, lws.webhook_configurations(wh_port, ca))
             probe = lws.dry_run_probe()
 
             def webhooks_answer() -> bool:
@@ -271,6 +287,9 @@ class DevCluster:
                 return True
             wait_for("lws-manager", webhooks_answer, timeout, process=record, retry=self._retry, tick=out.tick)
             state["urls"]["lws-webhooks"] = f"https://127.0.0.1:{wh_port}"
+
+        if opts.kueue:
+            self._start_kueue(bins["kueue"], kueue_ports, ca, rest, timeout, out, state)
 
         shape = opts.shape
         with out.step(f"creating {shape.racks} {shape.profile} rack(s) x {shape.trays_per_rack} trays; "
@@ -288,6 +307,13 @@ class DevCluster:
             wait_for("kwok", nodes_ready, timeout, process=record, retry=self._retry, tick=out.tick)
             out.note(f"{shape.nodes} nodes Ready, {shape.gpus} GPUs"
                      + (f", cliques {shape.cluster_uuid}.0..{shape.racks - 1}" if shape.clique(0) else ""))
+            if opts.kueue:
+                profile = PROFILES[shape.profile]
+                for obj in (kueue.topology(), kueue.resource_flavor(profile),
+                            kueue.cluster_queue(kueue.CLUSTER_QUEUE, profile.name, shape.gpus)):
+                    rest.apply(kueue.object_path(obj), obj)
+                out.note(f"Kueue: Topology {kueue.TOPOLOGY_NAME} (clique, node), ResourceFlavor {profile.name}, "
+                         f"ClusterQueue {kueue.CLUSTER_QUEUE} with {shape.gpus} GPUs")
 
         with out.step("starting the operator (kimik3 run --no-compute-domains) as the chart's ServiceAccount"):
             # The chart's own ServiceAccount and RBAC (`helm template` of charts/kimik3-operator), a
@@ -343,6 +369,31 @@ class DevCluster:
                     if not record.alive:
                         raise ComponentError("sim", "exited during start", record.log, self._retry)
                     state["urls"]["sim-endpoints"] = str(self.state_dir / "sim" / "endpoints.json")
+
+    def _start_kueue(self, binary: Path, ports: tuple[int, int], ca: Path, rest: Rest, timeout: float,
+                     out: Progress, state: dict[str, Any]) -> None:
+        """The Kueue manager out of cluster (``kueue``), its webhooks registered by URL; returns
+        once they answer the API server."""
+        with out.step(f"starting the Kueue {KUEUE_VERSION} manager, webhooks on 127.0.0.1"):
+            wh_port, health_port = ports
+            config = kueue.write_config(self.state_dir, wh_port, health_port)
+            try:
+                kueue.ensure_metrics_cert(self.state_dir)
+            except kueue.MetricsCertError as exc:
+                raise ComponentError("kueue-manager", str(exc), retry=self._retry) from exc
+            record = self._spawn("kueue-manager", kueue.argv(binary, self.kubeconfig, config),
+                                 env={**os.environ, "KUBECONFIG": str(self.kubeconfig)})
+            self._wait_http("kueue-manager", f"http://127.0.0.1:{health_port}/readyz", record, timeout, out)
+            register_webhooks(rest, kueue.webhook_configurations(wh_port, ca))
+            probe = kueue.topology()
+
+            def webhooks_answer() -> bool:
+                rest.create("/apis/kueue.x-k8s.io/v1beta2/topologies", probe, dry_run=True)
+                rest.create("/apis/kueue.x-k8s.io/v1beta2/clusterqueues",
+                            kueue.cluster_queue("kimik3-webhook-probe", "probe", 0), dry_run=True)
+                return True
+            wait_for("kueue-manager", webhooks_answer, timeout, process=record, retry=self._retry, tick=out.tick)
+            state["urls"]["kueue-webhooks"] = f"https://127.0.0.1:{wh_port}"
 
     def _ensure_binaries(self, out: Progress) -> dict[str, Path]:
         directory = bin_dir()

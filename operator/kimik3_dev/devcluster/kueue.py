@@ -70,14 +70,17 @@ def module_dir() -> Path:
     return go_module_dir(KUEUE_MODULE, KUEUE_VERSION)
 
 
-def crd_documents(webhook_port: int, ca_file: Path, root: Path | None = None) -> list[dict[str, Any]]:
-    """The module's CRDs, those of ``CONVERTED_CRDS`` with their conversion webhook on loopback."""
+def crd_documents(conversion: tuple[int, Path] | None, root: Path | None = None) -> list[dict[str, Any]]:
+    """The module's CRDs; with ``conversion`` = (webhook port, CA file), those of ``CONVERTED_CRDS``
+    get their conversion webhook on loopback (None: no conversion, for an API server without the
+    manager, where only the stored version v1beta2 is used)."""
     base = (root or module_dir()) / "config" / "components" / "crd" / "bases"
-    ca_bundle = base64.b64encode(ca_file.read_bytes()).decode()
     out = []
     for path in sorted(base.glob("kueue.x-k8s.io_*.yaml")):
         for doc in load_yaml_documents(path):
-            if doc["spec"]["names"]["plural"] in CONVERTED_CRDS:
+            if conversion is not None and doc["spec"]["names"]["plural"] in CONVERTED_CRDS:
+                webhook_port, ca_file = conversion
+                ca_bundle = base64.b64encode(ca_file.read_bytes()).decode()
                 doc["spec"]["conversion"] = {"strategy": "Webhook", "webhook": {
                     "clientConfig": {"url": f"https://127.0.0.1:{webhook_port}/convert", "caBundle": ca_bundle},
                     "conversionReviewVersions": ["v1"]}}
@@ -192,3 +195,23 @@ def local_queue(namespace: str, cluster_queue_name: str = CLUSTER_QUEUE, name: s
     """A tenant namespace's LocalQueue pointing at its ClusterQueue."""
     return {"apiVersion": API_VERSION, "kind": "LocalQueue", "metadata": {"name": name, "namespace": namespace},
             "spec": {"clusterQueue": cluster_queue_name}}
+
+
+PLURALS = {"Topology": "topologies", "ResourceFlavor": "resourceflavors", "ClusterQueue": "clusterqueues",
+           "LocalQueue": "localqueues", "WorkloadPriorityClass": "workloadpriorityclasses", "Workload": "workloads"}
+NAMESPACED = ("LocalQueue", "Workload")
+
+
+def object_path(obj: dict[str, Any]) -> str:
+    """The REST path of one of these Kueue objects (LocalQueue and Workload are namespaced)."""
+    kind, meta = obj["kind"], obj["metadata"]
+    base = f"/apis/{API_VERSION}"
+    if kind in NAMESPACED:
+        base += f"/namespaces/{meta['namespace']}"
+    return f"{base}/{PLURALS[kind]}/{meta['name']}"
+
+
+def workload_priority_class(name: str, value: int, description: str = "") -> dict[str, Any]:
+    """A WorkloadPriorityClass: ``value`` orders admission and preemption (higher wins)."""
+    return {"apiVersion": API_VERSION, "kind": "WorkloadPriorityClass", "metadata": {"name": name},
+            "value": value, "description": description or f"kimik3 dev: priority {value}"}

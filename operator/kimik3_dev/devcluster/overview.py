@@ -10,7 +10,10 @@ plain data in, plain data out; the shape of ``gather``'s result:
   worker, ready, phase, uid, waiting}], ready, size}]`` (``racks`` lists every rack the group's
   scheduled pods are on: one rack is the healthy case);
 - ``deployments``: ``[{namespace, name, replicas, groups, ready, endpoint, sim_endpoint,
-  conditions: [{type, status, reason, message}]}]``.
+  conditions: [{type, status, reason, message}]}]``;
+- with Kueue: each group's ``admission`` (``Admitted``, or ``Waiting (<why>): <Kueue's message>``;
+  None without a Workload) and ``queues``: ``[{name, gpus, gpus_used, pending, admitted}]`` per
+  ClusterQueue (nominal ``nvidia.com/gpu`` quota, reserved GPUs, Workloads pending / admitted).
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ from typing import Any
 
 from kimik3.kube import nodes as knodes
 from kimik3.kube import pods as kpods
-from kimik3.kube.kinds import KIMIK3_DEPLOYMENT, NODE, POD
+from kimik3.kube import workloads as kworkloads
+from kimik3.kube.kinds import KIMIK3_DEPLOYMENT, NODE, POD, WORKLOAD
 from kimik3.kube.labels import CLIQUE_LABEL, DEPLOYMENT_LABEL, GPU_RESOURCE, LWS_NAME_LABEL
+from kimik3_dev.devcluster import kueue
 from kimik3_dev.devcluster.racks import RACK_LABEL
 from kimik3_dev.devcluster.rest import Rest
 
@@ -55,6 +60,25 @@ def _rack_of(node: dict[str, Any]) -> tuple[str, str]:
     labels = node["metadata"].get("labels", {})
     clique = labels.get(CLIQUE_LABEL, "")
     return labels.get(RACK_LABEL) or clique or "unracked", clique
+
+
+def _admission(workload: dict[str, Any]) -> str:
+    wait = kworkloads.waiting(workload)
+    return "Admitted" if wait is None else f"Waiting ({wait.why}): {wait.message}"
+
+
+def _queues(rest: Rest) -> list[dict[str, Any]]:
+    """Each ClusterQueue's GPU quota and use (status.flavorsReservation), [] without Kueue."""
+    out = []
+    for cq in rest.items(f"/apis/{kueue.API_VERSION}/clusterqueues"):
+        spec, status = cq.get("spec") or {}, cq.get("status") or {}
+        gpus = sum(int(r.get("nominalQuota", 0)) for g in spec.get("resourceGroups", []) for f in g.get("flavors", [])
+                   for r in f.get("resources", []) if r.get("name") == GPU_RESOURCE)
+        used = sum(int(r.get("total", 0)) for f in status.get("flavorsReservation", []) or []
+                   for r in f.get("resources", []) if r.get("name") == GPU_RESOURCE)
+        out.append({"name": cq["metadata"]["name"], "gpus": gpus, "gpus_used": used,
+                    "pending": status.get("pendingWorkloads", 0), "admitted": status.get("admittedWorkloads", 0)})
+    return sorted(out, key=lambda q: q["name"])
 
 
 def gather(rest: Rest, state_dir: Path | None = None) -> dict[str, Any]:
@@ -102,6 +126,15 @@ def gather(rest: Rest, state_dir: Path | None = None) -> dict[str, Any]:
             "phase": (pod.get("status") or {}).get("phase", ""), "uid": pod["metadata"].get("uid", ""),
             "waiting": _waiting(pod), "terminating": kpods.is_terminating(pod),
         })
+    with_kueue = rest.get(f"/apis/{kueue.API_VERSION}") is not None
+    admission: dict[tuple[str, str, str], str] = {}
+    if with_kueue:
+        for w in rest.items(WORKLOAD.path()):
+            owner = next((o for o in w["metadata"].get("ownerReferences", []) if o.get("kind") == "LeaderWorkerSet"), None)
+            if owner is not None:
+                admission[(w["metadata"]["namespace"], owner["name"], kworkloads.group_index(w))] = _admission(w)
+    for (ns, lws, group), g in groups.items():
+        g["admission"] = admission.get((ns, lws, group))
     for g in groups.values():
         g["pods"].sort(key=lambda p: p["worker"])
         g["racks"] = sorted({p["rack"] for p in g["pods"] if p["rack"]})
@@ -124,6 +157,7 @@ def gather(rest: Rest, state_dir: Path | None = None) -> dict[str, Any]:
         "racks": sorted(racks.values(), key=lambda r: r["name"]),
         "groups": sorted(groups.values(), key=lambda g: (g["namespace"], g["lws"], g["group"])),
         "deployments": sorted(deployments, key=lambda d: (d["namespace"], d["name"])),
+        "queues": _queues(rest) if with_kueue else [],
     }
 
 
@@ -158,10 +192,16 @@ def render(overview: dict[str, Any], components: list[dict[str, Any]] | None = N
         else:
             where = f"SPLIT over racks {', '.join(g['racks'])}"
         trays = f" (trays {', '.join(g['trays'])})" if g["trays"] else ""
-        lines.append(f"  {who}: {where}{trays}  {g['ready']}/{g['size']} pods ready")
+        kueue_state = f"  Kueue: {g['admission']}" if g.get("admission") else ""
+        lines.append(f"  {who}: {where}{trays}  {g['ready']}/{g['size']} pods ready{kueue_state}")
         for p in g["pods"]:
             if p["waiting"] or p["terminating"]:
                 lines.append(f"      pod {p['name']}: {'Terminating' if p['terminating'] else p['waiting']}")
+    if overview.get("queues"):
+        lines.append("Kueue ClusterQueues")
+        for q in overview["queues"]:
+            lines.append(f"  {q['name']:<24} GPUs {q['gpus_used']} reserved of {q['gpus']}   "
+                         f"Workloads {q['admitted']} admitted, {q['pending']} pending")
     lines.append("KimiK3Deployments")
     if not overview["deployments"]:
         lines.append("  (none)")

@@ -6,6 +6,10 @@ In the dev cluster nothing mounts volumes (kwok runs no containers), so ``ensure
 creates a pre-bound pair: a PersistentVolume ``kimik3-dev-<namespace>-<claim>`` (hostPath
 ``/var/lib/kimik3-dev/models/<claim>``, never mounted; capacity ``MODEL_VOLUME_SIZE``,
 ReadOnlyMany, Retain) and the claim naming it; the controller-manager's PV binder binds them.
+
+A recipe placed by Kueue (``spec.scheduling.placement.mode: kueue``) submits its groups to a
+LocalQueue of its namespace: ``ensure_local_queue`` creates it, pointing at the ClusterQueue
+``dev up`` made (``kueue.CLUSTER_QUEUE``, every GPU of the cluster), unless it exists.
 """
 
 from __future__ import annotations
@@ -17,9 +21,10 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 
 from kimik3.kube.kinds import GROUP, KIND, PLURAL, VERSION
+from kimik3_dev.devcluster import kueue
 from kimik3_dev.devcluster.rest import Rest
 
-__all__ = ["MODEL_VOLUME_SIZE", "apply_deployment", "ensure_model_volume", "ensure_namespace"]
+__all__ = ["MODEL_VOLUME_SIZE", "apply_deployment", "ensure_local_queue", "ensure_model_volume", "ensure_namespace"]
 
 MODEL_VOLUME_SIZE = "2Ti"
 """Capacity of a stand-in weights volume (the Kimi K3 checkpoint is ~1.5-1.56 TB)."""
@@ -76,6 +81,17 @@ def ensure_model_volume(rest: Rest, namespace: str, claim: str, bind_timeout_s: 
     return True
 
 
+def ensure_local_queue(rest: Rest, namespace: str, name: str,
+                       cluster_queue: str = kueue.CLUSTER_QUEUE) -> bool:
+    """Create LocalQueue ``namespace/name`` -> ``cluster_queue`` unless it exists. Returns True
+    when created."""
+    queue = kueue.local_queue(namespace, cluster_queue, name)
+    if rest.get(kueue.object_path(queue)) is not None:
+        return False
+    rest.apply(kueue.object_path(queue), queue)
+    return True
+
+
 def apply_deployment(rest: Rest, cr: dict[str, Any]) -> dict[str, Any]:
     """Server-side apply one KimiK3Deployment (strict validation: a bad spec is refused by the
     API server with its field path), after its namespace and weights volume. Returns the object."""
@@ -85,6 +101,9 @@ def apply_deployment(rest: Rest, cr: dict[str, Any]) -> dict[str, Any]:
     claim = (((cr.get("spec") or {}).get("model") or {}).get("source") or {}).get("pvc", {}) or {}
     if claim.get("claimName"):
         ensure_model_volume(rest, ns, claim["claimName"])
+    placement = (((cr.get("spec") or {}).get("scheduling") or {}).get("placement") or {})
+    if placement.get("mode") == "kueue" and placement.get("queueName"):
+        ensure_local_queue(rest, ns, placement["queueName"])
     path = f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{PLURAL}/{meta['name']}"
     return rest.apply(path, cr, force=True, field_manager=USER_FIELD_MANAGER)
 

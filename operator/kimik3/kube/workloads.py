@@ -1,0 +1,60 @@
+"""What a Kueue Workload (``kueue.x-k8s.io/v1beta2``, one per group of a LeaderWorkerSet under
+placement ``kueue``) says about its group: admitted, or why it waits.
+
+Sources: Kueue v0.17.0's Workload conditions (``QuotaReserved``, ``Admitted``, ``Evicted``,
+``Preempted``) and the messages its scheduler writes, e.g. ``couldn't assign flavors to pod set
+leader: insufficient unused quota for nvidia.com/gpu in flavor gb300, 8 more needed`` or
+``... topology "nvl72" doesn't allow to fit any of 2 pod(s)`` (kueue.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from kimik3.kube.labels import KUEUE_WORKLOAD_INDEX_ANNOTATION
+from kimik3.kube.objects import condition, field, is_true
+
+Wait = Literal["quota", "topology", "preempted", "pending"]
+"""Why a group is not admitted: its queue's GPU quota is used up; no NVLink domain has a free
+block of trays that fits the group; Kueue evicted it for a higher-priority Workload; anything
+else Kueue says (e.g. an inactive queue)."""
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A group Kueue has not admitted."""
+
+    group: str
+    """The group index (``kueue.x-k8s.io/component-workload-index``), "?" when absent."""
+    why: Wait
+    message: str
+    """Kueue's own message (condition message), quoted as it is."""
+
+
+def group_index(workload: dict[str, Any]) -> str:
+    return (field(field(workload, "metadata"), "annotations") or {}).get(KUEUE_WORKLOAD_INDEX_ANNOTATION) or "?"
+
+
+def is_admitted(workload: dict[str, Any]) -> bool:
+    """``Admitted=True``: quota reserved and (with TAS) a topology assignment, pods ungated."""
+    return is_true(workload, "Admitted")
+
+
+def waiting(workload: dict[str, Any]) -> Waiting | None:
+    """Why this group waits, or None when it is admitted."""
+    if is_admitted(workload):
+        return None
+    group = group_index(workload)
+    for type_ in ("Preempted", "Evicted"):
+        c = condition(workload, type_)
+        if field(c, "status") == "True" and (type_ == "Preempted" or field(c, "reason") == "Preempted"):
+            return Waiting(group, "preempted", field(c, "message") or "preempted")
+    c = condition(workload, "QuotaReserved")
+    message = (field(c, "message") or "").strip() or "waiting for Kueue to reserve quota"
+    lowered = message.lower()
+    if "insufficient unused quota" in lowered or "insufficient quota" in lowered:
+        return Waiting(group, "quota", message)
+    if "topology" in lowered and "fit" in lowered:
+        return Waiting(group, "topology", message)
+    return Waiting(group, "pending", message)

@@ -1,0 +1,205 @@
+"""Kueue placement on ``kimik3 dev up`` with the real Kueue v0.17.0 manager: 2 NVL72 racks of 18
+GB300 trays (144 GPUs), as a real GB300 NVL72 pair of racks looks to Kubernetes.
+
+- Packing: 9 TP8 groups (2 trays each) fill rack 0 exactly, the 10th goes to rack 1 (best fit,
+  not one rack per group as in exclusive placement); no group ever spans racks.
+- Gang: Kueue admits a group whole; a group gated by quota has no pod bound, and an admitted one
+  has all its pods bound within ``GANG_SKEW_S``.
+- Sharing: 4 TP16 groups and another tenant's TP8 group fill one rack exactly.
+- Quota: a tenant whose ClusterQueue holds 16 GPUs gets 2 TP8 groups of 3; raising the quota
+  admits the third without an edit of the CR.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from devenv import DevEnv, Recorder, dev_cluster
+
+from kimik3.kube import pods as kpods
+from kimik3.kube.labels import KUEUE_WORKLOAD_INDEX_ANNOTATION
+from kimik3_dev.devcluster import kueue
+from kimik3_dev.devcluster.cluster import UpOptions
+from kimik3_dev.devcluster.racks import RackShape
+from kimik3_dev.devcluster.workloads import ensure_namespace
+from support.waiting import wait_for
+
+RACKS, TRAYS = 2, 18
+WAIT_S = 150.0
+
+
+@pytest.fixture(scope="module")
+def kueue_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevEnv]:
+    """``kimik3 dev up`` with Kueue, 2 racks x 18 GB300 trays, no simulator or Prometheus."""
+    with dev_cluster(tmp_path_factory.mktemp("dev-kueue"),
+                     UpOptions(shape=RackShape(profile="gb300", racks=RACKS, trays_per_rack=TRAYS), sim=False,
+                               prometheus=False, die_with_parent=True, wait_timeout_s=180.0)) as env:
+        yield env
+
+
+@pytest.fixture
+def tenant(kueue_env: DevEnv) -> Iterator[str]:
+    """A fresh namespace; afterwards its CR is deleted and the test waits until its pods are gone."""
+    name = f"tenant-{uuid.uuid4().hex[:6]}"
+    ensure_namespace(kueue_env.rest, name)
+    yield name
+    kueue_env.rest.delete(kueue_env.cr_path(name))
+    wait_for(lambda: not kueue_env.rest.items(f"/api/v1/namespaces/{name}/pods"),
+             WAIT_S, f"the pods of {name} to be gone")
+
+
+def packed(env: DevEnv, namespace: str, replicas: int, queue: str = kueue.LOCAL_QUEUE) -> dict:
+    cr = env.deployment(namespace, replicas=replicas)
+    cr["spec"]["scheduling"] = {"placement": {"mode": "kueue", "queueName": queue}}
+    return cr
+
+
+def admitted(workload: dict) -> bool:
+    return any(c["type"] == "Admitted" and c["status"] == "True"
+               for c in (workload.get("status") or {}).get("conditions", []))
+
+
+GANG_SKEW_S = 30.0
+"""Longest a group may have some pods bound and others not. LWS creates the worker pods only
+after the leader (startupPolicy LeaderCreated), so a worker may be created after Kueue admitted
+the group and its leader was bound (measured here: up to 3.5 s on a loaded 2-core machine); Kueue
+has reserved the whole group's quota and rack by then (``unadmitted_but_bound`` stays empty)."""
+
+
+def group_binding(env: DevEnv, namespace: str) -> tuple[float, dict[int, int], frozenset[int]]:
+    """(monotonic time, pods bound to a node per group index, groups with a pod bound whose
+    Workload Kueue has not admitted)."""
+    bound = {i: sum(1 for p in pods if p["spec"].get("nodeName")) for i, pods in env.groups(namespace).items()}
+    workloads = env.rest.items(f"/apis/{kueue.API_VERSION}/namespaces/{namespace}/workloads")
+    admitted_groups = {int(w["metadata"]["annotations"][KUEUE_WORKLOAD_INDEX_ANNOTATION]) for w in workloads
+                       if admitted(w)}
+    return time.monotonic(), bound, frozenset(g for g, n in bound.items() if n and g not in admitted_groups)
+
+
+def gang_skews(samples: list[tuple[float, dict[int, int], frozenset[int]]], size: int) -> dict[int, float]:
+    """Per group: seconds between its first pod bound and all ``size`` pods bound."""
+    first: dict[int, float] = {}
+    full: dict[int, float] = {}
+    for at, bound, _ in samples:
+        for group, n in bound.items():
+            if n and group not in first:
+                first[group] = at
+            if n == size and group not in full:
+                full[group] = at
+    return {g: full.get(g, float("inf")) - first[g] for g in first}
+
+
+def test_nine_tp8_groups_fill_rack_0_and_the_tenth_lands_in_rack_1(kueue_env: DevEnv, tenant: str) -> None:
+    env = kueue_env
+    with Recorder(lambda: group_binding(env, tenant), period_s=0.2) as binding:
+        env.apply(packed(env, tenant, replicas=10))
+        groups = wait_for(lambda: env.ready_groups(tenant, 2, 10), WAIT_S, "10 TP8 groups Ready")
+    racks = {i: env.cliques(pods) for i, pods in groups.items()}
+    assert all(len(r) == 1 for r in racks.values()), f"a group spans racks: {racks}"
+    per_rack: dict[str | None, int] = {}
+    for (rack,) in racks.values():
+        per_rack[rack] = per_rack.get(rack, 0) + 1
+    assert sorted(per_rack.values()) == [1, 9], per_rack  # best fit: one rack full, then the next
+    full = next(r for r, n in per_rack.items() if n == 9)
+    trays = {p["spec"]["nodeName"] for i, pods in groups.items() if racks[i] == {full} for p in pods}
+    assert len(trays) == TRAYS  # all 18 trays of that rack, each tray held by one group
+    skews = gang_skews(binding.values, 2)
+    print(f"gang skew per group, s: {skews}")
+    assert sorted(skews) == list(range(10)) and max(skews.values()) <= GANG_SKEW_S, skews
+    assert [s[2] for s in binding.values if s[2]] == []  # no pod bound before its group was admitted
+    for pods in groups.values():
+        assert all(not p["spec"].get("schedulingGates") for p in pods)
+    workloads = env.rest.items(f"/apis/{kueue.API_VERSION}/namespaces/{tenant}/workloads")
+    assert len(workloads) == 10
+    assert all(admitted(w) for w in workloads)
+
+
+def test_quota_of_16_gpus_admits_two_groups_and_a_raise_admits_the_third(kueue_env: DevEnv, tenant: str) -> None:
+    env = kueue_env
+    flavor = "gb300"
+    queue = kueue.cluster_queue(f"{tenant}-cq", flavor, gpus=16, namespaces=[tenant])
+    env.rest.apply(kueue.object_path(queue), queue)
+    try:
+        local = kueue.local_queue(tenant, queue["metadata"]["name"], "own")
+        env.rest.apply(kueue.object_path(local), local)
+        env.apply(packed(env, tenant, replicas=3, queue="own"))
+
+        def two_running_one_gated() -> dict | None:
+            groups = env.groups(tenant)
+            if len(groups) != 3:
+                return None
+            running = [i for i, p in groups.items() if len(p) == 2 and all(kpods.is_ready(x) for x in p)]
+            gated = [i for i, p in groups.items() if all(x["spec"].get("schedulingGates") for x in p)]
+            return groups if len(running) == 2 and len(gated) == 1 else None
+        wait_for(two_running_one_gated, WAIT_S, "2 groups admitted and 1 gated by quota")
+        workloads = env.rest.items(f"/apis/{kueue.API_VERSION}/namespaces/{tenant}/workloads")
+        pending = [w for w in workloads if not admitted(w)]
+        (wl,) = pending
+        reserved = next(c for c in wl["status"]["conditions"] if c["type"] == "QuotaReserved")
+        assert reserved["status"] == "False"
+        assert "insufficient unused quota for nvidia.com/gpu" in reserved["message"], reserved["message"]
+        limited = wait_for(lambda: (c := env.condition(tenant, "ScalingLimited")) and c["reason"] == "QuotaExhausted"
+                           and c, WAIT_S, "ScalingLimited=True QuotaExhausted on the CR")
+        assert limited["status"] == "True"
+        assert "not admitted by Kueue (LocalQueue own)" in limited["message"]
+        assert "insufficient unused quota for nvidia.com/gpu" in limited["message"]
+        assert any(e["reason"] == "QuotaExhausted" and e["type"] == "Warning" for e in env.events(tenant))
+
+        raised = copy.deepcopy(queue)
+        raised["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2]["nominalQuota"] = 24
+        env.rest.apply(kueue.object_path(raised), raised)
+        wait_for(lambda: env.ready_groups(tenant, 2, 3), WAIT_S, "the third group admitted after the quota raise")
+        wait_for(lambda: (env.condition(tenant, "ScalingLimited") or {}).get("status") == "False",
+                 WAIT_S, "ScalingLimited=False once every group is admitted")
+    finally:
+        env.rest.delete(kueue.object_path(queue))
+
+
+def test_four_tp16_groups_and_a_tp8_group_of_another_tenant_share_one_rack(kueue_env: DevEnv, tenant: str) -> None:
+    """Best fit across deployments: 4 TP16 groups take 16 trays of one rack, and another tenant's
+    TP8 group takes that rack's last 2 trays rather than opening the empty rack."""
+    env = kueue_env
+    cr = packed(env, tenant, replicas=4)
+    cr["spec"]["topology"]["tensorParallelSize"] = 16
+    env.apply(cr)
+    groups = wait_for(lambda: env.ready_groups(tenant, 4, 4), WAIT_S, "4 TP16 groups Ready")
+    (rack,) = {r for pods in groups.values() for r in env.cliques(pods)}
+    other = f"{tenant}-b"
+    ensure_namespace(env.rest, other)
+    try:
+        env.apply(packed(env, other, replicas=1))
+        (tp8,) = wait_for(lambda: env.ready_groups(other, 2, 1),
+                          WAIT_S, "the other tenant's TP8 group Ready").values()
+        assert env.cliques(tp8) == {rack}
+        trays = {p["spec"]["nodeName"] for pods in [*groups.values(), tp8] for p in pods}
+        assert len(trays) == TRAYS  # the rack is full: 4 x 4 + 2 trays, each tray held once
+    finally:
+        env.rest.delete(env.cr_path(other))
+        wait_for(lambda: not env.rest.items(f"/api/v1/namespaces/{other}/pods"),
+                 WAIT_S, f"the pods of {other} to be gone")
+
+
+def test_a_group_size_edit_under_kueue_replaces_the_leaderworkerset(kueue_env: DevEnv, tenant: str) -> None:
+    """F15: TP8 -> TP16 changes the group size 2 -> 4; in place, Kueue would leave the new pods
+    gated with no Workload for ever. The operator replaces the LeaderWorkerSet instead, says so
+    (Progressing=True Replacing, a Warning Event), and the new shape is admitted and Ready."""
+    env = kueue_env
+    env.apply(packed(env, tenant, replicas=2))
+    wait_for(lambda: env.ready_groups(tenant, 2, 2), WAIT_S, "2 TP8 groups Ready")
+    before = env.rest.get(f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{tenant}/leaderworkersets/k3-engine")
+    cr = packed(env, tenant, replicas=2)
+    cr["spec"]["topology"]["tensorParallelSize"] = 16
+    env.apply(cr)
+    groups = wait_for(lambda: env.ready_groups(tenant, 4, 2), WAIT_S, "2 TP16 groups Ready")
+    after = env.rest.get(f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{tenant}/leaderworkersets/k3-engine")
+    assert after["metadata"]["uid"] != before["metadata"]["uid"]
+    assert after["spec"]["leaderWorkerTemplate"]["size"] == 4
+    assert all(len(env.cliques(pods)) == 1 for pods in groups.values())
+    (event,) = [e for e in env.events(tenant) if e["reason"] == "ReplacingLeaderWorkerSet"]
+    assert "group size 2 -> 4 pods changed" in event["message"] and "F15" in event["message"]
+    wait_for(lambda: (env.condition(tenant, "Progressing") or {}).get("status")
+               == "False", WAIT_S, "Progressing=False once replaced")
