@@ -30,13 +30,12 @@ How a LeaderWorkerSet is submitted (label, podset annotations) is the operator's
 from __future__ import annotations
 
 import base64
-import copy
 from pathlib import Path
 from typing import Any
 
-from kimik3.api.documents import dump_yaml
 from kimik3.kube.accelerators import AcceleratorProfile
-from kimik3.kube.labels import CLIQUE_LABEL, GPU_RESOURCE, LWS_NAME_LABEL, PRODUCT_LABEL
+from kimik3.kube.labels import CLIQUE_LABEL, GPU_RESOURCE, PRODUCT_LABEL
+from kimik3_dev.devcluster import managers
 from kimik3_dev.devcluster.certs import issue_serving_cert
 from kimik3_dev.devcluster.controlplane import load_yaml_documents
 from kimik3_dev.devcluster.thirdparty import go_module_dir
@@ -46,7 +45,6 @@ KUEUE_MODULE = "sigs.k8s.io/kueue"
 """At ``KUEUE_VERSION`` (kimik3_dev.versions); TAS for LWS groups needs >= v0.13."""
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 WEBHOOK_PREFIX = "kueue-"
-WEBHOOK_TIMEOUT_S = 10
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 TOPOLOGY_NAME = "nvl72"
 """The Topology of the dev cluster: NVLink clique, then node (kueue.md: hostname as the lowest level)."""
@@ -92,24 +90,11 @@ def write_config(state_dir: Path, webhook_port: int, health_port: int) -> Path:
     """Issue the webhook certificate and write the manager's configuration; returns its path.
 
     Files: ``<state>/kueue/config.yaml``, ``<state>/kueue/certs/tls.crt|tls.key``."""
-    base = state_dir / "kueue"
-    certs = base / "certs"
-    issue_serving_cert(state_dir / "pki", certs, "kueue-webhook")
-    config = {
-        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
-        "kind": "Configuration",
-        "leaderElection": {"leaderElect": False},
-        "internalCertManagement": {"enable": False},
-        "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(certs)},
-        "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
-        "metrics": {"bindAddress": "0"},
-        "manageJobsWithoutQueueName": False,
-        "integrations": {"frameworks": ["leaderworkerset.x-k8s.io/leaderworkerset"]},
-        "featureGates": {"TopologyAwareScheduling": True, "VisibilityOnDemand": False},
-    }
-    path = base / "config.yaml"
-    path.write_text(dump_yaml(config))
-    return path
+    return managers.write_config(
+        state_dir, "kueue", "config.kueue.x-k8s.io/v1beta2", webhook_port, health_port,
+        manageJobsWithoutQueueName=False,
+        integrations={"frameworks": ["leaderworkerset.x-k8s.io/leaderworkerset"]},
+        featureGates={"TopologyAwareScheduling": True, "VisibilityOnDemand": False})
 
 
 class MetricsCertError(RuntimeError):
@@ -139,26 +124,9 @@ def argv(binary: Path, kubeconfig: Path, config: Path) -> list[str]:
 
 def webhook_configurations(webhook_port: int, ca_file: Path, root: Path | None = None) -> list[dict[str, Any]]:
     """The module's webhook configurations, limited to ``WEBHOOK_KINDS``, pointed at loopback."""
-    manifests = (root or module_dir()) / "config" / "components" / "webhook" / "manifests.yaml"
-    ca_bundle = base64.b64encode(ca_file.read_bytes()).decode()
-    out = []
-    for doc in load_yaml_documents(manifests):
-        doc = copy.deepcopy(doc)
-        doc["metadata"] = {"name": WEBHOOK_PREFIX + doc["metadata"]["name"],
-                           "labels": {"app.kubernetes.io/managed-by": "kimik3-devcluster"}}
-        hooks = []
-        for hook in doc["webhooks"]:
-            path = hook["clientConfig"]["service"]["path"]
-            if not any(path.endswith(kind) for kind in WEBHOOK_KINDS):
-                continue
-            hook["clientConfig"] = {"url": f"https://127.0.0.1:{webhook_port}{path}", "caBundle": ca_bundle}
-            hook["timeoutSeconds"] = WEBHOOK_TIMEOUT_S
-            if path.endswith("-v1-pod"):
-                hook["objectSelector"] = {"matchExpressions": [{"key": LWS_NAME_LABEL, "operator": "Exists"}]}
-            hooks.append(hook)
-        doc["webhooks"] = hooks
-        out.append(doc)
-    return out
+    return managers.loopback_webhooks(
+        (root or module_dir()) / "config" / "components" / "webhook" / "manifests.yaml", WEBHOOK_PREFIX,
+        webhook_port, ca_file, keep=lambda path: any(path.endswith(kind) for kind in WEBHOOK_KINDS))
 
 
 def topology() -> dict[str, Any]:

@@ -22,19 +22,14 @@ inside one ``nvidia.com/gpu.clique`` (and alone there).
 
 from __future__ import annotations
 
-import base64
-import json
 from pathlib import Path
 from typing import Any
 
-from kimik3.api.documents import dump_yaml
-from kimik3_dev.devcluster.certs import issue_serving_cert
-from kimik3_dev.devcluster.controlplane import load_yaml_documents
+from kimik3_dev.devcluster import managers
 from kimik3_dev.devcluster.thirdparty import LWS_MODULE, go_module_dir
 from kimik3_dev.versions import LWS_VERSION
 
 __all__ = [
-    "LWS_NAME_LABEL",
     "WEBHOOK_PREFIX",
     "argv",
     "crd_paths",
@@ -43,11 +38,8 @@ __all__ = [
     "write_config",
 ]
 
-LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 WEBHOOK_PREFIX = "lws-"
 """Prefix of our webhook configuration names (``lws-mutating-webhook-configuration``, ...)."""
-WEBHOOK_TIMEOUT_S = 10
-"""``timeoutSeconds`` of every webhook (the API server's maximum is 30)."""
 
 
 def module_dir() -> Path:
@@ -63,25 +55,9 @@ def crd_paths(root: Path | None = None) -> list[Path]:
 
 
 def write_config(state_dir: Path, webhook_port: int, health_port: int) -> Path:
-    """Issue the webhook certificate and write the manager's config; returns the config path.
-
-    Files: ``<state>/lws/config.yaml``, ``<state>/lws/certs/tls.crt|tls.key``.
-    """
-    base = state_dir / "lws"
-    certs = base / "certs"
-    issue_serving_cert(state_dir / "pki", certs, "lws-webhook")
-    config = {
-        "apiVersion": "config.lws.x-k8s.io/v1alpha1",
-        "kind": "Configuration",
-        "leaderElection": {"leaderElect": False},
-        "internalCertManagement": {"enable": False},
-        "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(certs)},
-        "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
-        "metrics": {"bindAddress": "0"},
-    }
-    path = base / "config.yaml"
-    path.write_text(dump_yaml(config))
-    return path
+    """Issue the webhook certificate and write the manager's config (``config.lws.x-k8s.io/v1alpha1``);
+    returns the config path. Files: ``<state>/lws/config.yaml``, ``<state>/lws/certs/tls.crt|tls.key``."""
+    return managers.write_config(state_dir, "lws", "config.lws.x-k8s.io/v1alpha1", webhook_port, health_port)
 
 
 def argv(binary: Path, kubeconfig: Path, config: Path) -> list[str]:
@@ -92,22 +68,8 @@ def argv(binary: Path, kubeconfig: Path, config: Path) -> list[str]:
 
 def webhook_configurations(webhook_port: int, ca_file: Path, root: Path | None = None) -> list[dict[str, Any]]:
     """The module's webhook configurations, pointed at ``https://127.0.0.1:<webhook_port>``."""
-    manifests = (root or module_dir()) / "config" / "webhook" / "manifests.yaml"
-    ca_bundle = base64.b64encode(ca_file.read_bytes()).decode()
-    out = []
-    for doc in load_yaml_documents(manifests):
-        doc = json.loads(json.dumps(doc))  # a private copy
-        doc["metadata"] = {"name": WEBHOOK_PREFIX + doc["metadata"]["name"],
-                           "labels": {"app.kubernetes.io/managed-by": "kimik3-devcluster"}}
-        for hook in doc["webhooks"]:
-            path = hook["clientConfig"]["service"]["path"]
-            hook["clientConfig"] = {"url": f"https://127.0.0.1:{webhook_port}{path}", "caBundle": ca_bundle}
-            hook["timeoutSeconds"] = WEBHOOK_TIMEOUT_S
-            if any("pods" in rule.get("resources", []) for rule in hook.get("rules", [])):
-                # As LWS's own kustomize patches do: only pods of a LeaderWorkerSet go through it.
-                hook["objectSelector"] = {"matchExpressions": [{"key": LWS_NAME_LABEL, "operator": "Exists"}]}
-        out.append(doc)
-    return out
+    return managers.loopback_webhooks((root or module_dir()) / "config" / "webhook" / "manifests.yaml",
+                                      WEBHOOK_PREFIX, webhook_port, ca_file)
 
 
 def dry_run_probe() -> dict[str, Any]:
