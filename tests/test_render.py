@@ -13,7 +13,7 @@ import pytest
 
 from kimik3.admission import admit
 from kimik3.engine.args import rank_args
-from support.recipes import recipe
+from support.recipes import merge, recipe
 from support.rendering import by_kind, render_cr
 
 TP8_RECIPE = "gb300-tp8-megakernel-dspark.yaml"
@@ -106,8 +106,8 @@ def test_kueue_placement_submits_whole_groups_to_the_queue(name, priority):
     require one clique and share one podset group; no exclusive-topology annotation (Kueue ignores
     pod affinity, and the two together strand pods); everything else as in exclusive mode."""
     placement = {"mode": "kueue", "queueName": "tenant-a", **({"priorityClass": priority} if priority else {})}
-    kueue = by_kind(render_cr(recipe(name, scheduling={"placement": placement})).objects, "LeaderWorkerSet")
-    exclusive = by_kind(render_cr(recipe(name)).objects, "LeaderWorkerSet")
+    kueue = by_kind(render_cr(recipe(name, uid=UID, scheduling={"placement": placement})).objects, "LeaderWorkerSet")
+    exclusive = by_kind(render_cr(recipe(name, uid=UID)).objects, "LeaderWorkerSet")
     labels = kueue["metadata"]["labels"]
     assert labels["kueue.x-k8s.io/queue-name"] == "tenant-a"
     assert labels.get("kueue.x-k8s.io/priority-class") == priority
@@ -123,7 +123,7 @@ def test_kueue_placement_submits_whole_groups_to_the_queue(name, priority):
 
 def test_kueue_placement_of_a_single_node_group_needs_no_topology():
     """A B300 group is one 8-GPU node: Kueue admits it within quota, no clique to require."""
-    lws = by_kind(render_cr(recipe("b300-tp8-single-node.yaml",
+    lws = by_kind(render_cr(recipe("b300-tp8-single-node.yaml", uid=UID,
                                    scheduling={"placement": {"mode": "kueue", "queueName": "q"}})).objects,
                   "LeaderWorkerSet")
     assert lws["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "q"
@@ -295,7 +295,7 @@ def test_kueue_shape_sees_size_and_pod_shape_changes_not_image_or_args():
     """What Kueue admitted a group for (F15): size and pod shape, read the same from a rendered
     LWS and from the API server's copy (quantities as text)."""
     from kimik3.render.leaderworkerset import kueue_shape
-    base = recipe(TP8_RECIPE, scheduling={"placement": {"mode": "kueue", "queueName": "q"}})
+    base = recipe(TP8_RECIPE, uid=UID, scheduling={"placement": {"mode": "kueue", "queueName": "q"}})
     lws = by_kind(render_cr(base).objects, "LeaderWorkerSet")
     stored = json.loads(json.dumps(lws).replace('"nvidia.com/gpu": 4', '"nvidia.com/gpu": "4"'))
     assert stored != lws and kueue_shape(stored) == kueue_shape(lws)

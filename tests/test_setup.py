@@ -22,7 +22,8 @@ BIN_DIR = Path(os.environ.get("KIMIK3_BIN_DIR", CACHE / "bin"))
 VENV = CACHE / f"venv-{hashlib.sha256((REPO / 'pyproject.toml').read_bytes()).hexdigest()[:12]}"
 BINARIES = [f"etcd-{versions.ETCD_VERSION}", *(f"kube-{c}-{versions.KUBERNETES_VERSION}" for c in
             ("apiserver", "controller-manager", "scheduler")), f"kwok-{versions.KWOK_VERSION}",
-            f"lws-manager-{versions.LWS_VERSION}", f"helm-{versions.HELM_VERSION}"]
+            f"lws-manager-{versions.LWS_VERSION}", f"kueue-manager-{versions.KUEUE_VERSION}",
+            f"helm-{versions.HELM_VERSION}"]
 
 
 def run(argv: list[str], **env: str) -> subprocess.CompletedProcess[str]:
@@ -77,6 +78,20 @@ def test_a_failed_build_prints_one_line_then_names_its_log_and_its_last_lines(tm
                          f"rerun: tools/build-binaries.sh kwok"]
     assert lines[2:] == log.read_text().splitlines()[-15:] and "GOPROXY=off" in log.read_text()
     assert not (tmp_path / "bin" / f"kwok-{versions.KWOK_VERSION}").exists()
+
+
+@pytest.mark.skipif(shutil.which("go") is None and not Path("/usr/local/go/bin/go").exists(), reason="no Go")
+def test_a_failed_module_download_stops_the_build_with_one_message(tmp_path):
+    """LWS is built inside its downloaded module: a failed download is said once, nothing compiles."""
+    path = f"{os.environ.get('PATH', '')}:/usr/local/go/bin"
+    done = run(["tools/build-binaries.sh", "lws"], KIMIK3_BIN_DIR=str(tmp_path / "bin"), GOPROXY="off",
+               GOMODCACHE=str(tmp_path / "mod"), PATH=path)
+    log = tmp_path / "bin" / "lws.download.log"
+    lines = done.stderr.splitlines()
+    assert done.returncode == 1
+    assert lines[0] == (f"[build] lws FAILED (go mod download sigs.k8s.io/lws@{versions.LWS_VERSION}); log: {log} "
+                        "(last lines below); rerun: tools/build-binaries.sh lws")
+    assert lines[1:] == log.read_text().splitlines()[-15:] and "compiling" not in done.stderr
 
 
 def test_vllm_envs_prints_nothing_when_both_venvs_are_built():

@@ -8,8 +8,8 @@
 #                                               kube-scheduler kwok lws kueue helm (default: all)
 #
 # Versions: operator/kimik3_dev/versions.py (KUBERNETES_VERSION, ETCD_VERSION, KWOK_VERSION,
-# LWS_VERSION, KUEUE_VERSION, HELM_VERSION); tools/kubernetes/go.mod and tools/etcd/go.mod require the same
-# (tests/test_versions.py). kwok and helm are `go install`s of published main packages (no tools
+# LWS_VERSION, KUEUE_VERSION, HELM_VERSION); tools/kubernetes/go.mod and tools/etcd/go.mod require
+# the same (tests/test_versions.py). kwok and helm are `go install`s of published main packages (no tools
 # module needed); lws and kueue are built inside their downloaded modules.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -70,11 +70,13 @@ for c in "${components[@]}"; do
     kwok) install kwok "kwok-${KWOK_VERSION}" "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}" kwok ;;
     # `go install sigs.k8s.io/lws/cmd@...` fails here: its deprecation check reads the module's
     # version list, which the proxy refuses (403). LWS and Kueue: build the downloaded module in place.
+    # (An assignment first: a failed download then stops the script; inside build's arguments it would not.)
     lws) [ -x "$bin/lws-manager-${LWS_VERSION}" ] && continue
-      build lws "lws-manager-${LWS_VERSION}" "$(module_dir lws sigs.k8s.io/lws "$LWS_VERSION")" ./cmd "-s -w" ;;
+      dir="$(module_dir lws sigs.k8s.io/lws "$LWS_VERSION")"
+      build lws "lws-manager-${LWS_VERSION}" "$dir" ./cmd "-s -w" ;;
     kueue) [ -x "$bin/kueue-manager-${KUEUE_VERSION}" ] && continue
-      build kueue "kueue-manager-${KUEUE_VERSION}" "$(module_dir kueue sigs.k8s.io/kueue "$KUEUE_VERSION")" \
-        ./cmd/kueue "-s -w" ;;
+      dir="$(module_dir kueue sigs.k8s.io/kueue "$KUEUE_VERSION")"
+      build kueue "kueue-manager-${KUEUE_VERSION}" "$dir" ./cmd/kueue "-s -w" ;;
     helm) install helm "helm-${HELM_VERSION}" "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}" helm ;;
     *) echo "unknown component: $c" >&2; exit 2 ;;
   esac
