@@ -208,3 +208,18 @@ def test_a_group_gated_by_kueue_is_said_to_wait_for_admission():
     text = waiting_for(pods, admit(cr()["spec"]), 2)
     assert text == ("group 1: leader pod k3-latency-engine-1 is gated until Kueue admits its group "
                     "(ScalingLimited says why)")
+
+
+def test_an_admitted_group_the_scheduler_cannot_bind_is_not_blamed_on_room():
+    """Kueue admitted the group into a rack, but a deployment with placement exclusive repels it
+    there (LWS exclusive topology: pod anti-affinity, which Kueue does not see)."""
+    spec = cr()["spec"] | {"scheduling": {"placement": {"mode": "kueue", "queueName": "q"}}}
+    refused = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+               "message": "0/36 nodes are available: 1 node(s) didn't satisfy existing pods anti-affinity rules"}
+    pods = [pod("k3-latency-engine-0", "0", "0", ready=False, scheduled=refused)]
+    status = compute_status(cr(), admit(spec), {"status": {"replicas": 1, "readyReplicas": 0}}, pods, 1,
+                            workloads=[_workload("0", ADMITTED)])
+    limited = status.condition(ConditionType.SCALING_LIMITED)
+    assert (limited.status, limited.reason) == ("True", "Unschedulable")
+    assert limited.message.startswith("group 0 cannot be bound in the rack Kueue admitted them into")
+    assert "anti-affinity rules" in limited.message and "use placement kueue for every deployment" in limited.message

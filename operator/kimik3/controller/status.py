@@ -247,8 +247,14 @@ def compute_status(obj: dict[str, Any], admitted: Admitted, lws: dict[str, Any] 
     if kueue_wait is not None:
         conditions = set_condition(conditions, ConditionType.SCALING_LIMITED, kueue_wait, gen)
     elif unplaced:
+        message = scaling_limited_message(unplaced)
+        if workloads:  # Kueue admitted these groups into a rack, yet the scheduler cannot bind them there
+            message = (message.replace("cannot be placed now (no rack or node has room)",
+                                       "cannot be bound in the rack Kueue admitted them into") +
+                       "; Kueue does not see pod anti-affinity: a deployment with placement exclusive repels every "
+                       "other group from its rack, so use placement kueue for every deployment on these racks")
         conditions = set_condition(conditions, ConditionType.SCALING_LIMITED,
-                                   Verdict("True", Reason.UNSCHEDULABLE, scaling_limited_message(unplaced)), gen)
+                                   Verdict("True", Reason.UNSCHEDULABLE, message), gen)
     elif previous_limit is None or previous_limit.reason in PLACEMENT_REASONS:
         conditions = set_condition(conditions, ConditionType.SCALING_LIMITED, Verdict(
             "False", Reason.ALL_GROUPS_PLACED, "the scheduler has placed every pod of every group"), gen)

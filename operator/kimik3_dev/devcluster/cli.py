@@ -129,6 +129,7 @@ def apply(state_dir: str, filename: str) -> None:
     PVC weight sources, a stand-in PersistentVolume + claim: nothing mounts it here)."""
     import yaml
 
+    from kimik3.controller.kube import api_error_message
     from kimik3_dev.devcluster.cluster import DevCluster
     from kimik3_dev.devcluster.rest import Rest
     from kimik3_dev.devcluster.workloads import apply_deployment, deployments
@@ -142,7 +143,9 @@ def apply(state_dir: str, filename: str) -> None:
             try:
                 obj = apply_deployment(Rest(api), cr)
             except ApiException as exc:
-                raise click.ClickException(f"{cr['metadata'].get('name')}: {exc.status} {exc.reason}: {exc.body}") from None
+                # The API server's own message (what kubectl prints), not its Status JSON.
+                raise click.ClickException(f"{cr['metadata'].get('name')}: refused by the API server: "
+                                           f"{api_error_message(exc)}") from None
             click.echo(f"applied {obj['kind']} {obj['metadata']['namespace']}/{obj['metadata']['name']} "
                        f"(generation {obj['metadata'].get('generation')})")
 
