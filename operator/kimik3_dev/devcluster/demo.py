@@ -37,11 +37,20 @@ def _step(text: str) -> None:
 
 
 def _wait(what: str, fn: Any, timeout_s: float, poll_s: float = 1.0) -> Any:
-    deadline = time.monotonic() + timeout_s
+    """Poll ``fn`` until truthy; say what it waits for when that takes more than a poll, and
+    how long it took (seconds)."""
+    start = time.monotonic()
+    deadline = start + timeout_s
+    said = False
     while time.monotonic() < deadline:
         value = fn()
         if value:
+            if said:
+                print(f"    ... done after {time.monotonic() - start:.1f} s", flush=True)
             return value
+        if not said:
+            print(f"    waiting for {what} (up to {timeout_s:g} s)", flush=True)
+            said = True
         time.sleep(poll_s)
     raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}")
 
@@ -83,7 +92,8 @@ def run_demo(recipe: Path, state_dir: Path, timeout_s: float) -> int:
             return None
 
     _step("a completion through the deployment's endpoint (the engine simulator stands in for vLLM)")
-    url = _wait("the simulated engine to finish loading", endpoint, timeout_s)
+    url = _wait("the simulated engine to finish loading (dev up --load-time, /health 503 until then)", endpoint,
+                timeout_s)
     served = cr["spec"]["model"].get("servedModelName", "kimi-k3")
     t0 = time.monotonic()
     answer = requests.post(f"{url}/v1/completions", json={"model": served, "prompt": "Kimi K3 on GB300 is",
