@@ -18,7 +18,7 @@ from kimik3_dev.devcluster.controlplane import OPERATOR_USER
 from kimik3_dev.devcluster.racks import RACK_LABEL
 from kimik3_dev.devcluster.rbac import RELEASE, RELEASE_NAMESPACE, chart_rbac, whoami
 from kimik3_dev.devcluster.rest import Rest
-from kimik3_dev.versions import KWOK_VERSION, LWS_VERSION
+from kimik3_dev.versions import KUEUE_VERSION, KWOK_VERSION, LWS_VERSION
 from support.waiting import wait_for
 
 TRAYS_TP8 = 2
@@ -62,9 +62,10 @@ def test_dev_status_names_the_rack_of_each_group(dev_env: DevEnv, ns: str) -> No
 def test_dev_up_started_real_processes_on_loopback(dev_env: DevEnv) -> None:
     running = {r.name: r for r in dev_env.cluster.running()}
     assert set(running) >= {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "lws-manager",
-                            "kwok", "operator", "prometheus"}
+                            "kueue-manager", "kwok", "operator", "prometheus"}
     assert running["kwok"].argv[0].endswith(f"kwok-{KWOK_VERSION}")
     assert running["lws-manager"].argv[0].endswith(f"lws-manager-{LWS_VERSION}")
+    assert running["kueue-manager"].argv[0].endswith(f"kueue-manager-{KUEUE_VERSION}")
     assert running["prometheus"].argv[0] == "/usr/bin/prometheus"
     for name, url in dev_env.state["urls"].items():
         if url.startswith("http"):
@@ -74,8 +75,14 @@ def test_dev_up_started_real_processes_on_loopback(dev_env: DevEnv) -> None:
     for r in running.values():
         assert os.path.exists(r.log)
     webhooks = dev_env.rest.items("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations")
-    urls = [h["clientConfig"]["url"] for w in webhooks for h in w["webhooks"]]
-    assert urls and all(u.startswith(dev_env.state["urls"]["lws-webhooks"] + "/") for u in urls), urls
+    by_manager: dict[str, list[str]] = {}
+    for w in webhooks:  # lws-... and kueue-...: each manager's webhooks point at its own loopback server
+        manager = w["metadata"]["name"].split("-", 1)[0]
+        by_manager.setdefault(manager, []).extend(h["clientConfig"]["url"] for h in w["webhooks"])
+    assert sorted(by_manager) == ["kueue", "lws"], sorted(by_manager)
+    for manager, urls in by_manager.items():
+        base = dev_env.state["urls"][f"{manager}-webhooks"] + "/"
+        assert urls and all(u.startswith(base) for u in urls), (manager, urls)
 
 
 def test_dev_up_runs_the_operator_as_the_chart_service_account(dev_env: DevEnv) -> None:
