@@ -102,7 +102,8 @@ def dev_cluster(state_dir: Path, options: UpOptions) -> Iterator[DevEnv]:
 
 
 class Recorder:
-    """Polls ``fn`` every ``period_s`` in a thread and keeps every distinct consecutive value."""
+    """Polls ``fn`` every ``period_s`` in a thread and keeps every distinct consecutive value,
+    the value at the moment the block ends included (a change in the last period is not lost)."""
 
     def __init__(self, fn: Callable[[], Any], period_s: float = 0.05) -> None:
         self.fn, self.period_s = fn, period_s
@@ -110,14 +111,17 @@ class Recorder:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
+    def _sample(self) -> None:
+        try:
+            value = self.fn()
+        except Exception:  # noqa: BLE001 - a failed read is not a value
+            value = None
+        if value is not None and (not self.values or self.values[-1] != value):
+            self.values.append(value)
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            try:
-                value = self.fn()
-            except Exception:  # noqa: BLE001 - a failed read is not a value
-                value = None
-            if value is not None and (not self.values or self.values[-1] != value):
-                self.values.append(value)
+            self._sample()
             self._stop.wait(self.period_s)
 
     def __enter__(self) -> Recorder:
@@ -127,3 +131,4 @@ class Recorder:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(10)
+        self._sample()
