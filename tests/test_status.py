@@ -11,6 +11,7 @@ from kimik3.api.conditions import REASONS, ConditionType, Reason, Verdict
 from kimik3.api.v1alpha1 import Condition, DecodeStatus, KimiK3DeploymentStatus, ScaleEvent
 from kimik3.controller.status import (AutoscalerReport, compute_status, invalid_status, merge_patch,
                                       set_condition, status_patch)
+from kimik3.topology.capacity import Domain
 from support.recipes import recipe
 
 LWS = "leaderworkerset.sigs.k8s.io"
@@ -170,8 +171,13 @@ def test_kueue_limit_names_waiting_groups_once_and_quotes_kueue():
     assert (v.reason, v.message) == ("NoRackFits", "group 3 not admitted by Kueue (LocalQueue q); group 3: "
                                                    + TOPOLOGY["message"])
     v = kueue_limit([_workload("1", PREEMPTED, QUOTA), _workload("4", TOPOLOGY)], "q")
-    # group 1 was preempted (its eviction says why it lost its place); topology outranks preemption
-    assert v.reason == "NoRackFits" and "group 1: Preempted to accommodate" in v.message and "topology" in v.message
+    # group 1 was preempted; topology outranks preemption; the other kind is named, not quoted
+    assert v.reason == "NoRackFits" and v.message == (
+        "groups 1, 4 not admitted by Kueue (LocalQueue q); group 4: " + TOPOLOGY["message"]
+        + "; Preempted: group 1; status.groups has each group's state and Kueue's message")
+    block = Domain("clique-b", 18, ("tray-07",))
+    v = kueue_limit([_workload("3", TOPOLOGY)], "q", block, 2)
+    assert v.message.endswith("; the largest free block is 1 of 18 trays (rack clique-b) and a group needs 2")
     v = kueue_limit([_workload("1", PREEMPTED)], "q")
     assert v.reason == "Preempted"
     v = kueue_limit([_workload("5")], "q")

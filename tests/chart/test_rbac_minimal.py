@@ -25,6 +25,8 @@ Scenario (one fresh namespace each run), in order:
   follow pods          a leader pod that appears shows up in the Ready message
   follow Workloads     (placement kueue) a group's Workload pending on quota shows as
                        ScalingLimited=True QuotaExhausted with Kueue's message
+  free block           the Workload now finds no rack: NoRackFits names the largest free block
+                       of trays, counted from the nodes (a tray of this run's own)
   remove <Kind>        replicas 1, monitoring off, no route: the budget, PodMonitor, HTTPRoute go
   teardown <step>      deleting the CR deletes the LeaderWorkerSet, then the ComputeDomain, then
                        releases the CR
@@ -123,6 +125,7 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("pods", "watch"): "follow pods",
     ("events", "create"): "event",
     ("workloads", "list"): "follow Workloads",
+    ("nodes", "list"): "free block",
     ("customresourcedefinitions", "list"): "heal HTTPRoute",
     ("customresourcedefinitions", "watch"): "heal HTTPRoute",
 }
@@ -155,8 +158,11 @@ QUOTA_MESSAGE = ("couldn't assign flavors to pod set leader: insufficient unused
                  "flavor gb300, 8 more needed")
 
 
-def pending_workload(kube: Kube, namespace: str, lws_uid: str) -> None:
-    """What Kueue v0.17 writes for a group its queue's quota cannot hold (no Kueue runs here)."""
+NO_RACK_MESSAGE = 'couldn\'t assign flavors to pod set leader: topology "nvl72" doesn\'t allow to fit any of 2 pod(s)'
+
+
+def pending_workload(kube: Kube, namespace: str, lws_uid: str, message: str = QUOTA_MESSAGE) -> None:
+    """What Kueue v0.17 writes for a group its queue's quota (or no rack) cannot hold (no Kueue runs here)."""
     name = f"{NAME}-engine-1-quota"
     kube.apply({
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
@@ -165,7 +171,7 @@ def pending_workload(kube: Kube, namespace: str, lws_uid: str) -> None:
         "spec": {"queueName": "tenant", "podSets": [{"name": "leader", "count": 1, "template": {
             "spec": {"containers": [{"name": "engine", "image": "x"}]}}}]}})
     kube.patch_merge("kueue.x-k8s.io/v1beta2", "Workload", namespace, name, {"status": {"conditions": [{
-        "type": "QuotaReserved", "status": "False", "reason": "Pending", "message": QUOTA_MESSAGE,
+        "type": "QuotaReserved", "status": "False", "reason": "Pending", "message": message,
         "lastTransitionTime": "2026-12-01T00:00:00Z"}]}}, subresource="status")
 
 
@@ -213,6 +219,17 @@ def scenario(kube: Kube, core: client.CoreV1Api, namespace: str) -> None:
                      subresource="status")  # an LWS event: the operator reconciles and lists the Workloads
     expect("follow Workloads", lambda: (lambda c: c.get("reason") == "QuotaExhausted" and QUOTA_MESSAGE in
                                         c.get("message", ""))(condition(get(*CR, namespace, NAME), "ScalingLimited")),
+           HEAL_WINDOW_S)
+    tray = f"tray-{namespace}"
+    core.create_node({"metadata": {"name": tray, "labels": {"nvidia.com/gpu.clique": namespace,
+                                                           "nvidia.com/gpu.product": "NVIDIA-GB300"}}})
+    core.patch_node_status(tray, {"status": {"allocatable": {"nvidia.com/gpu": "4"},
+                                             "conditions": [{"type": "Ready", "status": "True"}]}})
+    pending_workload(kube, namespace, get(*LWS, namespace, f"{NAME}-engine")["metadata"]["uid"], NO_RACK_MESSAGE)
+    kube.patch_merge(*LWS, namespace, f"{NAME}-engine", {"status": {"replicas": 2, "readyReplicas": 1}},
+                     subresource="status")
+    expect("free block", lambda: (lambda c: c.get("reason") == "NoRackFits" and "the largest free block is" in
+                                  c.get("message", ""))(condition(get(*CR, namespace, NAME), "ScalingLimited")),
            HEAL_WINDOW_S)
 
     kube.patch_merge(*CR, namespace, NAME, {"spec": {"replicas": 1, "monitoring": {"enabled": False},
@@ -262,7 +279,9 @@ def await_first_listings(op: OperatorProcess, timeout: float = 15.0) -> None:
 
 
 def cleanup(kube: Kube, namespace: str) -> None:
-    """Whatever the broken operator left (no garbage collector runs here)."""
+    """Whatever the broken operator left (no garbage collector runs here), and the scenario's tray."""
+    with contextlib.suppress(ApiException):
+        kube._call("DELETE", f"/api/v1/nodes/tray-{namespace}")
     for name in (NAME, CANARY):
         obj = kube.get(*CR, namespace, name)
         if obj is not None:

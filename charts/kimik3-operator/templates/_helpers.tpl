@@ -118,4 +118,9 @@ Operator installed later. Read-only. A namespace-scoped install turns this obser
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
   verbs: ["list", "watch"]
+# Placement kueue, only while Kueue finds no rack for a group (cluster-wide installs only): the
+# nodes are listed to name the largest free block of trays in ScalingLimited NoRackFits.
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["list"]
 {{- end }}

@@ -19,6 +19,7 @@ from pydantic.json_schema import JsonDict
 
 from kimik3.api.conditions import ConditionStatus
 from kimik3.kube.accelerators import MODEL_MEMORY_FLOOR_GB, PROFILES, Accelerator
+from kimik3.kube.workloads import KueueState
 
 DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
 Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=32)]
@@ -785,6 +786,24 @@ class PlanStatus(Model):
     """Why no ComputeDomain exists although the shape needs one (an operator without the DRA driver)."""
 
 
+class GroupStatus(Model):
+    """One engine group (a LeaderWorkerSet group index): where it runs and, under placement kueue,
+    what Kueue says about it."""
+
+    index: int = Field(ge=0)
+    """The group index (LeaderWorkerSet group-index label; Kueue's component-workload-index)."""
+    rack: str | None = None
+    """The NVLink domain (value of spec.scheduling.topologyKey) Kueue admitted the group into, from the node selector Kueue gives its pods; unset before admission and under placement exclusive."""
+    trays: list[str] = Field(default_factory=list)
+    """Nodes the group's pods are bound to, leader first."""
+    kueue: KueueState | None = None
+    """Placement kueue: the state of the group's Workload (Admitted; Pending: waits for quota or a rack; Preempted: evicted for a higher-priority Workload, it comes back when room returns; Evicted: for another reason, e.g. NodeFailures)."""
+    message: str | None = None
+    """Why the group waits: Kueue's own message when not Admitted, else the scheduler's for an Unschedulable pod."""
+    ready: bool = False
+    """Every pod of the group exists and is Ready."""
+
+
 class KimiK3DeploymentStatus(Model):
     """What the operator observed."""
 
@@ -808,6 +827,8 @@ class KimiK3DeploymentStatus(Model):
     """Measured decode speed."""
     last_scale: ScaleEvent | None = None
     """Last autoscaling decision that changed replicas."""
+    groups: list[GroupStatus] | None = None
+    """Each group once: its rack, trays, Kueue state with Kueue's message, and readiness (conditions only point here)."""
 
     def condition(self, type_: str) -> Condition | None:
         """The condition of this type, or None."""

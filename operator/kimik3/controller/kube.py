@@ -102,8 +102,12 @@ class Kube:
                 return False
             raise
 
-    def list(self, api_version: str, kind: str, namespace: str, selector: str) -> list[dict[str, Any]]:
-        out = self._call("GET", _path(api_version, kind, namespace), query=[("labelSelector", selector)])
+    def list(self, api_version: str, kind: str, namespace: str, selector: str,
+             field_selector: str = "") -> list[dict[str, Any]]:
+        """Objects in ``namespace`` (every namespace when "") matching the label ``selector`` (and
+        ``field_selector`` when given)."""
+        query = [("labelSelector", selector)] + ([("fieldSelector", field_selector)] if field_selector else [])
+        out = self._call("GET", _path(api_version, kind, namespace), query=query)
         return out.get("items", [])
 
     def list_versioned(self, api_version: str, kind: str, namespace: str,

@@ -32,8 +32,11 @@ from kimik3.controller.cache import ObjectCache, desired_hash
 from kimik3.controller.kube import Kube, api_error_message
 from kimik3.controller.status import (compute_status, invalid_status, lws_selector, merge_patch, status_patch,
                                      stored_conditions)
-from kimik3.kube.kinds import COMPUTE_DOMAIN, GROUP, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, POD, WORKLOAD, Kind
-from kimik3.kube.labels import KUEUE_JOB_UID_LABEL
+from kimik3.controller.groups import kueue_changes, stored_groups
+from kimik3.kube.kinds import COMPUTE_DOMAIN, GROUP, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, NODE, POD, WORKLOAD, Kind
+from kimik3.kube.labels import KUEUE_JOB_UID_LABEL, PRODUCT_LABEL
+from kimik3.kube.workloads import waiting
+from kimik3.topology.capacity import Domain, domains, largest_free_block
 from kimik3.kube.objects import is_deleting
 from kimik3.render.children import COMPUTE_DOMAIN_SKIPPED, render
 from kimik3.render.leaderworkerset import kueue_shape, lws_name
@@ -49,7 +52,13 @@ TEARDOWN_POLL_S = 3.0
 
 REPLACE_POLL_S = 2.0
 """Re-check this often while a reshaped LeaderWorkerSet is deleted (F15), seconds."""
+BOUND_UNFINISHED = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+"""Field selector of the pods that hold a node's GPUs (as kube-scheduler counts them)."""
 log = logging.getLogger("kimik3.reconcile")
+
+
+def _uid(obj: dict[str, Any] | None) -> str | None:
+    return (obj or {}).get("metadata", {}).get("uid")
 
 
 @dataclass(frozen=True)
@@ -170,10 +179,11 @@ class Reconciler:
         obj = self._ensure_finalizer(obj)
         owner = Owner.from_object(obj)
         scaled = None
+        current = workloads = None
         if admitted.spec.autoscaling.enabled:
             current = self._get_child(LEADER_WORKER_SET, owner.namespace, lws_name(owner))
-            scaled = self.autoscaling.step(obj, admitted, current, self._pods(owner),
-                                           self._workloads(admitted, current))
+            workloads = self._workloads(admitted, current)
+            scaled = self.autoscaling.step(obj, admitted, current, self._pods(owner), workloads)
             for type_, reason, message in scaled.events:
                 self._event_once(obj, type_, reason, message)
         else:
@@ -213,10 +223,14 @@ class Reconciler:
                            if c["kind"] == LEADER_WORKER_SET.kind)
         else:
             desired = int(((lws or {}).get("spec") or {}).get("replicas", admitted.spec.replicas))
+        if _uid(lws) != _uid(current) or workloads is None:  # listed once per reconcile unless the LWS is new
+            workloads = self._workloads(admitted, lws)
         status = compute_status(obj, admitted, lws, pods, desired, apply_error, replacing=replacing,
                                 compute_domain_note=None if self.compute_domains else COMPUTE_DOMAIN_SKIPPED,
                                 autoscaled=scaled.report if scaled is not None else None,
-                                workloads=self._workloads(admitted, lws))
+                                workloads=workloads, free_block=self._free_block(admitted, workloads))
+        for type_, reason, message in kueue_changes(stored_groups(obj), status.groups or []):
+            self.kube.event(obj, type_, reason, message)
         if (obj.get("status") or {}).get("observedGeneration") != obj["metadata"].get("generation") and not apply_error:
             kinds = ", ".join(c["kind"] for c in rendered.objects)
             self._event_once(obj, "Normal", "Applied",
@@ -274,6 +288,23 @@ class Reconciler:
             log.warning("cannot list Kueue Workloads in %s (%s %s): is Kueue installed?", meta["namespace"],
                         exc.status, exc.reason)
             return None
+
+    def _free_block(self, admitted: Admitted, workloads: list[dict[str, Any]] | None) -> Domain | None:
+        """When Kueue says no rack fits a group: the NVLink domain with the most free trays for one
+        of its pods (``topology.capacity``, from every node of the spec's GPU product and the pods
+        bound to them, all namespaces). None otherwise, and when the operator may not list nodes
+        (a namespace-scoped install): the condition then quotes Kueue alone."""
+        if not any(w is not None and w.why == "topology" for w in map(waiting, workloads or [])):
+            return None
+        plan = admitted.plan
+        try:
+            nodes = self.kube.list(*NODE.type_meta, "", "")
+            pods = self.kube.list(*POD.type_meta, "", "", field_selector=BOUND_UNFINISHED)
+        except ApiException as exc:
+            log.info("largest free block of trays unknown: cannot list nodes and pods (%s %s)", exc.status, exc.reason)
+            return None
+        return largest_free_block(domains(nodes, pods, admitted.spec.scheduling.topology_key, plan.gpus_per_node,
+                                          {PRODUCT_LABEL: plan.profile.product_label}))
 
     def _readiness_changed(self, obj: dict[str, Any], status: KimiK3DeploymentStatus, desired: int) -> bool:
         """Group gauges, and an Event each time Ready flips: Warning ``GroupsNotReady`` (True ->

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from kimik3.admission import Admitted
 from kimik3.api.conditions import ConditionStatus, ConditionType, Reason, Verdict
 from kimik3.api.v1alpha1 import Condition, DecodeStatus, KimiK3DeploymentStatus, PlanStatus, ScaleEvent
+from kimik3.controller.groups import group_statuses
 from kimik3.kube.labels import LWS_NAME_LABEL
 from kimik3.kube.pods import (group_index, is_leader, is_ready, is_terminating, is_unschedulable, phase, role,
                               scheduling_gates, scheduling_problem, unschedulable_message)
@@ -26,6 +27,7 @@ from kimik3.kube.workloads import waiting
 from kimik3.render.leaderworkerset import lws_name
 from kimik3.render.meta import Owner, selector_string
 from kimik3.render.service import endpoint, leader_selector
+from kimik3.topology.capacity import Domain
 
 MESSAGE_LIMIT = 4096
 """Characters of a condition message kept (the rest is cut)."""
@@ -129,12 +131,14 @@ def unschedulable_groups(pods: list[dict[str, Any]]) -> dict[str, tuple[str, str
 
 
 def scaling_limited_message(unplaced: dict[str, tuple[str, str]]) -> str:
-    """``ScalingLimited`` message for ``unschedulable_groups(...)`` (non-empty)."""
+    """``ScalingLimited`` message for ``unschedulable_groups(...)`` (non-empty): the groups named
+    once, the scheduler's message of the first quoted once (status.groups has each group's)."""
     groups = ", ".join(unplaced)
-    parts = [f"group {g}: pod {pod} is Unschedulable: {msg or '(no scheduler message)'}"
-             for g, (pod, msg) in unplaced.items()]
+    first, (pod, msg) = next(iter(unplaced.items()))
     noun = "group" if len(unplaced) == 1 else "groups"
-    return f"{noun} {groups} cannot be placed now (no rack or node has room); " + "; ".join(parts)
+    text = (f"{noun} {groups} cannot be placed now (no rack or node has room); group {first}: pod {pod} is "
+            f"Unschedulable: {msg or '(no scheduler message)'}")
+    return text + ("; status.groups has each group's message" if len(unplaced) > 1 else "")
 
 
 KUEUE_GATE_PREFIX = "kueue.x-k8s.io/"
@@ -147,21 +151,33 @@ KUEUE_REASONS: dict[str, Reason] = {"quota": Reason.QUOTA_EXHAUSTED, "topology":
 """``kube.workloads.Wait`` -> the ScalingLimited reason that says it, in order of precedence."""
 
 
-def kueue_limit(workloads: list[dict[str, Any]], queue: str | None) -> Verdict | None:
+def kueue_limit(workloads: list[dict[str, Any]], queue: str | None, free_block: Domain | None = None,
+                trays_per_group: int = 1) -> Verdict | None:
     """``ScalingLimited=True`` when Kueue has not admitted some group: the reason of the first
     kind in ``KUEUE_REASONS`` order among the waiting groups, the groups named once, Kueue's
-    message quoted once per kind. None when every Workload is admitted."""
+    message of that kind's first group quoted once, the groups waiting for another reason named
+    by kind; for ``NoRackFits`` the largest free block of trays (``free_block``, from the nodes;
+    None when the operator cannot read them) beside the ``trays_per_group`` a group needs. Each
+    group's own message is in status.groups. None when every Workload is admitted."""
     waits = sorted((w for w in map(waiting, workloads) if w is not None), key=lambda w: _group_order(w.group))
     if not waits:
         return None
     first = min(waits, key=lambda w: list(KUEUE_REASONS).index(w.why))
     groups = ", ".join(w.group for w in waits)
     noun = "group" if len(waits) == 1 else "groups"
-    quoted: dict[str, str] = {}
+    message = f"{noun} {groups} not admitted by Kueue (LocalQueue {queue}); group {first.group}: {first.message}"
+    if first.why == "topology" and free_block is not None:
+        message += (f"; the largest free block is {len(free_block.free)} of {free_block.trays} trays "
+                    f"(rack {free_block.name}) and a group needs {trays_per_group}")
+    others: dict[str, list[str]] = {}
     for w in waits:
-        quoted.setdefault(w.why, f"group {w.group}: {w.message}")
-    return Verdict("True", KUEUE_REASONS[first.why],
-                   f"{noun} {groups} not admitted by Kueue (LocalQueue {queue}); " + "; ".join(quoted.values()))
+        if w.why != first.why:
+            others.setdefault(w.why, []).append(w.group)
+    for why, names in others.items():
+        message += f"; {KUEUE_REASONS[why]}: group{'s' if len(names) > 1 else ''} {', '.join(names)}"
+    if len(waits) > 1:
+        message += "; status.groups has each group's state and Kueue's message"
+    return Verdict("True", KUEUE_REASONS[first.why], message)
 
 
 def waiting_for(pods: list[dict[str, Any]], admitted: Admitted, desired_groups: int) -> str:
@@ -217,11 +233,12 @@ def compute_status(obj: dict[str, Any], admitted: Admitted, lws: dict[str, Any] 
                    apply_error: str | None = None, compute_domain_note: str | None = None,
                    autoscaled: AutoscalerReport | None = None,
                    workloads: list[dict[str, Any]] | None = None,
-                   replacing: str | None = None) -> KimiK3DeploymentStatus:
+                   replacing: str | None = None, free_block: Domain | None = None) -> KimiK3DeploymentStatus:
     """Status of a reconciled CR whose spec this reconcile admitted (``admitted``).
     ``desired_groups`` is the LWS's spec.replicas; ``autoscaled`` what the autoscaler's step reports
     (None with autoscaling off: its fields are then left as the CR holds them); ``workloads`` the
-    Kueue Workloads of the LeaderWorkerSet under placement ``kueue`` (None otherwise)."""
+    Kueue Workloads of the LeaderWorkerSet under placement ``kueue`` (None otherwise);
+    ``free_block`` the NVLink domain with the most free trays, when a group waits for a rack."""
     owner, plan = Owner.from_object(obj), admitted.plan
     gen = obj["metadata"].get("generation")
     lws_status = (lws or {}).get("status") or {}
@@ -243,7 +260,8 @@ def compute_status(obj: dict[str, Any], admitted: Admitted, lws: dict[str, Any] 
     conditions = set_condition(conditions, ConditionType.PROGRESSING, progressing, gen)
     unplaced = unschedulable_groups(pods)
     previous_limit = next((c for c in conditions if c.type == ConditionType.SCALING_LIMITED), None)
-    kueue_wait = kueue_limit(workloads or [], admitted.spec.scheduling.placement.queue_name)
+    kueue_wait = kueue_limit(workloads or [], admitted.spec.scheduling.placement.queue_name, free_block,
+                             plan.nodes_per_group)
     if kueue_wait is not None:
         conditions = set_condition(conditions, ConditionType.SCALING_LIMITED, kueue_wait, gen)
     elif unplaced:
@@ -277,6 +295,8 @@ def compute_status(obj: dict[str, Any], admitted: Admitted, lws: dict[str, Any] 
                         compute_domain_note=compute_domain_note if plan.needs_compute_domain else None),
         decode=autoscaled.decode if autoscaled else None,
         last_scale=autoscaled.last_scale if autoscaled else None,
+        groups=group_statuses(pods, workloads, desired_groups, plan.nodes_per_group,
+                              admitted.spec.scheduling.topology_key),
     )
 
 

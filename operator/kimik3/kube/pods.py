@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from kimik3.kube.objects import condition, field, is_deleting, is_true
-from kimik3.kube.labels import LEADER_WORKER_INDEX, LWS_GROUP_INDEX_LABEL, LWS_WORKER_INDEX_LABEL
+from kimik3.kube.labels import GPU_RESOURCE, LEADER_WORKER_INDEX, LWS_GROUP_INDEX_LABEL, LWS_WORKER_INDEX_LABEL
 
 READY = "Ready"
 """Pod condition: every container passes its readiness probe."""
@@ -100,3 +100,24 @@ def scheduling_gates(pod: Any) -> list[str]:
     scheduler does not place it. Kueue sets ``kueue.x-k8s.io/admission`` (and ``.../topology``)
     until it admits the pod's group."""
     return [str(field(g, "name")) for g in field(field(pod, "spec"), "schedulingGates", "scheduling_gates") or []]
+
+
+def node_name(pod: Any) -> str:
+    """The node the pod is bound to ("" while it is not)."""
+    return field(field(pod, "spec"), "nodeName", "node_name") or ""
+
+
+def holds_node(pod: Any) -> bool:
+    """Bound to a node and not finished (phase neither Succeeded nor Failed): its requests count
+    against the node's allocatable, as kube-scheduler counts them."""
+    return bool(node_name(pod)) and phase(pod) not in ("Succeeded", "Failed")
+
+
+def gpu_request(pod: dict[str, Any]) -> int:
+    """``nvidia.com/gpu`` the pod's containers request (the limit where no request is set)."""
+    total = 0
+    for c in (pod.get("spec") or {}).get("containers", []):
+        res = c.get("resources") or {}
+        value = (res.get("requests") or {}).get(GPU_RESOURCE) or (res.get("limits") or {}).get(GPU_RESOURCE)
+        total += int(value or 0)
+    return total

@@ -15,6 +15,11 @@ from typing import Any, Literal
 from kimik3.kube.labels import KUEUE_WORKLOAD_INDEX_ANNOTATION
 from kimik3.kube.objects import condition, field, is_true
 
+KueueState = Literal["Admitted", "Pending", "Preempted", "Evicted"]
+"""A group's Workload as Kueue sees it: admitted (quota reserved, a rack assigned, pods ungated);
+pending (never admitted, or re-queued); preempted (evicted for a higher-priority Workload, waiting
+to come back); evicted for another reason (e.g. ``NodeFailures``, ``PodsReadyTimeout``)."""
+
 Wait = Literal["quota", "topology", "preempted", "pending"]
 """Why a group is not admitted: its queue's GPU quota is used up; no NVLink domain has a free
 block of trays that fits the group; Kueue evicted it for a higher-priority Workload; anything
@@ -58,3 +63,17 @@ def waiting(workload: dict[str, Any]) -> Waiting | None:
     if "topology" in lowered and "fit" in lowered:
         return Waiting(group, "topology", message)
     return Waiting(group, "pending", message)
+
+
+def state(workload: dict[str, Any]) -> tuple[KueueState, str]:
+    """The group's Kueue state and Kueue's own message for it ("" when admitted)."""
+    if is_admitted(workload):
+        return "Admitted", ""
+    wait = waiting(workload)
+    assert wait is not None
+    if wait.why == "preempted":
+        return "Preempted", wait.message
+    evicted = condition(workload, "Evicted")
+    if field(evicted, "status") == "True":
+        return "Evicted", field(evicted, "message") or field(evicted, "reason") or "evicted"
+    return "Pending", wait.message

@@ -35,15 +35,6 @@ from kimik3_dev.devcluster.rest import Rest
 __all__ = ["gather", "render"]
 
 
-def _gpu_request(pod: dict[str, Any]) -> int:
-    total = 0
-    for c in (pod.get("spec") or {}).get("containers", []):
-        res = c.get("resources") or {}
-        value = (res.get("requests") or {}).get(GPU_RESOURCE) or (res.get("limits") or {}).get(GPU_RESOURCE)
-        total += int(value or 0)
-    return total
-
-
 def _waiting(pod: dict[str, Any]) -> str:
     return kpods.scheduling_problem(pod) or ("" if kpods.is_ready(pod) else kpods.phase(pod) or "Pending")
 
@@ -96,9 +87,8 @@ def gather(rest: Rest, state_dir: Path | None = None) -> dict[str, Any]:
     node_rack = {n["metadata"]["name"]: _rack_of(n) for n in nodes}
     used: dict[str, int] = defaultdict(int)
     for pod in pods:
-        node = (pod.get("spec") or {}).get("nodeName")
-        if node and kpods.phase(pod) not in ("Succeeded", "Failed"):
-            used[node] += _gpu_request(pod)
+        if kpods.holds_node(pod):
+            used[kpods.node_name(pod)] += kpods.gpu_request(pod)
     racks: dict[str, dict[str, Any]] = {}
     for n in nodes:
         name, clique = node_rack[n["metadata"]["name"]]
@@ -119,7 +109,7 @@ def gather(rest: Rest, state_dir: Path | None = None) -> dict[str, Any]:
         key = (pod["metadata"]["namespace"], labels[LWS_NAME_LABEL], group)
         g = groups.setdefault(key, {"namespace": key[0], "deployment": labels.get(DEPLOYMENT_LABEL, ""),
                                     "lws": key[1], "group": int(key[2]), "pods": []})
-        node = (pod.get("spec") or {}).get("nodeName") or ""
+        node = kpods.node_name(pod)
         g["pods"].append({
             "name": pod["metadata"]["name"], "node": node, "rack": node_rack.get(node, ("", ""))[0] if node else "",
             "worker": kpods.worker_index(pod) or 0, "ready": kpods.is_ready(pod),

@@ -1,0 +1,96 @@
+"""``status.groups``: each engine group once (rack, trays, Kueue state with Kueue's own message,
+readiness), and the Events that say when a group's Kueue state changed.
+
+Pure functions over what the reconciler read: the deployment's pods and, under placement
+``kueue``, the Workloads Kueue made for its groups (one per group index, found by the label
+``kueue.x-k8s.io/job-uid`` = the LeaderWorkerSet's uid, ``kube.workloads``). The conditions stay
+short and point here (``controller.status``).
+
+Where the values come from: the trays are the pods' ``spec.nodeName``; the rack is the value of
+the topology key in the pods' ``spec.nodeSelector``, which Kueue's topology ungater writes when
+it admits the group (Kueue v0.17.0 ``pkg/controller/tas/topology_ungater.go``: every Topology
+level's label of the assigned domain), so it is known once the group is admitted, before a pod is
+bound; the Kueue state is ``kube.workloads.state``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kimik3.api.v1alpha1 import GroupStatus
+from kimik3.kube import pods as kpods
+from kimik3.kube import workloads as kworkloads
+from kimik3.kube.objects import field
+from kimik3.kube.workloads import KueueState
+
+GROUP_MESSAGE_LIMIT = 512
+"""Characters of a group's message kept (Kueue's messages run to ~200)."""
+
+KUEUE_EVENTS: dict[KueueState, tuple[str, str]] = {
+    "Admitted": ("Normal", "GroupAdmitted"),
+    "Pending": ("Warning", "GroupPending"),
+    "Preempted": ("Warning", "GroupPreempted"),
+    "Evicted": ("Warning", "GroupEvicted"),
+}
+"""Event (type, reason) posted when a group's Workload enters each Kueue state."""
+
+
+def _index(value: str | None) -> int | None:
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def group_statuses(pods: list[dict[str, Any]], workloads: list[dict[str, Any]] | None, desired_groups: int,
+                   nodes_per_group: int, topology_key: str) -> list[GroupStatus]:
+    """One entry per group index that is desired (``0..desired_groups-1``), has pods or has a
+    Workload, sorted by index. ``workloads`` is None outside placement kueue (no Kueue state)."""
+    members: dict[int, list[dict[str, Any]]] = {}
+    for pod in pods:
+        index = _index(kpods.group_index(pod))
+        if index is not None:
+            members.setdefault(index, []).append(pod)
+    states: dict[int, tuple[KueueState, str]] = {}
+    for workload in workloads or []:
+        index = _index(kworkloads.group_index(workload))
+        if index is not None:
+            states[index] = kworkloads.state(workload)
+    out = []
+    for index in sorted(set(range(desired_groups)) | set(members) | set(states)):
+        group = sorted(members.get(index, []), key=lambda p: kpods.worker_index(p) or 0)
+        racks = [(field(p.get("spec"), "nodeSelector") or {}).get(topology_key) for p in group]
+        state, message = states.get(index, (None, ""))
+        if not message:
+            message = next((kpods.unschedulable_message(p) for p in group if kpods.is_unschedulable(p)), "")
+        out.append(GroupStatus(
+            index=index, rack=next((r for r in racks if r), None),
+            trays=[kpods.node_name(p) for p in group if kpods.node_name(p)],
+            kueue=state, message=message[:GROUP_MESSAGE_LIMIT] or None,
+            ready=len(group) >= nodes_per_group and all(kpods.is_ready(p) for p in group)))
+    return out
+
+
+def stored_groups(obj: dict[str, Any]) -> list[GroupStatus]:
+    """``status.groups`` of the CR as it was last written ([] when none)."""
+    return [GroupStatus.model_validate(g) for g in (obj.get("status") or {}).get("groups") or []]
+
+
+def kueue_changes(before: list[GroupStatus], after: list[GroupStatus]) -> list[tuple[str, str, str]]:
+    """Events ``(type, reason, message)`` for each group whose Kueue state differs from what
+    ``before`` (the stored status) says: ``KUEUE_EVENTS``, the message quoting Kueue."""
+    previous = {g.index: g.kueue for g in before}
+    events = []
+    for g in after:
+        if g.kueue is None or previous.get(g.index) == g.kueue:
+            continue
+        type_, reason = KUEUE_EVENTS[g.kueue]
+        if g.kueue == "Admitted":
+            where = f" into rack {g.rack}" if g.rack else ""
+            text = f"group {g.index} admitted by Kueue{where} (quota reserved, every pod of the group placed together)"
+        else:
+            was = f" (was {previous[g.index]})" if previous.get(g.index) else ""
+            what = {"Pending": "waits for Kueue", "Preempted": "preempted by Kueue",
+                    "Evicted": "evicted by Kueue"}[g.kueue]
+            text = f"group {g.index} {what}{was}: {g.message or 'no message from Kueue'}"
+            if g.kueue == "Preempted":
+                text += "; it comes back when room returns"
+        events.append((type_, reason, text))
+    return events

@@ -1,0 +1,228 @@
+"""status.groups under placement kueue, on a real API server with the operator running: each group
+once (rack, trays, Kueue state with Kueue's message, ready), short conditions that point there,
+``NoRackFits`` with the largest free block of trays counted from the nodes, and an Event for each
+change of a group's Kueue state.
+
+No Kueue manager runs here (tests/e2e/test_e2e_kueue.py runs the real one): the test writes the
+Workloads, Nodes and pods as Kueue v0.17.0, the kubelet and kube-scheduler would (Workload
+labels ``kueue.x-k8s.io/job-uid`` and annotation ``component-workload-index``; the clique Kueue's
+ungater writes into a pod's node selector; ``status.allocatable`` of each tray). The pure parts
+(``controller.groups``, ``topology.capacity``) are checked on their own first.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from kimik3.api.v1alpha1 import GroupStatus
+from kimik3.controller.groups import group_statuses, kueue_changes
+from kimik3.controller.kube import Kube
+from kimik3.kube.workloads import state
+from kimik3.topology.capacity import Domain, domains, largest_free_block
+from kimik3_dev.devcluster import kueue
+from support.cluster import CR, LWS, apply, condition, reconciled
+from support.recipes import recipe
+from support.waiting import wait_for
+
+CLIQUE = "nvidia.com/gpu.clique"
+TOPOLOGY_MESSAGE = 'couldn\'t assign flavors to pod set leader: topology "nvl72" doesn\'t allow to fit any of 2 pod(s)'
+PREEMPTED_MESSAGE = ("Preempted to accommodate a workload (UID: 9f1c, JobUID: 77aa) due to prioritization in the "
+                     "ClusterQueue")
+
+
+def workload(index: int, *conditions: dict[str, Any], uid: str = "u") -> dict[str, Any]:
+    return {"metadata": {"name": f"leaderworkerset-k3-latency-engine-{index}-x", "labels": {"kueue.x-k8s.io/job-uid": uid},
+                         "annotations": {"kueue.x-k8s.io/component-workload-index": str(index)}},
+            "status": {"conditions": list(conditions)}}
+
+
+ADMITTED = {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "The workload is admitted"}
+NO_RACK = {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": TOPOLOGY_MESSAGE}
+EVICTED_PREEMPTED = {"type": "Evicted", "status": "True", "reason": "Preempted", "message": PREEMPTED_MESSAGE}
+EVICTED_NODES = {"type": "Evicted", "status": "True", "reason": "NodeFailures",
+                 "message": "Workload was evicted as there was no replacement for a failed node: tray-3"}
+
+
+def pod(group: int, worker: int, node: str = "", clique: str = "", ready: bool = False, gpus: int = 4,
+        name: str = "k3-latency-engine") -> dict[str, Any]:
+    lws = "leaderworkerset.sigs.k8s.io"
+    spec: dict[str, Any] = {"containers": [{"name": "engine", "image": "x",
+                                            "resources": {"requests": {"nvidia.com/gpu": str(gpus)},
+                                                          "limits": {"nvidia.com/gpu": str(gpus)}}}]}
+    if node:
+        spec["nodeName"] = node
+    if clique:
+        spec["nodeSelector"] = {CLIQUE: clique, "kubernetes.io/hostname": node}
+    suffix = f"-{group}" + (f"-{worker}" if worker else "")
+    return {"metadata": {"name": name + suffix, "labels": {
+                f"{lws}/name": name, f"{lws}/group-index": str(group), f"{lws}/worker-index": str(worker),
+                "app.kubernetes.io/managed-by": "kimik3-operator", "inference.kimik3.io/deployment": "k3-latency"}},
+            "spec": spec,
+            "status": {"phase": "Running" if node else "Pending",
+                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+def node(name: str, clique: str, ready: bool = True, gpus: int = 4) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {CLIQUE: clique, "nvidia.com/gpu.product": "NVIDIA-GB300",
+                                                  "kubernetes.io/hostname": name}},
+            "status": {"allocatable": {"nvidia.com/gpu": str(gpus)},
+                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+def test_kueue_state_of_a_workload() -> None:
+    assert state(workload(0, ADMITTED)) == ("Admitted", "")
+    assert state(workload(0, NO_RACK)) == ("Pending", TOPOLOGY_MESSAGE)
+    assert state(workload(0, EVICTED_PREEMPTED, NO_RACK)) == ("Preempted", PREEMPTED_MESSAGE)
+    assert state(workload(0, EVICTED_NODES, NO_RACK)) == ("Evicted", EVICTED_NODES["message"])
+    assert state(workload(0)) == ("Pending", "waiting for Kueue to reserve quota")
+
+
+def test_each_group_once_with_rack_trays_kueue_state_and_readiness() -> None:
+    pods = [pod(0, 1, "a-1", "A", ready=True), pod(0, 0, "a-0", "A", ready=True), pod(1, 0), pod(1, 1)]
+    groups = group_statuses(pods, [workload(0, ADMITTED), workload(1, NO_RACK)], 3, 2, CLIQUE)
+    assert groups == [
+        GroupStatus(index=0, rack="A", trays=["a-0", "a-1"], kueue="Admitted", ready=True),
+        GroupStatus(index=1, kueue="Pending", message=TOPOLOGY_MESSAGE),
+        GroupStatus(index=2),  # desired, no pods or Workload yet
+    ]
+    # exclusive placement: no Workloads, no Kueue state; the scheduler's message of an Unschedulable pod
+    unschedulable = pod(0, 0)
+    unschedulable["status"]["conditions"].append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                                  "message": "0/36 nodes are available"})
+    assert group_statuses([unschedulable], None, 1, 2, CLIQUE) == [
+        GroupStatus(index=0, message="0/36 nodes are available")]
+
+
+def test_an_event_for_each_change_of_a_groups_kueue_state() -> None:
+    before = [GroupStatus(index=0, kueue="Admitted"), GroupStatus(index=1, kueue="Pending", message="x")]
+    after = [GroupStatus(index=0, kueue="Preempted", message=PREEMPTED_MESSAGE),
+             GroupStatus(index=1, kueue="Pending", message="x"),
+             GroupStatus(index=2, rack="A", kueue="Admitted"), GroupStatus(index=3)]
+    assert kueue_changes(before, after) == [
+        ("Warning", "GroupPreempted",
+         f"group 0 preempted by Kueue (was Admitted): {PREEMPTED_MESSAGE}; it comes back when room returns"),
+        ("Normal", "GroupAdmitted",
+         "group 2 admitted by Kueue into rack A (quota reserved, every pod of the group placed together)"),
+    ]
+    assert kueue_changes(after, after) == []
+
+
+def test_free_trays_per_domain_count_allocations_readiness_and_the_product() -> None:
+    nodes = [node("a-0", "A"), node("a-1", "A"), node("b-0", "B"), node("b-1", "B"), node("b-2", "B", ready=False),
+             {**node("h-0", "H"), "metadata": {"name": "h-0", "labels": {CLIQUE: "H"}}},  # another product
+             {**node("c-0", "C"), "spec": {"unschedulable": True}}]
+    done = pod(5, 0, "b-1")
+    done["status"]["phase"] = "Succeeded"
+    pods = [pod(0, 0, "a-0"), pod(0, 1, "a-1", gpus=2), pod(1, 0, "b-0"), done]
+    found = domains(nodes, pods, CLIQUE, 4, {"nvidia.com/gpu.product": "NVIDIA-GB300"})
+    assert found == [Domain("A", 2, ()), Domain("B", 2, ("b-1",))]
+    assert largest_free_block(found) == Domain("B", 2, ("b-1",))
+    assert domains(nodes, pods, CLIQUE, 2, {"nvidia.com/gpu.product": "NVIDIA-GB300"})[0].free == ("a-1",)
+    assert largest_free_block([]) is None
+
+
+# -- with the operator on a real API server ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def kueue_crds(control_plane: Any) -> None:
+    """Kueue v0.17.0's CRDs (stored version v1beta2, no manager, no conversion webhook)."""
+    control_plane.apply_crds(kueue.crd_documents(None))
+
+
+@pytest.fixture
+def racks(admin_api: client.ApiClient) -> Iterator[str]:
+    """Two NVL72-like cliques of 2 GB300 trays each (Ready, 4 GPUs allocatable); removed afterwards."""
+    core = client.CoreV1Api(admin_api)
+    tag = uuid.uuid4().hex[:6]
+    names = []
+    for rack in ("a", "b"):
+        for i in range(2):
+            body = node(f"{tag}-{rack}-{i}", f"{tag}-{rack}")
+            core.create_node({"metadata": body["metadata"]})
+            core.patch_node_status(body["metadata"]["name"], {"status": body["status"]})
+            names.append(body["metadata"]["name"])
+    yield tag
+    for name in names:
+        core.delete_node(name)
+
+
+def put_workload(kube: Kube, namespace: str, lws_uid: str, index: int, *conditions: dict[str, Any]) -> None:
+    """A group's Workload as Kueue writes it (spec abridged), then its status conditions."""
+    name = f"leaderworkerset-k3-latency-engine-{index}-{lws_uid[:5]}"
+    kube.apply({"apiVersion": kueue.API_VERSION, "kind": "Workload", "metadata": {
+        "name": name, "namespace": namespace, "labels": {"kueue.x-k8s.io/job-uid": lws_uid},
+        "annotations": {"kueue.x-k8s.io/component-workload-index": str(index)}},
+        "spec": {"queueName": "default", "podSets": [{"name": "leader", "count": 1, "template": {
+            "spec": {"containers": [{"name": "engine", "image": "x"}]}}}]}})
+    stamped = [{**c, "lastTransitionTime": "2026-12-01T00:00:00Z"} for c in conditions]
+    kube.patch_merge(kueue.API_VERSION, "Workload", namespace, name, {"status": {"conditions": stamped}},
+                     subresource="status")
+
+
+def nudge(kube: Kube, namespace: str, ready: int) -> None:
+    """An LWS status change (as the LWS controller writes it): the operator reconciles."""
+    kube.patch_merge(*LWS, namespace, "k3-latency-engine", {"status": {"replicas": 2, "readyReplicas": ready}},
+                     subresource="status")
+
+
+def events(admin_api: client.ApiClient, namespace: str, reason: str) -> list[str]:
+    return [e.message for e in client.CoreV1Api(admin_api).list_namespaced_event(namespace).items if e.reason == reason]
+
+
+def test_operator_writes_groups_no_rack_fits_with_the_free_block_and_state_events(
+        operator, kube, admin_api, namespace, kueue_crds, racks) -> None:
+    core = client.CoreV1Api(admin_api)
+    apply(kube, recipe(replicas=2, scheduling={"placement": {"mode": "kueue", "queueName": "default"}}), namespace)
+    reconciled(kube, namespace, "k3-latency")
+    lws_uid = kube.get(*LWS, namespace, "k3-latency-engine")["metadata"]["uid"]
+    # group 0 admitted into rack a (both its trays); rack b has one tray held by another tenant's pod
+    for body in (pod(0, 0, f"{racks}-a-0", f"{racks}-a", ready=True), pod(0, 1, f"{racks}-a-1", f"{racks}-a", ready=True),
+                 pod(1, 0), pod(1, 1)):
+        core.create_namespaced_pod(namespace, {"metadata": body["metadata"], "spec": body["spec"]})
+    other = pod(0, 0, f"{racks}-b-1", name="other-engine")
+    core.create_namespaced_pod("default", {"metadata": other["metadata"], "spec": other["spec"]})
+    try:
+        put_workload(kube, namespace, lws_uid, 0, ADMITTED)
+        put_workload(kube, namespace, lws_uid, 1, NO_RACK)
+        put_workload(kube, namespace, "another-lws", 7, ADMITTED)  # another LWS's: not this deployment's group
+        nudge(kube, namespace, 1)
+
+        def no_rack_fits() -> dict | None:
+            obj = kube.get(*CR, namespace, "k3-latency")
+            return obj if condition(obj, "ScalingLimited").get("reason") == "NoRackFits" else None
+        obj = wait_for(no_rack_fits, 30, "ScalingLimited=True NoRackFits")
+        groups = obj["status"]["groups"]
+        assert [g["index"] for g in groups] == [0, 1]
+        assert groups[0] == {"index": 0, "rack": f"{racks}-a", "trays": [f"{racks}-a-0", f"{racks}-a-1"],
+                             "kueue": "Admitted", "ready": False}  # no pod reports Ready here (no kubelet)
+        assert groups[1] == {"index": 1, "trays": [], "kueue": "Pending", "message": TOPOLOGY_MESSAGE, "ready": False}
+        limited = condition(obj, "ScalingLimited")
+        assert limited["message"] == (
+            f"group 1 not admitted by Kueue (LocalQueue default); group 1: {TOPOLOGY_MESSAGE}; the largest free "
+            f"block is 1 of 2 trays (rack {racks}-b) and a group needs 2")
+        wait_for(lambda: events(admin_api, namespace, "GroupPending"), 10, "a GroupPending Event")
+        assert events(admin_api, namespace, "GroupAdmitted") == [
+            f"group 0 admitted by Kueue into rack {racks}-a (quota reserved, every pod of the group placed together)"]
+        assert events(admin_api, namespace, "GroupPending") == [f"group 1 waits for Kueue: {TOPOLOGY_MESSAGE}"]
+
+        # a higher-priority Workload takes group 0's place: Preempted on the CR, once in the Events
+        put_workload(kube, namespace, lws_uid, 0, EVICTED_PREEMPTED, NO_RACK)
+        nudge(kube, namespace, 0)
+        obj = wait_for(lambda: (o := kube.get(*CR, namespace, "k3-latency"))["status"]["groups"][0].get("kueue")
+                       == "Preempted" and o, 30, "group 0 Preempted in status.groups")
+        assert obj["status"]["groups"][0]["message"] == PREEMPTED_MESSAGE
+        assert condition(obj, "ScalingLimited")["reason"] == "NoRackFits"  # group 1 still has no rack: it leads
+        assert "Preempted: group 0" in condition(obj, "ScalingLimited")["message"]
+        wait_for(lambda: events(admin_api, namespace, "GroupPreempted"), 10, "a GroupPreempted Event")
+        nudge(kube, namespace, 1)
+        reconciled(kube, namespace, "k3-latency")
+        assert events(admin_api, namespace, "GroupPreempted") == [
+            f"group 0 preempted by Kueue (was Admitted): {PREEMPTED_MESSAGE}; it comes back when room returns"]
+    finally:
+        core.delete_namespaced_pod("other-engine-0", "default", grace_period_seconds=0)
