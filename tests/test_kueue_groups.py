@@ -102,7 +102,8 @@ def test_an_event_for_each_change_of_a_groups_kueue_state() -> None:
     before = [GroupStatus(index=0, kueue="Admitted"), GroupStatus(index=1, kueue="Pending", message="x")]
     after = [GroupStatus(index=0, kueue="Preempted", message=PREEMPTED_MESSAGE),
              GroupStatus(index=1, kueue="Pending", message="x"),
-             GroupStatus(index=2, rack="A", kueue="Admitted"), GroupStatus(index=3)]
+             GroupStatus(index=2, rack="A", kueue="Admitted"), GroupStatus(index=3),
+             GroupStatus(index=4, kueue="Pending", message="waiting for Kueue to reserve quota")]  # not looked at yet
     assert kueue_changes(before, after) == [
         ("Warning", "GroupPreempted",
          f"group 0 preempted by Kueue (was Admitted): {PREEMPTED_MESSAGE}; it comes back when room returns"),
@@ -110,6 +111,8 @@ def test_an_event_for_each_change_of_a_groups_kueue_state() -> None:
          "group 2 admitted by Kueue into rack A (quota reserved, every pod of the group placed together)"),
     ]
     assert kueue_changes(after, after) == []
+    quota = GroupStatus(index=4, kueue="Pending", message="insufficient unused quota")  # Kueue has looked now
+    assert [e[1] for e in kueue_changes(after, [quota])] == ["GroupPending"]
 
 
 def test_free_trays_per_domain_count_allocations_readiness_and_the_product() -> None:

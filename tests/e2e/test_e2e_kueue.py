@@ -116,6 +116,15 @@ def test_nine_tp8_groups_fill_rack_0_and_the_tenth_lands_in_rack_1(kueue_env: De
     workloads = env.rest.items(f"/apis/{kueue.API_VERSION}/namespaces/{tenant}/workloads")
     assert len(workloads) == 10
     assert all(admitted(w) for w in workloads)
+    # status.groups: each group once, its rack (from the node selector Kueue wrote) and trays as bound
+    status = wait_for(lambda: (cr := env.get_cr(tenant)) and len((cr.get("status") or {}).get("groups") or []) == 10
+                      and all(g["ready"] for g in cr["status"]["groups"]) and cr["status"], WAIT_S,
+                      "status.groups with 10 ready groups")
+    for g in status["groups"]:
+        pods = sorted(groups[g["index"]], key=kpods.worker_index)
+        assert (g["kueue"], g["rack"], g["trays"]) == ("Admitted", *racks[g["index"]], [p["spec"]["nodeName"] for p in pods])
+    admitted_events = [e for e in env.events(tenant) if e["reason"] == "GroupAdmitted"]
+    assert len(admitted_events) == 10, [e["message"] for e in admitted_events]
 
 
 def test_quota_of_16_gpus_admits_two_groups_and_a_raise_admits_the_third(kueue_env: DevEnv, tenant: str) -> None:
@@ -148,6 +157,11 @@ def test_quota_of_16_gpus_admits_two_groups_and_a_raise_admits_the_third(kueue_e
         assert "not admitted by Kueue (LocalQueue own)" in limited["message"]
         assert "insufficient unused quota for nvidia.com/gpu" in limited["message"]
         assert any(e["reason"] == "QuotaExhausted" and e["type"] == "Warning" for e in env.events(tenant))
+        gated = int(wl["metadata"]["annotations"][KUEUE_WORKLOAD_INDEX_ANNOTATION])
+        (entry,) = [g for g in env.get_cr(tenant)["status"]["groups"] if g["index"] == gated]
+        assert (entry["kueue"], entry["trays"], entry["message"]) == ("Pending", [], reserved["message"])
+        assert any(e["reason"] == "GroupPending" and f"group {gated} waits for Kueue" in e["message"]
+                   for e in env.events(tenant))
 
         raised = copy.deepcopy(queue)
         raised["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2]["nominalQuota"] = 24

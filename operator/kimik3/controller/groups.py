@@ -75,11 +75,12 @@ def stored_groups(obj: dict[str, Any]) -> list[GroupStatus]:
 
 def kueue_changes(before: list[GroupStatus], after: list[GroupStatus]) -> list[tuple[str, str, str]]:
     """Events ``(type, reason, message)`` for each group whose Kueue state differs from what
-    ``before`` (the stored status) says: ``KUEUE_EVENTS``, the message quoting Kueue."""
-    previous = {g.index: g.kueue for g in before}
+    ``before`` (the stored status) says: ``KUEUE_EVENTS``, the message quoting Kueue. A new
+    Workload Kueue has not considered yet (it admits most within a second) is no change."""
+    previous = {g.index: g.kueue for g in before if g.message != kworkloads.NOT_YET_CONSIDERED}
     events = []
     for g in after:
-        if g.kueue is None or previous.get(g.index) == g.kueue:
+        if g.kueue is None or previous.get(g.index) == g.kueue or g.message == kworkloads.NOT_YET_CONSIDERED:
             continue
         type_, reason = KUEUE_EVENTS[g.kueue]
         if g.kueue == "Admitted":

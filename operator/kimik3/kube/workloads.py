@@ -26,6 +26,10 @@ block of trays that fits the group; Kueue evicted it for a higher-priority Workl
 else Kueue says (e.g. an inactive queue)."""
 
 
+NOT_YET_CONSIDERED = "waiting for Kueue to reserve quota"
+"""The message of a group whose Workload Kueue has not considered yet (no ``QuotaReserved`` message)."""
+
+
 @dataclass(frozen=True)
 class Waiting:
     """A group Kueue has not admitted."""
@@ -56,7 +60,7 @@ def waiting(workload: dict[str, Any]) -> Waiting | None:
         if field(c, "status") == "True" and (type_ == "Preempted" or field(c, "reason") == "Preempted"):
             return Waiting(group, "preempted", field(c, "message") or "preempted")
     c = condition(workload, "QuotaReserved")
-    message = (field(c, "message") or "").strip() or "waiting for Kueue to reserve quota"
+    message = (field(c, "message") or "").strip() or NOT_YET_CONSIDERED
     lowered = message.lower()
     if "insufficient unused quota" in lowered or "insufficient quota" in lowered:
         return Waiting(group, "quota", message)
