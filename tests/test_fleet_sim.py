@@ -128,6 +128,7 @@ def test_capacity_limits_placement(setup):
     group is removed; pending groups hold no GPUs."""
     cfg = replace(setup.cfg, racks=1, trays_per_rack=4, load_time_s=60.0)
     assert cfg.capacity_groups == 2
+    assert replace(setup.cfg, quota_gpus=16).capacity_groups == 2  # the tenant's ClusterQueue, not the racks
     policy = Scripted({30: 4, 300: 3})
     res = _sim(setup, policy, [], 600, 1, cfg=cfg)
     states = {now: fleet for now, _, fleet in policy.seen}

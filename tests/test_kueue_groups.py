@@ -6,7 +6,7 @@ change of a group's Kueue state.
 No Kueue manager runs here (tests/e2e/test_e2e_kueue.py runs the real one): the test writes the
 Workloads, Nodes and pods as Kueue v0.17.0, the kubelet and kube-scheduler would (Workload
 labels ``kueue.x-k8s.io/job-uid`` and annotation ``component-workload-index``; the clique Kueue's
-ungater writes into a pod's node selector; ``status.allocatable`` of each tray). The pure parts
+node labels; ``status.allocatable`` of each tray). The pure parts
 (``controller.groups``, ``topology.capacity``) are checked on their own first.
 """
 
@@ -23,7 +23,7 @@ from kimik3.api.v1alpha1 import GroupStatus
 from kimik3.controller.groups import group_statuses, kueue_changes
 from kimik3.controller.kube import Kube
 from kimik3.kube.workloads import state
-from kimik3.topology.capacity import Domain, domains, largest_free_block
+from kimik3.topology.capacity import Domain, Pool, best_fit, domains, largest_free_block
 from kimik3_dev.devcluster import kueue
 from support.cluster import CR, LWS, apply, condition, reconciled
 from support.recipes import recipe
@@ -84,7 +84,7 @@ def test_kueue_state_of_a_workload() -> None:
 
 def test_each_group_once_with_rack_trays_kueue_state_and_readiness() -> None:
     pods = [pod(0, 1, "a-1", "A", ready=True), pod(0, 0, "a-0", "A", ready=True), pod(1, 0), pod(1, 1)]
-    groups = group_statuses(pods, [workload(0, ADMITTED), workload(1, NO_RACK)], 3, 2, CLIQUE)
+    groups = group_statuses(pods, [workload(0, ADMITTED), workload(1, NO_RACK)], 3, 2, {"a-0": "A", "a-1": "A"})
     assert groups == [
         GroupStatus(index=0, rack="A", trays=["a-0", "a-1"], kueue="Admitted", ready=True),
         GroupStatus(index=1, kueue="Pending", message=TOPOLOGY_MESSAGE),
@@ -94,7 +94,7 @@ def test_each_group_once_with_rack_trays_kueue_state_and_readiness() -> None:
     unschedulable = pod(0, 0)
     unschedulable["status"]["conditions"].append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                                                   "message": "0/36 nodes are available"})
-    assert group_statuses([unschedulable], None, 1, 2, CLIQUE) == [
+    assert group_statuses([unschedulable], None, 1, 2, {}) == [
         GroupStatus(index=0, message="0/36 nodes are available")]
 
 
@@ -229,3 +229,26 @@ def test_operator_writes_groups_no_rack_fits_with_the_free_block_and_state_event
             f"group 0 preempted by Kueue (was Admitted): {PREEMPTED_MESSAGE}; it comes back when room returns"]
     finally:
         core.delete_namespaced_pod("other-engine-0", "default", grace_period_seconds=0)
+
+
+def test_the_capacity_model_places_groups_as_kueue_did_on_the_dev_cluster() -> None:
+    """The figures tests/e2e/test_e2e_kueue.py measures with the real Kueue, from the pure model
+    the fleet simulator uses: best fit, one rack per group, the tenant's quota."""
+    assert best_fit({"rack-0": 4, "rack-1": 18}, 2) == "rack-0" and best_fit({"rack-0": 1, "rack-1": 1}, 2) is None
+    assert best_fit({"rack-1": 6, "rack-0": 6}, 2) == "rack-0"  # ties: the first by name
+    pool = Pool.of_racks(2, 18)
+    placed = [pool.admit("a", 2, 8) for _ in range(10)]
+    assert placed == ["rack-0"] * 9 + ["rack-1"]  # 9 TP8 groups fill rack 0 exactly, the 10th opens rack 1
+    pool = Pool.of_racks(2, 18)
+    assert [pool.admit("a", 4, 16) for _ in range(4)] == ["rack-0"] * 4
+    assert pool.admit("b", 2, 8) == "rack-0"  # another tenant's TP8 group takes rack 0's last 2 trays
+    assert pool.free == {"rack-0": 0, "rack-1": 18}
+    quota = Pool.of_racks(2, 18, {"a": 16})
+    assert [quota.admit("a", 2, 8) for _ in range(3)] == ["rack-0", "rack-0", None]
+    assert quota.why_not("a", 2, 8) == "quota" and quota.why_not("b", 2, 8) is None
+    quota.quota["a"] = 24  # the ClusterQueue's quota raised
+    assert quota.groups_that_fit("a", 2, 8) == 1 and quota.free["rack-0"] == 14  # counting changes nothing
+    quota.release("a", "rack-0", 2, 8)
+    assert (quota.free["rack-0"], quota.used["a"]) == (16, 8)
+    full = Pool({"rack-0": 1, "rack-1": 1})
+    assert full.why_not("a", 2, 8) == "topology" and full.groups_that_fit("a", 2, 8) == 0

@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from kimik3.cli import CHART_CRD_DIR, CRD_FILE, POLICY_FILE
 from kimik3.controller import metrics
 from kimik3.controller.kube import Kube
+from kimik3_dev.devcluster import kueue
 from kimik3_dev.devcluster.rbac import request_token, write_token_kubeconfig
 
 from support.cluster import CR, apply, make_namespace, metric, metric_samples, reconciled
@@ -37,9 +38,9 @@ VARIANTS = {
     "no-crd-no-dashboard": ["--set", "crds.install=false", "--set", "grafanaDashboard.enabled=false",
                             "--set", "metrics.service.enabled=false"],
     "kueue": ["--set", "kueue.enabled=true",
-              "--set-json", 'kueue.tenants=[{"namespace":"tenant-a","gpus":16},{"namespace":"tenant-b","gpus":64,'
-                            '"queueName":"endpoints"}]',
-              "--set-json", 'kueue.priorityClasses=[{"name":"premium","value":1000}]'],
+              "--set-json", 'kueue.tenants=[{"namespace":"tenant-a","gpus":16,"priority":100},{"namespace":"tenant-b",'
+                            '"gpus":64,"queueName":"endpoints"}]',
+              "--set-json", 'kueue.priorityClasses=[{"name":"premium","value":1000}]', "--set", "kueue.cohort=tenants"],
 }
 FORBIDDEN = re.compile(r"forbidden|(?<![,.\d])403(?!\d)", re.IGNORECASE)
 """An authorization failure in the operator's log (not a 403 in a log line's milliseconds)."""
@@ -146,10 +147,12 @@ def test_rbac_has_no_wildcards_and_the_namespaced_install_no_cluster_scope(helm_
     assert "ClusterRole" not in namespaced and "ClusterRoleBinding" not in namespaced
     roles = {r["metadata"]["namespace"]: r["rules"] for r in namespaced["Role"]}
     assert sorted(roles) == ["team-a", "team-b"]
-    # The same rules as cluster-wide, less kopf's CRD observation (off when namespaces are given).
-    crd_rule = {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
-                "verbs": ["list", "watch"]}
-    assert roles["team-a"] == [r for r in role["rules"] if r != crd_rule] and crd_rule in role["rules"]
+    # The same rules as cluster-wide, less kopf's CRD observation (off when namespaces are given) and
+    # the node list (racks and free trays; cluster-scoped, so a namespace-scoped install goes without).
+    cluster_only = [{"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+                     "verbs": ["list", "watch"]}, {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}]
+    assert roles["team-a"] == [r for r in role["rules"] if r not in cluster_only]
+    assert all(r in role["rules"] for r in cluster_only)
     assert {b["metadata"]["namespace"] for b in namespaced["RoleBinding"]} == {"team-a", "team-b"}
 
 
@@ -268,6 +271,10 @@ def test_template_is_accepted_by_the_api_server_with_strict_validation(helm, kub
         local = {(d["metadata"]["namespace"], d["metadata"]["name"]): d["spec"]["clusterQueue"]
                  for d in docs if d["kind"] == "LocalQueue"}
         assert local == {("tenant-a", "inference"): "tenant-a", ("tenant-b", "endpoints"): "tenant-b"}
+        assert {q["spec"]["cohortName"] for q in queues.values()} == {"tenants"}  # idle quota lent among tenants
+        assert queues["tenant-a"]["spec"]["preemption"] == kueue.TENANT_PREEMPTION  # as `dev up --tenant`
+        priorities = {d["metadata"]["name"]: d["value"] for d in docs if d["kind"] == "WorkloadPriorityClass"}
+        assert priorities == {"premium": 1000, "tenant-a": 100}
 
 
 def test_an_unknown_field_in_a_template_would_be_refused(kube):

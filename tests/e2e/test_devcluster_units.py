@@ -301,3 +301,23 @@ def test_overview_render_names_racks_trays_and_split_groups() -> None:
     assert "      pod k3-engine-2: Unschedulable: 0/4 nodes" in text
     assert "      endpoint http://k3.ns.svc:8000/v1   simulator http://127.0.0.1:4000" in text
     assert "      Ready=False (GroupsNotReady): 2/3" in text
+
+
+# -- tenants (dev up --tenant) -------------------------------------------------------------------
+def test_a_tenant_gets_a_cluster_queue_in_the_cohort_a_local_queue_and_a_priority_class() -> None:
+    from kimik3_dev.devcluster.kueue import COHORT, TENANT_PREEMPTION, Tenant
+    tenant = Tenant.parse("batch=72:100")
+    assert tenant == Tenant("batch", 72, 100) and Tenant.parse("web=16") == Tenant("web", 16, None)
+    queue, local, priority = tenant.objects("gb300")
+    assert (queue["kind"], queue["metadata"]["name"], queue["spec"]["cohortName"]) == ("ClusterQueue", "batch", COHORT)
+    assert queue["spec"]["preemption"] == TENANT_PREEMPTION
+    assert queue["spec"]["namespaceSelector"]["matchExpressions"][0]["values"] == ["batch"]
+    assert queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2] == {"name": GPU_RESOURCE, "nominalQuota": 72}
+    assert (local["metadata"]["namespace"], local["metadata"]["name"], local["spec"]["clusterQueue"]) == (
+        "batch", "default", "batch")
+    assert (priority["kind"], priority["metadata"]["name"], priority["value"]) == ("WorkloadPriorityClass", "batch", 100)
+    assert len(Tenant.parse("web=16").objects("gb300")) == 2
+    for bad, words in (("batch", "NAME=GPUS[:PRIORITY]"), ("Batch=8", "DNS label"), ("b=eight", "whole number"),
+                       ("b=8:high", "PRIORITY must be an integer")):
+        with pytest.raises(ValueError, match=words.replace("[", r"\[").replace("]", r"\]")):
+            Tenant.parse(bad)

@@ -8,6 +8,9 @@ GB300 trays (144 GPUs), as a real GB300 NVL72 pair of racks looks to Kubernetes.
 - Sharing: 4 TP16 groups and another tenant's TP8 group fill one rack exactly.
 - Quota: a tenant whose ClusterQueue holds 16 GPUs gets 2 TP8 groups of 3; raising the quota
   admits the third without an edit of the CR.
+- Priority: ``dev up --tenant low=72:100 --tenant high=72:1000``; low fills both racks (borrowing
+  high's idle quota through their Cohort); high's new group preempts one of low's groups (both CRs
+  and their Events say so); the preempted group comes back once high's group is gone.
 """
 
 from __future__ import annotations
@@ -24,12 +27,15 @@ from kimik3.kube import pods as kpods
 from kimik3.kube.labels import KUEUE_WORKLOAD_INDEX_ANNOTATION
 from kimik3_dev.devcluster import kueue
 from kimik3_dev.devcluster.cluster import UpOptions
+from kimik3_dev.devcluster.kueue import Tenant
 from kimik3_dev.devcluster.racks import RackShape
 from kimik3_dev.devcluster.workloads import ensure_namespace
 from support.waiting import wait_for
 
 RACKS, TRAYS = 2, 18
 WAIT_S = 150.0
+TENANTS = (Tenant("low", 72, 100), Tenant("high", 72, 1000))
+"""Half the cluster's 144 GPUs each, in one Cohort; high's groups outrank low's."""
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +43,8 @@ def kueue_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevEnv]:
     """``kimik3 dev up`` with Kueue, 2 racks x 18 GB300 trays, no simulator or Prometheus."""
     with dev_cluster(tmp_path_factory.mktemp("dev-kueue"),
                      UpOptions(shape=RackShape(profile="gb300", racks=RACKS, trays_per_rack=TRAYS), sim=False,
-                               prometheus=False, die_with_parent=True, wait_timeout_s=180.0)) as env:
+                               prometheus=False, die_with_parent=True, wait_timeout_s=180.0,
+                               tenants=TENANTS)) as env:
         yield env
 
 
@@ -217,3 +224,48 @@ def test_a_group_size_edit_under_kueue_replaces_the_leaderworkerset(kueue_env: D
     assert "group size 2 -> 4 pods changed" in event["message"] and "F15" in event["message"]
     wait_for(lambda: (env.condition(tenant, "Progressing") or {}).get("status")
                == "False", WAIT_S, "Progressing=False once replaced")
+
+
+def delete_and_wait(env: DevEnv, namespace: str) -> None:
+    env.rest.delete(env.cr_path(namespace))
+    wait_for(lambda: not env.rest.items(f"/api/v1/namespaces/{namespace}/pods"), WAIT_S,
+             f"the pods of {namespace} to be gone")
+
+
+def test_a_high_priority_tenants_group_preempts_a_low_priority_group_that_comes_back(kueue_env: DevEnv) -> None:
+    env = kueue_env
+    low = packed(env, "low", replicas=RACKS * TRAYS // 2)
+    low["spec"]["scheduling"]["placement"]["priorityClass"] = "low"
+    env.apply(low)
+    try:
+        wait_for(lambda: env.ready_groups("low", 2, RACKS * TRAYS // 2), WAIT_S,
+                 "18 low-priority TP8 groups Ready on every tray of both racks")
+        high = packed(env, "high", replicas=1)
+        high["spec"]["scheduling"]["placement"]["priorityClass"] = "high"
+        env.apply(high)
+        try:
+            (group,) = wait_for(lambda: env.ready_groups("high", 2, 1), WAIT_S,
+                                "the high-priority group Ready on the trays of a preempted group").values()
+            limited = wait_for(lambda: (c := env.condition("low", "ScalingLimited")) and c["reason"] == "Preempted"
+                               and c, WAIT_S, "ScalingLimited=True Preempted on the low-priority CR")
+            assert "Preempted to accommodate a workload" in limited["message"], limited["message"]
+            preempted = [g for g in env.get_cr("low")["status"]["groups"] if g["kueue"] == "Preempted"]
+            assert len(preempted) == 1, preempted
+            assert preempted[0]["trays"] == [] and "Preempted to accommodate" in preempted[0]["message"]
+            assert [e for e in env.events("low") if e["reason"] == "GroupPreempted"
+                    and e["message"].startswith(f"group {preempted[0]['index']} preempted by Kueue (was Admitted)")]
+            assert any(e["reason"] == "Preempted" and e["type"] == "Warning" for e in env.events("low"))
+            wait_for(lambda: [e for e in env.events("high") if e["reason"] == "GroupAdmitted"], WAIT_S,
+                     "a GroupAdmitted Event on the high-priority CR")
+            assert [g["kueue"] for g in env.get_cr("high")["status"]["groups"]] == ["Admitted"]
+            assert len(env.cliques(group)) == 1
+        finally:
+            delete_and_wait(env, "high")
+        wait_for(lambda: env.ready_groups("low", 2, RACKS * TRAYS // 2), WAIT_S,
+                 "the preempted low-priority group back once the high-priority group is gone")
+        wait_for(lambda: (env.condition("low", "ScalingLimited") or {}).get("status") == "False", WAIT_S,
+                 "ScalingLimited=False on the low-priority CR")
+        assert any(e["reason"] == "GroupAdmitted" and e["message"].startswith(f"group {preempted[0]['index']} ")
+                   for e in env.events("low"))
+    finally:
+        delete_and_wait(env, "low")

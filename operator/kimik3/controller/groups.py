@@ -6,33 +6,29 @@ Pure functions over what the reconciler read: the deployment's pods and, under p
 ``kueue.x-k8s.io/job-uid`` = the LeaderWorkerSet's uid, ``kube.workloads``). The conditions stay
 short and point here (``controller.status``).
 
-Where the values come from: the trays are the pods' ``spec.nodeName``; the rack is the value of
-the topology key in the pods' ``spec.nodeSelector``, which Kueue's topology ungater writes when
-it admits the group (Kueue v0.17.0 ``pkg/controller/tas/topology_ungater.go``: every Topology
-level's label of the assigned domain), so it is known once the group is admitted, before a pod is
-bound; the Kueue state is ``kube.workloads.state``.
+Where the values come from: the trays are the pods' ``spec.nodeName``; the rack is the topology
+key's label of the leader's tray (of the first bound pod's while the leader is not bound; the
+reconciler reads node labels through ``controller.nodes``: Kueue's node selector on the pods
+names only the hostname when that is the Topology's lowest level, and a Workload's topology
+assignment likewise); the Kueue state is ``kube.workloads.state``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from kimik3.api.v1alpha1 import GroupStatus
 from kimik3.kube import pods as kpods
 from kimik3.kube import workloads as kworkloads
-from kimik3.kube.objects import field
 from kimik3.kube.workloads import KueueState
 
 GROUP_MESSAGE_LIMIT = 512
 """Characters of a group's message kept (Kueue's messages run to ~200)."""
 
-KUEUE_EVENTS: dict[KueueState, tuple[str, str]] = {
-    "Admitted": ("Normal", "GroupAdmitted"),
-    "Pending": ("Warning", "GroupPending"),
-    "Preempted": ("Warning", "GroupPreempted"),
-    "Evicted": ("Warning", "GroupEvicted"),
-}
-"""Event (type, reason) posted when a group's Workload enters each Kueue state."""
+KUEUE_EVENTS: dict[KueueState, str] = {"Admitted": "GroupAdmitted", "Pending": "GroupPending",
+                                       "Preempted": "GroupPreempted", "Evicted": "GroupEvicted"}
+"""Event reason posted when a group's Workload enters each Kueue state (Normal for Admitted, else Warning)."""
 
 
 def _index(value: str | None) -> int | None:
@@ -40,9 +36,10 @@ def _index(value: str | None) -> int | None:
 
 
 def group_statuses(pods: list[dict[str, Any]], workloads: list[dict[str, Any]] | None, desired_groups: int,
-                   nodes_per_group: int, topology_key: str) -> list[GroupStatus]:
+                   nodes_per_group: int, racks: Mapping[str, str]) -> list[GroupStatus]:
     """One entry per group index that is desired (``0..desired_groups-1``), has pods or has a
-    Workload, sorted by index. ``workloads`` is None outside placement kueue (no Kueue state)."""
+    Workload, sorted by index. ``workloads`` is None outside placement kueue (no Kueue state);
+    ``racks`` maps node names to their NVLink domain (nodes it lacks leave the rack unset)."""
     members: dict[int, list[dict[str, Any]]] = {}
     for pod in pods:
         index = _index(kpods.group_index(pod))
@@ -56,12 +53,12 @@ def group_statuses(pods: list[dict[str, Any]], workloads: list[dict[str, Any]] |
     out = []
     for index in sorted(set(range(desired_groups)) | set(members) | set(states)):
         group = sorted(members.get(index, []), key=lambda p: kpods.worker_index(p) or 0)
-        racks = [(field(p.get("spec"), "nodeSelector") or {}).get(topology_key) for p in group]
+        rack = next((racks[kpods.node_name(p)] for p in group if kpods.node_name(p) in racks), None)
         state, message = states.get(index, (None, ""))
         if not message:
             message = next((kpods.unschedulable_message(p) for p in group if kpods.is_unschedulable(p)), "")
         out.append(GroupStatus(
-            index=index, rack=next((r for r in racks if r), None),
+            index=index, rack=rack,
             trays=[kpods.node_name(p) for p in group if kpods.node_name(p)],
             kueue=state, message=message[:GROUP_MESSAGE_LIMIT] or None,
             ready=len(group) >= nodes_per_group and all(kpods.is_ready(p) for p in group)))
@@ -82,7 +79,7 @@ def kueue_changes(before: list[GroupStatus], after: list[GroupStatus]) -> list[t
     for g in after:
         if g.kueue is None or previous.get(g.index) == g.kueue or g.message == kworkloads.NOT_YET_CONSIDERED:
             continue
-        type_, reason = KUEUE_EVENTS[g.kueue]
+        type_, reason = "Normal" if g.kueue == "Admitted" else "Warning", KUEUE_EVENTS[g.kueue]
         if g.kueue == "Admitted":
             where = f" into rack {g.rack}" if g.rack else ""
             text = f"group {g.index} admitted by Kueue{where} (quota reserved, every pod of the group placed together)"

@@ -33,8 +33,10 @@ from kimik3.controller.kube import Kube, api_error_message
 from kimik3.controller.status import (compute_status, invalid_status, lws_selector, merge_patch, status_patch,
                                      stored_conditions)
 from kimik3.controller.groups import kueue_changes, stored_groups
-from kimik3.kube.kinds import COMPUTE_DOMAIN, GROUP, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, NODE, POD, WORKLOAD, Kind
+from kimik3.controller.nodes import Nodes
+from kimik3.kube.kinds import COMPUTE_DOMAIN, GROUP, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, POD, WORKLOAD, Kind
 from kimik3.kube.labels import KUEUE_JOB_UID_LABEL, PRODUCT_LABEL
+from kimik3.kube.pods import node_name
 from kimik3.kube.workloads import waiting
 from kimik3.topology.capacity import Domain, domains, largest_free_block
 from kimik3.kube.objects import is_deleting
@@ -84,6 +86,8 @@ class Reconciler:
         """What the watches saw; without it every read goes to the API server."""
         self.compute_domains = compute_domains
         """False in clusters without NVIDIA's DRA driver: no ComputeDomain or channel claims."""
+        self.nodes = Nodes(kube)
+        """Node labels (each tray's rack) and node lists (free trays)."""
         self._posted: dict[tuple[str, str], set[str]] = {}
 
     # -- events ------------------------------------------------------------------------------
@@ -228,7 +232,8 @@ class Reconciler:
         status = compute_status(obj, admitted, lws, pods, desired, apply_error, replacing=replacing,
                                 compute_domain_note=None if self.compute_domains else COMPUTE_DOMAIN_SKIPPED,
                                 autoscaled=scaled.report if scaled is not None else None,
-                                workloads=workloads, free_block=self._free_block(admitted, workloads))
+                                workloads=workloads, free_block=self._free_block(admitted, workloads),
+                                racks=self.nodes.domains_of(map(node_name, pods), admitted.spec.scheduling.topology_key))
         for type_, reason, message in kueue_changes(stored_groups(obj), status.groups or []):
             self.kube.event(obj, type_, reason, message)
         if (obj.get("status") or {}).get("observedGeneration") != obj["metadata"].get("generation") and not apply_error:
@@ -297,11 +302,13 @@ class Reconciler:
         if not any(w is not None and w.why == "topology" for w in map(waiting, workloads or [])):
             return None
         plan = admitted.plan
+        nodes = self.nodes.listed()
+        if nodes is None:
+            return None
         try:
-            nodes = self.kube.list(*NODE.type_meta, "", "")
             pods = self.kube.list(*POD.type_meta, "", "", field_selector=BOUND_UNFINISHED)
         except ApiException as exc:
-            log.info("largest free block of trays unknown: cannot list nodes and pods (%s %s)", exc.status, exc.reason)
+            log.info("largest free block of trays unknown: cannot list pods (%s %s)", exc.status, exc.reason)
             return None
         return largest_free_block(domains(nodes, pods, admitted.spec.scheduling.topology_key, plan.gpus_per_node,
                                           {PRODUCT_LABEL: plan.profile.product_label}))

@@ -11,6 +11,7 @@ a ScalingLimited condition with another writer's reason is left alone.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -233,12 +234,14 @@ def compute_status(obj: dict[str, Any], admitted: Admitted, lws: dict[str, Any] 
                    apply_error: str | None = None, compute_domain_note: str | None = None,
                    autoscaled: AutoscalerReport | None = None,
                    workloads: list[dict[str, Any]] | None = None,
-                   replacing: str | None = None, free_block: Domain | None = None) -> KimiK3DeploymentStatus:
+                   replacing: str | None = None, free_block: Domain | None = None,
+                   racks: Mapping[str, str] | None = None) -> KimiK3DeploymentStatus:
     """Status of a reconciled CR whose spec this reconcile admitted (``admitted``).
     ``desired_groups`` is the LWS's spec.replicas; ``autoscaled`` what the autoscaler's step reports
     (None with autoscaling off: its fields are then left as the CR holds them); ``workloads`` the
     Kueue Workloads of the LeaderWorkerSet under placement ``kueue`` (None otherwise);
-    ``free_block`` the NVLink domain with the most free trays, when a group waits for a rack."""
+    ``free_block`` the NVLink domain with the most free trays, when a group waits for a rack;
+    ``racks`` the NVLink domain of each node the pods are bound to (status.groups[].rack)."""
     owner, plan = Owner.from_object(obj), admitted.plan
     gen = obj["metadata"].get("generation")
     lws_status = (lws or {}).get("status") or {}
@@ -295,8 +298,7 @@ def compute_status(obj: dict[str, Any], admitted: Admitted, lws: dict[str, Any] 
                         compute_domain_note=compute_domain_note if plan.needs_compute_domain else None),
         decode=autoscaled.decode if autoscaled else None,
         last_scale=autoscaled.last_scale if autoscaled else None,
-        groups=group_statuses(pods, workloads, desired_groups, plan.nodes_per_group,
-                              admitted.spec.scheduling.topology_key),
+        groups=group_statuses(pods, workloads, desired_groups, plan.nodes_per_group, racks or {}),
     )
 
 

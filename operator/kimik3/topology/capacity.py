@@ -22,7 +22,7 @@ group whose leader and workers must share one domain of the topology key:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kimik3.kube import nodes as knodes
@@ -70,3 +70,58 @@ def largest_free_block(found: Iterable[Domain]) -> Domain | None:
         if best is None or len(d.free) > len(best.free):
             best = d
     return best
+def best_fit(free: Mapping[str, int], needed: int) -> str | None:
+    """The domain Kueue picks for a group of ``needed`` pods given ``free`` slots per domain: the
+    fewest free slots that still hold the group, the first by name among equals; None when no
+    domain holds it."""
+    fitting = [(n, name) for name, n in free.items() if n >= needed]
+    return min(fitting)[1] if fitting else None
+
+
+@dataclass
+class Pool:
+    """NVLink domains with free trays and tenants with GPU quota, as one ClusterQueue per tenant
+    over one ResourceFlavor sees them: ``admit`` places a group as Kueue would or refuses it,
+    ``release`` frees it. A tenant without a quota entry is unlimited."""
+
+    free: dict[str, int]
+    """Free trays per domain."""
+    quota: dict[str, int] = field(default_factory=dict)
+    """GPUs per tenant (the ClusterQueue's nominal ``nvidia.com/gpu``)."""
+    used: dict[str, int] = field(default_factory=dict)
+    """GPUs admitted per tenant."""
+
+    @classmethod
+    def of_racks(cls, racks: int, trays_per_rack: int, quota: Mapping[str, int] | None = None) -> Pool:
+        """``racks`` empty domains of ``trays_per_rack`` trays (named ``rack-0``, ``rack-1``, ...)."""
+        return cls({f"rack-{i}": trays_per_rack for i in range(racks)}, dict(quota or {}))
+
+    def why_not(self, tenant: str, trays: int, gpus: int) -> str | None:
+        """Why a group of ``trays`` trays and ``gpus`` GPUs would wait ("quota" or "topology", in
+        Kueue's order), None when it would be admitted now."""
+        if tenant in self.quota and self.used.get(tenant, 0) + gpus > self.quota[tenant]:
+            return "quota"
+        return None if best_fit(self.free, trays) is not None else "topology"
+
+    def admit(self, tenant: str, trays: int, gpus: int) -> str | None:
+        """Place one group; the domain it went to, or None (nothing changes) when it waits."""
+        if self.why_not(tenant, trays, gpus) is not None:
+            return None
+        domain = best_fit(self.free, trays)
+        assert domain is not None
+        self.free[domain] -= trays
+        self.used[tenant] = self.used.get(tenant, 0) + gpus
+        return domain
+
+    def release(self, tenant: str, domain: str, trays: int, gpus: int) -> None:
+        """Free a group ``admit`` placed in ``domain``."""
+        self.free[domain] += trays
+        self.used[tenant] = self.used.get(tenant, 0) - gpus
+
+    def groups_that_fit(self, tenant: str, trays: int, gpus: int) -> int:
+        """How many more such groups Kueue would admit now, one after the other (nothing changes)."""
+        trial = Pool(dict(self.free), dict(self.quota), dict(self.used))
+        count = 0
+        while trial.admit(tenant, trays, gpus) is not None:
+            count += 1
+        return count

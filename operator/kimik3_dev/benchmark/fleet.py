@@ -24,9 +24,11 @@ What is simulated
   (ties: the oldest group). With no ready group it waits at the gateway.
 - **Load time**: a new group holds its GPUs and serves nothing for ``load_time_s`` (default 900 s:
   ~1.5 TB of weights, see ``DEFAULT_LOAD_TIME_S``), then serves.
-- **Capacity**: ``racks x trays_per_rack`` trays; a group needs ``trays_per_group`` trays of ONE
-  rack (an NVLink domain). Groups beyond that stay pending (``FleetState.unplaceable``) and are
-  placed, then load, when a group is removed.
+- **Capacity**: ``racks x trays_per_rack`` trays, placed as Kueue places them (the core's
+  ``kimik3.topology.capacity.Pool``, the operator's capacity model: best fit per rack, a group's
+  ``trays_per_group`` trays in ONE rack, the tenant's ClusterQueue quota ``quota_gpus``). Groups
+  Kueue would not admit stay pending (``FleetState.unplaceable``) and are placed, then load, when
+  a group is removed.
 - **Scale-down** removes the newest groups first (a LeaderWorkerSet deletes the highest indexes):
   pending ones go at once, loading ones release their GPUs at once, ready ones stop taking
   requests, hand their queue back to the router and drain their running requests (holding GPUs
@@ -84,6 +86,7 @@ from kimik3.autoscaler.perfmodel import (DEFAULT_WORKLOAD, EngineShape, PerfPara
 from kimik3.autoscaler.policy import Decision, FleetState, Policy
 from kimik3.autoscaler.sources import PodScrapeSource, ScrapeTarget
 from kimik3.autoscaler.window import Samples
+from kimik3.topology.capacity import Pool
 from kimik3_dev.benchmark.traces import Request
 from kimik3_dev.sim.vllm_metrics import HistogramTotals, exposition
 
@@ -97,6 +100,10 @@ FAST_DECODE_ITL_BUCKETS: tuple[float, ...] = tuple(
     [0.002 + 0.001 * i for i in range(39)]
     + [0.045, 0.05, 0.06, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0])
 """Seconds: 2-40 ms by 1 ms, then vLLM's default bounds from 45 ms up (module docstring)."""
+
+
+TENANT = "fleet"
+"""The simulated deployment's tenant in the capacity ``Pool``."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +120,8 @@ class FleetConfig:
     racks: int = 2
     trays_per_rack: int = 18
     """GB300 NVL72: 18 compute trays of 4 GPUs per rack."""
+    quota_gpus: int | None = None
+    """The deployment's ClusterQueue nominal nvidia.com/gpu quota (None: the racks are the limit)."""
     load_time_s: float = DEFAULT_LOAD_TIME_S
     load_timeout_s: float = 5400.0
     """probes.loadTimeout of the recipe (90 min): a group loading longer is not counted as coming."""
@@ -126,10 +135,14 @@ class FleetConfig:
     def gpus_per_group(self) -> int:
         return self.shape.gpus
 
+    def pool(self) -> Pool:
+        """The empty racks and the quota, as Kueue sees them (``kimik3.topology.capacity``)."""
+        return Pool.of_racks(self.racks, self.trays_per_rack, {TENANT: self.quota_gpus} if self.quota_gpus else {})
+
     @property
     def capacity_groups(self) -> int:
-        """Groups the racks can place (a group never spans racks)."""
-        return self.racks * (self.trays_per_rack // self.trays_per_group)
+        """Groups Kueue would admit into the empty racks within the quota (a group never spans racks)."""
+        return self.pool().groups_that_fit(TENANT, self.trays_per_group, self.gpus_per_group)
 
     @classmethod
     def from_admitted(cls, admitted: Admitted, **overrides: Any) -> FleetConfig:
@@ -174,7 +187,7 @@ class _Group:
     created_s: float
     state: str = PENDING
     placed_s: float | None = None
-    rack: int | None = None
+    rack: str | None = None
     running: list = field(default_factory=list)
     """Heap of (finish_progress, seq, request)."""
     waiting: deque = field(default_factory=deque)
@@ -278,7 +291,7 @@ class FleetSim:
         self._heap: list = []
         self._seq = 0
         self._now = 0.0
-        self._rack_free = [cfg.trays_per_rack] * cfg.racks
+        self._pool = cfg.pool()
         self._pages: dict[str, _Group] = {}
         self.source = PodScrapeSource(self._targets, fetch=self.page, clock=lambda: self._now)
         """The operator's pod-scrape source, reading the serving groups' pages."""
@@ -339,18 +352,17 @@ class FleetSim:
         return g
 
     def _place(self, g: _Group, now: float) -> None:
-        for r, free in enumerate(self._rack_free):
-            if free >= self.cfg.trays_per_group:
-                self._rack_free[r] -= self.cfg.trays_per_group
-                g.rack, g.state, g.placed_s = r, LOADING, now
-                self._push(now + self.cfg.load_time_s, 1, (g.gid, "ready"))
-                return
-        g.state = PENDING
+        rack = self._pool.admit(TENANT, self.cfg.trays_per_group, self.cfg.gpus_per_group)
+        if rack is None:
+            g.state = PENDING
+            return
+        g.rack, g.state, g.placed_s = rack, LOADING, now
+        self._push(now + self.cfg.load_time_s, 1, (g.gid, "ready"))
 
     def _release(self, g: _Group, now: float) -> None:
         self._account(now)
         if g.rack is not None:
-            self._rack_free[g.rack] += self.cfg.trays_per_group
+            self._pool.release(TENANT, g.rack, self.cfg.trays_per_group, self.cfg.gpus_per_group)
             g.rack = None
         g.state = GONE
         self._gone_at[g.gid] = now

@@ -51,22 +51,28 @@ def _mib(n: int) -> str:
 @click.option("--timeout", "timeout_s", default=120.0, show_default=True, help="Bound on each readiness wait, s.")
 @click.option("--sim/--no-sim", default=True, show_default=True, help="Start the engine simulator if present.")
 @click.option("--prometheus/--no-prometheus", default=True, show_default=True)
+@click.option("--tenant", "tenants", multiple=True, metavar="NAME=GPUS[:PRIORITY]",
+              help="A tenant namespace with its own Kueue ClusterQueue of GPUS (in one Cohort that lends idle "
+                   "quota), its LocalQueue 'default' and, with PRIORITY, the WorkloadPriorityClass NAME "
+                   "(placement.priorityClass: NAME; higher preempts lower). Repeatable.")
 def up(state_dir: str, racks: int, trays_per_rack: int, profile: str, load_time: str, timeout_s: float,
-       sim: bool, prometheus: bool) -> None:
+       sim: bool, prometheus: bool, tenants: tuple[str, ...]) -> None:
     """Start etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok with the racks,
     the LeaderWorkerSet manager, the operator, Prometheus and the engine simulator."""
     from kimik3_dev.devcluster.cluster import DevCluster, UpOptions
     from kimik3_dev.devcluster.progress import Progress
     from kimik3_dev.devcluster.racks import RackShape
     from kimik3_dev.devcluster.readiness import ComponentError
+    from kimik3_dev.devcluster.kueue import Tenant
     try:
         shape = RackShape(profile=profile, racks=racks, trays_per_rack=trays_per_rack)
+        parsed = tuple(Tenant.parse(t) for t in tenants)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     cluster = DevCluster(state_dir)
     try:
         state = cluster.up(UpOptions(shape=shape, load_time=load_time, sim=sim, prometheus=prometheus,
-                                     wait_timeout_s=timeout_s), Progress())
+                                     wait_timeout_s=timeout_s, tenants=parsed), Progress())
     except ComponentError as exc:
         click.echo(f"\ndev up failed: {exc}", err=True)
         sys.exit(1)

@@ -12,7 +12,9 @@ pidfile (``<state>/pids/``) and a log (``<state>/logs/``, etcd and kube-apiserve
    manager likewise (``kueue``; ``UpOptions.kueue``);
 5. ``racks x trays`` Node objects and kwok as their kubelet (``racks``, ``kwok``); with
    Kueue, its Topology (clique, then node), a ResourceFlavor for the profile and the ClusterQueue
-   ``gpus`` holding every GPU of the cluster (tenants get LocalQueues from ``dev apply``);
+   ``gpus`` holding every GPU of the cluster (tenants get LocalQueues from ``dev apply``); with
+   ``UpOptions.tenants`` (``--tenant NAME=GPUS[:PRIORITY]``) a ClusterQueue per tenant in one Cohort,
+   its LocalQueue and WorkloadPriorityClass (``kueue.Tenant``);
 6. the operator: ``kimik3 run --no-compute-domains`` (no DRA driver runs here), as the chart's
    ServiceAccount ``kimik3-system/kimik3-operator`` with the chart's RBAC (``rbac``), recorded in
    ``cluster.json``'s ``operator_identity``;
@@ -54,6 +56,7 @@ from kimik3_dev.devcluster.racks import RACK_LABEL, RackShape, node_manifests
 from kimik3_dev.devcluster.readiness import ComponentError, http_get, wait_for
 from kimik3_dev.devcluster.rest import Rest
 from kimik3_dev.devcluster.thirdparty import thirdparty_crd_paths
+from kimik3_dev.devcluster.workloads import ensure_namespace
 from kimik3_dev.versions import (ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION, KUEUE_VERSION, KWOK_VERSION,
                                  LWS_VERSION)
 
@@ -98,6 +101,8 @@ class UpOptions:
     prometheus: bool = True
     kueue: bool = True
     """Run the Kueue manager (placement ``kueue``: gang admission, packing into racks, quota)."""
+    tenants: tuple[kueue.Tenant, ...] = ()
+    """Tenants with their own GPU quota and priority (``kueue.Tenant``; with ``kueue`` only)."""
     wait_timeout_s: float = 120.0
     die_with_parent: bool = False
     """Kill every process when the calling thread exits (test fixtures); False for ``dev up``."""
@@ -314,6 +319,14 @@ class DevCluster:
                     rest.apply(kueue.object_path(obj), obj)
                 out.note(f"Kueue: Topology {kueue.TOPOLOGY_NAME} (clique, node), ResourceFlavor {profile.name}, "
                          f"ClusterQueue {kueue.CLUSTER_QUEUE} with {shape.gpus} GPUs")
+                for tenant in opts.tenants:
+                    ensure_namespace(rest, tenant.name)
+                    for obj in tenant.objects(profile.name):
+                        rest.apply(kueue.object_path(obj), obj)
+                    priority = f", WorkloadPriorityClass {tenant.name} = {tenant.priority}" \
+                        if tenant.priority is not None else ""
+                    out.note(f"tenant {tenant.name}: ClusterQueue {tenant.name} with {tenant.gpus} GPUs in Cohort "
+                             f"{kueue.COHORT}, LocalQueue {tenant.name}/{kueue.LOCAL_QUEUE}{priority}")
 
         with out.step("starting the operator (kimik3 run --no-compute-domains) as the chart's ServiceAccount"):
             # The chart's own ServiceAccount and RBAC (`helm template` of charts/kimik3-operator), a

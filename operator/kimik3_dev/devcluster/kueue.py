@@ -30,6 +30,8 @@ How a LeaderWorkerSet is submitted (label, podset annotations) is the operator's
 from __future__ import annotations
 
 import base64
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -141,17 +143,28 @@ def resource_flavor(profile: AcceleratorProfile) -> dict[str, Any]:
             "spec": {"nodeLabels": {PRODUCT_LABEL: profile.product_label}, "topologyName": TOPOLOGY_NAME}}
 
 
+COHORT = "kimik3-tenants"
+"""The Cohort every ``--tenant`` ClusterQueue of ``dev up`` joins: idle quota is lent among them."""
+TENANT_PREEMPTION = {"reclaimWithinCohort": "Any", "borrowWithinCohort": {"policy": "LowerPriority"},
+                     "withinClusterQueue": "LowerPriority"}
+"""How a tenant's ClusterQueue gets room (``spec.preemption``, Kueue v1beta2): its nominal quota
+back from any tenant borrowing it; beyond that, by preempting lower-priority Workloads of tenants
+that borrow too or of its own queue."""
+
+
 def cluster_queue(name: str, flavor: str, gpus: int, cpu: str = "100000", memory: str = "1000Ti",
-                  namespaces: list[str] | None = None) -> dict[str, Any]:
+                  namespaces: list[str] | None = None, cohort: str | None = None) -> dict[str, Any]:
     """A ClusterQueue with ``gpus`` nominal ``nvidia.com/gpu`` of ``flavor`` (cpu and memory are
     covered generously: every resource a pod requests must be covered). ``namespaces`` limits
-    which namespaces may use it (default: all)."""
+    which namespaces may use it (default: all); ``cohort`` makes it a member of that Cohort, with
+    ``TENANT_PREEMPTION``."""
     selector: dict[str, Any] = {}
     if namespaces is not None:
         selector = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",
                                           "values": namespaces}]}
+    shared: dict[str, Any] = {"cohortName": cohort, "preemption": TENANT_PREEMPTION} if cohort else {}
     return {"apiVersion": API_VERSION, "kind": "ClusterQueue", "metadata": {"name": name},
-            "spec": {"namespaceSelector": selector,
+            "spec": {**shared, "namespaceSelector": selector,
                      "resourceGroups": [{"coveredResources": ["cpu", "memory", GPU_RESOURCE],
                                          "flavors": [{"name": flavor, "resources": [
                                              {"name": "cpu", "nominalQuota": cpu},
@@ -183,3 +196,38 @@ def workload_priority_class(name: str, value: int, description: str = "") -> dic
     """A WorkloadPriorityClass: ``value`` orders admission and preemption (higher wins)."""
     return {"apiVersion": API_VERSION, "kind": "WorkloadPriorityClass", "metadata": {"name": name},
             "value": value, "description": description or f"kimik3 dev: priority {value}"}
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """A tenant of ``dev up --tenant NAME=GPUS[:PRIORITY]``: namespace ``name`` with its own
+    ClusterQueue ``name`` (``gpus`` nominal, in ``COHORT``), LocalQueue ``LOCAL_QUEUE`` there, and,
+    with a priority, the WorkloadPriorityClass ``name`` of that value (its deployments set
+    ``spec.scheduling.placement.priorityClass: <name>``)."""
+
+    name: str
+    gpus: int
+    priority: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Tenant:
+        """``NAME=GPUS[:PRIORITY]``, e.g. ``batch=72:100``; ValueError naming what is wrong."""
+        name, sep, rest = text.partition("=")
+        gpus, _, priority = rest.partition(":")
+        if not sep or not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", name):
+            raise ValueError(f"--tenant {text!r}: NAME=GPUS[:PRIORITY] with NAME a namespace name (DNS label), "
+                             "e.g. batch=72:100")
+        if not gpus.isdigit():
+            raise ValueError(f"--tenant {text!r}: GPUS must be a whole number of GPUs, e.g. {name}=72")
+        if priority and not re.fullmatch(r"-?[0-9]+", priority):
+            raise ValueError(f"--tenant {text!r}: PRIORITY must be an integer (higher preempts lower), "
+                             f"e.g. {name}={gpus}:1000")
+        return cls(name, int(gpus), int(priority) if priority else None)
+
+    def objects(self, flavor: str) -> list[dict[str, Any]]:
+        """Its ClusterQueue, LocalQueue and (with a priority) WorkloadPriorityClass."""
+        out = [cluster_queue(self.name, flavor, self.gpus, namespaces=[self.name], cohort=COHORT),
+               local_queue(self.name, self.name)]
+        if self.priority is not None:
+            out.append(workload_priority_class(self.name, self.priority, f"kimik3 dev tenant {self.name}"))
+        return out
