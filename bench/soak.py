@@ -1,13 +1,15 @@
 """Soak benchmark: a seeded random schedule of faults on a whole dev cluster, one at a time.
 
     source tools/env.sh && python bench/soak.py [--minutes 20] [--seed 0] [--racks 4] [--deployments 2]
+                                                [--placement exclusive|kueue] [--kinds tray-not-ready,...]
 
 1. ``DevCluster.up``: ``--racks`` GB300 NVL72 racks x 4 trays (the operator asks for one engine
    group per rack; a TP8 group is 2 trays), ``die_with_parent`` (nothing outlives this process).
 2. ``--deployments`` KimiK3Deployments from ``recipes/gb300-tp8-megakernel-dspark.yaml``
    (replicas 1, namespace ``soak-<i>``, name ``k3``; not-ready/unreachable NoExecute tolerations
-   of ``TOLERATION_S`` s in ``spec.scheduling``), applied as ``kimik3 dev apply`` does, and the
-   clock waits for them to converge.
+   of ``TOLERATION_S`` s in ``spec.scheduling``; ``--placement kueue``: submitted to the LocalQueue
+   ``default`` of the ClusterQueue holding every GPU, so Kueue admits each group whole and packs
+   it), applied as ``kimik3 dev apply`` does, and the clock waits for them to converge.
 3. For ``--minutes``: rounds of every fault kind in a seeded random order (each kind equally
    often), one fault at a time, each followed by a bounded wait (``--timeout``, 420 s) for
    convergence. A timeout is a failure, recorded, and the run goes on after a repair (the engine
@@ -44,7 +46,7 @@
    gone or restarted by anything but the soak is an invariant violation too.
 
 Prints a table per fault kind and writes ``bench/results/soak.json``: ``{minutes, seed, racks,
-deployments, faults: {kind: {count, recovery_s_p50, recovery_s_max, failures}},
+deployments, placement, kinds, faults: {kind: {count, recovery_s_p50, recovery_s_max, failures}},
 invariant_violations, transient_overlaps, operator_rss_mb: {start, end, max}, reconciles,
 apply_errors, apply_errors_by_kind, ready_lost, initial_converge_s, stopped_early, log}``; ``log``
 has one entry per fault: time, kind, where the groups were (rack of each), target, recovery, and
@@ -82,6 +84,7 @@ from kimik3.kube.objects import condition, is_deleting
 from kimik3.controller.reconcile import FINALIZER
 from kimik3_dev.devcluster import faults
 from kimik3_dev.devcluster.cluster import DevCluster, UpOptions
+from kimik3_dev.devcluster.kueue import LOCAL_QUEUE
 from kimik3_dev.devcluster.racks import RackShape
 from kimik3_dev.devcluster.rest import Rest
 from kimik3_dev.devcluster.workloads import apply_deployment
@@ -156,14 +159,17 @@ class CounterTotals:
 class Deployment:
     """One KimiK3Deployment of the soak and the spec this script last wrote to it."""
 
-    def __init__(self, index: int, namespace: str | None = None) -> None:
+    def __init__(self, index: int, namespace: str | None = None, placement: str = "exclusive") -> None:
         self.namespace, self.name = namespace or f"soak-{index}", "k3"
         cr = next(d for d in yaml.safe_load_all(RECIPE.read_text()) if d)
         cr["metadata"] = {"name": self.name, "namespace": self.namespace}
         cr["spec"]["replicas"] = 1
-        cr["spec"].setdefault("scheduling", {})["tolerations"] = [
+        scheduling = cr["spec"].setdefault("scheduling", {})
+        scheduling["tolerations"] = [
             {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": TOLERATION_S}
             for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")]
+        if placement == "kueue":
+            scheduling["placement"] = {"mode": "kueue", "queueName": LOCAL_QUEUE}
         self.manifest = cr
         self.spec: dict[str, Any] = {}
         self.generation = 0
@@ -749,8 +755,10 @@ def _terminate(signum: int, frame: Any) -> None:
 @click.option("--timeout", "timeout_s", type=float, default=420.0, show_default=True,
               help="Bound on each wait for convergence, s (a timeout is a failure).")
 @click.option("--kinds", default=",".join(KINDS), show_default=True, help="Fault kinds to inject (comma-separated).")
+@click.option("--placement", type=click.Choice(["exclusive", "kueue"]), default="exclusive", show_default=True,
+              help="spec.scheduling.placement.mode of the deployments.")
 def main(minutes: float, seed: int, racks: int, deployments: int, state_dir: Path, out: Path, timeout_s: float,
-         kinds: str) -> None:
+         kinds: str, placement: str) -> None:
     wanted = tuple(k.strip() for k in kinds.split(",") if k.strip())
     unknown = set(wanted) - set(KINDS)
     if unknown:
@@ -769,7 +777,7 @@ def main(minutes: float, seed: int, racks: int, deployments: int, state_dir: Pat
         print(f"  up in {time.monotonic() - t_up:.1f} s", flush=True)
         with cluster.api_client() as api:
             rest = Rest(api)
-            deps = [Deployment(i) for i in range(deployments)]
+            deps = [Deployment(i, placement=placement) for i in range(deployments)]
             soak = Soak(cluster, state, rest, deps, racks, seed, timeout_s,
                         log=lambda line: print(line, flush=True))
             for dep in deps:
@@ -800,7 +808,8 @@ def main(minutes: float, seed: int, racks: int, deployments: int, state_dir: Pat
         cluster.down()
     summary = soak.summary()
     result = {
-        "minutes": minutes, "seed": seed, "racks": racks, "deployments": deployments,
+        "minutes": minutes, "seed": seed, "racks": racks, "deployments": deployments, "placement": placement,
+        "kinds": list(wanted),
         "faults": summary,
         "invariant_violations": soak.violations,
         "transient_overlaps": soak.transient_overlaps,

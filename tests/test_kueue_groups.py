@@ -252,3 +252,32 @@ def test_the_capacity_model_places_groups_as_kueue_did_on_the_dev_cluster() -> N
     assert (quota.free["rack-0"], quota.used["a"]) == (16, 8)
     full = Pool({"rack-0": 1, "rack-1": 1})
     assert full.why_not("a", 2, 8) == "topology" and full.groups_that_fit("a", 2, 8) == 0
+
+
+def test_a_group_kueue_split_across_racks_is_evicted_and_admitted_again(operator, kube, admin_api, namespace,
+                                                                         kueue_crds, racks) -> None:
+    """kueue#6957 as bench/soak.py met it: after a tray failure Kueue's node replacement put a TP8
+    group's worker in another rack than its leader. The operator deactivates the group's Workload
+    (Kueue evicts it and gates its pods again), then activates it once Kueue says it is evicted."""
+    core = client.CoreV1Api(admin_api)
+    apply(kube, recipe(replicas=1, scheduling={"placement": {"mode": "kueue", "queueName": "default"}}), namespace)
+    reconciled(kube, namespace, "k3-latency")
+    lws_uid = kube.get(*LWS, namespace, "k3-latency-engine")["metadata"]["uid"]
+    put_workload(kube, namespace, lws_uid, 0, ADMITTED)
+    name = f"leaderworkerset-k3-latency-engine-0-{lws_uid[:5]}"
+    for body in (pod(0, 0, f"{racks}-a-0"), pod(0, 1, f"{racks}-b-0")):
+        core.create_namespaced_pod(namespace, {"metadata": body["metadata"], "spec": body["spec"]})
+    deactivated = wait_for(lambda: (w := kube.get(kueue.API_VERSION, "Workload", namespace, name))["spec"].get("active")
+                           is False and w, 30, "the split group's Workload deactivated")
+    assert deactivated["metadata"]["annotations"]["inference.kimik3.io/readmit"] == f"{racks}-a and {racks}-b"
+    (message,) = wait_for(lambda: events(admin_api, namespace, "GroupSplitAcrossRacks"), 10, "the Event")
+    assert message.startswith(f"group 0: Kueue placed its pods in racks {racks}-a and {racks}-b")
+    # what Kueue does then: evicts it (reason Deactivated) and its pods come back gated
+    put_workload(kube, namespace, lws_uid, 0, {"type": "Evicted", "status": "True", "reason": "Deactivated",
+                                                "message": "The workload is deactivated"})
+    for worker in ("0", "0-1"):
+        core.delete_namespaced_pod(f"k3-latency-engine-{worker}", namespace, grace_period_seconds=0)
+    active = wait_for(lambda: (w := kube.get(kueue.API_VERSION, "Workload", namespace, name))["spec"].get("active")
+                      is True and w, 30, "the Workload activated again")
+    assert "inference.kimik3.io/readmit" not in (active["metadata"].get("annotations") or {})
+    assert len(events(admin_api, namespace, "GroupSplitAcrossRacks")) == 1

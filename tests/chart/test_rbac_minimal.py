@@ -27,6 +27,8 @@ Scenario (one fresh namespace each run), in order:
                        ScalingLimited=True QuotaExhausted with Kueue's message
   free block           the Workload now finds no rack: NoRackFits names the largest free block
                        of trays, counted from the nodes (a tray of this run's own)
+  readmit split group  an admitted group whose pods are bound in two racks: the operator
+                       deactivates its Workload (spec.active false) for Kueue to admit it again
   remove <Kind>        replicas 1, monitoring off, no route: the budget, PodMonitor, HTTPRoute go
   teardown <step>      deleting the CR deletes the LeaderWorkerSet, then the ComputeDomain, then
                        releases the CR
@@ -126,6 +128,7 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("events", "create"): "event",
     ("workloads", "list"): "follow Workloads",
     ("nodes", "list"): "free block",
+    ("workloads", "patch"): "readmit split group",
     ("customresourcedefinitions", "list"): "heal HTTPRoute",
     ("customresourcedefinitions", "watch"): "heal HTTPRoute",
 }
@@ -173,6 +176,31 @@ def pending_workload(kube: Kube, namespace: str, lws_uid: str, message: str = QU
     kube.patch_merge("kueue.x-k8s.io/v1beta2", "Workload", namespace, name, {"status": {"conditions": [{
         "type": "QuotaReserved", "status": "False", "reason": "Pending", "message": message,
         "lastTransitionTime": "2026-12-01T00:00:00Z"}]}}, subresource="status")
+
+
+def split_group(kube: Kube, core: client.CoreV1Api, namespace: str, lws_uid: str) -> None:
+    """Group 0 admitted by Kueue, its leader and worker bound in two racks (as Kueue's node
+    replacement leaves a TP8 group after its worker's tray failed, kueue#6957): a second tray in a
+    rack of its own, and the group's Workload and pods."""
+    tray = f"tray-{namespace}-b"
+    core.create_node({"metadata": {"name": tray, "labels": {"nvidia.com/gpu.clique": f"{namespace}-b",
+                                                           "nvidia.com/gpu.product": "NVIDIA-GB300"}}})
+    name = f"{NAME}-engine-0-split"
+    kube.apply({
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"kueue.x-k8s.io/job-uid": lws_uid},
+                     "annotations": {"kueue.x-k8s.io/component-workload-index": "0"}},
+        "spec": {"queueName": "tenant", "podSets": [{"name": "leader", "count": 1, "template": {
+            "spec": {"containers": [{"name": "engine", "image": "x"}]}}}]}})
+    kube.patch_merge("kueue.x-k8s.io/v1beta2", "Workload", namespace, name, {"status": {"conditions": [{
+        "type": "Admitted", "status": "True", "reason": "Admitted", "message": "The workload is admitted",
+        "lastTransitionTime": "2026-12-01T00:00:00Z"}]}}, subresource="status")
+    for worker, node in (("0", f"tray-{namespace}"), ("1", tray)):
+        core.create_namespaced_pod(namespace, {"metadata": {"name": f"{NAME}-engine-0-{worker}", "labels": {
+            "leaderworkerset.sigs.k8s.io/name": f"{NAME}-engine", "leaderworkerset.sigs.k8s.io/group-index": "0",
+            "leaderworkerset.sigs.k8s.io/worker-index": worker, "app.kubernetes.io/managed-by": "kimik3-operator",
+            "inference.kimik3.io/deployment": NAME}},
+            "spec": {"nodeName": node, "containers": [{"name": "engine", "image": "x"}]}})
 
 
 def scenario(kube: Kube, core: client.CoreV1Api, namespace: str) -> None:
@@ -231,6 +259,11 @@ def scenario(kube: Kube, core: client.CoreV1Api, namespace: str) -> None:
     expect("free block", lambda: (lambda c: c.get("reason") == "NoRackFits" and "the largest free block is" in
                                   c.get("message", ""))(condition(get(*CR, namespace, NAME), "ScalingLimited")),
            HEAL_WINDOW_S)
+    split_group(kube, core, namespace, get(*LWS, namespace, f"{NAME}-engine")["metadata"]["uid"])
+    expect("readmit split group", lambda: (get("kueue.x-k8s.io/v1beta2", "Workload", namespace, f"{NAME}-engine-0-split")
+                                           ["spec"].get("active")) is False, HEAL_WINDOW_S)
+    for worker in ("0", "1"):
+        core.delete_namespaced_pod(f"{NAME}-engine-0-{worker}", namespace, grace_period_seconds=0)
 
     kube.patch_merge(*CR, namespace, NAME, {"spec": {"replicas": 1, "monitoring": {"enabled": False},
                                                      "service": {"httpRoute": None}}})
@@ -280,8 +313,9 @@ def await_first_listings(op: OperatorProcess, timeout: float = 15.0) -> None:
 
 def cleanup(kube: Kube, namespace: str) -> None:
     """Whatever the broken operator left (no garbage collector runs here), and the scenario's tray."""
-    with contextlib.suppress(ApiException):
-        kube._call("DELETE", f"/api/v1/nodes/tray-{namespace}")
+    for tray in (f"tray-{namespace}", f"tray-{namespace}-b"):
+        with contextlib.suppress(ApiException):
+            kube._call("DELETE", f"/api/v1/nodes/{tray}")
     for name in (NAME, CANARY):
         obj = kube.get(*CR, namespace, name)
         if obj is not None:

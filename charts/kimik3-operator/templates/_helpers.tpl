@@ -98,10 +98,11 @@ create (seen here: "cannot create resource computedomains"); nothing is ever upd
   resources: ["pods"]
   verbs: ["list", "watch"]
 # Kueue placement: each group's Workload, listed for why a group waits (QuotaExhausted, NoRackFits,
-# Preempted in ScalingLimited); never written.
+# Preempted in ScalingLimited) and patched (spec.active off, then on) to have Kueue admit a group
+# it split across racks again whole (kueue#6957, controller/readmit.py).
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads"]
-  verbs: ["list"]
+  verbs: ["list", "patch"]
 # Events on the CR (Applied, InvalidSpec, DisruptionBudgetSkipped, TeardownWaiting, ...).
 - apiGroups: [""]
   resources: ["events"]

@@ -34,6 +34,7 @@ from kimik3.controller.status import (compute_status, invalid_status, lws_select
                                      stored_conditions)
 from kimik3.controller.groups import kueue_changes, stored_groups
 from kimik3.controller.nodes import Nodes
+from kimik3.controller.readmit import readmissions
 from kimik3.kube.kinds import COMPUTE_DOMAIN, GROUP, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, POD, WORKLOAD, Kind
 from kimik3.kube.labels import KUEUE_JOB_UID_LABEL, PRODUCT_LABEL
 from kimik3.kube.pods import node_name
@@ -229,11 +230,12 @@ class Reconciler:
             desired = int(((lws or {}).get("spec") or {}).get("replicas", admitted.spec.replicas))
         if _uid(lws) != _uid(current) or workloads is None:  # listed once per reconcile unless the LWS is new
             workloads = self._workloads(admitted, lws)
+        racks = self.nodes.domains_of(map(node_name, pods), admitted.spec.scheduling.topology_key)
+        self._readmit_split_groups(obj, owner, workloads, pods, racks)
         status = compute_status(obj, admitted, lws, pods, desired, apply_error, replacing=replacing,
                                 compute_domain_note=None if self.compute_domains else COMPUTE_DOMAIN_SKIPPED,
                                 autoscaled=scaled.report if scaled is not None else None,
-                                workloads=workloads, free_block=self._free_block(admitted, workloads),
-                                racks=self.nodes.domains_of(map(node_name, pods), admitted.spec.scheduling.topology_key))
+                                workloads=workloads, free_block=self._free_block(admitted, workloads), racks=racks)
         for type_, reason, message in kueue_changes(stored_groups(obj), status.groups or []):
             self.kube.event(obj, type_, reason, message)
         if (obj.get("status") or {}).get("observedGeneration") != obj["metadata"].get("generation") and not apply_error:
@@ -293,6 +295,19 @@ class Reconciler:
             log.warning("cannot list Kueue Workloads in %s (%s %s): is Kueue installed?", meta["namespace"],
                         exc.status, exc.reason)
             return None
+
+    def _readmit_split_groups(self, obj: dict[str, Any], owner: Owner, workloads: list[dict[str, Any]] | None,
+                              pods: list[dict[str, Any]], racks: dict[str, str]) -> None:
+        """Placement kueue: evict and re-admit each group Kueue split across racks (``controller.readmit``)."""
+        for step in readmissions(workloads or [], pods, racks):
+            try:
+                self.kube.patch_merge(*WORKLOAD.type_meta, owner.namespace, step.workload, step.patch)
+            except ApiException as exc:
+                log.warning("cannot patch Workload %s/%s to re-admit its group (%s %s)", owner.namespace,
+                            step.workload, exc.status, exc.reason)
+                continue
+            if step.event is not None:
+                self.kube.event(obj, *step.event)
 
     def _free_block(self, admitted: Admitted, workloads: list[dict[str, Any]] | None) -> Domain | None:
         """When Kueue says no rack fits a group: the NVLink domain with the most free trays for one
