@@ -31,7 +31,6 @@ import datetime as dt
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -48,7 +47,7 @@ from kimik3.kube.accelerators import PROFILES
 from kimik3_dev.devcluster import kubecomponents, kueue, kwok, lws, processes, prometheus, rbac
 from kimik3_dev.devcluster.controlplane import ControlPlane, ControlPlaneError, bin_dir
 from kimik3_dev.devcluster.install import apply_admission_policies, own_manifests
-from kimik3_dev.devcluster.processes import ProcessRecord
+from kimik3_dev.devcluster.processes import ProcessRecord, free_port
 from kimik3_dev.devcluster.progress import Progress
 from kimik3_dev.devcluster.racks import RACK_LABEL, RackShape, node_manifests
 from kimik3_dev.devcluster.readiness import ComponentError, http_get, wait_for
@@ -101,13 +100,6 @@ class UpOptions:
     wait_timeout_s: float = 120.0
     die_with_parent: bool = False
     """Kill every process when the calling thread exits (test fixtures); False for ``dev up``."""
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1 (may race with other processes; components fail loudly then)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _cli(*args: str) -> list[str]:
