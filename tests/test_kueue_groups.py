@@ -12,6 +12,7 @@ node labels; ``status.allocatable`` of each tray). The pure parts
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -275,6 +276,10 @@ def test_a_group_kueue_split_across_racks_is_evicted_and_admitted_again(operator
     # what Kueue does then: evicts it (reason Deactivated) and its pods come back gated
     put_workload(kube, namespace, lws_uid, 0, {"type": "Evicted", "status": "True", "reason": "Deactivated",
                                                 "message": "The workload is deactivated"})
+    nudge(kube, namespace, 0)
+    time.sleep(3)  # reconciles at least once (it polls every 2 s while a group waits to be re-admitted)
+    # its old pods still hold their trays: activated now, Kueue would count them and find no room
+    assert kube.get(kueue.API_VERSION, "Workload", namespace, name)["spec"]["active"] is False
     for worker in ("0", "0-1"):
         core.delete_namespaced_pod(f"k3-latency-engine-{worker}", namespace, grace_period_seconds=0)
     active = wait_for(lambda: (w := kube.get(kueue.API_VERSION, "Workload", namespace, name))["spec"].get("active")

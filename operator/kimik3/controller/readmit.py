@@ -10,8 +10,10 @@ spans two NVLink domains and cannot run. Kueue never corrects it.
 
 The repair, tried by hand on the dev cluster first: deactivate the group's Workload
 (``spec.active: false``; Kueue evicts it, reason ``Deactivated``, and its pods come back gated),
-then, once Kueue says it is evicted, activate it again: Kueue admits the group whole, into one
-rack, as for a new group. The operator marks the Workloads it deactivated (``READMIT_ANNOTATION``)
+then, once Kueue says it is evicted and no pod of the group holds a tray any more, activate it
+again: Kueue admits the group whole, into one rack, as for a new group. (Activated while the old
+pods still terminate, Kueue counts their trays as used, finds no room and retries only ~30 s
+later: measured in the soak.) The operator marks the Workloads it deactivated (``READMIT_ANNOTATION``)
 and reactivates only those. Pure decisions here; the reconciler makes the patches.
 """
 
@@ -42,6 +44,13 @@ class Readmit:
     """Event (type, reason, message) on the CR, or None."""
 
 
+def is_readmitting(workload: dict[str, Any]) -> bool:
+    """The operator deactivated this Workload and has not activated it again yet."""
+    meta = workload.get("metadata") or {}
+    return bool((meta.get("annotations") or {}).get(READMIT_ANNOTATION)) and \
+        field(workload.get("spec"), "active") is False
+
+
 def split_racks(pods: list[dict[str, Any]], racks: Mapping[str, str]) -> dict[str, list[str]]:
     """``{group index: its racks}`` for the groups whose live bound pods are in more than one rack."""
     seen: dict[str, set[str]] = {}
@@ -55,8 +64,9 @@ def split_racks(pods: list[dict[str, Any]], racks: Mapping[str, str]) -> dict[st
 def readmissions(workloads: list[dict[str, Any]], pods: list[dict[str, Any]],
                  racks: Mapping[str, str]) -> list[Readmit]:
     """Deactivate each admitted Workload whose group is split; activate each one the operator
-    deactivated once Kueue has evicted it."""
+    deactivated once Kueue has evicted it and its group's pods have left their trays."""
     split = split_racks(pods, racks)
+    bound = {kpods.group_index(p) for p in pods if kpods.node_name(p)}
     out = []
     for w in workloads:
         meta = w.get("metadata") or {}
@@ -70,7 +80,7 @@ def readmissions(workloads: list[dict[str, Any]], pods: list[dict[str, Any]],
                                 f"group {group}: Kueue placed its pods in racks {where} (its node replacement "
                                 "after a tray failed, kueue#6957); evicting the group's Workload so that Kueue "
                                 "admits it again whole, into one rack")))
-        elif not active and marked and is_true(w, "Evicted"):
+        elif is_readmitting(w) and is_true(w, "Evicted") and group not in bound:
             out.append(Readmit(meta["name"], {"metadata": {"annotations": {READMIT_ANNOTATION: None}},
                                               "spec": {"active": True}}, None))
     return out

@@ -34,7 +34,7 @@ from kimik3.controller.status import (compute_status, invalid_status, lws_select
                                      stored_conditions)
 from kimik3.controller.groups import kueue_changes, stored_groups
 from kimik3.controller.nodes import Nodes
-from kimik3.controller.readmit import readmissions
+from kimik3.controller.readmit import is_readmitting, readmissions
 from kimik3.kube.kinds import COMPUTE_DOMAIN, GROUP, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, POD, WORKLOAD, Kind
 from kimik3.kube.labels import KUEUE_JOB_UID_LABEL, PRODUCT_LABEL
 from kimik3.kube.pods import node_name
@@ -54,7 +54,8 @@ RESYNC_STARTING_S = 120.0
 TEARDOWN_POLL_S = 3.0
 
 REPLACE_POLL_S = 2.0
-"""Re-check this often while a reshaped LeaderWorkerSet is deleted (F15), seconds."""
+"""Re-check this often while a reshaped LeaderWorkerSet is deleted (F15), or a group Kueue split
+across racks waits to be admitted again, seconds."""
 BOUND_UNFINISHED = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 """Field selector of the pods that hold a node's GPUs (as kube-scheduler counts them)."""
 log = logging.getLogger("kimik3.reconcile")
@@ -231,7 +232,7 @@ class Reconciler:
         if _uid(lws) != _uid(current) or workloads is None:  # listed once per reconcile unless the LWS is new
             workloads = self._workloads(admitted, lws)
         racks = self.nodes.domains_of(map(node_name, pods), admitted.spec.scheduling.topology_key)
-        self._readmit_split_groups(obj, owner, workloads, pods, racks)
+        readmitting = self._readmit_split_groups(obj, owner, workloads, pods, racks)
         status = compute_status(obj, admitted, lws, pods, desired, apply_error, replacing=replacing,
                                 compute_domain_note=None if self.compute_domains else COMPUTE_DOMAIN_SKIPPED,
                                 autoscaled=scaled.report if scaled is not None else None,
@@ -253,7 +254,7 @@ class Reconciler:
             log.warning("reconcile of %s/%s: %s; retrying with back-off", owner.namespace, owner.name,
                         apply_error[:300])
             return Result("apply-failed", None, retry=True)
-        requeue = REPLACE_POLL_S if replacing else RESYNC_READY_S if ready else RESYNC_STARTING_S
+        requeue = REPLACE_POLL_S if replacing or readmitting else RESYNC_READY_S if ready else RESYNC_STARTING_S
         return Result("applied", min(requeue, scaled.requeue_after) if scaled is not None else requeue)
 
     def _replace_if_reshaped(self, obj: dict[str, Any], lws: dict[str, Any]) -> str | None:
@@ -297,9 +298,12 @@ class Reconciler:
             return None
 
     def _readmit_split_groups(self, obj: dict[str, Any], owner: Owner, workloads: list[dict[str, Any]] | None,
-                              pods: list[dict[str, Any]], racks: dict[str, str]) -> None:
-        """Placement kueue: evict and re-admit each group Kueue split across racks (``controller.readmit``)."""
-        for step in readmissions(workloads or [], pods, racks):
+                              pods: list[dict[str, Any]], racks: dict[str, str]) -> bool:
+        """Placement kueue: evict and re-admit each group Kueue split across racks (``controller.readmit``).
+        Returns whether a Workload waits to be activated again (Workloads are not watched: the
+        reconcile then comes back in ``REPLACE_POLL_S``)."""
+        steps = readmissions(workloads or [], pods, racks)
+        for step in steps:
             try:
                 self.kube.patch_merge(*WORKLOAD.type_meta, owner.namespace, step.workload, step.patch)
             except ApiException as exc:
@@ -308,6 +312,7 @@ class Reconciler:
                 continue
             if step.event is not None:
                 self.kube.event(obj, *step.event)
+        return any(step.patch["spec"]["active"] is False for step in steps) or any(is_readmitting(w) for w in workloads or [])
 
     def _free_block(self, admitted: Admitted, workloads: list[dict[str, Any]] | None) -> Domain | None:
         """When Kueue says no rack fits a group: the NVLink domain with the most free trays for one
