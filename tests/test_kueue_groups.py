@@ -274,12 +274,14 @@ def test_a_group_kueue_split_across_racks_is_evicted_and_admitted_again(operator
     (message,) = wait_for(lambda: events(admin_api, namespace, "GroupSplitAcrossRacks"), 10, "the Event")
     assert message.startswith(f"group 0: Kueue placed its pods in racks {racks}-a and {racks}-b")
     # what Kueue does then: evicts it (reason Deactivated) and its pods come back gated
-    put_workload(kube, namespace, lws_uid, 0, {"type": "Evicted", "status": "True", "reason": "Deactivated",
-                                                "message": "The workload is deactivated"})
+    evicted = {"type": "Evicted", "status": "True", "reason": "Deactivated", "message": "The workload is deactivated"}
+    put_workload(kube, namespace, lws_uid, 0, evicted, {"type": "QuotaReserved", "status": "True",
+                                                        "reason": "QuotaReserved", "message": "Quota reserved"})
     nudge(kube, namespace, 0)
     time.sleep(3)  # reconciles at least once (it polls every 2 s while a group waits to be re-admitted)
-    # its old pods still hold their trays: activated now, Kueue would count them and find no room
+    # Kueue still clears the old admission and the old pods hold their trays: not yet
     assert kube.get(kueue.API_VERSION, "Workload", namespace, name)["spec"]["active"] is False
+    put_workload(kube, namespace, lws_uid, 0, evicted)  # admission cleared
     for worker in ("0", "0-1"):
         core.delete_namespaced_pod(f"k3-latency-engine-{worker}", namespace, grace_period_seconds=0)
     active = wait_for(lambda: (w := kube.get(kueue.API_VERSION, "Workload", namespace, name))["spec"].get("active")

@@ -10,10 +10,12 @@ spans two NVLink domains and cannot run. Kueue never corrects it.
 
 The repair, tried by hand on the dev cluster first: deactivate the group's Workload
 (``spec.active: false``; Kueue evicts it, reason ``Deactivated``, and its pods come back gated),
-then, once Kueue says it is evicted and no pod of the group holds a tray any more, activate it
-again: Kueue admits the group whole, into one rack, as for a new group. (Activated while the old
-pods still terminate, Kueue counts their trays as used, finds no room and retries only ~30 s
-later: measured in the soak.) The operator marks the Workloads it deactivated (``READMIT_ANNOTATION``)
+then, once Kueue has evicted it (``Evicted=True``) and released its quota and rack
+(``QuotaReserved`` no longer True), and no pod of the group holds a tray any more, activate it
+again: Kueue admits the group whole, into one rack, as for a new group. Activated earlier, while
+Kueue still clears the old admission, its scheduler writes an admission the API server refuses
+(``topologyAssignment.slices: Required value``) and retries in a loop until the failed tray is
+back (seen in the soak). The operator marks the Workloads it deactivated (``READMIT_ANNOTATION``)
 and reactivates only those. Pure decisions here; the reconciler makes the patches.
 """
 
@@ -64,7 +66,8 @@ def split_racks(pods: list[dict[str, Any]], racks: Mapping[str, str]) -> dict[st
 def readmissions(workloads: list[dict[str, Any]], pods: list[dict[str, Any]],
                  racks: Mapping[str, str]) -> list[Readmit]:
     """Deactivate each admitted Workload whose group is split; activate each one the operator
-    deactivated once Kueue has evicted it and its group's pods have left their trays."""
+    deactivated once Kueue has evicted it, released its admission, and its group's pods have left
+    their trays."""
     split = split_racks(pods, racks)
     bound = {kpods.group_index(p) for p in pods if kpods.node_name(p)}
     out = []
@@ -80,7 +83,7 @@ def readmissions(workloads: list[dict[str, Any]], pods: list[dict[str, Any]],
                                 f"group {group}: Kueue placed its pods in racks {where} (its node replacement "
                                 "after a tray failed, kueue#6957); evicting the group's Workload so that Kueue "
                                 "admits it again whole, into one rack")))
-        elif is_readmitting(w) and is_true(w, "Evicted") and group not in bound:
+        elif is_readmitting(w) and is_true(w, "Evicted") and not is_true(w, "QuotaReserved") and group not in bound:
             out.append(Readmit(meta["name"], {"metadata": {"annotations": {READMIT_ANNOTATION: None}},
                                               "spec": {"active": True}}, None))
     return out
