@@ -164,18 +164,22 @@ QUOTA_MESSAGE = ("couldn't assign flavors to pod set leader: insufficient unused
 NO_RACK_MESSAGE = 'couldn\'t assign flavors to pod set leader: topology "nvl72" doesn\'t allow to fit any of 2 pod(s)'
 
 
-def pending_workload(kube: Kube, namespace: str, lws_uid: str, message: str = QUOTA_MESSAGE) -> None:
-    """What Kueue v0.17 writes for a group its queue's quota (or no rack) cannot hold (no Kueue runs here)."""
-    name = f"{NAME}-engine-1-quota"
+def put_workload(kube: Kube, namespace: str, lws_uid: str, name: str, group: str, condition: dict[str, str]) -> None:
+    """A group's Workload as Kueue v0.17 writes it (spec abridged; no Kueue runs here), with one condition."""
     kube.apply({
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
         "metadata": {"name": name, "namespace": namespace, "labels": {"kueue.x-k8s.io/job-uid": lws_uid},
-                     "annotations": {"kueue.x-k8s.io/component-workload-index": "1"}},
+                     "annotations": {"kueue.x-k8s.io/component-workload-index": group}},
         "spec": {"queueName": "tenant", "podSets": [{"name": "leader", "count": 1, "template": {
             "spec": {"containers": [{"name": "engine", "image": "x"}]}}}]}})
     kube.patch_merge("kueue.x-k8s.io/v1beta2", "Workload", namespace, name, {"status": {"conditions": [{
-        "type": "QuotaReserved", "status": "False", "reason": "Pending", "message": message,
-        "lastTransitionTime": "2026-12-01T00:00:00Z"}]}}, subresource="status")
+        **condition, "lastTransitionTime": "2026-12-01T00:00:00Z"}]}}, subresource="status")
+
+
+def pending_workload(kube: Kube, namespace: str, lws_uid: str, message: str = QUOTA_MESSAGE) -> None:
+    """Group 1 pending: its queue's quota (or no rack) cannot hold it."""
+    put_workload(kube, namespace, lws_uid, f"{NAME}-engine-1-quota", "1",
+                 {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": message})
 
 
 def split_group(kube: Kube, core: client.CoreV1Api, namespace: str, lws_uid: str) -> None:
@@ -185,16 +189,8 @@ def split_group(kube: Kube, core: client.CoreV1Api, namespace: str, lws_uid: str
     tray = f"tray-{namespace}-b"
     core.create_node({"metadata": {"name": tray, "labels": {"nvidia.com/gpu.clique": f"{namespace}-b",
                                                            "nvidia.com/gpu.product": "NVIDIA-GB300"}}})
-    name = f"{NAME}-engine-0-split"
-    kube.apply({
-        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
-        "metadata": {"name": name, "namespace": namespace, "labels": {"kueue.x-k8s.io/job-uid": lws_uid},
-                     "annotations": {"kueue.x-k8s.io/component-workload-index": "0"}},
-        "spec": {"queueName": "tenant", "podSets": [{"name": "leader", "count": 1, "template": {
-            "spec": {"containers": [{"name": "engine", "image": "x"}]}}}]}})
-    kube.patch_merge("kueue.x-k8s.io/v1beta2", "Workload", namespace, name, {"status": {"conditions": [{
-        "type": "Admitted", "status": "True", "reason": "Admitted", "message": "The workload is admitted",
-        "lastTransitionTime": "2026-12-01T00:00:00Z"}]}}, subresource="status")
+    put_workload(kube, namespace, lws_uid, f"{NAME}-engine-0-split", "0",
+                 {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "The workload is admitted"})
     for worker, node in (("0", f"tray-{namespace}"), ("1", tray)):
         core.create_namespaced_pod(namespace, {"metadata": {"name": f"{NAME}-engine-0-{worker}", "labels": {
             "leaderworkerset.sigs.k8s.io/name": f"{NAME}-engine", "leaderworkerset.sigs.k8s.io/group-index": "0",

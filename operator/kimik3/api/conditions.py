@@ -16,8 +16,9 @@ Degraded           True    ApplyFailed, InvalidSpec
                    False   AsExpected
 ScalingLimited     True    Unschedulable (a group's pod has ``PodScheduled=False`` reason
                            ``Unschedulable``: no rack or node can hold it); under placement
-                           kueue: QuotaExhausted, NoRackFits, Preempted, KueuePending (a group's
-                           Workload is not admitted; Kueue's message quoted)
+                           kueue: QuotaExhausted, NoRackFits (with the largest free block of
+                           trays), Preempted, KueuePending (a group's Workload is not admitted;
+                           Kueue's message quoted once; each group's in status.groups)
                    False   AllGroupsPlaced
 MetricsAvailable   True    Measured, ScaledToZero (no groups: nothing to measure)
                    False   NoTargets, WarmingUp, ScrapeFailed, NoLatencyMetric, NoSeries,
