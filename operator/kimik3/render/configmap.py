@@ -7,7 +7,7 @@ from importlib import resources
 from typing import Any
 
 from kimik3.admission import Admitted
-from kimik3.engine.args import VLLM_VERSION, rank_args
+from kimik3.engine.args import VLLM_VERSION, leader_lost_timeout_s, rank_args, secret_env
 from kimik3.kube.kinds import CONFIG_MAP
 from kimik3.render.meta import Owner
 
@@ -27,12 +27,15 @@ def launcher_source() -> str:
 
 
 def group_plan_document(admitted: Admitted) -> dict[str, Any]:
-    """What the launcher reads: the command, each rank's arguments and the leader wait bound."""
+    """What the launcher reads: the command, each rank's arguments, the leader wait and watchdog
+    bounds (seconds) and the names of the variables it must not log (kimik3.engine.launcher)."""
     spec, plan = admitted.spec, admitted.plan
     return {
         "vllmVersion": VLLM_VERSION,
         "command": ENGINE_COMMAND,
         "leaderAddressTimeoutSeconds": admitted.seconds.leader_address_timeout,
+        "leaderLostTimeoutSeconds": leader_lost_timeout_s(spec),
+        "secretEnv": secret_env(spec),
         "ranks": [{"index": i, "args": rank_args(spec, plan, i)} for i in range(plan.nodes_per_group)],
     }
 
