@@ -70,7 +70,9 @@ class CrashReporter:
 
     def pod_seen(self, pod: dict[str, Any], deployment: str) -> int:
         """Report the new failures of ``pod`` (of KimiK3Deployment ``deployment`` in the pod's
-        namespace); returns how many were new."""
+        namespace); returns how many were new (none on a replica that does not lead)."""
+        if self.kube.fence is not None and not self.kube.fence.leading():
+            return 0  # the leader reports (and counts) each failure once
         meta = pod["metadata"]
         new = 0
         incidents = [("EngineFailed", metrics.ENGINE_FAILURES, *f) for f in container_failures(pod)]

@@ -29,7 +29,7 @@ from kimik3.api.v1alpha1 import KimiK3DeploymentStatus
 from kimik3.controller import metrics
 from kimik3.controller.autoscaling import Autoscaling
 from kimik3.controller.cache import ObjectCache, desired_hash
-from kimik3.controller.kube import Kube, api_error_message
+from kimik3.controller.kube import Kube, NotLeading, api_error_message
 from kimik3.controller.status import (compute_status, invalid_status, lws_selector, merge_patch, status_patch,
                                      stored_conditions)
 from kimik3.kube.kinds import COMPUTE_DOMAIN, GROUP, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, POD, WORKLOAD, Kind
@@ -133,6 +133,8 @@ class Reconciler:
                 result = self._teardown(obj)
             else:
                 result = self._apply(obj)
+        except NotLeading:  # not an error: the replica that leads reconciles it
+            raise
         except Exception:
             metrics.RECONCILES.labels(result="error").inc()
             raise
