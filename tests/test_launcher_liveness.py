@@ -122,7 +122,8 @@ def group(tmp_path: Path) -> Iterator:
         leader = Launcher(plan, 0, size)
         worker = Launcher(plan, 1, size)
         started.extend((leader, worker))
-        wait_for(lambda: "the group started" in worker.stderr, 20, "the worker's launcher to reach the leader")
+        wait_for(lambda: "the group started" in worker.stderr and (tmp_path / "worker-argv.json").exists(), 20,
+                 "the worker's launcher to reach the leader and start its engine")
         return leader, worker
 
     yield start
@@ -219,3 +220,16 @@ def test_exec_line_redacts_secret_flags_and_secret_env_values(tmp_path):
 ])
 def test_redact(argv, shown):
     assert launcher.redact(argv, ["k1"]) == shown
+
+
+def test_start_back_off_waits_before_starting_vllm(tmp_path):
+    """``startDelaySeconds`` (bounded recreation: kimik3.controller.recreation) delays the start."""
+    doc = {"startDelaySeconds": 1, "command": [sys.executable, "-c", "print('started')"],
+           "ranks": [{"index": 0, "args": []}]}
+    (tmp_path / "plan.json").write_text(json.dumps(doc))
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, str(LAUNCHER), str(tmp_path / "plan.json")], capture_output=True,
+                          text=True, timeout=15, env={"PATH": os.environ["PATH"], "LWS_WORKER_INDEX": "0"})
+    assert proc.returncode == 0 and proc.stdout.strip() == "started", proc.stderr
+    assert time.monotonic() - start >= 1.0
+    assert "start back-off: waiting 1 s" in proc.stderr

@@ -12,7 +12,8 @@ Ready              True    AllGroupsReady, ScaledToZero (replicas 0)
                    False   GroupsNotReady (the message says what the groups wait for), InvalidSpec
 Progressing        True    GroupsStarting, ApplyFailed (retried with back-off), Replacing (F15)
                    False   Stable, InvalidSpec
-Degraded           True    ApplyFailed, InvalidSpec
+Degraded           True    ApplyFailed, InvalidSpec, GroupCrashLooping (groups failed 3 times in
+                           10 min: the message gives the last exit codes and the start back-off)
                    False   AsExpected
 ScalingLimited     True    Unschedulable (a group's pod has ``PodScheduled=False`` reason
                            ``Unschedulable``: no rack or node can hold it); under placement
@@ -63,6 +64,8 @@ class Reason(StrEnum):
     APPLY_FAILED = "ApplyFailed"
     """A child could not be applied; the message quotes the API server."""
     AS_EXPECTED = "AsExpected"
+    GROUP_CRASH_LOOPING = "GroupCrashLooping"
+    """Groups keep failing: recreated with a start back-off (kimik3.controller.recreation)."""
     REPLACING = "Replacing"
     """Placement kueue: the LeaderWorkerSet is replaced because its group shape changed (F15)."""
     UNSCHEDULABLE = "Unschedulable"
@@ -102,7 +105,8 @@ REASONS: dict[ConditionType, tuple[Reason, ...]] = {
                           Reason.INVALID_SPEC),
     ConditionType.PROGRESSING: (Reason.GROUPS_STARTING, Reason.STABLE, Reason.APPLY_FAILED, Reason.INVALID_SPEC,
                                 Reason.REPLACING),
-    ConditionType.DEGRADED: (Reason.AS_EXPECTED, Reason.APPLY_FAILED, Reason.INVALID_SPEC),
+    ConditionType.DEGRADED: (Reason.AS_EXPECTED, Reason.APPLY_FAILED, Reason.INVALID_SPEC,
+                             Reason.GROUP_CRASH_LOOPING),
     ConditionType.SCALING_LIMITED: (Reason.UNSCHEDULABLE, Reason.QUOTA_EXHAUSTED, Reason.NO_RACK_FITS, Reason.PREEMPTED,
                                     Reason.KUEUE_PENDING, Reason.ALL_GROUPS_PLACED),
     ConditionType.METRICS_AVAILABLE: (Reason.MEASURED, Reason.SCALED_TO_ZERO, Reason.NOT_YET_MEASURED,

@@ -37,6 +37,7 @@ from kimik3.controller.crashes import CrashReporter
 from kimik3.controller.kube import Kube, NotLeading, api_client_from_kubeconfig
 from kimik3.controller.leadership import LeaderElection, LeaseTimings, default_identity
 from kimik3.controller.reconcile import Reconciler
+from kimik3.controller.recreation import GroupFailures
 from kimik3.kube.labels import DEPLOYMENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL
 
 log = logging.getLogger("kimik3.operator")
@@ -250,8 +251,10 @@ async def run_operator(cfg: OperatorConfig, stop: threading.Event | asyncio.Even
     election = None if cfg.lease_namespace is None else \
         LeaderElection(api, cfg.lease_namespace, cfg.lease_name, cfg.identity, cfg.lease_timings)
     kube = Kube(api, fence=election)
-    registry = build_registry(cfg, queue, cache, CrashReporter(kube))
-    reconciler = Reconciler(kube, compute_domains=cfg.compute_domains, cache=cache, policy=cfg.policy)
+    failures = GroupFailures()
+    registry = build_registry(cfg, queue, cache, CrashReporter(kube, failures))
+    reconciler = Reconciler(kube, compute_domains=cfg.compute_domains, cache=cache, policy=cfg.policy,
+                            failures=failures)
     kopf_ready = asyncio.Event()
     runner = await _health_server(cfg, queue, kopf_ready)
     workers = [asyncio.create_task(queue.worker(reconciler, election)) for _ in range(cfg.workers)]

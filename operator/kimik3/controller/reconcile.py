@@ -30,6 +30,7 @@ from kimik3.controller import metrics
 from kimik3.controller.autoscaling import Autoscaling
 from kimik3.controller.cache import ObjectCache, desired_hash
 from kimik3.controller.kube import Kube, NotLeading, api_error_message
+from kimik3.controller.recreation import GroupFailures
 from kimik3.controller.status import (compute_status, invalid_status, lws_selector, merge_patch, status_patch,
                                      stored_conditions)
 from kimik3.kube.kinds import COMPUTE_DOMAIN, GROUP, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, POD, WORKLOAD, Kind
@@ -66,8 +67,11 @@ class Reconciler:
     """Reconciles KimiK3Deployments through ``kube``."""
 
     def __init__(self, kube: Kube, compute_domains: bool = True, cache: ObjectCache | None = None,
-                 policy: AdmissionPolicy = AdmissionPolicy(), autoscaling: Autoscaling | None = None):
+                 policy: AdmissionPolicy = AdmissionPolicy(), autoscaling: Autoscaling | None = None,
+                 failures: GroupFailures | None = None):
         self.kube = kube
+        self.failures = failures or GroupFailures()
+        """Engine failures the pod watch saw (bounded recreation: Degraded and a start back-off)."""
         self.policy = policy
         self.autoscaling = autoscaling or Autoscaling()
         """Decode-latency autoscaler state of every deployment with spec.autoscaling.enabled."""
@@ -180,8 +184,12 @@ class Reconciler:
                 self._event_once(obj, type_, reason, message)
         else:
             self.autoscaling.forget(owner.namespace, owner.name)
+        crash_looping = self.failures.verdict(owner.namespace, owner.name)
+        if crash_looping is not None:
+            self._event_once(obj, "Warning", crash_looping.reason, crash_looping.message)
         rendered = render(admitted, owner, replicas=None if scaled is None else scaled.replicas,
-                          compute_domains=self.compute_domains)
+                          compute_domains=self.compute_domains,
+                          start_delay_s=self.failures.start_delay_s(owner.namespace, owner.name))
         for warning in rendered.warnings:
             reason = "ComputeDomainSkipped" if warning == COMPUTE_DOMAIN_SKIPPED else "DisruptionBudgetSkipped"
             self._event_once(obj, "Warning", reason, warning)
@@ -218,7 +226,7 @@ class Reconciler:
         status = compute_status(obj, admitted, lws, pods, desired, apply_error, replacing=replacing,
                                 compute_domain_note=None if self.compute_domains else COMPUTE_DOMAIN_SKIPPED,
                                 autoscaled=scaled.report if scaled is not None else None,
-                                workloads=self._workloads(admitted, lws))
+                                workloads=self._workloads(admitted, lws), crash_looping=crash_looping)
         if (obj.get("status") or {}).get("observedGeneration") != obj["metadata"].get("generation") and not apply_error:
             kinds = ", ".join(c["kind"] for c in rendered.objects)
             self._event_once(obj, "Normal", "Applied",

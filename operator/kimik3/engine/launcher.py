@@ -3,7 +3,8 @@
 Runs inside the engine image with the standard library only (it is shipped in a ConfigMap, so a
 stock vLLM image works). Steps:
 1. read the plan (JSON, ``KIMIK3_PLAN`` or /etc/kimik3/plan.json) and ``LWS_WORKER_INDEX``,
-   ``LWS_GROUP_SIZE``, ``LWS_LEADER_ADDRESS``;
+   ``LWS_GROUP_SIZE``, ``LWS_LEADER_ADDRESS``; wait the plan's ``startDelaySeconds`` (the start
+   back-off of a deployment whose groups keep failing: kimik3.controller.recreation);
 2. if this rank's arguments need the leader's address, wait until that name resolves, polling
    every ``KIMIK3_POLL_SECONDS`` (2 s) up to the plan's ``leaderAddressTimeoutSeconds``;
 3. replace the placeholder by the address and log the command line with secrets redacted
@@ -311,6 +312,11 @@ def main(argv: list[str] | None = None) -> int:
                 plan = json.load(fh)
         except (OSError, ValueError) as exc:
             raise LaunchError(EXIT_BAD_INPUT, f"cannot read plan {path}: {exc}") from None
+        delay_s = float(plan.get("startDelaySeconds") or 0) if isinstance(plan, dict) else 0.0
+        if delay_s > 0:
+            log(f"start back-off: waiting {delay_s:g} s before starting (startDelaySeconds: this deployment's "
+                "groups keep failing, see its Degraded condition and EngineFailed Events)")
+            time.sleep(delay_s)
         exec_argv = build_argv(plan, dict(os.environ))
     except LaunchError as exc:
         log(f"error: {exc}")
