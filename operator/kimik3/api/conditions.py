@@ -24,6 +24,9 @@ MetricsAvailable   True    Measured, ScaledToZero (no groups: nothing to measure
                    False   NoTargets, WarmingUp, ScrapeFailed, NoLatencyMetric, NoSeries,
                            PrometheusUnreachable, PrometheusError (the autoscaler holds replicas)
                    Unknown NotYetMeasured
+ComputeDomainReady True    AllNodesJoined (every node of the engine pods is in the ComputeDomain)
+                   False   NodesMissing (nodes seen and missing; never decides Ready: F19)
+                   Unknown NotReported
 =================  ======  =====================================================================
 """
 
@@ -49,6 +52,8 @@ class ConditionType(StrEnum):
     """The scheduler cannot place a group now."""
     METRICS_AVAILABLE = "MetricsAvailable"
     """The autoscaler has a reading of decode latency (autoscaling enabled only)."""
+    COMPUTE_DOMAIN_READY = "ComputeDomainReady"
+    """The DRA driver lists every node of the engine pods in the ComputeDomain (reported only)."""
 
 
 class Reason(StrEnum):
@@ -78,6 +83,10 @@ class Reason(StrEnum):
     KUEUE_PENDING = "KueuePending"
     """Kueue has not admitted a group for another reason (its message quoted)."""
     ALL_GROUPS_PLACED = "AllGroupsPlaced"
+    ALL_NODES_JOINED = "AllNodesJoined"
+    NODES_MISSING = "NodesMissing"
+    """The ComputeDomain lacks nodes that run engine pods (kimik3.controller.computedomains)."""
+    NOT_REPORTED = "NotReported"
     MEASURED = "Measured"
     NOT_YET_MEASURED = "NotYetMeasured"
     NO_TARGETS = "NoTargets"
@@ -109,6 +118,7 @@ REASONS: dict[ConditionType, tuple[Reason, ...]] = {
                              Reason.GROUP_CRASH_LOOPING),
     ConditionType.SCALING_LIMITED: (Reason.UNSCHEDULABLE, Reason.QUOTA_EXHAUSTED, Reason.NO_RACK_FITS, Reason.PREEMPTED,
                                     Reason.KUEUE_PENDING, Reason.ALL_GROUPS_PLACED),
+    ConditionType.COMPUTE_DOMAIN_READY: (Reason.ALL_NODES_JOINED, Reason.NODES_MISSING, Reason.NOT_REPORTED),
     ConditionType.METRICS_AVAILABLE: (Reason.MEASURED, Reason.SCALED_TO_ZERO, Reason.NOT_YET_MEASURED,
                                       *METRICS_UNAVAILABLE),
 }
