@@ -5,6 +5,9 @@ the chart's default timings (lease 15 s, renew deadline 10 s, retry 2 s).
 - The leader is SIGKILLed while 20 CRs are being created: the standby takes the Lease within
   ``LeaseTimings().takeover_bound_s`` (19 s) and converges all 20; each LeaderWorkerSet is
   created once (the audit log's 201 answers) and keeps its UID.
+- A rolling update (the chart's maxSurge 1, maxUnavailable 0: start a new replica, then stop an
+  old one, the leader first): each stopping leader releases the Lease and a standby leads within
+  one retry period; the replicas' own logs show one leader at a time and never none for longer.
 - The leader is cut off from the API server (the fault proxy resets its connections): its
   ``kimik3_operator_leader`` gauge falls to 0 within the renew deadline, before the Lease can
   pass, the standby takes over and converges an edit made during the cut; once the proxy is
@@ -14,7 +17,9 @@ Measured figures are printed (``-s``) and written in docs/reliability.md.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -46,7 +51,8 @@ class Replica:
     def __init__(self, name: str, kubeconfig: Path, namespace: str, log_dir: Path):
         self.name, self.port = name, free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        with open(log_dir / f"operator-{name}.log", "ab") as fh:
+        self.log = log_dir / f"operator-{name}.log"
+        with open(self.log, "ab") as fh:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "kimik3.cli", "run", "--kubeconfig", str(kubeconfig), "--namespace", namespace,
                  "--health-port", str(self.port), "--health-host", "127.0.0.1",
@@ -61,6 +67,20 @@ class Replica:
     def reconciles(self) -> float:
         samples = metric_samples(self.url)
         return sum(metric(samples, "kimik3_reconciles_total", result=r) for r in ("applied", "invalid", "error"))
+
+    def leading_intervals(self) -> list[tuple[dt.datetime, dt.datetime | None]]:
+        """When this replica led, from its own log: from "now holds" to "lost" or "stops leading"."""
+        out: list[tuple[dt.datetime, dt.datetime | None]] = []
+        for line in self.log.read_text(errors="replace").splitlines():
+            stamp = re.match(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ", line)
+            if not stamp:
+                continue
+            at = dt.datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S,%f")
+            if " now holds Lease " in line:
+                out.append((at, None))
+            elif (" lost Lease " in line or " stops leading" in line) and out and out[-1][1] is None:
+                out[-1] = (out[-1][0], at)
+        return out
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -135,6 +155,36 @@ def test_leader_sigkilled_while_20_crs_change_standby_converges_them(chaos_cp, k
     assert all(uids[name] == uid for name, uid in seen.items()), "a LeaderWorkerSet was recreated"
     assert lws_creations(chaos_cp, namespace) == {f"k3-{i:02d}-engine": 1 for i in range(N)}
     assert http_status(f"{b.url}/healthz") == 200
+
+
+def test_rolling_update_hands_the_lease_over_with_one_leader_at_a_time(kube, namespace, replicas,
+                                                                       operator_identity):
+    old = [replicas("old-0", operator_identity.kubeconfig, namespace),
+           replicas("old-1", operator_identity.kubeconfig, namespace)]
+    wait_for(lambda: sum(r.leader() for r in old) == 1, 10, "one of the old replicas to lead")
+    apply_converged(kube, namespace, "k3-roll")
+    live = list(old)
+    handovers = []
+    for i in range(2):  # maxSurge 1, maxUnavailable 0: a new pod is ready before an old one stops
+        live.append(replicas(f"new-{i}", operator_identity.kubeconfig, namespace))
+        remaining = [r for r in old if r in live]
+        stopping = next((r for r in remaining if r.leader() == 1), remaining[0])  # the leader first
+        stopped = time.monotonic()
+        stopping.stop()
+        live.remove(stopping)
+        wait_for(lambda: sum(r.leader() for r in live) == 1, TIMINGS.retry_period_s + SLACK_S,
+                 "a standby to take the released Lease", interval=0.05)
+        handovers.append(time.monotonic() - stopped)
+    kube.patch_merge(*CR, namespace, "k3-roll", {"spec": {"replicas": 2}})
+    wait_for(lambda: converged(kube, namespace, "k3-roll", 2), 30, "an edit after the update converged")
+    intervals = sorted((start, end, r.name) for r in old + live for start, end in r.leading_intervals())
+    for (s1, e1, n1), (s2, _, n2) in zip(intervals, intervals[1:]):
+        assert e1 is not None and e1 <= s2, f"{n1} led until {e1} while {n2} led from {s2}: two leaders"
+    gaps = [(s2 - e1).total_seconds() for (_, e1, _), (s2, _, _) in zip(intervals, intervals[1:])]
+    print(f"\nrolling update: {len(intervals)} leadership spans, handovers {', '.join(f'{h:.1f}' for h in handovers)} s "
+          f"after SIGTERM; longest time without a leader {max(gaps):.2f} s (logs)")
+    assert max(gaps) <= TIMINGS.retry_period_s + SLACK_S
+    assert sum(r.leader() for r in live) == 1
 
 
 def test_leader_cut_off_stops_writing_before_its_lease_can_pass(chaos_cp, kube, namespace, replicas,

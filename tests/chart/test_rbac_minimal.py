@@ -66,6 +66,9 @@ from support.waiting import WaitTimeout, wait_for
 
 from .conftest import CHART, RELEASE, RELEASE_NAMESPACE, Helm, OperatorProcess, deployment_args, uninstall_if_present
 
+pytestmark = pytest.mark.timeout(900)
+"""The module's fixture runs ~55 operator scenarios, 10 at a time: 4-12 min on the shared 2-core machine."""
+
 NAME = "k3-rbac"
 CHILDREN = [  # apply order, with the name each child gets
     (("resource.nvidia.com/v1beta1", "ComputeDomain"), NAME),

@@ -198,14 +198,13 @@ class LeaderElection:
     def release(self) -> None:
         """Give the Lease up (holder empty, 1 s duration) so a standby takes it at its next try."""
         self._renewed_at = None
+        metrics.LEADER.set(0)
+        log.warning("%s stops leading: releasing Lease %s/%s", self.identity, self.namespace, self.name)
         try:
             lease = self._call("GET", self._path())
             if (lease.get("spec") or {}).get("holderIdentity") != self.identity:
                 return
             lease["spec"] |= {"holderIdentity": "", "leaseDurationSeconds": 1, "renewTime": _now_micro()}
             self._call("PUT", self._path(), lease)
-            log.warning("%s released Lease %s/%s", self.identity, self.namespace, self.name)
         except Exception as exc:  # the Lease then expires on its own
             log.info("releasing Lease %s/%s failed: %s", self.namespace, self.name, exc)
-        finally:
-            metrics.LEADER.set(0)
