@@ -23,7 +23,8 @@ from typing import Any
 
 from kimik3.admission import Admitted
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
-from kimik3.engine.args import API_KEY_ENV, API_PORT_NAME, MODEL_MOUNT, engine_env
+from kimik3.engine.args import API_KEY_ENV, API_PORT_NAME, engine_env
+from kimik3.engine.weights import MODEL_MOUNT
 from kimik3.kube.kinds import LEADER_WORKER_SET
 from kimik3.kube.labels import (
     GPU_RESOURCE,
@@ -68,8 +69,9 @@ def _volumes(owner: Owner, spec: KimiK3DeploymentSpec) -> tuple[list[dict], list
         {"name": "dshm", "mountPath": "/dev/shm"},
         {"name": "launcher", "mountPath": configmap.MOUNT_PATH, "readOnly": True},
     ]
-    if src.pvc is not None:
-        volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": src.pvc.claim_name, "readOnly": True}})
+    claim = src.pvc.claim_name if src.pvc is not None else src.cache.claim_name if src.cache is not None else None
+    if claim is not None:
+        volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
         mounts.append({"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True})
     elif src.host_path is not None:
         volumes.append({"name": "model", "hostPath": {"path": src.host_path.path, "type": "Directory"}})
