@@ -3,6 +3,7 @@
   kimik3 crd [-o DIR]             write the KimiK3Deployment CRD generated from the models
   kimik3 validate -f RECIPE       report every problem of a spec at once (exit 1 if any)
   kimik3 render -f RECIPE         print the child objects the operator would apply (YAML)
+  kimik3 stage -f RECIPE --to DIR stage a recipe's target and drafter from the hub into DIR, verified
   kimik3 run [--kubeconfig F]     run the operator
 
 The development kit (``kimik3_dev``, not in the operator image) adds its verbs through the
@@ -143,6 +144,55 @@ def render(filename: str) -> None:
             click.echo(f"# warning: {warning}", err=True)
         out += rendered.objects
     click.echo(dump_yaml_all(out), nl=False)
+
+
+@main.command()
+@click.option("-f", "--filename", default=None, help="Recipe file (YAML): stage its target and drafter.")
+@click.option("--repo", default=None, help="Or one hub repository (org/name) ...")
+@click.option("--revision", default="main", show_default=True, help="... at this branch, tag or commit.")
+@click.option("--to", "root", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="The model cache's root: each repository goes to <root>/<repo id>/<revision>/.")
+@click.option("--workers", default=8, show_default=True, type=click.IntRange(1, 64), help="Parallel downloads.")
+@click.option("--endpoint", default=None, envvar="HF_ENDPOINT", help="The hub's base URL (default huggingface.co).")
+@click.option("--report-job", default=None, metavar="NAMESPACE/JOB",
+              help="Report progress into this Job's annotation (the staging Job's pod does).")
+def stage(filename: str | None, repo: str | None, revision: str, root: Path, workers: int, endpoint: str | None,
+          report_job: str | None) -> None:
+    """Download what vLLM loads (revision pinned, resumable, parallel), verify every file's size and
+    hash against the hub, and write the completion manifest. The token is $HF_TOKEN."""
+    import os
+
+    from kimik3.admission import admit
+    from kimik3.engine.weights import Artifact, artifacts
+    from kimik3.staging.progress import Progress, job_reporter
+    from kimik3.staging.stager import StagingError
+    from kimik3.staging.stager import stage as stage_artifact
+    if (filename is None) == (repo is None):
+        raise click.UsageError("give either -f RECIPE or --repo ORG/NAME")
+    todo: list[Artifact] = []
+    if repo is not None:
+        todo.append(Artifact("target", repo, revision))
+    else:
+        for doc in _deployments(str(filename)):
+            try:
+                todo += artifacts(admit(doc.get("spec") or {}).spec)
+            except SpecErrors as exc:
+                raise click.ClickException("\n".join(map(str, exc.errors))) from None
+    if report_job is not None:
+        namespace, _, job = report_job.partition("/")
+        report = job_reporter(namespace, job)
+    else:
+        def report(p: Progress) -> None:
+            click.echo(f"{p.repo_id}@{p.revision}: {p.phase} {p.bytes_done}/{p.bytes_total} bytes, "
+                       f"{p.files_done}/{p.files_total} files" + (f": {p.error}" if p.error else ""), err=True)
+    for artifact in todo:
+        try:
+            done = stage_artifact(artifact, root, endpoint=endpoint, token=os.environ.get("HF_TOKEN"),
+                                  max_workers=workers, report=report)
+        except StagingError as exc:
+            raise click.ClickException(f"{artifact.repo_id}@{artifact.revision}: {exc}") from None
+        click.echo(f"{root / artifact.folder}: {done.files_done} files, {done.bytes_total} bytes, commit "
+                   f"{done.commit}, verified")
 
 
 @main.command()

@@ -59,16 +59,19 @@ def is_local_path(model: str) -> bool:
     return model.startswith(MODEL_MOUNT + "/") and ".." not in model and posixpath.isabs(model)
 
 
-def cache_artifacts(spec: KimiK3DeploymentSpec) -> list[Artifact]:
-    """What a ``cache`` source holds for this spec: the target, then the drafter when
-    speculative decoding names one by hub id. Empty for the other sources."""
-    if spec.model.source.cache is None:
-        return []
+def artifacts(spec: KimiK3DeploymentSpec) -> list[Artifact]:
+    """What a model cache holds for this spec: the target, then the drafter when speculative
+    decoding names one by hub id (``kimik3 stage -f`` stages these for any source)."""
     out = [Artifact("target", spec.model.name, spec.model.revision or DEFAULT_REVISION)]
     sd = spec.speculative_decoding
     if sd.method != "none" and sd.draft_model and not is_local_path(sd.draft_model):
         out.append(Artifact("drafter", sd.draft_model, sd.draft_revision or DEFAULT_REVISION))
     return out
+
+
+def cache_artifacts(spec: KimiK3DeploymentSpec) -> list[Artifact]:
+    """``artifacts(spec)`` for a ``cache`` source, where the engines load them; empty otherwise."""
+    return artifacts(spec) if spec.model.source.cache is not None else []
 
 
 def offline(spec: KimiK3DeploymentSpec) -> bool:
