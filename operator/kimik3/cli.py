@@ -204,9 +204,11 @@ def stage(filename: str | None, repo: str | None, revision: str, root: Path, wor
               help="Create ComputeDomains for multi-tray groups (needs NVIDIA's DRA driver).")
 @click.option("--allowed-host-path", "allowed_host_paths", multiple=True, metavar="FOLDER",
               help="Node folder a hostPath weight source may use (repeat; default /models /mnt /raid /data).")
+@click.option("--stager-image", default=None, envvar="KIMIK3_STAGER_IMAGE",
+              help="Image of the weight-staging Jobs (default: the operator's image, as the chart sets it).")
 @click.option("-v", "--verbose", is_flag=True)
 def run(kubeconfig: str | None, namespaces: tuple[str, ...], health_port: int, health_host: str,
-        compute_domains: bool, allowed_host_paths: tuple[str, ...], verbose: bool) -> None:
+        compute_domains: bool, allowed_host_paths: tuple[str, ...], stager_image: str | None, verbose: bool) -> None:
     """Run the operator (health on /healthz, /readyz; metrics on /metrics)."""
     from kimik3.admission import AdmissionPolicy
     from kimik3.controller.operator import OperatorConfig, run_operator
@@ -214,7 +216,8 @@ def run(kubeconfig: str | None, namespaces: tuple[str, ...], health_port: int, h
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = OperatorConfig(kubeconfig=kubeconfig, namespaces=list(namespaces), health_port=health_port,
                          health_host=health_host, compute_domains=compute_domains,
-                         policy=AdmissionPolicy(allowed_host_paths) if allowed_host_paths else AdmissionPolicy())
+                         policy=AdmissionPolicy(allowed_host_paths) if allowed_host_paths else AdmissionPolicy(),
+                         **({"stager_image": stager_image} if stager_image else {}))
     asyncio.run(run_operator(cfg))
 
 
