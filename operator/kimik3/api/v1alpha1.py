@@ -239,6 +239,17 @@ class Resources(Model):
     """Memory request and limit, e.g. "800Gi"."""
 
 
+class CompileCacheSpec(Model):
+    """vLLM's compile caches on a PersistentVolumeClaim of the namespace (one per engine image and group plan), so a second start of the same engine skips compilation."""
+
+    size: str = Field(default="200Gi", pattern=r"^[0-9]+(Gi|Ti)$")
+    """Capacity of each cache claim."""
+    storage_class_name: str | None = Field(default=None, max_length=253)
+    """StorageClass of the claims (unset: the cluster's default)."""
+    access_mode: Literal["ReadWriteMany", "ReadWriteOnce"] = "ReadWriteMany"
+    """Every rank of a multi-node group writes its own subfolder from its own node: ReadWriteMany unless groups are one node."""
+
+
 class EngineSpec(Model):
     """The vLLM engine: image, decode path, kernels and batch limits."""
 
@@ -281,6 +292,8 @@ class EngineSpec(Model):
     """More environment variables for every engine container."""
     resources: Resources = Field(default_factory=Resources)
     """CPU and memory per pod."""
+    compile_cache: CompileCacheSpec | None = None
+    """Keep vLLM's torch.compile / Inductor / Triton / DeepGEMM JIT / FlashInfer autotune caches on a claim per engine image and group plan (VLLM_CACHE_ROOT), never shared across namespaces. Unset: every start compiles again."""
     shm_size: str = Field(default="200Gi", pattern=r"^[0-9]+(Mi|Gi)$")
     """Size of the in-memory /dev/shm volume (NCCL and vLLM IPC; Dynamo's GB300 manifests use 200Gi)."""
 

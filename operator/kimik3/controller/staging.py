@@ -24,6 +24,7 @@ from kimik3.controller.kube import Kube, api_error_message
 from kimik3.controller.status import set_condition
 from kimik3.engine.weights import Artifact
 from kimik3.kube.kinds import JOB, PERSISTENT_VOLUME_CLAIM
+from kimik3.render.compilecache import compile_cache_claim
 from kimik3.render.staging import claim, service_account, staging_jobs
 from kimik3.staging.progress import PROGRESS_ANNOTATION, Progress
 
@@ -126,6 +127,9 @@ class Staging:
         self.image = image
 
     def step(self, obj: dict[str, Any], admitted: Admitted) -> Weights:
+        compile_claim = compile_cache_claim(admitted, obj["metadata"]["namespace"])
+        if compile_claim is not None:
+            self._create_claim(compile_claim)
         src = admitted.spec.model.source
         if src.hub is not None:
             return Weights(Verdict("True", Reason.NOT_STAGED, "spec.model.source.hub: every engine downloads the "
@@ -139,9 +143,8 @@ class Staging:
         namespace = obj["metadata"]["namespace"]
         try:
             pvc = claim(admitted, namespace)
-            if pvc is not None and self.kube.get(*PERSISTENT_VOLUME_CLAIM.type_meta, namespace,
-                                                 pvc["metadata"]["name"]) is None:
-                self.kube.apply(pvc)
+            if pvc is not None:
+                self._create_claim(pvc)
             jobs = staging_jobs(admitted, namespace, self.image)
             seen: list[tuple[Artifact, str, dict[str, Any] | None]] = []
             for artifact, objects in jobs:
@@ -158,6 +161,13 @@ class Staging:
             log.warning("%s/%s: %s", namespace, obj["metadata"]["name"], message)
             return Weights(Verdict("False", Reason.STAGING_FAILED, message), False, STAGING_POLL_S)
         return weights_verdict(src.cache.claim_name, seen)
+
+    def _create_claim(self, pvc: dict[str, Any]) -> None:
+        """Create a claim unless it exists (a claim's spec is not changed afterwards: most of it is
+        immutable, and its size only grows by the storage class's expansion)."""
+        meta = pvc["metadata"]
+        if self.kube.get(*PERSISTENT_VOLUME_CLAIM.type_meta, meta["namespace"], meta["name"]) is None:
+            self.kube.apply(pvc)
 
 
 def with_weights(status: KimiK3DeploymentStatus, weights: Weights, generation: int | None,

@@ -174,6 +174,22 @@ def rank_args(spec: KimiK3DeploymentSpec, plan: GroupPlan, rank: int) -> list[st
     return common_args(spec) + parallel_args(spec, plan, rank) + list(spec.engine.extra_args)
 
 
+COMPILE_CACHE_MOUNT = "/compile-cache"
+"""Where the compile cache claim is mounted (read-write) in every engine pod."""
+
+
+def compile_cache_env() -> dict[str, str]:
+    """Where vLLM 0.33 keeps what it compiles, all on the compile cache (read in its source):
+    ``VLLM_CACHE_ROOT`` holds ``torch_compile_cache/<hash>/rank_<r>_<dp>/`` (the AOT-compiled
+    graphs, with Inductor's ``inductor_cache`` and Triton's ``triton_cache`` set below them by
+    ``compilation/compiler_interface.py``) and ``deep_gemm/`` (``DG_JIT_CACHE_DIR`` defaults to it,
+    ``utils/deep_gemm.py``); FlashInfer's autotune results go to
+    ``VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR``. vLLM leaves both variables out of its compile hash
+    (``envs.py``: location-only)."""
+    return {"VLLM_CACHE_ROOT": COMPILE_CACHE_MOUNT,
+            "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR": f"{COMPILE_CACHE_MOUNT}/flashinfer_autotune"}
+
+
 def engine_env(spec: KimiK3DeploymentSpec, plan: GroupPlan, load_timeout_s: float) -> dict[str, str]:
     """Environment of every engine container (values from the GB300 recipes, kimi-k3-and-vllm.md);
     ``load_timeout_s`` is ``probes.loadTimeout`` in seconds (``Admitted.seconds.load_timeout``).
@@ -190,6 +206,8 @@ def engine_env(spec: KimiK3DeploymentSpec, plan: GroupPlan, load_timeout_s: floa
         env |= {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     else:
         env["HF_HOME"] = "/hf-cache"
+    if spec.engine.compile_cache is not None:
+        env |= compile_cache_env()
     for var in spec.engine.env:
         env[var.name] = var.value
     return env

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -90,7 +91,10 @@ class FakeHub:
     """``hub.add(repo_id, folder)`` publishes a folder as a new commit on ``main``; ``hub.start()``
     serves on 127.0.0.1 and returns the base URL (``HF_ENDPOINT``); ``hub.stop()``."""
 
-    def __init__(self) -> None:
+    def __init__(self, bytes_per_second: float | None = None) -> None:
+        self.bytes_per_second = bytes_per_second
+        """Each file body is sent at most this fast (None: as fast as the disk), so a test can
+        watch a download progress."""
         self.repos: dict[str, Repo] = {}
         self.faults: list[Fault] = []
         self.requests: list[tuple[str, str, str | None]] = []
@@ -272,6 +276,8 @@ class FakeHub:
                     break
                 h.wfile.write(chunk)
                 sent += len(chunk)
+                if self.bytes_per_second:
+                    time.sleep(len(chunk) / self.bytes_per_second)
         if cut is not None:
             h.wfile.flush()
             h.close_connection = True
