@@ -212,12 +212,13 @@ def run(kubeconfig: str | None, namespaces: tuple[str, ...], health_port: int, h
     """Run the operator (health on /healthz, /readyz; metrics on /metrics)."""
     from kimik3.admission import AdmissionPolicy
     from kimik3.controller.operator import OperatorConfig, run_operator
+    from kimik3.controller.staging import DEFAULT_STAGER_IMAGE
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = OperatorConfig(kubeconfig=kubeconfig, namespaces=list(namespaces), health_port=health_port,
                          health_host=health_host, compute_domains=compute_domains,
                          policy=AdmissionPolicy(allowed_host_paths) if allowed_host_paths else AdmissionPolicy(),
-                         **({"stager_image": stager_image} if stager_image else {}))
+                         stager_image=stager_image or DEFAULT_STAGER_IMAGE)
     asyncio.run(run_operator(cfg))
 
 

@@ -120,7 +120,7 @@ def test_deployment_is_one_restricted_instance_with_health_probes(helm_offline):
     assert c["securityContext"] == {"runAsNonRoot": True, "readOnlyRootFilesystem": True,
                                     "allowPrivilegeEscalation": False, "privileged": False,
                                     "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
-    assert c["args"] == ["run", "--health-port=8080"]
+    assert c["args"] == ["run", "--health-port=8080", f"--stager-image={c['image']}"]  # staging Jobs: same image
     assert c["ports"] == [{"name": "http-metrics", "containerPort": 8080, "protocol": "TCP"}]
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http-metrics"}
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http-metrics"}
@@ -130,7 +130,8 @@ def test_deployment_is_one_restricted_instance_with_health_probes(helm_offline):
     (dep,) = by_kind(helm_offline.template("--set", "computeDomains=false", "--set", "watchNamespaces={a,b}",
                                            "--set", "image.digest=sha256:" + "a" * 64))["Deployment"]
     (c,) = dep["spec"]["template"]["spec"]["containers"]
-    assert c["args"] == ["run", "--health-port=8080", "--namespace=a", "--namespace=b", "--no-compute-domains"]
+    assert c["args"] == ["run", "--health-port=8080", f"--stager-image={c['image']}", "--namespace=a", "--namespace=b",
+                         "--no-compute-domains"]
     assert c["image"] == "kimik3/kimik3-operator@sha256:" + "a" * 64
 
 
@@ -400,7 +401,8 @@ def test_namespace_scoped_install_needs_no_cluster_rbac(helm, kube, admin_api, c
              "--set", f"watchNamespaces={{{watched}}}", "--set", "computeDomains=false")
     try:
         args = deployment_args(admin_api)
-        assert args == ["run", "--health-port=8080", f"--namespace={watched}", "--no-compute-domains"]
+        assert args[:2] == ["run", "--health-port=8080"] and args[2].startswith("--stager-image=kimik3/kimik3-operator")
+        assert args[3:] == [f"--namespace={watched}", "--no-compute-domains"]
         with chart_cp.api_client("operator") as operator_api:
             assert _can(operator_api, "list", "kimik3deployments", watched, "inference.kimik3.io")
             assert not _can(operator_api, "list", "kimik3deployments", other, "inference.kimik3.io")

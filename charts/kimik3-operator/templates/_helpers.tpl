@@ -102,11 +102,12 @@ create (seen here: "cannot create resource computedomains"); nothing is ever upd
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads"]
   verbs: ["list"]
-# Weight staging (spec.model.source.cache with hub): the model cache's claim when the spec creates
-# it (read first, created once, never changed or deleted: it outlives deployments); one Job per
-# repository and revision, read for its progress annotation and conditions, never deleted; the
-# stager's ServiceAccount, and per Job a Role granting get/patch of that one Job by name with its
-# RoleBinding (to grant it, the operator holds get/patch on jobs itself).
+# Weight staging (spec.model.source.cache with hub): the model cache's and compile cache's claims
+# (read first, created once by server-side apply, never changed or deleted: they outlive
+# deployments); one Job per repository and revision, read for its progress annotation and
+# conditions, never deleted; applied with it, the stager's ServiceAccount and a Role granting
+# get/patch of that Job by name, with its RoleBinding (to grant it, the operator holds get/patch
+# on jobs itself).
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["get", "create", "patch"]
@@ -115,10 +116,13 @@ create (seen here: "cannot create resource computedomains"); nothing is ever upd
   verbs: ["get", "create", "patch"]
 - apiGroups: [""]
   resources: ["serviceaccounts"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["create", "patch"]
 - apiGroups: ["rbac.authorization.k8s.io"]
-  resources: ["roles", "rolebindings"]
-  verbs: ["get", "create", "patch"]
+  resources: ["roles"]
+  verbs: ["create", "patch"]
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["rolebindings"]
+  verbs: ["create", "patch"]
 # Events on the CR (Applied, InvalidSpec, DisruptionBudgetSkipped, TeardownWaiting, ...).
 - apiGroups: [""]
   resources: ["events"]

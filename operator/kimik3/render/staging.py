@@ -68,7 +68,7 @@ def staging_jobs(admitted: Admitted, namespace: str, image: str) -> list[tuple[A
     if cache is None or cache.hub is None:
         return []
     hub = cache.hub
-    out = []
+    out: list[tuple[Artifact, list[dict[str, Any]]]] = []
     for artifact in cache_artifacts(admitted.spec):
         name = job_name(cache.claim_name, artifact, hub.endpoint)
         env: list[dict[str, Any]] = [{"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"}]
@@ -78,7 +78,7 @@ def staging_jobs(admitted: Admitted, namespace: str, image: str) -> list[tuple[A
             env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": hub.token_secret.name,
                                                                            "key": hub.token_secret.key}}})
         labels = {MANAGED_BY_LABEL: MANAGED_BY, STAGER_LABEL: "true"}
-        job = {
+        job: dict[str, Any] = {
             "apiVersion": JOB.api_version, "kind": JOB.kind,
             "metadata": _meta(name, namespace, labels=labels, annotations={
                 REPO_ANNOTATION: artifact.repo_id, REVISION_ANNOTATION: artifact.revision}),
@@ -89,6 +89,9 @@ def staging_jobs(admitted: Admitted, namespace: str, image: str) -> list[tuple[A
                     "spec": {
                         "restartPolicy": "Never",
                         "serviceAccountName": STAGER_SERVICE_ACCOUNT,
+                        # the operator image's non-root user; fsGroup makes the claim writable for it
+                        "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
+                                            "fsGroup": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
                         "enableServiceLinks": False,
                         "containers": [{
                             "name": "stager", "image": image,
@@ -98,17 +101,18 @@ def staging_jobs(admitted: Admitted, namespace: str, image: str) -> list[tuple[A
                             "env": env,
                             "resources": {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "8Gi"}},
                             "volumeMounts": [{"name": "cache", "mountPath": CACHE_MOUNT}],
-                            "securityContext": {"allowPrivilegeEscalation": False, "privileged": False},
+                            "securityContext": {"allowPrivilegeEscalation": False, "privileged": False,
+                                                "capabilities": {"drop": ["ALL"]}},
                         }],
                         "volumes": [{"name": "cache", "persistentVolumeClaim": {"claimName": cache.claim_name}}],
                     },
                 },
             },
         }
-        role = {"apiVersion": ROLE.api_version, "kind": ROLE.kind, "metadata": _meta(name, namespace),
+        role: dict[str, Any] = {"apiVersion": ROLE.api_version, "kind": ROLE.kind, "metadata": _meta(name, namespace),
                 "rules": [{"apiGroups": [JOB.group], "resources": [JOB.plural], "resourceNames": [name],
                            "verbs": ["get", "patch"]}]}
-        binding = {"apiVersion": ROLE_BINDING.api_version, "kind": ROLE_BINDING.kind, "metadata": _meta(name, namespace),
+        binding: dict[str, Any] = {"apiVersion": ROLE_BINDING.api_version, "kind": ROLE_BINDING.kind, "metadata": _meta(name, namespace),
                    "roleRef": {"apiGroup": ROLE.group, "kind": ROLE.kind, "name": name},
                    "subjects": [{"kind": SERVICE_ACCOUNT.kind, "name": STAGER_SERVICE_ACCOUNT, "namespace": namespace}]}
         out.append((artifact, [role, binding, job]))
