@@ -12,7 +12,8 @@ Ready              True    AllGroupsReady, ScaledToZero (replicas 0)
                    False   GroupsNotReady (the message says what the groups wait for), InvalidSpec
 Progressing        True    GroupsStarting, ApplyFailed (retried with back-off), Replacing (F15)
                    False   Stable, InvalidSpec
-Degraded           True    ApplyFailed, InvalidSpec
+Degraded           True    ApplyFailed, InvalidSpec, GroupCrashLooping (groups failed 3 times in
+                           10 min: the message gives the last exit codes and the start back-off)
                    False   AsExpected
 ScalingLimited     True    Unschedulable (a group's pod has ``PodScheduled=False`` reason
                            ``Unschedulable``: no rack or node can hold it); under placement
@@ -28,6 +29,9 @@ WeightsReady       True    Staged (revisions, commits, size, when verified), Dec
                            engine downloads at start)
                    False   Staging (bytes and files done of total, ETA), StagingFailed (the
                            hub's or the storage's error quoted); no engine pod exists meanwhile
+ComputeDomainReady True    AllNodesJoined (every node of the engine pods is in the ComputeDomain)
+                   False   NodesMissing (nodes seen and missing; never decides Ready: F19)
+                   Unknown NotReported
 =================  ======  =====================================================================
 """
 
@@ -55,6 +59,8 @@ class ConditionType(StrEnum):
     """The autoscaler has a reading of decode latency (autoscaling enabled only)."""
     WEIGHTS_READY = "WeightsReady"
     """The target and the drafter are where the engines load them (a cache: staged and verified)."""
+    COMPUTE_DOMAIN_READY = "ComputeDomainReady"
+    """The DRA driver lists every node of the engine pods in the ComputeDomain (reported only)."""
 
 
 class Reason(StrEnum):
@@ -70,6 +76,8 @@ class Reason(StrEnum):
     APPLY_FAILED = "ApplyFailed"
     """A child could not be applied; the message quotes the API server."""
     AS_EXPECTED = "AsExpected"
+    GROUP_CRASH_LOOPING = "GroupCrashLooping"
+    """Groups keep failing: recreated with a start back-off (kimik3.controller.recreation)."""
     REPLACING = "Replacing"
     """Placement kueue: the LeaderWorkerSet is replaced because its group shape changed (F15)."""
     UNSCHEDULABLE = "Unschedulable"
@@ -82,6 +90,10 @@ class Reason(StrEnum):
     KUEUE_PENDING = "KueuePending"
     """Kueue has not admitted a group for another reason (its message quoted)."""
     ALL_GROUPS_PLACED = "AllGroupsPlaced"
+    ALL_NODES_JOINED = "AllNodesJoined"
+    NODES_MISSING = "NodesMissing"
+    """The ComputeDomain lacks nodes that run engine pods (kimik3.controller.computedomains)."""
+    NOT_REPORTED = "NotReported"
     MEASURED = "Measured"
     NOT_YET_MEASURED = "NotYetMeasured"
     NO_TARGETS = "NoTargets"
@@ -107,11 +119,17 @@ class Reason(StrEnum):
     """The spec says the weights are in place (pvc, hostPath, or a cache with declaredReady)."""
     NOT_STAGED = "NotStaged"
     """spec.model.source.hub: every engine downloads the weights at start; nothing is staged."""
+    BUCKET_LAYOUTS_DIFFER = "BucketLayoutsDiffer"
+    """Groups expose the latency histogram with different bucket bounds (mid-rollout, F21b):
+    their buckets cannot be summed, replicas are held."""
+    GROUPS_UNMEASURED = "GroupsUnmeasured"
+    """A reading, but some serving groups gave no metrics: the message names them and since when;
+    the autoscaler may scale up on it, never down (missing data is not low load)."""
 
 
 METRICS_UNAVAILABLE: tuple[Reason, ...] = (
     Reason.NO_TARGETS, Reason.WARMING_UP, Reason.SCRAPE_FAILED, Reason.NO_LATENCY_METRIC, Reason.NO_SERIES,
-    Reason.PROMETHEUS_UNREACHABLE, Reason.PROMETHEUS_ERROR)
+    Reason.PROMETHEUS_UNREACHABLE, Reason.PROMETHEUS_ERROR, Reason.BUCKET_LAYOUTS_DIFFER)
 """Reasons of ``MetricsAvailable=False``: why the metric source has no reading."""
 
 REASONS: dict[ConditionType, tuple[Reason, ...]] = {
@@ -119,11 +137,13 @@ REASONS: dict[ConditionType, tuple[Reason, ...]] = {
                           Reason.INVALID_SPEC),
     ConditionType.PROGRESSING: (Reason.GROUPS_STARTING, Reason.STABLE, Reason.APPLY_FAILED, Reason.INVALID_SPEC,
                                 Reason.REPLACING),
-    ConditionType.DEGRADED: (Reason.AS_EXPECTED, Reason.APPLY_FAILED, Reason.INVALID_SPEC),
+    ConditionType.DEGRADED: (Reason.AS_EXPECTED, Reason.APPLY_FAILED, Reason.INVALID_SPEC,
+                             Reason.GROUP_CRASH_LOOPING),
     ConditionType.SCALING_LIMITED: (Reason.UNSCHEDULABLE, Reason.QUOTA_EXHAUSTED, Reason.NO_RACK_FITS, Reason.PREEMPTED,
                                     Reason.KUEUE_PENDING, Reason.ALL_GROUPS_PLACED),
-    ConditionType.METRICS_AVAILABLE: (Reason.MEASURED, Reason.SCALED_TO_ZERO, Reason.NOT_YET_MEASURED,
-                                      *METRICS_UNAVAILABLE),
+    ConditionType.COMPUTE_DOMAIN_READY: (Reason.ALL_NODES_JOINED, Reason.NODES_MISSING, Reason.NOT_REPORTED),
+    ConditionType.METRICS_AVAILABLE: (Reason.MEASURED, Reason.GROUPS_UNMEASURED, Reason.SCALED_TO_ZERO,
+                                      Reason.NOT_YET_MEASURED, *METRICS_UNAVAILABLE),
     ConditionType.WEIGHTS_READY: (Reason.STAGED, Reason.DECLARED_READY, Reason.NOT_STAGED, Reason.STAGING,
                                   Reason.STAGING_FAILED),
 }
