@@ -602,6 +602,89 @@ class ProbesSpec(Model):
     """Failed liveness probes (after start-up) before the leader restarts."""
 
 
+# ---------------------------------------------------------------- rollout -------------------
+
+
+class CanaryAnalysis(Model):
+    """What the canary groups must show, checked every ``interval`` over the bake, on the new
+    revision's leaders only (its series carry the revision label apart from the old groups')."""
+
+    max_latency: Duration | None = None
+    """Highest per-token decode latency (autoscaling.target.metric) of the new revision at autoscaling.target.percentile. Unset: autoscaling.target.value."""
+    max_error_rate: float = Field(default=0.01, ge=0.0, le=1.0)
+    """Highest share of the new revision's finished requests that may end in error (vLLM's request_success_total by finished_reason)."""
+    interval: Duration = "1m"
+    """Time between checks; each check reads the window since the one before."""
+    failure_limit: int = Field(default=3, ge=1, le=100)
+    """Failed checks (over the whole bake, not only in a row) that roll the release back."""
+
+
+class CanarySpec(Model):
+    """Surge groups of the new revision bake beside every old group before any old group is replaced."""
+
+    groups: int = Field(default=1, ge=1, le=64)
+    """Groups of the new revision during the bake (surge groups: every old group keeps serving). At most maxSurge."""
+    bake: Duration = "10m"
+    """How long the canary groups serve, once Ready, before the rollout goes on."""
+    analysis: CanaryAnalysis = Field(default_factory=CanaryAnalysis)
+    """The checks; a release that fails failureLimit of them is rolled back."""
+
+
+SURGE_DEFAULT = 1
+"""Groups of the new revision created above replicas, by default, with strategy Surge."""
+UNAVAILABLE_DEFAULT = 0
+"""Groups that may be down at once, by default, with strategy Surge."""
+
+
+class RolloutSpec(Model):
+    """How a change of the engine groups' templates (model, engine, speculative decoding, topology) reaches the groups.
+
+    Surge: new groups are created first (maxSurge above replicas, in the LeaderWorkerSet's rollout)
+    and an old group goes only once a new one is Ready, at most maxUnavailable down at once.
+    Recreate: every group is replaced at once (the endpoint is down for a whole load).
+    """
+
+    model_config = validated_by(
+        rule("rollout-surge-moves",
+             "self.strategy != 'Surge' || (has(self.maxSurge) ? self.maxSurge : 1) + "
+             "(has(self.maxUnavailable) ? self.maxUnavailable : 0) >= 1",
+             "strategy Surge with maxSurge 0 and maxUnavailable 0 can never replace a group: raise one of them",
+             ".maxSurge"),
+        rule("rollout-recreate-plain",
+             "self.strategy != 'Recreate' || (!has(self.maxSurge) && !has(self.maxUnavailable) && !has(self.canary))",
+             "strategy Recreate replaces every group at once: it takes no maxSurge, maxUnavailable or canary",
+             ".strategy"),
+        rule("rollout-canary-within-surge",
+             "!has(self.canary) || self.canary.groups <= (has(self.maxSurge) ? self.maxSurge : 1)",
+             "canary.groups are surge groups beside every old group: raise maxSurge to at least canary.groups",
+             ".canary.groups"),
+    )
+    strategy: Literal["Surge", "Recreate"] = "Surge"
+    """Surge (new groups first, no group down by default) or Recreate (all groups at once)."""
+    max_surge: int | None = Field(default=None, ge=0, le=64)
+    """Surge only: groups of the new revision created above replicas while old ones still serve (default 1). Each needs room: a rack (exclusive) or Kueue quota."""
+    max_unavailable: int | None = Field(default=None, ge=0, le=64)
+    """Surge only: groups that may be down at once during a rollout (default 0: an old group goes only once a new one is Ready)."""
+    canary: CanarySpec | None = None
+    """Surge only: bake the new revision on canary groups and roll it back when its analysis fails."""
+    paused: bool = False
+    """Hold the rollout: no old group is replaced; a template change made while paused waits."""
+
+    @property
+    def surge(self) -> int:
+        """maxSurge with its default (0 with Recreate)."""
+        if self.strategy == "Recreate":
+            return 0
+        return SURGE_DEFAULT if self.max_surge is None else self.max_surge
+
+    @property
+    def unavailable(self) -> int | None:
+        """maxUnavailable with its default; None with Recreate (every group)."""
+        if self.strategy == "Recreate":
+            return None
+        return UNAVAILABLE_DEFAULT if self.max_unavailable is None else self.max_unavailable
+
+
 # ---------------------------------------------------------------- spec ----------------------
 
 _SPEC_RULES = [
@@ -716,6 +799,8 @@ class KimiK3DeploymentSpec(Model):
     """Prometheus scraping."""
     probes: ProbesSpec = Field(default_factory=ProbesSpec)
     """Start-up budget and health probes."""
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec)
+    """How template changes reach the groups: surge (default), canary analysis, rollback, pause."""
 
 
 # ---------------------------------------------------------------- status --------------------
