@@ -32,3 +32,30 @@ def rollout_strategy(rollout: RolloutSpec, partition: int = 0) -> dict[str, Any]
     if partition:
         config["partition"] = partition
     return {"type": "RollingUpdate", "rollingUpdateConfiguration": config}
+
+
+RESTARTS: dict[str, tuple[bool, str]] = {
+    "model": (True, "the checkpoint, its revision and features are vLLM arguments"),
+    "engine": (True, "the image, vLLM arguments, env and pod resources"),
+    "speculativeDecoding": (True, "--speculative-config"),
+    "topology": (True, "the group's shape: pods per group, GPUs per pod, each rank's parallel arguments"),
+    "scheduling": (True, "node selector, tolerations, priority, scheduler and placement are pod fields"),
+    "probes": (True, "the leader's probes and VLLM_ENGINE_READY_TIMEOUT_S"),
+    "service.port": (True, "vLLM's --port and the leader's containerPort"),
+    "service.apiKeySecret": (True, "VLLM_API_KEY of the API-serving containers"),
+    "service.type": (False, "the Service only"),
+    "service.annotations": (False, "the Service only"),
+    "service.httpRoute": (False, "the HTTPRoute only"),
+    "replicas": (False, "the LeaderWorkerSet's spec.replicas: groups are added or removed, none restarted"),
+    "autoscaling": (False, "the operator's decisions; they reach the LeaderWorkerSet as replicas"),
+    "monitoring": (False, "the PodMonitor only"),
+    "disruptionBudget": (False, "the PodDisruptionBudget only"),
+    "rollout": (False, "the LeaderWorkerSet's rolloutStrategy, which is not part of its revision"),
+    "metadata.labels": (False, "the CR's own labels are not copied to any child"),
+    "metadata.annotations": (False, "the CR's own annotations are not copied to any child"),
+}
+"""What restarts engine groups, declared once: spec field (or CR metadata) -> (whether a change
+to it changes the LeaderWorkerSet's ``leaderWorkerTemplate``, hence rolls every group, and why).
+Everything under a field shares its row; ``service`` is split because its port and API key are
+engine settings. tests/test_rollout_revisions.py changes each field and checks the rendered
+templates against this table, and that the table names every field of the spec."""
