@@ -870,6 +870,32 @@ class PlanStatus(Model):
     """Why no ComputeDomain exists although the shape needs one (an operator without the DRA driver)."""
 
 
+class RevisionGroups(Model):
+    """The groups of one revision of the group templates."""
+
+    revision: str
+    """The LeaderWorkerSet's revision (label leaderworkerset.sigs.k8s.io/template-revision-hash of the group's pods)."""
+    groups: int
+    """Groups whose leader runs this revision."""
+    ready_groups: int
+    """Of those, groups whose every pod is Ready."""
+
+
+class RolloutStatus(Model):
+    """Where a change of the group templates stands (spec.rollout)."""
+
+    current_revision: str | None = None
+    """The revision the groups ran before the rollout (all of them once it is done)."""
+    update_revision: str | None = None
+    """The revision being rolled out (unset until the LeaderWorkerSet has created a group of it)."""
+    updated_replicas: int = 0
+    """Groups on the update revision, surge groups included."""
+    updated_ready_replicas: int = 0
+    """Of those, groups whose every pod is Ready: old groups never count here."""
+    revisions: list[RevisionGroups] = Field(default_factory=list)
+    """Groups per revision, the update revision first."""
+
+
 class KimiK3DeploymentStatus(Model):
     """What the operator observed."""
 
@@ -893,6 +919,8 @@ class KimiK3DeploymentStatus(Model):
     """Measured decode speed."""
     last_scale: ScaleEvent | None = None
     """Last autoscaling decision that changed replicas."""
+    rollout: RolloutStatus | None = None
+    """Revisions of the groups and how far a rollout is."""
 
     def condition(self, type_: str) -> Condition | None:
         """The condition of this type, or None."""

@@ -30,6 +30,7 @@ from kimik3.controller import metrics
 from kimik3.controller.autoscaling import Autoscaling
 from kimik3.controller.cache import ObjectCache, desired_hash
 from kimik3.controller.kube import Kube, api_error_message
+from kimik3.controller.rollout import step_event
 from kimik3.controller.status import (compute_status, invalid_status, lws_selector, merge_patch, status_patch,
                                      stored_conditions)
 from kimik3.kube.kinds import COMPUTE_DOMAIN, GROUP, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, POD, WORKLOAD, Kind
@@ -223,6 +224,9 @@ class Reconciler:
                              f"generation {obj['metadata'].get('generation')}: applied {kinds}; "
                              f"{desired} group(s) of {admitted.plan.nodes_per_group} pods x "
                              f"{admitted.plan.gpus_per_node} GPUs")
+        step = step_event((obj.get("status") or {}).get("rollout"), status, admitted, desired)
+        if step is not None:
+            self._event_once(obj, "Normal", *step)
         limited = status.condition(ConditionType.SCALING_LIMITED)
         if limited and limited.status == "True" and limited.reason != Reason.ALL_GROUPS_PLACED:
             self._event_once(obj, "Warning", limited.reason, limited.message)

@@ -1,5 +1,5 @@
-"""The CR's status from what exists: the LeaderWorkerSet, its pods, spec problems, and the
-autoscaler's step.
+"""The CR's status from what exists: the LeaderWorkerSet, its pods, spec problems, the
+autoscaler's step, and where a rollout stands (``controller.rollout``).
 
 Pure functions (no API calls) that build the typed ``KimiK3DeploymentStatus``; the reconciler
 writes ``status_patch(status)`` through the status subresource. Conditions follow the Kubernetes
@@ -19,6 +19,9 @@ from pydantic import BaseModel
 from kimik3.admission import Admitted
 from kimik3.api.conditions import ConditionStatus, ConditionType, Reason, Verdict
 from kimik3.api.v1alpha1 import Condition, DecodeStatus, KimiK3DeploymentStatus, PlanStatus, ScaleEvent
+from kimik3.controller.rollout import groups as rollout_groups
+from kimik3.controller.rollout import progressing as rollout_progressing
+from kimik3.controller.rollout import rollout_status
 from kimik3.kube.labels import LWS_NAME_LABEL
 from kimik3.kube.pods import (group_index, is_leader, is_ready, is_terminating, is_unschedulable, phase, role,
                               scheduling_gates, scheduling_problem, unschedulable_message)
@@ -231,11 +234,15 @@ def compute_status(obj: dict[str, Any], admitted: Admitted, lws: dict[str, Any] 
     ready_v = _ready(ready, desired_groups, pods, admitted)
     conditions = set_condition(conditions, ConditionType.READY, ready_v, gen)
     settled = ready_v.status == "True" and groups == desired_groups
+    rollout = rollout_status(lws, rollout_groups(pods, plan.nodes_per_group)) if lws else None
+    rolling = rollout_progressing(admitted, lws, rollout, desired_groups)
     if replacing:
         progressing = Verdict("True", Reason.REPLACING, replacing)
     elif apply_error:
         progressing = Verdict("True", Reason.APPLY_FAILED,
                               f"children not applied yet (retrying with back-off): {apply_error}")
+    elif rolling is not None:
+        progressing = rolling
     elif settled:
         progressing = Verdict("False", Reason.STABLE, "children applied; all groups as desired")
     else:
@@ -277,6 +284,7 @@ def compute_status(obj: dict[str, Any], admitted: Admitted, lws: dict[str, Any] 
                         compute_domain_note=compute_domain_note if plan.needs_compute_domain else None),
         decode=autoscaled.decode if autoscaled else None,
         last_scale=autoscaled.last_scale if autoscaled else None,
+        rollout=rollout,
     )
 
 
