@@ -50,10 +50,10 @@ def groups(pods: list[dict[str, Any]], nodes_per_group: int) -> list[Group]:
         if index is not None and index.isdigit():
             members.setdefault(int(index), []).append(pod)
     out = []
-    for index, group in sorted(members.items()):
+    for number, group in sorted(members.items()):
         leader = next((p for p in group if is_leader(p)), None)
         revision = labels(leader).get(LWS_REVISION_LABEL) if leader is not None else None
-        out.append(Group(index, revision, len(group) >= nodes_per_group and all(map(is_ready, group))))
+        out.append(Group(number, revision, len(group) >= nodes_per_group and all(map(is_ready, group))))
     return out
 
 
