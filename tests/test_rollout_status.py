@@ -17,11 +17,9 @@ LWS = "leaderworkerset.sigs.k8s.io"
 OLD, NEW = "5c7b9d", "6d9f0a"
 
 
-def cr(generation: int = 4, rollout: dict | None = None, **spec) -> dict:
+def cr(generation: int = 4, **spec) -> dict:
     obj = recipe(uid="u1", **spec)
     obj["metadata"]["generation"] = generation
-    if rollout is not None:
-        obj["status"] = {"rollout": rollout}
     return obj
 
 
@@ -73,15 +71,14 @@ def test_one_group_surge_rollout_step_by_step():
     s = status_of(obj, lws(1, 2, 1, 2, updating=True), pods, 1)
     assert (s.rollout.updated_replicas, s.rollout.updated_ready_replicas) == (2, 1)
     assert s.condition(ConditionType.PROGRESSING).reason == Reason.ROLLOUT_IN_PROGRESS
-    before = s.rollout.model_dump(by_alias=True)
     # done: the surge group is gone
-    s = status_of(cr(rollout=before), lws(1, 1, 1, 1), group(0, NEW, True), 1)
+    s = status_of(obj, lws(1, 1, 1, 1), group(0, NEW, True), 1)
     p = s.condition(ConditionType.PROGRESSING)
     assert (p.status, p.reason) == ("False", Reason.STABLE)
     assert (s.rollout.current_revision, s.rollout.update_revision) == (NEW, NEW)
-    two = {"revisions": [{"revision": NEW, "groups": 1, "readyGroups": 1},
-                         {"revision": OLD, "groups": 1, "readyGroups": 1}]}
-    assert step_event(two, s, admit(obj["spec"]), 1) == ("RolloutComplete", f"every group runs revision {NEW}: 1/1 Ready")
+    assert step_event(Reason.ROLLOUT_IN_PROGRESS, s, admit(obj["spec"]), 1) == (
+        "RolloutComplete", f"every group runs revision {NEW}: 1/1 Ready")
+    assert step_event(Reason.STABLE, s, admit(obj["spec"]), 1) is None
 
 
 def test_old_groups_never_count_as_the_new_revision_ready():
@@ -97,6 +94,13 @@ def test_update_revision_unknown_until_lws_creates_a_group_of_it():
     s = status_of(cr(replicas=2), lws(2, 2, 2, 0, updating=True), group(0, OLD, True) + group(1, OLD, True), 2)
     assert (s.rollout.current_revision, s.rollout.update_revision, s.rollout.updated_replicas) == (OLD, None, 0)
     assert "revision (not yet created): 0/2 groups updated" in s.condition(ConditionType.PROGRESSING).message
+
+
+def test_a_new_leaderworkerset_is_starting_not_rolling():
+    # LWS says UpdateInProgress while the first groups' pods appear (generation 1: never edited)
+    s = status_of(cr(replicas=2), lws(2, 2, 0, 1, generation=1, observed=1, updating=True),
+                  group(0, OLD, False) + group(1, OLD, False), 2)
+    assert s.condition(ConditionType.PROGRESSING).reason == Reason.GROUPS_STARTING
 
 
 def test_at_rest_one_revision_and_stable():

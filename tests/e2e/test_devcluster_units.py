@@ -301,3 +301,14 @@ def test_overview_render_names_racks_trays_and_split_groups() -> None:
     assert "      pod k3-engine-2: Unschedulable: 0/4 nodes" in text
     assert "      endpoint http://k3.ns.svc:8000/v1   simulator http://127.0.0.1:4000" in text
     assert "      Ready=False (GroupsNotReady): 2/3" in text
+
+
+def test_kwok_leaves_probed_pods_unready_only_with_readiness_probes(tmp_path: Path) -> None:
+    def pod_ready(readiness_probes: bool) -> str:
+        (stage,) = [s for s in kwok.stages(readiness_probes=readiness_probes) if s["metadata"]["name"] == "pod-ready"]
+        return stage["spec"]["next"]["statusTemplate"]
+    plain, probed = pod_ready(False), pod_ready(True)
+    assert "$probed" not in plain and plain.count('status: "True"') == 4  # Initialized, Ready, ContainersReady, gates
+    assert probed.count('status: {{ if $probed }}"False"{{ else }}"True"{{ end }}') == 2
+    assert "ready: {{ if $probed }}false{{ else }}true{{ end }}" in probed
+    assert probed.replace(kwok._PROBED + "\n", "").count('status: "True"') == 2  # Initialized and readiness gates

@@ -224,7 +224,8 @@ class Reconciler:
                              f"generation {obj['metadata'].get('generation')}: applied {kinds}; "
                              f"{desired} group(s) of {admitted.plan.nodes_per_group} pods x "
                              f"{admitted.plan.gpus_per_node} GPUs")
-        step = step_event((obj.get("status") or {}).get("rollout"), status, admitted, desired)
+        before = next((c.reason for c in stored_conditions(obj) if c.type == ConditionType.PROGRESSING), None)
+        step = step_event(before, status, admitted, desired)
         if step is not None:
             self._event_once(obj, "Normal", *step)
         limited = status.condition(ConditionType.SCALING_LIMITED)

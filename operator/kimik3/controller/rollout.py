@@ -90,11 +90,11 @@ def rollout_status(lws: dict[str, Any], members: list[Group]) -> RolloutStatus:
 
 
 def rolling(lws: dict[str, Any], status: RolloutStatus) -> bool:
-    """A rollout is under way: groups on two revisions, the LeaderWorkerSet updating, or it has
-    not yet seen its latest spec after it saw an earlier one (right after an edit; a new
-    LeaderWorkerSet is starting, not rolling)."""
-    seen_before = int((lws.get("status") or {}).get("observedGeneration") or 0) > 0
-    return len(status.revisions) > 1 or _update_in_progress(lws) or (seen_before and not lws_fresh(lws))
+    """A rollout is under way: groups on two revisions, or, once the LeaderWorkerSet was edited
+    (generation > 1: a new one is starting, not rolling, even while LWS says UpdateInProgress
+    as its first pods appear), it updates or has not yet seen its latest spec."""
+    edited = int((lws.get("metadata") or {}).get("generation") or 0) > 1
+    return len(status.revisions) > 1 or (edited and (_update_in_progress(lws) or not lws_fresh(lws)))
 
 
 def figures(admitted: Admitted, status: RolloutStatus, desired: int) -> str:
@@ -124,18 +124,18 @@ def progressing(admitted: Admitted, lws: dict[str, Any] | None, status: RolloutS
     return Verdict("True", Reason.ROLLOUT_IN_PROGRESS, f"rolling out: {figures(admitted, status, desired)}")
 
 
-def step_event(before: dict[str, Any] | None, status: KimiK3DeploymentStatus, admitted: Admitted,
+def step_event(before: str | None, status: KimiK3DeploymentStatus, admitted: Admitted,
                desired: int) -> tuple[str, str] | None:
     """The Event (reason, message) of a rollout step: ``RolloutStep`` with the figures while one
-    runs (a new Event each time a figure moves), ``RolloutComplete`` once every group runs one
-    revision after two ran (``before``: the stored ``status.rollout``). None otherwise."""
+    runs (a new Event each time a figure moves), ``RolloutComplete`` once it ran (``before``: the
+    stored Progressing reason) and every group runs one revision. None otherwise."""
     now = status.rollout
     verdict = status.condition(ConditionType.PROGRESSING)
     if now is None or verdict is None:
         return None
     if verdict.reason == Reason.ROLLOUT_IN_PROGRESS and now.update_revision:
         return "RolloutStep", figures(admitted, now, desired)
-    if verdict.reason != Reason.ROLLOUT_IN_PROGRESS and before and len(before.get("revisions") or []) > 1 \
+    if before == Reason.ROLLOUT_IN_PROGRESS and verdict.reason != Reason.ROLLOUT_IN_PROGRESS \
             and len(now.revisions) == 1:
         return "RolloutComplete", (f"every group runs revision {now.update_revision}: "
                                    f"{now.updated_ready_replicas}/{desired} Ready")

@@ -1,6 +1,6 @@
 """``kimik3 dev``: a whole simulated GB300 NVL72 cluster on this machine.
 
-  kimik3 dev up [--state-dir .state/dev] [--racks 2] [--trays-per-rack 18] [--profile gb300] [--load-time 20s]
+  kimik3 dev up [--state-dir .state/dev] [--racks 2] [--trays-per-rack 18] [--profile gb300] [--load-time 20s] [--readiness-probes]
   kimik3 dev apply -f RECIPE       apply KimiK3Deployments (with stand-in weight volumes)
   kimik3 dev status [--json]       racks, groups and where they landed, each CR's status
   kimik3 dev down                  stop everything ``up`` started
@@ -51,8 +51,11 @@ def _mib(n: int) -> str:
 @click.option("--timeout", "timeout_s", default=120.0, show_default=True, help="Bound on each readiness wait, s.")
 @click.option("--sim/--no-sim", default=True, show_default=True, help="Start the engine simulator if present.")
 @click.option("--prometheus/--no-prometheus", default=True, show_default=True)
+@click.option("--readiness-probes", is_flag=True,
+              help="Group leaders turn Ready only once their simulated engine has loaded (as on GPUs), not at once: "
+                   "rehearse rollouts with it.")
 def up(state_dir: str, racks: int, trays_per_rack: int, profile: str, load_time: str, timeout_s: float,
-       sim: bool, prometheus: bool) -> None:
+       sim: bool, prometheus: bool, readiness_probes: bool) -> None:
     """Start etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok with the racks,
     the LeaderWorkerSet manager, the operator, Prometheus and the engine simulator."""
     from kimik3_dev.devcluster.cluster import DevCluster, UpOptions
@@ -66,7 +69,7 @@ def up(state_dir: str, racks: int, trays_per_rack: int, profile: str, load_time:
     cluster = DevCluster(state_dir)
     try:
         state = cluster.up(UpOptions(shape=shape, load_time=load_time, sim=sim, prometheus=prometheus,
-                                     wait_timeout_s=timeout_s), Progress())
+                                     readiness_probes=readiness_probes, wait_timeout_s=timeout_s), Progress())
     except ComponentError as exc:
         click.echo(f"\ndev up failed: {exc}", err=True)
         sys.exit(1)

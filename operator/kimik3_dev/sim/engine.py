@@ -207,6 +207,15 @@ class SimEngine:
             unit.task = asyncio.create_task(self._run_unit(unit), name=f"sim-unit-{self.port}")
         return self.port
 
+    async def drain(self, timeout_s: float) -> None:
+        """What a pod's deletion gives the engine: the Service already sends it nothing new; the
+        requests it holds finish, for at most ``timeout_s`` (the pod's termination grace period),
+        then it stops (``stop``) and aborts what is left."""
+        deadline = time.monotonic() + timeout_s
+        while any(u.has_work() for u in self.units) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await self.stop()
+
     async def stop(self) -> None:
         """Stop serving and abort every request."""
         for unit in self.units:

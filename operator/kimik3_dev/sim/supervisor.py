@@ -35,6 +35,14 @@ Secret from the API server; a missing Secret or key leaves the group without an 
 kubelet would not start the container), with a warning naming the Secret, retried every poll.
 The key is never logged nor written to a file; ``endpoints.json`` says ``"apiKeyRequired"`` per group.
 
+Readiness (``readiness_probes``, ``dev up --readiness-probes``): kwok leaves a pod with a
+readinessProbe unready, and the supervisor plays the kubelet's prober: each poll it sets the
+leader pod's ``Ready`` and ``ContainersReady`` conditions (and its container's ``ready``) to
+whether its engine answers /health 200, so the LeaderWorkerSet sees a group Ready only after its
+load time. A group that goes away (its pods deleted) drains: its engine gets no new request and
+finishes those it holds, for at most ``TERMINATION_GRACE_S``, as vLLM behind a Service does
+through a pod's termination grace period.
+
 Per-CR annotations (simulator only): ``inference.kimik3.io/sim-load-time`` (a duration such as
 ``90s``) and ``inference.kimik3.io/sim-workload`` (``code``, ``chat``, ``creative``, ... or an
 acceptance length) override the command's defaults for that deployment's engines. The CR's
@@ -77,6 +85,10 @@ API_TIMEOUT_S = 10.0
 """Bound on one list call to the API server, seconds."""
 PROXY_TIMEOUT_S = 3600.0
 """Bound on one request through a deployment's front, seconds."""
+TERMINATION_GRACE_S = 60.0
+"""How long a removed group's engine finishes the requests it holds: the engine pods'
+terminationGracePeriodSeconds (``render/leaderworkerset.py``)."""
+READINESS_CONDITIONS = ("Ready", "ContainersReady")
 
 
 @dataclass
@@ -171,7 +183,7 @@ class Supervisor:
 
     def __init__(self, api_client: Any, state_dir: Path | str, *, load_time_s: float = 20.0,
                  poll_interval_s: float = DEFAULT_POLL_INTERVAL_S, workload: str | float = "chat",
-                 seed: int | None = None):
+                 seed: int | None = None, readiness_probes: bool = False):
         from kubernetes import client
 
         self.api_client = api_client
@@ -184,6 +196,8 @@ class Supervisor:
         self.poll_interval_s = poll_interval_s
         self.workload = workload
         self.seed = seed
+        self.readiness_probes = readiness_probes
+        self._draining: set[asyncio.Task] = set()
         self.groups: dict[tuple[str, str, str], _Group] = {}
         self.fronts: dict[tuple[str, str], _Front] = {}
         self._launches: dict[str, launch.Launch] = {}
@@ -215,6 +229,9 @@ class Supervisor:
         """Stop every engine and front; write empty target and endpoint files."""
         for group in list(self.groups):
             await self._stop_group(group)
+        for task in list(self._draining):
+            task.cancel()
+        await asyncio.gather(*self._draining, return_exceptions=True)
         for front in list(self.fronts):
             await self._stop_front(front)
         self._write_files(force=True)
@@ -247,6 +264,8 @@ class Supervisor:
         for key, want in wanted.items():
             if key not in self.groups:
                 await self._start_group(key, want)
+        if self.readiness_probes:
+            await self._probe(wanted)
         self.polls += 1
         self._write_files()
 
@@ -378,11 +397,37 @@ class Supervisor:
                  f", API key ({API_KEY_ENV}) required on /v1" if engine.requires_api_key else "")
 
     async def _stop_group(self, key: tuple[str, str, str]) -> None:
+        """The front sends the group nothing more; its engine drains in the background."""
         group = self.groups.pop(key)
         front = self.fronts.get(key[:2])
         if front is not None and front.groups.get(key[2]) is group:
             del front.groups[key[2]]
-        await group.engine.stop()
+        task = asyncio.create_task(group.engine.drain(TERMINATION_GRACE_S))
+        self._draining.add(task)
+        task.add_done_callback(self._draining.discard)
+
+    # ---------------------------------------------------------------- the kubelet's readiness prober
+    async def _probe(self, wanted: dict[tuple[str, str, str], _Wanted]) -> None:
+        """Each leader pod with a readinessProbe is Ready exactly while its engine is loaded."""
+        for key, want in wanted.items():
+            container = podenv.container(want.pod.get("spec") or {}, CONTAINER)
+            if not container.get("readinessProbe"):
+                continue
+            group = self.groups.get(key)
+            ready = group is not None and group.leader_uid == want.leader_uid and group.engine.ready
+            if kpods.is_ready(want.pod) != ready:
+                await asyncio.to_thread(self._set_ready, want.namespace, want.leader_pod, ready)
+
+    def _set_ready(self, namespace: str, pod: str, ready: bool) -> None:
+        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        value = "True" if ready else "False"
+        body = {"status": {"conditions": [{"type": t, "status": value, "lastTransitionTime": now}
+                                          for t in READINESS_CONDITIONS],
+                           "containerStatuses": [{"name": CONTAINER, "ready": ready}]}}
+        try:
+            self.core.patch_namespaced_pod_status(pod, namespace, body, _request_timeout=API_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - the pod went meanwhile: the next poll sees it
+            log.info("pod %s/%s: readiness not set (%s)", namespace, pod, exc)
 
     # ---------------------------------------------------------------- fronts (Service stand-ins)
     async def _start_front(self, key: tuple[str, str]) -> None:
@@ -470,7 +515,8 @@ class Supervisor:
 
 async def run_supervisor(kubeconfig: str, state_dir: Path | str, *, load_time_s: float,
                          poll_interval_s: float = DEFAULT_POLL_INTERVAL_S, workload: str | float = "chat",
-                         seed: int | None = None, stop: asyncio.Event | None = None) -> None:
+                         seed: int | None = None, readiness_probes: bool = False,
+                         stop: asyncio.Event | None = None) -> None:
     """Build an API client from ``kubeconfig`` and run a ``Supervisor`` until ``stop`` is set."""
     from kubernetes import config as k8s_config
 
@@ -479,6 +525,6 @@ async def run_supervisor(kubeconfig: str, state_dir: Path | str, *, load_time_s:
              poll_interval_s, load_time_s, Path(state_dir) / "sim")
     try:
         await Supervisor(api, state_dir, load_time_s=load_time_s, poll_interval_s=poll_interval_s,
-                         workload=workload, seed=seed).run(stop)
+                         workload=workload, seed=seed, readiness_probes=readiness_probes).run(stop)
     finally:
         api.close()
