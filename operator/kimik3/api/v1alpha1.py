@@ -881,6 +881,50 @@ class RevisionGroups(Model):
     """Of those, groups whose every pod is Ready."""
 
 
+class CanaryStatus(Model):
+    """The canary of one template change (spec.rollout.canary)."""
+
+    template_hash: str
+    """The rendered group templates this canary bakes (the LeaderWorkerSet annotation inference.kimik3.io/template-hash)."""
+    revision: str | None = None
+    """The LeaderWorkerSet revision of the canary groups, once they exist."""
+    ready_since: str | None = None
+    """RFC 3339 time every canary group was first Ready: the bake runs from here."""
+    checks: int = 0
+    """Analysis checks made."""
+    failed_checks: int = 0
+    """Of those, checks the new revision failed."""
+    latency_seconds: float | None = None
+    """Per-token latency of the new revision at the autoscaling percentile in the last check."""
+    error_rate: float | None = None
+    """Share of the new revision's finished requests that failed in the last check."""
+    last_check: str | None = None
+    """RFC 3339 time of the last check."""
+    message: str = ""
+    """What the last check found."""
+    promoted: bool = False
+    """The bake passed: the rollout goes on to every group."""
+    previous_template: str | None = None
+    """The LeaderWorkerSet's leaderWorkerTemplate (JSON, as the API server stored it) before this change: what a rollback restores."""
+    previous_template_hash: str | None = None
+    """Its inference.kimik3.io/template-hash."""
+
+
+class RollbackStatus(Model):
+    """A release rolled back by its failed canary analysis."""
+
+    template_hash: str
+    """The rendered group templates that failed: while the spec still renders them, the previous templates stay."""
+    revision: str | None = None
+    """Its LeaderWorkerSet revision."""
+    restored_revision: str | None = None
+    """The revision restored."""
+    time: str
+    """RFC 3339 time of the rollback."""
+    message: str
+    """Why, with the measured figures."""
+
+
 class RolloutStatus(Model):
     """Where a change of the group templates stands (spec.rollout)."""
 
@@ -894,6 +938,10 @@ class RolloutStatus(Model):
     """Of those, groups whose every pod is Ready: old groups never count here."""
     revisions: list[RevisionGroups] = Field(default_factory=list)
     """Groups per revision, the update revision first."""
+    canary: CanaryStatus | None = None
+    """The canary of the current template change (spec.rollout.canary)."""
+    rolled_back: RollbackStatus | None = None
+    """The last release rolled back, while the spec still asks for it."""
 
 
 class KimiK3DeploymentStatus(Model):

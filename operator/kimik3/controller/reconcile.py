@@ -30,7 +30,8 @@ from kimik3.controller import metrics
 from kimik3.controller.autoscaling import Autoscaling
 from kimik3.controller.cache import ObjectCache, desired_hash
 from kimik3.controller.kube import Kube, api_error_message
-from kimik3.controller.rollout import step_event
+from kimik3.controller.canary import Analysis
+from kimik3.controller.rollout import Rollouts, step_event
 from kimik3.controller.status import (compute_status, invalid_status, lws_selector, merge_patch, status_patch,
                                      stored_conditions)
 from kimik3.kube.kinds import COMPUTE_DOMAIN, GROUP, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, POD, WORKLOAD, Kind
@@ -72,6 +73,8 @@ class Reconciler:
         self.policy = policy
         self.autoscaling = autoscaling or Autoscaling()
         """Decode-latency autoscaler state of every deployment with spec.autoscaling.enabled."""
+        self.rollouts = Rollouts(Analysis(self.autoscaling.scrape_url))
+        """Pause, canary analysis and rollback (``controller.rollout``)."""
         self.cache = cache
         """What the watches saw; without it every read goes to the API server."""
         self.compute_domains = compute_domains
@@ -181,6 +184,13 @@ class Reconciler:
             self.autoscaling.forget(owner.namespace, owner.name)
         rendered = render(admitted, owner, replicas=None if scaled is None else scaled.replicas,
                           compute_domains=self.compute_domains)
+        index = next(i for i, c in enumerate(rendered.objects) if c["kind"] == LEADER_WORKER_SET.kind)
+        rolled = self.rollouts.step(obj, admitted, rendered.objects[index],
+                                    self._get_child(LEADER_WORKER_SET, owner.namespace, lws_name(owner)),
+                                    self._pods(owner))
+        rendered.objects[index] = rolled.lws
+        for type_, reason, message in rolled.events:
+            self._event_once(obj, type_, reason, message)
         for warning in rendered.warnings:
             reason = "ComputeDomainSkipped" if warning == COMPUTE_DOMAIN_SKIPPED else "DisruptionBudgetSkipped"
             self._event_once(obj, "Warning", reason, warning)
@@ -214,7 +224,7 @@ class Reconciler:
                            if c["kind"] == LEADER_WORKER_SET.kind)
         else:
             desired = int(((lws or {}).get("spec") or {}).get("replicas", admitted.spec.replicas))
-        status = compute_status(obj, admitted, lws, pods, desired, apply_error, replacing=replacing,
+        status = compute_status(obj, admitted, lws, pods, desired, apply_error, replacing=replacing, rollout_step=rolled,
                                 compute_domain_note=None if self.compute_domains else COMPUTE_DOMAIN_SKIPPED,
                                 autoscaled=scaled.report if scaled is not None else None,
                                 workloads=self._workloads(admitted, lws))
@@ -238,6 +248,7 @@ class Reconciler:
                         apply_error[:300])
             return Result("apply-failed", None, retry=True)
         requeue = REPLACE_POLL_S if replacing else RESYNC_READY_S if ready else RESYNC_STARTING_S
+        requeue = min(requeue, rolled.requeue_after or requeue)
         return Result("applied", min(requeue, scaled.requeue_after) if scaled is not None else requeue)
 
     def _replace_if_reshaped(self, obj: dict[str, Any], lws: dict[str, Any]) -> str | None:

@@ -17,15 +17,23 @@ Pure functions: no API calls.
 
 from __future__ import annotations
 
+import copy
+import datetime as dt
+import json
+import time
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from kimik3.admission import Admitted
 from kimik3.api.conditions import ConditionType, Reason, Verdict
-from kimik3.api.v1alpha1 import KimiK3DeploymentStatus, RevisionGroups, RolloutStatus
+from kimik3.api.v1alpha1 import (CanaryStatus, KimiK3DeploymentStatus, RevisionGroups, RollbackStatus,
+                                 RolloutSpec, RolloutStatus)
+from kimik3.controller.canary import Analysis
 from kimik3.kube.labels import LWS_REVISION_LABEL
 from kimik3.kube.pods import group_index, is_leader, is_ready, labels
+from kimik3.render.revision import TEMPLATE_HASH_ANNOTATION, rollout_strategy
 
 LWS_UPDATE_IN_PROGRESS = "UpdateInProgress"
 """The LeaderWorkerSet's condition while groups below replicas are not all on its newest revision."""
@@ -140,3 +148,161 @@ def step_event(before: str | None, status: KimiK3DeploymentStatus, admitted: Adm
         return "RolloutComplete", (f"every group runs revision {now.update_revision}: "
                                    f"{now.updated_ready_replicas}/{desired} Ready")
     return None
+
+
+# ---------------------------------------------------------------- what the rollout asks of the LeaderWorkerSet
+
+
+@dataclass
+class RolloutStep:
+    """What one reconcile does about a rollout: the LeaderWorkerSet to apply, what the status keeps."""
+
+    lws: dict[str, Any]
+    """The rendered LeaderWorkerSet, with the partition, surge and templates the rollout holds."""
+    canary: CanaryStatus | None = None
+    rolled_back: RollbackStatus | None = None
+    verdict: Verdict | None = None
+    """Progressing as the rollout says it (CanaryAnalysis, Paused, RolledBack), or None."""
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+    """(type, reason, message)."""
+    requeue_after: float | None = None
+
+
+def _hash(lws: dict[str, Any] | None) -> str | None:
+    return (((lws or {}).get("metadata") or {}).get("annotations") or {}).get(TEMPLATE_HASH_ANNOTATION)
+
+
+def _hold(lws: dict[str, Any], template: dict[str, Any], template_hash: str | None) -> None:
+    """Keep ``template`` (the one the groups run) on ``lws`` instead of the rendered one."""
+    lws["spec"]["leaderWorkerTemplate"] = copy.deepcopy(template)
+    if template_hash:
+        lws["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION] = template_hash
+
+
+def _hold_groups(lws: dict[str, Any], admitted: Admitted, surge: int | None = None) -> None:
+    """No group below replicas is replaced (partition = replicas); ``surge`` canary groups."""
+    replicas = int(lws["spec"]["replicas"])
+    lws["spec"]["rolloutStrategy"] = rollout_strategy(admitted.spec.rollout, replicas)
+    if surge is not None:
+        lws["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"]["maxSurge"] = surge
+
+
+def _iso(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _seconds(value: str | None) -> float | None:
+    return dt.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc).timestamp() \
+        if value else None
+
+
+class Rollouts:
+    """Pause, canary bake and analysis, rollback: what ``spec.rollout`` asks beyond the
+    LeaderWorkerSet's own surge. Level-based: what it must remember between reconciles (the
+    canary's checks, the templates a rollback restores, a rollback in force) is in
+    ``status.rollout``; a restarted operator renders the same LeaderWorkerSet from it (F16)."""
+
+    def __init__(self, analysis: Analysis, clock: Callable[[], float] = time.time):
+        self.analysis = analysis
+        self.clock = clock
+
+    def step(self, obj: dict[str, Any], admitted: Admitted, rendered: dict[str, Any], live: dict[str, Any] | None,
+             pods: list[dict[str, Any]]) -> RolloutStep:
+        """What to apply for the rendered LeaderWorkerSet ``rendered``, given the ``live`` one and its pods."""
+        stored = (obj.get("status") or {}).get("rollout") or {}
+        canary = CanaryStatus.model_validate(stored["canary"]) if stored.get("canary") else None
+        rolled_back = RollbackStatus.model_validate(stored["rolledBack"]) if stored.get("rolledBack") else None
+        lws = copy.deepcopy(rendered)
+        step = RolloutStep(lws)
+        desired, current = _hash(rendered), _hash(live)
+        r = admitted.spec.rollout
+        if live is None:
+            return step
+        if rolled_back is not None and rolled_back.template_hash == desired:
+            _hold(lws, live["spec"]["leaderWorkerTemplate"], current)
+            step.rolled_back = rolled_back
+            step.verdict = Verdict("False", Reason.ROLLED_BACK, rolled_back.message)
+            return step
+        if r.paused:
+            if current != desired:
+                _hold(lws, live["spec"]["leaderWorkerTemplate"], current)
+            _hold_groups(lws, admitted)
+            step.verdict = Verdict("True", Reason.PAUSED, "spec.rollout.paused: no group is replaced" + (
+                "; a change of the group templates waits" if current != desired else ""))
+            return step
+        if r.canary is None:
+            return step
+        if canary is None or canary.template_hash != desired:
+            if current == desired:
+                return step  # no template change
+            canary = CanaryStatus(template_hash=desired or "", previous_template=json.dumps(
+                live["spec"]["leaderWorkerTemplate"], sort_keys=True), previous_template_hash=current)
+            step.events.append(("Normal", "CanaryStarted", f"{r.canary.groups} canary group(s) of the new templates "
+                                f"beside every old group; bake {r.canary.bake} once Ready"))
+        if canary.promoted:
+            step.canary = canary
+            return step
+        return self._bake(obj, admitted, lws, live, pods, canary, step)
+
+    def _bake(self, obj: dict[str, Any], admitted: Admitted, lws: dict[str, Any], live: dict[str, Any],
+              pods: list[dict[str, Any]], canary: CanaryStatus, step: RolloutStep) -> RolloutStep:
+        r, seconds = admitted.spec.rollout, admitted.seconds
+        assert r.canary is not None and seconds.canary_interval is not None and seconds.canary_bake is not None
+        now = self.clock()
+        replicas = int(lws["spec"]["replicas"])
+        _hold_groups(lws, admitted, surge=r.canary.groups)
+        members = groups(pods, admitted.plan.nodes_per_group)
+        below = {g.revision for g in members if g.index < replicas and g.revision}
+        surge = [g for g in members if g.index >= replicas and g.revision and g.revision not in below]
+        revisions = {g.revision for g in surge}
+        canary.revision = next(iter(revisions)) if len(revisions) == 1 else canary.revision
+        ready = len(surge) >= r.canary.groups and all(g.ready for g in surge) and len(revisions) == 1
+        if ready and canary.ready_since is None:
+            canary.ready_since = _iso(now)
+        since = _seconds(canary.ready_since)
+        last = _seconds(canary.last_check)
+        meta = obj["metadata"]
+        if since is not None and canary.revision and (last is None or now - last >= seconds.canary_interval):
+            check = self.analysis.check(meta["namespace"], meta["name"], admitted, canary.revision, pods)
+            canary.last_check, canary.message = _iso(now), check.message
+            if check.passed is not None:
+                canary.checks += 1
+                canary.failed_checks += 0 if check.passed else 1
+                canary.latency_seconds, canary.error_rate = check.latency_seconds, check.error_rate
+        if canary.failed_checks >= r.canary.analysis.failure_limit:
+            return self._roll_back(r, lws, live, canary, step, now, next(iter(below), None))
+        if since is not None and now - since >= seconds.canary_bake:
+            canary.promoted = True
+            lws["spec"]["rolloutStrategy"] = rollout_strategy(r)
+            step.events.append(("Normal", "CanaryPromoted", f"revision {canary.revision} baked {r.canary.bake}: "
+                                f"{canary.checks} check(s), {canary.failed_checks} failed; {canary.message}; "
+                                "rolling out to every group"))
+            step.canary = canary
+            return step
+        waiting = ("waiting for the canary group(s) to be Ready" if since is None else
+                   f"baking {now - since:.0f}/{seconds.canary_bake:.0f} s: {canary.checks} check(s), "
+                   f"{canary.failed_checks} failed (rollback at {r.canary.analysis.failure_limit})"
+                   + (f"; {canary.message}" if canary.message else ""))
+        step.canary = canary
+        step.verdict = Verdict("True", Reason.CANARY_ANALYSIS, f"canary revision {canary.revision or '(not yet created)'}"
+                               f" on {len(surge)}/{r.canary.groups} surge group(s) beside every old group; {waiting}")
+        step.requeue_after = seconds.canary_interval
+        return step
+
+    @staticmethod
+    def _roll_back(r: RolloutSpec, lws: dict[str, Any], live: dict[str, Any], canary: CanaryStatus,
+                   step: RolloutStep, now: float, restored: str | None) -> RolloutStep:
+        """The templates before the change go back on the LeaderWorkerSet: its revision is then
+        the old groups' again, so LWS deletes the canary groups and restarts no old group."""
+        previous = json.loads(canary.previous_template) if canary.previous_template else \
+            live["spec"]["leaderWorkerTemplate"]
+        _hold(lws, previous, canary.previous_template_hash)
+        lws["spec"]["rolloutStrategy"] = rollout_strategy(r)
+        message = (f"revision {canary.revision} rolled back to {restored} after {canary.failed_checks} failed check(s) of "
+                   f"{canary.checks}: {canary.message}; the previous templates are back (the canary groups go, "
+                   "no old group restarts); edit the spec to roll out again")
+        step.rolled_back = RollbackStatus(template_hash=canary.template_hash, revision=canary.revision,
+                                          restored_revision=restored, time=_iso(now), message=message)
+        step.verdict = Verdict("False", Reason.ROLLED_BACK, message)
+        step.events.append(("Warning", "RolledBack", message))
+        return step

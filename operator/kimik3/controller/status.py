@@ -19,9 +19,9 @@ from pydantic import BaseModel
 from kimik3.admission import Admitted
 from kimik3.api.conditions import ConditionStatus, ConditionType, Reason, Verdict
 from kimik3.api.v1alpha1 import Condition, DecodeStatus, KimiK3DeploymentStatus, PlanStatus, ScaleEvent
+from kimik3.controller.rollout import RolloutStep, rollout_status
 from kimik3.controller.rollout import groups as rollout_groups
 from kimik3.controller.rollout import progressing as rollout_progressing
-from kimik3.controller.rollout import rollout_status
 from kimik3.kube.labels import LWS_NAME_LABEL
 from kimik3.kube.pods import (group_index, is_leader, is_ready, is_terminating, is_unschedulable, phase, role,
                               scheduling_gates, scheduling_problem, unschedulable_message)
@@ -220,11 +220,12 @@ def compute_status(obj: dict[str, Any], admitted: Admitted, lws: dict[str, Any] 
                    apply_error: str | None = None, compute_domain_note: str | None = None,
                    autoscaled: AutoscalerReport | None = None,
                    workloads: list[dict[str, Any]] | None = None,
-                   replacing: str | None = None) -> KimiK3DeploymentStatus:
+                   replacing: str | None = None, rollout_step: RolloutStep | None = None) -> KimiK3DeploymentStatus:
     """Status of a reconciled CR whose spec this reconcile admitted (``admitted``).
     ``desired_groups`` is the LWS's spec.replicas; ``autoscaled`` what the autoscaler's step reports
     (None with autoscaling off: its fields are then left as the CR holds them); ``workloads`` the
-    Kueue Workloads of the LeaderWorkerSet under placement ``kueue`` (None otherwise)."""
+    Kueue Workloads of the LeaderWorkerSet under placement ``kueue`` (None otherwise);
+    ``rollout_step`` what ``controller.rollout.Rollouts`` decided (canary, rollback, pause)."""
     owner, plan = Owner.from_object(obj), admitted.plan
     gen = obj["metadata"].get("generation")
     lws_status = (lws or {}).get("status") or {}
@@ -236,6 +237,9 @@ def compute_status(obj: dict[str, Any], admitted: Admitted, lws: dict[str, Any] 
     settled = ready_v.status == "True" and groups == desired_groups
     rollout = rollout_status(lws, rollout_groups(pods, plan.nodes_per_group)) if lws else None
     rolling = rollout_progressing(admitted, lws, rollout, desired_groups)
+    if rollout is not None and rollout_step is not None:
+        rollout.canary, rollout.rolled_back = rollout_step.canary, rollout_step.rolled_back
+        rolling = rollout_step.verdict or rolling
     if replacing:
         progressing = Verdict("True", Reason.REPLACING, replacing)
     elif apply_error:

@@ -36,7 +36,7 @@ from kimik3.kube.labels import (
     ROLE_LABEL,
 )
 from kimik3.render import computedomain, configmap
-from kimik3.render.revision import rollout_strategy
+from kimik3.render.revision import TEMPLATE_HASH_ANNOTATION, rollout_strategy, template_hash
 from kimik3.render.meta import Owner
 
 PLAN_HASH_ANNOTATION = "inference.kimik3.io/plan-hash"
@@ -184,6 +184,7 @@ def leader_worker_set(owner: Owner, admitted: Admitted, replicas: int, channel_c
                                                              KUEUE_PODSET_GROUP: KUEUE_GROUP_NAME}
     elif plan.clique_placement:
         meta["annotations"] = {LWS_EXCLUSIVE_TOPOLOGY: spec.scheduling.topology_key}
+    meta["annotations"] = {**meta.get("annotations", {}), TEMPLATE_HASH_ANNOTATION: template_hash(template)}
     return {
         "apiVersion": LEADER_WORKER_SET.api_version,
         "kind": LEADER_WORKER_SET.kind,

@@ -15,12 +15,23 @@ on the new template) and is never without a Ready group.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from kimik3.api.v1alpha1 import RolloutSpec
+from kimik3.kube.kinds import GROUP
 
+TEMPLATE_HASH_ANNOTATION = f"{GROUP}/template-hash"
+"""On the LeaderWorkerSet (not in its templates, so it restarts nothing): ``template_hash`` of the
+templates the operator rendered, so a template change is told from a replica change."""
 RECREATE_UNAVAILABLE = "100%"
 """maxUnavailable of strategy Recreate: LWS replaces every group at once."""
+
+
+def template_hash(template: dict[str, Any]) -> str:
+    """A short hash of a rendered ``leaderWorkerTemplate`` (12 hex digits of SHA-256 of its JSON)."""
+    return hashlib.sha256(json.dumps(template, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
 
 
 def rollout_strategy(rollout: RolloutSpec, partition: int = 0) -> dict[str, Any]:

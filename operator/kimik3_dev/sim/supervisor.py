@@ -19,7 +19,8 @@ load time. Pod IPs are never used: they are fake under kwok.
 It writes, atomically (temp file + rename), under ``<state-dir>/sim/``:
 
 - ``targets.json``: Prometheus file_sd, one entry per engine:
-  ``{"targets": ["127.0.0.1:PORT"], "labels": {"namespace", "deployment", "group", "pod", "role": "leader"}}``
+  ``{"targets": ["127.0.0.1:PORT"], "labels": {"namespace", "deployment", "group", "pod", "role": "leader",
+  "revision"}}`` (``revision``: the leader's LeaderWorkerSet revision label, when it has one)
   (the labels a PodMonitor on the leader pods gives in a real cluster);
 - ``endpoints.json``: ``{"ns/name": {"url": "http://127.0.0.1:FRONT", "model": served name,
   "groups": {"0": {"url", "pod", "leaderUid", "ready", "startedAt", "apiKeyRequired"}}}}``. ``url`` is a small
@@ -42,6 +43,14 @@ whether its engine answers /health 200, so the LeaderWorkerSet sees a group Read
 load time. A group that goes away (its pods deleted) drains: its engine gets no new request and
 finishes those it holds, for at most ``TERMINATION_GRACE_S``, as vLLM behind a Service does
 through a pod's termination grace period.
+
+A bad release, to rehearse a rollback: the engine container's env (``spec.engine.env``, so it
+is part of the group templates and rolls out like a new image) may carry
+``KIMIK3_SIM_SLOWDOWN`` (a factor on every engine step, e.g. ``2`` for a release twice as slow),
+``KIMIK3_SIM_LOAD_TIME`` (this release's load time, a duration such as ``40s``) and
+``KIMIK3_SIM_ERROR_RATE`` (the share of requests it fails, e.g. ``0.2``); read when the engine
+starts for a leader pod, like the rest of its env. A bad value gives the group no engine, with a
+warning naming the variable.
 
 Per-CR annotations (simulator only): ``inference.kimik3.io/sim-load-time`` (a duration such as
 ``90s``) and ``inference.kimik3.io/sim-workload`` (``code``, ``chat``, ``creative``, ... or an
@@ -70,7 +79,7 @@ from aiohttp import web
 from kimik3.api.v1alpha1 import ModelSpec, duration_seconds
 from kimik3.kube.kinds import GROUP, PLURAL, VERSION
 from kimik3.kube import pods as kpods
-from kimik3.kube.labels import LWS_NAME_LABEL
+from kimik3.kube.labels import LWS_NAME_LABEL, LWS_REVISION_LABEL
 from kimik3.kube.objects import is_deleting
 from kimik3.render.leaderworkerset import API_KEY_ENV, CONTAINER
 from kimik3_dev.sim import launch, podenv
@@ -89,6 +98,28 @@ TERMINATION_GRACE_S = 60.0
 """How long a removed group's engine finishes the requests it holds: the engine pods'
 terminationGracePeriodSeconds (``render/leaderworkerset.py``)."""
 READINESS_CONDITIONS = ("Ready", "ContainersReady")
+RELEASE_ENV = {"KIMIK3_SIM_SLOWDOWN": "step_slowdown", "KIMIK3_SIM_LOAD_TIME": "load_time_s",
+               "KIMIK3_SIM_ERROR_RATE": "error_rate"}
+"""The engine env of a simulated bad release -> the ``EngineConfig`` field it sets (module docstring)."""
+
+
+def release_overrides(pod_spec: dict[str, Any]) -> dict[str, float]:
+    """The ``EngineConfig`` fields the engine container's ``KIMIK3_SIM_*`` env sets. Raises
+    ValueError naming the variable whose value is not a number (a duration for the load time)."""
+    out: dict[str, float] = {}
+    for name, field_name in RELEASE_ENV.items():
+        entry = podenv.env_entry(pod_spec, name, CONTAINER)
+        if entry is None:
+            continue
+        value = str(entry.get("value", ""))
+        try:
+            number = duration_seconds(value) if field_name == "load_time_s" else float(value)
+        except ValueError:
+            raise ValueError(f"{name}={value!r} is not a {'duration' if field_name == 'load_time_s' else 'number'}")
+        if number < 0 or (field_name == "error_rate" and number > 1):
+            raise ValueError(f"{name}={value!r} is out of range")
+        out[field_name] = number
+    return out
 
 
 @dataclass
@@ -102,6 +133,8 @@ class _Group:
     leader_uid: str
     engine: SimEngine
     started_at: str
+    revision: str = ""
+    """The leader pod's LeaderWorkerSet revision label (the PodMonitor's ``revision`` label)."""
 
 
 @dataclass
@@ -376,9 +409,11 @@ class Supervisor:
         if started_with is None or want.running < started_with.group_size:
             return  # no launch, or not every rank of the plan runs yet
         try:
+            release = release_overrides(want.pod.get("spec") or {})
             config = launch.engine_config(started_with.argv, started_with.accelerator, want.variant,
-                                          load_time_s=want.load_time_s, workload=want.workload, seed=self.seed)
-        except launch.LaunchUnresolved as exc:
+                                          **({"load_time_s": want.load_time_s} | release), workload=want.workload,
+                                          seed=self.seed)
+        except (launch.LaunchUnresolved, ValueError) as exc:
             log.warning("group %s/%s/%s (leader %s): no engine: %s", *key, want.leader_pod, exc)
             return
         api_keys = await self._api_keys(key, want)
@@ -387,7 +422,8 @@ class Supervisor:
         engine = SimEngine(dataclasses.replace(config, api_keys=api_keys))
         await engine.start()
         started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        group = _Group(want.namespace, want.deployment, want.group, want.leader_pod, want.leader_uid, engine, started)
+        group = _Group(want.namespace, want.deployment, want.group, want.leader_pod, want.leader_uid, engine, started,
+                       kpods.labels(want.pod).get(LWS_REVISION_LABEL, ""))
         self.groups[key] = group
         front = self.fronts.get((want.namespace, want.deployment))
         if front is not None:
@@ -486,7 +522,7 @@ class Supervisor:
         for (ns, name, gi), g in sorted(self.groups.items()):
             out.append({"targets": [f"{LOOPBACK}:{g.engine.port}"],
                         "labels": {"namespace": ns, "deployment": name, "group": gi, "pod": g.leader_pod,
-                                   "role": "leader"}})
+                                   "role": "leader", **({"revision": g.revision} if g.revision else {})}})
         return out
 
     def endpoints(self) -> dict[str, Any]:
