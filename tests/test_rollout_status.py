@@ -110,3 +110,35 @@ def test_at_rest_one_revision_and_stable():
         "revisions": [{"revision": OLD, "groups": 2, "readyGroups": 2}], "canary": None, "rolledBack": None}
     assert s.condition(ConditionType.PROGRESSING).reason == Reason.STABLE
     assert step_event(None, s, admit(cr()["spec"]), 2) is None
+
+
+def unschedulable(pods: list[dict]) -> list[dict]:
+    for p in pods:
+        p["status"] = {"phase": "Pending", "conditions": [{
+            "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "message": "0/8 nodes are available: 8 node(s) didn't match pod topology rules."}]}
+    return pods
+
+
+def test_a_surge_group_without_room_blocks_and_says_so():
+    pods = group(0, OLD, True) + unschedulable(group(1, NEW, False))
+    s = status_of(cr(), lws(1, 2, 1, 1, updating=True), pods, 1)
+    p = s.condition(ConditionType.PROGRESSING)
+    assert (p.status, p.reason) == ("True", Reason.SURGE_BLOCKED)
+    assert p.message.startswith("surge group 1 cannot be placed (no rack has room for it): pod k3-latency-engine-1: "
+                                "0/8 nodes are available")
+    assert "no old group is taken down (maxUnavailable 0)" in p.message
+    assert s.condition(ConditionType.READY).status == "True"  # group 0 still serves
+    # Kueue: the surge group's Workload is not admitted
+    workload = {"metadata": {"annotations": {"kueue.x-k8s.io/component-workload-index": "1"}},
+                "status": {"conditions": [{"type": "QuotaReserved", "status": "False", "reason": "Pending",
+                                           "message": "couldn't assign flavors to pod set main: insufficient "
+                                                      "quota for nvidia.com/gpu"}]}}
+    s = compute_status(cr(), admit(cr()["spec"]), lws(1, 2, 1, 1, updating=True),
+                       group(0, OLD, True) + group(1, NEW, False), 1, workloads=[workload])
+    p = s.condition(ConditionType.PROGRESSING)
+    assert p.reason == Reason.SURGE_BLOCKED and "surge group 1 is not admitted by Kueue (quota)" in p.message
+    # with maxUnavailable 1 an old group may go anyway: no SurgeBlocked
+    s = status_of(cr(rollout={"maxUnavailable": 1}), lws(1, 2, 1, 1, updating=True),
+                  group(0, OLD, True) + unschedulable(group(1, NEW, False)), 1)
+    assert s.condition(ConditionType.PROGRESSING).reason == Reason.ROLLOUT_IN_PROGRESS

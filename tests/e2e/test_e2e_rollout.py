@@ -16,6 +16,7 @@ index, so the surge group cannot stay in place of group 0), and a Ready group se
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 import uuid
@@ -44,7 +45,7 @@ NEW_IMAGE = "vllm/vllm-openai:v0.33.1"
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevEnv]:
     with dev_cluster(tmp_path_factory.mktemp("rollout"), UpOptions(
             shape=RackShape(profile="gb300", racks=4, trays_per_rack=2), readiness_probes=True,
-            load_time=f"{LOAD_S:g}s", prometheus=False, kueue=False, die_with_parent=True,
+            load_time=f"{LOAD_S:g}s", kueue=False, die_with_parent=True,
             wait_timeout_s=180.0)) as dev:
         yield dev
 
@@ -185,3 +186,41 @@ def test_labels_annotations_and_replicas_change_no_pod(env, ns):
     after = {g[0]: g for g in snapshot(env, ns)}
     assert after[0] == before[0], "group 0 was restarted by a replica change"
     assert after[1][2] == before[0][2], "the new group runs another revision"
+
+
+FINE_ITL = [round(0.001 * i, 3) for i in range(1, 41)] + [0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5, 5.0]
+"""ITL buckets 1 ms wide up to 40 ms (vLLM's --custom-histogram-buckets): vLLM's defaults (10, 25,
+50 ms, ...) cannot tell a DSpark step of ~10 ms from one of ~20 ms."""
+
+
+def test_a_release_twice_as_slow_fails_its_canary_and_is_rolled_back(env, ns):
+    prometheus = env.state["urls"]["prometheus"]
+    cr = deployment(env, ns, 1, rollout={"canary": {"groups": 1, "bake": "5m", "analysis": {
+        "interval": "15s", "failureLimit": 2, "maxLatency": "4.5ms"}}},
+        autoscaling={"metricsSource": {"type": "prometheus", "prometheusUrl": prometheus}})
+    cr["spec"]["engine"]["extraArgs"] = ["--custom-histogram-buckets", json.dumps({"inter_token_latency": FINE_ITL})]
+    env.apply(cr)
+    url, model = serving(env, ns, 1)
+    ((_, uid, old, _),) = snapshot(env, ns)
+    with Load(url, model) as load, Recorder(lambda: snapshot(env, ns), period_s=0.2) as rec:
+        patch_spec(env, ns, {"engine": {"env": [{"name": "KIMIK3_SIM_SLOWDOWN", "value": "2"}]}})
+        rolled_back = wait_for(lambda: _rolled_back(env, ns), WAIT_S + 60, "the canary analysis to roll back")
+        wait_for(lambda: [g[:3] for g in snapshot(env, ns)] == [(0, uid, old)] or None, WAIT_S,
+                 "the canary group to go")
+    summary = summarize(load.results)["total"]
+    assert summary["errors"] == 0, summary
+    assert any(len(s) == 2 for s in rec.values), "no canary group ran"
+    assert all(any(g[1] == uid and g[3] for g in s) for s in rec.values), "the old group stopped serving"
+    message = rolled_back["rolledBack"]["message"]
+    measured = float(message.split("timePerOutputToken ")[1].split(" ms")[0])
+    assert measured > 4.5, message
+    progressing = next(c for c in env.get_cr(ns)["status"]["conditions"] if c["type"] == "Progressing")
+    assert (progressing["status"], progressing["reason"]) == ("False", "RolledBack")
+    events = {e.get("reason"): e for e in env.events(ns)}
+    assert events["RolledBack"]["type"] == "Warning" and "CanaryStarted" in events
+    print(f"\nrolled back: {message}")
+
+
+def _rolled_back(env: DevEnv, ns: str) -> dict[str, Any] | None:
+    rollout = ((env.get_cr(ns) or {}).get("status") or {}).get("rollout") or {}
+    return rollout if rollout.get("rolledBack") else None

@@ -32,7 +32,8 @@ from kimik3.api.v1alpha1 import (CanaryStatus, KimiK3DeploymentStatus, RevisionG
                                  RolloutSpec, RolloutStatus)
 from kimik3.controller.canary import Analysis
 from kimik3.kube.labels import LWS_REVISION_LABEL
-from kimik3.kube.pods import group_index, is_leader, is_ready, labels
+from kimik3.kube.pods import group_index, is_leader, is_ready, is_unschedulable, labels, unschedulable_message
+from kimik3.kube.workloads import waiting
 from kimik3.render.revision import TEMPLATE_HASH_ANNOTATION, rollout_strategy
 
 LWS_UPDATE_IN_PROGRESS = "UpdateInProgress"
@@ -105,6 +106,22 @@ def rolling(lws: dict[str, Any], status: RolloutStatus) -> bool:
     return len(status.revisions) > 1 or (edited and (_update_in_progress(lws) or not lws_fresh(lws)))
 
 
+def surge_blocked(pods: list[dict[str, Any]], workloads: list[dict[str, Any]] | None, replicas: int) -> str | None:
+    """Why a surge group (index >= ``replicas``, which holds the new revision beside every old
+    group) cannot be placed: a pod of it the scheduler finds no room for (exclusive placement: no
+    rack free), or under placement kueue its Workload not admitted (Kueue's message quoted);
+    None when every surge group is placed."""
+    for w in map(waiting, workloads or []):
+        if w is not None and w.group.isdigit() and int(w.group) >= replicas:
+            return f"surge group {w.group} is not admitted by Kueue ({w.why}): {w.message}"
+    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        index = group_index(pod)
+        if index is not None and index.isdigit() and int(index) >= replicas and is_unschedulable(pod):
+            return (f"surge group {index} cannot be placed (no rack has room for it): pod {pod['metadata']['name']}: "
+                    f"{unschedulable_message(pod) or 'Unschedulable'}")
+    return None
+
+
 def figures(admitted: Admitted, status: RolloutStatus, desired: int) -> str:
     """The rollout's figures in words, e.g. ``revision 6d9f: 1/1 groups updated (0 Ready); revision
     5c7b: 1 group (1 Ready); maxSurge 1, maxUnavailable 0``."""
@@ -119,11 +136,16 @@ def figures(admitted: Admitted, status: RolloutStatus, desired: int) -> str:
 
 
 def progressing(admitted: Admitted, lws: dict[str, Any] | None, status: RolloutStatus | None,
-                desired: int) -> Verdict | None:
+                desired: int, blocked: str | None = None) -> Verdict | None:
     """Progressing while a rollout is under way (failure case F18: True until every group runs
-    the new revision; old groups never count as updated), None when none is."""
+    the new revision; old groups never count as updated), None when none is. ``blocked``
+    (``surge_blocked``): the surge group waits for room, so no old group goes (SurgeBlocked)."""
     if lws is None or status is None or not rolling(lws, status):
         return None
+    if blocked and admitted.spec.rollout.unavailable == 0:
+        return Verdict("True", Reason.SURGE_BLOCKED,
+                       f"{blocked}; no old group is taken down (maxUnavailable 0) and the rollout goes on once it "
+                       f"is placed; {figures(admitted, status, desired)}")
     if not lws_fresh(lws):
         meta = lws.get("metadata") or {}
         return Verdict("True", Reason.ROLLOUT_IN_PROGRESS,

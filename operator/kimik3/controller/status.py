@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from kimik3.admission import Admitted
 from kimik3.api.conditions import ConditionStatus, ConditionType, Reason, Verdict
 from kimik3.api.v1alpha1 import Condition, DecodeStatus, KimiK3DeploymentStatus, PlanStatus, ScaleEvent
-from kimik3.controller.rollout import RolloutStep, rollout_status
+from kimik3.controller.rollout import RolloutStep, rollout_status, surge_blocked
 from kimik3.controller.rollout import groups as rollout_groups
 from kimik3.controller.rollout import progressing as rollout_progressing
 from kimik3.kube.labels import LWS_NAME_LABEL
@@ -236,10 +236,12 @@ def compute_status(obj: dict[str, Any], admitted: Admitted, lws: dict[str, Any] 
     conditions = set_condition(conditions, ConditionType.READY, ready_v, gen)
     settled = ready_v.status == "True" and groups == desired_groups
     rollout = rollout_status(lws, rollout_groups(pods, plan.nodes_per_group)) if lws else None
-    rolling = rollout_progressing(admitted, lws, rollout, desired_groups)
+    rolling = rollout_progressing(admitted, lws, rollout, desired_groups, surge_blocked(
+        pods, workloads, int(((lws or {}).get("spec") or {}).get("replicas", desired_groups) or 0)))
     if rollout is not None and rollout_step is not None:
         rollout.canary, rollout.rolled_back = rollout_step.canary, rollout_step.rolled_back
-        rolling = rollout_step.verdict or rolling
+        if rollout_step.verdict is not None and not (rolling is not None and rolling.reason == Reason.SURGE_BLOCKED):
+            rolling = rollout_step.verdict  # a canary group without room says SurgeBlocked
     if replacing:
         progressing = Verdict("True", Reason.REPLACING, replacing)
     elif apply_error:
