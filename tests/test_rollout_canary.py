@@ -10,7 +10,7 @@ import copy
 from kimik3.admission import admit
 from kimik3.api.conditions import Reason
 from kimik3.controller.canary import Analysis, Check
-from kimik3.controller.rollout import Rollouts
+from kimik3.controller.rollout import Rollouts, scale_down_held
 from kimik3.render.revision import TEMPLATE_HASH_ANNOTATION
 from support.recipes import recipe
 from support.rendering import by_kind, render_cr
@@ -145,3 +145,29 @@ def test_paused_holds_the_templates_and_every_group():
     assert step.lws["spec"]["leaderWorkerTemplate"] == old_lws["spec"]["leaderWorkerTemplate"]
     assert config(step.lws)["partition"] == 1
     assert step.verdict.reason == Reason.PAUSED and "a change of the group templates waits" in step.verdict.message
+
+
+def test_a_restarted_operator_renders_the_same_leaderworkerset_mid_canary():
+    """F16: the rollout keeps its memory in status.rollout, so a new operator (a fresh
+    ``Rollouts``) renders the LeaderWorkerSet byte for byte as the old one did."""
+    _, _, old_lws = setup("vllm/vllm-openai:v0.33.0")
+    cr, admitted, new_lws = setup("vllm/vllm-openai:v0.33.1")
+    clock = Clock()
+    first = Rollouts(Figures([(True, 0.004)] * 3), clock)
+    step = first.step(cr, admitted, new_lws, live_of(old_lws), group(0, OLD, True))
+    remember(cr, step)
+    live, pods = copy.deepcopy(step.lws), group(0, OLD, True) + group(1, NEW, True)
+    step = first.step(cr, admitted, new_lws, live, pods)
+    remember(cr, step)
+    clock.now += 3
+    again = first.step(cr, admitted, new_lws, live, pods).lws
+    restarted = Rollouts(Figures([]), clock).step(cr, admitted, new_lws, live, pods).lws
+    assert restarted == again and config(restarted)["partition"] == 1
+
+
+def test_no_scale_down_mid_rollout_but_a_scale_up_goes_ahead():
+    lws = {"spec": {"replicas": 3}}
+    assert scale_down_held(Reason.ROLLOUT_IN_PROGRESS, lws, 2) == 3
+    assert scale_down_held(Reason.CANARY_ANALYSIS, lws, 1) == 3
+    assert scale_down_held(Reason.ROLLOUT_IN_PROGRESS, lws, 4) is None
+    assert scale_down_held(Reason.STABLE, lws, 2) is None

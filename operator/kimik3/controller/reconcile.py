@@ -31,7 +31,7 @@ from kimik3.controller.autoscaling import Autoscaling
 from kimik3.controller.cache import ObjectCache, desired_hash
 from kimik3.controller.kube import Kube, api_error_message
 from kimik3.controller.canary import Analysis
-from kimik3.controller.rollout import Rollouts, step_event
+from kimik3.controller.rollout import Rollouts, scale_down_held, step_event
 from kimik3.controller.status import (compute_status, invalid_status, lws_selector, merge_patch, status_patch,
                                      stored_conditions)
 from kimik3.kube.kinds import COMPUTE_DOMAIN, GROUP, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, POD, WORKLOAD, Kind
@@ -178,6 +178,12 @@ class Reconciler:
             current = self._get_child(LEADER_WORKER_SET, owner.namespace, lws_name(owner))
             scaled = self.autoscaling.step(obj, admitted, current, self._pods(owner),
                                            self._workloads(admitted, current))
+            progress = next((c.reason for c in stored_conditions(obj) if c.type == ConditionType.PROGRESSING), None)
+            held = scale_down_held(progress, current, scaled.replicas)
+            if held is not None:
+                self._event_once(obj, "Normal", "ScaleDownHeld", f"keeping {held} group(s), not {scaled.replicas}, "
+                                 "until the rollout is done")
+                scaled.replicas = held
             for type_, reason, message in scaled.events:
                 self._event_once(obj, type_, reason, message)
         else:

@@ -106,6 +106,19 @@ def rolling(lws: dict[str, Any], status: RolloutStatus) -> bool:
     return len(status.revisions) > 1 or (edited and (_update_in_progress(lws) or not lws_fresh(lws)))
 
 
+ROLLING_REASONS = (Reason.ROLLOUT_IN_PROGRESS, Reason.CANARY_ANALYSIS, Reason.SURGE_BLOCKED, Reason.PAUSED)
+"""Progressing reasons of a rollout under way."""
+
+
+def scale_down_held(progressing_reason: str | None, lws: dict[str, Any] | None, replicas: int) -> int | None:
+    """The groups to keep when the autoscaler wants fewer (``replicas``) while a rollout runs
+    (the stored Progressing reason is one of ``ROLLING_REASONS``): old groups are not scaled down
+    mid-rollout for lack of load (the load they lack is partly on surge groups still loading, and
+    LWS would take the groups it replaces next). None: no hold. A scale-up goes ahead."""
+    current = int(((lws or {}).get("spec") or {}).get("replicas", 0) or 0)
+    return current if progressing_reason in ROLLING_REASONS and replicas < current else None
+
+
 def surge_blocked(pods: list[dict[str, Any]], workloads: list[dict[str, Any]] | None, replicas: int) -> str | None:
     """Why a surge group (index >= ``replicas``, which holds the new revision beside every old
     group) cannot be placed: a pod of it the scheduler finds no room for (exclusive placement: no
