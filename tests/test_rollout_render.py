@@ -28,11 +28,17 @@ def strategy(**rollout) -> dict:
     ({}, {"maxSurge": 1, "maxUnavailable": 0}),
     ({"maxSurge": 2}, {"maxSurge": 2, "maxUnavailable": 0}),
     ({"maxSurge": 0, "maxUnavailable": 1}, {"maxSurge": 0, "maxUnavailable": 1}),
+    ({"maxSurge": 1, "maxUnavailable": 5}, {"maxSurge": 1, "maxUnavailable": 2}),  # never the last group
     ({"maxSurge": 1, "canary": {"groups": 1}}, {"maxSurge": 1, "maxUnavailable": 0}),
     ({"strategy": "Recreate"}, {"maxSurge": 0, "maxUnavailable": "100%"}),
 ])
 def test_rollout_strategy_of_the_spec(rollout, config):
     assert strategy(**rollout) == {"type": "RollingUpdate", "rollingUpdateConfiguration": config}
+
+
+def test_one_group_with_a_surge_is_never_taken_down():
+    lws = by_kind(render_cr(recipe(uid=UID, replicas=1, rollout={"maxUnavailable": 1})).objects, "LeaderWorkerSet")
+    assert lws["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"] == {"maxSurge": 1, "maxUnavailable": 0}
 
 
 def test_a_partition_is_rendered_only_when_held():

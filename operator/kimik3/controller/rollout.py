@@ -217,7 +217,7 @@ def _hold(lws: dict[str, Any], template: dict[str, Any], template_hash: str | No
 def _hold_groups(lws: dict[str, Any], admitted: Admitted, surge: int | None = None) -> None:
     """No group below replicas is replaced (partition = replicas); ``surge`` canary groups."""
     replicas = int(lws["spec"]["replicas"])
-    lws["spec"]["rolloutStrategy"] = rollout_strategy(admitted.spec.rollout, replicas)
+    lws["spec"]["rolloutStrategy"] = rollout_strategy(admitted.spec.rollout, replicas, replicas)
     if surge is not None:
         lws["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"]["maxSurge"] = surge
 
@@ -308,7 +308,7 @@ class Rollouts:
             return self._roll_back(r, lws, live, canary, step, now, next(iter(below), None))
         if since is not None and now - since >= seconds.canary_bake:
             canary.promoted = True
-            lws["spec"]["rolloutStrategy"] = rollout_strategy(r)
+            lws["spec"]["rolloutStrategy"] = rollout_strategy(r, replicas)
             step.events.append(("Normal", "CanaryPromoted", f"revision {canary.revision} baked {r.canary.bake}: "
                                 f"{canary.checks} check(s), {canary.failed_checks} failed; {canary.message}; "
                                 "rolling out to every group"))
@@ -332,7 +332,7 @@ class Rollouts:
         previous = json.loads(canary.previous_template) if canary.previous_template else \
             live["spec"]["leaderWorkerTemplate"]
         _hold(lws, previous, canary.previous_template_hash)
-        lws["spec"]["rolloutStrategy"] = rollout_strategy(r)
+        lws["spec"]["rolloutStrategy"] = rollout_strategy(r, int(lws["spec"]["replicas"]))
         message = (f"revision {canary.revision} rolled back to {restored} after {canary.failed_checks} failed check(s) of "
                    f"{canary.checks}: {canary.message}; the previous templates are back (the canary groups go, "
                    "no old group restarts); edit the spec to roll out again")

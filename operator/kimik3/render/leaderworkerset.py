@@ -192,7 +192,7 @@ def leader_worker_set(owner: Owner, admitted: Admitted, replicas: int, channel_c
         "spec": {
             "replicas": replicas,
             "startupPolicy": "LeaderCreated",
-            "rolloutStrategy": rollout_strategy(spec.rollout, partition),
+            "rolloutStrategy": rollout_strategy(spec.rollout, replicas, partition),
             "leaderWorkerTemplate": template,
         },
     }

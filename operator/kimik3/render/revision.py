@@ -34,12 +34,16 @@ def template_hash(template: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(template, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
 
 
-def rollout_strategy(rollout: RolloutSpec, partition: int = 0) -> dict[str, Any]:
-    """The LeaderWorkerSet's ``spec.rolloutStrategy`` for ``rollout``; ``partition``: groups below
-    this index stay on the old revision (the rollout controller holds it at replicas during a
-    canary bake or a pause, 0 otherwise)."""
-    config: dict[str, Any] = {"maxUnavailable": RECREATE_UNAVAILABLE if rollout.unavailable is None
-                              else rollout.unavailable, "maxSurge": rollout.surge}
+def rollout_strategy(rollout: RolloutSpec, replicas: int, partition: int = 0) -> dict[str, Any]:
+    """The LeaderWorkerSet's ``spec.rolloutStrategy`` for ``rollout`` at ``replicas`` groups;
+    ``partition``: groups below this index stay on the old revision (the rollout controller holds
+    it at replicas during a canary bake or a pause, 0 otherwise). With Surge the last serving
+    group is never taken down: while a surge group can stand in (maxSurge >= 1), maxUnavailable
+    counts at most ``replicas - 1`` groups."""
+    unavailable: int | str = RECREATE_UNAVAILABLE if rollout.unavailable is None else rollout.unavailable
+    if isinstance(unavailable, int) and rollout.surge >= 1 and replicas >= 1:
+        unavailable = min(unavailable, replicas - 1)
+    config: dict[str, Any] = {"maxUnavailable": unavailable, "maxSurge": rollout.surge}
     if partition:
         config["partition"] = partition
     return {"type": "RollingUpdate", "rollingUpdateConfiguration": config}
