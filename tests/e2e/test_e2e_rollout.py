@@ -15,24 +15,20 @@ index, so the surge group cannot stay in place of group 0), and a Ready group se
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import requests
 from devenv import DevEnv, Recorder, dev_cluster
 
-from kimik3.kube import pods as kpods
-from kimik3.kube.labels import LWS_REVISION_LABEL
 from kimik3_dev.devcluster.cluster import UpOptions
 from kimik3_dev.devcluster.racks import RackShape
+from kimik3_dev.devcluster.rollout import Load, Rollout, measure_rollout, sample, serving
 from kimik3_dev.devcluster.workloads import ensure_namespace
-from kimik3_dev.sim.load import Phase, resolve_url, run_load, summarize
+from kimik3_dev.sim.load import summarize
 from support.waiting import wait_for
 
 LOAD_S = 8.0
@@ -63,49 +59,7 @@ def ns(env: DevEnv) -> Iterator[str]:
 
 def snapshot(env: DevEnv, ns: str) -> tuple[tuple[int, str, str, bool], ...]:
     """(group, leader uid, revision, every pod Ready) of each live group."""
-    out = []
-    for index, pods in env.groups(ns).items():
-        leader = next((p for p in pods if kpods.is_leader(p)), None)
-        if leader is None:
-            continue
-        out.append((index, leader["metadata"]["uid"], kpods.labels(leader).get(LWS_REVISION_LABEL, ""),
-                    len(pods) == 2 and all(map(kpods.is_ready, pods))))
-    return tuple(out)
-
-
-def serving(env: DevEnv, ns: str, groups: int) -> tuple[str, str | None]:
-    def answering() -> tuple[str, str | None] | None:
-        if sum(1 for g in snapshot(env, ns) if g[3]) < groups:
-            return None
-        try:
-            url, model = resolve_url(env.cluster.state_dir, "k3", ns)
-            return (url, model) if requests.get(f"{url}/health", timeout=2).status_code == 200 else None
-        except Exception:  # noqa: BLE001 - not there yet
-            return None
-    return wait_for(answering, WAIT_S, f"{groups} Ready group(s) and the deployment's endpoint")
-
-
-class Load:
-    """Closed-loop users on the deployment's front until stopped; every result kept."""
-
-    def __init__(self, url: str, model: str | None, users: int = 4):
-        self.url, self.model, self.users = url, model, users
-        self.results: list[Any] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
-
-    async def _run(self) -> None:
-        while not self._stop.is_set():
-            self.results += await run_load(self.url, [Phase(3.0, concurrency=self.users, prompt_tokens=128,
-                                                            output_tokens=64)], model=self.model, drain_s=30.0)
-
-    def __enter__(self) -> Load:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(60)
+    return sample(env.rest, ns, "k3", 2)
 
 
 def deployment(env: DevEnv, ns: str, replicas: int, **spec: Any) -> dict[str, Any]:
@@ -115,39 +69,21 @@ def deployment(env: DevEnv, ns: str, replicas: int, **spec: Any) -> dict[str, An
     return cr
 
 
-def patch_spec(env: DevEnv, ns: str, spec: dict[str, Any]) -> None:
-    env.rest.call("PATCH", env.cr_path(ns), body={"spec": spec}, content_type="application/merge-patch+json")
+def serve(env: DevEnv, ns: str, groups: int) -> tuple[str, str | None]:
+    return serving(env.rest, env.cluster.state_dir, ns, "k3", groups, 2, WAIT_S)
 
 
-def rolled_out(env: DevEnv, ns: str, old: str, groups: int) -> dict[str, Any] | None:
-    status = (env.get_cr(ns) or {}).get("status") or {}
-    rollout = status.get("rollout") or {}
-    progressing = next((c for c in status.get("conditions", []) if c["type"] == "Progressing"), {})
-    now = snapshot(env, ns)
-    done = (len(now) == groups and all(g[3] and g[2] != old for g in now) and progressing.get("status") == "False"
-            and len(rollout.get("revisions") or []) == 1)
-    return status if done else None
-
-
-def rollout_under_load(env: DevEnv, ns: str, groups: int, **rollout: Any) -> tuple[list, list, float, str]:
-    """Apply ``groups`` groups, change the image under load; returns (samples, results, seconds, old revision)."""
-    env.apply(deployment(env, ns, groups, **({"rollout": rollout} if rollout else {})))
-    url, model = serving(env, ns, groups)
-    (old,) = {g[2] for g in snapshot(env, ns)}
-    with Load(url, model) as load, Recorder(lambda: snapshot(env, ns), period_s=0.1) as rec:
-        time.sleep(1.0)
-        start = time.monotonic()
-        patch_spec(env, ns, {"engine": {"image": NEW_IMAGE}})
-        wait_for(lambda: rolled_out(env, ns, old, groups), WAIT_S + groups * 4 * LOAD_S, "the rollout to finish")
-        took = time.monotonic() - start
-        time.sleep(1.0)
-    return rec.values, load.results, took, old
+def rollout_under_load(env: DevEnv, ns: str, groups: int, **rollout: Any) -> Rollout:
+    """``groups`` groups, then an image change under load."""
+    cr = deployment(env, ns, groups, **({"rollout": rollout} if rollout else {}))
+    return measure_rollout(env.rest, env.cluster.state_dir, cr, {"engine": {"image": NEW_IMAGE}},
+                           timeout_s=WAIT_S + groups * 4 * LOAD_S)
 
 
 def test_one_group_image_change_serves_throughout(env, ns):
-    samples, results, took, old = rollout_under_load(env, ns, 1)
-    summary = summarize(results)["total"]
-    assert summary["requests"] > 20 and summary["errors"] == 0, summary
+    done = rollout_under_load(env, ns, 1)
+    samples, old, took = done.samples, done.old_revision, done.seconds
+    assert done.requests > 20 and done.failed == 0, summarize(done.results)["total"]
     assert all(any(g[3] for g in s) for s in samples), "a sample without a Ready group"
     for s in samples:  # the old group goes only once a group of the new revision is Ready
         if not any(g[2] == old and g[3] for g in s):
@@ -158,21 +94,20 @@ def test_one_group_image_change_serves_throughout(env, ns):
     reasons = [e.get("reason") for e in env.events(ns)]
     assert "RolloutStep" in reasons and "RolloutComplete" in reasons, reasons
     print(f"\none group: rollout took {took:.1f} s ({took / LOAD_S:.1f} load times of {LOAD_S:g} s), "
-          f"{summary['requests']} requests, {summary['errors']} failed")
+          f"{done.requests} requests, {done.failed} failed")
 
 
 def test_three_groups_keep_three_ready(env, ns):
-    samples, results, took, _ = rollout_under_load(env, ns, 3, maxSurge=1)
-    summary = summarize(results)["total"]
-    assert summary["errors"] == 0, summary
-    fewest = min(sum(1 for g in s if g[3]) for s in samples)
-    assert fewest >= 3, [s for s in samples if sum(1 for g in s if g[3]) < 3][:3]
-    print(f"\nthree groups: rollout took {took:.1f} s ({took / LOAD_S:.1f} load times), fewest Ready {fewest}")
+    done = rollout_under_load(env, ns, 3, maxSurge=1)
+    assert done.failed == 0, summarize(done.results)["total"]
+    assert done.fewest_ready >= 3, [s for s in done.samples if sum(1 for g in s if g[3]) < 3][:3]
+    print(f"\nthree groups: rollout took {done.seconds:.1f} s ({done.seconds / LOAD_S:.1f} load times), "
+          f"fewest Ready {done.fewest_ready}")
 
 
 def test_labels_annotations_and_replicas_change_no_pod(env, ns):
     env.apply(deployment(env, ns, 1))
-    serving(env, ns, 1)
+    serve(env, ns, 1)
     before = snapshot(env, ns)
     lws_path = f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{ns}/leaderworkersets/k3-engine"
     lws_generation = env.rest.get(lws_path)["metadata"]["generation"]
@@ -182,7 +117,7 @@ def test_labels_annotations_and_replicas_change_no_pod(env, ns):
     assert snapshot(env, ns) == before
     assert env.rest.get(lws_path)["metadata"]["generation"] == lws_generation
     env.scale(ns, 2)
-    serving(env, ns, 2)
+    serve(env, ns, 2)
     after = {g[0]: g for g in snapshot(env, ns)}
     assert after[0] == before[0], "group 0 was restarted by a replica change"
     assert after[1][2] == before[0][2], "the new group runs another revision"
@@ -200,10 +135,11 @@ def test_a_release_twice_as_slow_fails_its_canary_and_is_rolled_back(env, ns):
         autoscaling={"metricsSource": {"type": "prometheus", "prometheusUrl": prometheus}})
     cr["spec"]["engine"]["extraArgs"] = ["--custom-histogram-buckets", json.dumps({"inter_token_latency": FINE_ITL})]
     env.apply(cr)
-    url, model = serving(env, ns, 1)
+    url, model = serve(env, ns, 1)
     ((_, uid, old, _),) = snapshot(env, ns)
     with Load(url, model) as load, Recorder(lambda: snapshot(env, ns), period_s=0.2) as rec:
-        patch_spec(env, ns, {"engine": {"env": [{"name": "KIMIK3_SIM_SLOWDOWN", "value": "2"}]}})
+        env.rest.call("PATCH", env.cr_path(ns), content_type="application/merge-patch+json",
+                      body={"spec": {"engine": {"env": [{"name": "KIMIK3_SIM_SLOWDOWN", "value": "2"}]}}})
         rolled_back = wait_for(lambda: _rolled_back(env, ns), WAIT_S + 60, "the canary analysis to roll back")
         wait_for(lambda: [g[:3] for g in snapshot(env, ns)] == [(0, uid, old)] or None, WAIT_S,
                  "the canary group to go")
@@ -224,3 +160,66 @@ def test_a_release_twice_as_slow_fails_its_canary_and_is_rolled_back(env, ns):
 def _rolled_back(env: DevEnv, ns: str) -> dict[str, Any] | None:
     rollout = ((env.get_cr(ns) or {}).get("status") or {}).get("rollout") or {}
     return rollout if rollout.get("rolledBack") else None
+
+
+def _progressing(env: DevEnv, ns: str) -> dict[str, Any]:
+    return env.condition(ns, "Progressing") or {}
+
+
+def _image(env: DevEnv, ns: str, image: str) -> None:
+    env.rest.call("PATCH", env.cr_path(ns), body={"spec": {"engine": {"image": image}}},
+                  content_type="application/merge-patch+json")
+
+
+def test_edits_and_a_revert_during_a_rollout_keep_every_group_serving(env, ns):
+    """F17: three groups, maxUnavailable 0; A -> B, while the B surge group loads B -> C, then back
+    to A. At least 3 groups Ready at every sample; the three serving groups are never restarted."""
+    env.apply(deployment(env, ns, 3))
+    serve(env, ns, 3)
+    start = snapshot(env, ns)
+    (original,) = {g[2] for g in start}
+    with Recorder(lambda: snapshot(env, ns), period_s=0.1) as rec:
+        _image(env, ns, "vllm/vllm-openai:v0.33.1")  # B
+        b = wait_for(lambda: next((g for g in snapshot(env, ns) if g[0] == 3 and not g[3] and g[2]), None), WAIT_S,
+                     "the surge group of B")
+        _image(env, ns, "vllm/vllm-openai:v0.33.2")  # C, while B loads
+        wait_for(lambda: any(g[0] == 3 and g[2] not in (b[2], original) for g in snapshot(env, ns)), WAIT_S,
+                 "the surge group of C")
+        _image(env, ns, "vllm/vllm-openai:v0.33.0")  # back to A
+        wait_for(lambda: snapshot(env, ns) == start and _progressing(env, ns).get("status") == "False", WAIT_S,
+                 "the surge group to go and Progressing=False")
+    fewest = min(sum(1 for g in s if g[3]) for s in rec.values)
+    assert fewest >= 3, [s for s in rec.values if sum(1 for g in s if g[3]) < 3][:3]
+    assert all({g[1] for g in s if g[0] < 3} == {g[1] for g in start} for s in rec.values), \
+        "a serving group was restarted by an edit"
+    assert env.get_cr(ns)["status"]["rollout"]["updateRevision"] == original
+
+
+def test_no_room_for_a_surge_group_blocks_and_takes_nothing_down(env, ns):
+    """Another deployment holds the other 3 racks: the surge group has none (exclusive placement).
+    SurgeBlocked, group 0 untouched; once a rack frees the rollout goes on by itself."""
+    other = f"{ns}-other"
+    ensure_namespace(env.rest, other)
+    try:
+        env.apply(deployment(env, ns, 1))
+        env.apply(deployment(env, other, 3))
+        serve(env, ns, 1)
+        serve(env, other, 3)
+        ((_, uid, old, _),) = snapshot(env, ns)
+        with Recorder(lambda: snapshot(env, ns), period_s=0.2) as rec:
+            _image(env, ns, NEW_IMAGE)
+            blocked = wait_for(lambda: _progressing(env, ns).get("reason") == "SurgeBlocked" and _progressing(env, ns),
+                               WAIT_S, "Progressing=True SurgeBlocked")
+            time.sleep(3.0)
+            assert [g[:3] for g in snapshot(env, ns) if g[0] == 0] == [(0, uid, old)]
+            env.scale(other, 2)
+            wait_for(lambda: _progressing(env, ns).get("status") == "False"
+                     and all(g[2] != old and g[3] for g in snapshot(env, ns)) and len(snapshot(env, ns)) == 1,
+                     WAIT_S + 4 * LOAD_S, "the rollout to finish once a rack is free")
+        assert blocked["status"] == "True" and "surge group 1 cannot be placed" in blocked["message"], blocked
+        assert "no old group is taken down" in blocked["message"]
+        assert all(any(g[3] for g in s) for s in rec.values), "a sample without a Ready group"
+    finally:
+        env.rest.delete(env.cr_path(other))
+        wait_for(lambda: not env.rest.items(f"/api/v1/namespaces/{other}/pods"), WAIT_S, f"the pods of {other} to go")
+        env.rest.delete(f"/api/v1/namespaces/{other}")
