@@ -37,7 +37,7 @@ from kimik3.api.conditions import ConditionType
 from kimik3.kube.kinds import KIMIK3_DEPLOYMENT, LEADER_WORKER_SET
 from kimik3.kube.objects import condition
 from kimik3_dev.devcluster.controlplane import ControlPlane
-from kimik3_dev.devcluster.operator_thread import free_port
+from kimik3_dev.devcluster.processes import free_port
 from kimik3_dev.devcluster.install import install_apis
 from kimik3.admission import admit
 from kimik3.render.children import render

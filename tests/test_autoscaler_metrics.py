@@ -4,7 +4,10 @@ conversion under speculative decoding, and robustness to bad answers."""
 from __future__ import annotations
 
 import http.server
+import json
+import subprocess
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -13,20 +16,24 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kimik3.autoscaler.histogram import INF, Histogram, merge, quantile
-from kimik3.autoscaler.observation import DecodeObservation, MetricsUnavailable
+from kimik3.autoscaler.observation import ITL, DecodeObservation, MetricsUnavailable
 from kimik3.autoscaler.sources import PodScrapeSource, PrometheusSource, ScrapeTarget, parse_scrape
+from kimik3_dev.devcluster import prometheus
+from kimik3_dev.devcluster.processes import free_port
+from support.waiting import wait_for
 
 ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
                40.0, 80.0]
 
 
 def exposition(name: str, per_engine: dict[int, list[float]], model: str = "kimi-k3",
-               running: float = 4, drafts: float = 0, accepted: float = 0, tokens: float = 0) -> str:
+               running: float = 4, drafts: float = 0, accepted: float = 0, tokens: float = 0,
+               buckets: list[float] = ITL_BUCKETS) -> str:
     """vLLM-style text: one histogram series per DP engine, from raw observations (seconds)."""
     lines = [f"# HELP {name} Histogram of inter-token latency in seconds.", f"# TYPE {name} histogram"]
     for engine, obs in per_engine.items():
         labels = f'engine="{engine}",model_name="{model}"'
-        for le in ITL_BUCKETS:
+        for le in buckets:
             lines.append(f'{name}_bucket{{{labels},le="{le}"}} {sum(1 for o in obs if o <= le)}')
         lines.append(f'{name}_bucket{{{labels},le="+Inf"}} {len(obs)}')
         lines.append(f"{name}_count{{{labels}}} {len(obs)}")
@@ -69,12 +76,12 @@ def test_buckets_are_summed_over_engines_before_the_quantile():
     scrape = parse_scrape(exposition("vllm:inter_token_latency_seconds", engines))
     series = scrape.histograms_named("vllm:inter_token_latency_seconds")
     assert len(series) == 8
-    total = merge(series)
+    total = merge((f"engine {e}", h) for e, h in enumerate(series))
     assert total.count == 800
     assert quantile(0.5, total) <= 0.01          # the typical step is fast
     # 1 step in 8 is slow: rank 720 of 800 falls 20/100 into the slow bucket (0.3, 0.4].
     assert quantile(0.9, total) == pytest.approx(0.32)
-    assert quantile(0.9, merge(s for s in series[:3])) <= 0.01  # without the slow engine
+    assert quantile(0.9, merge((f"engine {e}", h) for e, h in enumerate(series[:3]))) <= 0.01  # without the slow one
     assert quantile(0.8, total) <= 0.01
 
 
@@ -257,7 +264,7 @@ def test_mangled_metrics_pages_never_crash_the_scrape_source(leader, data):
     try:
         obs = src.observe("ns", "k3", 60)
     except MetricsUnavailable as exc:
-        assert exc.reason in ("ScrapeFailed", "WarmingUp", "NoLatencyMetric"), exc.reason
+        assert exc.reason in ("ScrapeFailed", "WarmingUp", "NoLatencyMetric", "BucketLayoutsDiffer"), exc.reason
     else:
         assert isinstance(obs, DecodeObservation)
 
@@ -295,7 +302,7 @@ def test_a_leader_scraped_the_first_time_adds_its_gauges_not_its_counters():
     pages["b"] = exposition("vllm:inter_token_latency_seconds", {0: [0.01] * 500}, running=5, tokens=500)
     targets.append(ScrapeTarget("uid-b", "1", "b"))
     obs = src.observe("ns", "k3", 60)
-    assert (obs.running, obs.itl.count, obs.generation_tokens, obs.groups) == (8, 30, 30, frozenset({"0"}))
+    assert (obs.running, obs.itl.count, obs.generation_tokens, obs.groups) == (8, 30, 30, frozenset({"0", "1"}))
 
 
 def test_a_leader_that_refused_counts_from_zero_and_a_removed_one_until_its_last_page():
@@ -340,3 +347,63 @@ def test_only_a_refused_connection_means_nothing_listens():
     assert _refused(refused.value)
     assert not _refused(requests.ConnectTimeout("slow"))
     assert not _refused(requests.HTTPError("503 Service Unavailable"))
+
+
+COARSE_BUCKETS = [0.02, 0.05, 0.1, 0.5, 1.0, 5.0, 80.0]
+"""Another engine image's ITL buckets (mid-rollout, the new revision's; failure case F21b)."""
+
+
+def test_unlike_bucket_layouts_are_not_summed_by_the_pod_scrape_source():
+    """F21b: group 0 (old image) and group 1 (new image) expose different ITL bucket bounds.
+    Summing them would put group 1's 20 ms steps at or under 25 ms and its 40 ms ones at or
+    under 50 ms, both into the wrong buckets: the reading is refused and names both groups."""
+    pages = {"a": exposition(ITL, {0: [0.02] * 10}, tokens=10), "b": exposition(ITL, {0: [0.04] * 10}, tokens=10,
+                                                                                  buckets=COARSE_BUCKETS)}
+    clock = [0.0]
+    src = PodScrapeSource(lambda ns, name: [ScrapeTarget("uid-a", "0", "a"), ScrapeTarget("uid-b", "1", "b")],
+                          fetch=lambda url: pages[url], clock=lambda: clock[0])
+    with pytest.raises(MetricsUnavailable):
+        src.observe("ns", "k3", 60)  # first scrape: no window
+    clock[0] = 30.0
+    pages["a"] = exposition(ITL, {0: [0.02] * 20}, tokens=20)
+    pages["b"] = exposition(ITL, {0: [0.04] * 20}, tokens=20, buckets=COARSE_BUCKETS)
+    with pytest.raises(MetricsUnavailable) as refused:
+        src.observe("ns", "k3", 60)
+    assert refused.value.reason == "BucketLayoutsDiffer"
+    assert refused.value.message == (
+        f"{ITL}: group 0 {{engine='0', model_name='kimi-k3'}} and group 1 {{engine='0', model_name='kimi-k3'}} "
+        "expose different bucket bounds (only one of them has le=0.01, 0.02, 0.025, 0.075, 0.15, 0.2)")
+
+
+def test_unlike_bucket_layouts_are_refused_through_real_prometheus(tmp_path):
+    """F21b through Prometheus 2.42 scraping two stand-in leaders (file_sd targets with the
+    PodMonitor's labels): one layout reads, two layouts raise BucketLayoutsDiffer."""
+    leaders = [MetricsServer(), MetricsServer()]
+    for s in leaders:
+        s.text = exposition(ITL, {0: [0.02] * 10}, tokens=10)
+    config = prometheus.write_config(tmp_path)
+    prometheus.targets_file(tmp_path).write_text(json.dumps([
+        {"targets": [s.url.split("/")[2]], "labels": {"namespace": "ns", "deployment": "k3", "group": str(g),
+                                                      "role": "leader"}} for g, s in enumerate(leaders)]))
+    port = free_port()
+    proc = subprocess.Popen(prometheus.argv(prometheus.ensure_installed(), config, tmp_path, port),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    src = PrometheusSource(f"http://127.0.0.1:{port}")
+
+    def reading() -> DecodeObservation | str | None:
+        try:
+            return src.observe("ns", "k3", 60)
+        except MetricsUnavailable as exc:
+            return exc.reason if exc.reason == "BucketLayoutsDiffer" else None
+    try:
+        obs = wait_for(reading, 60, "Prometheus to hold two scrapes of both stand-in leaders")
+        assert isinstance(obs, DecodeObservation) and obs.groups == frozenset({"0", "1"})
+        leaders[1].text = exposition(ITL, {0: [0.04] * 20}, tokens=20, buckets=COARSE_BUCKETS)
+
+        assert wait_for(lambda: isinstance(r := reading(), str) and r, 30,
+                        "the new layout to be scraped") == "BucketLayoutsDiffer"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        for s in leaders:
+            s.close()

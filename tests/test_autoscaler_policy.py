@@ -428,3 +428,52 @@ def test_a_burst_hold_ends_when_the_traffic_does():
     assert p.decide(350, quiet, fleet).desired == 6  # traffic 250 s ago: inside the window
     assert p._bursty_until is None
     assert p.decide(700, quiet, fleet).desired == 0
+
+
+def partial(at: float, groups: set[str], **kw) -> DecodeObservation:
+    """``obs`` as if only ``groups`` reported."""
+    o = obs(at, **kw)
+    return DecodeObservation(at=o.at, window_s=o.window_s, itl=o.itl, itl_metric=o.itl_metric, running=o.running,
+                             waiting=o.waiting, drafts=o.drafts, accepted=o.accepted,
+                             generation_tokens=o.generation_tokens, groups=frozenset(groups))
+
+
+def test_missing_groups_are_never_read_as_low_load():
+    """4 groups serve 12 requests each at 4.7 ms per token (target 5 ms); 3 leaders stop
+    answering, so the reading holds one group's load: the policy may not scale down on it, for
+    as long as it lasts (a scale-down window and more), and says which groups are missing. The
+    same readings with the serving groups unknown scale down: the guard is what holds."""
+    serving = frozenset({"0", "1", "2", "3"})
+    guarded, blind = policy(scale_down_window_s=120), policy(scale_down_window_s=120)
+    for t in range(0, 600, 30):
+        reading = dict(tok_s=12 / 0.0047, running=12, latency=0.0047)
+        d = guarded.decide(t, partial(t, {"0"}, **reading), FleetState(current=4, ready=4, serving=serving))
+        assert d.desired == 4, (t, d)
+        blind_d = blind.decide(t, partial(t, {"0"}, **reading), FleetState(current=4, ready=4))
+    assert (d.reason, d.message.split(":")[0]) == ("MetricsIncomplete", "group(s) 1, 2, 3 of 4 serving gave no metrics")
+    assert blind_d.desired < 4
+
+
+def test_a_partial_reading_over_target_still_scales_up():
+    serving = frozenset({"0", "1"})
+    d = policy().decide(0, partial(0, {"0"}, tok_s=30_000, running=80, latency=0.009),
+                        FleetState(current=2, ready=2, serving=serving))
+    assert d.desired > 2 and d.reason.startswith("ScaleUp"), d
+
+
+def test_a_quantile_above_the_top_bucket_is_a_lower_bound():
+    """F21a: 5% of steps above vLLM's top finite ITL bucket (80 s). P90 is a real figure; P99
+    lands in +Inf and reads as ">= 80 s", never as 80 s: the policy scales up (within
+    maxReplicas) and says so."""
+    bounds = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+              40.0, 80.0]
+    steps = [0.02] * 950 + [95.0] * 50
+    itl = Histogram({**{b: float(sum(1 for s in steps if s <= b)) for b in bounds}, INF: float(len(steps))},
+                    sum(steps))
+    o = DecodeObservation(at=0, window_s=30, itl=itl, itl_metric="vllm:inter_token_latency_seconds",
+                          running=40, generation_tokens=950 * 30, groups=frozenset({"0"}))
+    assert (o.above_top_bucket(0.9), o.step_latency_quantile(0.9)) == (False, pytest.approx(0.01 + 0.015 * 0.9 / 0.95))
+    assert (o.above_top_bucket(0.99), o.step_latency_quantile(0.99)) == (True, 80.0)
+    d = policy(percentile=0.99, max_replicas=3).decide(0, o, FleetState(current=1, ready=1, serving=frozenset({"0"})))
+    assert (d.desired, d.reason[:7]) == (2, "ScaleUp")  # one more group per decision, up to maxReplicas
+    assert "p99 TPOT >= 80000.00 ms (above the histogram's top bucket)" in d.message

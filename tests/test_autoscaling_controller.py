@@ -7,6 +7,7 @@ against its own control plane; group leaders are stand-in /metrics pages on 127.
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from collections.abc import Iterator
 
@@ -26,6 +27,7 @@ from support.cluster import CD, CR, LWS, condition, events
 from support.recipes import recipe
 
 ITL = "vllm:inter_token_latency_seconds"
+GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
 
 
 @pytest.fixture(scope="module")
@@ -235,3 +237,69 @@ def test_one_reconcile_admits_once_and_hands_the_same_value_on(env, monkeypatch)
     assert calls["step"][0][0][1] is admitted
     assert calls["render"][0][0][0] is admitted
     assert calls["status"][0][0][1] is admitted
+
+
+def test_missing_groups_are_named_and_never_read_as_low_load(cp):
+    """4 groups serve 12 requests each at ~4.7 ms per token (target 5 ms), each leader its own
+    page; 3 leaders stop answering (two with HTTP 503, one refusing connections). Through a
+    scale-down window and more, replicas stay 4; MetricsAvailable names the missing groups and
+    since when, and an Event says why the autoscaler holds. When they answer again the reading
+    is whole."""
+    api = cp.api_client("admin")
+    ns = f"as-{uuid.uuid4().hex[:8]}"
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": ns}})
+    leaders = [MetricsServer() for _ in range(4)]
+    clock = [1_000_000.0]
+    kube = Kube(api)
+    rec = Reconciler(kube, autoscaling=Autoscaling(
+        scrape_url=lambda pod, port: leaders[int(pod["metadata"]["labels"][GROUP_INDEX])].url, clock=lambda: clock[0]))
+    e = {"kube": kube, "api": api, "ns": ns, "clock": clock, "rec": rec}
+    try:
+        body = autoscaled_cr(ns)
+        body["spec"]["replicas"] = 4
+        kube.apply(body, force=False)
+        rec.reconcile(ns, "k3-latency")
+        running_leaders(e, 4)
+        served = [0]
+
+        def serve_all(up: range = range(4)) -> None:
+            # Per 30 s and group: 12 requests x 30 s / 4.7 ms = 76,600 tokens; 71.5% of the
+            # steps under 10 ms, the rest at 20 ms: P90 interpolates to 19.7 ms per step, 4.7 ms
+            # per token at 4.2 tokens per step.
+            served[0] += 1
+            n = served[0]
+            for g in up:
+                leaders[g].text = exposition(ITL, {0: [0.008] * (715 * n) + [0.02] * (285 * n)}, running=12,
+                                             tokens=76_600 * n, drafts=18_238 * n, accepted=58_362 * n)
+
+        for _ in range(3):
+            serve_all()
+            obj = tick(e)
+        assert obj["status"]["desiredReplicas"] == 4, obj["status"]
+        assert condition(obj, "MetricsAvailable")["message"].endswith("from 4 group(s)")
+        assert obj["status"]["decode"]["latencySeconds"] == pytest.approx(0.0047, rel=0.01)
+        leaders[1].status = leaders[2].status = 503
+        leaders[3].close()
+        lost_at = clock[0] + 30
+        for _ in range(8):  # 4 minutes: twice the 2-minute scale-down window
+            serve_all(range(1))
+            obj = tick(e)
+            assert obj["status"]["desiredReplicas"] == 4, obj["status"]
+            assert kube.get(*LWS, ns, "k3-latency-engine")["spec"]["replicas"] == 4
+        cond = condition(obj, "MetricsAvailable")
+        since = dt.datetime.fromtimestamp(lost_at, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        assert (cond["status"], cond["reason"]) == ("True", "GroupsUnmeasured")
+        assert cond["message"] == (f"{ITL} from 1 of 4 serving group(s); no metrics from group(s) 1 (since {since}), "
+                                   f"2 (since {since}), 3 (since {since}): never scaling down on this reading")
+        held = events(api, ns, "MetricsIncomplete")
+        assert held and "group(s) 1, 2, 3 of 4 serving gave no metrics" in held[0].message
+        leaders[1].status = leaders[2].status = 200
+        leaders[3] = MetricsServer()
+        for _ in range(2):
+            serve_all()
+            obj = tick(e)
+        assert condition(obj, "MetricsAvailable")["reason"] == "Measured"
+    finally:
+        for s in leaders:
+            s.close()
+        api.close()

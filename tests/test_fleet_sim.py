@@ -75,7 +75,7 @@ def test_the_observation_is_what_vllm_would_export(setup):
     now, obs, fleet = policy.seen[-1]
     al = acceptance_length("dspark", 7)
     point = decode_point(perf_params(setup.cfg.shape), 4)
-    assert (now, obs.window_s, fleet) == (150.0, 120.0, FleetState(current=1, ready=1))
+    assert (now, obs.window_s, fleet) == (150.0, 120.0, FleetState(current=1, ready=1, serving=frozenset({"0"})))
     assert obs.acceptance_length == pytest.approx(al, rel=1e-6)  # 4.26 (Dynamo's chat figure)
     assert obs.running == 4 and obs.waiting == 0
     assert obs.generation_tokens / obs.window_s == pytest.approx(point.group_tokens_per_s, rel=1e-3)
@@ -115,9 +115,9 @@ def test_a_group_added_loads_for_exactly_the_load_time(setup):
     res = _sim(setup, policy, [], 300, 1, cfg=cfg)
     assert res.groups[1][1:] == (30.0, 150.0, None)  # created at 30 s, ready at 150 s
     states = {now: fleet for now, _, fleet in policy.seen}
-    assert states[60.0] == FleetState(current=2, ready=1, loading=1)
-    assert states[150.0] == FleetState(current=2, ready=1, loading=1)  # decisions come before readiness
-    assert states[180.0] == FleetState(current=2, ready=2)
+    assert states[60.0] == FleetState(current=2, ready=1, loading=1, serving=frozenset({"0"}))
+    assert states[150.0] == FleetState(current=2, ready=1, loading=1, serving=frozenset({"0"}))  # decisions come before readiness
+    assert states[180.0] == FleetState(current=2, ready=2, serving=frozenset({"0", "1"}))
     # GPU-hours count the loading group: 300 s x 8 GPUs + 270 s x 8 GPUs.
     assert res.gpu_hours == pytest.approx((300 + 270) * 8 / 3600)
     assert res.scale_events == 1
@@ -131,9 +131,9 @@ def test_capacity_limits_placement(setup):
     policy = Scripted({30: 4, 300: 3})
     res = _sim(setup, policy, [], 600, 1, cfg=cfg)
     states = {now: fleet for now, _, fleet in policy.seen}
-    assert states[120.0] == FleetState(current=4, ready=2, loading=0, unplaceable=2)
+    assert states[120.0] == FleetState(current=4, ready=2, loading=0, unplaceable=2, serving=frozenset({"0", "1"}))
     # At 300 s the newest (pending) group goes; the other pending one still has no room.
-    assert states[330.0] == FleetState(current=3, ready=2, loading=0, unplaceable=1)
+    assert states[330.0] == FleetState(current=3, ready=2, loading=0, unplaceable=1, serving=frozenset({"0", "1"}))
     assert res.gpu_hours == pytest.approx((600 + 570) * 8 / 3600)  # group 1 from 30 s; none pending
 
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from kimik3.controller.reconcile import FINALIZER
-from kimik3_dev.devcluster.operator_thread import free_port
+from kimik3_dev.devcluster.processes import free_port
 from chaos.helpers import assert_operator_wrote_as, converged
 from support.cluster import CR, LWS, http_status, metric, metric_samples
 from support.recipes import recipe

@@ -25,7 +25,7 @@ import pytest
 from kubernetes import client
 
 from kimik3_dev.devcluster.controlplane import ControlPlane
-from kimik3_dev.devcluster.operator_thread import free_port
+from kimik3_dev.devcluster.processes import free_port
 from kimik3_dev.devcluster.rbac import (CHART_DIR, RELEASE, RELEASE_NAMESPACE, HelmMissingError, helm_binary, helm_env,
                                    render_chart)
 from kimik3_dev.devcluster import kueue

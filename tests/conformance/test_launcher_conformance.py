@@ -58,7 +58,7 @@ from kimik3.render.children import render
 from kimik3.render.configmap import group_plan_document
 from kimik3.render.meta import Owner
 from kimik3.render.leaderworkerset import API_KEY_ENV, CONTAINER
-from kimik3_dev.devcluster.operator_thread import free_port
+from kimik3_dev.devcluster.processes import free_port
 from support.waiting import WaitTimeout, wait_for
 
 HERE = Path(__file__).resolve().parent

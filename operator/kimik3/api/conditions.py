@@ -105,11 +105,17 @@ class Reason(StrEnum):
     PROMETHEUS_UNREACHABLE = "PrometheusUnreachable"
     PROMETHEUS_ERROR = "PrometheusError"
     """Prometheus answered with an error, or with an answer the operator cannot read."""
+    BUCKET_LAYOUTS_DIFFER = "BucketLayoutsDiffer"
+    """Groups expose the latency histogram with different bucket bounds (mid-rollout, F21b):
+    their buckets cannot be summed, replicas are held."""
+    GROUPS_UNMEASURED = "GroupsUnmeasured"
+    """A reading, but some serving groups gave no metrics: the message names them and since when;
+    the autoscaler may scale up on it, never down (missing data is not low load)."""
 
 
 METRICS_UNAVAILABLE: tuple[Reason, ...] = (
     Reason.NO_TARGETS, Reason.WARMING_UP, Reason.SCRAPE_FAILED, Reason.NO_LATENCY_METRIC, Reason.NO_SERIES,
-    Reason.PROMETHEUS_UNREACHABLE, Reason.PROMETHEUS_ERROR)
+    Reason.PROMETHEUS_UNREACHABLE, Reason.PROMETHEUS_ERROR, Reason.BUCKET_LAYOUTS_DIFFER)
 """Reasons of ``MetricsAvailable=False``: why the metric source has no reading."""
 
 REASONS: dict[ConditionType, tuple[Reason, ...]] = {
@@ -121,8 +127,8 @@ REASONS: dict[ConditionType, tuple[Reason, ...]] = {
     ConditionType.DEGRADED: (Reason.AS_EXPECTED, Reason.APPLY_FAILED, Reason.INVALID_SPEC),
     ConditionType.SCALING_LIMITED: (Reason.UNSCHEDULABLE, Reason.QUOTA_EXHAUSTED, Reason.NO_RACK_FITS, Reason.PREEMPTED,
                                     Reason.KUEUE_PENDING, Reason.ALL_GROUPS_PLACED),
-    ConditionType.METRICS_AVAILABLE: (Reason.MEASURED, Reason.SCALED_TO_ZERO, Reason.NOT_YET_MEASURED,
-                                      *METRICS_UNAVAILABLE),
+    ConditionType.METRICS_AVAILABLE: (Reason.MEASURED, Reason.GROUPS_UNMEASURED, Reason.SCALED_TO_ZERO,
+                                      Reason.NOT_YET_MEASURED, *METRICS_UNAVAILABLE),
 }
 """The reasons the operator writes for each condition type."""
 

@@ -206,6 +206,13 @@ class EngineSpec(Model):
             "and name it in spec.service.apiKeySecret",
             ".env",
         ),
+        rule(
+            "api-key-not-in-extra-args",
+            "!has(self.extraArgs) || !self.extraArgs.exists(a, a.matches('^--api[-_]key([=.].*)?$'))",
+            "--api-key in extraArgs would put the API key in plain text in the CR and its launcher ConfigMap: "
+            "put the key in a Secret and name it in spec.service.apiKeySecret",
+            ".extraArgs",
+        ),
     )
     image: str = Field(default=ENGINE_IMAGE, min_length=1, max_length=512)
     """Engine image. Pinned at vLLM 0.33.0; the megakernel decode path needs >= 0.33.0."""
@@ -834,6 +841,8 @@ class DecodeStatus(Model):
     """The percentile of the window's histogram latencySeconds is, e.g. 90 for P90 (spec.autoscaling.target.percentile)."""
     latency_seconds: float | None = None
     """The metric at the percentile over the window, seconds: what the autoscaler holds under spec.autoscaling.target.value. Unset when no token was decoded in the window."""
+    above_top_bucket: bool | None = None
+    """True when latencySeconds is only a lower bound: the percentile lies above the histogram's largest finite bucket bound, so the real figure is higher (failure case F21a)."""
     tokens_per_second_per_user: float | None = None
     """1 / time per output token at the same percentile (output tokens, whatever the metric)."""
     acceptance_length: float | None = None

@@ -3,8 +3,11 @@
 A histogram is a map ``le -> cumulative count`` (``+Inf`` included) as exposed by
 ``<name>_bucket`` samples. Quantiles follow Prometheus' ``histogram_quantile``: find the bucket
 holding the rank ``q x count`` and interpolate linearly inside it; a rank in the ``+Inf`` bucket
-returns the largest finite bound. Buckets of several series (engines of a data-parallel group,
-groups of a deployment) are summed before the quantile, never averaged after it (failure case F9).
+returns the largest finite bound, which is then only a lower bound of the quantile (``above_top``
+tells; failure case F21a). Buckets of several series (engines of a data-parallel group, groups of
+a deployment) are summed before the quantile, never averaged after it (failure case F9), and only
+when every series has the same bucket bounds (failure case F21b: mid-rollout, an old and a new
+engine may expose different buckets, and their sum would place observations in the wrong bucket).
 """
 
 from __future__ import annotations
@@ -41,12 +44,30 @@ class Histogram:
                          self.sum + other.sum)
 
 
-def merge(histograms: Iterable[Histogram]) -> Histogram:
-    """Sum of several series' buckets (same bucket layout expected; missing bounds count 0)."""
-    total = Histogram()
-    for h in histograms:
+class LayoutMismatch(ValueError):
+    """Series with different bucket bounds cannot be summed (failure case F21b)."""
+
+
+def merge(histograms: Iterable[tuple[str, Histogram]]) -> Histogram:
+    """Sum of several series' buckets, each given as ``(who, histogram)``. Raises
+    ``LayoutMismatch`` naming two sources whose bucket bounds differ (and the bounds only one of
+    them has); a histogram without buckets adds nothing."""
+    total, first = Histogram(), None
+    for who, h in histograms:
+        if not h.buckets:
+            continue
+        if first is None:
+            first = (who, frozenset(h.buckets))
+        elif frozenset(h.buckets) != first[1]:
+            only = sorted(frozenset(h.buckets) ^ first[1])
+            raise LayoutMismatch(f"{first[0]} and {who} expose different bucket bounds "
+                                 f"(only one of them has le={', '.join(_le(b) for b in only[:6])})")
         total = total + h
     return total
+
+
+def _le(bound: float) -> str:
+    return "+Inf" if bound == INF else f"{bound:g}"
 
 
 def quantile(q: float, h: Histogram) -> float | None:
@@ -70,6 +91,14 @@ def quantile(q: float, h: Histogram) -> float | None:
             return prev_bound + (le - prev_bound) * (rank - prev_count) / (c - prev_count)
         prev_bound, prev_count = le, c
     return bounds[-1] if bounds[-1] != INF else None
+
+
+def above_top(q: float, h: Histogram) -> bool:
+    """The ``q`` quantile's rank lands in the ``+Inf`` bucket: the real quantile is above the
+    largest finite bound, which ``quantile`` returns as a lower bound only (failure case F21a)."""
+    finite = [b for b in h.buckets if b != INF]
+    count = h.count
+    return count > 0 and bool(finite) and h.buckets[max(finite)] < q * count
 
 
 def mean(h: Histogram) -> float | None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from kimik3.api.conditions import Reason
 from kimik3.api.v1alpha1 import LatencyMetric
-from kimik3.autoscaler.histogram import Histogram, quantile
+from kimik3.autoscaler.histogram import Histogram, above_top, quantile
 
 ITL = "vllm:inter_token_latency_seconds"
 ITL_OLD = "vllm:time_per_output_token_seconds"
@@ -73,7 +73,7 @@ class DecodeObservation:
     requests_failed: float = 0.0
     """Of those, requests the engine failed (``finished_reason="error"``)."""
     groups: frozenset[str] = frozenset()
-    """Group indexes that reported."""
+    """Group indexes that reported (a group scraped for the first time included: its gauges count)."""
 
     @property
     def acceptance_length(self) -> float:
@@ -104,6 +104,11 @@ class DecodeObservation:
         """Quantile ``q`` (0..1) of ``metric``, seconds: ``token_latency_quantile`` for
         timePerOutputToken, ``step_latency_quantile`` for interTokenLatency."""
         return self.step_latency_quantile(q) if metric == "interTokenLatency" else self.token_latency_quantile(q)
+
+    def above_top_bucket(self, q: float) -> bool:
+        """``latency_quantile(..., q)`` (either metric) is only a lower bound: the quantile's rank
+        lands in the ``+Inf`` bucket of the ITL histogram (failure case F21a)."""
+        return above_top(q, self.itl)
 
     def tokens_per_second_per_user(self, q: float = 0.9) -> float | None:
         """1 / the per-output-token latency at quantile ``q``; None without observations."""

@@ -84,6 +84,10 @@ class FleetState:
     """Groups created, not yet ready, still inside their load timeout (coming)."""
     unplaceable: int = 0
     """Groups whose pods the scheduler cannot place (never coming on their own)."""
+    serving: frozenset[str] = frozenset()
+    """Indexes of the groups serving (every pod Ready), when the caller knows them: a serving
+    group absent from the observation's ``groups`` is unmeasured, and a decision with an
+    unmeasured group may scale up but never down (its load is unknown, not low)."""
 
 
 @dataclass(frozen=True)
@@ -528,6 +532,16 @@ class LatencyPolicy:
 
     # ------------------------------------------------------------------ the decision ---------
     def decide(self, now: float, obs: DecodeObservation | None, fleet: FleetState) -> Decision:
+        decision = self._decide(now, obs, fleet)
+        unmeasured = sorted(fleet.serving - obs.groups, key=lambda g: (len(g), g)) if obs is not None else []
+        if unmeasured and decision.desired < fleet.current:
+            return Decision(fleet.current, "MetricsIncomplete",
+                            f"group(s) {', '.join(unmeasured)} of {len(fleet.serving)} serving gave no metrics: "
+                            f"not scaling down on a partial reading ({decision.reason}: {decision.message})",
+                            decision.recommendation)
+        return decision
+
+    def _decide(self, now: float, obs: DecodeObservation | None, fleet: FleetState) -> Decision:
         s = self.settings
         if self._first_decision is None:
             self._first_decision = now
@@ -572,8 +586,10 @@ class LatencyPolicy:
                 agreeing = t
             if now - agreeing < obs.window_s - self.interval_s - 1e-6:
                 up = fleet.current
+        above = ">= " if obs.above_top_bucket(s.percentile) else ""  # F21a: a lower bound only
         detail = (f"p{int(s.percentile * 100)} {'ITL' if s.metric == 'interTokenLatency' else 'TPOT'} "
-                  f"{latency * 1000:.2f} ms" if latency is not None else "no latency samples")
+                  f"{above}{latency * 1000:.2f} ms" + (" (above the histogram's top bucket)" if above else "")
+                  if latency is not None else "no latency samples")
         detail += f", {obs.running:.0f} running, {obs.waiting:.0f} waiting, recommendation {rec} ({why})"
         if up > fleet.current:
             if fleet.unplaceable > 0:

@@ -29,7 +29,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from kimik3.api.conditions import Reason
-from kimik3.autoscaler.histogram import INF, Histogram, merge
+from kimik3.autoscaler.histogram import INF, Histogram, LayoutMismatch, merge
 from kimik3.autoscaler.observation import (ACCEPTED, DRAFTS, FAILED_REASON, GENERATION_TOKENS, ITL, ITL_OLD, KV_USAGE,
                                            REQUEST_SUCCESS, RUNNING, TTFT, WAITING, DecodeObservation,
                                            MetricsUnavailable)
@@ -136,7 +136,7 @@ class PodScrapeSource:
     for the simulator). ``fetch(url)`` returns a page's text (``HTTPPages`` by default; the kit's
     fleet simulator serves its groups' pages without a socket) and raises
     ``requests.RequestException`` or ValueError when it cannot. A pod seen for the first time
-    gives no window yet."""
+    gives no window yet; its gauges count, and its group counts as reporting."""
 
     def __init__(self, targets: Callable[[str, str], Iterable[ScrapeTarget]],
                  fetch: Callable[[str], str] | None = None, clock: Callable[[], float] = time.time):
@@ -160,44 +160,47 @@ class PodScrapeSource:
             if errors:
                 raise MetricsUnavailable(Reason.SCRAPE_FAILED, "; ".join(errors))
             raise MetricsUnavailable(Reason.WARMING_UP, "first scrape of every leader: no window yet")
-        itl, ttft, names = [], [], set()
+        itl: list[tuple[str, Histogram]] = []
+        ttft: list[tuple[str, Histogram]] = []
+        names = set()
         drafts = accepted = tokens = running = waiting = finished = failed = 0.0
         kv: list[float] = []
-        for new, old in [(d[1], d[2]) for d in deltas] + retired:
+        for who, new, old in [(f"group {d[0]}", d[1], d[2]) for d in deltas] + retired:
             name = _itl_name(new)
             if name:
                 names.add(name)
                 old_by_key = {k: h for k, h in old.histograms.items() if k[0] == name}
                 for series, h in new.histograms.items():
                     if series[0] == name:
-                        itl.append(h - old_by_key.get(series, Histogram()))
+                        itl.append((_series(who, series), h - old_by_key.get(series, Histogram())))
             for series, h in new.histograms.items():
                 if series[0] == TTFT:
-                    ttft.append(h - old.histograms.get(series, Histogram()))
+                    ttft.append((_series(who, series), h - old.histograms.get(series, Histogram())))
             drafts += _counter_delta(new, old, DRAFTS)
             accepted += _counter_delta(new, old, ACCEPTED)
             tokens += _counter_delta(new, old, GENERATION_TOKENS)
             finished += _counter_delta(new, old, REQUEST_SUCCESS)
             failed += _counter_delta(new, old, REQUEST_SUCCESS, ("finished_reason", FAILED_REASON))
-        for new in [d[1] for d in deltas] + fresh:  # gauges need no window: a first scrape counts
+        for _, new in [(d[0], d[1]) for d in deltas] + fresh:  # gauges need no window: a first scrape counts
             running += new.total(RUNNING)
             waiting += new.total(WAITING)
             kv += new.values(KV_USAGE)
         if not names:
             raise MetricsUnavailable(Reason.NO_LATENCY_METRIC, f"leaders expose neither {ITL} nor {ITL_OLD}")
+        itl_metric = ITL if ITL in names else ITL_OLD
         window = max(d[3] for d in deltas)
         return DecodeObservation(
-            at=now, window_s=window, itl=merge(itl), itl_metric=ITL if ITL in names else ITL_OLD,
-            ttft=merge(ttft), running=running, waiting=waiting, kv_usage=max(kv) if kv else None,
+            at=now, window_s=window, itl=_merged(itl_metric, itl), itl_metric=itl_metric,
+            ttft=_merged(TTFT, ttft), running=running, waiting=waiting, kv_usage=max(kv) if kv else None,
             drafts=drafts, accepted=accepted, generation_tokens=tokens, requests_finished=finished,
-            requests_failed=failed, groups=frozenset(d[0] for d in deltas))
+            requests_failed=failed, groups=frozenset(d[0] for d in deltas) | frozenset(g for g, _ in fresh))
 
     def _scrape(self, targets: list[ScrapeTarget], now: float, start: float
-                ) -> tuple[list[tuple[str, Scrape, Scrape, float]], list[Scrape], list[str]]:
+                ) -> tuple[list[tuple[str, Scrape, Scrape, float]], list[tuple[str, Scrape]], list[str]]:
         """Scrape every target: (group, page, the page starting its window, seconds between) of
-        those with a window; the pages of those scraped the first time; the errors."""
+        those with a window; (group, page) of those scraped the first time; the errors."""
         deltas: list[tuple[str, Scrape, Scrape, float]] = []
-        fresh: list[Scrape] = []
+        fresh: list[tuple[str, Scrape]] = []
         errors = []
         for t in targets:
             try:
@@ -219,11 +222,11 @@ class PodScrapeSource:
                 history.forget_before(base[0])
                 deltas.append((t.group, scrape, base[1], now - base[0]))
             else:
-                fresh.append(scrape)
+                fresh.append((t.group, scrape))
         return deltas, fresh, errors
 
-    def _retire(self, live: set[str], start: float) -> list[tuple[Scrape, Scrape]]:
-        """(last page, the page starting the window) of pods no longer scraped (deleted, scaled
+    def _retire(self, live: set[str], start: float) -> list[tuple[str, Scrape, Scrape]]:
+        """(who, last page, the page starting the window) of pods no longer scraped (deleted, scaled
         down) whose last page is inside the window: what they served there still counts, as a
         series that ended inside the range does in Prometheus' ``increase()``. Pods whose last
         page is older are forgotten."""
@@ -239,8 +242,21 @@ class PodScrapeSource:
                 del self._scrapes[key]
             else:
                 history.forget_before(base[0])
-                retired.append((last, base[1]))
+                retired.append((f"the retired leader {key}", last, base[1]))
         return retired
+
+
+def _series(who: str, series: SeriesKey) -> str:
+    """``group 0 {engine="1"}``: a series named for messages."""
+    return f"{who} {{{', '.join(f'{k}={v!r}' for k, v in series[1])}}}" if series[1] else who
+
+
+def _merged(name: str, series: list[tuple[str, Histogram]]) -> Histogram:
+    """``histogram.merge`` of one metric's series; different bucket bounds (F21b) hold replicas."""
+    try:
+        return merge(series)
+    except LayoutMismatch as exc:
+        raise MetricsUnavailable(Reason.BUCKET_LAYOUTS_DIFFER, f"{name}: {exc}") from None
 
 
 NOTHING_SERVED = Scrape({}, {})
@@ -335,6 +351,16 @@ class PrometheusSource:
         total = self._scalar(f"sum(increase({name}_sum{{{selector}}}[{window}]))", at) if buckets else 0.0
         return Histogram(buckets, total)
 
+    def _same_layout(self, name: str, selector: str, at: float) -> None:
+        """Raise ``MetricsUnavailable`` when the groups expose different bucket bounds of
+        ``name``: ``sum by (le)`` would add unlike buckets (failure case F21b)."""
+        layouts: dict[str, set[str]] = {}
+        for row in self._query(f"group by (group, le) ({name}_bucket{{{selector}}})", at):
+            labels = row.get("metric") or {}
+            layouts.setdefault(labels.get("group", ""), set()).add(labels.get("le", ""))
+        _merged(name, [(f"group {g}", Histogram({INF if le == "+Inf" else float(le): 0.0 for le in les if le}))
+                       for g, les in sorted(layouts.items())])
+
     def observe(self, namespace: str, deployment: str, window_s: float) -> DecodeObservation:
         at = self.clock()
         sel = ",".join(f'{k}="{v}"' for k, v in {"namespace": namespace, "deployment": deployment,
@@ -351,6 +377,7 @@ class PrometheusSource:
             if not itl.buckets:
                 raise MetricsUnavailable(Reason.NO_LATENCY_METRIC,
                                          f"no {ITL} or {ITL_OLD} series for {namespace}/{deployment}")
+        self._same_layout(itl_metric, sel, at)
         kv = [self._value(s) for s in self._query(f"max({KV_USAGE}{{{sel}}})", at)]
         return DecodeObservation(
             at=at, window_s=window_s, itl=itl, itl_metric=itl_metric,

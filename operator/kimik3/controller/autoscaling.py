@@ -10,6 +10,7 @@ scales on a restart.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import time
 from collections import deque
@@ -56,7 +57,7 @@ def fleet_state(lws: dict[str, Any] | None, pods: list[dict[str, Any]], load_tim
     not created yet, or leader younger than the load timeout) and unplaceable (a pod
     ``kube.pods.is_unschedulable``, or under placement kueue a group whose Workload Kueue refused:
     quota used up, no rack fits, preempted; ``kube.workloads.waiting``). A group past its load
-    timeout counts as neither: failed."""
+    timeout counts as neither: failed. ``serving``: the indexes of the groups with every pod Ready."""
     current = int(((lws or {}).get("spec") or {}).get("replicas", 0) or 0)
     ready = int(((lws or {}).get("status") or {}).get("readyReplicas", 0) or 0)
     groups: dict[int, list[dict[str, Any]]] = {}
@@ -66,19 +67,23 @@ def fleet_state(lws: dict[str, Any] | None, pods: list[dict[str, Any]], load_tim
             groups.setdefault(int(g), []).append(pod)
     refused = {w.group for w in map(waiting, workloads or []) if w is not None and w.why != "pending"}
     loading = unplaceable = 0
+    serving = set()
     for index in range(current):
         members = groups.get(index, [])
         if str(index) in refused or any(is_unschedulable(p) for p in members):
             unplaceable += 1
         elif not members:
             loading += 1  # the LeaderWorkerSet has not created it yet
-        elif not all(is_ready(p) for p in members):
+        elif all(is_ready(p) for p in members):
+            serving.add(str(index))
+        else:
             leader = next((p for p in members if is_leader(p)), members[0])
             created = _parse_time(leader["metadata"].get("creationTimestamp"))
             if created is None or now - created < load_timeout_s:
                 loading += 1
     loading = min(loading, max(0, current - ready - unplaceable))
-    return FleetState(current=current, ready=ready, loading=loading, unplaceable=unplaceable)
+    return FleetState(current=current, ready=ready, loading=loading, unplaceable=unplaceable,
+                      serving=frozenset(serving))
 
 
 @dataclass
@@ -90,6 +95,8 @@ class DeploymentState:
     slo: deque = field(default_factory=deque)
     pods: list[dict[str, Any]] = field(default_factory=list)
     """The deployment's pods as of the current step (the pod-scrape source reads the leaders)."""
+    unmeasured_since: dict[str, float] = field(default_factory=dict)
+    """Serving groups the last reading lacked, and since when (unix seconds)."""
 
 
 @dataclass
@@ -163,13 +170,12 @@ class Autoscaling:
                               max(1.0, interval - (now - state.last_decision)))
         state.last_decision = now
         fleet = fleet_state(lws, pods, seconds.load_timeout, now, workloads)
-        fleet = FleetState(current=held if lws is None else fleet.current, ready=fleet.ready,
-                           loading=fleet.loading, unplaceable=fleet.unplaceable)
+        if lws is None:
+            fleet = dataclasses.replace(fleet, current=held)
         obs: DecodeObservation | None
         try:
             obs = state.source.observe(key[0], key[1], seconds.autoscaling_window)
-            reading = Verdict("True", Reason.MEASURED, f"{obs.itl_metric} from {len(obs.groups)} group(s)"
-                              if obs.has_traffic else "no traffic in the window (a valid reading)")
+            reading = self._reading(state, obs, fleet, now)
         except MetricsUnavailable as exc:
             obs = None
             reading = Verdict("False", exc.reason, f"{exc.message}; holding replicas at {fleet.current}")
@@ -196,11 +202,26 @@ class Autoscaling:
                                                     "reason": f"{decision.reason}: {decision.message}"[:1024]})
             events.append(("Normal", decision.reason,
                            f"groups {fleet.current} -> {decision.desired}: {decision.message}"))
-        elif decision.reason in ("GroupsLoading", "Unplaceable", "MetricsUnavailable"):
+        elif decision.reason in ("GroupsLoading", "Unplaceable", "MetricsUnavailable", "MetricsIncomplete"):
             events.append(("Warning" if decision.reason != "GroupsLoading" else "Normal", decision.reason,
                            f"holding {fleet.current} group(s): {decision.message}"))
         return StepResult(decision.desired, AutoscalerReport(decision.desired, decode, last_scale, reading), events,
                           interval)
+
+    @staticmethod
+    def _reading(state: DeploymentState, obs: DecodeObservation, fleet: FleetState, now: float) -> Verdict:
+        """MetricsAvailable for a reading: which serving groups it lacks and since when (kept in
+        ``state.unmeasured_since``), so missing data never passes for low load unsaid."""
+        unmeasured = fleet.serving - obs.groups
+        state.unmeasured_since = {g: state.unmeasured_since.get(g, now) for g in unmeasured}
+        if unmeasured:
+            since = ", ".join(f"{g} (since {_iso(state.unmeasured_since[g])})"
+                              for g in sorted(unmeasured, key=lambda g: (len(g), g)))
+            return Verdict("True", Reason.GROUPS_UNMEASURED,
+                           f"{obs.itl_metric} from {len(fleet.serving & obs.groups)} of {len(fleet.serving)} serving "
+                           f"group(s); no metrics from group(s) {since}: never scaling down on this reading")
+        return Verdict("True", Reason.MEASURED, f"{obs.itl_metric} from {len(obs.groups)} group(s)"
+                       if obs.has_traffic else "no traffic in the window (a valid reading)")
 
     def _measured(self, state: DeploymentState, key: tuple[str, str], admitted: Admitted,
                   obs: DecodeObservation, now: float) -> DecodeStatus:
@@ -217,5 +238,6 @@ class Autoscaling:
             metrics.OBSERVED_LATENCY.labels(*key, *series).set(latency)
             state.slo.append((now, latency <= admitted.seconds.latency_target))
         return DecodeStatus(metric=target.metric, percentile=target.percentile, latency_seconds=latency,
+                            above_top_bucket=obs.above_top_bucket(q) or None,
                             tokens_per_second_per_user=obs.tokens_per_second_per_user(q),
                             acceptance_length=round(obs.acceptance_length, 3), observed_at=_iso(now))

@@ -467,7 +467,8 @@ class FleetSim:
         alive = [g for g in self.groups if g.state in (PENDING, LOADING, READY)]
         loading = sum(1 for g in alive if g.state == LOADING and now - g.created_s < self.cfg.load_timeout_s)
         return FleetState(current=len(alive), ready=sum(1 for g in alive if g.state == READY),
-                          loading=loading, unplaceable=sum(1 for g in alive if g.state == PENDING))
+                          loading=loading, unplaceable=sum(1 for g in alive if g.state == PENDING),
+                          serving=frozenset(str(g.gid) for g in alive if g.state == READY))
 
     def _serving(self) -> list[_Group]:
         return [g for g in self.groups if g.state in (READY, DRAINING)]

@@ -56,6 +56,7 @@ from kimik3.autoscaler.policy import Policy
 from kimik3_dev.benchmark.baselines import (DynamoPlannerPolicy, HPAPolicy, KEDAPolicy, KPAPolicy, OptimalPolicy,
                                             Profile, StaticPolicy, provisioning_schedule)
 from kimik3_dev.benchmark.fleet import FleetConfig, FleetSim, GroupModel, RunResult
+from kimik3_dev.benchmark import tracefile
 from kimik3_dev.benchmark.traces import Request, Trace, all_traces
 
 RECIPE = "recipes/gb300-tp8-megakernel-dspark.yaml"
@@ -315,12 +316,28 @@ def run_all(recipe: str = RECIPE, out_dir: Path = Path("bench/results"), traces:
 @click.option("-f", "--filename", default=RECIPE, show_default=True, help="Recipe whose groups are simulated.")
 @click.option("-o", "--output-dir", default="bench/results", show_default=True, type=click.Path(file_okay=False))
 @click.option("--trace", "trace_names", multiple=True, help="Only these traces (steady, diurnal, bursts, step).")
+@click.option("--trace-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Replay a recorded trace instead: a CSV of arrival timestamp, prompt tokens, output tokens "
+                   "(Azure LLM inference or BurstGPT columns; see benchmark/tracefile.py).")
+@click.option("--time-compression", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="With --trace-file: play the recording this many times faster.")
+@click.option("--copies", default=1, show_default=True, type=click.IntRange(min=1),
+              help="With --trace-file: superpose this many copies, each shifted by a seeded offset.")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--no-plots", is_flag=True, help="Skip the PNGs.")
-def simulate_command(filename: str, output_dir: str, trace_names: tuple[str, ...], seed: int, no_plots: bool) -> None:
+def simulate_command(filename: str, output_dir: str, trace_names: tuple[str, ...], trace_file: Path | None,
+                     time_compression: float, copies: int, seed: int, no_plots: bool) -> None:
     """Run every autoscaling policy on every request trace through a simulated fleet; print the
     table, write OUTPUT_DIR/autoscaler.json and one PNG per trace."""
-    traces = [t for t in all_traces() if not trace_names or t.name in trace_names]
+    if trace_file is not None:
+        if trace_names:
+            raise click.UsageError("give --trace or --trace-file, not both")
+        try:
+            traces = [tracefile.load(trace_file, time_compression, copies)]
+        except tracefile.TraceFileError as exc:
+            raise click.ClickException(str(exc)) from None
+    else:
+        traces = [t for t in all_traces() if not trace_names or t.name in trace_names]
     if not traces:
         raise click.ClickException(f"no trace named {', '.join(trace_names)}")
     run_all(filename, Path(output_dir), traces, seed=seed, plots=not no_plots, log=click.echo)

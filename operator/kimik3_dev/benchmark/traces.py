@@ -86,6 +86,11 @@ class Trace:
     """Seconds at which the rate jumps up (a step or a burst starts): "time to recover" is measured from each."""
     description: str = ""
     shape: LengthShape = field(default=DEFAULT_SHAPE)
+    replay: tuple[Request, ...] = ()
+    """Recorded requests (a trace file, ``tracefile.load``): replayed as they are, not drawn."""
+    copies: int = 1
+    """Superposed copies of ``replay``: copy 0 as recorded, each other one shifted by a seeded
+    offset and wrapped around the trace's end (a recorded trace scaled to a fleet's size)."""
 
     @property
     def duration_s(self) -> int:
@@ -96,13 +101,12 @@ class Trace:
         i = int(t)
         return self.rates[i] if 0 <= i < len(self.rates) else 0.0
 
-    def mean_output_tokens_per_s(self, t: float) -> float:
-        """Output tokens/s asked for at second ``t`` (rate x mean output length)."""
-        return self.rate(t) * self.shape.output_mean
-
     def requests(self, seed: int = 0) -> list[Request]:
-        """The trace's requests, sorted by arrival (deterministic for a given seed)."""
+        """The trace's requests, sorted by arrival (deterministic for a given seed). A replayed
+        trace keeps every recorded arrival and length; the seed only places its copies."""
         rng = random.Random(f"{self.name}:{seed}")
+        if self.replay:
+            return self._superposed(rng)
         out: list[Request] = []
         for second, rate in enumerate(self.rates):
             if rate <= 0:
@@ -114,14 +118,13 @@ class Trace:
                 t += rng.expovariate(rate)
         return out
 
-    def scaled(self, factor: float) -> Trace:
-        """The same shape at ``factor`` times the rate."""
-        return Trace(self.name, tuple(r * factor for r in self.rates), self.jumps, self.description, self.shape)
-
-    def truncated(self, duration_s: int) -> Trace:
-        """The first ``duration_s`` seconds (for short tests)."""
-        return Trace(self.name, self.rates[:duration_s], tuple(j for j in self.jumps if j < duration_s),
-                     self.description, self.shape)
+    def _superposed(self, rng: random.Random) -> list[Request]:
+        out = list(self.replay)
+        for _ in range(1, self.copies):
+            offset = rng.uniform(0, self.duration_s)
+            out += [Request((r.arrival_s + offset) % self.duration_s, r.prompt_tokens, r.output_tokens)
+                    for r in self.replay]
+        return sorted(out, key=lambda r: r.arrival_s)
 
 
 def _from(fn: Callable[[float], float], duration_s: int) -> tuple[float, ...]:

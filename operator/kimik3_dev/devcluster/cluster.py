@@ -31,7 +31,6 @@ import datetime as dt
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -45,10 +44,11 @@ from kubernetes.client.rest import ApiException
 import kimik3
 from kimik3.kube import nodes as knodes
 from kimik3.kube.accelerators import PROFILES
+from kimik3_dev import command
 from kimik3_dev.devcluster import kubecomponents, kueue, kwok, lws, processes, prometheus, rbac
 from kimik3_dev.devcluster.controlplane import ControlPlane, ControlPlaneError, bin_dir
 from kimik3_dev.devcluster.install import apply_admission_policies, own_manifests
-from kimik3_dev.devcluster.processes import ProcessRecord
+from kimik3_dev.devcluster.processes import ProcessRecord, free_port
 from kimik3_dev.devcluster.progress import Progress
 from kimik3_dev.devcluster.racks import RACK_LABEL, RackShape, node_manifests
 from kimik3_dev.devcluster.readiness import ComponentError, http_get, wait_for
@@ -106,13 +106,6 @@ class UpOptions:
     """Kill every process when the calling thread exits (test fixtures); False for ``dev up``."""
 
 
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1 (may race with other processes; components fail loudly then)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _cli(*args: str) -> list[str]:
     """Command line of this checkout's ``kimik3`` CLI with the running interpreter."""
     return [sys.executable, "-m", "kimik3.cli", *args]
@@ -153,7 +146,7 @@ class DevCluster:
         self.state_file = self.state_dir / "cluster.json"
         self.kubeconfig = self.state_dir / "admin.kubeconfig"
         self._die_with_parent = False
-        self._retry = f"kimik3 dev up --state-dir {self.state_dir}  (a failed up already stopped what it started)"
+        self._retry = f"{command()} dev up --state-dir {self.state_dir}  (a failed up already stopped what it started)"
 
     # -- queries -----------------------------------------------------------------------------
     def state(self) -> dict[str, Any] | None:
@@ -188,7 +181,7 @@ class DevCluster:
         if alive:
             raise ComponentError("dev cluster", f"already running in {self.state_dir} "
                                  f"({', '.join(r.name for r in alive)})",
-                                 retry=f"kimik3 dev down --state-dir {self.state_dir}")
+                                 retry=f"{command()} dev down --state-dir {self.state_dir}")
         self._clean()
         t0 = time.monotonic()
         state: dict[str, Any] = {"state_dir": str(self.state_dir), "kubeconfig": str(self.kubeconfig),
@@ -438,7 +431,7 @@ class DevCluster:
         if record is None or not record.alive:
             names = ", ".join(r.name for r in self.running() if r.name not in CONTROL_PLANE) or "none"
             raise ComponentError(name, f"is not a running component (running: {names})",
-                                 retry=f"kimik3 dev status --state-dir {self.state_dir}")
+                                 retry=f"{command()} dev status --state-dir {self.state_dir}")
         processes.stop(self.state_dir, name, kill=kill)
         processes.write_record(self.state_dir / "stopped", record)
         return record
@@ -450,7 +443,7 @@ class DevCluster:
             running = processes.read_record(self.state_dir, name)
             raise ComponentError(name, "is already running" if running is not None and running.alive else
                                  "was not stopped by `kimik3 dev fault stop`",
-                                 retry=f"kimik3 dev status --state-dir {self.state_dir}")
+                                 retry=f"{command()} dev status --state-dir {self.state_dir}")
         started = self._spawn(name, record.argv, env=_cli_env(KUBECONFIG=str(self.kubeconfig)))
         (processes.pid_dir(self.state_dir / "stopped") / f"{name}.json").unlink(missing_ok=True)
         return started

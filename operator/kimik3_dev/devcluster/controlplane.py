@@ -26,7 +26,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import threading
@@ -44,7 +43,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from kimik3.api.documents import dump_yaml
-from kimik3_dev.devcluster.processes import log_tail
+from kimik3_dev.devcluster.processes import free_port, log_tail
 from kimik3_dev.versions import ETCD_VERSION, KUBERNETES_VERSION
 
 __all__ = [
@@ -123,12 +122,6 @@ def load_yaml_documents(path: Path) -> list[dict[str, Any]]:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     with open(path, "rb") as fh:
         return [doc for doc in yaml.load_all(fh, Loader=loader) if doc]
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _die_with_parent(sig: int) -> None:  # runs in the child between fork and exec
@@ -430,7 +423,7 @@ class ControlPlane:
         return ControlPlaneError(f"{component} {what}; log: {log_path}\n--- last lines ---\n{tail}")
 
     def _start_etcd(self, binary: Path, deadline: float) -> None:
-        client_port, peer_port = _free_port(), _free_port()
+        client_port, peer_port = free_port(), free_port()
         self.etcd_url = f"http://127.0.0.1:{client_port}"
         peer_url = f"http://127.0.0.1:{peer_port}"
         data_dir = self.state_dir / "etcd-data"
@@ -491,7 +484,7 @@ class ControlPlane:
         ]
 
     def _start_apiserver(self, binary: Path, deadline: float) -> None:
-        port = _free_port()
+        port = free_port()
         self.server = f"https://127.0.0.1:{port}"
         # SIGKILL if we die: a SIGTERMed apiserver whose etcd is gone too drains for ~10 s.
         self._apiserver = self._spawn(self._apiserver_argv(binary, port), self.apiserver_log, signal.SIGKILL)

@@ -3,16 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 
 from kimik3.controller.operator import OperatorConfig, run_operator
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from kimik3_dev.devcluster.processes import free_port
 
 
 class OperatorThread:

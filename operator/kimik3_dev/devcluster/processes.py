@@ -14,6 +14,7 @@ import ctypes
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -219,3 +220,10 @@ def log_tail(path: Path | str, lines: int = 25) -> str:
     except OSError:
         return "(no log)"
     return "\n".join(text.splitlines()[-lines:])
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (may race with other processes; components fail loudly then)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -1,0 +1,75 @@
+"""Recorded traces: ``kimik3 simulate --trace-file`` replays a CSV's arrivals and lengths."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kimik3_dev.benchmark import tracefile
+from kimik3_dev.benchmark.simulate import simulate_command
+from kimik3_dev.benchmark.traces import Request
+
+AZURE = """TIMESTAMP,ContextTokens,GeneratedTokens
+2023-11-16 18:15:50.6805900,374,44
+2023-11-16 18:15:46.6805900,4808,10
+2023-11-16 18:16:06.1805900,3662,0
+"""
+"""The Azure LLM inference trace's columns, rows out of order, a 7-digit fraction of a second, an
+output of 0 tokens (a failed request in the recording)."""
+
+
+def test_an_azure_trace_replays_its_arrivals_and_lengths(tmp_path: Path) -> None:
+    path = tmp_path / "azure_conv.csv"
+    path.write_text(AZURE)
+    trace = tracefile.load(path, compression=2.0)
+    expected = [Request(0.0, 4808, 10), Request(2.0, 374, 44), Request(9.75, 3662, 1)]
+    assert trace.name == "azure_conv"
+    assert [(round(r.arrival_s, 6), r.prompt_tokens, r.output_tokens) for r in trace.requests(0)] == \
+        [(r.arrival_s, r.prompt_tokens, r.output_tokens) for r in expected]
+    assert trace.requests(3) == trace.requests(0)  # one copy: every seed replays the same requests
+    assert trace.duration_s == 10 + 60 and trace.rate(2) == 1.0 and trace.jumps == ()
+
+
+def test_copies_superpose_shifted_replays_placed_by_the_seed(tmp_path: Path) -> None:
+    path = tmp_path / "burstgpt.csv"
+    path.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                    + "".join(f"{5 * i},ChatGPT,{100 + i},{20 + i},{120 + 2 * i},Conversation log\n" for i in range(12)))
+    trace = tracefile.load(path, copies=3)
+    a, b = trace.requests(0), trace.requests(1)
+    assert len(a) == len(b) == 36
+    assert sorted((r.prompt_tokens, r.output_tokens) for r in a) == sorted(
+        (100 + i, 20 + i) for i in range(12) for _ in range(3))
+    assert {r.arrival_s for r in a} >= {5.0 * i for i in range(12)}  # copy 0 as recorded
+    assert all(0 <= r.arrival_s < trace.duration_s for r in a) and a != b
+
+
+@pytest.mark.parametrize("text,message", [
+    ("when,prompt,output\n1,2,3\n", "no arrival column; the header has when, prompt, output, accepted names are "
+                                    "timestamp, arrival, arrival_s, time (case and spaces ignored)"),
+    ("arrival_s,prompt_tokens,output_tokens\n1,2,3\nsoon,2,3\n", "line 3: Invalid isoformat string: 'soon'"),
+    ("arrival_s,prompt_tokens,output_tokens\n", "no requests after the header"),
+])
+def test_a_bad_trace_file_names_the_problem(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    with pytest.raises(tracefile.TraceFileError) as refused:
+        tracefile.load(path)
+    assert message in str(refused.value)
+
+
+def test_simulate_replays_a_trace_file_through_every_policy(tmp_path: Path) -> None:
+    path = tmp_path / "small.csv"
+    path.write_text("arrival_s,prompt_tokens,output_tokens\n"
+                    + "".join(f"{0.25 * i:.2f},{1500 + i % 7 * 100},{300 + i % 5 * 40}\n" for i in range(1600)))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(simulate_command, ["--trace-file", str(path), "--time-compression", "2",
+                                                   "-o", str(out), "--no-plots"])
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "autoscaler.json").read_text())
+    assert set(data) == {"small"} and {"kimik3", "optimal", "static-peak"} <= set(data["small"])
+    assert "1600 requests" in result.output
+    refused = CliRunner().invoke(simulate_command, ["--trace-file", str(path), "--trace", "steady"])
+    assert refused.exit_code == 2 and "give --trace or --trace-file, not both" in refused.output
