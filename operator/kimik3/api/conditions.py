@@ -17,7 +17,8 @@ Progressing        True    GroupsStarting, ApplyFailed (retried with back-off), 
                            group has no room: no rack or no Kueue admission; nothing taken down)
                    False   Stable, InvalidSpec, RolledBack (a canary failed its analysis: the
                            previous templates are back, the measured figure quoted)
-Degraded           True    ApplyFailed, InvalidSpec
+Degraded           True    ApplyFailed, InvalidSpec, GroupCrashLooping (groups failed 3 times in
+                           10 min: the message gives the last exit codes and the start back-off)
                    False   AsExpected
 ScalingLimited     True    Unschedulable (a group's pod has ``PodScheduled=False`` reason
                            ``Unschedulable``: no rack or node can hold it); under placement
@@ -28,6 +29,9 @@ MetricsAvailable   True    Measured, ScaledToZero (no groups: nothing to measure
                    False   NoTargets, WarmingUp, ScrapeFailed, NoLatencyMetric, NoSeries,
                            PrometheusUnreachable, PrometheusError (the autoscaler holds replicas)
                    Unknown NotYetMeasured
+ComputeDomainReady True    AllNodesJoined (every node of the engine pods is in the ComputeDomain)
+                   False   NodesMissing (nodes seen and missing; never decides Ready: F19)
+                   Unknown NotReported
 =================  ======  =====================================================================
 """
 
@@ -53,6 +57,8 @@ class ConditionType(StrEnum):
     """The scheduler cannot place a group now."""
     METRICS_AVAILABLE = "MetricsAvailable"
     """The autoscaler has a reading of decode latency (autoscaling enabled only)."""
+    COMPUTE_DOMAIN_READY = "ComputeDomainReady"
+    """The DRA driver lists every node of the engine pods in the ComputeDomain (reported only)."""
 
 
 class Reason(StrEnum):
@@ -68,6 +74,8 @@ class Reason(StrEnum):
     APPLY_FAILED = "ApplyFailed"
     """A child could not be applied; the message quotes the API server."""
     AS_EXPECTED = "AsExpected"
+    GROUP_CRASH_LOOPING = "GroupCrashLooping"
+    """Groups keep failing: recreated with a start back-off (kimik3.controller.recreation)."""
     REPLACING = "Replacing"
     """Placement kueue: the LeaderWorkerSet is replaced because its group shape changed (F15)."""
     ROLLOUT_IN_PROGRESS = "RolloutInProgress"
@@ -90,6 +98,10 @@ class Reason(StrEnum):
     KUEUE_PENDING = "KueuePending"
     """Kueue has not admitted a group for another reason (its message quoted)."""
     ALL_GROUPS_PLACED = "AllGroupsPlaced"
+    ALL_NODES_JOINED = "AllNodesJoined"
+    NODES_MISSING = "NodesMissing"
+    """The ComputeDomain lacks nodes that run engine pods (kimik3.controller.computedomains)."""
+    NOT_REPORTED = "NotReported"
     MEASURED = "Measured"
     NOT_YET_MEASURED = "NotYetMeasured"
     NO_TARGETS = "NoTargets"
@@ -124,9 +136,11 @@ REASONS: dict[ConditionType, tuple[Reason, ...]] = {
     ConditionType.PROGRESSING: (Reason.GROUPS_STARTING, Reason.STABLE, Reason.APPLY_FAILED, Reason.INVALID_SPEC,
                                 Reason.REPLACING, Reason.ROLLOUT_IN_PROGRESS, Reason.CANARY_ANALYSIS, Reason.PAUSED,
                                 Reason.ROLLED_BACK, Reason.SURGE_BLOCKED),
-    ConditionType.DEGRADED: (Reason.AS_EXPECTED, Reason.APPLY_FAILED, Reason.INVALID_SPEC),
+    ConditionType.DEGRADED: (Reason.AS_EXPECTED, Reason.APPLY_FAILED, Reason.INVALID_SPEC,
+                             Reason.GROUP_CRASH_LOOPING),
     ConditionType.SCALING_LIMITED: (Reason.UNSCHEDULABLE, Reason.QUOTA_EXHAUSTED, Reason.NO_RACK_FITS, Reason.PREEMPTED,
                                     Reason.KUEUE_PENDING, Reason.ALL_GROUPS_PLACED),
+    ConditionType.COMPUTE_DOMAIN_READY: (Reason.ALL_NODES_JOINED, Reason.NODES_MISSING, Reason.NOT_REPORTED),
     ConditionType.METRICS_AVAILABLE: (Reason.MEASURED, Reason.GROUPS_UNMEASURED, Reason.SCALED_TO_ZERO,
                                       Reason.NOT_YET_MEASURED, *METRICS_UNAVAILABLE),
 }

@@ -411,8 +411,9 @@ class Supervisor:
         try:
             release = release_overrides(want.pod.get("spec") or {})
             config = launch.engine_config(started_with.argv, started_with.accelerator, want.variant,
-                                          **({"load_time_s": want.load_time_s} | release), workload=want.workload,
-                                          seed=self.seed)
+                                          **(release | {"load_time_s": release.get("load_time_s", want.load_time_s)
+                                                        + started_with.start_delay_s}),
+                                          workload=want.workload, seed=self.seed)
         except (launch.LaunchUnresolved, ValueError) as exc:
             log.warning("group %s/%s/%s (leader %s): no engine: %s", *key, want.leader_pod, exc)
             return
