@@ -187,6 +187,8 @@ class SimEngine:
         self.units = [_Unit(self.engines[i:i + per]) for i in range(0, self.dp, per)]
         self._unit_of = {e.index: u for u in self.units for e in u.engines}
         self._rr = 0
+        self._responding = 0
+        """Responses being written (a request's last tokens may be decoded and not yet sent)."""
         self.started_at: float | None = None
         self.port: int | None = None
         self._runner: web.AppRunner | None = None
@@ -219,10 +221,10 @@ class SimEngine:
 
     async def drain(self, timeout_s: float) -> None:
         """What a pod's deletion gives the engine: the Service already sends it nothing new; the
-        requests it holds finish, for at most ``timeout_s`` (the pod's termination grace period),
-        then it stops (``stop``) and aborts what is left."""
+        requests it holds finish and their responses are sent whole, for at most ``timeout_s``
+        (the pod's termination grace period), then it stops (``stop``) and aborts what is left."""
         deadline = time.monotonic() + timeout_s
-        while any(u.has_work() for u in self.units) and time.monotonic() < deadline:
+        while (self._responding or any(u.has_work() for u in self.units)) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         await self.stop()
 
@@ -516,6 +518,7 @@ class SimEngine:
         req = self.submit(n_prompt, max_tokens, body.get("kimik3_workload"))
         rid = ("chatcmpl-" if chat else "cmpl-") + req.rid
         created = int(time.time())
+        self._responding += 1
         try:
             if body.get("stream"):
                 opts = body.get("stream_options") or {}
@@ -544,6 +547,7 @@ class SimEngine:
                                       "model": self.config.served_model_name, "choices": [choice], "usage": usage,
                                       "system_fingerprint": None})
         finally:
+            self._responding -= 1
             if not req.done:
                 req.aborted = True
                 self._unit_of[req.engine].wake.set()
