@@ -213,20 +213,59 @@ def test_benchmark_json_has_the_required_shape(setup, tmp_path):
     short = [traces.step(at_s=180, hold_s=180, duration_s=480), traces.steady(rate=6, duration_s=300)]
     cfg = replace(setup.cfg, load_time_s=60.0)
     s = replace(setup, cfg=cfg, model=GroupModel(cfg))
-    runs = [benchmark.run_trace(s, t) for t in short]
-    benchmark.write_json(runs, tmp_path / "autoscaler.json")
+    runs = [benchmark.run_trace(s, t, seed=seed) for t in short for seed in (0, 1)]
+    benchmark.write_json(runs, tmp_path / "autoscaler.json", {"seeds": [0, 1]})
     data = json.loads((tmp_path / "autoscaler.json").read_text())
-    assert set(data) == {"step", "steady"}
-    for trace, by_policy in data.items():
-        assert set(by_policy) == set(benchmark.POLICIES) and "kimik3" in by_policy and "optimal" in by_policy
-        for metrics in by_policy.values():
-            assert set(metrics) == {"slo_attainment", "gpu_hours", "scale_events", "recovery_s", "worst_p90_itl_s"}
-            assert 0 <= metrics["slo_attainment"] <= 1 and metrics["gpu_hours"] > 0
-            assert (metrics["recovery_s"] is None) == (trace == "steady")
-    step = data["step"]
-    assert step["optimal"]["slo_attainment"] == 1.0
-    assert step["static-peak"]["scale_events"] == 0 and step["static-peak"]["slo_attainment"] == 1.0
+    assert set(data) == {"run", "goal_misses", "traces"} and data["run"] == {"seeds": [0, 1]}
+    assert set(data["traces"]) == {"step", "steady"}
+    figures = {"slo_attainment", "gpu_hours", "gpu_hours_x_optimum", "scale_events", "recovery_s", "worst_p90_itl_s"}
+    for trace, by_policy in data["traces"].items():
+        assert set(by_policy) == set(benchmark.POLICIES)
+        for name, entry in by_policy.items():
+            assert set(entry) == {"seeds", "min", "mean", "max"} and set(entry["seeds"]) == {"0", "1"}
+            per_seed = list(entry["seeds"].values())
+            for metrics in per_seed:
+                assert set(metrics) == figures
+                assert 0 <= metrics["slo_attainment"] <= 1 and metrics["gpu_hours"] > 0
+                assert (metrics["recovery_s"] is None) == (trace == "steady")
+            slo = [m["slo_attainment"] for m in per_seed]
+            assert entry["min"]["slo_attainment"] == min(slo)
+            assert entry["mean"]["slo_attainment"] == pytest.approx(sum(slo) / 2, abs=1e-6)
+            assert entry["max"]["gpu_hours"] == max(m["gpu_hours"] for m in per_seed)
+            if name == "optimal":
+                assert {m["gpu_hours_x_optimum"] for m in per_seed} == {1.0}
+    # The two seeds are different draws of the same trace.
+    arrivals = {run.seed: [m.arrivals for m in run.results["optimal"].minutes] for run in runs if run.trace.name == "steady"}
+    assert arrivals[0] != arrivals[1] and sum(arrivals[0]) == pytest.approx(6 * 300, rel=0.1)
+    step = data["traces"]["step"]
+    assert step["optimal"]["min"]["slo_attainment"] == 1.0
+    assert step["static-peak"]["max"]["scale_events"] == 0 and step["static-peak"]["min"]["slo_attainment"] == 1.0
     assert "kimik3" in benchmark.table(runs, s.target_s)
+
+
+def test_goal_misses_name_the_trace_seed_and_figures(setup):
+    trace = traces.steady(rate=6, duration_s=300)
+
+    def run(seed, ours, peer):
+        summary = {"kimik3": ours, "hpa": peer, "optimal": {"slo_attainment": 1.0, "gpu_hours": 10.0}}
+        for m in summary.values():
+            m["gpu_hours_x_optimum"] = m["gpu_hours"] / 10.0
+        return benchmark.TraceRun(trace, seed, [], {}, summary, 0.0)
+
+    met = run(0, {"slo_attainment": 0.995, "gpu_hours": 10.5}, {"slo_attainment": 1.0, "gpu_hours": 11.0})
+    assert benchmark.goal_misses([met]) == []
+    missed = run(3, {"slo_attainment": 0.98, "gpu_hours": 11.5}, {"slo_attainment": 0.99, "gpu_hours": 11.0})
+    assert benchmark.goal_misses([met, missed]) == [
+        "steady seed 3: kimik3 98.0% SLO at 1.15x the optimum (goal >= 99% at <= 1.10x)",
+        "steady seed 3: hpa beats kimik3 on both (99.0% at 11.0 GPU-h against 98.0% at 11.5)"]
+
+
+def test_seeds_are_read_as_numbers_ranges_and_lists():
+    assert benchmark.parse_seeds("0-4") == (0, 1, 2, 3, 4)
+    assert benchmark.parse_seeds("3") == (3,)
+    assert benchmark.parse_seeds("0,2-3,2") == (0, 2, 3)
+    with pytest.raises(ValueError, match="'x' is not a seed or a range of seeds"):
+        benchmark.parse_seeds("1,x")
 
 
 def test_optimal_policy_plays_its_schedule():

@@ -66,10 +66,11 @@ def test_simulate_replays_a_trace_file_through_every_policy(tmp_path: Path) -> N
                     + "".join(f"{0.25 * i:.2f},{1500 + i % 7 * 100},{300 + i % 5 * 40}\n" for i in range(1600)))
     out = tmp_path / "out"
     result = CliRunner().invoke(simulate_command, ["--trace-file", str(path), "--time-compression", "2",
-                                                   "-o", str(out), "--no-plots"])
+                                                   "-o", str(out), "--no-plots", "--seed", "0"])
     assert result.exit_code == 0, result.output
     data = json.loads((out / "autoscaler.json").read_text())
-    assert set(data) == {"small"} and {"kimik3", "optimal", "static-peak"} <= set(data["small"])
+    assert set(data["traces"]) == {"small"} and {"kimik3", "optimal", "static-peak"} <= set(data["traces"]["small"])
+    assert data["run"]["seeds"] == [0] and set(data["traces"]["small"]["kimik3"]["seeds"]) == {"0"}
     assert "1600 requests" in result.output
     refused = CliRunner().invoke(simulate_command, ["--trace-file", str(path), "--trace", "steady"])
     assert refused.exit_code == 2 and "give --trace or --trace-file, not both" in refused.output
