@@ -14,8 +14,9 @@ from kimik3.autoscaler.observation import (ACCEPTED, DRAFTS, GENERATION_TOKENS, 
 from kimik3.autoscaler.perfmodel import acceptance_length, decode_point, perf_params
 from kimik3.autoscaler.policy import Decision, FleetState
 from kimik3_dev.benchmark import simulate as benchmark, traces
-from kimik3_dev.benchmark.baselines import (HPAPolicy, KEDAPolicy, KPAPolicy, OptimalPolicy, StaticPolicy,
-                                            provisioning_schedule)
+from kimik3_dev.benchmark import peers
+from kimik3_dev.benchmark.baselines import (ConstantNext, HPAPolicy, KalmanTrend, KEDASLOPolicy, KPAPolicy,
+                                            OptimalPolicy, StaticPolicy, provisioning_schedule)
 from kimik3_dev.benchmark.fleet import FleetSim, GatewayReading, GroupModel
 from kimik3_dev.sim.vllm_metrics import BY_NAME
 
@@ -186,10 +187,52 @@ def test_hpa_follows_the_published_rule():
     assert down.decide(331, _obs(latency=0.0025), FleetState(current=4, ready=4)).desired == 2
 
 
-def test_keda_scales_on_waiting_requests_only():
-    keda = KEDAPolicy(threshold=5, min_replicas=1, max_replicas=20)
-    assert keda.decide(0, _obs(latency=0.012, waiting=40), FleetState(current=3, ready=3)).desired == 7
-    assert keda.decide(30, _obs(latency=0.012, waiting=0), FleetState(current=7, ready=7)).desired == 7
+def test_keda_follows_llm_ds_slo_control_law():
+    """Saturation = P90 / SLO, clamped at 2 and averaged over 45 s; above theta_up the ask is
+    credited by ready / provisioned; below theta_dn it sheds; the guide's HPA behavior shapes it."""
+    keda = KEDASLOPolicy(slo_s=0.005, theta_dn=0.40, theta_up=0.55, min_replicas=1, max_replicas=20)
+    four = FleetState(current=4, ready=4)
+    assert keda.decide(0, _obs(latency=0.0025), four).desired == 4  # s = 0.5: inside the band
+    # (0.5 + 1.1) / 2 = 0.8 -> 4 + ceil(4 (0.8 / 0.55 - 1)) = 6, held by the 30 s window's lowest (4).
+    d = keda.decide(15, _obs(latency=0.0055), four)
+    assert (d.recommendation, d.desired) == (6, 4)
+    assert keda.decide(30, _obs(latency=0.0055), four).recommendation == 7  # (0.5 + 1.1 + 1.1) / 3 = 0.9
+    d = keda.decide(45, _obs(latency=0.0055), four)  # t = 0 left the 45 s average: 1.1 -> 8
+    assert (d.recommendation, d.desired) == (8, 6)  # the lowest of the last 30 s
+    # Warming credit: 7 provisioned, 4 ready, s clamped at 2.0: 7 + ceil(7 (2 x 4/7 / 0.55 - 1)) = 15,
+    # capped at max(+100 %, +4 pods) per 60 s: 14.
+    warm = KEDASLOPolicy(slo_s=0.005, theta_dn=0.40, theta_up=0.55, min_replicas=1, max_replicas=20)
+    d = warm.decide(0, _obs(latency=0.05), FleetState(current=7, ready=4, loading=3))
+    assert (d.recommendation, d.desired) == (15, 14)
+    # Below theta_dn, uncredited: 8 - floor(8 (1 - 0.2 / 0.4)) = 4, but 1 pod per 120 s.
+    slow = KEDASLOPolicy(slo_s=0.005, theta_dn=0.40, theta_up=0.55, min_replicas=1, max_replicas=20)
+    d = slow.decide(0, _obs(latency=0.001), FleetState(current=8, ready=8))
+    assert (d.recommendation, d.desired) == (4, 7)
+    assert slow.decide(15, _obs(latency=0.001), FleetState(current=7, ready=7)).desired == 7
+    assert slow.decide(135, _obs(latency=0.001), FleetState(current=7, ready=7)).desired == 6
+
+
+def test_dynamos_kalman_predictor_follows_a_trend():
+    k = KalmanTrend()
+    for i in range(4):
+        k.observe(100.0 + 10 * i)
+        assert k.next() == 100.0 + 10 * i  # until min_points: the last value
+    for i in range(4, 30):
+        k.observe(100.0 + 10 * i)
+    assert k.next() == pytest.approx(100.0 + 10 * 30, abs=1.0)  # level + trend, one interval ahead
+    c = ConstantNext()
+    c.observe(5.0)
+    assert c.next() == 5.0
+
+
+def test_peers_choose_the_cheapest_setting_that_meets_the_slo():
+    tried = [({"x": 1}, {"slo_attainment": 0.95, "gpu_hours": 10.0}),
+             ({"x": 2}, {"slo_attainment": 0.995, "gpu_hours": 14.0}),
+             ({"x": 3}, {"slo_attainment": 1.0, "gpu_hours": 12.0})]
+    assert peers.choose(tried) == {"x": 3}
+    assert peers.choose(tried[:1] + [({"x": 4}, {"slo_attainment": 0.97, "gpu_hours": 20.0})]) == {"x": 4}
+    for name, setting in peers.CHOSEN.items():
+        assert setting in peers.GRID[name]
 
 
 def test_kpa_panics_at_twice_the_target():

@@ -57,10 +57,10 @@ import click
 from kimik3.admission import Admitted, admit
 from kimik3.autoscaler.factory import latency_policy
 from kimik3.autoscaler.policy import Policy
-from kimik3_dev.benchmark.baselines import (DynamoPlannerPolicy, HPAPolicy, KEDAPolicy, KPAPolicy, OptimalPolicy,
-                                            Profile, StaticPolicy, provisioning_schedule)
+from kimik3_dev.benchmark.baselines import (DynamoPlannerPolicy, KPAPolicy, OptimalPolicy, Profile, StaticPolicy,
+                                            provisioning_schedule)
 from kimik3_dev.benchmark.fleet import FleetConfig, FleetSim, GroupModel, RunResult
-from kimik3_dev.benchmark import tracefile
+from kimik3_dev.benchmark import peers, tracefile
 from kimik3_dev.benchmark.traces import Request, Trace, all_traces
 
 RECIPE = "recipes/gb300-tp8-megakernel-dspark.yaml"
@@ -100,18 +100,11 @@ def setup(recipe: str = RECIPE, target_s: float = TARGET_S, **cfg_overrides: Any
 
 
 def baseline(name: str, s: Setup, static_groups: int) -> Policy:
-    lo, hi = MIN_REPLICAS, MAX_REPLICAS
-    if name == "hpa":
-        return HPAPolicy(target_s=s.target_s, min_replicas=lo, max_replicas=hi)
-    if name == "keda":
-        return KEDAPolicy(min_replicas=lo, max_replicas=hi)
-    if name == "aibrix-kpa":
-        return KPAPolicy(target=s.profile.concurrency_at(s.target_s), min_replicas=lo, max_replicas=hi)
-    if name == "dynamo-planner":
-        return DynamoPlannerPolicy(target_s=s.target_s, profile=s.profile, min_replicas=lo, max_replicas=hi)
+    """Peer ``name`` as the benchmark runs it: its rule (benchmark/baselines.py) with the user's
+    numbers chosen once (benchmark/peers.py ``CHOSEN``); static-peak holds ``static_groups``."""
     if name == "static-peak":
         return StaticPolicy(static_groups)
-    raise KeyError(name)
+    return peers.build(name, peers.CHOSEN[name], s.target_s, s.profile, MIN_REPLICAS, MAX_REPLICAS)
 
 
 def peer_configurations(s: Setup) -> dict[str, dict[str, Any]]:
@@ -460,6 +453,36 @@ def run_all(recipe: str = RECIPE, out_dir: Path = Path("bench/results"), traces:
     return runs
 
 
+def _candidate(recipe: str, name: str, setting: peers.Setting, start: int) -> dict[str, Any]:
+    """One peer setting on the tuning trace and seed (``tune_peers``), in a worker process."""
+    s = setup(recipe)
+    trace = next(t for t in all_traces() if t.name == peers.TUNE_TRACE)
+    policy = peers.build(name, setting, s.target_s, s.profile, MIN_REPLICAS, MAX_REPLICAS)
+    return summarize(_run(s, policy, trace, trace.requests(peers.TUNE_SEED), start, name), trace, s.target_s)
+
+
+def tune_peers(recipe: str = RECIPE, out_dir: Path = Path("bench/results"), jobs: int = 1,
+               log: Callable[[str], None] = print) -> dict[str, dict[str, Any]]:
+    """Every ``peers.GRID`` setting on ``peers.TUNE_TRACE`` seed ``peers.TUNE_SEED``, each peer's
+    pick (``peers.choose``); writes ``out_dir/peers-grid.json``. The benchmark itself runs
+    ``peers.CHOSEN``: copy the picks there (a user's configuration, fixed before the runs)."""
+    s = setup(recipe)
+    trace = next(t for t in all_traces() if t.name == peers.TUNE_TRACE)
+    ready = hindsight_ready(s, trace, trace.requests(peers.TUNE_SEED))
+    start = provisioning_schedule(ready, math.ceil(s.cfg.load_time_s / 60))[0]
+    log(f"tuning the peers' settings on {trace.name} seed {peers.TUNE_SEED}")
+    todo = [(name, setting) for name, settings in peers.GRID.items() for setting in settings]
+    from concurrent.futures import ProcessPoolExecutor
+    with ProcessPoolExecutor(jobs) as pool:
+        futures = {(n, repr(st)): pool.submit(_candidate, recipe, n, st, start) for n, st in todo}
+        result = peers.tune(lambda n, st: futures[(n, repr(st))].result(), log=log)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    doc = {"trace": trace.name, "seed": peers.TUNE_SEED, "commit": _commit(), "peers": result}
+    (out_dir / "peers-grid.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    log(f"wrote {out_dir / 'peers-grid.json'}")
+    return result
+
+
 def _commit() -> str | None:
     """The checkout's commit (``git describe --always --dirty``), None outside a git checkout."""
     try:
@@ -510,11 +533,17 @@ def _seeds_option(ctx: click.Context, param: click.Parameter, value: tuple[str, 
 @click.option("-j", "--jobs", default=1, show_default=True, type=click.IntRange(min=1),
               help="Run the (trace, seed) pairs in this many processes.")
 @click.option("--no-plots", is_flag=True, help="Skip the PNGs.")
+@click.option("--tune-peers", "tune", is_flag=True,
+              help="Instead: run the peers' settings grid (benchmark/peers.py) on its one trace and seed.")
 def simulate_command(filename: str, output_dir: str, trace_names: tuple[str, ...], trace_file: Path | None,
-                     time_compression: float, copies: int, seeds: tuple[int, ...], jobs: int, no_plots: bool) -> None:
+                     time_compression: float, copies: int, seeds: tuple[int, ...], jobs: int, no_plots: bool,
+                     tune: bool) -> None:
     """Run every autoscaling policy on every request trace and seed through a simulated fleet;
     print the table (min / mean over the seeds) and the goals missed, write
     OUTPUT_DIR/autoscaler.json and the PNGs."""
+    if tune:
+        tune_peers(filename, Path(output_dir), jobs, log=click.echo)
+        return
     if trace_file is not None:
         if trace_names:
             raise click.UsageError("give --trace or --trace-file, not both")
