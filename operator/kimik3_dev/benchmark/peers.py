@@ -38,7 +38,7 @@ TUNE_TRACE, TUNE_SEED = "diurnal", 0
 SLO_GOAL = 0.99
 
 CHOSEN: dict[str, Setting] = {
-    "hpa": {"target": 1.0},
+    "hpa": {"target": 0.7},
     "keda": {"band": (0.40, 0.55)},
     "aibrix-kpa": {"latency": 1.0},
     "dynamo-planner": {"itl": 1.0, "predictor": "kalman"},

@@ -530,14 +530,16 @@ def _seeds_option(ctx: click.Context, param: click.Parameter, value: tuple[str, 
               help="With --trace-file: superpose this many copies, each shifted by a seeded offset.")
 @click.option("--seed", "seeds", multiple=True, callback=_seeds_option,
               help="Seeds of the traces' draws: 3, 0-4 or 0,2,5; repeatable. Default: 0-4, the benchmark's.")
+@click.option("--policy", "policy_names", multiple=True, type=click.Choice(POLICIES),
+              help="Only these policies (repeatable; the hindsight optimum is always computed for the ratios).")
 @click.option("-j", "--jobs", default=1, show_default=True, type=click.IntRange(min=1),
               help="Run the (trace, seed) pairs in this many processes.")
 @click.option("--no-plots", is_flag=True, help="Skip the PNGs.")
 @click.option("--tune-peers", "tune", is_flag=True,
               help="Instead: run the peers' settings grid (benchmark/peers.py) on its one trace and seed.")
 def simulate_command(filename: str, output_dir: str, trace_names: tuple[str, ...], trace_file: Path | None,
-                     time_compression: float, copies: int, seeds: tuple[int, ...], jobs: int, no_plots: bool,
-                     tune: bool) -> None:
+                     time_compression: float, copies: int, seeds: tuple[int, ...], policy_names: tuple[str, ...],
+                     jobs: int, no_plots: bool, tune: bool) -> None:
     """Run every autoscaling policy on every request trace and seed through a simulated fleet;
     print the table (min / mean over the seeds) and the goals missed, write
     OUTPUT_DIR/autoscaler.json and the PNGs."""
@@ -555,4 +557,5 @@ def simulate_command(filename: str, output_dir: str, trace_names: tuple[str, ...
         traces = [t for t in all_traces() if not trace_names or t.name in trace_names]
     if not traces:
         raise click.ClickException(f"no trace named {', '.join(trace_names)}")
-    run_all(filename, Path(output_dir), traces, seeds=seeds, plots=not no_plots, jobs=jobs, log=click.echo)
+    policies = tuple(p for p in POLICIES if not policy_names or p in policy_names or p == "optimal")
+    run_all(filename, Path(output_dir), traces, policies, seeds=seeds, plots=not no_plots, jobs=jobs, log=click.echo)
