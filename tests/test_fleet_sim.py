@@ -278,7 +278,8 @@ def test_benchmark_json_has_the_required_shape(setup, tmp_path):
             if name == "optimal":
                 assert {m["gpu_hours_x_optimum"] for m in per_seed} == {1.0}
     # The two seeds are different draws of the same trace.
-    arrivals = {run.seed: [m.arrivals for m in run.results["optimal"].minutes] for run in runs if run.trace.name == "steady"}
+    arrivals = {run.seed: [m.arrivals for m in run.results["optimal"].minutes]
+                for run in runs if run.trace.name == "steady"}
     assert arrivals[0] != arrivals[1] and sum(arrivals[0]) == pytest.approx(6 * 300, rel=0.1)
     step = data["traces"]["step"]
     assert step["optimal"]["min"]["slo_attainment"] == 1.0

@@ -34,10 +34,10 @@ policy               rule and source
                      ``(theta_dn, theta_up)``, 0.40 / 0.55 benchmarked by llm-d, "raise both"
                      when the SLO is close to the base latency (ours: batch-1 latency is 0.42 of
                      the SLO; grid: 0.40/0.55, 0.55/0.70, 0.70/0.85, 0.80/0.95).
-``KPAPolicy``        AIBrix KPA (Knative KPA semantics; AIBrix docs "Autoscaling", Knative
-                     "Configuring the autoscaler"): concurrency (requests in flight at the groups,
-                     running + waiting, as Knative's queue-proxies report it: the fleet's gateway,
-                     not vLLM's series) averaged over a 60 s stable and a 6 s panic window (10 %),
+``KPAPolicy``        AIBrix KPA (Knative KPA semantics; AIBrix docs "Autoscaling", knative.dev
+                     serving/autoscaling/kpa-specific "stable and panic"): concurrency (requests in
+                     flight at the groups, running + waiting, as Knative's queue-proxies report
+                     it: the fleet's gateway, not vLLM's series) averaged over a 60 s stable and a 6 s panic window (10 %),
                      ``desired = ceil(avg / target)``; panic when the panic desire reaches 2x the
                      ready groups, never scale down in panic, leave it after a stable window
                      without; rate limits up x2 / down /2 per decision (AIBrix), tolerance 10 %,

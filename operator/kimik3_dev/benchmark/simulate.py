@@ -1,13 +1,15 @@
 """The autoscaler trace benchmark (issue 4, part 4): every policy on every trace, side by side.
 
-``kimik3 simulate`` and ``bench/autoscaler.py`` run this. For each trace (``sim/traces.py``) the
-same requests (one seed) go through a simulated fleet (``benchmark/fleet.py``) driven by:
+``kimik3 simulate`` and ``bench/autoscaler.py`` run this. For each trace (``benchmark/traces.py``)
+and seed (``SEEDS``: 0-4, five draws of its arrivals and lengths) the same requests go through a
+simulated fleet (``benchmark/fleet.py``) driven by:
 
 - ``kimik3``: our ``LatencyPolicy``, built by the operator's own factory
   (``kimik3.autoscaler.factory.latency_policy``: settings and cadence from the CR's
   ``autoscaling``, model seeded from the perf model), as the controller builds it;
-- the peers' rules (``benchmark/baselines.py``): ``hpa``, ``keda``, ``aibrix-kpa``,
-  ``dynamo-planner``, ``static-peak``;
+- the peers' rules (``benchmark/baselines.py``) with the numbers their users choose
+  (``benchmark/peers.py``: picked once from a grid on one seed of one trace): ``hpa``, ``keda``,
+  ``aibrix-kpa``, ``dynamo-planner``; ``static-peak``;
 - ``optimal``: the hindsight optimum.
 
 The deployment is the latency recipe (recipes/gb300-tp8-megakernel-dspark.yaml: TP8 over 2
@@ -26,7 +28,8 @@ Metrics per policy and trace: SLO attainment (share of minutes whose P90 per-tok
 <= target), GPU-hours (groups holding GPUs x 8 GPUs, loading and draining included), scale
 events (decisions that changed the group count), recovery (for traces with jumps: seconds from
 each jump until the per-minute P90 is back under target and stays until the next jump or the
-end; the worst jump; 0 if it never broke), worst per-minute P90.
+end; the worst jump; 0 if it never broke), worst per-minute P90, GPU-hours / the optimum's; then
+min / mean / max over the seeds (``by_trace``) and the goals each seed misses (``goal_misses``).
 
 The hindsight optimum: the fewest ready groups per minute such that every minute meets the SLO,
 found by simulating the trace with groups that appear instantly and raising the count of each
@@ -301,8 +304,8 @@ def table(runs: list[TraceRun], target_s: float) -> str:
             rec = "-" if hi["recovery_s"] is None else f"{hi['recovery_s']:.0f} s"
             ratio = "-" if mean["gpu_hours_x_optimum"] is None else \
                 f"{mean['gpu_hours_x_optimum']:5.2f} {hi['gpu_hours_x_optimum']:5.2f}"
-            lines.append(f"{trace:<8} {name:<15} {lo['slo_attainment'] * 100:6.1f}% {mean['slo_attainment'] * 100:5.1f}% "
-                         f"{mean['gpu_hours']:7.1f} {ratio:>11} {mean['scale_events']:6.1f} {rec:>9} "
+            lines.append(f"{trace:<8} {name:<15} {lo['slo_attainment'] * 100:6.1f}% "
+                         f"{mean['slo_attainment'] * 100:5.1f}% {mean['gpu_hours']:7.1f} {ratio:>11} {mean['scale_events']:6.1f} {rec:>9} "
                          f"{hi['worst_p90_itl_s'] * 1000:6.2f} ms")
         lines.append("")
     lines.append(f"target: P90 per-token latency <= {target_s * 1000:g} ms in a minute; SLO = share of minutes; "
