@@ -40,7 +40,7 @@ SLO_GOAL = 0.99
 CHOSEN: dict[str, Setting] = {
     "hpa": {"target": 0.7},
     "keda": {"band": (0.55, 0.70)},
-    "aibrix-kpa": {"latency": 1.0},
+    "aibrix-kpa": {"latency": 0.7},
     "dynamo-planner": {"itl": 1.0, "predictor": "kalman"},
 }
 

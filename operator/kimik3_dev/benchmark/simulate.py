@@ -422,26 +422,27 @@ def run_all(recipe: str = RECIPE, out_dir: Path = Path("bench/results"), traces:
     spread over seeds). ``jobs`` > 1 runs (trace, seed) pairs in that many processes."""
     t0, c0 = time.monotonic(), time.process_time()
     s = setup(recipe)
-    pairs = [(trace, seed) for trace in traces or all_traces() for seed in seeds]
+    # Seed by seed: a run cut short still has whole seeds (the JSON is rewritten after each pair).
+    pairs = [(trace, seed) for seed in seeds for trace in traces or all_traces()]
     runs: list[TraceRun] = []
+
+    def done(run: TraceRun) -> None:
+        runs.append(run)
+        log(f"  {run.trace.name} seed {run.seed}: {run.seconds:.0f} s")
+        write_json(runs, out_dir / "autoscaler.json", _meta(s, recipe, seeds, jobs, t0, c0, complete=False))
+
     if jobs > 1:
         from concurrent.futures import ProcessPoolExecutor
         with ProcessPoolExecutor(jobs) as pool:
-            futures = [pool.submit(_one, recipe, trace, policies, seed) for trace, seed in pairs]
-            for f in futures:
-                runs.append(f.result())
-                log(f"  {runs[-1].trace.name} seed {runs[-1].seed}: {runs[-1].seconds:.0f} s")
+            for f in [pool.submit(_one, recipe, trace, policies, seed) for trace, seed in pairs]:
+                done(f.result())
     else:
-        runs = [run_trace(s, trace, policies, seed, log) for trace, seed in pairs]
+        for trace, seed in pairs:
+            done(run_trace(s, trace, policies, seed, log))
     log(table(runs, s.target_s))
     misses = goal_misses(runs)
     log("goals: all met" if not misses else "goals missed:\n  " + "\n  ".join(misses))
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "commit": _commit(), "seeds": list(seeds), "jobs": jobs, "recipe": recipe,
-            "target_s": s.target_s, "peers": peer_configurations(s),
-            "wall_s": round(time.monotonic() - t0, 1),
-            "cpu_s": round(time.process_time() - c0 + children.ru_utime + children.ru_stime, 1)}
+    meta = _meta(s, recipe, seeds, jobs, t0, c0, complete=True)
     write_json(runs, out_dir / "autoscaler.json", meta)
     log(f"wrote {out_dir / 'autoscaler.json'}")
     if plots:
@@ -484,6 +485,18 @@ def tune_peers(recipe: str = RECIPE, out_dir: Path = Path("bench/results"), jobs
     (out_dir / "peers-grid.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     log(f"wrote {out_dir / 'peers-grid.json'}")
     return result
+
+
+def _meta(s: Setup, recipe: str, seeds: tuple[int, ...], jobs: int, t0: float, c0: float,
+          complete: bool) -> dict[str, Any]:
+    """The results file's ``run``: when, what, the peers' settings, wall and CPU seconds so far
+    (this process and its workers), and whether every (trace, seed) pair is in."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "commit": _commit(), "seeds": list(seeds), "jobs": jobs, "recipe": recipe,
+            "target_s": s.target_s, "peers": peer_configurations(s), "complete": complete,
+            "wall_s": round(time.monotonic() - t0, 1),
+            "cpu_s": round(time.process_time() - c0 + children.ru_utime + children.ru_stime, 1)}
 
 
 def _commit() -> str | None:
