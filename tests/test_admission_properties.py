@@ -95,7 +95,8 @@ hostile = spec_strategy(
     st.sampled_from([{"pvc": {"claimName": "w"}}, {"hostPath": {"path": "/models/k3"}}, {"hub": {}}, {},
                      {"pvc": {"claimName": "w"}, "hub": {}}]),
     maybe(st.lists(st.sampled_from(["--max-log-len=10", "--tensor_parallel_size=2", "--seed", "1",
-                                    "--speculative-config.num_speculative_tokens=3"]), max_size=3)),
+                                    "--speculative-config.num_speculative_tokens=3", "--api_key.x=sk", "--api-key",
+                                    "--api-keys=1"]), max_size=3)),
     maybe(st.integers(-1, 5)), maybe(st.sampled_from(["fp8", "auto", "int4"])), maybe(st.sampled_from([0.9, 0.3, 1.5])))
 specs = st.one_of(plausible(), hostile)
 

@@ -85,6 +85,13 @@ def measured_steps(config: Any) -> dict[str, float]:
     return asyncio.run(main())
 
 
+def test_the_plans_start_back_off_is_the_launchs_start_delay():
+    """A deployment whose groups keep failing (kimik3.controller.recreation) starts its engines late."""
+    cr = recipe(uid=UID)
+    assert leader_launch(render_cr(cr).objects).start_delay_s == 0
+    assert leader_launch(render_cr(cr, start_delay_s=40).objects).start_delay_s == 40
+
+
 def test_a_changed_flag_in_the_rendered_argv_changes_the_simulated_engine():
     """numSpeculativeTokens 7 in the CR, 3 in the rendered --speculative-config: the engine drafts
     3 tokens a step and accepts fewer per step, whatever the CR says."""

@@ -154,17 +154,35 @@ def render(filename: str) -> None:
               help="Create ComputeDomains for multi-tray groups (needs NVIDIA's DRA driver).")
 @click.option("--allowed-host-path", "allowed_host_paths", multiple=True, metavar="FOLDER",
               help="Node folder a hostPath weight source may use (repeat; default /models /mnt /raid /data).")
+@click.option("--leader-election-namespace", "lease_namespace", default=None, metavar="NAMESPACE",
+              help="Elect a leader on a Lease in this namespace (the operator's own); unset: no election, "
+                   "run one replica only.")
+@click.option("--leader-election-name", "lease_name", default="kimik3-operator", show_default=True,
+              help="Name of the Lease.")
+@click.option("--lease-duration", default=15.0, show_default=True, type=float,
+              help="Seconds a standby waits on an unchanged Lease before it takes over.")
+@click.option("--renew-deadline", default=10.0, show_default=True, type=float,
+              help="Seconds the leader keeps writing after the start of its last renewal (< --lease-duration).")
+@click.option("--retry-period", default=2.0, show_default=True, type=float,
+              help="Seconds between two attempts to acquire or renew the Lease.")
 @click.option("-v", "--verbose", is_flag=True)
 def run(kubeconfig: str | None, namespaces: tuple[str, ...], health_port: int, health_host: str,
-        compute_domains: bool, allowed_host_paths: tuple[str, ...], verbose: bool) -> None:
+        compute_domains: bool, allowed_host_paths: tuple[str, ...], lease_namespace: str | None, lease_name: str,
+        lease_duration: float, renew_deadline: float, retry_period: float, verbose: bool) -> None:
     """Run the operator (health on /healthz, /readyz; metrics on /metrics)."""
     from kimik3.admission import AdmissionPolicy
+    from kimik3.controller.leadership import LeaseTimings
     from kimik3.controller.operator import OperatorConfig, run_operator
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        timings = LeaseTimings(lease_duration, renew_deadline, retry_period)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--lease-duration/--renew-deadline/--retry-period") from None
     cfg = OperatorConfig(kubeconfig=kubeconfig, namespaces=list(namespaces), health_port=health_port,
                          health_host=health_host, compute_domains=compute_domains,
-                         policy=AdmissionPolicy(allowed_host_paths) if allowed_host_paths else AdmissionPolicy())
+                         policy=AdmissionPolicy(allowed_host_paths) if allowed_host_paths else AdmissionPolicy(),
+                         lease_namespace=lease_namespace, lease_name=lease_name, lease_timings=timings)
     asyncio.run(run_operator(cfg))
 
 

@@ -9,3 +9,11 @@
 
 The kit imports the core (``kimik3``); the core never imports the kit (an import-linter contract).
 """
+
+import os
+
+
+def command() -> str:
+    """How the user runs the CLI, for the commands hints print: ``tools/kimik3`` from a checkout
+    (that script sets ``KIMIK3_COMMAND``), else ``kimik3`` (an installed package)."""
+    return os.environ.get("KIMIK3_COMMAND", "kimik3")

@@ -26,7 +26,9 @@ RBAC = "/apis/rbac.authorization.k8s.io/v1"
 def test_identity_is_the_chart_service_account_with_exactly_the_rendered_rbac(admin_api, operator_identity):
     assert operator_identity.user == OPERATOR_USER == "system:serviceaccount:kimik3-system:kimik3-operator"
     assert operator_identity.objects == ("ServiceAccount/kimik3-system/kimik3-operator",
-                                         "ClusterRole/kimik3-operator", "ClusterRoleBinding/kimik3-operator")
+                                         "ClusterRole/kimik3-operator", "ClusterRoleBinding/kimik3-operator",
+                                         "Role/kimik3-system/kimik3-operator-leader-election",
+                                         "RoleBinding/kimik3-system/kimik3-operator-leader-election")
     rendered = {d["kind"]: d for d in chart_rbac()}
     role = call_json(admin_api, "GET", f"{RBAC}/clusterroles/{RELEASE}")
     assert role["rules"] == rendered["ClusterRole"]["rules"]

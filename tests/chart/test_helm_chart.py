@@ -108,10 +108,15 @@ def test_rendered_crd_is_the_repository_crd_with_keep_policy(helm_offline):
     assert not (CHART / "crds").exists(), "crds/ is installed once and never upgraded by Helm (F13)"
 
 
-def test_deployment_is_one_restricted_instance_with_health_probes(helm_offline):
+LEADER_ARGS = ["--leader-election-namespace=kimik3-system", "--leader-election-name=kimik3-operator",
+               "--lease-duration=15", "--renew-deadline=10", "--retry-period=2"]
+
+
+def test_deployment_is_two_restricted_replicas_electing_a_leader_with_health_probes(helm_offline):
     (dep,) = by_kind(helm_offline.template())["Deployment"]
     spec = dep["spec"]
-    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     pod = spec["template"]["spec"]
     assert pod["serviceAccountName"] == "kimik3-operator"
     assert pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
@@ -120,7 +125,7 @@ def test_deployment_is_one_restricted_instance_with_health_probes(helm_offline):
     assert c["securityContext"] == {"runAsNonRoot": True, "readOnlyRootFilesystem": True,
                                     "allowPrivilegeEscalation": False, "privileged": False,
                                     "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
-    assert c["args"] == ["run", "--health-port=8080"]
+    assert c["args"] == ["run", "--health-port=8080", *LEADER_ARGS]
     assert c["ports"] == [{"name": "http-metrics", "containerPort": 8080, "protocol": "TCP"}]
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http-metrics"}
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http-metrics"}
@@ -130,7 +135,8 @@ def test_deployment_is_one_restricted_instance_with_health_probes(helm_offline):
     (dep,) = by_kind(helm_offline.template("--set", "computeDomains=false", "--set", "watchNamespaces={a,b}",
                                            "--set", "image.digest=sha256:" + "a" * 64))["Deployment"]
     (c,) = dep["spec"]["template"]["spec"]["containers"]
-    assert c["args"] == ["run", "--health-port=8080", "--namespace=a", "--namespace=b", "--no-compute-domains"]
+    assert c["args"] == ["run", "--health-port=8080", "--namespace=a", "--namespace=b", "--no-compute-domains",
+                         *LEADER_ARGS]
     assert c["image"] == "kimik3/kimik3-operator@sha256:" + "a" * 64
 
 
@@ -144,13 +150,15 @@ def test_rbac_has_no_wildcards_and_the_namespaced_install_no_cluster_scope(helm_
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kimik3-operator", "namespace": RELEASE_NAMESPACE}]
     namespaced = by_kind(helm_offline.template("--set", "watchNamespaces={team-a,team-b}"))
     assert "ClusterRole" not in namespaced and "ClusterRoleBinding" not in namespaced
-    roles = {r["metadata"]["namespace"]: r["rules"] for r in namespaced["Role"]}
+    election = "kimik3-operator-leader-election"  # its Lease's Role in the release namespace
+    roles = {r["metadata"]["namespace"]: r["rules"] for r in namespaced["Role"] if r["metadata"]["name"] != election}
     assert sorted(roles) == ["team-a", "team-b"]
     # The same rules as cluster-wide, less kopf's CRD observation (off when namespaces are given).
     crd_rule = {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
                 "verbs": ["list", "watch"]}
     assert roles["team-a"] == [r for r in role["rules"] if r != crd_rule] and crd_rule in role["rules"]
-    assert {b["metadata"]["namespace"] for b in namespaced["RoleBinding"]} == {"team-a", "team-b"}
+    assert {b["metadata"]["namespace"] for b in namespaced["RoleBinding"]
+            if b["metadata"]["name"] != election} == {"team-a", "team-b"}
 
 
 def test_network_policy_allows_only_probes_dns_api_server_and_metrics(helm_offline):
@@ -193,6 +201,28 @@ def test_dashboard_uses_real_metric_names(helm_offline):
             "kimik3_autoscaler_desired_groups"} <= used
 
 
+def test_leader_election_role_pdb_and_single_replica_fallback(helm_offline):
+    kinds = by_kind(helm_offline.template())
+    (role,) = [r for r in kinds["Role"] if r["metadata"]["name"] == "kimik3-operator-leader-election"]
+    assert role["metadata"]["namespace"] == "kimik3-system"
+    assert role["rules"] == [  # create cannot name an object; get and update only the release's Lease
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["kimik3-operator"],
+         "verbs": ["get", "update"]}]
+    (binding,) = [b for b in kinds["RoleBinding"] if b["metadata"]["name"] == "kimik3-operator-leader-election"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kimik3-operator", "namespace": "kimik3-system"}]
+    (pdb,) = kinds["PodDisruptionBudget"]
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == by_kind(helm_offline.template())["Deployment"][0]["spec"][
+        "selector"]["matchLabels"]
+    single = by_kind(helm_offline.template("--set", "leaderElection.enabled=false", "--set", "replicaCount=1"))
+    (dep,) = single["Deployment"]
+    assert dep["spec"]["strategy"] == {"type": "Recreate"} and dep["spec"]["replicas"] == 1
+    assert not any(a.startswith("--leader-election") for a in dep["spec"]["template"]["spec"]["containers"][0]["args"])
+    assert "PodDisruptionBudget" not in single
+    assert not [r for r in single.get("Role", []) if r["metadata"]["name"].endswith("leader-election")]
+
+
 def test_notes_name_the_release(helm):
     out = helm.run("install", RELEASE, str(CHART), "--dry-run=server", "--namespace", RELEASE_NAMESPACE).stdout
     notes = out.split("NOTES:", 1)[1]
@@ -202,7 +232,8 @@ def test_notes_name_the_release(helm):
 
 @pytest.mark.parametrize("args,words", [
     (["--set", "replicaCount=-1"], ["at '/replicaCount'", "minimum: got -1, want 0"]),
-    (["--set", "replicaCount=2"], ["at '/replicaCount'", "maximum: got 2, want 1"]),
+    (["--set", "leaderElection.enabled=false", "--set", "replicaCount=2"], ["at '/replicaCount'",
+                                                                             "maximum: got 2, want 1"]),
     (["--set", "bogusKey=1"], ["additional properties 'bogusKey' not allowed"]),
     (["--set", "metrics.serviceMonitor.intervall=30s"], ["at '/metrics/serviceMonitor'",
                                                         "additional properties 'intervall' not allowed"]),
@@ -235,6 +266,7 @@ def test_template_is_accepted_by_the_api_server_with_strict_validation(helm, kub
         plural = {"ServiceAccount": "serviceaccounts", "ConfigMap": "configmaps", "Service": "services",
                   "Deployment": "deployments", "ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings",
                   "Role": "roles", "RoleBinding": "rolebindings", "CustomResourceDefinition": "customresourcedefinitions",
+                  "PodDisruptionBudget": "poddisruptionbudgets",
                   "ServiceMonitor": "servicemonitors", "NetworkPolicy": "networkpolicies",
                   "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
                   "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
@@ -245,7 +277,8 @@ def test_template_is_accepted_by_the_api_server_with_strict_validation(helm, kub
         query = [("fieldManager", "helm-dry-run"), ("fieldValidation", "Strict"), ("dryRun", "All"), ("force", "true")]
         kube._call("PATCH", url, body=doc, query=query, content_type="application/apply-patch+yaml")
     kinds = {d["kind"] for d in docs}
-    expected = {kind: kinds | {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} for kind, kinds in {
+    expected = {kind: kinds | {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",  # and leader election:
+                               "Role", "RoleBinding", "PodDisruptionBudget"} for kind, kinds in {
         "default": {"ServiceAccount", "ConfigMap", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
                     "Service", "Deployment"},
         "namespaced": {"ServiceAccount", "ConfigMap", "CustomResourceDefinition", "Role", "RoleBinding", "Service",
@@ -348,7 +381,7 @@ def test_install_then_operator_under_chart_rbac_reconciles_a_recipe_then_uninsta
                              for c in client.ApiextensionsV1Api(admin_api).read_custom_resource_definition(CRD_NAME)
                              .status.conditions or []), what="CRD Established")
         args = deployment_args(admin_api)
-        assert args == ["run", "--health-port=8080"]
+        assert args == ["run", "--health-port=8080", *LEADER_ARGS]
         with chart_cp.api_client("operator") as operator_api:
             # What the chart grants, seen by the operator's own token.
             assert _can(operator_api, "patch", "leaderworkersets", ns, "leaderworkerset.x-k8s.io")
@@ -400,7 +433,7 @@ def test_namespace_scoped_install_needs_no_cluster_rbac(helm, kube, admin_api, c
              "--set", f"watchNamespaces={{{watched}}}", "--set", "computeDomains=false")
     try:
         args = deployment_args(admin_api)
-        assert args == ["run", "--health-port=8080", f"--namespace={watched}", "--no-compute-domains"]
+        assert args == ["run", "--health-port=8080", f"--namespace={watched}", "--no-compute-domains", *LEADER_ARGS]
         with chart_cp.api_client("operator") as operator_api:
             assert _can(operator_api, "list", "kimik3deployments", watched, "inference.kimik3.io")
             assert not _can(operator_api, "list", "kimik3deployments", other, "inference.kimik3.io")

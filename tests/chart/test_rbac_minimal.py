@@ -14,7 +14,12 @@ its operator watching one namespace of its own. kopf observes CRDs only when it 
 cluster, so the CRD verbs run one at a time, cluster-wide, as the chart installed them: the
 chart's ServiceAccount token with the chart's ClusterRole patched without the verb.
 
+The leader-election Role (the chart's Role for its Lease in the release namespace) is checked
+the same way: each namespaced identity gets a copy of it for a Lease of its own name (less the
+verb taken away), and its operator elects itself on that Lease.
+
 Scenario (one fresh namespace each run), in order:
+  lead                 the operator holds its Lease and has renewed it once
   reconcile            the CR gets the teardown finalizer
   apply <Kind>         each child exists (ComputeDomain, ConfigMap, LeaderWorkerSet, Service,
                        PodDisruptionBudget, PodMonitor, HTTPRoute; two groups, monitoring, a route)
@@ -50,6 +55,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kimik3.controller.kube import Kube
 from kimik3.controller.reconcile import RESYNC_READY_S, RESYNC_STARTING_S
+from kimik3.kube.kinds import LEASE
 from kimik3_dev.devcluster.controlplane import ControlPlane
 from kimik3_dev.devcluster.rbac import request_token, write_token_kubeconfig
 from kimik3_dev.devcluster.thirdparty import thirdparty_crd_paths
@@ -59,6 +65,9 @@ from support.recipes import recipe
 from support.waiting import WaitTimeout, wait_for
 
 from .conftest import CHART, RELEASE, RELEASE_NAMESPACE, Helm, OperatorProcess, deployment_args, uninstall_if_present
+
+pytestmark = pytest.mark.timeout(900)
+"""The module's fixture runs ~55 operator scenarios, 10 at a time: 4-12 min on the shared 2-core machine."""
 
 NAME = "k3-rbac"
 CHILDREN = [  # apply order, with the name each child gets
@@ -127,6 +136,15 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("customresourcedefinitions", "watch"): "heal HTTPRoute",
 }
 LATE_CRD_RULES = {("customresourcedefinitions", "list"), ("customresourcedefinitions", "watch")}
+LEASE_ROLE = f"{RELEASE}-leader-election"
+# (resource, verb) of the chart's leader-election Role -> the behaviour that breaks without it.
+LEASE_EXPECTED: dict[tuple[str, str], str] = {
+    ("leases", "create"): "lead",
+    ("leases", "get"): "lead",
+    ("leases", "update"): "lead",
+}
+LEASE_RENEWED_S = 10.0
+"""The Lease is created and renewed once this soon (retry period 2 s)."""
 
 
 class Broken(Exception):
@@ -169,9 +187,14 @@ def pending_workload(kube: Kube, namespace: str, lws_uid: str) -> None:
         "lastTransitionTime": "2026-12-01T00:00:00Z"}]}}, subresource="status")
 
 
-def scenario(kube: Kube, core: client.CoreV1Api, namespace: str) -> None:
+def scenario(kube: Kube, core: client.CoreV1Api, namespace: str, lease: str) -> None:
     """Drive the operator through every behaviour; raise Broken at the first that fails."""
     get = kube.get
+
+    def renewed() -> bool:
+        spec = (get(LEASE.api_version, LEASE.kind, RELEASE_NAMESPACE, lease) or {}).get("spec") or {}
+        return bool(spec.get("holderIdentity")) and spec.get("renewTime") != spec.get("acquireTime")
+    expect("lead", renewed, LEASE_RENEWED_S)
     apply(kube, cr_body(namespace))
     expect("reconcile", lambda: "inference.kimik3.io/teardown" in (get(*CR, namespace, NAME)["metadata"]
                                                                       .get("finalizers") or []), 15)
@@ -343,17 +366,23 @@ class Identity:
 
 
 def mint_identity(cp: ControlPlane, admin_api: client.ApiClient, name: str, rules: list[dict[str, Any]],
-                  directory: Path) -> Identity:
+                  lease_rules: list[dict[str, Any]], directory: Path) -> Identity:
     """ServiceAccount kimik3-system/<name>, ClusterRole + ClusterRoleBinding <name> with ``rules``,
-    and a kubeconfig with a real service-account token the API server signed for it."""
+    Role + RoleBinding kimik3-system/<name> with ``lease_rules`` for the Lease named <name>, and a
+    kubeconfig with a real service-account token the API server signed for it."""
     core, rbac = client.CoreV1Api(admin_api), client.RbacAuthorizationV1Api(admin_api)
     core.create_namespaced_service_account(RELEASE_NAMESPACE, {"metadata": {"name": name}})
-    rbac.create_cluster_role({"metadata": {"name": name, "labels": {"kimik3.io/test": "rbac-minimal"}},
-                              "rules": rules})
+    meta = {"name": name, "labels": {"kimik3.io/test": "rbac-minimal"}}
+    subjects = [{"kind": "ServiceAccount", "name": name, "namespace": RELEASE_NAMESPACE}]
+    rbac.create_cluster_role({"metadata": meta, "rules": rules})
     rbac.create_cluster_role_binding({
-        "metadata": {"name": name, "labels": {"kimik3.io/test": "rbac-minimal"}},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": RELEASE_NAMESPACE}]})
+        "metadata": meta, "subjects": subjects,
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name}})
+    rbac.create_namespaced_role(RELEASE_NAMESPACE, {"metadata": meta, "rules": [
+        {**r, "resourceNames": [name]} if r.get("resourceNames") else r for r in lease_rules]})
+    rbac.create_namespaced_role_binding(RELEASE_NAMESPACE, {
+        "metadata": meta, "subjects": subjects,
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}})
     token, _ = request_token(admin_api, RELEASE_NAMESPACE, name, lifetime_s=3600)
     kubeconfig = write_token_kubeconfig(directory / f"{name}.kubeconfig", cp.server, cp.ca_file, name, token)
     return Identity(name, kubeconfig, config.new_client_from_config(config_file=str(kubeconfig)))
@@ -363,6 +392,9 @@ def drop_identity(admin_api: client.ApiClient, identity: Identity) -> None:
     identity.api.close()
     rbac = client.RbacAuthorizationV1Api(admin_api)
     for call in (lambda: rbac.delete_cluster_role_binding(identity.name), lambda: rbac.delete_cluster_role(identity.name),
+                 lambda: rbac.delete_namespaced_role_binding(identity.name, RELEASE_NAMESPACE),
+                 lambda: rbac.delete_namespaced_role(identity.name, RELEASE_NAMESPACE),
+                 lambda: Kube(admin_api).delete(LEASE.api_version, LEASE.kind, RELEASE_NAMESPACE, identity.name),
                  lambda: client.CoreV1Api(admin_api).delete_namespaced_service_account(identity.name,
                                                                                        RELEASE_NAMESPACE)):
         try:
@@ -374,7 +406,11 @@ def drop_identity(admin_api: client.ApiClient, identity: Identity) -> None:
 def run_scenario(args: list[str], kubeconfig: Path, kube: Kube, admin_api: client.ApiClient, log_path: Path,
                  namespace: str, late_crd: bool = False, cp: ControlPlane | None = None) -> tuple[str | None, str]:
     """Start the operator with ``args`` (the chart's Deployment command) and ``kubeconfig``, run the
-    scenario in ``namespace``; return the first broken behaviour (None: all happened) and the log."""
+    scenario in ``namespace``; return the first broken behaviour (None: all happened) and the log.
+    The operator's Lease (``--leader-election-name`` of ``args``) is deleted first: a killed
+    predecessor would hold it for a lease duration."""
+    lease = next(a.split("=", 1)[1] for a in args if a.startswith("--leader-election-name="))
+    kube.delete(LEASE.api_version, LEASE.kind, RELEASE_NAMESPACE, lease)
     ext = client.ApiextensionsV1Api(admin_api)
     if late_crd:
         ext.delete_custom_resource_definition(HTTPROUTE_CRD)
@@ -394,7 +430,7 @@ def run_scenario(args: list[str], kubeconfig: Path, kube: Kube, admin_api: clien
             warm_watch_caches(kube)
             time.sleep(2)  # kopf's CRD watch re-scans the group
         try:
-            scenario(kube, client.CoreV1Api(admin_api), namespace)
+            scenario(kube, client.CoreV1Api(admin_api), namespace, lease)
             return None, op.log()
         except Broken as broken:
             return broken.behaviour, f"{broken}\n--- operator log ---\n{op.log()[-4000:]}"
@@ -427,6 +463,8 @@ def results(helm: Helm, chart_cp: ControlPlane, admin_api: client.ApiClient,
     uninstall_if_present(helm)
     helm.run("install", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE)
     rules = clusterrole_rules(admin_api)
+    lease_rules = [admin_api.sanitize_for_serialization(r) for r in
+                   client.RbacAuthorizationV1Api(admin_api).read_namespaced_role(LEASE_ROLE, RELEASE_NAMESPACE).rules]
     args = deployment_args(admin_api)
     directory = tmp_path_factory.mktemp("rbac-minimal")
     warm_watch_caches(kube)
@@ -434,14 +472,18 @@ def results(helm: Helm, chart_cp: ControlPlane, admin_api: client.ApiClient,
 
     def namespaced(index: int, job: Job) -> tuple[str | None, str]:
         try:
-            identity = mint_identity(chart_cp, admin_api, f"rbac-{index}", without(rules, *(job or (None, None))),
-                                     directory)
+            taken = job or (None, None)
+            lease_job = (taken[0], taken[1]) in LEASE_EXPECTED
+            identity = mint_identity(chart_cp, admin_api, f"rbac-{index}", rules if lease_job else without(rules, *taken),
+                                     without(lease_rules, *taken) if lease_job else lease_rules, directory)
             try:
-                if job is not None:
+                if job is not None and not lease_job:
                     group = group_of(rules, job[0])
                     wait_for(lambda: not allowed(identity.api, group, *job), 30, f"{job} revoked")
                 namespace = make_namespace(admin_api, f"rbac-{index}-{uuid.uuid4().hex[:6]}")
-                return run_scenario([*args, f"--namespace={namespace}"], identity.kubeconfig, kube, admin_api,
+                own = [a for a in args if not a.startswith("--leader-election-name=")]
+                return run_scenario([*own, f"--leader-election-name={identity.name}", f"--namespace={namespace}"],
+                                    identity.kubeconfig, kube, admin_api,
                                     directory / f"rbac-{index}.log", namespace)
             finally:
                 drop_identity(admin_api, identity)
@@ -449,7 +491,7 @@ def results(helm: Helm, chart_cp: ControlPlane, admin_api: client.ApiClient,
             return HARNESS_ERROR, traceback.format_exc()
 
     try:
-        jobs: list[Job] = [None, *sorted(k for k in EXPECTED if k not in LATE_CRD_RULES)]
+        jobs: list[Job] = [None, *sorted(k for k in EXPECTED if k not in LATE_CRD_RULES), *sorted(LEASE_EXPECTED)]
         with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
             futures = {job: pool.submit(namespaced, i, job) for i, job in enumerate(jobs)}
             for job, future in futures.items():
@@ -476,12 +518,14 @@ def results(helm: Helm, chart_cp: ControlPlane, admin_api: client.ApiClient,
         uninstall_if_present(helm)
 
 
-def test_every_clusterrole_rule_has_a_named_behaviour(helm_offline):
-    (role,) = [d for d in helm_offline.template() if d["kind"] == "ClusterRole"]
+@pytest.mark.parametrize("kind, name, expected", [("ClusterRole", RELEASE, EXPECTED), ("Role", LEASE_ROLE, LEASE_EXPECTED)],
+                         ids=["clusterrole", "leader-election-role"])
+def test_every_rule_has_a_named_behaviour(helm_offline, kind, name, expected):
+    (role,) = [d for d in helm_offline.template() if d["kind"] == kind and d["metadata"]["name"] == name]
     granted = {(r["resources"][0], v) for r in role["rules"] for v in r["verbs"]}
-    assert granted == set(EXPECTED), (
-        f"rules without a behaviour here: {sorted(granted - set(EXPECTED))}; "
-        f"behaviours whose rule the chart lacks: {sorted(set(EXPECTED) - granted)}")
+    assert granted == set(expected), (
+        f"rules without a behaviour here: {sorted(granted - set(expected))}; "
+        f"behaviours whose rule the chart lacks: {sorted(set(expected) - granted)}")
     for rule in role["rules"]:
         assert len(rule["resources"]) == 1 and "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
 
@@ -493,9 +537,10 @@ def test_baseline_every_behaviour_happens_under_the_chart_rbac(results, late_crd
     assert broken is None, log
 
 
-@pytest.mark.parametrize("resource,verb", sorted(EXPECTED), ids=[f"{r}-{v}" for r, v in sorted(EXPECTED)])
+@pytest.mark.parametrize("resource,verb", sorted({**EXPECTED, **LEASE_EXPECTED}),
+                         ids=[f"{r}-{v}" for r, v in sorted({**EXPECTED, **LEASE_EXPECTED})])
 def test_removing_one_verb_breaks_its_behaviour(results, resource, verb):
     broken, log = results[((resource, verb), (resource, verb) in LATE_CRD_RULES)]
     assert broken != HARNESS_ERROR, log
     assert broken is not None, f"nothing broke without {verb} on {resource}: the rule should go"
-    assert broken == EXPECTED[(resource, verb)], log
+    assert broken == {**EXPECTED, **LEASE_EXPECTED}[(resource, verb)], log

@@ -8,7 +8,6 @@ who may read those, and ``--api-key`` would silently override ``service.apiKeySe
 
 from __future__ import annotations
 
-from kimik3.admission.extra_args import PARSED_ARGV
 from kimik3.admission.rules import Candidate, Rule, Table, example
 from kimik3.api.errors import SpecError
 from kimik3.engine.args import API_KEY_ENV, API_KEY_FLAG, normalize_flag
@@ -30,7 +29,7 @@ def api_key_not_in_env(c: Candidate) -> list[SpecError]:
 
 API_KEYS = Table("api_keys", (
     Rule(api_key_not_in_extra_args, example(engine={"extraArgs": ["--api_key=sk-plain"]}),
-         operator_only=PARSED_ARGV),
+         cel=("api-key-not-in-extra-args",)),
     Rule(api_key_not_in_env, example(engine={"env": [{"name": "VLLM_API_KEY", "value": "sk-plain"}]}),
          cel=("api-key-not-in-env",)),
 ))

@@ -12,7 +12,8 @@ Ready              True    AllGroupsReady, ScaledToZero (replicas 0)
                    False   GroupsNotReady (the message says what the groups wait for), InvalidSpec
 Progressing        True    GroupsStarting, ApplyFailed (retried with back-off), Replacing (F15)
                    False   Stable, InvalidSpec
-Degraded           True    ApplyFailed, InvalidSpec
+Degraded           True    ApplyFailed, InvalidSpec, GroupCrashLooping (groups failed 3 times in
+                           10 min: the message gives the last exit codes and the start back-off)
                    False   AsExpected
 ScalingLimited     True    Unschedulable (a group's pod has ``PodScheduled=False`` reason
                            ``Unschedulable``: no rack or node can hold it); under placement
@@ -23,6 +24,9 @@ MetricsAvailable   True    Measured, ScaledToZero (no groups: nothing to measure
                    False   NoTargets, WarmingUp, ScrapeFailed, NoLatencyMetric, NoSeries,
                            PrometheusUnreachable, PrometheusError (the autoscaler holds replicas)
                    Unknown NotYetMeasured
+ComputeDomainReady True    AllNodesJoined (every node of the engine pods is in the ComputeDomain)
+                   False   NodesMissing (nodes seen and missing; never decides Ready: F19)
+                   Unknown NotReported
 =================  ======  =====================================================================
 """
 
@@ -48,6 +52,8 @@ class ConditionType(StrEnum):
     """The scheduler cannot place a group now."""
     METRICS_AVAILABLE = "MetricsAvailable"
     """The autoscaler has a reading of decode latency (autoscaling enabled only)."""
+    COMPUTE_DOMAIN_READY = "ComputeDomainReady"
+    """The DRA driver lists every node of the engine pods in the ComputeDomain (reported only)."""
 
 
 class Reason(StrEnum):
@@ -63,6 +69,8 @@ class Reason(StrEnum):
     APPLY_FAILED = "ApplyFailed"
     """A child could not be applied; the message quotes the API server."""
     AS_EXPECTED = "AsExpected"
+    GROUP_CRASH_LOOPING = "GroupCrashLooping"
+    """Groups keep failing: recreated with a start back-off (kimik3.controller.recreation)."""
     REPLACING = "Replacing"
     """Placement kueue: the LeaderWorkerSet is replaced because its group shape changed (F15)."""
     UNSCHEDULABLE = "Unschedulable"
@@ -75,6 +83,10 @@ class Reason(StrEnum):
     KUEUE_PENDING = "KueuePending"
     """Kueue has not admitted a group for another reason (its message quoted)."""
     ALL_GROUPS_PLACED = "AllGroupsPlaced"
+    ALL_NODES_JOINED = "AllNodesJoined"
+    NODES_MISSING = "NodesMissing"
+    """The ComputeDomain lacks nodes that run engine pods (kimik3.controller.computedomains)."""
+    NOT_REPORTED = "NotReported"
     MEASURED = "Measured"
     NOT_YET_MEASURED = "NotYetMeasured"
     NO_TARGETS = "NoTargets"
@@ -108,9 +120,11 @@ REASONS: dict[ConditionType, tuple[Reason, ...]] = {
                           Reason.INVALID_SPEC),
     ConditionType.PROGRESSING: (Reason.GROUPS_STARTING, Reason.STABLE, Reason.APPLY_FAILED, Reason.INVALID_SPEC,
                                 Reason.REPLACING),
-    ConditionType.DEGRADED: (Reason.AS_EXPECTED, Reason.APPLY_FAILED, Reason.INVALID_SPEC),
+    ConditionType.DEGRADED: (Reason.AS_EXPECTED, Reason.APPLY_FAILED, Reason.INVALID_SPEC,
+                             Reason.GROUP_CRASH_LOOPING),
     ConditionType.SCALING_LIMITED: (Reason.UNSCHEDULABLE, Reason.QUOTA_EXHAUSTED, Reason.NO_RACK_FITS, Reason.PREEMPTED,
                                     Reason.KUEUE_PENDING, Reason.ALL_GROUPS_PLACED),
+    ConditionType.COMPUTE_DOMAIN_READY: (Reason.ALL_NODES_JOINED, Reason.NODES_MISSING, Reason.NOT_REPORTED),
     ConditionType.METRICS_AVAILABLE: (Reason.MEASURED, Reason.GROUPS_UNMEASURED, Reason.SCALED_TO_ZERO,
                                       Reason.NOT_YET_MEASURED, *METRICS_UNAVAILABLE),
 }

@@ -206,6 +206,13 @@ class EngineSpec(Model):
             "and name it in spec.service.apiKeySecret",
             ".env",
         ),
+        rule(
+            "api-key-not-in-extra-args",
+            "!has(self.extraArgs) || !self.extraArgs.exists(a, a.matches('^--api[-_]key([=.].*)?$'))",
+            "--api-key in extraArgs would put the API key in plain text in the CR and its launcher ConfigMap: "
+            "put the key in a Secret and name it in spec.service.apiKeySecret",
+            ".extraArgs",
+        ),
     )
     image: str = Field(default=ENGINE_IMAGE, min_length=1, max_length=512)
     """Engine image. Pinned at vLLM 0.33.0; the megakernel decode path needs >= 0.33.0."""

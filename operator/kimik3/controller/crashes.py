@@ -22,6 +22,7 @@ from typing import Any
 
 from kimik3.controller import metrics
 from kimik3.controller.kube import Kube
+from kimik3.controller.recreation import GroupFailures
 from kimik3.kube import pods
 from kimik3.kube.kinds import KIMIK3_DEPLOYMENT
 
@@ -34,6 +35,12 @@ REMEMBERED = 4096
 def container_failures(pod: dict[str, Any]) -> list[tuple[str, str, str]]:
     """Non-zero container exits of ``pod``: ``[(token, reason, description)]``. ``token`` is unique
     per termination (pod uid, container, restart count, finish time)."""
+    return [(token, reason, text) for token, reason, text, _, _ in _terminations(pod)]
+
+
+def _terminations(pod: dict[str, Any]) -> list[tuple[str, str, str, int, str]]:
+    """``container_failures`` plus each one's exit code and a key without the restart count (the
+    same termination is ``state`` before the restart and ``lastState`` after it)."""
     out = []
     uid = pod["metadata"].get("uid", "")
     for cs in (pod.get("status") or {}).get("containerStatuses", []) or []:
@@ -45,7 +52,7 @@ def container_failures(pod: dict[str, Any]) -> list[tuple[str, str, str]]:
             token = f"{uid}/{cs.get('name')}/{cs.get('restartCount', 0)}/{term.get('finishedAt', '')}"
             text = f"container {cs.get('name')} exited {term['exitCode']} ({reason}"
             text += f": {term['message'][:200]})" if term.get("message") else ")"
-            out.append((token, reason, text))
+            out.append((token, reason, text, int(term["exitCode"]), f"{uid}/{cs.get('name')}/{term.get('finishedAt', '')}"))
     return out
 
 
@@ -63,16 +70,23 @@ class CrashReporter:
     """Posts one ``EngineFailed`` Event per container failure and one ``EngineDisrupted`` Event per
     disruption seen on the pod watch."""
 
-    def __init__(self, kube: Kube) -> None:
+    def __init__(self, kube: Kube, failures: GroupFailures | None = None) -> None:
         self.kube = kube
+        self.failures = failures
+        """Where each engine failure is also counted for bounded recreation (recreation.py)."""
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._lock = threading.Lock()  # kopf runs sync handlers on several threads
 
     def pod_seen(self, pod: dict[str, Any], deployment: str) -> int:
         """Report the new failures of ``pod`` (of KimiK3Deployment ``deployment`` in the pod's
-        namespace); returns how many were new."""
+        namespace); returns how many were new (none on a replica that does not lead)."""
+        if self.kube.fence is not None and not self.kube.fence.leading():
+            return 0  # the leader reports (and counts) each failure once
         meta = pod["metadata"]
         new = 0
+        if self.failures is not None and not meta.get("deletionTimestamp"):
+            for _, reason, _, code, key in _terminations(pod):
+                self.failures.record(meta["namespace"], deployment, key, pods.group_index(pod) or "?", code, reason)
         incidents = [("EngineFailed", metrics.ENGINE_FAILURES, *f) for f in container_failures(pod)]
         incidents += [("EngineDisrupted", metrics.ENGINE_DISRUPTIONS, *d) for d in disruptions(pod)]
         for event_reason, counter, token, reason, text in incidents:

@@ -10,7 +10,7 @@ import builtins
 import datetime as dt
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
@@ -19,6 +19,20 @@ from kimik3.kube.kinds import EVENT, kind_of
 
 FIELD_MANAGER = "kimik3-operator"
 REQUEST_TIMEOUT_S = 30
+
+class NotLeading(Exception):
+    """A write refused because this replica does not hold the operator's Lease (leadership.py)."""
+
+
+class WriteFence(Protocol):
+    """Who may write: ``leading()``; ``write_timeout()`` is the client timeout, seconds, a write
+    started now may use (it must end before the Lease can pass to another replica), and raises
+    ``NotLeading`` when this replica does not lead."""
+
+    def leading(self) -> bool: ...
+
+    def write_timeout(self) -> float: ...
+
 
 def _path(api_version: str, kind: str, namespace: str, name: str | None = None) -> str:
     """REST path of a namespaced object or collection of a kind in ``kimik3.kube.kinds``
@@ -36,15 +50,16 @@ def api_client_from_kubeconfig(path: str | None) -> client.ApiClient:
 
 
 def call_json(api: client.ApiClient, method: str, path: str, body: Any = None, query: list | None = None,
-              content_type: str = "application/json") -> Any:
+              content_type: str = "application/json", timeout: float = REQUEST_TIMEOUT_S) -> Any:
     """One REST call with a JSON (or apply-patch) body; the decoded JSON answer, None when empty.
+    ``timeout``: the client's connect and read timeout, seconds.
     Goes below the generated client, which would validate plain dicts against its models.
     Non-2xx raises ApiException (``.status``, ``.body``)."""
     request = api.param_serialize(
         method=method, resource_path=path, query_params=query or [],
         header_params={"Accept": "application/json", "Content-Type": content_type},
         body=body, auth_settings=["BearerToken"])
-    response = api.call_api(*request, _request_timeout=REQUEST_TIMEOUT_S)
+    response = api.call_api(*request, _request_timeout=timeout)
     response.read()
     if not 200 <= response.status <= 299:
         raise ApiException.from_response(http_resp=response, body=(response.data or b"").decode(errors="replace"), data=None)
@@ -64,13 +79,19 @@ def api_error_message(exc: ApiException, limit: int = 1000) -> str:
 
 @dataclass
 class Kube:
-    """Thin typed wrapper over ``ApiClient.call_api`` for the calls the controller makes."""
+    """Thin typed wrapper over ``ApiClient.call_api`` for the calls the controller makes. With a
+    ``fence`` every write (any method but GET) first asks it: a replica that does not lead raises
+    ``NotLeading`` instead of writing, and a leader's write times out before its Lease can pass."""
 
     api: client.ApiClient
+    fence: WriteFence | None = None
 
     def _call(self, method: str, path: str, body: Any = None, query: list | None = None,
               content_type: str = "application/json") -> Any:
-        return call_json(self.api, method, path, body, query, content_type)
+        timeout: float = REQUEST_TIMEOUT_S
+        if method != "GET" and self.fence is not None:
+            timeout = min(timeout, self.fence.write_timeout())
+        return call_json(self.api, method, path, body, query, content_type, timeout)
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         """The object, or None when it does not exist."""
@@ -120,7 +141,8 @@ class Kube:
         return self._call("PATCH", path, body=patch, content_type="application/merge-patch+json")
 
     def event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        """Record a core/v1 Event on ``obj`` (Normal or Warning). Never raises: events are best effort."""
+        """Record a core/v1 Event on ``obj`` (Normal or Warning). Never raises: events are best effort
+        (a replica that does not lead posts none)."""
         meta = obj["metadata"]
         now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
@@ -134,5 +156,5 @@ class Kube:
         }
         try:
             self._call("POST", EVENT.path(meta["namespace"]), body=body)
-        except ApiException:
+        except (ApiException, NotLeading):
             pass

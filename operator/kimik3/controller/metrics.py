@@ -32,3 +32,6 @@ SLO_ATTAINMENT = Gauge("kimik3_autoscaler_slo_attainment",
                        "Share of decision windows of the past hour with latency <= target (0..1)",
                        ["namespace", "deployment"])
 DECISIONS = Counter("kimik3_autoscaler_decisions", "Autoscaler decisions by reason", ["reason"])
+LEADER = Gauge("kimik3_operator_leader", "1 while this replica holds the operator's Lease (reconciles and writes), "
+               "else 0 (a standby)")
+LEADER_TRANSITIONS = Counter("kimik3_operator_leader_transitions", "Times this replica became the leader")

@@ -4,14 +4,20 @@ kopf provides the watches (listing, reconnects, 410 Gone re-lists) and login. It
 only enqueue the owning KimiK3Deployment; the reconcile is level-based (no kopf progress or
 diff-base annotations are written, so a large spec never overflows annotation limits, F5).
 
-Health server (aiohttp, one port): ``/healthz`` fails when the work queue has not made progress
-within ``stall_after_s`` while work is due, or the watch layer is down; ``/readyz`` is 200 once
-kopf is ready; ``/metrics`` serves the operator's Prometheus metrics.
+With ``lease_namespace`` set, replicas elect a leader on a Lease (leadership.py): every replica
+watches, only the leader's workers take keys from the queue, and the ``Kube`` client refuses
+writes when not leading (``NotLeading``: the key goes back to the queue, not counted as a failure).
+
+Health server (aiohttp, one port, on every replica): ``/healthz`` fails when the work queue of the
+leader has not made progress within ``stall_after_s`` while work is due, or the watch layer is
+down (a standby's queue waits by design); ``/readyz`` is 200 once kopf is ready; ``/metrics``
+serves the operator's Prometheus metrics (``kimik3_operator_leader``: who leads).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import logging
 import threading
@@ -28,8 +34,10 @@ from kimik3.admission import AdmissionPolicy
 from kimik3.controller import metrics
 from kimik3.controller.cache import ObjectCache
 from kimik3.controller.crashes import CrashReporter
-from kimik3.controller.kube import Kube, api_client_from_kubeconfig
+from kimik3.controller.kube import Kube, NotLeading, api_client_from_kubeconfig
+from kimik3.controller.leadership import LeaderElection, LeaseTimings, default_identity
 from kimik3.controller.reconcile import Reconciler
+from kimik3.controller.recreation import GroupFailures
 from kimik3.kube.labels import DEPLOYMENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL
 
 log = logging.getLogger("kimik3.operator")
@@ -102,13 +110,23 @@ class WorkQueue:
         if delays:
             self.add(key, max(0.0, min(delays)))
 
-    async def worker(self, reconciler: Reconciler) -> None:
+    async def worker(self, reconciler: Reconciler, election: LeaderElection | None = None) -> None:
+        """Reconcile keys as they come due; with ``election``, only while this replica leads."""
         while True:
+            if election is not None and not election.leading():
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(election.changed.wait(), 1.0)
+                self.last_progress = max(self.last_progress, time.monotonic())  # a standby's wait is no stall
+                continue
             key = await self._next()
             failed, requeue = False, None
             try:
+                if election is not None and not election.leading():
+                    raise NotLeading("lost the Lease before this key's turn")
                 result = await asyncio.to_thread(reconciler.reconcile, *key)
                 requeue, failed = result.requeue_after, result.retry
+            except NotLeading:  # the next leader reconciles it; here it waits for leadership again
+                requeue = 0.0
             except Exception:  # the queue retries with backoff; the error is counted and logged
                 log.exception("reconcile of %s/%s failed", *key)
                 failed = True
@@ -130,6 +148,12 @@ class OperatorConfig:
     """What specs may do beyond the schema (allowed hostPath folders)."""
     stall_after_s: float = 120.0
     """Liveness fails when due work waited this long without any reconcile finishing (F6)."""
+    lease_namespace: str | None = None
+    """Namespace of the leader-election Lease (the operator's own); None = no election (one replica)."""
+    lease_name: str = "kimik3-operator"
+    identity: str = field(default_factory=default_identity)
+    """This replica's ``holderIdentity`` in the Lease."""
+    lease_timings: LeaseTimings = field(default_factory=LeaseTimings)
 
 
 def build_registry(cfg: OperatorConfig, queue: WorkQueue, cache: ObjectCache,
@@ -223,12 +247,19 @@ async def run_operator(cfg: OperatorConfig, stop: threading.Event | asyncio.Even
     """Run until ``stop`` is set (or forever). ``ready`` is set once kopf has started watching."""
     queue = WorkQueue()
     cache = ObjectCache()
-    kube = Kube(api_client_from_kubeconfig(cfg.kubeconfig))
-    registry = build_registry(cfg, queue, cache, CrashReporter(kube))
-    reconciler = Reconciler(kube, compute_domains=cfg.compute_domains, cache=cache, policy=cfg.policy)
+    api = api_client_from_kubeconfig(cfg.kubeconfig)
+    election = None if cfg.lease_namespace is None else \
+        LeaderElection(api, cfg.lease_namespace, cfg.lease_name, cfg.identity, cfg.lease_timings)
+    kube = Kube(api, fence=election)
+    failures = GroupFailures()
+    registry = build_registry(cfg, queue, cache, CrashReporter(kube, failures))
+    reconciler = Reconciler(kube, compute_domains=cfg.compute_domains, cache=cache, policy=cfg.policy,
+                            failures=failures)
     kopf_ready = asyncio.Event()
     runner = await _health_server(cfg, queue, kopf_ready)
-    workers = [asyncio.create_task(queue.worker(reconciler)) for _ in range(cfg.workers)]
+    workers = [asyncio.create_task(queue.worker(reconciler, election)) for _ in range(cfg.workers)]
+    if election is not None:
+        workers.append(asyncio.create_task(election.run()))
 
     async def mark_ready() -> None:
         await kopf_ready.wait()

@@ -23,13 +23,15 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 
 from kimik3.admission import AdmissionPolicy, Admitted, admit
-from kimik3.api.conditions import ConditionType, Reason
+from kimik3.api.conditions import ConditionType, Reason, Verdict
 from kimik3.api.errors import SpecErrors
 from kimik3.api.v1alpha1 import KimiK3DeploymentStatus
 from kimik3.controller import metrics
 from kimik3.controller.autoscaling import Autoscaling
 from kimik3.controller.cache import ObjectCache, desired_hash
-from kimik3.controller.kube import Kube, api_error_message
+from kimik3.controller.computedomains import compute_domain_verdict
+from kimik3.controller.kube import Kube, NotLeading, api_error_message
+from kimik3.controller.recreation import GroupFailures
 from kimik3.controller.status import (compute_status, invalid_status, lws_selector, merge_patch, status_patch,
                                      stored_conditions)
 from kimik3.kube.kinds import COMPUTE_DOMAIN, GROUP, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, POD, WORKLOAD, Kind
@@ -66,8 +68,11 @@ class Reconciler:
     """Reconciles KimiK3Deployments through ``kube``."""
 
     def __init__(self, kube: Kube, compute_domains: bool = True, cache: ObjectCache | None = None,
-                 policy: AdmissionPolicy = AdmissionPolicy(), autoscaling: Autoscaling | None = None):
+                 policy: AdmissionPolicy = AdmissionPolicy(), autoscaling: Autoscaling | None = None,
+                 failures: GroupFailures | None = None):
         self.kube = kube
+        self.failures = failures or GroupFailures()
+        """Engine failures the pod watch saw (bounded recreation: Degraded and a start back-off)."""
         self.policy = policy
         self.autoscaling = autoscaling or Autoscaling()
         """Decode-latency autoscaler state of every deployment with spec.autoscaling.enabled."""
@@ -133,6 +138,8 @@ class Reconciler:
                 result = self._teardown(obj)
             else:
                 result = self._apply(obj)
+        except NotLeading:  # not an error: the replica that leads reconciles it
+            raise
         except Exception:
             metrics.RECONCILES.labels(result="error").inc()
             raise
@@ -159,6 +166,16 @@ class Reconciler:
         self.kube.patch_merge(*KIMIK3_DEPLOYMENT.type_meta, meta["namespace"], meta["name"], {"status": patch},
                               subresource="status")
 
+    def _compute_domain(self, obj: dict[str, Any], objects: list[dict[str, Any]], owner: Owner,
+                        pods: list[dict[str, Any]]) -> Verdict | None:
+        """ComputeDomainReady of the deployment's ComputeDomain when it has one (F19)."""
+        if not any(c["kind"] == COMPUTE_DOMAIN.kind for c in objects):
+            return None
+        verdict = compute_domain_verdict(self._get_child(COMPUTE_DOMAIN, owner.namespace, owner.name), pods)
+        if verdict is not None and verdict.status == "False":
+            self._event_once(obj, "Warning", "ComputeDomainNodesMissing", verdict.message)
+        return verdict
+
     def _apply(self, obj: dict[str, Any]) -> Result:
         try:
             admitted = admit(obj.get("spec") or {}, self.policy)
@@ -178,8 +195,12 @@ class Reconciler:
                 self._event_once(obj, type_, reason, message)
         else:
             self.autoscaling.forget(owner.namespace, owner.name)
+        crash_looping = self.failures.verdict(owner.namespace, owner.name)
+        if crash_looping is not None:
+            self._event_once(obj, "Warning", crash_looping.reason, crash_looping.message)
         rendered = render(admitted, owner, replicas=None if scaled is None else scaled.replicas,
-                          compute_domains=self.compute_domains)
+                          compute_domains=self.compute_domains,
+                          start_delay_s=self.failures.start_delay_s(owner.namespace, owner.name))
         for warning in rendered.warnings:
             reason = "ComputeDomainSkipped" if warning == COMPUTE_DOMAIN_SKIPPED else "DisruptionBudgetSkipped"
             self._event_once(obj, "Warning", reason, warning)
@@ -216,7 +237,8 @@ class Reconciler:
         status = compute_status(obj, admitted, lws, pods, desired, apply_error, replacing=replacing,
                                 compute_domain_note=None if self.compute_domains else COMPUTE_DOMAIN_SKIPPED,
                                 autoscaled=scaled.report if scaled is not None else None,
-                                workloads=self._workloads(admitted, lws))
+                                workloads=self._workloads(admitted, lws), crash_looping=crash_looping,
+                                compute_domain=self._compute_domain(obj, rendered.objects, owner, pods))
         if (obj.get("status") or {}).get("observedGeneration") != obj["metadata"].get("generation") and not apply_error:
             kinds = ", ".join(c["kind"] for c in rendered.objects)
             self._event_once(obj, "Normal", "Applied",

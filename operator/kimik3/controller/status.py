@@ -217,11 +217,14 @@ def compute_status(obj: dict[str, Any], admitted: Admitted, lws: dict[str, Any] 
                    apply_error: str | None = None, compute_domain_note: str | None = None,
                    autoscaled: AutoscalerReport | None = None,
                    workloads: list[dict[str, Any]] | None = None,
-                   replacing: str | None = None) -> KimiK3DeploymentStatus:
+                   replacing: str | None = None, crash_looping: Verdict | None = None,
+                   compute_domain: Verdict | None = None) -> KimiK3DeploymentStatus:
     """Status of a reconciled CR whose spec this reconcile admitted (``admitted``).
     ``desired_groups`` is the LWS's spec.replicas; ``autoscaled`` what the autoscaler's step reports
     (None with autoscaling off: its fields are then left as the CR holds them); ``workloads`` the
-    Kueue Workloads of the LeaderWorkerSet under placement ``kueue`` (None otherwise)."""
+    Kueue Workloads of the LeaderWorkerSet under placement ``kueue`` (None otherwise);
+    ``crash_looping`` the Degraded verdict of groups that keep failing (recreation.py);
+    ``compute_domain`` the ComputeDomainReady verdict (computedomains.py; never changes Ready)."""
     owner, plan = Owner.from_object(obj), admitted.plan
     gen = obj["metadata"].get("generation")
     lws_status = (lws or {}).get("status") or {}
@@ -259,10 +262,12 @@ def compute_status(obj: dict[str, Any], admitted: Admitted, lws: dict[str, Any] 
         conditions = set_condition(conditions, ConditionType.SCALING_LIMITED, Verdict(
             "False", Reason.ALL_GROUPS_PLACED, "the scheduler has placed every pod of every group"), gen)
     degraded = (Verdict("True", Reason.APPLY_FAILED, apply_error) if apply_error
-                else Verdict("False", Reason.AS_EXPECTED, "children applied"))
+                else crash_looping or Verdict("False", Reason.AS_EXPECTED, "children applied"))
     conditions = set_condition(conditions, ConditionType.DEGRADED, degraded, gen)
     if autoscaled is not None and autoscaled.metrics is not None:
         conditions = set_condition(conditions, ConditionType.METRICS_AVAILABLE, autoscaled.metrics, gen)
+    if compute_domain is not None:
+        conditions = set_condition(conditions, ConditionType.COMPUTE_DOMAIN_READY, compute_domain, gen)
     return KimiK3DeploymentStatus(
         observed_generation=gen,
         conditions=conditions,

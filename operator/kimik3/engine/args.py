@@ -98,6 +98,25 @@ def normalize_flag(arg: str) -> str:
 API_KEY_FLAG = "--api-key"
 API_KEY_ENV = "VLLM_API_KEY"
 """vLLM reads the API key from ``--api-key`` first, then this environment variable."""
+HUB_TOKEN_ENV = "HF_TOKEN"
+"""huggingface_hub reads the hub token from this environment variable."""
+
+
+def secret_env(spec: KimiK3DeploymentSpec) -> list[str]:
+    """Names of the engine variables the pods read from Secrets (``secretKeyRef``): the launcher
+    redacts their values wherever they appear in the command line it logs (failure case F22)."""
+    hub = spec.model.source.hub
+    return ([API_KEY_ENV] if spec.service.api_key_secret is not None else []) + \
+        ([HUB_TOKEN_ENV] if hub is not None and hub.token_secret is not None else [])
+
+
+def leader_lost_timeout_s(spec: KimiK3DeploymentSpec) -> int:
+    """How long a headless worker keeps running while its leader's endpoint does not answer (the
+    launcher's group watchdog, failure case F20): ``probes.periodSeconds`` x
+    ``probes.livenessFailureThreshold`` (60 s by default), the bound after which the kubelet
+    restarts a leader whose /health stopped answering, so a worker gives up on its leader no later
+    than the leader's own liveness probe would."""
+    return spec.probes.period_seconds * spec.probes.liveness_failure_threshold
 
 
 def common_args(spec: KimiK3DeploymentSpec) -> list[str]:

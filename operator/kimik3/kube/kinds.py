@@ -57,11 +57,13 @@ CONFIG_MAP = Kind("", "v1", "ConfigMap", "configmaps")
 SERVICE = Kind("", "v1", "Service", "services")
 POD = Kind("", "v1", "Pod", "pods")
 EVENT = Kind("", "v1", "Event", "events")
+LEASE = Kind("coordination.k8s.io", "v1", "Lease", "leases")
+"""The operator's leader election (kimik3.controller.leadership), in the operator's own namespace."""
 NODE = Kind("", "v1", "Node", "nodes")
 """Cluster-scoped (``path()`` with no namespace); read by the dev kit's views, not by the operator."""
 
 KINDS: tuple[Kind, ...] = (KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, COMPUTE_DOMAIN, POD_MONITOR, HTTP_ROUTE,
-                           POD_DISRUPTION_BUDGET, CONFIG_MAP, SERVICE, POD, EVENT, NODE, WORKLOAD)
+                           POD_DISRUPTION_BUDGET, CONFIG_MAP, SERVICE, POD, EVENT, LEASE, NODE, WORKLOAD)
 
 CHILD_KINDS: tuple[Kind, ...] = (COMPUTE_DOMAIN, CONFIG_MAP, LEADER_WORKER_SET, SERVICE, POD_DISRUPTION_BUDGET,
                                  POD_MONITOR, HTTP_ROUTE)

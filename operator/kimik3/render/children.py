@@ -38,10 +38,12 @@ COMPUTE_DOMAIN_SKIPPED = ("no ComputeDomain: the operator runs with --no-compute
                           "multi-node NVLink needs one")
 
 
-def render(admitted: Admitted, owner: Owner, replicas: int | None = None, compute_domains: bool = True) -> Rendered:
+def render(admitted: Admitted, owner: Owner, replicas: int | None = None, compute_domains: bool = True,
+           start_delay_s: float = 0.0) -> Rendered:
     """Children of the deployment ``owner`` names; ``replicas`` overrides spec.replicas (the
     autoscaler's choice); ``compute_domains=False`` renders no ComputeDomain and no channel claims
-    (clusters without the DRA driver) and says so in ``warnings``."""
+    (clusters without the DRA driver) and says so in ``warnings``; ``start_delay_s`` is the
+    launcher's start back-off (seconds; kimik3.controller.recreation)."""
     spec, plan = admitted.spec, admitted.plan
     groups = spec.replicas if replicas is None else replicas
     objects: list[dict[str, Any]] = []
@@ -55,7 +57,7 @@ def render(admitted: Admitted, owner: Owner, replicas: int | None = None, comput
         objects.append(cd)
     else:  # also when a spec change moved the deployment to nodes that need none
         absent.append(COMPUTE_DOMAIN)
-    objects.append(launcher_configmap(owner, admitted))
+    objects.append(launcher_configmap(owner, admitted, start_delay_s))
     objects.append(leader_worker_set(owner, admitted, groups, channel_claims=with_cd))
     objects.append(client_service(owner, spec))
     pdb, why = disruption_budget(owner, spec, plan, groups)

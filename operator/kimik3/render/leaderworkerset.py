@@ -23,7 +23,7 @@ from typing import Any
 
 from kimik3.admission import Admitted
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
-from kimik3.engine.args import API_KEY_ENV, API_PORT_NAME, MODEL_MOUNT, engine_env
+from kimik3.engine.args import API_KEY_ENV, API_PORT_NAME, HUB_TOKEN_ENV, MODEL_MOUNT, engine_env
 from kimik3.kube.kinds import LEADER_WORKER_SET
 from kimik3.kube.labels import (
     GPU_RESOURCE,
@@ -85,7 +85,7 @@ def _env(admitted: Admitted) -> list[dict[str, Any]]:
     env.append({"name": "KIMIK3_PLAN", "value": f"{configmap.MOUNT_PATH}/{configmap.PLAN_KEY}"})
     hub = admitted.spec.model.source.hub
     if hub is not None and hub.token_secret is not None:
-        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
+        env.append({"name": HUB_TOKEN_ENV, "valueFrom": {"secretKeyRef": {
             "name": hub.token_secret.name, "key": hub.token_secret.key}}})
     return env
 

@@ -23,6 +23,8 @@ from typing import Any
 
 import click
 
+from kimik3_dev import command
+
 DEFAULT_STATE_DIR = ".state/dev"
 _state_dir_option = click.option("--state-dir", default=DEFAULT_STATE_DIR, show_default=True,
                                  type=click.Path(file_okay=False), help="Where pidfiles, logs, certs and data live.")
@@ -103,7 +105,7 @@ def status(state_dir: str, as_json: bool) -> None:
     cluster = DevCluster(state_dir)
     state = cluster.state()
     if state is None:
-        raise click.ClickException(f"no dev cluster in {cluster.state_dir}: run `kimik3 dev up --state-dir {state_dir}`")
+        raise click.ClickException(f"no dev cluster in {cluster.state_dir}: run `{command()} dev up --state-dir {state_dir}`")
     rss = cluster.rss_bytes()
     components = [{"name": r.name, "pid": r.pid, "alive": r.alive, "rss_bytes": rss.get(r.name, 0), "log": r.log}
                   for r in cluster.components()]

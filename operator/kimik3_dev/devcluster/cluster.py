@@ -44,6 +44,7 @@ from kubernetes.client.rest import ApiException
 import kimik3
 from kimik3.kube import nodes as knodes
 from kimik3.kube.accelerators import PROFILES
+from kimik3_dev import command
 from kimik3_dev.devcluster import kubecomponents, kueue, kwok, lws, processes, prometheus, rbac
 from kimik3_dev.devcluster.controlplane import ControlPlane, ControlPlaneError, bin_dir
 from kimik3_dev.devcluster.install import apply_admission_policies, own_manifests
@@ -142,7 +143,7 @@ class DevCluster:
         self.state_file = self.state_dir / "cluster.json"
         self.kubeconfig = self.state_dir / "admin.kubeconfig"
         self._die_with_parent = False
-        self._retry = f"kimik3 dev up --state-dir {self.state_dir}  (a failed up already stopped what it started)"
+        self._retry = f"{command()} dev up --state-dir {self.state_dir}  (a failed up already stopped what it started)"
 
     # -- queries -----------------------------------------------------------------------------
     def state(self) -> dict[str, Any] | None:
@@ -177,7 +178,7 @@ class DevCluster:
         if alive:
             raise ComponentError("dev cluster", f"already running in {self.state_dir} "
                                  f"({', '.join(r.name for r in alive)})",
-                                 retry=f"kimik3 dev down --state-dir {self.state_dir}")
+                                 retry=f"{command()} dev down --state-dir {self.state_dir}")
         self._clean()
         t0 = time.monotonic()
         state: dict[str, Any] = {"state_dir": str(self.state_dir), "kubeconfig": str(self.kubeconfig),
@@ -425,7 +426,7 @@ class DevCluster:
         if record is None or not record.alive:
             names = ", ".join(r.name for r in self.running() if r.name not in CONTROL_PLANE) or "none"
             raise ComponentError(name, f"is not a running component (running: {names})",
-                                 retry=f"kimik3 dev status --state-dir {self.state_dir}")
+                                 retry=f"{command()} dev status --state-dir {self.state_dir}")
         processes.stop(self.state_dir, name, kill=kill)
         processes.write_record(self.state_dir / "stopped", record)
         return record
@@ -437,7 +438,7 @@ class DevCluster:
             running = processes.read_record(self.state_dir, name)
             raise ComponentError(name, "is already running" if running is not None and running.alive else
                                  "was not stopped by `kimik3 dev fault stop`",
-                                 retry=f"kimik3 dev status --state-dir {self.state_dir}")
+                                 retry=f"{command()} dev status --state-dir {self.state_dir}")
         started = self._spawn(name, record.argv, env=_cli_env(KUBECONFIG=str(self.kubeconfig)))
         (processes.pid_dir(self.state_dir / "stopped") / f"{name}.json").unlink(missing_ok=True)
         return started

@@ -214,8 +214,8 @@ def _denied(api: client.ApiClient, checks: Iterable[dict[str, str]]) -> list[dic
 
 
 def _granted(docs: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
-    """Resource attributes of every (rule, verb) the rendered roles grant, in the namespace where
-    they apply (a ClusterRole's bound cluster-wide is probed in the release namespace)."""
+    """Resource attributes of every (rule, verb, resource name) the rendered roles grant, in the
+    namespace where they apply (a ClusterRole's bound cluster-wide is probed in the release namespace)."""
     out = []
     for doc in docs:
         if doc["kind"] not in ("ClusterRole", "Role"):
@@ -226,8 +226,9 @@ def _granted(docs: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
                 for resource in rule.get("resources") or []:
                     plural, _, sub = resource.partition("/")
                     for verb in rule.get("verbs") or []:
-                        out.append({"namespace": namespace, "group": group, "resource": plural,
-                                    "subresource": sub, "verb": verb})
+                        for name in rule.get("resourceNames") or [None]:
+                            out.append({"namespace": namespace, "group": group, "resource": plural,
+                                        "subresource": sub, "verb": verb, **({"name": name} if name else {})})
     return out
 
 

@@ -13,6 +13,10 @@ ConfigMap mounted at ``/etc/kimik3`` and execs ``vllm serve`` with its rank's ar
 2. the argv is ``launcher.build_argv`` of that plan with the container's ``LWS_*`` variables
    (set by LeaderWorkerSet), without waiting for the leader's address (pods under kwok have no
    DNS);
+   The plan's ``startDelaySeconds`` (the launcher's start back-off for a deployment whose groups
+   keep failing, kimik3.controller.recreation) is ``Launch.start_delay_s``: the supervisor adds it
+   to the engine's load time, as the launcher waits that long before it starts vLLM. The group
+   watchdog of worker ranks is not simulated (the simulator runs no worker engines);
 3. ``engine_config(argv, accelerator, variant)`` reads that argv with ``argparse``: the flags of
    ``vllm serve`` (vLLM 0.33) that decide how the simulated engine behaves.
 
@@ -84,6 +88,8 @@ class Launch:
     """Pods of the group (the plan's ranks)."""
     accelerator: str
     """``kimik3.kube.accelerators`` profile of the node the pod asks for."""
+    start_delay_s: float = 0.0
+    """The plan's ``startDelaySeconds``: how long the launcher waits before starting vLLM."""
 
 
 def launch(pod: dict[str, Any], read_configmap: Callable[[str], dict[str, Any] | None]) -> Launch:
@@ -123,7 +129,8 @@ def launch(pod: dict[str, Any], read_configmap: Callable[[str], dict[str, Any] |
     if port != served_port:
         raise LaunchUnresolved(f"vLLM would listen on port {served_port}, the pod's {API_PORT_NAME} port is {port}: "
                                "no probe, Service or scrape would reach it")
-    return Launch(tuple(argv), len(plan["ranks"]), ACCELERATOR_BY_PRODUCT[product])
+    return Launch(tuple(argv), len(plan["ranks"]), ACCELERATOR_BY_PRODUCT[product],
+                  float(plan.get("startDelaySeconds") or 0))
 
 
 class _Parser(argparse.ArgumentParser):

@@ -37,6 +37,7 @@ import aiohttp
 import yaml
 
 from kimik3.api.v1alpha1 import duration_seconds
+from kimik3_dev import command
 
 MAX_IN_FLIGHT = 512
 """Most requests open at once (open-loop rates beyond what the engine serves pile up to this)."""
@@ -111,7 +112,7 @@ def resolve_url(state_dir: str | Path, deployment: str, namespace: str | None = 
     try:
         endpoints = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise LookupError(f"{path} does not exist: is `kimik3 dev sim` running with --state-dir {state_dir}?") from None
+        raise LookupError(f"{path} does not exist: is `{command()} dev sim` running with --state-dir {state_dir}?") from None
     key = deployment if "/" in deployment else None
     if key is None:
         matches = [k for k in endpoints if k.split("/", 1)[1] == deployment and (namespace is None or k.startswith(namespace + "/"))]

@@ -358,7 +358,8 @@ class Supervisor:
             return  # no launch, or not every rank of the plan runs yet
         try:
             config = launch.engine_config(started_with.argv, started_with.accelerator, want.variant,
-                                          load_time_s=want.load_time_s, workload=want.workload, seed=self.seed)
+                                          load_time_s=want.load_time_s + started_with.start_delay_s,
+                                          workload=want.workload, seed=self.seed)
         except launch.LaunchUnresolved as exc:
             log.warning("group %s/%s/%s (leader %s): no engine: %s", *key, want.leader_pod, exc)
             return
