@@ -41,7 +41,7 @@ CHOSEN: dict[str, Setting] = {
     "hpa": {"target": 0.7},
     "keda": {"band": (0.55, 0.70)},
     "aibrix-kpa": {"latency": 0.7},
-    "dynamo-planner": {"itl": 1.0, "predictor": "kalman"},
+    "dynamo-planner": {"itl": 0.8, "predictor": "kalman"},
 }
 
 
