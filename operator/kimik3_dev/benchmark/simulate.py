@@ -420,7 +420,7 @@ def run_all(recipe: str = RECIPE, out_dir: Path = Path("bench/results"), traces:
     """Every policy on every trace and seed; prints the table and the goals missed, writes
     ``out_dir/autoscaler.json`` and the PNGs (time series of the first seed per trace, and the
     spread over seeds). ``jobs`` > 1 runs (trace, seed) pairs in that many processes."""
-    t0, c0 = time.monotonic(), time.process_time()
+    t0, c0, commit = time.monotonic(), time.process_time(), _commit()
     s = setup(recipe)
     # Seed by seed: a run cut short still has whole seeds (the JSON is rewritten after each pair).
     pairs = [(trace, seed) for seed in seeds for trace in traces or all_traces()]
@@ -429,7 +429,7 @@ def run_all(recipe: str = RECIPE, out_dir: Path = Path("bench/results"), traces:
     def done(run: TraceRun) -> None:
         runs.append(run)
         log(f"  {run.trace.name} seed {run.seed}: {run.seconds:.0f} s")
-        write_json(runs, out_dir / "autoscaler.json", _meta(s, recipe, seeds, jobs, t0, c0, complete=False))
+        write_json(runs, out_dir / "autoscaler.json", _meta(s, recipe, seeds, jobs, t0, c0, commit, complete=False))
 
     if jobs > 1:
         from concurrent.futures import ProcessPoolExecutor
@@ -442,7 +442,7 @@ def run_all(recipe: str = RECIPE, out_dir: Path = Path("bench/results"), traces:
     log(table(runs, s.target_s))
     misses = goal_misses(runs)
     log("goals: all met" if not misses else "goals missed:\n  " + "\n  ".join(misses))
-    meta = _meta(s, recipe, seeds, jobs, t0, c0, complete=True)
+    meta = _meta(s, recipe, seeds, jobs, t0, c0, commit, complete=True)
     write_json(runs, out_dir / "autoscaler.json", meta)
     log(f"wrote {out_dir / 'autoscaler.json'}")
     if plots:
@@ -470,7 +470,7 @@ def tune_peers(recipe: str = RECIPE, out_dir: Path = Path("bench/results"), jobs
     """Every ``peers.GRID`` setting on ``peers.TUNE_TRACE`` seed ``peers.TUNE_SEED``, each peer's
     pick (``peers.choose``); writes ``out_dir/peers-grid.json``. The benchmark itself runs
     ``peers.CHOSEN``: copy the picks there (a user's configuration, fixed before the runs)."""
-    s = setup(recipe)
+    s, commit = setup(recipe), _commit()
     trace = next(t for t in all_traces() if t.name == peers.TUNE_TRACE)
     ready = hindsight_ready(s, trace, trace.requests(peers.TUNE_SEED))
     start = provisioning_schedule(ready, math.ceil(s.cfg.load_time_s / 60))[0]
@@ -481,19 +481,19 @@ def tune_peers(recipe: str = RECIPE, out_dir: Path = Path("bench/results"), jobs
         futures = {(n, repr(st)): pool.submit(_candidate, recipe, n, st, start) for n, st in todo}
         result = peers.tune(lambda n, st: futures[(n, repr(st))].result(), log=log)
     out_dir.mkdir(parents=True, exist_ok=True)
-    doc = {"trace": trace.name, "seed": peers.TUNE_SEED, "commit": _commit(), "peers": result}
+    doc = {"trace": trace.name, "seed": peers.TUNE_SEED, "commit": commit, "peers": result}
     (out_dir / "peers-grid.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     log(f"wrote {out_dir / 'peers-grid.json'}")
     return result
 
 
-def _meta(s: Setup, recipe: str, seeds: tuple[int, ...], jobs: int, t0: float, c0: float,
+def _meta(s: Setup, recipe: str, seeds: tuple[int, ...], jobs: int, t0: float, c0: float, commit: str | None,
           complete: bool) -> dict[str, Any]:
-    """The results file's ``run``: when, what, the peers' settings, wall and CPU seconds so far
-    (this process and its workers), and whether every (trace, seed) pair is in."""
+    """The results file's ``run``: when, the commit it started on, the peers' settings, wall and
+    CPU seconds so far (this process and its workers), and whether every (trace, seed) pair is in."""
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "commit": _commit(), "seeds": list(seeds), "jobs": jobs, "recipe": recipe,
+            "commit": commit, "seeds": list(seeds), "jobs": jobs, "recipe": recipe,
             "target_s": s.target_s, "peers": peer_configurations(s), "complete": complete,
             "wall_s": round(time.monotonic() - t0, 1),
             "cpu_s": round(time.process_time() - c0 + children.ru_utime + children.ru_stime, 1)}
