@@ -422,7 +422,7 @@ def run_all(recipe: str = RECIPE, out_dir: Path = Path("bench/results"), traces:
     spread over seeds). ``jobs`` > 1 runs (trace, seed) pairs in that many processes."""
     t0, c0, commit = time.monotonic(), time.process_time(), _commit()
     s = setup(recipe)
-    # Seed by seed: a run cut short still has whole seeds (the JSON is rewritten after each pair).
+    # Seed by seed, the JSON rewritten after each pair that finishes: a run cut short keeps what it did.
     pairs = [(trace, seed) for seed in seeds for trace in traces or all_traces()]
     runs: list[TraceRun] = []
 
@@ -432,10 +432,12 @@ def run_all(recipe: str = RECIPE, out_dir: Path = Path("bench/results"), traces:
         write_json(runs, out_dir / "autoscaler.json", _meta(s, recipe, seeds, jobs, t0, c0, commit, complete=False))
 
     if jobs > 1:
-        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures import ProcessPoolExecutor, as_completed
         with ProcessPoolExecutor(jobs) as pool:
-            for f in [pool.submit(_one, recipe, trace, policies, seed) for trace, seed in pairs]:
+            for f in as_completed([pool.submit(_one, recipe, trace, policies, seed) for trace, seed in pairs]):
                 done(f.result())
+        order = {(t.name, seed): i for i, (t, seed) in enumerate(pairs)}
+        runs.sort(key=lambda r: order[(r.trace.name, r.seed)])
     else:
         for trace, seed in pairs:
             done(run_trace(s, trace, policies, seed, log))
