@@ -17,7 +17,7 @@ from kimik3.engine.args import LEADER_ADDRESS, engine_env, rank_args
 
 PVC = {"source": {"pvc": {"claimName": "kimi-k3-weights"}}}
 LEADER = "${LWS_LEADER_ADDRESS}"
-DSPARK7 = {"method": "dspark", "draftModel": "Inferact/Kimi-K3-DSpark", "numSpeculativeTokens": 7,
+DSPARK7 = {"method": "dspark", "draftModel": "/models/Kimi-K3-DSpark", "numSpeculativeTokens": 7,
            "draftSampleMethod": "probabilistic", "rejectionSampleMethod": "block"}
 
 
@@ -187,12 +187,12 @@ def test_all2all_backend(accelerator, engine, backend):
                  id="ngram-min-max"),
     pytest.param({"method": "mtp", "numSpeculativeTokens": 1}, {"method": "mtp", "num_speculative_tokens": 1},
                  id="mtp"),
-    pytest.param({"method": "eagle3", "draftModel": "org/Kimi-K3-eagle3", "numSpeculativeTokens": 3},
-                 {"method": "eagle3", "model": "org/Kimi-K3-eagle3", "num_speculative_tokens": 3}, id="eagle3"),
-    pytest.param(DSPARK7, {"method": "dspark", "model": "Inferact/Kimi-K3-DSpark", "num_speculative_tokens": 7,
+    pytest.param({"method": "eagle3", "draftModel": "/models/Kimi-K3-eagle3", "numSpeculativeTokens": 3},
+                 {"method": "eagle3", "model": "/models/Kimi-K3-eagle3", "num_speculative_tokens": 3}, id="eagle3"),
+    pytest.param(DSPARK7, {"method": "dspark", "model": "/models/Kimi-K3-DSpark", "num_speculative_tokens": 7,
                            "draft_sample_method": "probabilistic", "rejection_sample_method": "block"}, id="dspark"),
     pytest.param({**DSPARK7, "adaptiveVerification": True, "draftTensorParallelSize": 1},
-                 {"method": "dspark", "model": "Inferact/Kimi-K3-DSpark", "num_speculative_tokens": 7,
+                 {"method": "dspark", "model": "/models/Kimi-K3-DSpark", "num_speculative_tokens": 7,
                   "draft_sample_method": "probabilistic", "rejection_sample_method": "block",
                   "enable_adaptive_verification": True, "draft_tensor_parallel_size": 1}, id="dspark-adaptive"),
 ])

@@ -58,7 +58,7 @@ def test_latency_recipe_becomes_owned_children_and_true_status(operator, kube, a
     assert worker[worker.index("--node-rank") + 1] == "1" and "--headless" in worker
     assert worker[worker.index("--master-addr") + 1] == "${LWS_LEADER_ADDRESS}"
     spec_cfg = json.loads(leader[leader.index("--speculative-config") + 1])
-    assert spec_cfg == {"method": "dspark", "model": "Inferact/Kimi-K3-DSpark", "num_speculative_tokens": 7,
+    assert spec_cfg == {"method": "dspark", "model": "/models/Inferact/Kimi-K3-DSpark/main", "num_speculative_tokens": 7,
                         "draft_sample_method": "probabilistic", "rejection_sample_method": "block"}
 
     status = obj["status"]

@@ -45,7 +45,7 @@ def message_at(errors: list[tuple[str, str]], path: str) -> str:
 
 
 MEGAKERNEL = {"decodeBackend": "latency_specialized"}
-DSPARK7 = {"method": "dspark", "draftModel": "Inferact/Kimi-K3-DSpark", "numSpeculativeTokens": 7,
+DSPARK7 = {"method": "dspark", "draftModel": "/models/Kimi-K3-DSpark", "numSpeculativeTokens": 7,
            "draftSampleMethod": "probabilistic", "rejectionSampleMethod": "block"}
 
 
@@ -164,11 +164,11 @@ REFUSALS = [
     pytest.param(spec({"accelerator": "b300", "tensorParallelSize": 4}, MEGAKERNEL),
                  ["spec.topology", "spec.topology.tensorParallelSize"], "spec.topology.tensorParallelSize",
                  r"8 or 16", id="megakernel-with-tp4"),
-    pytest.param(spec({}, MEGAKERNEL, {**DSPARK7, "draftModel": "RedHatAI/Kimi-K3-speculator.dspark",
+    pytest.param(spec({}, MEGAKERNEL, {**DSPARK7, "draftModel": "/models/Kimi-K3-speculator.dspark",
                                        "numSpeculativeTokens": 8}),
                  ["spec.speculativeDecoding.numSpeculativeTokens"], "spec.speculativeDecoding.numSpeculativeTokens",
                  r"\b7\b", id="megakernel-with-dspark-8-tokens"),
-    pytest.param(spec({}, MEGAKERNEL, {"method": "eagle3", "draftModel": "x/eagle3", "numSpeculativeTokens": 3}),
+    pytest.param(spec({}, MEGAKERNEL, {"method": "eagle3", "draftModel": "/models/eagle3", "numSpeculativeTokens": 3}),
                  ["spec.speculativeDecoding.method"], "spec.speculativeDecoding.method", r"dspark",
                  id="megakernel-with-eagle3"),
     pytest.param(spec({}, MEGAKERNEL, {**DSPARK7, "adaptiveVerification": True}),

@@ -116,7 +116,7 @@ def test_step_time_formula_and_ttft():
 def test_from_spec_of_the_recipes():
     recipe = {"model": {"source": {"pvc": {"claimName": "w"}}},
               "engine": {"decodeBackend": "latency_specialized"},
-              "speculativeDecoding": {"method": "dspark", "draftModel": "Inferact/Kimi-K3-DSpark",
+              "speculativeDecoding": {"method": "dspark", "draftModel": "/models/Kimi-K3-DSpark",
                                       "numSpeculativeTokens": 7},
               "topology": {"accelerator": "gb300", "strategy": "tp", "tensorParallelSize": 8}}
     s = EngineShape.from_spec(admit(recipe).spec, admit(recipe).plan)

@@ -3,6 +3,7 @@
   kimik3 crd [-o DIR]             write the KimiK3Deployment CRD generated from the models
   kimik3 validate -f RECIPE       report every problem of a spec at once (exit 1 if any)
   kimik3 render -f RECIPE         print the child objects the operator would apply (YAML)
+  kimik3 stage -f RECIPE --to DIR stage a recipe's target and drafter from the hub into DIR, verified
   kimik3 run [--kubeconfig F]     run the operator
 
 The development kit (``kimik3_dev``, not in the operator image) adds its verbs through the
@@ -146,6 +147,55 @@ def render(filename: str) -> None:
 
 
 @main.command()
+@click.option("-f", "--filename", default=None, help="Recipe file (YAML): stage its target and drafter.")
+@click.option("--repo", default=None, help="Or one hub repository (org/name) ...")
+@click.option("--revision", default="main", show_default=True, help="... at this branch, tag or commit.")
+@click.option("--to", "root", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="The model cache's root: each repository goes to <root>/<repo id>/<revision>/.")
+@click.option("--workers", default=8, show_default=True, type=click.IntRange(1, 64), help="Parallel downloads.")
+@click.option("--endpoint", default=None, envvar="HF_ENDPOINT", help="The hub's base URL (default huggingface.co).")
+@click.option("--report-job", default=None, metavar="NAMESPACE/JOB",
+              help="Report progress into this Job's annotation (the staging Job's pod does).")
+def stage(filename: str | None, repo: str | None, revision: str, root: Path, workers: int, endpoint: str | None,
+          report_job: str | None) -> None:
+    """Download what vLLM loads (revision pinned, resumable, parallel), verify every file's size and
+    hash against the hub, and write the completion manifest. The token is $HF_TOKEN."""
+    import os
+
+    from kimik3.admission import admit
+    from kimik3.engine.weights import Artifact, artifacts
+    from kimik3.staging.progress import Progress, job_reporter
+    from kimik3.staging.stager import StagingError
+    from kimik3.staging.stager import stage as stage_artifact
+    if (filename is None) == (repo is None):
+        raise click.UsageError("give either -f RECIPE or --repo ORG/NAME")
+    todo: list[Artifact] = []
+    if repo is not None:
+        todo.append(Artifact("target", repo, revision))
+    else:
+        for doc in _deployments(str(filename)):
+            try:
+                todo += artifacts(admit(doc.get("spec") or {}).spec)
+            except SpecErrors as exc:
+                raise click.ClickException("\n".join(map(str, exc.errors))) from None
+    if report_job is not None:
+        namespace, _, job = report_job.partition("/")
+        report = job_reporter(namespace, job)
+    else:
+        def report(p: Progress) -> None:
+            click.echo(f"{p.repo_id}@{p.revision}: {p.phase} {p.bytes_done}/{p.bytes_total} bytes, "
+                       f"{p.files_done}/{p.files_total} files" + (f": {p.error}" if p.error else ""), err=True)
+    for artifact in todo:
+        try:
+            done = stage_artifact(artifact, root, endpoint=endpoint, token=os.environ.get("HF_TOKEN"),
+                                  max_workers=workers, report=report)
+        except StagingError as exc:
+            raise click.ClickException(f"{artifact.repo_id}@{artifact.revision}: {exc}") from None
+        click.echo(f"{root / artifact.folder}: {done.files_done} files, {done.bytes_total} bytes, commit "
+                   f"{done.commit}, verified")
+
+
+@main.command()
 @click.option("--kubeconfig", default=None, envvar="KUBECONFIG", help="Kubeconfig; default in-cluster.")
 @click.option("-n", "--namespace", "namespaces", multiple=True, help="Watch only these namespaces.")
 @click.option("--health-port", default=8080, show_default=True, type=int)
@@ -154,6 +204,8 @@ def render(filename: str) -> None:
               help="Create ComputeDomains for multi-tray groups (needs NVIDIA's DRA driver).")
 @click.option("--allowed-host-path", "allowed_host_paths", multiple=True, metavar="FOLDER",
               help="Node folder a hostPath weight source may use (repeat; default /models /mnt /raid /data).")
+@click.option("--stager-image", default=None, envvar="KIMIK3_STAGER_IMAGE",
+              help="Image of the weight-staging Jobs (default: the operator's image, as the chart sets it).")
 @click.option("--leader-election-namespace", "lease_namespace", default=None, metavar="NAMESPACE",
               help="Elect a leader on a Lease in this namespace (the operator's own); unset: no election, "
                    "run one replica only.")
@@ -168,11 +220,13 @@ def render(filename: str) -> None:
 @click.option("-v", "--verbose", is_flag=True)
 def run(kubeconfig: str | None, namespaces: tuple[str, ...], health_port: int, health_host: str,
         compute_domains: bool, allowed_host_paths: tuple[str, ...], lease_namespace: str | None, lease_name: str,
-        lease_duration: float, renew_deadline: float, retry_period: float, verbose: bool) -> None:
+        lease_duration: float, renew_deadline: float, retry_period: float, stager_image: str | None,
+        verbose: bool) -> None:
     """Run the operator (health on /healthz, /readyz; metrics on /metrics)."""
     from kimik3.admission import AdmissionPolicy
     from kimik3.controller.leadership import LeaseTimings
     from kimik3.controller.operator import OperatorConfig, run_operator
+    from kimik3.controller.staging import DEFAULT_STAGER_IMAGE
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -182,7 +236,8 @@ def run(kubeconfig: str | None, namespaces: tuple[str, ...], health_port: int, h
     cfg = OperatorConfig(kubeconfig=kubeconfig, namespaces=list(namespaces), health_port=health_port,
                          health_host=health_host, compute_domains=compute_domains,
                          policy=AdmissionPolicy(allowed_host_paths) if allowed_host_paths else AdmissionPolicy(),
-                         lease_namespace=lease_namespace, lease_name=lease_name, lease_timings=timings)
+                         lease_namespace=lease_namespace, lease_name=lease_name, lease_timings=timings,
+                         stager_image=stager_image or DEFAULT_STAGER_IMAGE)
     asyncio.run(run_operator(cfg))
 
 

@@ -125,7 +125,7 @@ def test_deployment_is_two_restricted_replicas_electing_a_leader_with_health_pro
     assert c["securityContext"] == {"runAsNonRoot": True, "readOnlyRootFilesystem": True,
                                     "allowPrivilegeEscalation": False, "privileged": False,
                                     "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
-    assert c["args"] == ["run", "--health-port=8080", *LEADER_ARGS]
+    assert c["args"] == ["run", "--health-port=8080", f"--stager-image={c['image']}", *LEADER_ARGS]  # Jobs: same image
     assert c["ports"] == [{"name": "http-metrics", "containerPort": 8080, "protocol": "TCP"}]
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http-metrics"}
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http-metrics"}
@@ -135,8 +135,8 @@ def test_deployment_is_two_restricted_replicas_electing_a_leader_with_health_pro
     (dep,) = by_kind(helm_offline.template("--set", "computeDomains=false", "--set", "watchNamespaces={a,b}",
                                            "--set", "image.digest=sha256:" + "a" * 64))["Deployment"]
     (c,) = dep["spec"]["template"]["spec"]["containers"]
-    assert c["args"] == ["run", "--health-port=8080", "--namespace=a", "--namespace=b", "--no-compute-domains",
-                         *LEADER_ARGS]
+    assert c["args"] == ["run", "--health-port=8080", f"--stager-image={c['image']}", "--namespace=a", "--namespace=b",
+                         "--no-compute-domains", *LEADER_ARGS]
     assert c["image"] == "kimik3/kimik3-operator@sha256:" + "a" * 64
 
 
@@ -381,7 +381,8 @@ def test_install_then_operator_under_chart_rbac_reconciles_a_recipe_then_uninsta
                              for c in client.ApiextensionsV1Api(admin_api).read_custom_resource_definition(CRD_NAME)
                              .status.conditions or []), what="CRD Established")
         args = deployment_args(admin_api)
-        assert args == ["run", "--health-port=8080", *LEADER_ARGS]
+        assert args[:2] == ["run", "--health-port=8080"] and args[2].startswith("--stager-image=kimik3/kimik3-operator")
+        assert args[3:] == LEADER_ARGS
         with chart_cp.api_client("operator") as operator_api:
             # What the chart grants, seen by the operator's own token.
             assert _can(operator_api, "patch", "leaderworkersets", ns, "leaderworkerset.x-k8s.io")
@@ -433,7 +434,8 @@ def test_namespace_scoped_install_needs_no_cluster_rbac(helm, kube, admin_api, c
              "--set", f"watchNamespaces={{{watched}}}", "--set", "computeDomains=false")
     try:
         args = deployment_args(admin_api)
-        assert args == ["run", "--health-port=8080", f"--namespace={watched}", "--no-compute-domains", *LEADER_ARGS]
+        assert args[:2] == ["run", "--health-port=8080"] and args[2].startswith("--stager-image=kimik3/kimik3-operator")
+        assert args[3:] == [f"--namespace={watched}", "--no-compute-domains", *LEADER_ARGS]
         with chart_cp.api_client("operator") as operator_api:
             assert _can(operator_api, "list", "kimik3deployments", watched, "inference.kimik3.io")
             assert not _can(operator_api, "list", "kimik3deployments", other, "inference.kimik3.io")

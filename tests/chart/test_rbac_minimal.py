@@ -25,6 +25,8 @@ Scenario (one fresh namespace each run), in order:
                        PodDisruptionBudget, PodMonitor, HTTPRoute; two groups, monitoring, a route)
   status               status.observedGeneration is written
   event                the Applied Event is recorded
+  stage weights        a second CR with a model cache staged from the hub gets its claim, the
+                       stager ServiceAccount, and two Jobs with their Roles and RoleBindings
   follow LeaderWorkerSet  the CR turns Ready soon after the LWS reports its groups ready
   heal <Kind>          a deleted child is back within HEAL_WINDOW_S (the resync is minutes away)
   follow pods          a leader pod that appears shows up in the Ready message
@@ -132,6 +134,10 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("pods", "watch"): "follow pods",
     ("events", "create"): "event",
     ("workloads", "list"): "follow Workloads",
+    **{(resource, verb): "stage weights" for resource, verbs in (
+        ("persistentvolumeclaims", ("get", "create", "patch")), ("jobs", ("get", "create", "patch")),
+        ("serviceaccounts", ("create", "patch")), ("roles", ("create", "patch")),
+        ("rolebindings", ("create", "patch"))) for verb in verbs},
     ("customresourcedefinitions", "list"): "heal HTTPRoute",
     ("customresourcedefinitions", "watch"): "heal HTTPRoute",
 }
@@ -187,6 +193,23 @@ def pending_workload(kube: Kube, namespace: str, lws_uid: str) -> None:
         "lastTransitionTime": "2026-12-01T00:00:00Z"}]}}, subresource="status")
 
 
+STAGED = "k3-staged"
+"""A second deployment whose model cache is staged from the hub (its Jobs never run here)."""
+
+
+def staging_objects(kube: Kube, namespace: str) -> list[tuple[tuple[str, str], str]]:
+    """What the operator creates to stage ``STAGED``'s cache: the claim, the stager ServiceAccount,
+    and per artifact (target, drafter) a Job with its Role and RoleBinding."""
+    jobs = kube.list("batch/v1", "Job", namespace, "inference.kimik3.io/stager=true")
+    if len(jobs) != 2:
+        return [(("batch/v1", "Job"), "two staging Jobs")]
+    out = [(("v1", "PersistentVolumeClaim"), "k3-cache"), (("v1", "ServiceAccount"), "kimik3-stager")]
+    for job in jobs:
+        name = job["metadata"]["name"]
+        out += [(("rbac.authorization.k8s.io/v1", "Role"), name), (("rbac.authorization.k8s.io/v1", "RoleBinding"), name)]
+    return out
+
+
 def scenario(kube: Kube, core: client.CoreV1Api, namespace: str, lease: str) -> None:
     """Drive the operator through every behaviour; raise Broken at the first that fails."""
     get = kube.get
@@ -203,6 +226,12 @@ def scenario(kube: Kube, core: client.CoreV1Api, namespace: str, lease: str) -> 
     expect("status", lambda: (get(*CR, namespace, NAME).get("status") or {}).get("observedGeneration") == 1, 15)
     expect("event", lambda: any(e.reason == "Applied" and e.involved_object.name == NAME
                                 for e in core.list_namespaced_event(namespace).items), 10)
+
+    staged = recipe(name=STAGED, namespace=namespace)
+    staged["spec"]["model"]["source"] = {"cache": {"claimName": "k3-cache", "create": {"size": "10Gi"}, "hub": {}}}
+    apply(kube, staged)
+    expect("stage weights", lambda: all(get(*kind, namespace, name) for kind, name in staging_objects(kube, namespace)),
+           15)
 
     kube.patch_merge(*LWS, namespace, f"{NAME}-engine", {"status": {"replicas": 2, "readyReplicas": 2}},
                      subresource="status")
@@ -286,7 +315,7 @@ def await_first_listings(op: OperatorProcess, timeout: float = 15.0) -> None:
 
 def cleanup(kube: Kube, namespace: str) -> None:
     """Whatever the broken operator left (no garbage collector runs here)."""
-    for name in (NAME, CANARY):
+    for name in (NAME, CANARY, STAGED):
         obj = kube.get(*CR, namespace, name)
         if obj is not None:
             if obj["metadata"].get("finalizers"):

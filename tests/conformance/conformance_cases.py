@@ -142,7 +142,8 @@ def _draw(rng: random.Random) -> dict[str, Any]:
             engine[key] = value
     engine["enforceEager"] = rng.random() < 0.1
     source = rng.choice([{"pvc": {"claimName": "w"}}, {"pvc": {"claimName": "w", "subPath": "k3/mxfp4"}},
-                         {"hostPath": {"path": "/data/k3"}}, {"hub": {}}])
+                         {"hostPath": {"path": "/data/k3"}}, {"hub": {}},
+                         {"cache": {"claimName": "w", "declaredReady": True}}])
     model: dict[str, Any] = {"source": source, "variant": rng.choice(["mxfp4", "nvfp4"]),
                              "servedModelName": rng.choice(["kimi-k3", "k3-fast"]),
                              "features": {k: rng.random() < 0.7 for k in
@@ -180,8 +181,9 @@ def generated_cases(n_valid: int = 400, seed: int = 5, max_draws: int = 20000) -
 # ---------------------------------------------------------------- the oracle ---------------------
 
 MODEL_MOUNT = "/models"
-"""Where an engine pod mounts the weights of a ``pvc`` or ``hostPath`` source (API guide); a PVC's
-``subPath`` is a folder below it. A ``hub`` source is served by its model id."""
+"""Where an engine pod mounts the weights of a ``pvc``, ``hostPath`` or ``cache`` source (API guide);
+a PVC's ``subPath`` is a folder below it, a cache holds ``<repo id>/<revision>`` folders. A ``hub``
+source is served by its model id."""
 
 SPECULATIVE_KEYS = {
     "method": "method", "numSpeculativeTokens": "num_speculative_tokens", "draftModel": "model",
@@ -203,8 +205,15 @@ DEFAULT = object()
 """In STATED_LAYOUTS: vLLM's own default for the field (what a bare ``vllm serve /models`` parses)."""
 
 
+def _staged(repo_id: str, revision: str | None) -> str:
+    """Where a ``cache`` source holds a repository: ``/models/<repo id>/<revision, default main>``."""
+    return f"{MODEL_MOUNT}/{repo_id}/{revision or 'main'}"
+
+
 def _model_path(raw: dict[str, Any], model_id: str) -> str:
     source = raw["model"]["source"]
+    if "cache" in source:
+        return _staged(model_id, raw["model"].get("revision"))
     if "pvc" in source:
         sub = (source["pvc"].get("subPath") or "").strip("/")
         return f"{MODEL_MOUNT}/{sub}" if sub else MODEL_MOUNT
@@ -219,6 +228,8 @@ def expected_speculative_config(case: Case) -> dict[str, Any] | None:
         return None
     raw = case.raw.get("speculativeDecoding") or {}
     out = {SPECULATIVE_KEYS[k]: v for k, v in raw.items() if v is not None and v is not False}
+    if "cache" in case.raw["model"]["source"] and "model" in out:  # staged beside the target (F23)
+        out["model"] = _staged(out["model"], None)
     return out | {"method": sd.method, "num_speculative_tokens": sd.num_speculative_tokens}
 
 
@@ -233,7 +244,7 @@ def field_expectations(case: Case, defaults: dict[str, Any]) -> dict[str, tuple[
         "served_model_name": ("--served-model-name", [m.served_model_name]),
         "trust_remote_code": ("--trust-remote-code", True),
         "port": ("--port", spec.service.port),
-        "revision": ("--revision", m.revision),
+        "revision": ("--revision", None if m.source.cache is not None else m.revision),
         "max_model_len": ("--max-model-len", m.max_model_len),
         "kv_cache_dtype": ("--kv-cache-dtype", e.kv_cache_dtype),
         "gpu_memory_utilization": ("--gpu-memory-utilization", e.gpu_memory_utilization),

@@ -135,12 +135,12 @@ def test_latency_recipe_rank1_parsed_values(recipes, parsed):
         8, 2, 1, ADDRESS, 29501)
     assert a["headless"] is True
     assert e["additional_config"] == {"decode_backend": "latency_specialized"}
-    assert e["speculative_config"] == {"method": "dspark", "model": "Inferact/Kimi-K3-DSpark",
+    assert e["speculative_config"] == {"method": "dspark", "model": "/models/Inferact/Kimi-K3-DSpark/main",
                                        "num_speculative_tokens": 7, "draft_sample_method": "probabilistic",
                                        "rejection_sample_method": "block"}
     assert e["compilation_config"]["cudagraph_mode"] == "FULL_AND_PIECEWISE"
     assert (e["kv_cache_dtype"], e["gpu_memory_utilization"], e["max_num_seqs"]) == ("fp8", 0.9, 64)
-    assert e["served_model_name"] == ["kimi-k3"] and e["model"] == "/models"
+    assert e["served_model_name"] == ["kimi-k3"] and e["model"] == "/models/moonshotai/Kimi-K3/main"
     assert by_case[case.name][0]["problems"] == [], "vLLM's specialised-decode checks refuse the latency recipe"
 
 

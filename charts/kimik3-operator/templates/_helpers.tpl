@@ -102,6 +102,27 @@ create (seen here: "cannot create resource computedomains"); nothing is ever upd
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads"]
   verbs: ["list"]
+# Weight staging (spec.model.source.cache with hub): the model cache's and compile cache's claims
+# (read first, created once by server-side apply, never changed or deleted: they outlive
+# deployments); one Job per repository and revision, read for its progress annotation and
+# conditions, never deleted; applied with it, the stager's ServiceAccount and a Role granting
+# get/patch of that Job by name, with its RoleBinding (to grant it, the operator holds get/patch
+# on jobs itself).
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
+  verbs: ["get", "create", "patch"]
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get", "create", "patch"]
+- apiGroups: [""]
+  resources: ["serviceaccounts"]
+  verbs: ["create", "patch"]
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["roles"]
+  verbs: ["create", "patch"]
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["rolebindings"]
+  verbs: ["create", "patch"]
 # Events on the CR (Applied, InvalidSpec, DisruptionBudgetSkipped, TeardownWaiting, ...).
 - apiGroups: [""]
   resources: ["events"]

@@ -129,7 +129,8 @@ def megakernel_refused_extra_args(c: Candidate) -> list[SpecError]:
 
 
 ON = {"decodeBackend": "latency_specialized"}
-DSPARK7 = {"method": "dspark", "draftModel": "Inferact/Kimi-K3-DSpark", "numSpeculativeTokens": 7}
+DSPARK7 = {"method": "dspark", "draftModel": "/models/Kimi-K3-DSpark", "numSpeculativeTokens": 7}
+"""DSpark with the 7-token drafter, given as its folder in the weights volume (the examples' pvc source is offline)."""
 
 MEGAKERNEL = Table("megakernel", (
     Rule(megakernel_gpu, example(engine=ON, topology={"accelerator": "h200", "tensorParallelSize": 16}),

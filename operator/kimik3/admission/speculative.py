@@ -56,7 +56,8 @@ def draft_tp_one_or_target(c: Candidate) -> list[SpecError]:
                   f"draftTensorParallelSize must be 1 or the target's TP ({tp})")
 
 
-DSPARK = {"method": "dspark", "draftModel": "Inferact/Kimi-K3-DSpark", "numSpeculativeTokens": 7}
+DSPARK = {"method": "dspark", "draftModel": "/models/Kimi-K3-DSpark", "numSpeculativeTokens": 7}
+"""DSpark with the 7-token drafter, given as its folder in the weights volume (the examples' pvc source is offline)."""
 
 SPECULATIVE = Table("speculative", (
     Rule(dspark_without_pipeline_parallel,

@@ -24,6 +24,11 @@ MetricsAvailable   True    Measured, ScaledToZero (no groups: nothing to measure
                    False   NoTargets, WarmingUp, ScrapeFailed, NoLatencyMetric, NoSeries,
                            PrometheusUnreachable, PrometheusError (the autoscaler holds replicas)
                    Unknown NotYetMeasured
+WeightsReady       True    Staged (revisions, commits, size, when verified), DeclaredReady
+                           (pvc, hostPath or a cache declared ready), NotStaged (hub: each
+                           engine downloads at start)
+                   False   Staging (bytes and files done of total, ETA), StagingFailed (the
+                           hub's or the storage's error quoted); no engine pod exists meanwhile
 ComputeDomainReady True    AllNodesJoined (every node of the engine pods is in the ComputeDomain)
                    False   NodesMissing (nodes seen and missing; never decides Ready: F19)
                    Unknown NotReported
@@ -52,6 +57,8 @@ class ConditionType(StrEnum):
     """The scheduler cannot place a group now."""
     METRICS_AVAILABLE = "MetricsAvailable"
     """The autoscaler has a reading of decode latency (autoscaling enabled only)."""
+    WEIGHTS_READY = "WeightsReady"
+    """The target and the drafter are where the engines load them (a cache: staged and verified)."""
     COMPUTE_DOMAIN_READY = "ComputeDomainReady"
     """The DRA driver lists every node of the engine pods in the ComputeDomain (reported only)."""
 
@@ -102,6 +109,16 @@ class Reason(StrEnum):
     PROMETHEUS_UNREACHABLE = "PrometheusUnreachable"
     PROMETHEUS_ERROR = "PrometheusError"
     """Prometheus answered with an error, or with an answer the operator cannot read."""
+    STAGING = "Staging"
+    """The staging Jobs download into the model cache; the message gives bytes, files and an ETA."""
+    STAGED = "Staged"
+    """Every artifact of the cache was downloaded and verified against the hub's hashes."""
+    STAGING_FAILED = "StagingFailed"
+    """A staging Job failed (after its back-off retries, or its latest attempt while it retries)."""
+    DECLARED_READY = "DeclaredReady"
+    """The spec says the weights are in place (pvc, hostPath, or a cache with declaredReady)."""
+    NOT_STAGED = "NotStaged"
+    """spec.model.source.hub: every engine downloads the weights at start; nothing is staged."""
     BUCKET_LAYOUTS_DIFFER = "BucketLayoutsDiffer"
     """Groups expose the latency histogram with different bucket bounds (mid-rollout, F21b):
     their buckets cannot be summed, replicas are held."""
@@ -127,6 +144,8 @@ REASONS: dict[ConditionType, tuple[Reason, ...]] = {
     ConditionType.COMPUTE_DOMAIN_READY: (Reason.ALL_NODES_JOINED, Reason.NODES_MISSING, Reason.NOT_REPORTED),
     ConditionType.METRICS_AVAILABLE: (Reason.MEASURED, Reason.GROUPS_UNMEASURED, Reason.SCALED_TO_ZERO,
                                       Reason.NOT_YET_MEASURED, *METRICS_UNAVAILABLE),
+    ConditionType.WEIGHTS_READY: (Reason.STAGED, Reason.DECLARED_READY, Reason.NOT_STAGED, Reason.STAGING,
+                                  Reason.STAGING_FAILED),
 }
 """The reasons the operator writes for each condition type."""
 

@@ -125,18 +125,62 @@ class HubSource(Model):
     """Size of the emptyDir that caches the download on each node."""
 
 
-class ModelSource(Model):
-    """Where the weights come from: exactly one of pvc, hostPath, hub."""
+class VolumeClaimCreate(Model):
+    """A PersistentVolumeClaim the operator creates for the model cache (kept when the deployment goes)."""
+
+    storage_class_name: str | None = Field(default=None, max_length=253)
+    """StorageClass of the claim (unset: the cluster's default class)."""
+    size: str = Field(default="2Ti", pattern=r"^[0-9]+(Gi|Ti)$")
+    """Requested capacity: the target (~1.5 TB for Kimi K3) plus its drafter, plus room for one more revision of each."""
+    access_mode: Literal["ReadWriteMany", "ReadOnlyMany", "ReadWriteOnce", "ReadWriteOncePod"] = "ReadWriteMany"
+    """Access mode. Groups span trays (nodes), so every engine pod mounts it read-only from its own node: ReadWriteMany (or ReadOnlyMany once staged) unless the group is one node."""
+
+
+class CacheHubSource(Model):
+    """Stage the cache from a Hugging Face hub: the target (spec.model.name at spec.model.revision) and the drafter (spec.speculativeDecoding.draftModel at draftRevision)."""
+
+    token_secret: SecretKeyRef | None = None
+    """Secret key holding an HF token, given to the staging Job only (never to the engines) as HF_TOKEN."""
+    endpoint: str | None = Field(default=None, pattern=r"^https?://[^\s]+$", max_length=512)
+    """Base URL of the hub (HF_ENDPOINT), e.g. a mirror inside the cluster. Unset: https://huggingface.co."""
+
+
+class ModelCacheSource(Model):
+    """Weights and drafter on a PersistentVolumeClaim of the namespace, staged by the operator's Job before any GPU is claimed.
+
+    Layout: <repo id>/<revision>/ for the target and for the drafter (e.g. moonshotai/Kimi-K3/main,
+    Inferact/Kimi-K3-DSpark/main), each with a completion manifest .kimik3-staged.json. Several
+    deployments of one namespace may name the same claim: each revision is staged once."""
 
     model_config = validated_by(rule(
-        "model-source-exactly-one", "[has(self.pvc), has(self.hostPath), has(self.hub)].filter(x, x).size() == 1",
-        "set exactly one of pvc, hostPath, hub"))
+        "model-cache-hub-or-declared-ready", "has(self.hub) != (has(self.declaredReady) && self.declaredReady)",
+        "set exactly one of hub (the operator stages the cache) or declaredReady: true (the volume already holds "
+        "the layout <repo id>/<revision>/)"))
+    claim_name: str = Field(min_length=1, max_length=253)
+    """Name of the PersistentVolumeClaim (created by the operator when create is set, else it must exist)."""
+    create: VolumeClaimCreate | None = None
+    """Create the claim (unless it exists); unset: the claim exists already."""
+    hub: CacheHubSource | None = None
+    """Stage target and drafter from the hub into the claim."""
+    declared_ready: bool = False
+    """The volume already holds target and drafter at <repo id>/<revision>/: nothing is staged or verified."""
+
+
+class ModelSource(Model):
+    """Where the weights come from: exactly one of pvc, hostPath, hub, cache."""
+
+    model_config = validated_by(rule(
+        "model-source-exactly-one",
+        "[has(self.pvc), has(self.hostPath), has(self.hub), has(self.cache)].filter(x, x).size() == 1",
+        "set exactly one of pvc, hostPath, hub, cache"))
     pvc: PVCSource | None = None
     """Read the checkpoint from a PersistentVolumeClaim (mounted read-only)."""
     host_path: HostPathSource | None = None
     """Read the checkpoint from a folder on the node."""
     hub: HubSource | None = None
     """Download the checkpoint from the hub named by spec.model.name."""
+    cache: ModelCacheSource | None = None
+    """A model cache on a PersistentVolumeClaim: target and drafter staged from the hub (or declared ready) before any engine pod is created; the engines load them offline."""
 
 
 class ModelFeatures(Model):
@@ -195,6 +239,17 @@ class Resources(Model):
     """Memory request and limit, e.g. "800Gi"."""
 
 
+class CompileCacheSpec(Model):
+    """vLLM's compile caches on a PersistentVolumeClaim of the namespace (one per engine image and group plan), so a second start of the same engine skips compilation."""
+
+    size: str = Field(default="200Gi", pattern=r"^[0-9]+(Gi|Ti)$")
+    """Capacity of each cache claim."""
+    storage_class_name: str | None = Field(default=None, max_length=253)
+    """StorageClass of the claims (unset: the cluster's default)."""
+    access_mode: Literal["ReadWriteMany", "ReadWriteOnce"] = "ReadWriteMany"
+    """Every rank of a multi-node group writes its own subfolder from its own node: ReadWriteMany unless groups are one node."""
+
+
 class EngineSpec(Model):
     """The vLLM engine: image, decode path, kernels and batch limits."""
 
@@ -244,6 +299,8 @@ class EngineSpec(Model):
     """More environment variables for every engine container."""
     resources: Resources = Field(default_factory=Resources)
     """CPU and memory per pod."""
+    compile_cache: CompileCacheSpec | None = None
+    """Keep vLLM's torch.compile / Inductor / Triton / DeepGEMM JIT / FlashInfer autotune caches on a claim per engine image and group plan (VLLM_CACHE_ROOT), never shared across namespaces. Unset: every start compiles again."""
     shm_size: str = Field(default="200Gi", pattern=r"^[0-9]+(Mi|Gi)$")
     """Size of the in-memory /dev/shm volume (NCCL and vLLM IPC; Dynamo's GB300 manifests use 200Gi)."""
 
@@ -289,7 +346,9 @@ class SpeculativeDecodingSpec(Model):
     method: Literal["dspark", "eagle3", "mtp", "ngram", "none"] = "none"
     """dspark (block drafter, K3's fastest), eagle3, mtp, ngram (prompt lookup), or none."""
     draft_model: str | None = Field(default=None, max_length=256)
-    """Drafter checkpoint for dspark/eagle3: Inferact/Kimi-K3-DSpark (7 tokens) or RedHatAI/Kimi-K3-speculator.dspark (8 tokens)."""
+    """Drafter checkpoint for dspark/eagle3: Inferact/Kimi-K3-DSpark (7 tokens) or RedHatAI/Kimi-K3-speculator.dspark (8 tokens): a hub id (staged beside the target by a cache source), or the absolute path of its folder in the weights volume (below /models) when the engines run offline."""
+    draft_revision: str | None = Field(default=None, max_length=128)
+    """Hub revision (branch, tag or commit) of the drafter, staged and pinned on its own (unset: main)."""
     num_speculative_tokens: int | None = Field(default=None, ge=1, le=16)
     """Tokens drafted per step. The megakernel decode path takes at most 7."""
     draft_sample_method: Literal["greedy", "probabilistic"] | None = None
@@ -618,6 +677,16 @@ _SPEC_RULES = [
         f"|| self.speculativeDecoding.draftTensorParallelSize == {_tp_expr('self.topology')}",
         "draftTensorParallelSize must be 1 or the target's tensor parallel size",
         ".speculativeDecoding.draftTensorParallelSize",
+    ),
+    rule(
+        "drafter-local-when-offline",
+        "self.speculativeDecoding.method == 'none' || !has(self.speculativeDecoding.draftModel) || "
+        "has(self.model.source.hub) || has(self.model.source.cache) || "
+        "(self.speculativeDecoding.draftModel.startsWith('/models/') && !self.speculativeDecoding.draftModel.contains('..'))",
+        "the engines run offline (HF_HUB_OFFLINE=1: weights from pvc or hostPath) and vLLM resolves no drafter "
+        "named by hub id offline (F23): use model.source.cache, which stages the drafter beside the target, or give "
+        "draftModel as the drafter's folder in the weights volume (below /models/)",
+        ".speculativeDecoding.draftModel",
     ),
     rule(
         "dspark-no-pipeline-parallel",

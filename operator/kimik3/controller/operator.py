@@ -38,6 +38,7 @@ from kimik3.controller.kube import Kube, NotLeading, api_client_from_kubeconfig
 from kimik3.controller.leadership import LeaderElection, LeaseTimings, default_identity
 from kimik3.controller.reconcile import Reconciler
 from kimik3.controller.recreation import GroupFailures
+from kimik3.controller.staging import DEFAULT_STAGER_IMAGE
 from kimik3.kube.labels import DEPLOYMENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL
 
 log = logging.getLogger("kimik3.operator")
@@ -146,6 +147,8 @@ class OperatorConfig:
     """Create ComputeDomains and channel claims (needs NVIDIA's DRA driver in the cluster)."""
     policy: AdmissionPolicy = field(default_factory=AdmissionPolicy)
     """What specs may do beyond the schema (allowed hostPath folders)."""
+    stager_image: str = DEFAULT_STAGER_IMAGE
+    """Image of the staging Jobs (the operator's own: it holds ``kimik3 stage``)."""
     stall_after_s: float = 120.0
     """Liveness fails when due work waited this long without any reconcile finishing (F6)."""
     lease_namespace: str | None = None
@@ -254,7 +257,7 @@ async def run_operator(cfg: OperatorConfig, stop: threading.Event | asyncio.Even
     failures = GroupFailures()
     registry = build_registry(cfg, queue, cache, CrashReporter(kube, failures))
     reconciler = Reconciler(kube, compute_domains=cfg.compute_domains, cache=cache, policy=cfg.policy,
-                            failures=failures)
+                            failures=failures, stager_image=cfg.stager_image)
     kopf_ready = asyncio.Event()
     runner = await _health_server(cfg, queue, kopf_ready)
     workers = [asyncio.create_task(queue.worker(reconciler, election)) for _ in range(cfg.workers)]

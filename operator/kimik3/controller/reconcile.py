@@ -32,6 +32,7 @@ from kimik3.controller.cache import ObjectCache, desired_hash
 from kimik3.controller.computedomains import compute_domain_verdict
 from kimik3.controller.kube import Kube, NotLeading, api_error_message
 from kimik3.controller.recreation import GroupFailures
+from kimik3.controller.staging import DEFAULT_STAGER_IMAGE, Staging, with_weights
 from kimik3.controller.status import (compute_status, invalid_status, lws_selector, merge_patch, status_patch,
                                      stored_conditions)
 from kimik3.kube.kinds import COMPUTE_DOMAIN, GROUP, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, POD, WORKLOAD, Kind
@@ -69,10 +70,12 @@ class Reconciler:
 
     def __init__(self, kube: Kube, compute_domains: bool = True, cache: ObjectCache | None = None,
                  policy: AdmissionPolicy = AdmissionPolicy(), autoscaling: Autoscaling | None = None,
-                 failures: GroupFailures | None = None):
+                 failures: GroupFailures | None = None, stager_image: str = DEFAULT_STAGER_IMAGE):
         self.kube = kube
         self.failures = failures or GroupFailures()
         """Engine failures the pod watch saw (bounded recreation: Degraded and a start back-off)."""
+        self.staging = Staging(kube, stager_image)
+        """The weights gate: model caches staged before any engine pod (controller/staging.py)."""
         self.policy = policy
         self.autoscaling = autoscaling or Autoscaling()
         """Decode-latency autoscaler state of every deployment with spec.autoscaling.enabled."""
@@ -204,9 +207,13 @@ class Reconciler:
         for warning in rendered.warnings:
             reason = "ComputeDomainSkipped" if warning == COMPUTE_DOMAIN_SKIPPED else "DisruptionBudgetSkipped"
             self._event_once(obj, "Warning", reason, warning)
+        weights = self.staging.step(obj, admitted)
+        held = () if weights.ready else (LEADER_WORKER_SET.kind, COMPUTE_DOMAIN.kind)  # no GPU before the weights
         applied: dict[str, dict[str, Any]] = {}
         apply_error = replacing = None
         for child in rendered.objects:
+            if child["kind"] in held:
+                continue
             if child["kind"] == LEADER_WORKER_SET.kind and admitted.spec.scheduling.placement.mode == "kueue":
                 replacing = self._replace_if_reshaped(obj, child)
                 if replacing:
@@ -239,6 +246,7 @@ class Reconciler:
                                 autoscaled=scaled.report if scaled is not None else None,
                                 workloads=self._workloads(admitted, lws), crash_looping=crash_looping,
                                 compute_domain=self._compute_domain(obj, rendered.objects, owner, pods))
+        status = with_weights(status, weights, obj["metadata"].get("generation"), lws is not None)
         if (obj.get("status") or {}).get("observedGeneration") != obj["metadata"].get("generation") and not apply_error:
             kinds = ", ".join(c["kind"] for c in rendered.objects)
             self._event_once(obj, "Normal", "Applied",
@@ -255,6 +263,7 @@ class Reconciler:
                         apply_error[:300])
             return Result("apply-failed", None, retry=True)
         requeue = REPLACE_POLL_S if replacing else RESYNC_READY_S if ready else RESYNC_STARTING_S
+        requeue = min(requeue, weights.requeue_after or requeue)
         return Result("applied", min(requeue, scaled.requeue_after) if scaled is not None else requeue)
 
     def _replace_if_reshaped(self, obj: dict[str, Any], lws: dict[str, Any]) -> str | None:

@@ -19,6 +19,7 @@ import json
 from typing import Any
 
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
+from kimik3.engine.weights import drafter_path, model_path, offline
 from kimik3.topology.plan import GroupPlan
 
 LEADER_ADDRESS = "${LWS_LEADER_ADDRESS}"
@@ -28,7 +29,6 @@ MASTER_PORT = 29501
 DP_RPC_PORT = 13345
 """Data-parallel coordinator RPC port (vLLM's documented example port)."""
 API_PORT_NAME = "http"
-MODEL_MOUNT = "/models"
 VLLM_VERSION = "0.33.0"
 """The engine version the arguments are written for (the megakernel decode path is new in 0.33.0)."""
 
@@ -54,8 +54,11 @@ def speculative_config(spec: KimiK3DeploymentSpec) -> dict[str, Any] | None:
     if sd.method == "none":
         return None
     cfg: dict[str, Any] = {"method": sd.method, "num_speculative_tokens": sd.num_speculative_tokens}
-    if sd.draft_model:
-        cfg["model"] = sd.draft_model
+    drafter = drafter_path(spec)
+    if drafter is not None:
+        cfg["model"] = drafter  # a local folder whenever the engines run offline (F23)
+        if sd.draft_revision and not offline(spec):
+            cfg["revision"] = sd.draft_revision
     if sd.draft_sample_method:
         cfg["draft_sample_method"] = sd.draft_sample_method
     if sd.rejection_sample_method:
@@ -69,16 +72,6 @@ def speculative_config(spec: KimiK3DeploymentSpec) -> dict[str, Any] | None:
     if sd.prompt_lookup_max is not None:
         cfg["prompt_lookup_max"] = sd.prompt_lookup_max
     return cfg
-
-
-def model_path(spec: KimiK3DeploymentSpec) -> str:
-    """What ``vllm serve`` loads: the mounted checkpoint folder, or the hub id."""
-    src = spec.model.source
-    if src.pvc is not None:
-        return f"{MODEL_MOUNT}/{src.pvc.sub_path.strip('/')}" if src.pvc.sub_path else MODEL_MOUNT
-    if src.host_path is not None:
-        return MODEL_MOUNT
-    return spec.model.name
 
 
 def _json(value: dict[str, Any]) -> str:
@@ -124,7 +117,7 @@ def common_args(spec: KimiK3DeploymentSpec) -> list[str]:
     e, m = spec.engine, spec.model
     args = [model_path(spec), "--served-model-name", m.served_model_name, "--trust-remote-code",
             "--port", str(spec.service.port)]
-    if m.revision:
+    if m.revision and m.source.cache is None:  # a cache folder is one revision already
         args += ["--revision", m.revision]
     if m.max_model_len:
         args += ["--max-model-len", str(m.max_model_len)]
@@ -200,6 +193,22 @@ def rank_args(spec: KimiK3DeploymentSpec, plan: GroupPlan, rank: int) -> list[st
     return common_args(spec) + parallel_args(spec, plan, rank) + list(spec.engine.extra_args)
 
 
+COMPILE_CACHE_MOUNT = "/compile-cache"
+"""Where the compile cache claim is mounted (read-write) in every engine pod."""
+
+
+def compile_cache_env() -> dict[str, str]:
+    """Where vLLM 0.33 keeps what it compiles, all on the compile cache (read in its source):
+    ``VLLM_CACHE_ROOT`` holds ``torch_compile_cache/<hash>/rank_<r>_<dp>/`` (the AOT-compiled
+    graphs, with Inductor's ``inductor_cache`` and Triton's ``triton_cache`` set below them by
+    ``compilation/compiler_interface.py``) and ``deep_gemm/`` (``DG_JIT_CACHE_DIR`` defaults to it,
+    ``utils/deep_gemm.py``); FlashInfer's autotune results go to
+    ``VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR``. vLLM leaves both variables out of its compile hash
+    (``envs.py``: location-only)."""
+    return {"VLLM_CACHE_ROOT": COMPILE_CACHE_MOUNT,
+            "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR": f"{COMPILE_CACHE_MOUNT}/flashinfer_autotune"}
+
+
 def engine_env(spec: KimiK3DeploymentSpec, plan: GroupPlan, load_timeout_s: float) -> dict[str, str]:
     """Environment of every engine container (values from the GB300 recipes, kimi-k3-and-vllm.md);
     ``load_timeout_s`` is ``probes.loadTimeout`` in seconds (``Admitted.seconds.load_timeout``).
@@ -212,10 +221,12 @@ def engine_env(spec: KimiK3DeploymentSpec, plan: GroupPlan, load_timeout_s: floa
     if plan.profile.multi_node_nvlink:
         env |= {"VLLM_ALLREDUCE_USE_FLASHINFER": "1", "VLLM_FLASHINFER_ALLREDUCE_BACKEND": "mnnvl",
                 "VLLM_USE_NCCL_SYMM_MEM": "0", "NCCL_MNNVL_ENABLE": "1", "NCCL_CUMEM_ENABLE": "1"}
-    if spec.model.source.hub is None:
+    if offline(spec):
         env |= {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     else:
         env["HF_HOME"] = "/hf-cache"
+    if spec.engine.compile_cache is not None:
+        env |= compile_cache_env()
     for var in spec.engine.env:
         env[var.name] = var.value
     return env

@@ -57,13 +57,20 @@ CONFIG_MAP = Kind("", "v1", "ConfigMap", "configmaps")
 SERVICE = Kind("", "v1", "Service", "services")
 POD = Kind("", "v1", "Pod", "pods")
 EVENT = Kind("", "v1", "Event", "events")
+JOB = Kind("batch", "v1", "Job", "jobs")
+"""A staging Job (``kimik3.render.staging``)."""
+PERSISTENT_VOLUME_CLAIM = Kind("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims")
+SERVICE_ACCOUNT = Kind("", "v1", "ServiceAccount", "serviceaccounts")
+ROLE = Kind("rbac.authorization.k8s.io", "v1", "Role", "roles")
+ROLE_BINDING = Kind("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings")
 LEASE = Kind("coordination.k8s.io", "v1", "Lease", "leases")
 """The operator's leader election (kimik3.controller.leadership), in the operator's own namespace."""
 NODE = Kind("", "v1", "Node", "nodes")
 """Cluster-scoped (``path()`` with no namespace); read by the dev kit's views, not by the operator."""
 
 KINDS: tuple[Kind, ...] = (KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, COMPUTE_DOMAIN, POD_MONITOR, HTTP_ROUTE,
-                           POD_DISRUPTION_BUDGET, CONFIG_MAP, SERVICE, POD, EVENT, LEASE, NODE, WORKLOAD)
+                           POD_DISRUPTION_BUDGET, CONFIG_MAP, SERVICE, POD, EVENT, LEASE, NODE, WORKLOAD,
+                           JOB, PERSISTENT_VOLUME_CLAIM, SERVICE_ACCOUNT, ROLE, ROLE_BINDING)
 
 CHILD_KINDS: tuple[Kind, ...] = (COMPUTE_DOMAIN, CONFIG_MAP, LEADER_WORKER_SET, SERVICE, POD_DISRUPTION_BUDGET,
                                  POD_MONITOR, HTTP_ROUTE)

@@ -40,3 +40,6 @@ KUEUE_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 """On each Workload: the uid of the LeaderWorkerSet it belongs to."""
 KUEUE_WORKLOAD_INDEX_ANNOTATION = "kueue.x-k8s.io/component-workload-index"
 """On each Workload of a LeaderWorkerSet: the group index it admits."""
+
+STAGER_LABEL = f"{GROUP}/stager"
+"""On a staging Job and its pod (value ``"true"``): the pod the dev cluster's stager runner runs."""

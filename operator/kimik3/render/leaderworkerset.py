@@ -22,8 +22,8 @@ import math
 from typing import Any
 
 from kimik3.admission import Admitted
-from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
-from kimik3.engine.args import API_KEY_ENV, API_PORT_NAME, HUB_TOKEN_ENV, MODEL_MOUNT, engine_env
+from kimik3.engine.args import API_KEY_ENV, API_PORT_NAME, COMPILE_CACHE_MOUNT, HUB_TOKEN_ENV, engine_env
+from kimik3.engine.weights import MODEL_MOUNT
 from kimik3.kube.kinds import LEADER_WORKER_SET
 from kimik3.kube.labels import (
     GPU_RESOURCE,
@@ -35,7 +35,7 @@ from kimik3.kube.labels import (
     PRODUCT_LABEL,
     ROLE_LABEL,
 )
-from kimik3.render import computedomain, configmap
+from kimik3.render import compilecache, computedomain, configmap
 from kimik3.render.meta import Owner
 
 PLAN_HASH_ANNOTATION = "inference.kimik3.io/plan-hash"
@@ -58,7 +58,8 @@ def plan_hash(admitted: Admitted) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _volumes(owner: Owner, spec: KimiK3DeploymentSpec) -> tuple[list[dict], list[dict]]:
+def _volumes(owner: Owner, admitted: Admitted) -> tuple[list[dict], list[dict]]:
+    spec = admitted.spec
     src = spec.model.source
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.engine.shm_size}},
@@ -68,8 +69,9 @@ def _volumes(owner: Owner, spec: KimiK3DeploymentSpec) -> tuple[list[dict], list
         {"name": "dshm", "mountPath": "/dev/shm"},
         {"name": "launcher", "mountPath": configmap.MOUNT_PATH, "readOnly": True},
     ]
-    if src.pvc is not None:
-        volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": src.pvc.claim_name, "readOnly": True}})
+    claim = src.pvc.claim_name if src.pvc is not None else src.cache.claim_name if src.cache is not None else None
+    if claim is not None:
+        volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
         mounts.append({"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True})
     elif src.host_path is not None:
         volumes.append({"name": "model", "hostPath": {"path": src.host_path.path, "type": "Directory"}})
@@ -77,6 +79,10 @@ def _volumes(owner: Owner, spec: KimiK3DeploymentSpec) -> tuple[list[dict], list
     elif src.hub is not None:  # admission leaves exactly one source
         volumes.append({"name": "hf-cache", "emptyDir": {"sizeLimit": src.hub.cache_size}})
         mounts.append({"name": "hf-cache", "mountPath": "/hf-cache"})
+    compile_claim = compilecache.claim_name(admitted)
+    if compile_claim is not None:
+        volumes.append({"name": "compile-cache", "persistentVolumeClaim": {"claimName": compile_claim}})
+        mounts.append({"name": "compile-cache", "mountPath": COMPILE_CACHE_MOUNT})
     return volumes, mounts
 
 
@@ -107,7 +113,7 @@ def pod_template(owner: Owner, admitted: Admitted, serves_api: bool, channel_cla
     ``channel_claims``: claim the ComputeDomain's IMEX channel (multi-tray NVL72 groups)."""
     spec, plan = admitted.spec, admitted.plan
     claims = plan.needs_compute_domain and channel_claims
-    volumes, mounts = _volumes(owner, spec)
+    volumes, mounts = _volumes(owner, admitted)
     limits: dict[str, Any] = {GPU_RESOURCE: plan.gpus_per_node}
     if spec.engine.resources.cpu:
         limits["cpu"] = spec.engine.resources.cpu

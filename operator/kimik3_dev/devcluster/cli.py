@@ -5,6 +5,7 @@
   kimik3 dev status [--json]       racks, groups and where they landed, each CR's status
   kimik3 dev down                  stop everything ``up`` started
   kimik3 dev fault ...             inject a fault: a tray NotReady, an engine pod crashed, a component down
+  kimik3 dev stagers               staging-Job pods as local processes (started by ``up``)
   kimik3 dev sim / dev load        the engine simulator and its load generator (kimik3_dev.sim.cli)
 
 Heavy imports happen inside the commands, so ``kimik3 --help`` stays fast. The engine
@@ -150,6 +151,24 @@ def apply(state_dir: str, filename: str) -> None:
                                            f"{api_error_message(exc)}") from None
             click.echo(f"applied {obj['kind']} {obj['metadata']['namespace']}/{obj['metadata']['name']} "
                        f"(generation {obj['metadata'].get('generation')})")
+
+
+@dev.command()
+@_state_dir_option
+@click.option("--kubeconfig", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="An admin kubeconfig of the dev cluster (with the CA's file).")
+def stagers(state_dir: str, kubeconfig: str) -> None:
+    """Run staging-Job pods as local processes and provision model-cache claims (started by `dev up`)."""
+    import logging
+
+    import yaml
+    from kubernetes import config as k8s_config
+
+    from kimik3_dev.devcluster.stagers import StagerRunner
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cluster = yaml.safe_load(Path(kubeconfig).read_text())["clusters"][0]["cluster"]
+    api = k8s_config.new_client_from_config(config_file=kubeconfig)
+    StagerRunner(api, Path(state_dir).resolve(), cluster["server"], Path(cluster["certificate-authority"])).run_forever()
 
 
 @dev.group()

@@ -16,6 +16,8 @@ pidfile (``<state>/pids/``) and a log (``<state>/logs/``, etcd and kube-apiserve
 6. the operator: ``kimik3 run --no-compute-domains`` (no DRA driver runs here), as the chart's
    ServiceAccount ``kimik3-system/kimik3-operator`` with the chart's RBAC (``rbac``), recorded in
    ``cluster.json``'s ``operator_identity``;
+6b. ``kimik3 dev stagers``: staging-Job pods run as local processes, model-cache claims
+   provisioned on host folders (``stagers``);
 7. Prometheus (Debian's package) scraping the engine simulator's file_sd targets;
 8. the engine simulator, ``kimik3 dev sim --kubeconfig K --state-dir D``, when this checkout has it.
 
@@ -74,7 +76,7 @@ BINARIES: dict[str, str] = {
 }
 CONTROL_PLANE = ("etcd", "kube-apiserver")
 """Started by ``ControlPlane``, not from a recorded command line: ``stop_component`` refuses them."""
-STOP_ORDER = ["sim", "prometheus", "operator", "kwok", "kueue-manager", "lws-manager", "kube-scheduler",
+STOP_ORDER = ["sim", "prometheus", "stagers", "operator", "kwok", "kueue-manager", "lws-manager", "kube-scheduler",
               "kube-controller-manager", "kube-apiserver", "etcd"]
 """Components in stop order (the reverse of start order); unknown pidfiles go first."""
 BUILD_TIMEOUT_S = 3600.0
@@ -326,6 +328,14 @@ class DevCluster:
                                  env=_cli_env())
             self._wait_http("operator", f"http://127.0.0.1:{op_port}/readyz", record, timeout, out)
             state["urls"]["operator"] = f"http://127.0.0.1:{op_port}"
+        with out.step("starting the staging-Job runner (kimik3 dev stagers)"):
+            record = self._spawn("stagers", _cli("dev", "stagers", "--state-dir", str(self.state_dir),
+                                                 "--kubeconfig", str(self.kubeconfig)), env=_cli_env())
+            deadline = time.monotonic() + 2.0
+            while time.monotonic() < deadline and record.alive:
+                time.sleep(0.1)
+            if not record.alive:
+                raise ComponentError("stagers", "exited during start", record.log, self._retry)
             out.note("no NVIDIA DRA driver here: ComputeDomains are skipped (said in each CR's "
                      "status.plan.computeDomainNote and a Warning event)")
 

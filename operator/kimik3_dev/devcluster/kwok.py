@@ -9,7 +9,7 @@ writes them into its config). We write a config file (``<state>/kwok/kwok.yaml``
 stages kwokctl uses for a fast cluster, read from the kwok module itself in the Go module cache
 (``kustomize/stage/node/fast/node-initialize.yaml``,
 ``kustomize/stage/node/heartbeat-with-lease/...``, ``kustomize/stage/pod/fast/*.yaml``), so no
-kwok text is copied into this repository. One change: pod deletion waits
+kwok text is copied into this repository. Two changes: staging-Job pods are left to ``kimik3 dev stagers`` (``STAGER_EXCLUDED``); pod deletion waits
 ``POD_DELETE_DELAY_MS`` (a kubelet takes time to stop containers; with an instant delete the
 LeaderWorkerSet controller can miss a worker's deletion and not recreate its group, F14).
 
@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 
 from kimik3.api.documents import dump_yaml_all
+from kimik3.kube.labels import STAGER_LABEL
 from kimik3_dev.devcluster.racks import KWOK_ANNOTATION
 from kimik3_dev.devcluster.thirdparty import go_module_dir
 from kimik3_dev.versions import KWOK_VERSION
@@ -53,6 +54,9 @@ NODE_NOT_READY_LABEL = "node-not-ready.stage.kwok.x-k8s.io"
 POD_FAILED_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
 """Label (value ``"true"``) that selects a Running pod for kwok's ``pod-container-running-failed`` stage."""
 
+STAGER_EXCLUDED = ("pod-ready", "pod-complete")
+"""kwok's pod stages that skip staging-Job pods (label ``STAGER_LABEL``): ``kimik3_dev.devcluster.stagers``
+runs those pods as local processes and writes their status, as a kubelet would."""
 _STAGE_FILES = (
     "kustomize/stage/node/fast/node-initialize.yaml",
     "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
@@ -72,6 +76,9 @@ def stages(module_dir: Path | None = None) -> list[dict[str, Any]]:
         doc = yaml.safe_load((root / rel).read_text())
         if doc["metadata"]["name"] == "pod-delete":
             doc["spec"]["delay"] = {"durationMilliseconds": POD_DELETE_DELAY_MS}
+        if doc["metadata"]["name"] in STAGER_EXCLUDED:  # run for real by `kimik3 dev stagers`
+            doc["spec"]["selector"]["matchExpressions"].append(
+                {"key": f'.metadata.labels["{STAGER_LABEL}"]', "operator": "DoesNotExist"})
         out.append(doc)
     return out
 

@@ -1,6 +1,7 @@
 """Applying KimiK3Deployments to the dev cluster, with stand-ins for what a real cluster has.
 
-A recipe whose weights come from a PVC (``spec.model.source.pvc.claimName``) cannot be
+A recipe whose weights come from a PVC (``spec.model.source.pvc.claimName``, or the claim of a
+``cache`` source that the operator does not create) cannot be
 scheduled until that claim exists and is bound (kube-scheduler's VolumeBinding refuses the pod).
 In the dev cluster nothing mounts volumes (kwok runs no containers), so ``ensure_model_volume``
 creates a pre-bound pair: a PersistentVolume ``kimik3-dev-<namespace>-<claim>`` (hostPath
@@ -98,8 +99,9 @@ def apply_deployment(rest: Rest, cr: dict[str, Any]) -> dict[str, Any]:
     meta = cr.setdefault("metadata", {})
     ns = meta.setdefault("namespace", "default")
     ensure_namespace(rest, ns)
-    claim = (((cr.get("spec") or {}).get("model") or {}).get("source") or {}).get("pvc", {}) or {}
-    if claim.get("claimName"):
+    source = (((cr.get("spec") or {}).get("model") or {}).get("source") or {})
+    claim = source.get("pvc") or source.get("cache") or {}
+    if claim.get("claimName") and not claim.get("create"):
         ensure_model_volume(rest, ns, claim["claimName"])
     placement = (((cr.get("spec") or {}).get("scheduling") or {}).get("placement") or {})
     if placement.get("mode") == "kueue" and placement.get("queueName"):

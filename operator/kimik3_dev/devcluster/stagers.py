@@ -1,0 +1,193 @@
+"""``kimik3 dev stagers``: the kubelet of staging-Job pods, and the provisioner of model-cache claims.
+
+kwok runs no containers, so in the dev cluster this loop (every ``POLL_S``) stands in for the two
+cluster parts a staging Job needs:
+
+- a provisioner: a PersistentVolumeClaim the operator created (label
+  ``app.kubernetes.io/managed-by=kimik3-operator``) and still Pending gets a PersistentVolume
+  ``kimik3-dev-<namespace>-<claim>`` (hostPath ``<state>/volumes/<namespace>/<claim>``, the
+  claim's size and access modes, bound to it by ``claimRef``); the controller-manager binds them;
+- a kubelet for pods labelled ``inference.kimik3.io/stager=true`` (kwok's pod stages leave them
+  alone: ``kwok.stages``) once kube-scheduler bound them: it runs the container for real as a
+  local process, ``python -m kimik3.cli <the container's args>``, with the container's env as
+  a kubelet builds it (``kimik3_dev.sim.podenv``), every argument under a volume's ``mountPath``
+  moved to that claim's host folder, and ``KUBECONFIG`` holding a token of the pod's own
+  ServiceAccount (TokenRequest), so its progress reports pass the RBAC the operator granted. It
+  writes the pod's status as a kubelet does: Running, then Succeeded or Failed with the exit code
+  and the log's last lines as the container's termination message; the real Job controller then
+  completes the Job or retries it with its back-off. A stager pod deleted while it runs has its
+  process killed (SIGKILL: what a node failure does to a download).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from kimik3.controller.kube import call_json
+from kimik3.kube.labels import MANAGED_BY, MANAGED_BY_LABEL, STAGER_LABEL
+from kimik3_dev.devcluster.rbac import request_token, write_token_kubeconfig
+from kimik3_dev.sim import podenv
+
+POLL_S = 0.5
+TAIL_LINES = 5
+log = logging.getLogger("kimik3.dev.stagers")
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class StagerRunner:
+    """Runs staging pods of the cluster behind ``api`` as local processes under ``state_dir``."""
+
+    def __init__(self, api: client.ApiClient, state_dir: Path, server: str, ca_file: Path):
+        self.api, self.core = api, client.CoreV1Api(api)
+        self.state_dir, self.server, self.ca_file = state_dir, server, ca_file
+        self.running: dict[str, tuple[subprocess.Popen[bytes], dict[str, Any], Path, str]] = {}
+
+    # -- the provisioner -------------------------------------------------------------------
+    def provision(self) -> None:
+        for pvc in self.core.list_persistent_volume_claim_for_all_namespaces(
+                label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY}").items:
+            if pvc.status.phase != "Pending" or pvc.spec.volume_name:
+                continue
+            ns, name = pvc.metadata.namespace, pvc.metadata.name
+            folder = self.state_dir / "volumes" / ns / name
+            folder.mkdir(parents=True, exist_ok=True)
+            pv = {"apiVersion": "v1", "kind": "PersistentVolume",
+                  "metadata": {"name": f"kimik3-dev-{ns}-{name}"[:253],
+                               "labels": {"app.kubernetes.io/managed-by": "kimik3-devcluster"}},
+                  "spec": {"capacity": {"storage": pvc.spec.resources.requests["storage"]},
+                           "accessModes": pvc.spec.access_modes, "persistentVolumeReclaimPolicy": "Retain",
+                           "storageClassName": pvc.spec.storage_class_name or "",
+                           "claimRef": {"namespace": ns, "name": name},
+                           "hostPath": {"path": str(folder), "type": "DirectoryOrCreate"}}}
+            try:
+                call_json(self.api, "POST", "/api/v1/persistentvolumes", pv)
+                log.info("provisioned %s for claim %s/%s", folder, ns, name)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+
+    def host_folder(self, namespace: str, claim: str) -> Path:
+        """The host folder behind a bound claim (its PersistentVolume's hostPath)."""
+        pvc = self.core.read_namespaced_persistent_volume_claim(claim, namespace)
+        if not pvc.spec.volume_name:
+            raise RuntimeError(f"claim {namespace}/{claim} is not bound")
+        pv = self.core.read_persistent_volume(pvc.spec.volume_name)
+        return Path(pv.spec.host_path.path)
+
+    # -- the kubelet -----------------------------------------------------------------------
+    def step(self) -> None:
+        self.provision()
+        pods = call_json(self.api, "GET", "/api/v1/pods", query=[("labelSelector", f"{STAGER_LABEL}=true")])["items"]
+        live = {p["metadata"]["uid"]: p for p in pods}
+        for uid, (proc, pod, log_path, started) in list(self.running.items()):
+            if uid not in live or live[uid]["metadata"].get("deletionTimestamp"):
+                proc.kill()
+                proc.wait()
+                del self.running[uid]
+                continue
+            if proc.poll() is not None:
+                self._finish(pod, proc.returncode, log_path, started)
+                del self.running[uid]
+        for uid, pod in live.items():
+            status = pod.get("status") or {}
+            if (uid in self.running or status.get("phase") != "Pending" or not pod["spec"].get("nodeName")
+                    or pod["metadata"].get("deletionTimestamp")):
+                continue
+            self._start(pod)
+
+    def _start(self, pod: dict[str, Any]) -> None:
+        meta, spec = pod["metadata"], pod["spec"]
+        ns = meta["namespace"]
+        container = spec["containers"][0]
+        claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in spec.get("volumes") or []
+                  if "persistentVolumeClaim" in v}
+        mounts = {m["mountPath"]: self.host_folder(ns, claims[m["name"]]) for m in container.get("volumeMounts") or []
+                  if m["name"] in claims}
+
+        def on_host(arg: str) -> str:
+            for mount, folder in mounts.items():
+                if arg == mount or arg.startswith(mount.rstrip("/") + "/"):
+                    return str(folder) + arg[len(mount):]
+            return arg
+
+        def read_secret(name: str) -> dict[str, Any] | None:
+            try:
+                return call_json(self.api, "GET", f"/api/v1/namespaces/{ns}/secrets/{name}")
+            except ApiException as exc:
+                if exc.status == 404:
+                    return None
+                raise
+
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "KUBECONFIG"))}
+        try:
+            for entry in container.get("env") or []:
+                value = podenv.resolve(entry, ns, read_secret, meta)
+                if value is not None:
+                    env[entry["name"]] = value
+        except podenv.EnvUnresolved as exc:
+            self._patch(pod, {"phase": "Pending", "containerStatuses": [{
+                "name": container["name"], "ready": False, "restartCount": 0, "image": container["image"],
+                "imageID": "", "state": {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}}]})
+            return
+        token, _ = request_token(self.api, ns, spec.get("serviceAccountName") or "default")
+        kubeconfig = write_token_kubeconfig(self.state_dir / "stagers" / f"{meta['uid']}.kubeconfig", self.server,
+                                            self.ca_file, f"{ns}-{spec.get('serviceAccountName')}", token)
+        env["KUBECONFIG"] = str(kubeconfig)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        log_path = self.state_dir / "logs" / f"stager-{ns}-{meta['name']}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        argv = [sys.executable, "-m", "kimik3.cli", *map(on_host, container.get("args") or [])]
+        with log_path.open("ab") as out:
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=self.state_dir)
+        started = _now()
+        self.running[meta["uid"]] = (proc, pod, log_path, started)
+        self._patch(pod, {"phase": "Running", "startTime": started, "conditions": [
+            {"type": t, "status": "True", "lastTransitionTime": started}
+            for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")],
+            "containerStatuses": [{"name": container["name"], "ready": True, "started": True, "restartCount": 0,
+                                   "image": container["image"], "imageID": "",
+                                   "state": {"running": {"startedAt": started}}}]})
+        log.info("started %s/%s: %s", ns, meta["name"], " ".join(argv[3:]))
+
+    def _finish(self, pod: dict[str, Any], code: int, log_path: Path, started: str) -> None:
+        container = pod["spec"]["containers"][0]
+        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-TAIL_LINES:])
+        finished = _now()
+        self._patch(pod, {"phase": "Succeeded" if code == 0 else "Failed", "conditions": [
+            {"type": t, "status": "False", "lastTransitionTime": finished, "reason": "PodCompleted"}
+            for t in ("ContainersReady", "Ready")],
+            "containerStatuses": [{"name": container["name"], "ready": False, "started": False, "restartCount": 0,
+                                   "image": container["image"], "imageID": "", "state": {"terminated": {
+                                       "exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                                       "message": tail[-4096:], "startedAt": started, "finishedAt": finished}}}]})
+        log.info("%s/%s exited %d", pod["metadata"]["namespace"], pod["metadata"]["name"], code)
+
+    def _patch(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        try:
+            call_json(self.api, "PATCH", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
+                      {"status": status}, content_type="application/merge-patch+json")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def run_forever(self) -> None:
+        while True:
+            try:
+                self.step()
+            except Exception:  # noqa: BLE001 - a dev stand-in keeps going, the log says why
+                log.exception("stager runner step failed")
+            time.sleep(POLL_S)
