@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import typing
 from collections.abc import Iterator
 from typing import Any
 
@@ -83,10 +84,13 @@ def duration_paths(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> Iter
     """camelCase paths of every Duration field under ``model``."""
     for name, info in model.model_fields.items():
         path = (*prefix, info.alias or name)
-        if any(getattr(m, "pattern", None) == DURATION_PATTERN for m in info.metadata):
+        inner = [a for a in typing.get_args(info.annotation) if a is not type(None)]  # X | None -> X
+        annotation = inner[0] if len(inner) == 1 else info.annotation
+        metadata = [*info.metadata, *(n for m in getattr(annotation, "__metadata__", ()) for n in m.metadata)]
+        if any(getattr(m, "pattern", None) == DURATION_PATTERN for m in metadata):
             yield path
-        elif isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel):
-            yield from duration_paths(info.annotation, path)
+        elif isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            yield from duration_paths(annotation, path)
 
 
 def test_admitted_seconds_hold_every_duration_of_the_spec():

@@ -115,6 +115,8 @@ def test_printer_columns(crd):
     assert [(c["name"], c["type"], c["jsonPath"]) for c in columns] == [
         ("Ready", "string", '.status.conditions[?(@.type=="Ready")].status'),
         ("Replicas", "integer", ".status.replicas"),
+        ("Revision", "string", ".status.rollout.updateRevision"),
+        ("Updated", "integer", ".status.rollout.updatedReadyReplicas"),
         ("Accelerator", "string", ".spec.topology.accelerator"),
         ("Endpoint", "string", ".status.endpoint"),
         ("Age", "date", ".metadata.creationTimestamp"),

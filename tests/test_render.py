@@ -111,7 +111,7 @@ def test_kueue_placement_submits_whole_groups_to_the_queue(name, priority):
     labels = kueue["metadata"]["labels"]
     assert labels["kueue.x-k8s.io/queue-name"] == "tenant-a"
     assert labels.get("kueue.x-k8s.io/priority-class") == priority
-    assert "annotations" not in kueue["metadata"]
+    assert "leaderworkerset.sigs.k8s.io/exclusive-topology" not in kueue["metadata"]["annotations"]
     for template in templates(kueue):
         annotations = template["metadata"]["annotations"]
         assert annotations["kueue.x-k8s.io/podset-required-topology"] == "nvidia.com/gpu.clique"

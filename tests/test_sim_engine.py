@@ -237,3 +237,38 @@ def test_data_parallel_engines_each_get_a_series_and_requests():
         assert per_engine == [2, 2, 2, 2]  # least-loaded placement
         assert value(fam, "vllm:generation_tokens_total") == 32
     run(EngineConfig(shape=shape, seed=6), body)
+
+
+def test_a_draining_engine_sends_every_response_whole_and_a_bad_release_is_slower_and_fails():
+    """A removed group's engine (``drain``) finishes the streams it holds before it stops; the
+    bad-release knobs: ``step_slowdown`` 2 doubles the step time, ``error_rate`` 1 fails every
+    request with HTTP 500, counted with finished_reason="error"."""
+    async def body(engine, s):
+        req = {"prompt": "one two", "max_tokens": 40, "stream": True}
+        streams = [asyncio.create_task(_stream_items(s, engine.url, req)) for _ in range(4)]
+        await asyncio.sleep(0.05)  # the requests are decoding
+        await engine.drain(10.0)
+        for items in await asyncio.gather(*streams):
+            assert items[-1] == "[DONE]"
+            assert sum(len(c["choices"][0]["text"].split()) for c in items[:-1]) == 40
+    run(EngineConfig(shape=MK_DSPARK, seed=3), body)
+
+    async def timed(engine, s):
+        start = time.monotonic()
+        async with s.post(engine.url + "/v1/completions", json={"prompt": "x", "max_tokens": 60}) as r:
+            assert r.status == 200
+        return time.monotonic() - start
+    fast = run(EngineConfig(shape=MK_DSPARK, seed=4), timed)
+    slow = run(EngineConfig(shape=MK_DSPARK, seed=4, step_slowdown=2.0), timed)
+    assert 1.7 < slow / fast < 2.3, (fast, slow)
+
+    async def failing(engine, s):
+        async with s.post(engine.url + "/v1/completions", json={"prompt": "x", "max_tokens": 5}) as r:
+            assert r.status == 500
+        return value(await metric_families(engine, s), "vllm:request_success_total", finished_reason="error")
+    assert run(EngineConfig(shape=MK_DSPARK, error_rate=1.0), failing) == 1.0
+
+
+async def _stream_items(s, url, req):
+    async with s.post(url + "/v1/completions", json=req) as r:
+        return await sse(r)

@@ -60,16 +60,18 @@ def test_a_bad_trace_file_names_the_problem(tmp_path: Path, text: str, message: 
     assert message in str(refused.value)
 
 
-def test_simulate_replays_a_trace_file_through_every_policy(tmp_path: Path) -> None:
+def test_simulate_replays_a_trace_file_through_the_policies_asked_for(tmp_path: Path) -> None:
     path = tmp_path / "small.csv"
     path.write_text("arrival_s,prompt_tokens,output_tokens\n"
                     + "".join(f"{0.25 * i:.2f},{1500 + i % 7 * 100},{300 + i % 5 * 40}\n" for i in range(1600)))
     out = tmp_path / "out"
     result = CliRunner().invoke(simulate_command, ["--trace-file", str(path), "--time-compression", "2",
-                                                   "-o", str(out), "--no-plots"])
+                                                   "-o", str(out), "--no-plots", "--seed", "0",
+                                                   "--policy", "kimik3", "--policy", "static-peak"])
     assert result.exit_code == 0, result.output
     data = json.loads((out / "autoscaler.json").read_text())
-    assert set(data) == {"small"} and {"kimik3", "optimal", "static-peak"} <= set(data["small"])
+    assert set(data["traces"]) == {"small"} and set(data["traces"]["small"]) == {"kimik3", "static-peak", "optimal"}
+    assert data["run"]["seeds"] == [0] and set(data["traces"]["small"]["kimik3"]["seeds"]) == {"0"}
     assert "1600 requests" in result.output
     refused = CliRunner().invoke(simulate_command, ["--trace-file", str(path), "--trace", "steady"])
     assert refused.exit_code == 2 and "give --trace or --trace-file, not both" in refused.output

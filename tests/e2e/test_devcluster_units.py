@@ -321,3 +321,14 @@ def test_a_tenant_gets_a_cluster_queue_in_the_cohort_a_local_queue_and_a_priorit
                        ("b=8:high", "PRIORITY must be an integer")):
         with pytest.raises(ValueError, match=words.replace("[", r"\[").replace("]", r"\]")):
             Tenant.parse(bad)
+
+
+def test_kwok_leaves_probed_pods_unready_only_with_readiness_probes(tmp_path: Path) -> None:
+    def pod_ready(readiness_probes: bool) -> str:
+        (stage,) = [s for s in kwok.stages(readiness_probes=readiness_probes) if s["metadata"]["name"] == "pod-ready"]
+        return stage["spec"]["next"]["statusTemplate"]
+    plain, probed = pod_ready(False), pod_ready(True)
+    assert "$probed" not in plain and plain.count('status: "True"') == 4  # Initialized, Ready, ContainersReady, gates
+    assert probed.count('status: {{ if $probed }}"False"{{ else }}"True"{{ end }}') == 2
+    assert "ready: {{ if $probed }}false{{ else }}true{{ end }}" in probed
+    assert probed.replace(kwok._PROBED + "\n", "").count('status: "True"') == 2  # Initialized and readiness gates

@@ -2,7 +2,8 @@
 
 ``admit(spec_dict, policy)`` parses the spec (the schema of ``kimik3.api.v1alpha1``), runs every
 rule of every concern (one module each: ``shape``, ``memory``, ``megakernel``, ``speculative``,
-``extra_args``, ``api_keys``, ``source``, ``autoscaling``, ``disruption``) and returns one
+``extra_args``, ``api_keys``, ``source``, ``autoscaling``, ``disruption``, ``placement``,
+``rollout``) and returns one
 ``Admitted`` value: the parsed spec, its group plan and every duration in seconds. It raises
 ``SpecErrors`` with every problem found, each with its field path, so ``kimik3 validate`` and the
 controller report them all at once.
@@ -27,6 +28,7 @@ from kimik3.admission.extra_args import EXTRA_ARGS
 from kimik3.admission.megakernel import MEGAKERNEL
 from kimik3.admission.memory import MEMORY
 from kimik3.admission.placement import PLACEMENT
+from kimik3.admission.rollout import ROLLOUT
 from kimik3.admission.rules import AdmissionPolicy, Candidate, Table
 from kimik3.admission.shape import SHAPE
 from kimik3.admission.source import SOURCE
@@ -38,7 +40,7 @@ from kimik3.topology.plan import GroupPlan, plan_group
 __all__ = ["TABLES", "AdmissionPolicy", "Admitted", "Seconds", "Table", "admit"]
 
 TABLES: tuple[Table, ...] = (SHAPE, MEMORY, MEGAKERNEL, SPECULATIVE, EXTRA_ARGS, API_KEYS, SOURCE, AUTOSCALING,
-                             DISRUPTION, PLACEMENT)
+                             DISRUPTION, PLACEMENT, ROLLOUT)
 """Every concern's rules, in the order their problems are reported."""
 
 
@@ -62,10 +64,16 @@ class Seconds:
     """``autoscaling.scaleDownStabilization``."""
     scrape_interval: float
     """``monitoring.interval``: the PodMonitor's scrape interval."""
+    canary_bake: float | None = None
+    """``rollout.canary.bake``; None without a canary."""
+    canary_interval: float | None = None
+    """``rollout.canary.analysis.interval``: time between canary checks; None without a canary."""
+    canary_max_latency: float | None = None
+    """``rollout.canary.analysis.maxLatency``, else ``autoscaling.target.value``; None without a canary."""
 
     @classmethod
     def of(cls, spec: KimiK3DeploymentSpec) -> Seconds:
-        a, p = spec.autoscaling, spec.probes
+        a, p, canary = spec.autoscaling, spec.probes, spec.rollout.canary
         return cls(
             load_timeout=duration_seconds(p.load_timeout),
             leader_address_timeout=duration_seconds(p.leader_address_timeout),
@@ -75,6 +83,9 @@ class Seconds:
             scale_up_stabilization=duration_seconds(a.scale_up_stabilization),
             scale_down_stabilization=duration_seconds(a.scale_down_stabilization),
             scrape_interval=duration_seconds(spec.monitoring.interval),
+            canary_bake=duration_seconds(canary.bake) if canary else None,
+            canary_interval=duration_seconds(canary.analysis.interval) if canary else None,
+            canary_max_latency=duration_seconds(canary.analysis.max_latency or a.target.value) if canary else None,
         )
 
 

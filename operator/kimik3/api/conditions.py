@@ -10,8 +10,13 @@ type               status  reasons
 =================  ======  =====================================================================
 Ready              True    AllGroupsReady, ScaledToZero (replicas 0)
                    False   GroupsNotReady (the message says what the groups wait for), InvalidSpec
-Progressing        True    GroupsStarting, ApplyFailed (retried with back-off), Replacing (F15)
-                   False   Stable, InvalidSpec
+Progressing        True    GroupsStarting, ApplyFailed (retried with back-off), Replacing (F15),
+                           RolloutInProgress (groups on two revisions; the figures per revision),
+                           CanaryAnalysis (canary groups bake; the last check's figures),
+                           Paused (spec.rollout.paused holds a rollout), SurgeBlocked (a surge
+                           group has no room: no rack or no Kueue admission; nothing taken down)
+                   False   Stable, InvalidSpec, RolledBack (a canary failed its analysis: the
+                           previous templates are back, the measured figure quoted)
 Degraded           True    ApplyFailed, InvalidSpec, GroupCrashLooping (groups failed 3 times in
                            10 min: the message gives the last exit codes and the start back-off)
                    False   AsExpected
@@ -81,6 +86,16 @@ class Reason(StrEnum):
     """Groups keep failing: recreated with a start back-off (kimik3.controller.recreation)."""
     REPLACING = "Replacing"
     """Placement kueue: the LeaderWorkerSet is replaced because its group shape changed (F15)."""
+    ROLLOUT_IN_PROGRESS = "RolloutInProgress"
+    """Groups run two revisions of the templates (or the LeaderWorkerSet has not seen the new one yet)."""
+    CANARY_ANALYSIS = "CanaryAnalysis"
+    """Canary groups of the new revision bake beside every old group and are checked."""
+    PAUSED = "Paused"
+    """spec.rollout.paused: no old group is replaced; a template change waits."""
+    ROLLED_BACK = "RolledBack"
+    """The new revision failed its canary analysis: the previous templates are applied again."""
+    SURGE_BLOCKED = "SurgeBlocked"
+    """A surge group cannot be placed (no rack free, or Kueue does not admit it); no old group is taken down."""
     UNSCHEDULABLE = "Unschedulable"
     QUOTA_EXHAUSTED = "QuotaExhausted"
     """Kueue: the queue's GPU quota cannot hold another group (Kueue's message quoted)."""
@@ -137,7 +152,8 @@ REASONS: dict[ConditionType, tuple[Reason, ...]] = {
     ConditionType.READY: (Reason.ALL_GROUPS_READY, Reason.SCALED_TO_ZERO, Reason.GROUPS_NOT_READY,
                           Reason.INVALID_SPEC),
     ConditionType.PROGRESSING: (Reason.GROUPS_STARTING, Reason.STABLE, Reason.APPLY_FAILED, Reason.INVALID_SPEC,
-                                Reason.REPLACING),
+                                Reason.REPLACING, Reason.ROLLOUT_IN_PROGRESS, Reason.CANARY_ANALYSIS, Reason.PAUSED,
+                                Reason.ROLLED_BACK, Reason.SURGE_BLOCKED),
     ConditionType.DEGRADED: (Reason.AS_EXPECTED, Reason.APPLY_FAILED, Reason.INVALID_SPEC,
                              Reason.GROUP_CRASH_LOOPING),
     ConditionType.SCALING_LIMITED: (Reason.UNSCHEDULABLE, Reason.QUOTA_EXHAUSTED, Reason.NO_RACK_FITS, Reason.PREEMPTED,

@@ -669,6 +669,89 @@ class ProbesSpec(Model):
     """Failed liveness probes (after start-up) before the leader restarts."""
 
 
+# ---------------------------------------------------------------- rollout -------------------
+
+
+class CanaryAnalysis(Model):
+    """What the canary groups must show, checked every ``interval`` over the bake, on the new
+    revision's leaders only (its series carry the revision label apart from the old groups')."""
+
+    max_latency: Duration | None = None
+    """Highest per-token decode latency (autoscaling.target.metric) of the new revision at autoscaling.target.percentile. Unset: autoscaling.target.value."""
+    max_error_rate: float = Field(default=0.01, ge=0.0, le=1.0)
+    """Highest share of the new revision's finished requests that may end in error (vLLM's request_success_total by finished_reason)."""
+    interval: Duration = "1m"
+    """Time between checks; each check reads the window since the one before."""
+    failure_limit: int = Field(default=3, ge=1, le=100)
+    """Failed checks (over the whole bake, not only in a row) that roll the release back."""
+
+
+class CanarySpec(Model):
+    """Surge groups of the new revision bake beside every old group before any old group is replaced."""
+
+    groups: int = Field(default=1, ge=1, le=64)
+    """Groups of the new revision during the bake (surge groups: every old group keeps serving). At most maxSurge."""
+    bake: Duration = "10m"
+    """How long the canary groups serve, once Ready, before the rollout goes on."""
+    analysis: CanaryAnalysis = Field(default_factory=CanaryAnalysis)
+    """The checks; a release that fails failureLimit of them is rolled back."""
+
+
+SURGE_DEFAULT = 1
+"""Groups of the new revision created above replicas, by default, with strategy Surge."""
+UNAVAILABLE_DEFAULT = 0
+"""Groups that may be down at once, by default, with strategy Surge."""
+
+
+class RolloutSpec(Model):
+    """How a change of the engine groups' templates (model, engine, speculative decoding, topology) reaches the groups.
+
+    Surge: new groups are created first (maxSurge above replicas, in the LeaderWorkerSet's rollout)
+    and an old group goes only once a new one is Ready, at most maxUnavailable down at once.
+    Recreate: every group is replaced at once (the endpoint is down for a whole load).
+    """
+
+    model_config = validated_by(
+        rule("rollout-surge-moves",
+             "self.strategy != 'Surge' || (has(self.maxSurge) ? self.maxSurge : 1) + "
+             "(has(self.maxUnavailable) ? self.maxUnavailable : 0) >= 1",
+             "strategy Surge with maxSurge 0 and maxUnavailable 0 can never replace a group: raise one of them",
+             ".maxSurge"),
+        rule("rollout-recreate-plain",
+             "self.strategy != 'Recreate' || (!has(self.maxSurge) && !has(self.maxUnavailable) && !has(self.canary))",
+             "strategy Recreate replaces every group at once: it takes no maxSurge, maxUnavailable or canary",
+             ".strategy"),
+        rule("rollout-canary-within-surge",
+             "!has(self.canary) || self.canary.groups <= (has(self.maxSurge) ? self.maxSurge : 1)",
+             "canary.groups are surge groups beside every old group: raise maxSurge to at least canary.groups",
+             ".canary.groups"),
+    )
+    strategy: Literal["Surge", "Recreate"] = "Surge"
+    """Surge (new groups first, no group down by default) or Recreate (all groups at once)."""
+    max_surge: int | None = Field(default=None, ge=0, le=64)
+    """Surge only: groups of the new revision created above replicas while old ones still serve (default 1). Each needs room: a rack (exclusive) or Kueue quota."""
+    max_unavailable: int | None = Field(default=None, ge=0, le=64)
+    """Surge only: groups that may be down at once during a rollout (default 0: an old group goes only once a new one is Ready)."""
+    canary: CanarySpec | None = None
+    """Surge only: bake the new revision on canary groups and roll it back when its analysis fails."""
+    paused: bool = False
+    """Hold the rollout: no old group is replaced; a template change made while paused waits."""
+
+    @property
+    def surge(self) -> int:
+        """maxSurge with its default (0 with Recreate)."""
+        if self.strategy == "Recreate":
+            return 0
+        return SURGE_DEFAULT if self.max_surge is None else self.max_surge
+
+    @property
+    def unavailable(self) -> int | None:
+        """maxUnavailable with its default; None with Recreate (every group)."""
+        if self.strategy == "Recreate":
+            return None
+        return UNAVAILABLE_DEFAULT if self.max_unavailable is None else self.max_unavailable
+
+
 # ---------------------------------------------------------------- spec ----------------------
 
 _SPEC_RULES = [
@@ -793,6 +876,8 @@ class KimiK3DeploymentSpec(Model):
     """Prometheus scraping."""
     probes: ProbesSpec = Field(default_factory=ProbesSpec)
     """Start-up budget and health probes."""
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec)
+    """How template changes reach the groups: surge (default), canary analysis, rollback, pause."""
 
 
 # ---------------------------------------------------------------- status --------------------
@@ -882,6 +967,80 @@ class GroupStatus(Model):
     """Every pod of the group exists and is Ready."""
 
 
+class RevisionGroups(Model):
+    """The groups of one revision of the group templates."""
+
+    revision: str
+    """The LeaderWorkerSet's revision (label leaderworkerset.sigs.k8s.io/template-revision-hash of the group's pods)."""
+    groups: int
+    """Groups whose leader runs this revision."""
+    ready_groups: int
+    """Of those, groups whose every pod is Ready."""
+
+
+class CanaryStatus(Model):
+    """The canary of one template change (spec.rollout.canary)."""
+
+    template_hash: str
+    """The rendered group templates this canary bakes (the LeaderWorkerSet annotation inference.kimik3.io/template-hash)."""
+    revision: str | None = None
+    """The LeaderWorkerSet revision of the canary groups, once they exist."""
+    ready_since: str | None = None
+    """RFC 3339 time every canary group was first Ready: the bake runs from here."""
+    checks: int = 0
+    """Analysis checks made."""
+    failed_checks: int = 0
+    """Of those, checks the new revision failed."""
+    latency_seconds: float | None = None
+    """Per-token latency of the new revision at the autoscaling percentile in the last check."""
+    error_rate: float | None = None
+    """Share of the new revision's finished requests that failed in the last check."""
+    last_check: str | None = None
+    """RFC 3339 time of the last check."""
+    message: str = ""
+    """What the last check found."""
+    promoted: bool = False
+    """The bake passed: the rollout goes on to every group."""
+    previous_template: str | None = None
+    """The LeaderWorkerSet's leaderWorkerTemplate (JSON, as the API server stored it) before this change: what a rollback restores."""
+    previous_template_hash: str | None = None
+    """Its inference.kimik3.io/template-hash."""
+
+
+class RollbackStatus(Model):
+    """A release rolled back by its failed canary analysis."""
+
+    template_hash: str
+    """The rendered group templates that failed: while the spec still renders them, the previous templates stay."""
+    revision: str | None = None
+    """Its LeaderWorkerSet revision."""
+    restored_revision: str | None = None
+    """The revision restored."""
+    time: str
+    """RFC 3339 time of the rollback."""
+    message: str
+    """Why, with the measured figures."""
+
+
+class RolloutStatus(Model):
+    """Where a change of the group templates stands (spec.rollout)."""
+
+    current_revision: str | None = None
+    """The revision the groups ran before the rollout (all of them once it is done)."""
+    update_revision: str | None = None
+    """The revision being rolled out (unset until the LeaderWorkerSet has created a group of it)."""
+    updated_replicas: int = 0
+    """Groups on the update revision, surge groups included."""
+    updated_ready_replicas: int = 0
+    """Of those, groups whose every pod is Ready: old groups never count here."""
+    revisions: list[RevisionGroups] = Field(default_factory=list)
+    """Groups per revision, the update revision first."""
+    canary: CanaryStatus | None = None
+    """The canary of the current template change (spec.rollout.canary)."""
+    rolled_back: RollbackStatus | None = None
+    """The last release rolled back, while the spec still asks for it."""
+
+
 class KimiK3DeploymentStatus(Model):
     """What the operator observed."""
 
@@ -907,6 +1066,8 @@ class KimiK3DeploymentStatus(Model):
     """Last autoscaling decision that changed replicas."""
     groups: list[GroupStatus] | None = None
     """Each group once: its rack, trays, Kueue state with Kueue's message, and readiness (conditions only point here)."""
+    rollout: RolloutStatus | None = None
+    """Revisions of the groups and how far a rollout is."""
 
     def condition(self, type_: str) -> Condition | None:
         """The condition of this type, or None."""

@@ -27,6 +27,10 @@ KV_USAGE = "vllm:kv_cache_usage_perc"
 DRAFTS = "vllm:spec_decode_num_drafts"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 GENERATION_TOKENS = "vllm:generation_tokens"
+REQUEST_SUCCESS = "vllm:request_success"
+"""Finished requests, by label ``finished_reason`` (stop, length, abort, error, repetition)."""
+FAILED_REASON = "error"
+"""The ``finished_reason`` of a request the engine failed (``abort`` is the client's doing)."""
 
 
 class MetricsUnavailable(Exception):
@@ -64,6 +68,10 @@ class DecodeObservation:
     accepted: float = 0.0
     generation_tokens: float = 0.0
     """Output tokens produced in the window."""
+    requests_finished: float = 0.0
+    """Requests that finished in the window, for any reason."""
+    requests_failed: float = 0.0
+    """Of those, requests the engine failed (``finished_reason="error"``)."""
     groups: frozenset[str] = frozenset()
     """Group indexes that reported (a group scraped for the first time included: its gauges count)."""
 
@@ -76,6 +84,11 @@ class DecodeObservation:
     def has_traffic(self) -> bool:
         """Any request ran or waited in the window ("no traffic" is a valid reading)."""
         return self.itl.count > 0 or self.running > 0 or self.waiting > 0 or self.generation_tokens > 0
+
+    @property
+    def error_rate(self) -> float | None:
+        """Share of the window's finished requests that failed; None when none finished."""
+        return self.requests_failed / self.requests_finished if self.requests_finished > 0 else None
 
     def step_latency_quantile(self, q: float) -> float | None:
         """Quantile of vLLM's raw ITL (seconds per engine step), None without observations."""

@@ -30,8 +30,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kimik3.api.conditions import Reason
 from kimik3.autoscaler.histogram import INF, Histogram, LayoutMismatch, merge
-from kimik3.autoscaler.observation import (ACCEPTED, DRAFTS, GENERATION_TOKENS, ITL, ITL_OLD, KV_USAGE, RUNNING,
-                                           TTFT, WAITING, DecodeObservation, MetricsUnavailable)
+from kimik3.autoscaler.observation import (ACCEPTED, DRAFTS, FAILED_REASON, GENERATION_TOKENS, ITL, ITL_OLD, KV_USAGE,
+                                           REQUEST_SUCCESS, RUNNING, TTFT, WAITING, DecodeObservation,
+                                           MetricsUnavailable)
 from kimik3.autoscaler.window import Samples
 
 HTTP_TIMEOUT_S = 5.0
@@ -162,7 +163,7 @@ class PodScrapeSource:
         itl: list[tuple[str, Histogram]] = []
         ttft: list[tuple[str, Histogram]] = []
         names = set()
-        drafts = accepted = tokens = running = waiting = 0.0
+        drafts = accepted = tokens = running = waiting = finished = failed = 0.0
         kv: list[float] = []
         for who, new, old in [(f"group {d[0]}", d[1], d[2]) for d in deltas] + retired:
             name = _itl_name(new)
@@ -178,6 +179,8 @@ class PodScrapeSource:
             drafts += _counter_delta(new, old, DRAFTS)
             accepted += _counter_delta(new, old, ACCEPTED)
             tokens += _counter_delta(new, old, GENERATION_TOKENS)
+            finished += _counter_delta(new, old, REQUEST_SUCCESS)
+            failed += _counter_delta(new, old, REQUEST_SUCCESS, ("finished_reason", FAILED_REASON))
         for _, new in [(d[0], d[1]) for d in deltas] + fresh:  # gauges need no window: a first scrape counts
             running += new.total(RUNNING)
             waiting += new.total(WAITING)
@@ -189,8 +192,8 @@ class PodScrapeSource:
         return DecodeObservation(
             at=now, window_s=window, itl=_merged(itl_metric, itl), itl_metric=itl_metric,
             ttft=_merged(TTFT, ttft), running=running, waiting=waiting, kv_usage=max(kv) if kv else None,
-            drafts=drafts, accepted=accepted, generation_tokens=tokens,
-            groups=frozenset(d[0] for d in deltas) | frozenset(g for g, _ in fresh))
+            drafts=drafts, accepted=accepted, generation_tokens=tokens, requests_finished=finished,
+            requests_failed=failed, groups=frozenset(d[0] for d in deltas) | frozenset(g for g, _ in fresh))
 
     def _scrape(self, targets: list[ScrapeTarget], now: float, start: float
                 ) -> tuple[list[tuple[str, Scrape, Scrape, float]], list[tuple[str, Scrape]], list[str]]:
@@ -279,10 +282,12 @@ def _refused(exc: BaseException) -> bool:
     return False
 
 
-def _counter_delta(new: Scrape, old: Scrape, name: str) -> float:
+def _counter_delta(new: Scrape, old: Scrape, name: str, label: tuple[str, str] | None = None) -> float:
+    """Increase of counter ``name`` between two pages, summed over its series (those carrying
+    ``label``, a (name, value) pair, when given)."""
     total = 0.0
     for key, value in new.scalars.items():
-        if key[0] == name:
+        if key[0] == name and (label is None or label in key[1]):
             before = old.scalars.get(key, 0.0)
             total += value - before if value >= before else value  # reset: engine restarted
     return total
@@ -296,8 +301,10 @@ class PrometheusSource:
     per-token conversion and the F8 fallback use the same code as the pod-scrape path."""
 
     def __init__(self, url: str, session: requests.Session | None = None,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, match: dict[str, str] | None = None):
         self.url = url.rstrip("/")
+        self.match = dict(match or {})
+        """More series labels to select on, e.g. ``{"revision": ...}``: one revision's groups."""
         self.session = session or requests.Session()
         self.clock = clock
 
@@ -356,7 +363,8 @@ class PrometheusSource:
 
     def observe(self, namespace: str, deployment: str, window_s: float) -> DecodeObservation:
         at = self.clock()
-        sel = f'namespace="{namespace}",deployment="{deployment}"'
+        sel = ",".join(f'{k}="{v}"' for k, v in {"namespace": namespace, "deployment": deployment,
+                                                  **self.match}.items())
         window = f"{max(1, int(window_s))}s"
         groups = {(r.get("metric") or {}).get("group", "") for r in
                   self._query(f"count by (group) ({RUNNING}{{{sel}}})", at)}
@@ -380,4 +388,7 @@ class PrometheusSource:
             drafts=self._scalar(f"sum(increase({DRAFTS}_total{{{sel}}}[{window}]))", at),
             accepted=self._scalar(f"sum(increase({ACCEPTED}_total{{{sel}}}[{window}]))", at),
             generation_tokens=self._scalar(f"sum(increase({GENERATION_TOKENS}_total{{{sel}}}[{window}]))", at),
+            requests_finished=self._scalar(f"sum(increase({REQUEST_SUCCESS}_total{{{sel}}}[{window}]))", at),
+            requests_failed=self._scalar(
+                f'sum(increase({REQUEST_SUCCESS}_total{{{sel},finished_reason="{FAILED_REASON}"}}[{window}]))', at),
             groups=frozenset(g for g in groups if g))

@@ -29,9 +29,11 @@ from kimik3.api.v1alpha1 import KimiK3DeploymentStatus
 from kimik3.controller import metrics
 from kimik3.controller.autoscaling import Autoscaling
 from kimik3.controller.cache import ObjectCache, desired_hash
+from kimik3.controller.canary import Analysis
 from kimik3.controller.computedomains import compute_domain_verdict
 from kimik3.controller.kube import Kube, NotLeading, api_error_message
 from kimik3.controller.recreation import GroupFailures
+from kimik3.controller.rollout import Rollouts, scale_down_held, step_event
 from kimik3.controller.staging import DEFAULT_STAGER_IMAGE, Staging, with_weights
 from kimik3.controller.status import (compute_status, invalid_status, lws_selector, merge_patch, status_patch,
                                      stored_conditions)
@@ -92,6 +94,8 @@ class Reconciler:
         self.policy = policy
         self.autoscaling = autoscaling or Autoscaling()
         """Decode-latency autoscaler state of every deployment with spec.autoscaling.enabled."""
+        self.rollouts = Rollouts(Analysis(self.autoscaling.scrape_url))
+        """Pause, canary analysis and rollback (``controller.rollout``)."""
         self.cache = cache
         """What the watches saw; without it every read goes to the API server."""
         self.compute_domains = compute_domains
@@ -210,6 +214,12 @@ class Reconciler:
             current = self._get_child(LEADER_WORKER_SET, owner.namespace, lws_name(owner))
             workloads = self._workloads(admitted, current)
             scaled = self.autoscaling.step(obj, admitted, current, self._pods(owner), workloads)
+            progress = next((c.reason for c in stored_conditions(obj) if c.type == ConditionType.PROGRESSING), None)
+            keep = scale_down_held(progress, current, scaled.replicas)
+            if keep is not None:
+                self._event_once(obj, "Normal", "ScaleDownHeld", f"keeping {keep} group(s), not {scaled.replicas}, "
+                                 "until the rollout is done")
+                scaled.replicas = keep
             for type_, reason, message in scaled.events:
                 self._event_once(obj, type_, reason, message)
         else:
@@ -220,6 +230,13 @@ class Reconciler:
         rendered = render(admitted, owner, replicas=None if scaled is None else scaled.replicas,
                           compute_domains=self.compute_domains,
                           start_delay_s=self.failures.start_delay_s(owner.namespace, owner.name))
+        index = next(i for i, c in enumerate(rendered.objects) if c["kind"] == LEADER_WORKER_SET.kind)
+        rolled = self.rollouts.step(obj, admitted, rendered.objects[index],
+                                    self._get_child(LEADER_WORKER_SET, owner.namespace, lws_name(owner)),
+                                    self._pods(owner))
+        rendered.objects[index] = rolled.lws
+        for type_, reason, message in rolled.events:
+            self._event_once(obj, type_, reason, message)
         for warning in rendered.warnings:
             reason = "ComputeDomainSkipped" if warning == COMPUTE_DOMAIN_SKIPPED else "DisruptionBudgetSkipped"
             self._event_once(obj, "Warning", reason, warning)
@@ -261,7 +278,7 @@ class Reconciler:
             workloads = self._workloads(admitted, lws)
         racks = self.nodes.domains_of(map(node_name, pods), admitted.spec.scheduling.topology_key)
         readmitting = self._readmit_split_groups(obj, owner, workloads, pods, racks)
-        status = compute_status(obj, admitted, lws, pods, desired, apply_error, replacing=replacing,
+        status = compute_status(obj, admitted, lws, pods, desired, apply_error, replacing=replacing, rollout_step=rolled,
                                 compute_domain_note=None if self.compute_domains else COMPUTE_DOMAIN_SKIPPED,
                                 autoscaled=scaled.report if scaled is not None else None,
                                 workloads=workloads, crash_looping=crash_looping,
@@ -276,6 +293,10 @@ class Reconciler:
                              f"generation {obj['metadata'].get('generation')}: applied {kinds}; "
                              f"{desired} group(s) of {admitted.plan.nodes_per_group} pods x "
                              f"{admitted.plan.gpus_per_node} GPUs")
+        before = next((c.reason for c in stored_conditions(obj) if c.type == ConditionType.PROGRESSING), None)
+        step = step_event(before, status, admitted, desired)
+        if step is not None:
+            self._event_once(obj, "Normal", *step)
         limited = status.condition(ConditionType.SCALING_LIMITED)
         if limited and limited.status == "True" and limited.reason != Reason.ALL_GROUPS_PLACED:
             self._event_once(obj, "Warning", limited.reason, limited.message)
@@ -286,7 +307,7 @@ class Reconciler:
                         apply_error[:300])
             return Result("apply-failed", None, retry=True)
         requeue = REPLACE_POLL_S if replacing or readmitting else RESYNC_READY_S if ready else RESYNC_STARTING_S
-        requeue = min(requeue, weights.requeue_after or requeue)
+        requeue = min(requeue, rolled.requeue_after or requeue, weights.requeue_after or requeue)
         return Result("applied", min(requeue, scaled.requeue_after) if scaled is not None else requeue)
 
     def _replace_if_reshaped(self, obj: dict[str, Any], lws: dict[str, Any]) -> str | None:

@@ -1,5 +1,5 @@
-"""The CR's status from what exists: the LeaderWorkerSet, its pods, spec problems, and the
-autoscaler's step.
+"""The CR's status from what exists: the LeaderWorkerSet, its pods, spec problems, the
+autoscaler's step, and where a rollout stands (``controller.rollout``).
 
 Pure functions (no API calls) that build the typed ``KimiK3DeploymentStatus``; the reconciler
 writes ``status_patch(status)`` through the status subresource. Conditions follow the Kubernetes
@@ -21,6 +21,9 @@ from kimik3.admission import Admitted
 from kimik3.api.conditions import ConditionStatus, ConditionType, Reason, Verdict
 from kimik3.api.v1alpha1 import Condition, DecodeStatus, KimiK3DeploymentStatus, PlanStatus, ScaleEvent
 from kimik3.controller.groups import group_statuses
+from kimik3.controller.rollout import RolloutStep, rollout_status, surge_blocked
+from kimik3.controller.rollout import groups as rollout_groups
+from kimik3.controller.rollout import progressing as rollout_progressing
 from kimik3.kube.labels import LWS_NAME_LABEL
 from kimik3.kube.pods import (group_index, is_leader, is_ready, is_terminating, is_unschedulable, phase, role,
                               scheduling_gates, scheduling_problem, unschedulable_message)
@@ -235,7 +238,8 @@ def compute_status(obj: dict[str, Any], admitted: Admitted, lws: dict[str, Any] 
                    autoscaled: AutoscalerReport | None = None,
                    workloads: list[dict[str, Any]] | None = None,
                    replacing: str | None = None, crash_looping: Verdict | None = None,
-                   compute_domain: Verdict | None = None, free_block: Domain | None = None,
+                   compute_domain: Verdict | None = None,
+                   rollout_step: RolloutStep | None = None, free_block: Domain | None = None,
                    racks: Mapping[str, str] | None = None) -> KimiK3DeploymentStatus:
     """Status of a reconciled CR whose spec this reconcile admitted (``admitted``).
     ``desired_groups`` is the LWS's spec.replicas; ``autoscaled`` what the autoscaler's step reports
@@ -243,6 +247,7 @@ def compute_status(obj: dict[str, Any], admitted: Admitted, lws: dict[str, Any] 
     Kueue Workloads of the LeaderWorkerSet under placement ``kueue`` (None otherwise);
     ``crash_looping`` the Degraded verdict of groups that keep failing (recreation.py);
     ``compute_domain`` the ComputeDomainReady verdict (computedomains.py; never changes Ready);
+    ``rollout_step`` what ``controller.rollout.Rollouts`` decided (canary, rollback, pause);
     ``free_block`` the NVLink domain with the most free trays, when a group waits for a rack;
     ``racks`` the NVLink domain of each node the pods are bound to (status.groups[].rack)."""
     owner, plan = Owner.from_object(obj), admitted.plan
@@ -254,11 +259,20 @@ def compute_status(obj: dict[str, Any], admitted: Admitted, lws: dict[str, Any] 
     ready_v = _ready(ready, desired_groups, pods, admitted)
     conditions = set_condition(conditions, ConditionType.READY, ready_v, gen)
     settled = ready_v.status == "True" and groups == desired_groups
+    rollout = rollout_status(lws, rollout_groups(pods, plan.nodes_per_group)) if lws else None
+    rolling = rollout_progressing(admitted, lws, rollout, desired_groups, surge_blocked(
+        pods, workloads, int(((lws or {}).get("spec") or {}).get("replicas", desired_groups) or 0)))
+    if rollout is not None and rollout_step is not None:
+        rollout.canary, rollout.rolled_back = rollout_step.canary, rollout_step.rolled_back
+        if rollout_step.verdict is not None and not (rolling is not None and rolling.reason == Reason.SURGE_BLOCKED):
+            rolling = rollout_step.verdict  # a canary group without room says SurgeBlocked
     if replacing:
         progressing = Verdict("True", Reason.REPLACING, replacing)
     elif apply_error:
         progressing = Verdict("True", Reason.APPLY_FAILED,
                               f"children not applied yet (retrying with back-off): {apply_error}")
+    elif rolling is not None:
+        progressing = rolling
     elif settled:
         progressing = Verdict("False", Reason.STABLE, "children applied; all groups as desired")
     else:
@@ -304,6 +318,7 @@ def compute_status(obj: dict[str, Any], admitted: Admitted, lws: dict[str, Any] 
         decode=autoscaled.decode if autoscaled else None,
         last_scale=autoscaled.last_scale if autoscaled else None,
         groups=group_statuses(pods, workloads, desired_groups, plan.nodes_per_group, racks or {}),
+        rollout=rollout,
     )
 
 

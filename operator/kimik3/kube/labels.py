@@ -15,6 +15,8 @@ LEADER_WORKER_INDEX = "0"
 """``LWS_WORKER_INDEX_LABEL`` of a group's leader."""
 LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_EXCLUSIVE_TOPOLOGY = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+LWS_REVISION_LABEL = "leaderworkerset.sigs.k8s.io/template-revision-hash"
+"""LWS v0.9.0: the revision (a hash of the leaderWorkerTemplate) a group's pods were created from."""
 """Annotation: each group alone in one domain of the named node label."""
 
 DEPLOYMENT_LABEL = f"{GROUP}/deployment"

@@ -36,6 +36,7 @@ from kimik3.kube.labels import (
     ROLE_LABEL,
 )
 from kimik3.render import compilecache, computedomain, configmap
+from kimik3.render.revision import TEMPLATE_HASH_ANNOTATION, rollout_strategy, template_hash
 from kimik3.render.meta import Owner
 
 PLAN_HASH_ANNOTATION = "inference.kimik3.io/plan-hash"
@@ -164,8 +165,10 @@ def pod_template(owner: Owner, admitted: Admitted, serves_api: bool, channel_cla
             "spec": pod}
 
 
-def leader_worker_set(owner: Owner, admitted: Admitted, replicas: int, channel_claims: bool = True) -> dict[str, Any]:
-    """The LeaderWorkerSet with ``replicas`` groups of ``plan.nodes_per_group`` pods."""
+def leader_worker_set(owner: Owner, admitted: Admitted, replicas: int, channel_claims: bool = True,
+                      partition: int = 0) -> dict[str, Any]:
+    """The LeaderWorkerSet with ``replicas`` groups of ``plan.nodes_per_group`` pods, rolled out
+    as ``spec.rollout`` says (``partition``: ``render.revision.rollout_strategy``)."""
     spec, plan = admitted.spec, admitted.plan
     placement = spec.scheduling.placement
     template: dict[str, Any] = {"size": plan.nodes_per_group, "restartPolicy": "RecreateGroupOnPodRestart"}
@@ -187,6 +190,7 @@ def leader_worker_set(owner: Owner, admitted: Admitted, replicas: int, channel_c
                                                              KUEUE_PODSET_GROUP: KUEUE_GROUP_NAME}
     elif plan.clique_placement:
         meta["annotations"] = {LWS_EXCLUSIVE_TOPOLOGY: spec.scheduling.topology_key}
+    meta["annotations"] = {**meta.get("annotations", {}), TEMPLATE_HASH_ANNOTATION: template_hash(template)}
     return {
         "apiVersion": LEADER_WORKER_SET.api_version,
         "kind": LEADER_WORKER_SET.kind,
@@ -194,8 +198,7 @@ def leader_worker_set(owner: Owner, admitted: Admitted, replicas: int, channel_c
         "spec": {
             "replicas": replicas,
             "startupPolicy": "LeaderCreated",
-            "rolloutStrategy": {"type": "RollingUpdate",
-                                "rollingUpdateConfiguration": {"maxUnavailable": 1, "maxSurge": 0}},
+            "rolloutStrategy": rollout_strategy(spec.rollout, replicas, partition),
             "leaderWorkerTemplate": template,
         },
     }

@@ -2,8 +2,9 @@
 
 Only API-server pods serve /metrics (group leaders); headless workers do not (kimi-k3-and-vllm.md).
 Relabelings give every series the labels the autoscaler's PromQL selects on: ``deployment``,
-``group`` and ``role`` (prometheus-operator adds ``namespace`` and ``pod``), the same labels the
-local cluster's file_sd targets carry.
+``group``, ``role`` and ``revision`` (the LeaderWorkerSet revision a group runs: a canary's
+series apart from the old groups'; prometheus-operator adds ``namespace`` and ``pod``), the same
+labels the local cluster's file_sd targets carry.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from typing import Any
 from kimik3.kube.kinds import POD_MONITOR
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
 from kimik3.engine.args import API_PORT_NAME
-from kimik3.kube.labels import DEPLOYMENT_LABEL, LWS_GROUP_INDEX_LABEL, ROLE_LABEL
+from kimik3.kube.labels import DEPLOYMENT_LABEL, LWS_GROUP_INDEX_LABEL, LWS_REVISION_LABEL, ROLE_LABEL
 from kimik3.render.meta import Owner
 
-TARGET_LABELS = {"deployment": DEPLOYMENT_LABEL, "group": LWS_GROUP_INDEX_LABEL, "role": ROLE_LABEL}
+TARGET_LABELS = {"deployment": DEPLOYMENT_LABEL, "group": LWS_GROUP_INDEX_LABEL, "role": ROLE_LABEL,
+                 "revision": LWS_REVISION_LABEL}
 """Series label -> pod label it is copied from."""
 
 

@@ -1,13 +1,15 @@
 """The autoscaler trace benchmark (issue 4, part 4): every policy on every trace, side by side.
 
-``kimik3 simulate`` and ``bench/autoscaler.py`` run this. For each trace (``sim/traces.py``) the
-same requests (one seed) go through a simulated fleet (``benchmark/fleet.py``) driven by:
+``kimik3 simulate`` and ``bench/autoscaler.py`` run this. For each trace (``benchmark/traces.py``)
+and seed (``SEEDS``: 0-4, five draws of its arrivals and lengths) the same requests go through a
+simulated fleet (``benchmark/fleet.py``) driven by:
 
 - ``kimik3``: our ``LatencyPolicy``, built by the operator's own factory
   (``kimik3.autoscaler.factory.latency_policy``: settings and cadence from the CR's
   ``autoscaling``, model seeded from the perf model), as the controller builds it;
-- the peers' rules (``benchmark/baselines.py``): ``hpa``, ``keda``, ``aibrix-kpa``,
-  ``dynamo-planner``, ``static-peak``;
+- the peers' rules (``benchmark/baselines.py``) with the numbers their users choose
+  (``benchmark/peers.py``: picked once from a grid on one seed of one trace): ``hpa``, ``keda``,
+  ``aibrix-kpa``, ``dynamo-planner``; ``static-peak``;
 - ``optimal``: the hindsight optimum.
 
 The deployment is the latency recipe (recipes/gb300-tp8-megakernel-dspark.yaml: TP8 over 2
@@ -26,7 +28,8 @@ Metrics per policy and trace: SLO attainment (share of minutes whose P90 per-tok
 <= target), GPU-hours (groups holding GPUs x 8 GPUs, loading and draining included), scale
 events (decisions that changed the group count), recovery (for traces with jumps: seconds from
 each jump until the per-minute P90 is back under target and stays until the next jump or the
-end; the worst jump; 0 if it never broke), worst per-minute P90.
+end; the worst jump; 0 if it never broke), worst per-minute P90, GPU-hours / the optimum's; then
+min / mean / max over the seeds (``by_trace``) and the goals each seed misses (``goal_misses``).
 
 The hindsight optimum: the fewest ready groups per minute such that every minute meets the SLO,
 found by simulating the trace with groups that appear instantly and raising the count of each
@@ -40,8 +43,12 @@ and stays at the peak of the per-minute need.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import json
 import math
+import resource
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -53,10 +60,10 @@ import click
 from kimik3.admission import Admitted, admit
 from kimik3.autoscaler.factory import latency_policy
 from kimik3.autoscaler.policy import Policy
-from kimik3_dev.benchmark.baselines import (DynamoPlannerPolicy, HPAPolicy, KEDAPolicy, KPAPolicy, OptimalPolicy,
-                                            Profile, StaticPolicy, provisioning_schedule)
+from kimik3_dev.benchmark.baselines import (DynamoPlannerPolicy, KPAPolicy, OptimalPolicy, Profile, StaticPolicy,
+                                            provisioning_schedule)
 from kimik3_dev.benchmark.fleet import FleetConfig, FleetSim, GroupModel, RunResult
-from kimik3_dev.benchmark import tracefile
+from kimik3_dev.benchmark import peers, tracefile
 from kimik3_dev.benchmark.traces import Request, Trace, all_traces
 
 RECIPE = "recipes/gb300-tp8-megakernel-dspark.yaml"
@@ -64,6 +71,8 @@ TARGET_S = 0.005
 MIN_REPLICAS = 1
 MAX_REPLICAS = 24
 POLICIES = ("kimik3", "hpa", "keda", "aibrix-kpa", "dynamo-planner", "static-peak", "optimal")
+SEEDS = (0, 1, 2, 3, 4)
+"""The benchmark's draws of each trace (issue 16: the goals must hold on every one)."""
 
 
 @dataclass
@@ -94,18 +103,29 @@ def setup(recipe: str = RECIPE, target_s: float = TARGET_S, **cfg_overrides: Any
 
 
 def baseline(name: str, s: Setup, static_groups: int) -> Policy:
-    lo, hi = MIN_REPLICAS, MAX_REPLICAS
-    if name == "hpa":
-        return HPAPolicy(target_s=s.target_s, min_replicas=lo, max_replicas=hi)
-    if name == "keda":
-        return KEDAPolicy(min_replicas=lo, max_replicas=hi)
-    if name == "aibrix-kpa":
-        return KPAPolicy(target=s.profile.concurrency_at(s.target_s), min_replicas=lo, max_replicas=hi)
-    if name == "dynamo-planner":
-        return DynamoPlannerPolicy(target_s=s.target_s, profile=s.profile, min_replicas=lo, max_replicas=hi)
+    """Peer ``name`` as the benchmark runs it: its rule (benchmark/baselines.py) with the user's
+    numbers chosen once (benchmark/peers.py ``CHOSEN``); static-peak holds ``static_groups``."""
     if name == "static-peak":
         return StaticPolicy(static_groups)
-    raise KeyError(name)
+    return peers.build(name, peers.CHOSEN[name], s.target_s, s.profile, MIN_REPLICAS, MAX_REPLICAS)
+
+
+def peer_configurations(s: Setup) -> dict[str, dict[str, Any]]:
+    """Each peer's settings as the benchmark runs them (its public dataclass fields), for the
+    results file."""
+    def plain(v: Any) -> Any:
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            return {k: plain(x) for k, x in dataclasses.asdict(v).items()}
+        return round(v, 6) if isinstance(v, float) else v
+    out = {}
+    for name in POLICIES:
+        if name in ("kimik3", "optimal", "static-peak"):
+            continue
+        p = baseline(name, s, 0)
+        assert dataclasses.is_dataclass(p)
+        out[name] = {f.name: plain(getattr(p, f.name)) for f in dataclasses.fields(p)
+                     if not f.name.startswith("_") and f.name != "profile"}
+    return out
 
 
 # ---------------------------------------------------------------- hindsight optimum -------------
@@ -175,18 +195,21 @@ def summarize(result: RunResult, trace: Trace, target_s: float) -> dict[str, Any
 @dataclass
 class TraceRun:
     trace: Trace
+    seed: int
     ready_optimal: list[int]
     results: dict[str, RunResult]
     summary: dict[str, dict[str, Any]]
+    """Per policy: ``summarize``'s figures plus ``gpu_hours_x_optimum``."""
     seconds: float
 
 
 def run_trace(s: Setup, trace: Trace, policies: tuple[str, ...] = POLICIES, seed: int = 0,
               log: Callable[[str], None] = lambda _: None) -> TraceRun:
+    """Every policy in ``policies`` on ``trace.requests(seed)`` (module docstring)."""
     t0 = time.monotonic()
     reqs = trace.requests(seed)
     ready = hindsight_ready(s, trace, reqs)
-    log(f"  {trace.name}: {len(reqs)} requests, hindsight ready groups {min(ready)}-{max(ready)} "
+    log(f"  {trace.name} seed {seed}: {len(reqs)} requests, hindsight ready groups {min(ready)}-{max(ready)} "
         f"({time.monotonic() - t0:.1f} s)")
     load_minutes = math.ceil(s.cfg.load_time_s / 60)
     schedule = provisioning_schedule(ready, load_minutes)
@@ -208,28 +231,93 @@ def run_trace(s: Setup, trace: Trace, policies: tuple[str, ...] = POLICIES, seed
         results[name] = _run(s, policy, trace, reqs, initial, name)
         log(f"    {name}: {time.monotonic() - t1:.1f} s")
     summary = {name: summarize(r, trace, s.target_s) for name, r in results.items()}
-    return TraceRun(trace, ready, results, summary, time.monotonic() - t0)
+    opt = summary.get("optimal", {}).get("gpu_hours")
+    for m in summary.values():
+        m["gpu_hours_x_optimum"] = round(m["gpu_hours"] / opt, 4) if opt else None
+    return TraceRun(trace, seed, ready, results, summary, time.monotonic() - t0)
+
+
+def _spread(values: list[Any]) -> dict[str, float | None]:
+    """min, mean and max of the values that are not None (all None without any)."""
+    known = [float(v) for v in values if v is not None]
+    if not known:
+        return {"min": None, "mean": None, "max": None}
+    return {"min": round(min(known), 6), "mean": round(sum(known) / len(known), 6), "max": round(max(known), 6)}
+
+
+def by_trace(runs: list[TraceRun]) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{trace: {policy: {"seeds": {seed: figures}, "min": figures, "mean": figures, "max": figures}}}``:
+    each figure of ``summarize`` per seed, and its min / mean / max over the seeds (None-valued
+    figures, a recovery on a trace without jumps, left out)."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for run in runs:
+        for name, figures in run.summary.items():
+            out.setdefault(run.trace.name, {}).setdefault(name, {"seeds": {}})["seeds"][str(run.seed)] = figures
+    for policies in out.values():
+        for entry in policies.values():
+            seeds = list(entry["seeds"].values())
+            spreads = {k: _spread([f[k] for f in seeds]) for k in seeds[0]}
+            for stat in ("min", "mean", "max"):
+                entry[stat] = {k: v[stat] for k, v in spreads.items()}
+    return out
+
+
+STEADY_GOAL_TRACES = ("steady", "diurnal")
+SLO_GOAL, GPU_GOAL = 0.99, 1.10
+"""Goals (issue 16): on steady and diurnal, every seed, >= 99% SLO minutes at <= 1.10x the
+optimum's GPU-hours; on every trace and seed, no peer both more SLO and fewer GPU-hours than ours."""
+
+
+def goal_misses(runs: list[TraceRun], ours: str = "kimik3") -> list[str]:
+    """Each missed goal as one line naming the trace, seed and figures (empty: all met)."""
+    misses = []
+    for run in runs:
+        mine = run.summary.get(ours)
+        if mine is None:
+            continue
+        where = f"{run.trace.name} seed {run.seed}"
+        ratio = mine["gpu_hours_x_optimum"]
+        if run.trace.name in STEADY_GOAL_TRACES and (mine["slo_attainment"] < SLO_GOAL
+                                                     or (ratio is not None and ratio > GPU_GOAL)):
+            misses.append(f"{where}: {ours} {mine['slo_attainment'] * 100:.1f}% SLO at {ratio:.2f}x the optimum "
+                          f"(goal >= {SLO_GOAL * 100:g}% at <= {GPU_GOAL:.2f}x)")
+        for name, m in run.summary.items():
+            if name in (ours, "optimal"):
+                continue
+            if m["slo_attainment"] > mine["slo_attainment"] and m["gpu_hours"] < mine["gpu_hours"]:
+                misses.append(f"{where}: {name} beats {ours} on both ({m['slo_attainment'] * 100:.1f}% at "
+                              f"{m['gpu_hours']:.1f} GPU-h against {mine['slo_attainment'] * 100:.1f}% at "
+                              f"{mine['gpu_hours']:.1f})")
+    return misses
 
 
 def table(runs: list[TraceRun], target_s: float) -> str:
-    """The results as a fixed-width text table."""
-    lines = [f"{'trace':<8} {'policy':<15} {'SLO att.':>8} {'GPU-h':>8} {'x opt':>6} {'events':>6} "
-             f"{'recovery':>9} {'worst P90':>10}"]
-    for run in runs:
-        opt = run.summary.get("optimal", {}).get("gpu_hours") or 0
-        for name, m in run.summary.items():
-            rec = "-" if m["recovery_s"] is None else f"{m['recovery_s']:.0f} s"
-            ratio = f"{m['gpu_hours'] / opt:.2f}" if opt else "-"
-            lines.append(f"{run.trace.name:<8} {name:<15} {m['slo_attainment'] * 100:7.1f}% {m['gpu_hours']:8.1f} "
-                         f"{ratio:>6} {m['scale_events']:>6} {rec:>9} {m['worst_p90_itl_s'] * 1000:7.2f} ms")
+    """min / mean over the seeds per trace and policy, as a fixed-width text table."""
+    seeds = sorted({r.seed for r in runs})
+    lines = [f"seeds {', '.join(map(str, seeds))}; per trace and policy: min / mean over the seeds "
+             f"(x opt and worst P90: mean / max)",
+             f"{'trace':<8} {'policy':<15} {'SLO min':>7} {'mean':>6} {'GPU-h':>7} {'x opt':>5} {'max':>5} "
+             f"{'events':>6} {'recovery':>9} {'worst P90':>9}"]
+    for trace, policies in by_trace(runs).items():
+        for name, e in policies.items():
+            lo, mean, hi = e["min"], e["mean"], e["max"]
+            rec = "-" if hi["recovery_s"] is None else f"{hi['recovery_s']:.0f} s"
+            ratio = "-" if mean["gpu_hours_x_optimum"] is None else \
+                f"{mean['gpu_hours_x_optimum']:5.2f} {hi['gpu_hours_x_optimum']:5.2f}"
+            lines.append(f"{trace:<8} {name:<15} {lo['slo_attainment'] * 100:6.1f}% "
+                         f"{mean['slo_attainment'] * 100:5.1f}% {mean['gpu_hours']:7.1f} {ratio:>11} {mean['scale_events']:6.1f} {rec:>9} "
+                         f"{hi['worst_p90_itl_s'] * 1000:6.2f} ms")
         lines.append("")
-    lines.append(f"target: P90 per-token latency <= {target_s * 1000:g} ms in a minute; SLO att. = share of minutes")
+    lines.append(f"target: P90 per-token latency <= {target_s * 1000:g} ms in a minute; SLO = share of minutes; "
+                 f"recovery and worst P90: the worst seed")
     return "\n".join(lines)
 
 
-def write_json(runs: list[TraceRun], path: Path) -> None:
+def write_json(runs: list[TraceRun], path: Path, meta: dict[str, Any] | None = None) -> None:
+    """``{"run": meta, "goal_misses": [...], "traces": by_trace(runs)}`` (bench/autoscaler.py)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({r.trace.name: r.summary for r in runs}, indent=2) + "\n", encoding="utf-8")
+    doc = {"run": meta or {}, "goal_misses": goal_misses(runs), "traces": by_trace(runs)}
+    path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
 
 
 # ---------------------------------------------------------------- plots ----------------------
@@ -291,25 +379,160 @@ def plot(run: TraceRun, s: Setup, out_dir: Path) -> Path:
     return path
 
 
+def plot_spread(runs: list[TraceRun], out_dir: Path) -> Path:
+    """One PNG, one panel per trace: SLO attainment against GPU-hours / the optimum's, one marker
+    per policy and seed (the spread over seeds)."""
+    import matplotlib  # type: ignore[import-not-found, unused-ignore]  # the [bench] extra
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # type: ignore[import-not-found, unused-ignore]
+
+    data = by_trace(runs)
+    fig, axes = plt.subplots(1, len(data), figsize=(5 * len(data), 4.8), squeeze=False)
+    for ax, (trace, policies) in zip(axes[0], data.items()):
+        for name, e in policies.items():
+            pts = [(f["gpu_hours_x_optimum"], f["slo_attainment"] * 100) for f in e["seeds"].values()
+                   if f["gpu_hours_x_optimum"] is not None]
+            ax.scatter([x for x, _ in pts], [y for _, y in pts], color=COLORS.get(name), label=name,
+                       marker="*" if name == "kimik3" else "o", s=90 if name == "kimik3" else 30, alpha=0.8)
+        ax.axhline(SLO_GOAL * 100, color="#999999", lw=0.8, ls=":")
+        ax.axvline(GPU_GOAL, color="#999999", lw=0.8, ls=":")
+        ax.set_title(f"{trace} (seeds {', '.join(next(iter(policies.values()))['seeds'])})", fontsize=10)
+        ax.set_xlabel("GPU-hours / hindsight optimum")
+        ax.set_ylabel("SLO attainment (% of minutes)")
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+    fig.tight_layout()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "autoscaler-spread.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _one(recipe: str, trace: Trace, policies: tuple[str, ...], seed: int) -> TraceRun:
+    """One (trace, seed) in a worker process (``run_all(jobs=...)``)."""
+    return run_trace(setup(recipe), trace, policies, seed)
+
+
 def run_all(recipe: str = RECIPE, out_dir: Path = Path("bench/results"), traces: list[Trace] | None = None,
-            policies: tuple[str, ...] = POLICIES, seed: int = 0, plots: bool = True,
-            log: Callable[[str], None] = print) -> list[TraceRun]:
-    t0 = time.monotonic()
+            policies: tuple[str, ...] = POLICIES, seeds: tuple[int, ...] = SEEDS, plots: bool = True,
+            jobs: int = 1, log: Callable[[str], None] = print) -> list[TraceRun]:
+    """Every policy on every trace and seed; prints the table and the goals missed, writes
+    ``out_dir/autoscaler.json`` and the PNGs (time series of the first seed per trace, and the
+    spread over seeds). ``jobs`` > 1 runs (trace, seed) pairs in that many processes."""
+    t0, c0, commit = time.monotonic(), time.process_time(), _commit()
     s = setup(recipe)
-    runs = []
-    for trace in traces or all_traces():
-        runs.append(run_trace(s, trace, policies, seed, log))
+    # Seed by seed, the JSON rewritten after each pair that finishes: a run cut short keeps what it did.
+    pairs = [(trace, seed) for seed in seeds for trace in traces or all_traces()]
+    runs: list[TraceRun] = []
+
+    def done(run: TraceRun) -> None:
+        runs.append(run)
+        log(f"  {run.trace.name} seed {run.seed}: {run.seconds:.0f} s")
+        write_json(runs, out_dir / "autoscaler.json", _meta(s, recipe, seeds, jobs, t0, c0, commit, complete=False))
+
+    if jobs > 1:
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+        with ProcessPoolExecutor(jobs) as pool:
+            for f in as_completed([pool.submit(_one, recipe, trace, policies, seed) for trace, seed in pairs]):
+                done(f.result())
+        order = {(t.name, seed): i for i, (t, seed) in enumerate(pairs)}
+        runs.sort(key=lambda r: order[(r.trace.name, r.seed)])
+    else:
+        for trace, seed in pairs:
+            done(run_trace(s, trace, policies, seed, log))
     log(table(runs, s.target_s))
-    write_json(runs, out_dir / "autoscaler.json")
+    misses = goal_misses(runs)
+    log("goals: all met" if not misses else "goals missed:\n  " + "\n  ".join(misses))
+    meta = _meta(s, recipe, seeds, jobs, t0, c0, commit, complete=True)
+    write_json(runs, out_dir / "autoscaler.json", meta)
     log(f"wrote {out_dir / 'autoscaler.json'}")
     if plots:
         try:
             for run in runs:
-                log(f"wrote {plot(run, s, out_dir)}")
+                if run.seed == seeds[0]:
+                    log(f"wrote {plot(run, s, out_dir)}")
+            log(f"wrote {plot_spread(runs, out_dir)}")
         except ImportError:
             log("matplotlib is not installed (pip install -e '.[bench]'): no plots")
-    log(f"benchmark run time {time.monotonic() - t0:.0f} s")
+    log(f"benchmark run time {meta['wall_s']:.0f} s wall, {meta['cpu_s']:.0f} s CPU")
     return runs
+
+
+def _candidate(recipe: str, name: str, setting: peers.Setting, start: int) -> dict[str, Any]:
+    """One peer setting on the tuning trace and seed (``tune_peers``), in a worker process."""
+    s = setup(recipe)
+    trace = next(t for t in all_traces() if t.name == peers.TUNE_TRACE)
+    policy = peers.build(name, setting, s.target_s, s.profile, MIN_REPLICAS, MAX_REPLICAS)
+    return summarize(_run(s, policy, trace, trace.requests(peers.TUNE_SEED), start, name), trace, s.target_s)
+
+
+def tune_peers(recipe: str = RECIPE, out_dir: Path = Path("bench/results"), jobs: int = 1,
+               log: Callable[[str], None] = print) -> dict[str, dict[str, Any]]:
+    """Every ``peers.GRID`` setting on ``peers.TUNE_TRACE`` seed ``peers.TUNE_SEED``, each peer's
+    pick (``peers.choose``); writes ``out_dir/peers-grid.json``. The benchmark itself runs
+    ``peers.CHOSEN``: copy the picks there (a user's configuration, fixed before the runs)."""
+    s, commit = setup(recipe), _commit()
+    trace = next(t for t in all_traces() if t.name == peers.TUNE_TRACE)
+    ready = hindsight_ready(s, trace, trace.requests(peers.TUNE_SEED))
+    start = provisioning_schedule(ready, math.ceil(s.cfg.load_time_s / 60))[0]
+    log(f"tuning the peers' settings on {trace.name} seed {peers.TUNE_SEED}")
+    todo = [(name, setting) for name, settings in peers.GRID.items() for setting in settings]
+    from concurrent.futures import ProcessPoolExecutor
+    with ProcessPoolExecutor(jobs) as pool:
+        futures = {(n, repr(st)): pool.submit(_candidate, recipe, n, st, start) for n, st in todo}
+        result = peers.tune(lambda n, st: futures[(n, repr(st))].result(), log=log)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    doc = {"trace": trace.name, "seed": peers.TUNE_SEED, "commit": commit, "peers": result}
+    (out_dir / "peers-grid.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    log(f"wrote {out_dir / 'peers-grid.json'}")
+    return result
+
+
+def _meta(s: Setup, recipe: str, seeds: tuple[int, ...], jobs: int, t0: float, c0: float, commit: str | None,
+          complete: bool) -> dict[str, Any]:
+    """The results file's ``run``: when, the commit it started on, the peers' settings, wall and
+    CPU seconds so far (this process and its workers), and whether every (trace, seed) pair is in."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "commit": commit, "seeds": list(seeds), "jobs": jobs, "recipe": recipe,
+            "target_s": s.target_s, "peers": peer_configurations(s), "complete": complete,
+            "wall_s": round(time.monotonic() - t0, 1),
+            "cpu_s": round(time.process_time() - c0 + children.ru_utime + children.ru_stime, 1)}
+
+
+def _commit() -> str | None:
+    """The checkout's commit (``git describe --always --dirty``), None outside a git checkout."""
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
+                             timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def parse_seeds(text: str) -> tuple[int, ...]:
+    """Seeds from ``"0-4"``, ``"3"`` or ``"0,2,5"`` (ranges inclusive); ValueError names the
+    part that is not one."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        lo, sep, hi = part.strip().partition("-")
+        try:
+            seeds += list(range(int(lo), int(hi) + 1)) if sep else [int(lo)]
+        except ValueError:
+            raise ValueError(f"{part.strip()!r} is not a seed or a range of seeds (e.g. 3, 0-4, 0,2,5)") from None
+    if not seeds:
+        raise ValueError(f"{text!r} names no seed")
+    return tuple(dict.fromkeys(seeds))
+
+
+def _seeds_option(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[int, ...]:
+    if not value:
+        return SEEDS
+    try:
+        return tuple(dict.fromkeys(s for v in value for s in parse_seeds(v)))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 @click.command("simulate")
@@ -323,12 +546,24 @@ def run_all(recipe: str = RECIPE, out_dir: Path = Path("bench/results"), traces:
               help="With --trace-file: play the recording this many times faster.")
 @click.option("--copies", default=1, show_default=True, type=click.IntRange(min=1),
               help="With --trace-file: superpose this many copies, each shifted by a seeded offset.")
-@click.option("--seed", default=0, show_default=True)
+@click.option("--seed", "seeds", multiple=True, callback=_seeds_option,
+              help="Seeds of the traces' draws: 3, 0-4 or 0,2,5; repeatable. Default: 0-4, the benchmark's.")
+@click.option("--policy", "policy_names", multiple=True, type=click.Choice(POLICIES),
+              help="Only these policies (repeatable; the hindsight optimum is always computed for the ratios).")
+@click.option("-j", "--jobs", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Run the (trace, seed) pairs in this many processes.")
 @click.option("--no-plots", is_flag=True, help="Skip the PNGs.")
+@click.option("--tune-peers", "tune", is_flag=True,
+              help="Instead: run the peers' settings grid (benchmark/peers.py) on its one trace and seed.")
 def simulate_command(filename: str, output_dir: str, trace_names: tuple[str, ...], trace_file: Path | None,
-                     time_compression: float, copies: int, seed: int, no_plots: bool) -> None:
-    """Run every autoscaling policy on every request trace through a simulated fleet; print the
-    table, write OUTPUT_DIR/autoscaler.json and one PNG per trace."""
+                     time_compression: float, copies: int, seeds: tuple[int, ...], policy_names: tuple[str, ...],
+                     jobs: int, no_plots: bool, tune: bool) -> None:
+    """Run every autoscaling policy on every request trace and seed through a simulated fleet;
+    print the table (min / mean over the seeds) and the goals missed, write
+    OUTPUT_DIR/autoscaler.json and the PNGs."""
+    if tune:
+        tune_peers(filename, Path(output_dir), jobs, log=click.echo)
+        return
     if trace_file is not None:
         if trace_names:
             raise click.UsageError("give --trace or --trace-file, not both")
@@ -340,4 +575,5 @@ def simulate_command(filename: str, output_dir: str, trace_names: tuple[str, ...
         traces = [t for t in all_traces() if not trace_names or t.name in trace_names]
     if not traces:
         raise click.ClickException(f"no trace named {', '.join(trace_names)}")
-    run_all(filename, Path(output_dir), traces, seed=seed, plots=not no_plots, log=click.echo)
+    policies = tuple(p for p in POLICIES if not policy_names or p in policy_names or p == "optimal")
+    run_all(filename, Path(output_dir), traces, policies, seeds=seeds, plots=not no_plots, jobs=jobs, log=click.echo)

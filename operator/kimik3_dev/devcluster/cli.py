@@ -1,6 +1,6 @@
 """``kimik3 dev``: a whole simulated GB300 NVL72 cluster on this machine.
 
-  kimik3 dev up [--state-dir .state/dev] [--racks 2] [--trays-per-rack 18] [--profile gb300] [--load-time 20s]
+  kimik3 dev up [--state-dir .state/dev] [--racks 2] [--trays-per-rack 18] [--profile gb300] [--load-time 20s] [--readiness-probes]
   kimik3 dev apply -f RECIPE       apply KimiK3Deployments (with stand-in weight volumes)
   kimik3 dev status [--json]       racks, groups and where they landed, each CR's status
   kimik3 dev down                  stop everything ``up`` started
@@ -58,8 +58,11 @@ def _mib(n: int) -> str:
               help="A tenant namespace with its own Kueue ClusterQueue of GPUS (in one Cohort that lends idle "
                    "quota), its LocalQueue 'default' and, with PRIORITY, the WorkloadPriorityClass NAME "
                    "(placement.priorityClass: NAME; higher preempts lower). Repeatable.")
+@click.option("--readiness-probes", is_flag=True,
+              help="Group leaders turn Ready only once their simulated engine has loaded (as on GPUs), not at once: "
+                   "rehearse rollouts with it.")
 def up(state_dir: str, racks: int, trays_per_rack: int, profile: str, load_time: str, timeout_s: float,
-       sim: bool, prometheus: bool, tenants: tuple[str, ...]) -> None:
+       sim: bool, prometheus: bool, tenants: tuple[str, ...], readiness_probes: bool) -> None:
     """Start etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok with the racks,
     the LeaderWorkerSet manager, the operator, Prometheus and the engine simulator."""
     from kimik3_dev.devcluster.cluster import DevCluster, UpOptions
@@ -75,7 +78,8 @@ def up(state_dir: str, racks: int, trays_per_rack: int, profile: str, load_time:
     cluster = DevCluster(state_dir)
     try:
         state = cluster.up(UpOptions(shape=shape, load_time=load_time, sim=sim, prometheus=prometheus,
-                                     wait_timeout_s=timeout_s, tenants=parsed), Progress())
+                                     readiness_probes=readiness_probes, wait_timeout_s=timeout_s,
+                                     tenants=parsed), Progress())
     except ComponentError as exc:
         click.echo(f"\ndev up failed: {exc}", err=True)
         sys.exit(1)

@@ -100,6 +100,9 @@ class UpOptions:
     """Model load time the engine simulator waits before /health turns 200 (Go-style duration)."""
     sim: bool = True
     """Start the engine simulator when this checkout has ``kimik3 dev sim``."""
+    readiness_probes: bool = False
+    """A pod with a readinessProbe (a group leader) turns Ready only once its simulated engine has
+    loaded (the simulator plays the kubelet's prober; ``kimik3_dev.devcluster.kwok``), not at once."""
     prometheus: bool = True
     kueue: bool = True
     """Run the Kueue manager (placement ``kueue``: gang admission, packing into racks, quota)."""
@@ -297,7 +300,7 @@ class DevCluster:
             for node in node_manifests(shape):
                 rest.create("/api/v1/nodes", node)
             kwok_port = free_port()
-            record = self._spawn("kwok", kwok.argv(bins["kwok"], self.kubeconfig, kwok.write_config(self.state_dir),
+            record = self._spawn("kwok", kwok.argv(bins["kwok"], self.kubeconfig, kwok.write_config(self.state_dir, readiness_probes=opts.readiness_probes),
                                                    kwok_port))
 
             def nodes_ready() -> bool | str:
@@ -378,6 +381,8 @@ class DevCluster:
                     argv = _cli("dev", "sim", "--kubeconfig", str(self.kubeconfig), "--state-dir", str(self.state_dir))
                     if "--load-time" in help_text:
                         argv += ["--load-time", opts.load_time]
+                    if opts.readiness_probes:
+                        argv += ["--readiness-probes"]
                     record = self._spawn("sim", argv, env=_cli_env(KIMIK3_SIM_LOAD_TIME=opts.load_time))
                     deadline = time.monotonic() + 2.0
                     while time.monotonic() < deadline and record.alive:

@@ -13,6 +13,12 @@ kwok text is copied into this repository. Two changes: staging-Job pods are left
 ``POD_DELETE_DELAY_MS`` (a kubelet takes time to stop containers; with an instant delete the
 LeaderWorkerSet controller can miss a worker's deletion and not recreate its group, F14).
 
+With ``readiness_probes`` (``dev up --readiness-probes``), kwok's ``pod-ready`` stage leaves a pod
+with a ``readinessProbe`` Running but not Ready (``Ready``/``ContainersReady`` False, the
+container not ready), and the engine simulator plays the kubelet's prober: it marks the leader
+Ready once its engine's /health answers 200, so a group is Ready only after its load time, as on
+GPUs (``kimik3_dev.sim.supervisor``). Workers have no probe and are Ready at once, as on a kubelet.
+
 Two of kwok's own chaos stages are loaded too, so faults can be injected by label
 (``kimik3_dev.devcluster.faults``): ``node-not-ready`` (a Node labelled ``NODE_NOT_READY_LABEL=true``
 reports ``Ready=False``; with weight 10000 it wins over ``node-initialize`` until the label goes,
@@ -68,7 +74,26 @@ _STAGE_FILES = (
 )
 
 
-def stages(module_dir: Path | None = None) -> list[dict[str, Any]]:
+_PROBED = "{{ $probed := false }}{{ range .spec.containers }}{{ if .readinessProbe }}{{ $probed = true }}{{ end }}{{ end }}"
+"""Go template: whether any container of the pod has a readinessProbe."""
+_READY_IF_UNPROBED = '{{ if $probed }}"False"{{ else }}"True"{{ end }}'
+_READY_LINES = ('status: "True"\n  type: Ready\n', 'status: "True"\n  type: ContainersReady\n')
+
+
+def _readiness_from_probes(doc: dict[str, Any]) -> None:
+    """kwok's ``pod-ready`` status template, with Ready/ContainersReady (and each container's
+    ``ready``) False for a pod that has a readinessProbe. Raises ValueError when the pinned
+    kwok's template no longer reads as expected."""
+    template = doc["spec"]["next"]["statusTemplate"]
+    if not all(line in template for line in _READY_LINES) or "ready: true" not in template:
+        raise ValueError(f"kwok {KWOK_VERSION}'s pod-ready stage changed: cannot leave probed pods unready")
+    for line in _READY_LINES:
+        template = template.replace(line, line.replace('"True"', _READY_IF_UNPROBED))
+    template = template.replace("ready: true", "ready: {{ if $probed }}false{{ else }}true{{ end }}", 1)
+    doc["spec"]["next"]["statusTemplate"] = _PROBED + "\n" + template
+
+
+def stages(module_dir: Path | None = None, readiness_probes: bool = False) -> list[dict[str, Any]]:
     """The Stage documents for kwok, read from the kwok module (see the module docstring)."""
     root = module_dir or go_module_dir(KWOK_MODULE, KWOK_VERSION)
     out = []
@@ -76,6 +101,8 @@ def stages(module_dir: Path | None = None) -> list[dict[str, Any]]:
         doc = yaml.safe_load((root / rel).read_text())
         if doc["metadata"]["name"] == "pod-delete":
             doc["spec"]["delay"] = {"durationMilliseconds": POD_DELETE_DELAY_MS}
+        if doc["metadata"]["name"] == "pod-ready" and readiness_probes:
+            _readiness_from_probes(doc)
         if doc["metadata"]["name"] in STAGER_EXCLUDED:  # run for real by `kimik3 dev stagers`
             doc["spec"]["selector"]["matchExpressions"].append(
                 {"key": f'.metadata.labels["{STAGER_LABEL}"]', "operator": "DoesNotExist"})
@@ -83,7 +110,7 @@ def stages(module_dir: Path | None = None) -> list[dict[str, Any]]:
     return out
 
 
-def write_config(state_dir: Path, module_dir: Path | None = None) -> Path:
+def write_config(state_dir: Path, module_dir: Path | None = None, readiness_probes: bool = False) -> Path:
     """Write ``<state>/kwok/kwok.yaml`` (a KwokConfiguration plus the stages); returns its path."""
     config = {
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
@@ -108,7 +135,7 @@ def write_config(state_dir: Path, module_dir: Path | None = None) -> Path:
     }
     path = state_dir / "kwok" / "kwok.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dump_yaml_all([config, *stages(module_dir)]))
+    path.write_text(dump_yaml_all([config, *stages(module_dir, readiness_probes)]))
     return path
 
 

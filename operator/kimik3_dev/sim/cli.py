@@ -42,9 +42,12 @@ def _workload(value: str | None) -> str | float | None:
 @click.option("--workload", default="chat", show_default=True,
               help="Speculative acceptance workload: code, chat, creative, blog, news, or an acceptance length.")
 @click.option("--seed", type=int, default=None, help="Seed of the simulated acceptance (default: random).")
+@click.option("--readiness-probes", is_flag=True,
+              help="Play the kubelet's readiness prober: a leader pod is Ready only while its engine's /health is 200 "
+                   "(kwok leaves probed pods unready: dev up --readiness-probes).")
 @click.option("-v", "--verbose", is_flag=True)
 def sim_command(kubeconfig: str, state_dir: str, load_time: str, poll_interval: str, workload: str,
-                seed: int | None, verbose: bool) -> None:
+                seed: int | None, readiness_probes: bool, verbose: bool) -> None:
     """Run one simulated vLLM engine (on 127.0.0.1) per running engine group of every
     KimiK3Deployment, until SIGTERM or Ctrl-C."""
     from kimik3_dev.sim.supervisor import run_supervisor
@@ -59,7 +62,8 @@ def sim_command(kubeconfig: str, state_dir: str, load_time: str, poll_interval: 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         await run_supervisor(kubeconfig, Path(state_dir), load_time_s=load_s, poll_interval_s=poll_s,
-                             workload=_workload(workload) or "chat", seed=seed, stop=stop)
+                             workload=_workload(workload) or "chat", seed=seed, readiness_probes=readiness_probes,
+                             stop=stop)
 
     asyncio.run(main())
 

@@ -22,6 +22,11 @@ digest), else 401 with the body ``{"error":"Unauthorized"}`` (``application/json
 routing (an unknown ``/v1`` path is 401 too, not 404). ``/health`` and ``/metrics`` stay open.
 Empty keys are ignored (vLLM: no key, no authentication). The keys are kept only as digests.
 
+A bad release (``EngineConfig.step_slowdown``, ``error_rate``, from the pod's ``KIMIK3_SIM_*`` env:
+``kimik3_dev.sim.supervisor``): every engine step takes ``step_slowdown`` times as long, and a
+share ``error_rate`` of the requests fail with HTTP 500 (counted in ``vllm:request_success`` with
+``finished_reason="error"``, as vLLM counts a request its engine failed).
+
 Simulator specifics (not vLLM): the text is made-up words, one token per word; prompt tokens are
 counted as words and punctuation marks (chat: + 4 per message + 2 for the reply header); without
 ``max_tokens`` a request stops (``finish_reason: stop``) after ``default_max_tokens``, standing in
@@ -49,6 +54,7 @@ from typing import Any
 from aiohttp import web
 
 from kimik3.autoscaler import perfmodel
+from kimik3.autoscaler.observation import FAILED_REASON
 from kimik3.autoscaler.perfmodel import EngineShape, PerfParams
 from kimik3_dev.sim.vllm_metrics import EngineMetrics
 
@@ -103,6 +109,10 @@ class EngineConfig:
     default_max_tokens: int = DEFAULT_MAX_TOKENS
     seed: int | None = None
     buckets_override: dict[str, tuple[float, ...]] | None = None
+    step_slowdown: float = 1.0
+    """Factor on every engine step's time (a release that decodes slower: 2.0 is twice as slow)."""
+    error_rate: float = 0.0
+    """Share of requests the engine fails (HTTP 500, ``finished_reason="error"``)."""
     api_keys: tuple[str, ...] = field(default=(), repr=False, compare=False)
     """Keys accepted as ``Authorization: Bearer <key>`` on the guarded paths (empty: no
     authentication). Never in ``repr`` (the key must not reach a log)."""
@@ -177,6 +187,8 @@ class SimEngine:
         self.units = [_Unit(self.engines[i:i + per]) for i in range(0, self.dp, per)]
         self._unit_of = {e.index: u for u in self.units for e in u.engines}
         self._rr = 0
+        self._responding = 0
+        """Responses being written (a request's last tokens may be decoded and not yet sent)."""
         self.started_at: float | None = None
         self.port: int | None = None
         self._runner: web.AppRunner | None = None
@@ -206,6 +218,15 @@ class SimEngine:
         for unit in self.units:
             unit.task = asyncio.create_task(self._run_unit(unit), name=f"sim-unit-{self.port}")
         return self.port
+
+    async def drain(self, timeout_s: float) -> None:
+        """What a pod's deletion gives the engine: the Service already sends it nothing new; the
+        requests it holds finish and their responses are sent whole, for at most ``timeout_s``
+        (the pod's termination grace period), then it stops (``stop``) and aborts what is left."""
+        deadline = time.monotonic() + timeout_s
+        while (self._responding or any(u.has_work() for u in self.units)) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await self.stop()
 
     async def stop(self) -> None:
         """Stop serving and abort every request."""
@@ -278,7 +299,7 @@ class SimEngine:
                 prefill_tokens += sum(c for _, c in chunks)
                 plan.append((eng, decode, chunks))
             self._set_gauges(unit)
-            end = clock + perfmodel.step_time(params, decode_seqs, prefill_tokens)
+            end = clock + perfmodel.step_time(params, decode_seqs, prefill_tokens) * self.config.step_slowdown
             delay = end - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -491,9 +512,13 @@ class SimEngine:
             return _error(400, f"This model's maximum context length is {self.config.max_model_len} tokens. "
                                f"However, you requested {n_prompt + max_tokens} tokens "
                                f"({n_prompt} in the messages, {max_tokens} in the completion).", param="max_tokens")
+        if self.config.error_rate and self.rng.random() < self.config.error_rate:
+            self.metrics.by_reason[FAILED_REASON][0].inc()
+            return _error(500, "The engine failed the request (simulated bad release).", "InternalServerError")
         req = self.submit(n_prompt, max_tokens, body.get("kimik3_workload"))
         rid = ("chatcmpl-" if chat else "cmpl-") + req.rid
         created = int(time.time())
+        self._responding += 1
         try:
             if body.get("stream"):
                 opts = body.get("stream_options") or {}
@@ -522,6 +547,7 @@ class SimEngine:
                                       "model": self.config.served_model_name, "choices": [choice], "usage": usage,
                                       "system_fingerprint": None})
         finally:
+            self._responding -= 1
             if not req.done:
                 req.aborted = True
                 self._unit_of[req.engine].wake.set()

@@ -41,6 +41,8 @@ argv                                   simulated engine (``EngineConfig``)
                                        megakernel path's step times, else stock
 ``--speculative-config``               ``method`` and ``num_speculative_tokens``: drafts per
                                        step and their acceptance (perf model)
+``--custom-histogram-buckets``         the bounds of each bucket family it names (vLLM 0.33's
+                                       ``ObservabilityConfig``), e.g. finer ITL buckets
 ====================================== ========================================================
 
 Flags the simulator does not model are accepted and ignored (vLLM's own parser checks them:
@@ -160,6 +162,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--enable-expert-parallel", "-ep", action="store_true")
     p.add_argument("--additional-config", type=_json_object, default={})
     p.add_argument("--speculative-config", "-sc", type=_json_object)
+    p.add_argument("--custom-histogram-buckets", type=_json_object)
     return p
 
 
@@ -194,4 +197,6 @@ def engine_config(argv: list[str] | tuple[str, ...], accelerator: str, variant: 
     for field_name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens"):
         if getattr(a, field_name) is not None:
             values[field_name] = getattr(a, field_name)
+    if a.custom_histogram_buckets:  # vLLM 0.33's ObservabilityConfig: bucket family -> upper bounds
+        values["buckets_override"] = {k: tuple(float(b) for b in v) for k, v in a.custom_histogram_buckets.items()}
     return EngineConfig(**(values | overrides))

@@ -19,7 +19,8 @@ load time. Pod IPs are never used: they are fake under kwok.
 It writes, atomically (temp file + rename), under ``<state-dir>/sim/``:
 
 - ``targets.json``: Prometheus file_sd, one entry per engine:
-  ``{"targets": ["127.0.0.1:PORT"], "labels": {"namespace", "deployment", "group", "pod", "role": "leader"}}``
+  ``{"targets": ["127.0.0.1:PORT"], "labels": {"namespace", "deployment", "group", "pod", "role": "leader",
+  "revision"}}`` (``revision``: the leader's LeaderWorkerSet revision label, when it has one)
   (the labels a PodMonitor on the leader pods gives in a real cluster);
 - ``endpoints.json``: ``{"ns/name": {"url": "http://127.0.0.1:FRONT", "model": served name,
   "groups": {"0": {"url", "pod", "leaderUid", "ready", "startedAt", "apiKeyRequired"}}}}``. ``url`` is a small
@@ -34,6 +35,22 @@ later change of the Secret reaches a group only when its pods are recreated), by
 Secret from the API server; a missing Secret or key leaves the group without an engine (the
 kubelet would not start the container), with a warning naming the Secret, retried every poll.
 The key is never logged nor written to a file; ``endpoints.json`` says ``"apiKeyRequired"`` per group.
+
+Readiness (``readiness_probes``, ``dev up --readiness-probes``): kwok leaves a pod with a
+readinessProbe unready, and the supervisor plays the kubelet's prober: each poll it sets the
+leader pod's ``Ready`` and ``ContainersReady`` conditions (and its container's ``ready``) to
+whether its engine answers /health 200, so the LeaderWorkerSet sees a group Ready only after its
+load time. A group that goes away (its pods deleted) drains: its engine gets no new request and
+finishes those it holds, for at most ``TERMINATION_GRACE_S``, as vLLM behind a Service does
+through a pod's termination grace period.
+
+A bad release, to rehearse a rollback: the engine container's env (``spec.engine.env``, so it
+is part of the group templates and rolls out like a new image) may carry
+``KIMIK3_SIM_SLOWDOWN`` (a factor on every engine step, e.g. ``2`` for a release twice as slow),
+``KIMIK3_SIM_LOAD_TIME`` (this release's load time, a duration such as ``40s``) and
+``KIMIK3_SIM_ERROR_RATE`` (the share of requests it fails, e.g. ``0.2``); read when the engine
+starts for a leader pod, like the rest of its env. A bad value gives the group no engine, with a
+warning naming the variable.
 
 Per-CR annotations (simulator only): ``inference.kimik3.io/sim-load-time`` (a duration such as
 ``90s``) and ``inference.kimik3.io/sim-workload`` (``code``, ``chat``, ``creative``, ... or an
@@ -62,7 +79,7 @@ from aiohttp import web
 from kimik3.api.v1alpha1 import ModelSpec, duration_seconds
 from kimik3.kube.kinds import GROUP, PLURAL, VERSION
 from kimik3.kube import pods as kpods
-from kimik3.kube.labels import LWS_NAME_LABEL
+from kimik3.kube.labels import LWS_NAME_LABEL, LWS_REVISION_LABEL
 from kimik3.kube.objects import is_deleting
 from kimik3.render.leaderworkerset import API_KEY_ENV, CONTAINER
 from kimik3_dev.sim import launch, podenv
@@ -77,6 +94,32 @@ API_TIMEOUT_S = 10.0
 """Bound on one list call to the API server, seconds."""
 PROXY_TIMEOUT_S = 3600.0
 """Bound on one request through a deployment's front, seconds."""
+TERMINATION_GRACE_S = 60.0
+"""How long a removed group's engine finishes the requests it holds: the engine pods'
+terminationGracePeriodSeconds (``render/leaderworkerset.py``)."""
+READINESS_CONDITIONS = ("Ready", "ContainersReady")
+RELEASE_ENV = {"KIMIK3_SIM_SLOWDOWN": "step_slowdown", "KIMIK3_SIM_LOAD_TIME": "load_time_s",
+               "KIMIK3_SIM_ERROR_RATE": "error_rate"}
+"""The engine env of a simulated bad release -> the ``EngineConfig`` field it sets (module docstring)."""
+
+
+def release_overrides(pod_spec: dict[str, Any]) -> dict[str, float]:
+    """The ``EngineConfig`` fields the engine container's ``KIMIK3_SIM_*`` env sets. Raises
+    ValueError naming the variable whose value is not a number (a duration for the load time)."""
+    out: dict[str, float] = {}
+    for name, field_name in RELEASE_ENV.items():
+        entry = podenv.env_entry(pod_spec, name, CONTAINER)
+        if entry is None:
+            continue
+        value = str(entry.get("value", ""))
+        try:
+            number = duration_seconds(value) if field_name == "load_time_s" else float(value)
+        except ValueError:
+            raise ValueError(f"{name}={value!r} is not a {'duration' if field_name == 'load_time_s' else 'number'}")
+        if number < 0 or (field_name == "error_rate" and number > 1):
+            raise ValueError(f"{name}={value!r} is out of range")
+        out[field_name] = number
+    return out
 
 
 @dataclass
@@ -90,6 +133,8 @@ class _Group:
     leader_uid: str
     engine: SimEngine
     started_at: str
+    revision: str = ""
+    """The leader pod's LeaderWorkerSet revision label (the PodMonitor's ``revision`` label)."""
 
 
 @dataclass
@@ -171,7 +216,7 @@ class Supervisor:
 
     def __init__(self, api_client: Any, state_dir: Path | str, *, load_time_s: float = 20.0,
                  poll_interval_s: float = DEFAULT_POLL_INTERVAL_S, workload: str | float = "chat",
-                 seed: int | None = None):
+                 seed: int | None = None, readiness_probes: bool = False):
         from kubernetes import client
 
         self.api_client = api_client
@@ -184,6 +229,8 @@ class Supervisor:
         self.poll_interval_s = poll_interval_s
         self.workload = workload
         self.seed = seed
+        self.readiness_probes = readiness_probes
+        self._draining: set[asyncio.Task] = set()
         self.groups: dict[tuple[str, str, str], _Group] = {}
         self.fronts: dict[tuple[str, str], _Front] = {}
         self._launches: dict[str, launch.Launch] = {}
@@ -215,6 +262,9 @@ class Supervisor:
         """Stop every engine and front; write empty target and endpoint files."""
         for group in list(self.groups):
             await self._stop_group(group)
+        for task in list(self._draining):
+            task.cancel()
+        await asyncio.gather(*self._draining, return_exceptions=True)
         for front in list(self.fronts):
             await self._stop_front(front)
         self._write_files(force=True)
@@ -247,6 +297,8 @@ class Supervisor:
         for key, want in wanted.items():
             if key not in self.groups:
                 await self._start_group(key, want)
+        if self.readiness_probes:
+            await self._probe(wanted)
         self.polls += 1
         self._write_files()
 
@@ -357,10 +409,12 @@ class Supervisor:
         if started_with is None or want.running < started_with.group_size:
             return  # no launch, or not every rank of the plan runs yet
         try:
+            release = release_overrides(want.pod.get("spec") or {})
             config = launch.engine_config(started_with.argv, started_with.accelerator, want.variant,
-                                          load_time_s=want.load_time_s + started_with.start_delay_s,
+                                          **(release | {"load_time_s": release.get("load_time_s", want.load_time_s)
+                                                        + started_with.start_delay_s}),
                                           workload=want.workload, seed=self.seed)
-        except launch.LaunchUnresolved as exc:
+        except (launch.LaunchUnresolved, ValueError) as exc:
             log.warning("group %s/%s/%s (leader %s): no engine: %s", *key, want.leader_pod, exc)
             return
         api_keys = await self._api_keys(key, want)
@@ -369,7 +423,8 @@ class Supervisor:
         engine = SimEngine(dataclasses.replace(config, api_keys=api_keys))
         await engine.start()
         started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        group = _Group(want.namespace, want.deployment, want.group, want.leader_pod, want.leader_uid, engine, started)
+        group = _Group(want.namespace, want.deployment, want.group, want.leader_pod, want.leader_uid, engine, started,
+                       kpods.labels(want.pod).get(LWS_REVISION_LABEL, ""))
         self.groups[key] = group
         front = self.fronts.get((want.namespace, want.deployment))
         if front is not None:
@@ -379,11 +434,37 @@ class Supervisor:
                  f", API key ({API_KEY_ENV}) required on /v1" if engine.requires_api_key else "")
 
     async def _stop_group(self, key: tuple[str, str, str]) -> None:
+        """The front sends the group nothing more; its engine drains in the background."""
         group = self.groups.pop(key)
         front = self.fronts.get(key[:2])
         if front is not None and front.groups.get(key[2]) is group:
             del front.groups[key[2]]
-        await group.engine.stop()
+        task = asyncio.create_task(group.engine.drain(TERMINATION_GRACE_S))
+        self._draining.add(task)
+        task.add_done_callback(self._draining.discard)
+
+    # ---------------------------------------------------------------- the kubelet's readiness prober
+    async def _probe(self, wanted: dict[tuple[str, str, str], _Wanted]) -> None:
+        """Each leader pod with a readinessProbe is Ready exactly while its engine is loaded."""
+        for key, want in wanted.items():
+            container = podenv.container(want.pod.get("spec") or {}, CONTAINER)
+            if not container.get("readinessProbe"):
+                continue
+            group = self.groups.get(key)
+            ready = group is not None and group.leader_uid == want.leader_uid and group.engine.ready
+            if kpods.is_ready(want.pod) != ready:
+                await asyncio.to_thread(self._set_ready, want.namespace, want.leader_pod, ready)
+
+    def _set_ready(self, namespace: str, pod: str, ready: bool) -> None:
+        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        value = "True" if ready else "False"
+        body = {"status": {"conditions": [{"type": t, "status": value, "lastTransitionTime": now}
+                                          for t in READINESS_CONDITIONS],
+                           "containerStatuses": [{"name": CONTAINER, "ready": ready}]}}
+        try:
+            self.core.patch_namespaced_pod_status(pod, namespace, body, _request_timeout=API_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - the pod went meanwhile: the next poll sees it
+            log.info("pod %s/%s: readiness not set (%s)", namespace, pod, exc)
 
     # ---------------------------------------------------------------- fronts (Service stand-ins)
     async def _start_front(self, key: tuple[str, str]) -> None:
@@ -442,7 +523,7 @@ class Supervisor:
         for (ns, name, gi), g in sorted(self.groups.items()):
             out.append({"targets": [f"{LOOPBACK}:{g.engine.port}"],
                         "labels": {"namespace": ns, "deployment": name, "group": gi, "pod": g.leader_pod,
-                                   "role": "leader"}})
+                                   "role": "leader", **({"revision": g.revision} if g.revision else {})}})
         return out
 
     def endpoints(self) -> dict[str, Any]:
@@ -471,7 +552,8 @@ class Supervisor:
 
 async def run_supervisor(kubeconfig: str, state_dir: Path | str, *, load_time_s: float,
                          poll_interval_s: float = DEFAULT_POLL_INTERVAL_S, workload: str | float = "chat",
-                         seed: int | None = None, stop: asyncio.Event | None = None) -> None:
+                         seed: int | None = None, readiness_probes: bool = False,
+                         stop: asyncio.Event | None = None) -> None:
     """Build an API client from ``kubeconfig`` and run a ``Supervisor`` until ``stop`` is set."""
     from kubernetes import config as k8s_config
 
@@ -480,6 +562,6 @@ async def run_supervisor(kubeconfig: str, state_dir: Path | str, *, load_time_s:
              poll_interval_s, load_time_s, Path(state_dir) / "sim")
     try:
         await Supervisor(api, state_dir, load_time_s=load_time_s, poll_interval_s=poll_interval_s,
-                         workload=workload, seed=seed).run(stop)
+                         workload=workload, seed=seed, readiness_probes=readiness_probes).run(stop)
     finally:
         api.close()

@@ -1,0 +1,108 @@
+"""Canary analysis: the new revision's decode latency and error rate, read apart from the old groups'.
+
+``Analysis.check(namespace, name, admitted, revision, pods)`` reads the window since the last
+check (``rollout.canary.analysis.interval``) from the metric source ``spec.autoscaling.metricsSource``
+names (whether or not autoscaling is on), restricted to the groups of ``revision``:
+- ``prometheus``: the series with ``revision="<rev>"`` (the PodMonitor copies the leader pods'
+  ``leaderworkerset.sigs.k8s.io/template-revision-hash`` label into ``revision``;
+  ``render/podmonitor.py``);
+- ``podScrape``: only the leaders whose revision label is ``revision``, scraped as the autoscaler
+  scrapes (``autoscaler.sources.PodScrapeSource``, the same URL resolver).
+The latency is ``autoscaling.target.metric`` at ``autoscaling.target.percentile`` (per output
+token by default), held under ``rollout.canary.analysis.maxLatency`` (default the autoscaling
+target); the error rate is ``finished_reason="error"`` over every finished request, held under
+``maxErrorRate``. A window without traffic, or a source without a reading, is no check at all:
+it neither passes nor fails the release.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kimik3.admission import Admitted
+from kimik3.autoscaler.observation import MetricsUnavailable
+from kimik3.autoscaler.sources import MetricSource, PodScrapeSource, PrometheusSource, ScrapeTarget
+from kimik3.kube.labels import LWS_REVISION_LABEL
+from kimik3.kube.pods import group_index, is_leader, labels, phase
+
+ScrapeURL = Callable[[dict[str, Any], int], str]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One analysis check of the new revision."""
+
+    passed: bool | None
+    """True / False; None when there was no reading (no traffic, warming up, source down)."""
+    latency_seconds: float | None
+    error_rate: float | None
+    message: str
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.2f} ms"
+
+
+class Analysis:
+    """The metric sources of every canary under way (one per deployment and revision)."""
+
+    def __init__(self, scrape_url: ScrapeURL, clock: Callable[[], float] = time.time):
+        self.scrape_url = scrape_url
+        self.clock = clock
+        self._sources: dict[tuple[str, str], tuple[tuple, MetricSource]] = {}
+        self._pods: dict[tuple[str, str], list[dict[str, Any]]] = {}
+
+    def forget(self, namespace: str, name: str) -> None:
+        self._sources.pop((namespace, name), None)
+        self._pods.pop((namespace, name), None)
+
+    def _source(self, key: tuple[str, str], admitted: Admitted, revision: str) -> MetricSource:
+        spec = admitted.spec
+        m = spec.autoscaling.metrics_source
+        config = (m.type, m.prometheus_url, spec.service.port, revision)
+        held = self._sources.get(key)
+        if held is not None and held[0] == config:
+            return held[1]
+        source: MetricSource
+        if m.type == "prometheus":
+            source = PrometheusSource(m.prometheus_url or "", clock=self.clock, match={"revision": revision})
+        else:
+            port = spec.service.port
+
+            def targets(namespace: str, name: str) -> list[ScrapeTarget]:
+                return [ScrapeTarget(p["metadata"].get("uid", p["metadata"]["name"]), group_index(p) or "0",
+                                     self.scrape_url(p, port))
+                        for p in self._pods.get(key, []) if is_leader(p) and phase(p) == "Running"
+                        and labels(p).get(LWS_REVISION_LABEL) == revision]
+            source = PodScrapeSource(targets, clock=self.clock)
+        self._sources[key] = (config, source)
+        return source
+
+    def check(self, namespace: str, name: str, admitted: Admitted, revision: str,
+              pods: list[dict[str, Any]]) -> Check:
+        """One check of ``revision``'s groups over the last analysis interval (module docstring)."""
+        key = (namespace, name)
+        self._pods[key] = pods
+        canary = admitted.spec.rollout.canary
+        assert canary is not None and admitted.seconds.canary_interval is not None  # only called with a canary
+        target = admitted.spec.autoscaling.target
+        limit = admitted.seconds.canary_max_latency or admitted.seconds.latency_target
+        try:
+            obs = self._source(key, admitted, revision).observe(namespace, name, admitted.seconds.canary_interval)
+        except MetricsUnavailable as exc:
+            return Check(None, None, None, f"no reading of revision {revision} ({exc.reason}: {exc.message})")
+        if not obs.has_traffic:
+            return Check(None, None, None, f"no traffic on revision {revision} in the window: nothing to judge")
+        latency = obs.latency_quantile(target.metric, admitted.target_quantile)
+        errors = obs.error_rate
+        figures = (f"P{target.percentile} {target.metric} {ms(latency) if latency is not None else 'n/a'} "
+                   f"(limit {ms(limit)}), error rate {f'{errors:.1%}' if errors is not None else 'n/a'} "
+                   f"(limit {canary.analysis.max_error_rate:.1%})")
+        slow = latency is not None and latency > limit
+        failing = errors is not None and errors > canary.analysis.max_error_rate
+        if slow or failing:
+            return Check(False, latency, errors, f"revision {revision} failed a check: {figures}")
+        return Check(True, latency, errors, f"revision {revision} passed a check: {figures}")

@@ -1,0 +1,177 @@
+"""Measure a rollout on the running dev cluster: the groups sampled while load runs.
+
+``measure_rollout(rest, state_dir, cr, change)`` applies the KimiK3Deployment ``cr``, waits until
+its groups are Ready and its endpoint answers, starts closed-loop users on the deployment's
+front (the simulator's stand-in for the client Service), applies the spec patch ``change`` and
+samples every group every ``period_s`` (index, leader pod UID, LeaderWorkerSet revision, every pod
+Ready) until every group runs a new revision Ready and the CR says Progressing=False. Used by
+tests/e2e/test_e2e_rollout.py and bench/rollout.py; run it on ``dev up --readiness-probes`` (else
+kwok makes a loading group Ready at once and the figures mean nothing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from kimik3.kube import pods as kpods
+from kimik3.kube.kinds import GROUP, PLURAL, VERSION
+from kimik3.kube.labels import LWS_NAME_LABEL, LWS_REVISION_LABEL
+from kimik3_dev.devcluster.rest import Rest
+from kimik3_dev.devcluster.workloads import apply_deployment
+from kimik3_dev.sim.load import Phase, RequestResult, resolve_url, run_load, summarize
+
+Sample = tuple[tuple[int, str, str, bool], ...]
+"""(group index, leader pod UID, revision, every pod Ready) of each live group."""
+
+
+def cr_path(namespace: str, name: str) -> str:
+    return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
+
+
+def sample(rest: Rest, namespace: str, name: str, size: int) -> Sample:
+    """The live (not terminating) groups of deployment ``name`` now; ``size`` pods per group."""
+    members: dict[int, list[dict[str, Any]]] = {}
+    for pod in rest.items(f"/api/v1/namespaces/{namespace}/pods", f"{LWS_NAME_LABEL}={name}-engine"):
+        if not kpods.is_terminating(pod):
+            members.setdefault(int(kpods.group_index(pod) or 0), []).append(pod)
+    out = []
+    for index, group in sorted(members.items()):
+        leader = next((p for p in group if kpods.is_leader(p)), None)
+        if leader is not None:
+            out.append((index, leader["metadata"]["uid"], kpods.labels(leader).get(LWS_REVISION_LABEL, ""),
+                        len(group) == size and all(map(kpods.is_ready, group))))
+    return tuple(out)
+
+
+def wait(check: Callable[[], Any], timeout_s: float, what: str, poll_s: float = 0.25) -> Any:
+    """``check()``'s first truthy value; TimeoutError naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(poll_s)
+    raise TimeoutError(f"waited {timeout_s:.0f} s for {what}")
+
+
+class Load:
+    """Closed-loop users on a deployment's front until the block ends; every result kept."""
+
+    def __init__(self, url: str, model: str | None, users: int = 4):
+        self.url, self.model, self.users = url, model, users
+        self.results: list[RequestResult] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
+
+    async def _run(self) -> None:
+        while not self._stop.is_set():
+            self.results += await run_load(self.url, [Phase(3.0, concurrency=self.users, prompt_tokens=128,
+                                                            output_tokens=64)], model=self.model, drain_s=30.0)
+
+    def __enter__(self) -> Load:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+
+class Sampler:
+    """Samples ``fn`` every ``period_s`` in a thread; keeps each distinct consecutive value."""
+
+    def __init__(self, fn: Callable[[], Sample], period_s: float):
+        self.fn, self.period_s = fn, period_s
+        self.values: list[Sample] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                value = self.fn()
+            except Exception:  # noqa: BLE001 - a failed read is not a sample
+                value = None
+            if value is not None and (not self.values or self.values[-1] != value):
+                self.values.append(value)
+            self._stop.wait(self.period_s)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+@dataclass
+class Rollout:
+    """What a rollout did, as the samples and the users saw it."""
+
+    seconds: float
+    """From the spec change until every group ran a new revision Ready and Progressing was False."""
+    old_revision: str
+    samples: list[Sample] = field(default_factory=list)
+    results: list[RequestResult] = field(default_factory=list)
+
+    @property
+    def fewest_ready(self) -> int:
+        return min(sum(1 for g in s if g[3]) for s in self.samples)
+
+    @property
+    def failed(self) -> int:
+        return int(summarize(self.results)["total"]["errors"])
+
+    @property
+    def requests(self) -> int:
+        return int(summarize(self.results)["total"]["requests"])
+
+
+def serving(rest: Rest, state_dir: Path, namespace: str, name: str, groups: int, size: int,
+            timeout_s: float) -> tuple[str, str | None]:
+    """(front URL, served model) once ``groups`` groups are Ready and the front answers /health."""
+    def answering() -> tuple[str, str | None] | None:
+        if sum(1 for g in sample(rest, namespace, name, size) if g[3]) < groups:
+            return None
+        try:
+            url, model = resolve_url(state_dir, name, namespace)
+            return (url, model) if requests.get(f"{url}/health", timeout=2).status_code == 200 else None
+        except Exception:  # noqa: BLE001 - not there yet
+            return None
+    return wait(answering, timeout_s, f"{groups} Ready group(s) of {namespace}/{name} and its endpoint")
+
+
+def _done(rest: Rest, namespace: str, name: str, size: int, old: str, groups: int) -> bool:
+    status = (rest.get(cr_path(namespace, name)) or {}).get("status") or {}
+    progressing = next((c for c in status.get("conditions", []) if c["type"] == "Progressing"), {})
+    now = sample(rest, namespace, name, size)
+    return (len(now) == groups and all(g[3] and g[2] != old for g in now) and progressing.get("status") == "False"
+            and len((status.get("rollout") or {}).get("revisions") or []) == 1)
+
+
+def measure_rollout(rest: Rest, state_dir: Path, cr: dict[str, Any], change: dict[str, Any], *, size: int = 2,
+                    timeout_s: float = 300.0, period_s: float = 0.1, users: int = 4) -> Rollout:
+    """Apply ``cr``, then the spec merge patch ``change`` under load (module docstring)."""
+    meta = cr["metadata"]
+    namespace, name, groups = meta["namespace"], meta["name"], int(cr["spec"]["replicas"])
+    apply_deployment(rest, cr)
+    url, model = serving(rest, state_dir, namespace, name, groups, size, timeout_s)
+    (old,) = {g[2] for g in sample(rest, namespace, name, size)}
+    with Load(url, model, users) as load, Sampler(lambda: sample(rest, namespace, name, size), period_s) as rec:
+        time.sleep(1.0)
+        start = time.monotonic()
+        rest.call("PATCH", cr_path(namespace, name), body={"spec": change},
+                  content_type="application/merge-patch+json")
+        wait(lambda: _done(rest, namespace, name, size, old, groups), timeout_s, f"the rollout of {namespace}/{name}")
+        took = time.monotonic() - start
+        time.sleep(1.0)
+    return Rollout(took, old, rec.values, load.results)

@@ -1,0 +1,225 @@
+"""Engine changes without downtime on `kimik3 dev up`: surge rollouts under load (issue 12).
+
+One cluster for this module, 4 GB300 racks of 2 trays (a TP8 group fills one; exclusive placement
+gives each group a rack, so a surge group needs a free one), started with ``readiness_probes``:
+a group leader turns Ready only once its simulated engine has loaded (``LOAD_S``), as on GPUs,
+so the LeaderWorkerSet cannot count a loading group as available. Load runs throughout through
+the deployment's front (the simulator's stand-in for the client Service, which forwards only to
+loaded engines), and a ``Recorder`` samples the groups every 0.1 s.
+
+LeaderWorkerSet v0.9.0 with ``maxSurge: 1, maxUnavailable: 0`` (the default of spec.rollout) on
+one group: the surge group 1 loads the new revision, then group 0 is recreated on it, then the
+surge group goes. So the rollout takes two load times (not one: LWS scales down from the top
+index, so the surge group cannot stay in place of group 0), and a Ready group serves throughout.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from devenv import DevEnv, Recorder, dev_cluster
+
+from kimik3_dev.devcluster.cluster import UpOptions
+from kimik3_dev.devcluster.racks import RackShape
+from kimik3_dev.devcluster.rollout import Load, Rollout, measure_rollout, sample, serving
+from kimik3_dev.devcluster.workloads import ensure_namespace
+from kimik3_dev.sim.load import summarize
+from support.waiting import wait_for
+
+LOAD_S = 8.0
+"""Simulated load time of every group, seconds (the CR's sim-load-time annotation)."""
+WAIT_S = 120.0
+NEW_IMAGE = "vllm/vllm-openai:v0.33.1"
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevEnv]:
+    with dev_cluster(tmp_path_factory.mktemp("rollout"), UpOptions(
+            shape=RackShape(profile="gb300", racks=4, trays_per_rack=2), readiness_probes=True,
+            load_time=f"{LOAD_S:g}s", kueue=False, die_with_parent=True,
+            wait_timeout_s=180.0)) as dev:
+        yield dev
+
+
+@pytest.fixture
+def ns(env: DevEnv) -> Iterator[str]:
+    name = f"ro-{uuid.uuid4().hex[:8]}"
+    ensure_namespace(env.rest, name)
+    yield name
+    env.rest.delete(env.cr_path(name))
+    wait_for(lambda: not env.rest.items(f"/api/v1/namespaces/{name}/pods"), WAIT_S,
+             f"the pods of namespace {name} to be gone")
+    env.rest.delete(f"/api/v1/namespaces/{name}")
+
+
+def snapshot(env: DevEnv, ns: str) -> tuple[tuple[int, str, str, bool], ...]:
+    """(group, leader uid, revision, every pod Ready) of each live group."""
+    return sample(env.rest, ns, "k3", 2)
+
+
+def deployment(env: DevEnv, ns: str, replicas: int, **spec: Any) -> dict[str, Any]:
+    cr = env.deployment(ns, replicas=replicas)
+    cr["metadata"]["annotations"] = {"inference.kimik3.io/sim-load-time": f"{LOAD_S:g}s"}  # simulator only
+    cr["spec"].update(spec)
+    return cr
+
+
+def serve(env: DevEnv, ns: str, groups: int) -> tuple[str, str | None]:
+    return serving(env.rest, env.cluster.state_dir, ns, "k3", groups, 2, WAIT_S)
+
+
+def rollout_under_load(env: DevEnv, ns: str, groups: int, **rollout: Any) -> Rollout:
+    """``groups`` groups, then an image change under load."""
+    cr = deployment(env, ns, groups, **({"rollout": rollout} if rollout else {}))
+    return measure_rollout(env.rest, env.cluster.state_dir, cr, {"engine": {"image": NEW_IMAGE}},
+                           timeout_s=WAIT_S + groups * 4 * LOAD_S)
+
+
+def test_one_group_image_change_serves_throughout(env, ns):
+    done = rollout_under_load(env, ns, 1)
+    samples, old, took = done.samples, done.old_revision, done.seconds
+    assert done.requests > 20 and done.failed == 0, summarize(done.results)["total"]
+    assert all(any(g[3] for g in s) for s in samples), "a sample without a Ready group"
+    for s in samples:  # the old group goes only once a group of the new revision is Ready
+        if not any(g[2] == old and g[3] for g in s):
+            assert any(g[2] != old and g[3] for g in s), s
+    assert any(len(s) == 2 for s in samples), "no surge group was created"
+    status = env.get_cr(ns)["status"]
+    assert status["rollout"]["currentRevision"] == status["rollout"]["updateRevision"] != old
+    reasons = [e.get("reason") for e in env.events(ns)]
+    assert "RolloutStep" in reasons and "RolloutComplete" in reasons, reasons
+    print(f"\none group: rollout took {took:.1f} s ({took / LOAD_S:.1f} load times of {LOAD_S:g} s), "
+          f"{done.requests} requests, {done.failed} failed")
+
+
+def test_three_groups_keep_three_ready(env, ns):
+    done = rollout_under_load(env, ns, 3, maxSurge=1)
+    assert done.failed == 0, summarize(done.results)["total"]
+    assert done.fewest_ready >= 3, [s for s in done.samples if sum(1 for g in s if g[3]) < 3][:3]
+    print(f"\nthree groups: rollout took {done.seconds:.1f} s ({done.seconds / LOAD_S:.1f} load times), "
+          f"fewest Ready {done.fewest_ready}")
+
+
+def test_labels_annotations_and_replicas_change_no_pod(env, ns):
+    env.apply(deployment(env, ns, 1))
+    serve(env, ns, 1)
+    before = snapshot(env, ns)
+    lws_path = f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{ns}/leaderworkersets/k3-engine"
+    lws_generation = env.rest.get(lws_path)["metadata"]["generation"]
+    env.rest.call("PATCH", env.cr_path(ns), content_type="application/merge-patch+json",
+                  body={"metadata": {"labels": {"team": "inference"}, "annotations": {"note": "edited"}}})
+    time.sleep(3.0)  # the operator reconciles the edit within a second (watch event)
+    assert snapshot(env, ns) == before
+    assert env.rest.get(lws_path)["metadata"]["generation"] == lws_generation
+    env.scale(ns, 2)
+    serve(env, ns, 2)
+    after = {g[0]: g for g in snapshot(env, ns)}
+    assert after[0] == before[0], "group 0 was restarted by a replica change"
+    assert after[1][2] == before[0][2], "the new group runs another revision"
+
+
+FINE_ITL = [round(0.001 * i, 3) for i in range(1, 41)] + [0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5, 5.0]
+"""ITL buckets 1 ms wide up to 40 ms (vLLM's --custom-histogram-buckets): vLLM's defaults (10, 25,
+50 ms, ...) cannot tell a DSpark step of ~10 ms from one of ~20 ms."""
+
+
+def test_a_release_twice_as_slow_fails_its_canary_and_is_rolled_back(env, ns):
+    prometheus = env.state["urls"]["prometheus"]
+    cr = deployment(env, ns, 1, rollout={"canary": {"groups": 1, "bake": "5m", "analysis": {
+        "interval": "15s", "failureLimit": 2, "maxLatency": "4.5ms"}}},
+        autoscaling={"metricsSource": {"type": "prometheus", "prometheusUrl": prometheus}})
+    cr["spec"]["engine"]["extraArgs"] = ["--custom-histogram-buckets", json.dumps({"inter_token_latency": FINE_ITL})]
+    env.apply(cr)
+    url, model = serve(env, ns, 1)
+    ((_, uid, old, _),) = snapshot(env, ns)
+    with Load(url, model) as load, Recorder(lambda: snapshot(env, ns), period_s=0.2) as rec:
+        env.rest.call("PATCH", env.cr_path(ns), content_type="application/merge-patch+json",
+                      body={"spec": {"engine": {"env": [{"name": "KIMIK3_SIM_SLOWDOWN", "value": "2"}]}}})
+        rolled_back = wait_for(lambda: _rolled_back(env, ns), WAIT_S + 60, "the canary analysis to roll back")
+        wait_for(lambda: [g[:3] for g in snapshot(env, ns)] == [(0, uid, old)] or None, WAIT_S,
+                 "the canary group to go")
+    summary = summarize(load.results)["total"]
+    assert summary["errors"] == 0, summary
+    assert any(len(s) == 2 for s in rec.values), "no canary group ran"
+    assert all(any(g[1] == uid and g[3] for g in s) for s in rec.values), "the old group stopped serving"
+    message = rolled_back["rolledBack"]["message"]
+    measured = float(message.split("timePerOutputToken ")[1].split(" ms")[0])
+    assert measured > 4.5, message
+    progressing = next(c for c in env.get_cr(ns)["status"]["conditions"] if c["type"] == "Progressing")
+    assert (progressing["status"], progressing["reason"]) == ("False", "RolledBack")
+    events = {e.get("reason"): e for e in env.events(ns)}
+    assert events["RolledBack"]["type"] == "Warning" and "CanaryStarted" in events
+    print(f"\nrolled back: {message}")
+
+
+def _rolled_back(env: DevEnv, ns: str) -> dict[str, Any] | None:
+    rollout = ((env.get_cr(ns) or {}).get("status") or {}).get("rollout") or {}
+    return rollout if rollout.get("rolledBack") else None
+
+
+def _progressing(env: DevEnv, ns: str) -> dict[str, Any]:
+    return env.condition(ns, "Progressing") or {}
+
+
+def _image(env: DevEnv, ns: str, image: str) -> None:
+    env.rest.call("PATCH", env.cr_path(ns), body={"spec": {"engine": {"image": image}}},
+                  content_type="application/merge-patch+json")
+
+
+def test_edits_and_a_revert_during_a_rollout_keep_every_group_serving(env, ns):
+    """F17: three groups, maxUnavailable 0; A -> B, while the B surge group loads B -> C, then back
+    to A. At least 3 groups Ready at every sample; the three serving groups are never restarted."""
+    env.apply(deployment(env, ns, 3))
+    serve(env, ns, 3)
+    start = snapshot(env, ns)
+    (original,) = {g[2] for g in start}
+    with Recorder(lambda: snapshot(env, ns), period_s=0.1) as rec:
+        _image(env, ns, "vllm/vllm-openai:v0.33.1")  # B
+        b = wait_for(lambda: next((g for g in snapshot(env, ns) if g[0] == 3 and not g[3] and g[2]), None), WAIT_S,
+                     "the surge group of B")
+        _image(env, ns, "vllm/vllm-openai:v0.33.2")  # C, while B loads
+        wait_for(lambda: any(g[0] == 3 and g[2] not in (b[2], original) for g in snapshot(env, ns)), WAIT_S,
+                 "the surge group of C")
+        _image(env, ns, "vllm/vllm-openai:v0.33.0")  # back to A
+        wait_for(lambda: snapshot(env, ns) == start and _progressing(env, ns).get("status") == "False", WAIT_S,
+                 "the surge group to go and Progressing=False")
+    fewest = min(sum(1 for g in s if g[3]) for s in rec.values)
+    assert fewest >= 3, [s for s in rec.values if sum(1 for g in s if g[3]) < 3][:3]
+    assert all({g[1] for g in s if g[0] < 3} == {g[1] for g in start} for s in rec.values), \
+        "a serving group was restarted by an edit"
+    assert env.get_cr(ns)["status"]["rollout"]["updateRevision"] == original
+
+
+def test_no_room_for_a_surge_group_blocks_and_takes_nothing_down(env, ns):
+    """Another deployment holds the other 3 racks: the surge group has none (exclusive placement).
+    SurgeBlocked, group 0 untouched; once a rack frees the rollout goes on by itself."""
+    other = f"{ns}-other"
+    ensure_namespace(env.rest, other)
+    try:
+        env.apply(deployment(env, ns, 1))
+        env.apply(deployment(env, other, 3))
+        serve(env, ns, 1)
+        serve(env, other, 3)
+        ((_, uid, old, _),) = snapshot(env, ns)
+        with Recorder(lambda: snapshot(env, ns), period_s=0.2) as rec:
+            _image(env, ns, NEW_IMAGE)
+            blocked = wait_for(lambda: _progressing(env, ns).get("reason") == "SurgeBlocked" and _progressing(env, ns),
+                               WAIT_S, "Progressing=True SurgeBlocked")
+            time.sleep(3.0)
+            assert [g[:3] for g in snapshot(env, ns) if g[0] == 0] == [(0, uid, old)]
+            env.scale(other, 2)
+            wait_for(lambda: _progressing(env, ns).get("status") == "False"
+                     and all(g[2] != old and g[3] for g in snapshot(env, ns)) and len(snapshot(env, ns)) == 1,
+                     WAIT_S + 4 * LOAD_S, "the rollout to finish once a rack is free")
+        assert blocked["status"] == "True" and "surge group 1 cannot be placed" in blocked["message"], blocked
+        assert "no old group is taken down" in blocked["message"]
+        assert all(any(g[3] for g in s) for s in rec.values), "a sample without a Ready group"
+    finally:
+        env.rest.delete(env.cr_path(other))
+        wait_for(lambda: not env.rest.items(f"/api/v1/namespaces/{other}/pods"), WAIT_S, f"the pods of {other} to go")
+        env.rest.delete(f"/api/v1/namespaces/{other}")
