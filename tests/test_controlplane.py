@@ -173,7 +173,7 @@ def test_start_retries_when_a_picked_port_is_taken(tmp_path: Path, monkeypatch: 
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()
         taken = squatter.getsockname()[1]
-        real_free_port = controlplane._free_port
+        real_free_port = controlplane.free_port
         handed_out: list[int] = []
 
         def first_one_taken() -> int:
@@ -181,7 +181,7 @@ def test_start_retries_when_a_picked_port_is_taken(tmp_path: Path, monkeypatch: 
             handed_out.append(port)
             return port
 
-        monkeypatch.setattr(controlplane, "_free_port", first_one_taken)
+        monkeypatch.setattr(controlplane, "free_port", first_one_taken)
         with ControlPlane(tmp_path / "cp") as cp:
             assert cp.running and f":{taken}" not in cp.etcd_url
         assert handed_out[0] == taken and len(handed_out) >= 5  # etcd x2 twice, apiserver once

@@ -52,7 +52,7 @@ def test_identity_is_the_chart_service_account_with_exactly_the_rendered_rbac(ad
         assert me["extra"]["authentication.kubernetes.io/credential-id"][0].startswith("JTI=")
         for method, path, body in [
             ("GET", f"/api/v1/namespaces/{RELEASE_NAMESPACE}/secrets", None),  # never reads Secrets
-            ("GET", "/api/v1/nodes", None),
+            ("DELETE", "/api/v1/nodes/kimik3-any-node", None),  # lists nodes (free trays), never writes them
             ("POST", f"/api/v1/namespaces/{RELEASE_NAMESPACE}/pods",
              {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"},
               "spec": {"containers": [{"name": "x", "image": "x"}]}}),

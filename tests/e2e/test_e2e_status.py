@@ -90,7 +90,9 @@ def test_dev_up_runs_the_operator_as_the_chart_service_account(dev_env: DevEnv) 
     assert identity == json.loads(dev_env.cluster.state_file.read_text())["operator_identity"]
     assert identity["user"] == OPERATOR_USER == "system:serviceaccount:kimik3-system:kimik3-operator"
     assert identity["rbac"] == ["ServiceAccount/kimik3-system/kimik3-operator", "ClusterRole/kimik3-operator",
-                                "ClusterRoleBinding/kimik3-operator"]
+                                "ClusterRoleBinding/kimik3-operator",
+                                "Role/kimik3-system/kimik3-operator-leader-election",
+                                "RoleBinding/kimik3-system/kimik3-operator-leader-election"]
     # The running operator process uses that kubeconfig, not the admin one.
     (operator,) = [r for r in dev_env.cluster.running() if r.name == "operator"]
     assert operator.argv[operator.argv.index("--kubeconfig") + 1] == identity["kubeconfig"]
