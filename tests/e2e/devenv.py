@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -100,35 +99,3 @@ def dev_cluster(state_dir: Path, options: UpOptions) -> Iterator[DevEnv]:
     finally:
         cluster.down()
 
-
-class Recorder:
-    """Polls ``fn`` every ``period_s`` in a thread and keeps every distinct consecutive value,
-    the value at the moment the block ends included (a change in the last period is not lost)."""
-
-    def __init__(self, fn: Callable[[], Any], period_s: float = 0.05) -> None:
-        self.fn, self.period_s = fn, period_s
-        self.values: list[Any] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _sample(self) -> None:
-        try:
-            value = self.fn()
-        except Exception:  # noqa: BLE001 - a failed read is not a value
-            value = None
-        if value is not None and (not self.values or self.values[-1] != value):
-            self.values.append(value)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._sample()
-            self._stop.wait(self.period_s)
-
-    def __enter__(self) -> Recorder:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-        self._sample()

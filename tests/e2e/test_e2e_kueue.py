@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from devenv import DevEnv, Recorder, dev_cluster
+from devenv import DevEnv, dev_cluster
 
 from kimik3.kube import pods as kpods
 from kimik3.kube.labels import KUEUE_WORKLOAD_INDEX_ANNOTATION
@@ -29,6 +29,7 @@ from kimik3_dev.devcluster import kueue
 from kimik3_dev.devcluster.cluster import UpOptions
 from kimik3_dev.devcluster.kueue import Tenant
 from kimik3_dev.devcluster.racks import RackShape
+from kimik3_dev.devcluster.rollout import Recorder
 from kimik3_dev.devcluster.workloads import ensure_namespace
 from support.waiting import wait_for
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import time
 
-from devenv import WAIT_S, DevEnv, Recorder
+from devenv import WAIT_S, DevEnv
 
+from kimik3_dev.devcluster.rollout import Recorder
 from kimik3.kube.labels import LWS_GROUP_INDEX_LABEL
 from support.waiting import wait_for
 

@@ -22,11 +22,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from devenv import DevEnv, Recorder, dev_cluster
+from devenv import DevEnv, dev_cluster
 
 from kimik3_dev.devcluster.cluster import UpOptions
 from kimik3_dev.devcluster.racks import RackShape
-from kimik3_dev.devcluster.rollout import Load, Rollout, measure_rollout, sample, serving
+from kimik3_dev.devcluster.rollout import Load, Recorder, Rollout, measure_rollout, sample, serving
 from kimik3_dev.devcluster.workloads import ensure_namespace
 from kimik3_dev.sim.load import summarize
 from support.waiting import wait_for

@@ -16,8 +16,9 @@ import json
 import re
 from pathlib import Path
 
-from devenv import WAIT_S, DevEnv, Recorder
+from devenv import WAIT_S, DevEnv
 
+from kimik3_dev.devcluster.rollout import Recorder
 from kimik3.engine.weights import MANIFEST
 from kimik3_dev.hub.checkpoint import write_checkpoint
 from kimik3_dev.hub.server import FakeHub

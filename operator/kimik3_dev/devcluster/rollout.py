@@ -85,32 +85,38 @@ class Load:
         self._thread.join(60)
 
 
-class Sampler:
-    """Samples ``fn`` every ``period_s`` in a thread; keeps each distinct consecutive value."""
+class Recorder:
+    """Polls ``fn`` every ``period_s`` in a thread and keeps every distinct consecutive value,
+    the value at the moment the block ends included (a change in the last period is not lost).
+    A read that raises is no value. Used by ``measure_rollout`` and the e2e tests."""
 
-    def __init__(self, fn: Callable[[], Sample], period_s: float):
+    def __init__(self, fn: Callable[[], Any], period_s: float = 0.05) -> None:
         self.fn, self.period_s = fn, period_s
-        self.values: list[Sample] = []
+        self.values: list[Any] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
+    def _sample(self) -> None:
+        try:
+            value = self.fn()
+        except Exception:  # noqa: BLE001 - a failed read is not a value
+            value = None
+        if value is not None and (not self.values or self.values[-1] != value):
+            self.values.append(value)
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            try:
-                value = self.fn()
-            except Exception:  # noqa: BLE001 - a failed read is not a sample
-                value = None
-            if value is not None and (not self.values or self.values[-1] != value):
-                self.values.append(value)
+            self._sample()
             self._stop.wait(self.period_s)
 
-    def __enter__(self) -> Sampler:
+    def __enter__(self) -> Recorder:
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(10)
+        self._sample()
 
 
 @dataclass
@@ -166,7 +172,7 @@ def measure_rollout(rest: Rest, state_dir: Path, cr: dict[str, Any], change: dic
     apply_deployment(rest, cr)
     url, model = serving(rest, state_dir, namespace, name, groups, size, timeout_s)
     (old,) = {g[2] for g in sample(rest, namespace, name, size)}
-    with Load(url, model, users) as load, Sampler(lambda: sample(rest, namespace, name, size), period_s) as rec:
+    with Load(url, model, users) as load, Recorder(lambda: sample(rest, namespace, name, size), period_s) as rec:
         time.sleep(1.0)
         start = time.monotonic()
         rest.call("PATCH", cr_path(namespace, name), body={"spec": change},
