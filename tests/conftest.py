@@ -48,9 +48,13 @@ def namespace(admin_api: client.ApiClient) -> Iterator[str]:
         yield name
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def operator(control_plane: ControlPlane) -> Iterator[OperatorThread]:
-    """The operator (kopf, cluster-wide, admin identity) running in a thread for the session."""
+    """The operator (kopf, cluster-wide, admin identity) running in a thread for one test module.
+
+    Module-scoped, not session-scoped: a cluster-wide operator left running would also reconcile
+    the CRs of later modules that drive a ``Reconciler`` themselves (it raced
+    tests/test_weights_gate.py to create the stager Jobs with its own image)."""
     with OperatorThread(str(control_plane.admin_kubeconfig)) as op:
         yield op
 
