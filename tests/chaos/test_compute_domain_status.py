@@ -24,8 +24,9 @@ def engine_pod(core: client.CoreV1Api, namespace: str, worker: int, node: str) -
         "spec": {"nodeName": node, "containers": [{"name": "engine", "image": "x"}]}})
 
 
-def domain_lists(kube, namespace: str, *nodes: str) -> None:
-    kube.patch_merge(*CD, namespace, NAME, {"status": {
+def domain_lists(kube, namespace: str, *nodes: str, name: str = NAME) -> None:
+    """The DRA driver's status of ComputeDomain ``name``: Ready with 2 nodes, else NotReady."""
+    kube.patch_merge(*CD, namespace, name, {"status": {
         "status": "Ready" if len(nodes) == 2 else "NotReady",
         "nodes": [{"name": n, "ipAddress": f"10.0.0.{i + 1}", "cliqueID": "rack-1.0", "index": i, "status": "Ready"}
                   for i, n in enumerate(nodes)]}}, subresource="status")

@@ -30,6 +30,8 @@ Scenario (one fresh namespace each run), in order:
   follow LeaderWorkerSet  the CR turns Ready soon after the LWS reports its groups ready
   heal <Kind>          a deleted child is back within HEAL_WINDOW_S (the resync is minutes away)
   follow pods          a leader pod that appears shows up in the Ready message
+  prepare failure      a pod Pending on its node with the kubelet's FailedPrepareDynamicResources
+                       Event older than its bound: ComputeDomainReady=False PrepareFailed (F19 b)
   follow Workloads     (placement kueue) a group's Workload pending on quota shows as
                        ScalingLimited=True QuotaExhausted with Kueue's message
   free block           the Workload now finds no rack: NoRackFits names the largest free block
@@ -137,6 +139,7 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("pods", "list"): "follow pods",
     ("pods", "watch"): "follow pods",
     ("events", "create"): "event",
+    ("events", "list"): "prepare failure",
     ("workloads", "list"): "follow Workloads",
     ("nodes", "list"): "free block",
     ("workloads", "patch"): "readmit split group",
@@ -223,6 +226,26 @@ def split_group(kube: Kube, core: client.CoreV1Api, namespace: str, lws_uid: str
             "spec": {"nodeName": node, "containers": [{"name": "engine", "image": "x"}]}})
 
 
+def unprepared_pod(core: client.CoreV1Api, namespace: str) -> None:
+    """Group 1's leader Pending on its node, with the kubelet's FailedPrepareDynamicResources Event
+    of a minute ago (past the bound of a pod with no grace period, 15 s), then its status as the
+    kubelet writes it (the pod watch's event)."""
+    pod = core.create_namespaced_pod(namespace, {"metadata": {"name": f"{NAME}-engine-1", "labels": {
+        "leaderworkerset.sigs.k8s.io/name": f"{NAME}-engine", "leaderworkerset.sigs.k8s.io/group-index": "1",
+        "leaderworkerset.sigs.k8s.io/worker-index": "0", "app.kubernetes.io/managed-by": "kimik3-operator",
+        "inference.kimik3.io/deployment": NAME}}, "spec": {"nodeName": f"tray-{namespace}", "terminationGracePeriodSeconds": 0,
+                                                             "containers": [{"name": "engine", "image": "x"}]}})
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 60))
+    core.create_namespaced_event(namespace, {
+        "metadata": {"name": f"{NAME}-engine-1.prepare", "namespace": namespace},
+        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": pod.metadata.name, "namespace": namespace,
+                           "uid": pod.metadata.uid},
+        "type": "Warning", "reason": "FailedPrepareDynamicResources", "source": {"component": "kubelet"},
+        "message": "Failed to prepare dynamic resources: channel 0 is already allocated",
+        "firstTimestamp": at, "lastTimestamp": at, "count": 1})
+    core.patch_namespaced_pod_status(pod.metadata.name, namespace, {"status": {"phase": "Pending"}})
+
+
 STAGED = "k3-staged"
 """A second deployment whose model cache is staged from the hub (its Jobs never run here)."""
 
@@ -289,6 +312,10 @@ def scenario(kube: Kube, core: client.CoreV1Api, namespace: str, lease: str) -> 
     core.delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
     wait_for(lambda: pod not in {p.metadata.name for p in core.list_namespaced_pod(namespace).items}, 10,
              "the test pod gone")
+    unprepared_pod(core, namespace)
+    expect("prepare failure", lambda: condition(get(*CR, namespace, NAME), "ComputeDomainReady").get("reason")
+           == "PrepareFailed", HEAL_WINDOW_S)
+    core.delete_namespaced_pod(f"{NAME}-engine-1", namespace, grace_period_seconds=0)
 
     pending_workload(kube, namespace, get(*LWS, namespace, f"{NAME}-engine")["metadata"]["uid"])
     kube.patch_merge(*LWS, namespace, f"{NAME}-engine", {"status": {"replicas": 2, "readyReplicas": 0}},

@@ -124,10 +124,11 @@ create (seen here: "cannot create resource computedomains"); nothing is ever upd
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["rolebindings"]
   verbs: ["create", "patch"]
-# Events on the CR (Applied, InvalidSpec, DisruptionBudgetSkipped, TeardownWaiting, ...).
+# Events on the CR (Applied, InvalidSpec, DisruptionBudgetSkipped, TeardownWaiting, ...); list:
+# the kubelet's FailedPrepareDynamicResources Events of a pod that cannot start (F19 b).
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create"]
+  verbs: ["create", "list"]
 {{- end }}
 
 {{/*

@@ -36,7 +36,9 @@ WeightsReady       True    Staged (revisions, commits, size, when verified), Dec
                    False   Staging (bytes and files done of total, ETA), StagingFailed (the
                            hub's or the storage's error quoted); no engine pod exists meanwhile
 ComputeDomainReady True    AllNodesJoined (every node of the engine pods is in the ComputeDomain)
-                   False   NodesMissing (nodes seen and missing; never decides Ready: F19)
+                   False   NodesMissing (nodes seen and missing; never decides Ready: F19),
+                           PrepareFailed (a pod the kubelet cannot start: FailedPrepareDynamicResources
+                           past its bound; pod, node and the kubelet's message: F19 b)
                    Unknown NotReported
 =================  ======  =====================================================================
 """
@@ -109,6 +111,9 @@ class Reason(StrEnum):
     ALL_NODES_JOINED = "AllNodesJoined"
     NODES_MISSING = "NodesMissing"
     """The ComputeDomain lacks nodes that run engine pods (kimik3.controller.computedomains)."""
+    PREPARE_FAILED = "PrepareFailed"
+    """A pod's resource claims could not be prepared for longer than its bound (the kubelet's
+    FailedPrepareDynamicResources Event quoted; kimik3.controller.computedomains)."""
     NOT_REPORTED = "NotReported"
     MEASURED = "Measured"
     NOT_YET_MEASURED = "NotYetMeasured"
@@ -158,7 +163,8 @@ REASONS: dict[ConditionType, tuple[Reason, ...]] = {
                              Reason.GROUP_CRASH_LOOPING),
     ConditionType.SCALING_LIMITED: (Reason.UNSCHEDULABLE, Reason.QUOTA_EXHAUSTED, Reason.NO_RACK_FITS, Reason.PREEMPTED,
                                     Reason.KUEUE_PENDING, Reason.ALL_GROUPS_PLACED),
-    ConditionType.COMPUTE_DOMAIN_READY: (Reason.ALL_NODES_JOINED, Reason.NODES_MISSING, Reason.NOT_REPORTED),
+    ConditionType.COMPUTE_DOMAIN_READY: (Reason.ALL_NODES_JOINED, Reason.NODES_MISSING, Reason.PREPARE_FAILED,
+                                                 Reason.NOT_REPORTED),
     ConditionType.METRICS_AVAILABLE: (Reason.MEASURED, Reason.GROUPS_UNMEASURED, Reason.SCALED_TO_ZERO,
                                       Reason.NOT_YET_MEASURED, *METRICS_UNAVAILABLE),
     ConditionType.WEIGHTS_READY: (Reason.STAGED, Reason.DECLARED_READY, Reason.NOT_STAGED, Reason.STAGING,

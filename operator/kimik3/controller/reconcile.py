@@ -15,6 +15,7 @@ garbage collection through their owner references.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import logging
 import time
 from dataclasses import dataclass
@@ -30,7 +31,8 @@ from kimik3.controller import metrics
 from kimik3.controller.autoscaling import Autoscaling
 from kimik3.controller.cache import ObjectCache, desired_hash
 from kimik3.controller.canary import Analysis
-from kimik3.controller.computedomains import compute_domain_verdict
+from kimik3.controller.computedomains import (PREPARE_EVENTS, PrepareFailure, compute_domain_verdict, prepare_failures,
+                                              unprepared_pods, with_prepare_failures)
 from kimik3.controller.kube import Kube, NotLeading, api_error_message
 from kimik3.controller.recreation import GroupFailures
 from kimik3.controller.rollout import Rollouts, scale_down_held, step_event
@@ -40,7 +42,7 @@ from kimik3.controller.status import (compute_status, invalid_status, lws_select
 from kimik3.controller.groups import kueue_changes, stored_groups
 from kimik3.controller.nodes import Nodes
 from kimik3.controller.readmit import is_readmitting, readmissions
-from kimik3.kube.kinds import COMPUTE_DOMAIN, GROUP, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, POD, WORKLOAD, Kind
+from kimik3.kube.kinds import COMPUTE_DOMAIN, EVENT, GROUP, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, POD, WORKLOAD, Kind
 from kimik3.kube.labels import KUEUE_JOB_UID_LABEL, PRODUCT_LABEL
 from kimik3.kube.pods import node_name
 from kimik3.kube.workloads import waiting
@@ -189,14 +191,26 @@ class Reconciler:
                               subresource="status")
 
     def _compute_domain(self, obj: dict[str, Any], objects: list[dict[str, Any]], owner: Owner,
-                        pods: list[dict[str, Any]]) -> Verdict | None:
-        """ComputeDomainReady of the deployment's ComputeDomain when it has one (F19)."""
+                        pods: list[dict[str, Any]]) -> tuple[Verdict | None, list[PrepareFailure], float | None]:
+        """ComputeDomainReady of the deployment's ComputeDomain when it has one (F19), the pods
+        the kubelet has failed to prepare past their bound (F19 b), and when to look again."""
         if not any(c["kind"] == COMPUTE_DOMAIN.kind for c in objects):
-            return None
-        verdict = compute_domain_verdict(self._get_child(COMPUTE_DOMAIN, owner.namespace, owner.name), pods)
+            return None, [], None
+        failures: list[PrepareFailure] = []
+        again = None
+        if unprepared_pods(pods):
+            try:
+                events = self.kube.list(*EVENT.type_meta, owner.namespace, "", field_selector=PREPARE_EVENTS)
+            except ApiException as exc:
+                log.warning("cannot list the %s Events of %s/%s: %s %s", PREPARE_EVENTS, owner.namespace, owner.name,
+                            exc.status, exc.reason)
+                events = []
+            failures, again = prepare_failures(pods, events, dt.datetime.now(dt.timezone.utc))
+        verdict = compute_domain_verdict(self._get_child(COMPUTE_DOMAIN, owner.namespace, owner.name), pods, failures)
         if verdict is not None and verdict.status == "False":
-            self._event_once(obj, "Warning", "ComputeDomainNodesMissing", verdict.message)
-        return verdict
+            reason = "ComputeDomainPrepareFailed" if failures else "ComputeDomainNodesMissing"
+            self._event_once(obj, "Warning", reason, verdict.message)
+        return verdict, failures, again
 
     def _apply(self, obj: dict[str, Any]) -> Result:
         try:
@@ -278,13 +292,15 @@ class Reconciler:
             workloads = self._workloads(admitted, lws)
         racks = self.nodes.domains_of(map(node_name, pods), admitted.spec.scheduling.topology_key)
         readmitting = self._readmit_split_groups(obj, owner, workloads, pods, racks)
+        domain, unprepared, prepare_again = self._compute_domain(obj, rendered.objects, owner, pods)
         status = compute_status(obj, admitted, lws, pods, desired, apply_error, replacing=replacing, rollout_step=rolled,
                                 compute_domain_note=None if self.compute_domains else COMPUTE_DOMAIN_SKIPPED,
                                 autoscaled=scaled.report if scaled is not None else None,
                                 workloads=workloads, crash_looping=crash_looping,
-                                compute_domain=self._compute_domain(obj, rendered.objects, owner, pods),
+                                compute_domain=domain,
                                 free_block=self._free_block(admitted, workloads), racks=racks)
         status = with_weights(status, weights, obj["metadata"].get("generation"), lws is not None)
+        status.groups = with_prepare_failures(status.groups or [], unprepared)
         for type_, reason, message in kueue_changes(stored_groups(obj), status.groups or []):
             self.kube.event(obj, type_, reason, message)
         if (obj.get("status") or {}).get("observedGeneration") != obj["metadata"].get("generation") and not apply_error:
@@ -307,7 +323,8 @@ class Reconciler:
                         apply_error[:300])
             return Result("apply-failed", None, retry=True)
         requeue = REPLACE_POLL_S if replacing or readmitting else RESYNC_READY_S if ready else RESYNC_STARTING_S
-        requeue = min(requeue, rolled.requeue_after or requeue, weights.requeue_after or requeue)
+        requeue = min(requeue, rolled.requeue_after or requeue, weights.requeue_after or requeue,
+                      prepare_again or requeue)
         return Result("applied", min(requeue, scaled.requeue_after) if scaled is not None else requeue)
 
     def _replace_if_reshaped(self, obj: dict[str, Any], lws: dict[str, Any]) -> str | None:
