@@ -53,7 +53,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kimik3.admission import Admitted, admit
 from kimik3.engine import launcher as launcher_mod
-from kimik3.engine.args import engine_env
+from kimik3.engine.args import HUB_TOKEN_ENV, engine_env
 from kimik3.render.children import render
 from kimik3.render.configmap import group_plan_document
 from kimik3.render.meta import Owner
@@ -75,6 +75,9 @@ REFERENCE_ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5
 """kimi-k3-and-vllm.md, "Prometheus metrics of the vLLM server (0.32)"."""
 API_KEY_REF = {"name": "tiny-api-key", "key": "api-key"}
 """``spec.service.apiKeySecret`` of the test's spec: Secret name and key in the CR's namespace."""
+HUB_TOKEN_REF = {"name": "tiny-hub-token", "key": "token"}
+"""``spec.model.source.hub.tokenSecret``: the engine gets it as ``HF_TOKEN`` (unused offline: the
+model is a local folder, ``HF_HUB_OFFLINE=1``; what matters is that vLLM holds it, F22)."""
 UNAUTHORIZED = (401, b'{"error":"Unauthorized"}')
 """vLLM 0.32's refusal (serve/middleware/authenticate.py: ``JSONResponse({"error": "Unauthorized"}, 401)``)."""
 
@@ -131,10 +134,14 @@ class Server:
         self.proc, self.port, self.log, self.argv, self.spec, self.plan = proc, port, log, argv, spec, plan
         self.api_key = api_key
         """The Secret's value, which the server got as VLLM_API_KEY through the rendered pod env."""
+        self.hub_token = ""
+        """The hub token Secret's value, which the server got as HF_TOKEN the same way."""
         self.secret: dict[str, Any] = {}
         """The Secret object (``data`` base64) the key came from."""
         self.pod_env = pod_env
         """The rendered engine container's env entries (camelCase, as in the LeaderWorkerSet)."""
+        self.plan_doc: dict[str, Any] = {}
+        """The launcher's plan document as the test wrote it."""
         self.url = f"http://127.0.0.1:{port}"
         self.completions: list[dict[str, Any]] = []
 
@@ -166,7 +173,8 @@ def server(cpu_venv, tmp_path_factory):
 
     port = free_port()
     spec_doc = {
-        "model": {"name": str(model_dir), "servedModelName": "tiny", "maxModelLen": 2048, "source": {"hub": {}},
+        "model": {"name": str(model_dir), "servedModelName": "tiny", "maxModelLen": 2048,
+                  "source": {"hub": {"tokenSecret": HUB_TOKEN_REF}},
                   "features": {"toolCalling": False, "reasoningParser": False, "prefixCaching": True,
                                "languageModelOnly": False}},
         "engine": {"kvCacheDtype": "auto", "maxNumSeqs": 8, "maxNumBatchedTokens": 2048},
@@ -184,20 +192,26 @@ def server(cpu_venv, tmp_path_factory):
     secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
               "metadata": {"name": API_KEY_REF["name"], "namespace": "conformance"},
               "data": {API_KEY_REF["key"]: base64.b64encode(api_key.encode()).decode()}}
+    hub_token = "hf_" + secrets.token_urlsafe(24)
+    token_secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                    "metadata": {"name": HUB_TOKEN_REF["name"], "namespace": "conformance"},
+                    "data": {HUB_TOKEN_REF["key"]: base64.b64encode(hub_token.encode()).decode()}}
     rendered = render(admitted, Owner("tiny", "conformance", "conformance-uid"), compute_domains=False)
     lws = next(o for o in rendered.objects if o["kind"] == "LeaderWorkerSet")
     template = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]  # one pod per group: it serves the API
     container = next(c for c in template["spec"]["containers"] if c["name"] == CONTAINER)
     assert [e for e in container["env"] if e["name"] == API_KEY_ENV] == [
         {"name": API_KEY_ENV, "valueFrom": {"secretKeyRef": API_KEY_REF}}]
-    pod_env = kubelet_env(container, {API_KEY_REF["name"]: secret})
-    assert pod_env[API_KEY_ENV] == api_key
+    assert [e for e in container["env"] if e["name"] == HUB_TOKEN_ENV] == [
+        {"name": HUB_TOKEN_ENV, "valueFrom": {"secretKeyRef": HUB_TOKEN_REF}}]
+    pod_env = kubelet_env(container, {API_KEY_REF["name"]: secret, HUB_TOKEN_REF["name"]: token_secret})
+    assert pod_env[API_KEY_ENV] == api_key and pod_env[HUB_TOKEN_ENV] == hub_token
     operator_env = engine_env(spec, plan, admitted.seconds.load_timeout)
     assert {k: pod_env[k] for k in operator_env} == operator_env
     doc = cpu_plan(admitted, cpu_venv.python)
     plan_path = work / "plan.json"
     plan_path.write_text(json.dumps(doc), encoding="utf-8")
-    env = {**{k: v for k, v in os.environ.items() if k != API_KEY_ENV}, **pod_env,
+    env = {**{k: v for k, v in os.environ.items() if k not in (API_KEY_ENV, HUB_TOKEN_ENV)}, **pod_env,
            "LWS_WORKER_INDEX": "0", "LWS_GROUP_SIZE": "1", "LWS_LEADER_ADDRESS": "127.0.0.1",
            "HF_HOME": str(work / "hf"), "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9",
            "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
@@ -207,7 +221,8 @@ def server(cpu_venv, tmp_path_factory):
         proc = subprocess.Popen([sys.executable, launcher_mod.__file__, str(plan_path)], stdout=out,
                                 stderr=subprocess.STDOUT, env=env, cwd=work, start_new_session=True)
     srv = Server(proc, port, log, doc["command"] + doc["ranks"][0]["args"], spec, plan, api_key, container["env"])
-    srv.secret = secret
+    srv.plan_doc = doc
+    srv.secret, srv.hub_token = secret, hub_token
     try:
         def healthy() -> bool:
             if proc.poll() is not None:
@@ -306,7 +321,28 @@ def test_real_vllm_requires_the_api_key_from_the_secret(server, metrics_text):
     for path in ("/health", "/metrics"):
         assert request("GET", url + path)[0] == 200, path
         assert request("GET", url + path, key=key + "x")[0] == 200, path
-    assert key not in server.log.read_text(errors="replace")  # vLLM does not log the key either
+
+
+
+@pytest.mark.timeout(STARTUP_TIMEOUT_S + 300)
+def test_real_vllm_startup_log_holds_no_secret_value(server):
+    """Failure case F22 with real vLLM: the server got the API key and the hub token from Secrets
+    (rendered ``secretKeyRef`` env, resolved as the kubelet does); neither value, nor its base64
+    form as the Secret holds it, appears anywhere in the launcher's and vLLM's stdout and stderr
+    (startup, the non-default args vLLM logs, the requests served). The launcher's exec line is
+    the plan's command with the plan's ``secretEnv`` values redacted: both come by env, so the
+    line it logs is the whole argv and carries neither."""
+    assert server.plan_doc["secretEnv"] == [API_KEY_ENV, HUB_TOKEN_ENV]
+    text = server.log.read_text(errors="replace")
+    assert "non-default args" in text  # vLLM's own startup summary is in this log
+    values = [server.api_key, server.hub_token]
+    for value in values:
+        for form in (value, base64.b64encode(value.encode()).decode()):
+            assert form not in text
+    (exec_line,) = [line for line in text.splitlines() if line.startswith("[kimik3-launcher] exec: ")]
+    argv = server.argv
+    assert exec_line == "[kimik3-launcher] exec: " + " ".join(launcher_mod.redact(argv, values)) == \
+        "[kimik3-launcher] exec: " + " ".join(argv)
 
 
 @contextlib.contextmanager
