@@ -6,6 +6,9 @@
 - A group's leader crashes (kwok: containers exit 1, phase Failed): only its group is recreated,
   once; the CR's status names the crashed container while it is down; Events and
   ``kimik3_ready_lost_total`` record the loss.
+- A release that crashes at start (the engine simulator's ``KIMIK3_SIM_EXIT_CODE``): after 3
+  failures the CR is Degraded=True GroupCrashLooping with the last exit codes, and the group is
+  recreated with the start back-off (10 s, doubling) instead of in a hot loop: counted.
 - A tray goes NotReady (kwok): with a 5 s not-ready toleration in ``spec.scheduling`` its group
   is evicted and recreated on healthy trays of one rack; status follows, and an ``EngineDisrupted``
   Event names the pod, the tray and Kubernetes' reason (``DeletionByTaintManager``).
@@ -15,14 +18,20 @@ Each test prints the measured recovery time (run with ``-s`` to see it).
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.request
 from typing import Any
 
 from devenv import WAIT_S, DevEnv
+from kubernetes import client, watch
 
+from kimik3.controller.recreation import BACKOFF_BASE_S, FAILURES
 from kimik3.kube import pods as kpods
+from kimik3.kube.labels import LWS_NAME_LABEL
+from kimik3.render.configmap import PLAN_KEY
 from kimik3_dev.devcluster import faults
+from kimik3_dev.sim.supervisor import EXIT_CODE_ENV
 from support.waiting import wait_for
 
 TRAYS_TP8 = 2
@@ -154,6 +163,70 @@ def test_engine_pod_crash_recreates_its_group_and_is_reported(dev_env: DevEnv, n
     wait_for(lambda: _operator_metric(
         dev_env, "kimik3_groups", namespace=ns, deployment="k3", state="ready") == 2, 15.0,
         "the ready-groups gauge back at 2")
+
+
+EXIT_CODE = 7
+CRASH_WINDOW_S = 60.0
+"""How long the crashing group is watched from its first failure, seconds."""
+
+
+def _start_delay_s(failures: int) -> float:
+    """The start back-off after ``failures`` failures (controller/recreation.py: 0 below FAILURES)."""
+    return 0.0 if failures < FAILURES else BACKOFF_BASE_S * 2 ** (failures - FAILURES)
+
+
+def _leader_failures(dev_env: DevEnv, ns: str, window_s: float) -> list[float]:
+    """When each leader pod of the deployment turned Failed (monotonic, one per pod UID), watched
+    (a Failed leader lives a second or two before LeaderWorkerSet deletes its group: a poll can
+    miss it) for ``window_s`` from the first, which must come within ``WAIT_S``."""
+    failed: dict[str, float] = {}
+    start, version = time.monotonic(), None
+    with dev_env.cluster.api_client() as api:
+        core = client.CoreV1Api(api)
+        while not failed or time.monotonic() - min(failed.values()) < window_s:
+            if not failed and time.monotonic() - start > WAIT_S:
+                raise AssertionError(f"no leader failed within {WAIT_S:.0f} s; pods: {_pod_summary(dev_env, ns)}")
+            stream = watch.Watch().stream(core.list_namespaced_pod, ns, label_selector=f"{LWS_NAME_LABEL}=k3-engine",
+                                          timeout_seconds=2, **({"resource_version": version} if version else {}))
+            for change in stream:
+                pod = change["object"]
+                version = pod.metadata.resource_version
+                if kpods.is_leader(pod) and kpods.phase(pod) == "Failed" and pod.metadata.uid not in failed:
+                    failed[pod.metadata.uid] = time.monotonic()
+    return sorted(failed.values())
+
+
+def test_group_crashing_at_start_is_degraded_and_recreated_with_back_off(dev_env: DevEnv, ns: str) -> None:
+    cr = dev_env.deployment(ns, replicas=1)
+    cr["spec"].setdefault("engine", {})["env"] = [{"name": EXIT_CODE_ENV, "value": str(EXIT_CODE)}]
+    dev_env.apply(cr)
+    times = _leader_failures(dev_env, ns, CRASH_WINDOW_S)
+    gaps = [round(b - a, 1) for a, b in zip(times, times[1:])]
+    print(f"\ncrash loop: {len(times)} group failures in {CRASH_WINDOW_S:.0f} s, gaps {gaps} s "
+          f"(start back-off after each: {[_start_delay_s(n) for n in range(1, len(times))]} s)")
+    # Each recreated group waits the back-off of the failures before it, or of one failure fewer:
+    # a group LeaderWorkerSet recreates before the operator has written the new delay into the
+    # launcher ConfigMap starts with the previous one (1 s: the supervisor polls every 2 s).
+    for n, gap in enumerate(gaps, start=1):
+        assert gap >= _start_delay_s(n - 1) - 1.0, (n, gaps)
+    # how many failures that allows in the window (a hot loop makes one every ~3 s: ~20)
+    allowed, at = 1, 0.0
+    while at + _start_delay_s(allowed - 1) <= CRASH_WINDOW_S:
+        at += _start_delay_s(allowed - 1)
+        allowed += 1
+    assert FAILURES + 1 <= len(times) <= allowed == 6, (len(times), allowed, gaps)
+    assert sum(gaps) >= sum(_start_delay_s(n - 1) for n in range(1, len(times))) - len(gaps)
+    codes = ", ".join([f"{EXIT_CODE} (Error)"] * min(len(times), 5))
+    degraded = wait_for(lambda: (c := dev_env.condition(ns, "Degraded")) and f"failed {len(times)} times" in
+                        c["message"] and c, 10.0, f"Degraded counting {len(times)} failures")
+    assert (degraded["status"], degraded["reason"]) == ("True", "GroupCrashLooping"), degraded
+    assert f"group(s) 0 failed {len(times)} times in the last 10 min (last exit codes: {codes})" \
+        in degraded["message"], degraded["message"]
+    plan = json.loads(dev_env.rest.get(f"/api/v1/namespaces/{ns}/configmaps/k3-launcher")["data"][PLAN_KEY])
+    assert plan["startDelaySeconds"] == _start_delay_s(len(times))
+    failures = [e for e in dev_env.events(ns) if e["reason"] == "EngineFailed"]
+    assert len(failures) == len(times) and all(f"exited {EXIT_CODE} (Error: {EXIT_CODE_ENV}={EXIT_CODE})" in e["message"]
+                                               for e in failures), [e["message"] for e in failures]
 
 
 def test_tray_not_ready_moves_its_group_to_healthy_trays(dev_env: DevEnv, ns: str) -> None:

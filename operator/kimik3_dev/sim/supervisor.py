@@ -50,7 +50,11 @@ is part of the group templates and rolls out like a new image) may carry
 ``KIMIK3_SIM_LOAD_TIME`` (this release's load time, a duration such as ``40s``) and
 ``KIMIK3_SIM_ERROR_RATE`` (the share of requests it fails, e.g. ``0.2``); read when the engine
 starts for a leader pod, like the rest of its env. A bad value gives the group no engine, with a
-warning naming the variable.
+warning naming the variable. ``KIMIK3_SIM_EXIT_CODE`` (1-255) is a release that crashes at
+start-up (a bad argument, missing weights): the group gets no engine; once the plan's
+``startDelaySeconds`` have passed (the launcher's start back-off) the supervisor writes the
+leader pod's status as the kubelet would after the container exited with that code (state
+``terminated``, reason ``Error``, phase ``Failed``), and the LeaderWorkerSet recreates the group.
 
 Per-CR annotations (simulator only): ``inference.kimik3.io/sim-load-time`` (a duration such as
 ``90s``) and ``inference.kimik3.io/sim-workload`` (``code``, ``chat``, ``creative``, ... or an
@@ -101,6 +105,20 @@ READINESS_CONDITIONS = ("Ready", "ContainersReady")
 RELEASE_ENV = {"KIMIK3_SIM_SLOWDOWN": "step_slowdown", "KIMIK3_SIM_LOAD_TIME": "load_time_s",
                "KIMIK3_SIM_ERROR_RATE": "error_rate"}
 """The engine env of a simulated bad release -> the ``EngineConfig`` field it sets (module docstring)."""
+EXIT_CODE_ENV = "KIMIK3_SIM_EXIT_CODE"
+"""Engine env: the engine exits with this code at start (module docstring)."""
+
+
+def exit_code(pod_spec: dict[str, Any]) -> int | None:
+    """The exit code ``EXIT_CODE_ENV`` of the engine container asks for, None when unset. Raises
+    ValueError when it is not an integer in 1-255."""
+    entry = podenv.env_entry(pod_spec, EXIT_CODE_ENV, CONTAINER)
+    if entry is None:
+        return None
+    value = str(entry.get("value", ""))
+    if not value.isdigit() or not 1 <= int(value) <= 255:
+        raise ValueError(f"{EXIT_CODE_ENV}={value!r} is not an exit code in 1-255")
+    return int(value)
 
 
 def release_overrides(pod_spec: dict[str, Any]) -> dict[str, float]:
@@ -238,6 +256,8 @@ class Supervisor:
         self._unlaunched: dict[tuple[str, str, str], tuple[str, str]] = {}
         """(leader UID, why) of groups whose launch could not be resolved (warned once each)."""
         self._unresolved: dict[tuple[str, str, str], str] = {}
+        self._exits: dict[str, asyncio.Task] = {}
+        """Per leader pod UID of a release that crashes at start (``EXIT_CODE_ENV``): its exit, pending."""
         self._last_written: tuple[str, str] | None = None
         self.polls = 0
 
@@ -262,9 +282,10 @@ class Supervisor:
         """Stop every engine and front; write empty target and endpoint files."""
         for group in list(self.groups):
             await self._stop_group(group)
-        for task in list(self._draining):
+        for task in [*self._draining, *self._exits.values()]:
             task.cancel()
-        await asyncio.gather(*self._draining, return_exceptions=True)
+        await asyncio.gather(*self._draining, *self._exits.values(), return_exceptions=True)
+        self._exits.clear()
         for front in list(self.fronts):
             await self._stop_front(front)
         self._write_files(force=True)
@@ -294,6 +315,8 @@ class Supervisor:
         live = {w.leader_uid for w in wanted.values()}
         for uid in [u for u in self._launches if u not in live]:
             del self._launches[uid]
+        for uid in [u for u in self._exits if u not in live]:
+            self._exits.pop(uid).cancel()
         for key, want in wanted.items():
             if key not in self.groups:
                 await self._start_group(key, want)
@@ -409,6 +432,12 @@ class Supervisor:
         if started_with is None or want.running < started_with.group_size:
             return  # no launch, or not every rank of the plan runs yet
         try:
+            code = exit_code(want.pod.get("spec") or {})
+            if code is not None:
+                if want.leader_uid not in self._exits:
+                    self._exits[want.leader_uid] = asyncio.create_task(
+                        self._exit_at_start(key, want, code, started_with.start_delay_s))
+                return
             release = release_overrides(want.pod.get("spec") or {})
             config = launch.engine_config(started_with.argv, started_with.accelerator, want.variant,
                                           **(release | {"load_time_s": release.get("load_time_s", want.load_time_s)
@@ -432,6 +461,29 @@ class Supervisor:
         log.info("group %s/%s/%s (leader %s): engine on %s (%s), ready in %.0f s%s",
                  *key, want.leader_pod, engine.url, " ".join(started_with.argv), config.load_time_s,
                  f", API key ({API_KEY_ENV}) required on /v1" if engine.requires_api_key else "")
+
+    async def _exit_at_start(self, key: tuple[str, str, str], want: _Wanted, code: int, delay_s: float) -> None:
+        """After the launcher's start back-off, the leader's engine container exits ``code``."""
+        started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        if delay_s > 0:
+            log.info("group %s/%s/%s (leader %s): start back-off %.0f s (startDelaySeconds)", *key, want.leader_pod,
+                     delay_s)
+            await asyncio.sleep(delay_s)
+        finished = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {"status": {"phase": "Failed", "conditions": [
+            {"type": t, "status": "False", "lastTransitionTime": finished} for t in READINESS_CONDITIONS],
+            "containerStatuses": [{"name": CONTAINER, "ready": False, "started": False, "restartCount": 0,
+                                   "image": podenv.container(want.pod.get("spec") or {}, CONTAINER).get("image", ""),
+                                   "imageID": "", "state": {"terminated": {
+                                       "exitCode": code, "reason": "Error", "startedAt": started,
+                                       "finishedAt": finished, "message": f"{EXIT_CODE_ENV}={code}"}}}]}}
+        try:
+            await asyncio.to_thread(self.core.patch_namespaced_pod_status, want.leader_pod, want.namespace, body,
+                                    _request_timeout=API_TIMEOUT_S)
+            log.info("group %s/%s/%s (leader %s): engine exited %d at start (%s)", *key, want.leader_pod, code,
+                     EXIT_CODE_ENV)
+        except Exception as exc:  # noqa: BLE001 - the pod went meanwhile: nothing to crash
+            log.info("pod %s/%s: exit not written (%s)", want.namespace, want.leader_pod, exc)
 
     async def _stop_group(self, key: tuple[str, str, str]) -> None:
         """The front sends the group nothing more; its engine drains in the background."""
