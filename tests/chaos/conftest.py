@@ -19,7 +19,7 @@ from kubernetes import client
 from kimik3.api.documents import dump_yaml
 from kimik3_dev.devcluster.controlplane import ControlPlane
 from kimik3_dev.devcluster.install import install_apis
-from kimik3_dev.devcluster.rbac import OperatorIdentity, install_operator_identity
+from kimik3_dev.devcluster.rbac import RELEASE_NAMESPACE, OperatorIdentity, install_operator_identity
 
 COMPACTION_INTERVAL = "10s"
 AUDIT_POLICY = {
@@ -30,6 +30,9 @@ AUDIT_POLICY = {
         {"level": "Metadata", "verbs": ["create", "patch", "update", "delete"],
          "resources": [{"group": "inference.kimik3.io", "resources": ["kimik3deployments", "kimik3deployments/status"]},
                        {"group": "leaderworkerset.x-k8s.io", "resources": ["leaderworkersets"]}]},
+        # The operator's Lease with its request body (holder, duration): who held it when.
+        {"level": "Request", "verbs": ["create", "update"], "namespaces": [RELEASE_NAMESPACE],
+         "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}]},
         {"level": "None"},
     ],
 }

@@ -5,9 +5,11 @@ the chart's default timings (lease 15 s, renew deadline 10 s, retry 2 s).
 - The leader is SIGKILLed while 20 CRs are being created: the standby takes the Lease within
   ``LeaseTimings().takeover_bound_s`` (19 s) and converges all 20; each LeaderWorkerSet is
   created once (the audit log's 201 answers) and keeps its UID.
-- A rolling update (the chart's maxSurge 1, maxUnavailable 0: start a new replica, then stop an
-  old one, the leader first): each stopping leader releases the Lease and a standby leads within
-  one retry period; the replicas' own logs show one leader at a time and never none for longer.
+- A rolling update at the replicas, maxSurge and maxUnavailable ``helm template`` renders (2, 1,
+  0: start a new replica, then stop an old one, the leader first): each stopping leader releases
+  the Lease and a standby leads within one retry period; the replicas' own logs show one leader
+  at a time, and so does the Lease's holder history in the audit log, whose longest time without
+  a holder is measured and bounded.
 - The leader is cut off from the API server (the fault proxy resets its connections): its
   ``kimik3_operator_leader`` gauge falls to 0 within the renew deadline, before the Lease can
   pass, the standby takes over and converges an edit made during the cut; once the proxy is
@@ -18,6 +20,7 @@ Measured figures are printed (``-s``) and written in docs/reliability.md.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 import re
 import signal
@@ -32,7 +35,7 @@ import pytest
 from kimik3.controller.leadership import LeaseTimings
 from kimik3.kube.kinds import LEASE
 from kimik3_dev.devcluster.operator_thread import free_port
-from kimik3_dev.devcluster.rbac import RELEASE, RELEASE_NAMESPACE
+from kimik3_dev.devcluster.rbac import RELEASE, RELEASE_NAMESPACE, render_chart
 from chaos.faultproxy import FaultProxy
 from chaos.helpers import apply_converged, audit_events, converged, proxied_kubeconfig
 from support.cluster import CR, LWS, http_status, metric, metric_samples
@@ -165,32 +168,87 @@ def test_leader_sigkilled_while_20_crs_change_standby_converges_them(chaos_cp, k
     assert http_status(f"{b.url}/healthz") == 200
 
 
-def test_rolling_update_hands_the_lease_over_with_one_leader_at_a_time(kube, namespace, replicas,
+def chart_rolling_update() -> tuple[int, int, int]:
+    """(replicas, maxSurge, maxUnavailable) of the operator Deployment as ``helm template`` renders
+    the chart with its defaults (percentages resolved as the Deployment controller does: surge
+    rounded up, unavailable down)."""
+    (deployment,) = [d for d in render_chart() if d["kind"] == "Deployment"]
+    strategy = deployment["spec"]["strategy"]
+    assert strategy["type"] == "RollingUpdate", strategy
+    replicas = int(deployment["spec"]["replicas"])
+
+    def count(value: int | str, up: bool) -> int:
+        if isinstance(value, int):
+            return value
+        share = replicas * int(value.rstrip("%")) / 100
+        return math.ceil(share) if up else math.floor(share)
+    rolling = strategy["rollingUpdate"]
+    return replicas, count(rolling["maxSurge"], True), count(rolling["maxUnavailable"], False)
+
+
+def lease_holders(cp) -> list[tuple[dt.datetime, str, float]]:
+    """Every successful create or update of the operator's Lease in the audit log (``AUDIT_POLICY``
+    logs their request bodies), in order: (when the API server answered, holderIdentity,
+    leaseDurationSeconds)."""
+    out = []
+    for event in audit_events(cp):
+        ref, body = event.get("objectRef") or {}, event.get("requestObject") or {}
+        if (event.get("stage") == "ResponseComplete" and ref.get("resource") == "leases"
+                and ref.get("namespace") == RELEASE_NAMESPACE
+                and (ref.get("name") or (body.get("metadata") or {}).get("name")) == RELEASE
+                and (event.get("responseStatus") or {}).get("code") in (200, 201)):
+            spec = body.get("spec") or {}
+            out.append((dt.datetime.fromisoformat(event["stageTimestamp"].replace("Z", "+00:00")),
+                        spec.get("holderIdentity") or "", float(spec.get("leaseDurationSeconds") or 0)))
+    return sorted(out)
+
+
+def test_rolling_update_hands_the_lease_over_with_one_leader_at_a_time(chaos_cp, kube, namespace, replicas,
                                                                        operator_identity):
-    old = [replicas("old-0", operator_identity.kubeconfig, namespace),
-           replicas("old-1", operator_identity.kubeconfig, namespace)]
+    """The chart's rolling update played with processes, at the chart's replicas, maxSurge and
+    maxUnavailable: start new replicas up to replicas + maxSurge, stop old ones (the leader first)
+    down to replicas - maxUnavailable, until none is old. The Lease's holder history in the audit
+    log never has two holders (a new holder only after the old one released, or its lease ran out)
+    and its longest time without one is bounded by one retry period."""
+    count, surge, unavailable = chart_rolling_update()
+    assert (count, surge, unavailable) == (2, 1, 0)  # the chart's defaults (docs/reliability.md)
+    old = [replicas(f"old-{i}", operator_identity.kubeconfig, namespace) for i in range(count)]
     wait_for(lambda: sum(r.leader() for r in old) == 1, 10, "one of the old replicas to lead")
     apply_converged(kube, namespace, "k3-roll")
-    live = list(old)
-    handovers = []
-    for i in range(2):  # maxSurge 1, maxUnavailable 0: a new pod is ready before an old one stops
-        live.append(replicas(f"new-{i}", operator_identity.kubeconfig, namespace))
-        remaining = [r for r in old if r in live]
-        stopping = next((r for r in remaining if r.leader() == 1), remaining[0])  # the leader first
-        stopped = time.monotonic()
-        stopping.stop()
-        live.remove(stopping)
-        wait_for(lambda: sum(r.leader() for r in live) == 1, TIMINGS.retry_period_s + SLACK_S,
-                 "a standby to take the released Lease", interval=0.05)
-        handovers.append(time.monotonic() - stopped)
+    begun = dt.datetime.now(dt.timezone.utc)
+    olds, news, handovers = list(old), [], []
+    while olds:
+        while len(olds) + len(news) < count + surge and len(news) < count:  # surge: new, ready standbys
+            news.append(replicas(f"new-{len(news)}", operator_identity.kubeconfig, namespace))
+        for _ in range(min(len(olds), len(olds) + len(news) - (count - unavailable))):  # keep enough available
+            stopping = next((r for r in olds if r.leader() == 1), olds[0])  # the leader first
+            was_leader, stopped = stopping.leader() == 1, time.monotonic()
+            stopping.stop()
+            olds.remove(stopping)
+            if was_leader:
+                wait_for(lambda: sum(r.leader() for r in olds + news) == 1, TIMINGS.retry_period_s + SLACK_S,
+                         "a standby to take the released Lease", interval=0.05)
+                handovers.append(time.monotonic() - stopped)
+    live = news
     kube.patch_merge(*CR, namespace, "k3-roll", {"spec": {"replicas": 2}})
     wait_for(lambda: converged(kube, namespace, "k3-roll", 2), 30, "an edit after the update converged")
     intervals = sorted((start, end, r.name) for r in old + live for start, end in r.leading_intervals())
     for (s1, e1, n1), (s2, _, n2) in zip(intervals, intervals[1:]):
         assert e1 is not None and e1 <= s2, f"{n1} led until {e1} while {n2} led from {s2}: two leaders"
-    gaps = [(s2 - e1).total_seconds() for (_, e1, _), (s2, _, _) in zip(intervals, intervals[1:])]
-    print(f"\nrolling update: {len(intervals)} leadership spans, handovers {', '.join(f'{h:.1f}' for h in handovers)} s "
-          f"after SIGTERM; longest time without a leader {max(gaps):.2f} s (logs)")
+    writes = [w for w in lease_holders(chaos_cp) if w[0] >= begun - dt.timedelta(seconds=1)]
+    changes, gaps = 0, []
+    for (t1, h1, d1), (t2, h2, _) in zip(writes, writes[1:]):
+        if h2 and h2 != h1:
+            changes += 1
+            # a new holder only once nobody held it: released ("") or not renewed for its duration
+            assert not h1 or (t2 - t1).total_seconds() >= d1, f"{h2} took the Lease from {h1} {t2 - t1} after its renewal"
+        if not h1 and h2:
+            gaps.append((t2 - t1).total_seconds())
+    assert changes >= len(handovers) >= 1 and gaps, writes
+    print(f"\nrolling update (chart: replicas {count}, maxSurge {surge}, maxUnavailable {unavailable}): "
+          f"{len(intervals)} leadership spans, handovers {', '.join(f'{h:.1f}' for h in handovers)} s after SIGTERM; "
+          f"audit log: {len(writes)} Lease writes, {changes} holder changes, longest time without a holder "
+          f"{max(gaps):.2f} s")
     assert max(gaps) <= TIMINGS.retry_period_s + SLACK_S
     assert sum(r.leader() for r in live) == 1
 
