@@ -175,34 +175,42 @@ def _start_delay_s(failures: int) -> float:
     return 0.0 if failures < FAILURES else BACKOFF_BASE_S * 2 ** (failures - FAILURES)
 
 
-def _leader_failures(dev_env: DevEnv, ns: str, window_s: float) -> list[float]:
-    """When each leader pod of the deployment turned Failed (monotonic, one per pod UID), watched
-    (a Failed leader lives a second or two before LeaderWorkerSet deletes its group: a poll can
-    miss it) for ``window_s`` from the first, which must come within ``WAIT_S``."""
-    failed: dict[str, float] = {}
-    start, version = time.monotonic(), None
+def _leader_failures(dev_env: DevEnv, ns: str, window_s: float, apply: dict[str, Any]) -> tuple[list[float], set[str]]:
+    """When each engine container termination of the deployment's leader pods was first seen
+    (monotonic; one per pod UID and finish time, as the operator counts them), and the leader pod
+    UIDs that failed, watched from before ``apply`` is applied (a Failed leader lives a second or
+    two before LeaderWorkerSet deletes its group: a poll can miss it) for ``window_s`` from the
+    first, which must come within ``WAIT_S``."""
+    failed: dict[tuple[str, str], float] = {}
     with dev_env.cluster.api_client() as api:
         core = client.CoreV1Api(api)
+        version = core.list_namespaced_pod(ns).metadata.resource_version
+        dev_env.apply(apply)
+        start = time.monotonic()
         while not failed or time.monotonic() - min(failed.values()) < window_s:
             if not failed and time.monotonic() - start > WAIT_S:
                 raise AssertionError(f"no leader failed within {WAIT_S:.0f} s; pods: {_pod_summary(dev_env, ns)}")
             stream = watch.Watch().stream(core.list_namespaced_pod, ns, label_selector=f"{LWS_NAME_LABEL}=k3-engine",
-                                          timeout_seconds=2, **({"resource_version": version} if version else {}))
+                                          timeout_seconds=2, resource_version=version)
             for change in stream:
                 pod = change["object"]
                 version = pod.metadata.resource_version
-                if kpods.is_leader(pod) and kpods.phase(pod) == "Failed" and pod.metadata.uid not in failed:
-                    failed[pod.metadata.uid] = time.monotonic()
-    return sorted(failed.values())
+                if not kpods.is_leader(pod) or pod.metadata.deletion_timestamp:
+                    continue
+                for status in (pod.status and pod.status.container_statuses) or []:
+                    ended = status.state and status.state.terminated
+                    if ended and ended.exit_code:
+                        failed.setdefault((pod.metadata.uid, str(ended.finished_at)), time.monotonic())
+    return sorted(failed.values()), {uid for uid, _ in failed}
 
 
 def test_group_crashing_at_start_is_degraded_and_recreated_with_back_off(dev_env: DevEnv, ns: str) -> None:
     cr = dev_env.deployment(ns, replicas=1)
     cr["spec"].setdefault("engine", {})["env"] = [{"name": EXIT_CODE_ENV, "value": str(EXIT_CODE)}]
-    dev_env.apply(cr)
-    times = _leader_failures(dev_env, ns, CRASH_WINDOW_S)
+    times, leaders = _leader_failures(dev_env, ns, CRASH_WINDOW_S, cr)
     gaps = [round(b - a, 1) for a, b in zip(times, times[1:])]
-    print(f"\ncrash loop: {len(times)} group failures in {CRASH_WINDOW_S:.0f} s, gaps {gaps} s "
+    print(f"\ncrash loop: {len(times)} engine failures of {len(leaders)} leader pods in {CRASH_WINDOW_S:.0f} s, "
+          f"gaps {gaps} s "
           f"(start back-off after each: {[_start_delay_s(n) for n in range(1, len(times))]} s)")
     # Each recreated group waits the back-off of the failures before it, or of one failure fewer:
     # a group LeaderWorkerSet recreates before the operator has written the new delay into the
@@ -215,6 +223,7 @@ def test_group_crashing_at_start_is_degraded_and_recreated_with_back_off(dev_env
         at += _start_delay_s(allowed - 1)
         allowed += 1
     assert FAILURES + 1 <= len(times) <= allowed == 6, (len(times), allowed, gaps)
+    assert len(leaders) == len(times), "a leader failed twice: its group was not recreated"
     assert sum(gaps) >= sum(_start_delay_s(n - 1) for n in range(1, len(times))) - len(gaps)
     codes = ", ".join([f"{EXIT_CODE} (Error)"] * min(len(times), 5))
     degraded = wait_for(lambda: (c := dev_env.condition(ns, "Degraded")) and f"failed {len(times)} times" in

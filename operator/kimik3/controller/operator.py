@@ -214,10 +214,13 @@ def build_registry(cfg: OperatorConfig, queue: WorkQueue, cache: ObjectCache,
             echo = event.get("type") != "DELETED" and cache.is_echo(raw)
             cache.update(event.get("type"), raw)
             key = owner_key(body)
+            failed = 0
             if _plural == POD.plural and key and crashes is not None and event.get("type") != "DELETED":
-                crashes.pod_seen(raw, key[1])
+                failed = crashes.pod_seen(raw, key[1])
             if key and not echo:
-                queue.add(key, 0.5)  # coalesce bursts (a group's pods change together)
+                # coalesce bursts (a group's pods change together); a new engine failure at once: the
+                # start back-off must reach the launcher ConfigMap before the recreated group starts
+                queue.add(key, 0.0 if failed else 0.5)
 
         kopf.on.event(kind.group, kind.version, kind.plural, registry=registry, id=f"child-{kind.plural}",
                       labels={MANAGED_BY_LABEL: MANAGED_BY})(on_child)
