@@ -71,7 +71,9 @@ def lws_fresh(lws: dict[str, Any]) -> bool:
     return int((lws.get("status") or {}).get("observedGeneration") or 0) == int((lws.get("metadata") or {}).get("generation") or 0)
 
 
-def _update_in_progress(lws: dict[str, Any]) -> bool:
+def update_in_progress(lws: dict[str, Any]) -> bool:
+    """The LeaderWorkerSet says UpdateInProgress: groups below replicas (and at or above the
+    partition) are not all on its newest revision."""
     return any(c.get("type") == LWS_UPDATE_IN_PROGRESS and c.get("status") == "True"
                for c in (lws.get("status") or {}).get("conditions") or [])
 
@@ -103,7 +105,7 @@ def rolling(lws: dict[str, Any], status: RolloutStatus) -> bool:
     (generation > 1: a new one is starting, not rolling, even while LWS says UpdateInProgress
     as its first pods appear), it updates or has not yet seen its latest spec."""
     edited = int((lws.get("metadata") or {}).get("generation") or 0) > 1
-    return len(status.revisions) > 1 or (edited and (_update_in_progress(lws) or not lws_fresh(lws)))
+    return len(status.revisions) > 1 or (edited and (update_in_progress(lws) or not lws_fresh(lws)))
 
 
 ROLLING_REASONS = (Reason.ROLLOUT_IN_PROGRESS, Reason.CANARY_ANALYSIS, Reason.SURGE_BLOCKED, Reason.PAUSED)
