@@ -217,7 +217,7 @@ class Reconciler:
             workloads = self._workloads(admitted, current)
             scaled = self.autoscaling.step(obj, admitted, current, self._pods(owner), workloads)
             progress = next((c.reason for c in stored_conditions(obj) if c.type == ConditionType.PROGRESSING), None)
-            keep = scale_down_held(progress, current, scaled.replicas)
+            keep = scale_down_held(progress, current, scaled.replicas, admitted.spec.autoscaling.max_replicas)
             if keep is not None:
                 self._event_once(obj, "Normal", "ScaleDownHeld", f"keeping {keep} group(s), not {scaled.replicas}, "
                                  "until the rollout is done")

@@ -112,13 +112,17 @@ ROLLING_REASONS = (Reason.ROLLOUT_IN_PROGRESS, Reason.CANARY_ANALYSIS, Reason.SU
 """Progressing reasons of a rollout under way."""
 
 
-def scale_down_held(progressing_reason: str | None, lws: dict[str, Any] | None, replicas: int) -> int | None:
+def scale_down_held(progressing_reason: str | None, lws: dict[str, Any] | None, replicas: int,
+                    max_replicas: int) -> int | None:
     """The groups to keep when the autoscaler wants fewer (``replicas``) while a rollout runs
     (the stored Progressing reason is one of ``ROLLING_REASONS``): old groups are not scaled down
     mid-rollout for lack of load (the load they lack is partly on surge groups still loading, and
-    LWS would take the groups it replaces next). None: no hold. A scale-up goes ahead."""
+    LWS would take the groups it replaces next), but never more than ``max_replicas``
+    (spec.autoscaling.maxReplicas: a lower bound set mid-rollout takes effect). None: no hold. A
+    scale-up goes ahead."""
     current = int(((lws or {}).get("spec") or {}).get("replicas", 0) or 0)
-    return current if progressing_reason in ROLLING_REASONS and replicas < current else None
+    keep = min(current, max_replicas)
+    return keep if progressing_reason in ROLLING_REASONS and replicas < keep else None
 
 
 def surge_blocked(pods: list[dict[str, Any]], workloads: list[dict[str, Any]] | None, replicas: int) -> str | None:
