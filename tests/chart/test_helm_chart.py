@@ -23,6 +23,7 @@ from kimik3_dev.devcluster.rbac import request_token, write_token_kubeconfig
 
 from support.cluster import CR, apply, make_namespace, metric, metric_samples, reconciled
 from support.recipes import recipe
+from support.rendering import launcher_name
 from support.waiting import wait_for
 
 from .conftest import (CHART, CRD_NAME, RELEASE, RELEASE_NAMESPACE, REPO, OperatorProcess, copy_chart, deployment_args,
