@@ -32,6 +32,7 @@ from kimik3.kube.labels import LWS_NAME_LABEL
 from kimik3.render.configmap import PLAN_KEY
 from kimik3_dev.devcluster import faults
 from kimik3_dev.sim.supervisor import EXIT_CODE_ENV
+from support.rendering import launcher_name
 from support.waiting import wait_for
 
 TRAYS_TP8 = 2
@@ -231,7 +232,8 @@ def test_group_crashing_at_start_is_degraded_and_recreated_with_back_off(dev_env
     assert (degraded["status"], degraded["reason"]) == ("True", "GroupCrashLooping"), degraded
     assert f"group(s) 0 failed {len(times)} times in the last 10 min (last exit codes: {codes})" \
         in degraded["message"], degraded["message"]
-    plan = json.loads(dev_env.rest.get(f"/api/v1/namespaces/{ns}/configmaps/k3-launcher")["data"][PLAN_KEY])
+    launcher = launcher_name(dev_env.get_cr(ns))
+    plan = json.loads(dev_env.rest.get(f"/api/v1/namespaces/{ns}/configmaps/{launcher}")["data"][PLAN_KEY])
     assert plan["startDelaySeconds"] == _start_delay_s(len(times))
     failures = [e for e in dev_env.events(ns) if e["reason"] == "EngineFailed"]
     assert len(failures) == len(times) and all(f"exited {EXIT_CODE} (Error: {EXIT_CODE_ENV}={EXIT_CODE})" in e["message"]
