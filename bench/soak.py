@@ -76,11 +76,14 @@ import yaml
 from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
+from kimik3.admission import admit
 from kimik3.api.conditions import ConditionType
 from kimik3.kube import nodes as knodes
 from kimik3.kube import pods as kpods
 from kimik3.kube.kinds import CONFIG_MAP, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, NODE, POD, SERVICE
 from kimik3.kube.objects import condition, is_deleting
+from kimik3.render.configmap import configmap_name
+from kimik3.render.meta import Owner
 from kimik3.controller.reconcile import FINALIZER
 from kimik3_dev.devcluster import faults
 from kimik3_dev.devcluster.cluster import DevCluster, UpOptions
@@ -191,7 +194,8 @@ class Deployment:
         ns = self.namespace
         return {SERVICE.kind: SERVICE.path(ns, self.name),
                 LEADER_WORKER_SET.kind: LEADER_WORKER_SET.path(ns, self.lws),
-                CONFIG_MAP.kind: CONFIG_MAP.path(ns, f"{self.name}-launcher")}
+                CONFIG_MAP.kind: CONFIG_MAP.path(ns, configmap_name(Owner(self.name, ns, self.uid),
+                                                                    admit(self.manifest["spec"])))}
 
     def pods(self, rest: Rest) -> list[dict[str, Any]]:
         return rest.items(POD.path(self.namespace), f"{LWS_NAME_LABEL}={self.lws}")

@@ -28,6 +28,7 @@ from support.recipes import recipe
 
 ITL = "vllm:inter_token_latency_seconds"
 GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
+REVISION = "leaderworkerset.sigs.k8s.io/template-revision-hash"
 
 
 @pytest.fixture(scope="module")
@@ -303,3 +304,45 @@ def test_missing_groups_are_named_and_never_read_as_low_load(cp):
         for s in leaders:
             s.close()
         api.close()
+
+
+def test_mid_rollout_a_ready_surge_group_is_loading_and_a_lower_maximum_takes_effect(env):
+    """Issue 12 item 6: two groups on the old revision and a Ready surge group of the new one
+    (LWS counts it in readyReplicas). The autoscaler counts 2 groups serving and the surge group
+    as loading (the load over target adds no group while it loads), and maxReplicas lowered
+    mid-rollout takes effect at the next decision."""
+    e = env
+    started(e, maxReplicas=2)
+    serve(e, 3000, 0.03, running=40, tokens=240_000, drafts=3000, accepted=9600)
+    assert tick(e)["status"]["desiredReplicas"] == 2
+    running_leaders(e, 2)
+    core = client.CoreV1Api(e["api"])
+    for g in range(2):
+        core.patch_namespaced_pod(f"k3-latency-engine-{g}", e["ns"], {"metadata": {"labels": {REVISION: "old"}}})
+    core.create_namespaced_pod(e["ns"], {"metadata": {"name": "k3-latency-engine-2", "labels": {
+        "leaderworkerset.sigs.k8s.io/name": "k3-latency-engine", GROUP_INDEX: "2", REVISION: "new",
+        "leaderworkerset.sigs.k8s.io/worker-index": "0", "app.kubernetes.io/managed-by": "kimik3-operator"}},
+        "spec": {"containers": [{"name": "engine", "image": "x"}]}})
+    core.patch_namespaced_pod_status("k3-latency-engine-2", e["ns"], {"status": {"phase": "Running", "conditions": [
+        {"type": "Ready", "status": "True"}]}})
+    generation = e["kube"].get(*LWS, e["ns"], "k3-latency-engine")["metadata"]["generation"]
+    e["kube"].patch_merge(*LWS, e["ns"], "k3-latency-engine", {"status": {
+        "replicas": 3, "readyReplicas": 3, "updatedReplicas": 1, "observedGeneration": generation,
+        "conditions": [{"type": "UpdateInProgress", "status": "True", "reason": "GroupsUpdating", "message": "",
+                        "lastTransitionTime": "2026-12-01T00:00:00Z"}]}}, subresource="status")
+    for i in range(3):
+        serve(e, 3000 * (i + 2), 0.03, running=60, tokens=240_000 * (i + 2), drafts=3000 * (i + 2),
+              accepted=9600 * (i + 2))
+        obj = tick(e)
+        assert obj["status"]["desiredReplicas"] == 2, obj["status"]
+    assert condition(obj, "Progressing")["reason"] == "RolloutInProgress"
+    assert REGISTRY.get_sample_value("kimik3_autoscaler_ready_groups",
+                                     {"namespace": e["ns"], "deployment": "k3-latency"}) == 2
+    loading = events(e["api"], e["ns"], "GroupsLoading")
+    assert loading and loading[0].message.startswith("holding 2 group(s): 1 group(s) still loading count as coming")
+    obj = e["kube"].patch_merge(*CR, e["ns"], "k3-latency", {"spec": {"autoscaling": {"maxReplicas": 1}}})
+    serve(e, 3000 * 5, 0.03, running=60, tokens=240_000 * 5, drafts=3000 * 5, accepted=9600 * 5)
+    obj = tick(e)
+    assert obj["status"]["desiredReplicas"] == 1
+    assert e["kube"].get(*LWS, e["ns"], "k3-latency-engine")["spec"]["replicas"] == 1
+    assert obj["status"]["lastScale"]["reason"].startswith("ReplicaBounds: spec.autoscaling.maxReplicas is 1")

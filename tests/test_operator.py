@@ -15,15 +15,16 @@ from kubernetes.client.exceptions import ApiException
 
 from kimik3.controller.kube import Kube
 from kimik3.controller.reconcile import FINALIZER
-from support.cluster import CD, CR, LWS, apply, condition, events, reconciled
+from support.cluster import CD, CR, LWS, apply, condition, events, launcher_configmap, reconciled
 from support.recipes import recipe
+from support.rendering import launcher_name
 from support.waiting import wait_for
 
 KUBECTL = "kubectl"
 
 
 def rank_args(kube: Kube, namespace: str, name: str) -> list[list[str]]:
-    cm = kube.get("v1", "ConfigMap", namespace, f"{name}-launcher")
+    cm = launcher_configmap(kube, namespace, name)
     return [r["args"] for r in json.loads(cm["data"]["plan.json"])["ranks"]]
 
 
@@ -35,7 +36,7 @@ def test_latency_recipe_becomes_owned_children_and_true_status(operator, kube, a
     obj = reconciled(kube, namespace, "k3-latency")
     uid = created["metadata"]["uid"]
 
-    for (api_version, kind), name in [(CD, "k3-latency"), (("v1", "ConfigMap"), "k3-latency-launcher"),
+    for (api_version, kind), name in [(CD, "k3-latency"), (("v1", "ConfigMap"), launcher_name(created)),
                                       (LWS, "k3-latency-engine"), (("v1", "Service"), "k3-latency"),
                                       (("monitoring.coreos.com/v1", "PodMonitor"), "k3-latency")]:
         child = kube.get(api_version, kind, namespace, name)

@@ -165,9 +165,13 @@ def test_a_restarted_operator_renders_the_same_leaderworkerset_mid_canary():
     assert restarted == again and config(restarted)["partition"] == 1
 
 
-def test_no_scale_down_mid_rollout_but_a_scale_up_goes_ahead():
+def test_no_scale_down_mid_rollout_but_a_scale_up_or_a_lower_maximum_goes_ahead():
     lws = {"spec": {"replicas": 3}}
-    assert scale_down_held(Reason.ROLLOUT_IN_PROGRESS, lws, 2) == 3
-    assert scale_down_held(Reason.CANARY_ANALYSIS, lws, 1) == 3
-    assert scale_down_held(Reason.ROLLOUT_IN_PROGRESS, lws, 4) is None
-    assert scale_down_held(Reason.STABLE, lws, 2) is None
+    assert scale_down_held(Reason.ROLLOUT_IN_PROGRESS, lws, 2, 4) == 3
+    assert scale_down_held(Reason.CANARY_ANALYSIS, lws, 1, 4) == 3
+    assert scale_down_held(Reason.SURGE_BLOCKED, lws, 1, 4) == 3
+    assert scale_down_held(Reason.ROLLOUT_IN_PROGRESS, lws, 4, 4) is None
+    assert scale_down_held(Reason.STABLE, lws, 2, 4) is None
+    # maxReplicas lowered to 2 mid-rollout: the autoscaler's 2 (or 1) keeps 2, not 3
+    assert scale_down_held(Reason.ROLLOUT_IN_PROGRESS, lws, 2, 2) is None
+    assert scale_down_held(Reason.ROLLOUT_IN_PROGRESS, lws, 1, 2) == 2

@@ -18,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from kimik3.admission import AdmissionPolicy, admit
 from kimik3.api.errors import SpecErrors
 from kimik3.controller.kube import Kube
-from support.cluster import reconciled
+from support.cluster import launcher_configmap, reconciled
 from support.recipes import recipe
 from support.rendering import render_cr
 
@@ -90,7 +90,7 @@ def test_secret_values_never_reach_logs_events_or_status(operator, admin_api, na
     assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}} in env
     events = client.CoreV1Api(admin_api).list_namespaced_event(namespace).items
     haystack = json.dumps(obj) + json.dumps(lws) + "".join(e.message or "" for e in events) + caplog.text
-    haystack += json.dumps(kube.get("v1", "ConfigMap", namespace, "k3-hub-launcher"))
+    haystack += json.dumps(launcher_configmap(kube, namespace, "k3-hub"))
     assert value not in haystack
 
 

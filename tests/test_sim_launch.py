@@ -21,7 +21,7 @@ from kimik3_dev.sim.engine import SimEngine
 from kimik3_dev.sim.launch import Launch, LaunchUnresolved, engine_config, launch
 from support.lws_pods import group_pods
 from support.recipes import RECIPE_FILES, recipe
-from support.rendering import by_kind, render_cr
+from support.rendering import by_kind, launcher_name, render_cr
 
 RECIPES = [p.name for p in RECIPE_FILES]
 UID = "7a1c2b9e-0000-4000-8000-000000000002"
@@ -118,9 +118,10 @@ def test_a_launch_the_pod_could_not_make_gives_no_engine():
     objects = render_cr(cr).objects
     lws = by_kind(objects, "LeaderWorkerSet")
     leader = group_pods(lws, "inference", 0)[0]
-    with pytest.raises(LaunchUnresolved, match='configmap "k3-latency-launcher" not found'):
+    cm = launcher_name(cr)
+    with pytest.raises(LaunchUnresolved, match=f'configmap "{cm}" not found'):
         launch(leader, lambda name: None)
-    with pytest.raises(LaunchUnresolved, match="couldn't find key plan.json in ConfigMap inference/k3-latency-launcher"):
+    with pytest.raises(LaunchUnresolved, match=f"couldn't find key plan.json in ConfigMap inference/{cm}"):
         launch(leader, lambda name: {"data": {"launcher.py": ""}})
     # the plan's --port is not the port the pod exposes: nothing would reach vLLM
     wrong_port = copy.deepcopy(objects)

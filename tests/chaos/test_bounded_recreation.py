@@ -11,7 +11,7 @@ from kubernetes import client
 
 from kimik3.render.configmap import PLAN_KEY
 from chaos.helpers import apply_converged, operator_in
-from support.cluster import CR, condition
+from support.cluster import CR, condition, launcher_configmap
 from support.waiting import wait_for
 
 NAME = "k3-crash"
@@ -36,7 +36,7 @@ def failing_pod(core: client.CoreV1Api, namespace: str, index: int, code: int, r
 
 
 def plan(kube, namespace: str) -> dict:
-    return json.loads(kube.get("v1", "ConfigMap", namespace, f"{NAME}-launcher")["data"][PLAN_KEY])
+    return json.loads(launcher_configmap(kube, namespace, NAME)["data"][PLAN_KEY])
 
 
 def test_group_failing_three_times_is_degraded_and_started_with_back_off(kube, admin_api, namespace,

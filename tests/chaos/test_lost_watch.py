@@ -22,6 +22,7 @@ from kimik3_dev.devcluster.operator_thread import OperatorThread
 from chaos.faultproxy import FaultProxy
 from chaos.helpers import apply_converged, assert_operator_wrote_as, converged, proxied_kubeconfig
 from support.cluster import CR, LWS, events, http_status, metric, metric_samples
+from support.rendering import launcher_name
 from support.waiting import wait_for
 
 class _Collect(logging.Handler):
@@ -66,8 +67,9 @@ def test_f6_cut_120s_edit_and_deleted_child_reconciled_after_restore(chaos_cp, a
         kube.patch_merge(*CR, namespace, "k3-latency", {"spec": {"replicas": 2}})
         assert kube.delete("v1", "Service", namespace, "k3-latency")
         # A child of an unedited CR: only the watch (or a re-list) can tell the operator it is gone.
-        other_cm_uid = kube.get("v1", "ConfigMap", namespace, "k3-other-launcher")["metadata"]["uid"]
-        assert kube.delete("v1", "ConfigMap", namespace, "k3-other-launcher")
+        other_cm = launcher_name(kube.get(*CR, namespace, "k3-other"))
+        other_cm_uid = kube.get("v1", "ConfigMap", namespace, other_cm)["metadata"]["uid"]
+        assert kube.delete("v1", "ConfigMap", namespace, other_cm)
         health = []
         while time.monotonic() - cut_at < CUT_S:
             health.append(http_status(f"{op.health_url}/healthz"))
@@ -84,7 +86,7 @@ def test_f6_cut_120s_edit_and_deleted_child_reconciled_after_restore(chaos_cp, a
         restored_at = time.monotonic()
         wait_for(
             lambda: converged(kube, namespace, "k3-latency", 2) and kube.get("v1", "Service", namespace, "k3-latency")
-            and kube.get("v1", "ConfigMap", namespace, "k3-other-launcher"),
+            and kube.get("v1", "ConfigMap", namespace, other_cm),
             RECOVERY_BOUND_S, "edit reconciled and Service recreated after restore")
         took = time.monotonic() - restored_at
         state = converged(kube, namespace, "k3-latency", 2)
@@ -98,7 +100,7 @@ def test_f6_cut_120s_edit_and_deleted_child_reconciled_after_restore(chaos_cp, a
         svc = kube.get("v1", "Service", namespace, "k3-latency")
         assert svc["metadata"]["uid"] != svc_uid  # recreated by the operator
         assert [r["name"] for r in svc["metadata"]["ownerReferences"]] == ["k3-latency"]
-        assert kube.get("v1", "ConfigMap", namespace, "k3-other-launcher")["metadata"]["uid"] != other_cm_uid
+        assert kube.get("v1", "ConfigMap", namespace, other_cm)["metadata"]["uid"] != other_cm_uid
         lwss = kube.list(*LWS, namespace, "")
         assert sorted(x["metadata"]["name"] for x in lwss) == ["k3-latency-engine", "k3-other-engine"]
         assert gone_seen, "no watch met 410 Gone: the compaction did not happen during the cut"

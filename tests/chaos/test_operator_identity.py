@@ -19,6 +19,7 @@ from kimik3_dev.devcluster.rbac import (RELEASE, RELEASE_NAMESPACE, TOKEN_LIFETI
 from kimik3_dev.versions import HELM_VERSION
 from chaos.helpers import apply_converged, assert_operator_wrote_as, operator_in, writers
 from support.cluster import metric, metric_samples
+from support.rendering import launcher_name
 
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 
@@ -69,7 +70,7 @@ def test_operator_reconciles_with_the_chart_service_account_token(chaos_cp, kube
         before = metric_samples(op.health_url)
         state = apply_converged(kube, namespace, "k3-id", replicas=2)
         assert state["cr"]["status"]["observedGeneration"] == 1
-        for api_version, kind, name in [("v1", "ConfigMap", "k3-id-launcher"), ("v1", "Service", "k3-id"),
+        for api_version, kind, name in [("v1", "ConfigMap", launcher_name(state["cr"])), ("v1", "Service", "k3-id"),
                                         ("resource.nvidia.com/v1beta1", "ComputeDomain", "k3-id"),
                                         ("monitoring.coreos.com/v1", "PodMonitor", "k3-id")]:
             obj = kube.get(api_version, kind, namespace, name)

@@ -23,6 +23,7 @@ from kimik3_dev.devcluster.rbac import request_token, write_token_kubeconfig
 
 from support.cluster import CR, apply, make_namespace, metric, metric_samples, reconciled
 from support.recipes import recipe
+from support.rendering import launcher_name
 from support.waiting import wait_for
 
 from .conftest import (CHART, CRD_NAME, RELEASE, RELEASE_NAMESPACE, REPO, OperatorProcess, copy_chart, deployment_args,
@@ -398,13 +399,13 @@ def test_install_then_operator_under_chart_rbac_reconciles_a_recipe_then_uninsta
             assert not _can(operator_api, "get", "secrets", ns), "the operator never reads Secrets"
             assert not _can(operator_api, "create", "pods", ns)
             assert not _can(operator_api, "update", "leaderworkersets", ns, "leaderworkerset.x-k8s.io")
-            assert not _can(operator_api, "delete", "configmaps", ns)
+            assert not _can(operator_api, "delete", "services", ns)
         with OperatorProcess(args, chart_cp.operator_kubeconfig, tmp_path / "operator.log") as op:
             body = recipe("gb300-tp8-megakernel-dspark.yaml")
             uid = apply(kube, body, ns)["metadata"]["uid"]
             obj = reconciled(kube, ns, "k3-latency")
             for (api_version, kind), name in [(("resource.nvidia.com/v1beta1", "ComputeDomain"), "k3-latency"),
-                                              (("v1", "ConfigMap"), "k3-latency-launcher"),
+                                              (("v1", "ConfigMap"), launcher_name(body)),
                                               (("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"), "k3-latency-engine"),
                                               (("v1", "Service"), "k3-latency"),
                                               (("monitoring.coreos.com/v1", "PodMonitor"), "k3-latency")]:

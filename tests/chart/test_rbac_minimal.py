@@ -36,7 +36,9 @@ Scenario (one fresh namespace each run), in order:
                        of trays, counted from the nodes (a tray of this run's own)
   readmit split group  an admitted group whose pods are bound in two racks: the operator
                        deactivates its Workload (spec.active false) for Kueue to admit it again
-  remove <Kind>        replicas 1, monitoring off, no route: the budget, PodMonitor, HTTPRoute go
+  remove <Kind>        replicas 1, monitoring off, no route: the budget, PodMonitor, HTTPRoute go;
+                       a new launch plan (engine.maxNumSeqs), and once the LeaderWorkerSet says
+                       it saw it (no group left), the old plan's launcher ConfigMap goes
   teardown <step>      deleting the CR deletes the LeaderWorkerSet, then the ComputeDomain, then
                        releases the CR
 The "late CRD" variant deletes the HTTPRoute CRD before the operator starts and installs it again
@@ -68,6 +70,7 @@ from kimik3_dev.devcluster.thirdparty import thirdparty_crd_paths
 
 from support.cluster import CR, LWS, apply, condition, make_namespace, metric, metric_samples
 from support.recipes import recipe
+from support.rendering import launcher_name
 from support.waiting import WaitTimeout, wait_for
 
 from .conftest import CHART, RELEASE, RELEASE_NAMESPACE, Helm, OperatorProcess, deployment_args, uninstall_if_present
@@ -76,9 +79,13 @@ pytestmark = pytest.mark.timeout(900)
 """The module's fixture runs ~55 operator scenarios, 10 at a time: 4-12 min on the shared 2-core machine."""
 
 NAME = "k3-rbac"
+LAUNCHER = launcher_name(recipe(name=NAME))
+"""The launcher ConfigMap of the scenario's CR (its name depends on the launch plan alone)."""
+NEW_SEQS = 128
+"""engine.maxNumSeqs of the "remove ConfigMap" step: a new launch plan, so a new ConfigMap."""
 CHILDREN = [  # apply order, with the name each child gets
     (("resource.nvidia.com/v1beta1", "ComputeDomain"), NAME),
-    (("v1", "ConfigMap"), f"{NAME}-launcher"),
+    (("v1", "ConfigMap"), LAUNCHER),
     (LWS, f"{NAME}-engine"),
     (("v1", "Service"), NAME),
     (("policy/v1", "PodDisruptionBudget"), NAME),
@@ -130,6 +137,7 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("configmaps", "watch"): "heal ConfigMap",
     ("configmaps", "create"): "apply ConfigMap",
     ("configmaps", "patch"): "apply ConfigMap",
+    ("configmaps", "delete"): "remove ConfigMap",
     ("services", "list"): "heal Service",
     ("services", "watch"): "heal Service",
     ("services", "create"): "apply Service",
@@ -313,11 +321,18 @@ def scenario(kube: Kube, core: client.CoreV1Api, namespace: str, lease: str) -> 
     for worker in ("0", "1"):
         core.delete_namespaced_pod(f"{NAME}-engine-0-{worker}", namespace, grace_period_seconds=0)
 
+    generation = get(*LWS, namespace, f"{NAME}-engine")["metadata"]["generation"]
     kube.patch_merge(*CR, namespace, NAME, {"spec": {"replicas": 1, "monitoring": {"enabled": False},
-                                                     "service": {"httpRoute": None}}})
+                                                     "service": {"httpRoute": None},
+                                                     "engine": {"maxNumSeqs": NEW_SEQS}}})
     for api_version, kind in [("policy/v1", "PodDisruptionBudget"), ("monitoring.coreos.com/v1", "PodMonitor"),
                               ("gateway.networking.k8s.io/v1", "HTTPRoute")]:
         expect(f"remove {kind}", lambda: get(api_version, kind, namespace, NAME) is None, 8)
+    lws = expect("apply LeaderWorkerSet", lambda: (lambda o: o if o["metadata"]["generation"] > generation else None)(
+        get(*LWS, namespace, f"{NAME}-engine")), 8)
+    kube.patch_merge(*LWS, namespace, f"{NAME}-engine", {"status": {
+        "observedGeneration": lws["metadata"]["generation"], "replicas": 0, "readyReplicas": 0}}, subresource="status")
+    expect("remove ConfigMap", lambda: get("v1", "ConfigMap", namespace, LAUNCHER) is None, 8)
 
     kube.delete(*CR, namespace, NAME)
     expect("teardown LeaderWorkerSet deleted", lambda: get(*LWS, namespace, f"{NAME}-engine") is None, 8)
@@ -370,7 +385,10 @@ def cleanup(kube: Kube, namespace: str) -> None:
             if obj["metadata"].get("finalizers"):
                 kube.patch_merge(*CR, namespace, name, {"metadata": {"finalizers": None}})
             kube.delete(*CR, namespace, name)
-    for (api_version, kind), name in [*CHILDREN, (LWS, f"{CANARY}-engine"), (("v1", "ConfigMap"), f"{CANARY}-launcher"),
+    for configmap in kube.list("v1", "ConfigMap", namespace, "app.kubernetes.io/managed-by=kimik3-operator"):
+        with contextlib.suppress(ApiException):
+            kube.delete("v1", "ConfigMap", namespace, configmap["metadata"]["name"])
+    for (api_version, kind), name in [*CHILDREN, (LWS, f"{CANARY}-engine"),
                                       (("v1", "Service"), CANARY), (("v1", "Pod"), f"{CANARY}-engine-0")]:
         try:
             kube.delete(api_version, kind, namespace, name)

@@ -24,6 +24,10 @@ from typing import Any
 import pytest
 from devenv import DevEnv, dev_cluster
 
+from kimik3.controller.launchers import template_launchers
+from kimik3.kube.labels import (DEPLOYMENT_LABEL, LWS_GROUP_INDEX_LABEL, LWS_NAME_LABEL, LWS_REVISION_LABEL,
+                                LWS_WORKER_INDEX_LABEL)
+from kimik3.render.configmap import PLAN_KEY, mounted
 from kimik3_dev.devcluster.cluster import UpOptions
 from kimik3_dev.devcluster.racks import RackShape
 from kimik3_dev.devcluster.rollout import Load, Recorder, Rollout, measure_rollout, sample, serving
@@ -137,9 +141,13 @@ def test_a_release_twice_as_slow_fails_its_canary_and_is_rolled_back(env, ns):
     env.apply(cr)
     url, model = serve(env, ns, 1)
     ((_, uid, old, _),) = snapshot(env, ns)
+    ((before, before_args),) = _launchers(env, ns).items()
+    launchers_before = (before, before_args)
     with Load(url, model) as load, Recorder(lambda: snapshot(env, ns), period_s=0.2) as rec:
         env.rest.call("PATCH", env.cr_path(ns), content_type="application/merge-patch+json",
                       body={"spec": {"engine": {"env": [{"name": "KIMIK3_SIM_SLOWDOWN", "value": "2"}]}}})
+        launchers_during = wait_for(lambda: set(_launchers(env, ns)) - {before} or None, WAIT_S,
+                                    "the failed release's launcher ConfigMap")
         rolled_back = wait_for(lambda: _rolled_back(env, ns), WAIT_S + 60, "the canary analysis to roll back")
         wait_for(lambda: [g[:3] for g in snapshot(env, ns)] == [(0, uid, old)] or None, WAIT_S,
                  "the canary group to go")
@@ -154,7 +162,67 @@ def test_a_release_twice_as_slow_fails_its_canary_and_is_rolled_back(env, ns):
     assert (progressing["status"], progressing["reason"]) == ("False", "RolledBack")
     events = {e.get("reason"): e for e in env.events(ns)}
     assert events["RolledBack"]["type"] == "Warning" and "CanaryStarted" in events
+    # the restored templates mount the launcher ConfigMap of before the change, still there with
+    # its plan; the failed release's (its env differs, so its plan hash) is kept as the spec's own
+    lws = env.rest.get(f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{ns}/leaderworkersets/k3-engine")
+    (restored,) = template_launchers(lws["spec"]["leaderWorkerTemplate"])
+    assert restored == launchers_before[0] and _mounted(env, ns, 0) == restored
+    assert set(_launchers(env, ns)) == {restored, *launchers_during} and restored not in launchers_during
+    assert _launchers(env, ns)[restored] == launchers_before[1]
     print(f"\nrolled back: {message}")
+
+
+def _launchers(env: DevEnv, ns: str) -> dict[str, list[str]]:
+    """Each launcher ConfigMap of deployment k3: name -> the leader rank's vLLM arguments."""
+    items = env.rest.items(f"/api/v1/namespaces/{ns}/configmaps", f"{DEPLOYMENT_LABEL}=k3")
+    return {c["metadata"]["name"]: json.loads(c["data"][PLAN_KEY])["ranks"][0]["args"] for c in items
+            if c["metadata"]["name"].startswith("k3-launcher-")}
+
+
+def _leader(env: DevEnv, ns: str, group: int) -> dict[str, Any] | None:
+    pods = env.rest.items(f"/api/v1/namespaces/{ns}/pods", f"{LWS_NAME_LABEL}=k3-engine,"
+                          f"{LWS_GROUP_INDEX_LABEL}={group},{LWS_WORKER_INDEX_LABEL}=0")
+    return pods[0] if pods else None
+
+
+def _mounted(env: DevEnv, ns: str, group: int) -> str | None:
+    """The launcher ConfigMap the leader pod of ``group`` mounts."""
+    pod = _leader(env, ns, group)
+    return mounted(pod["spec"]) if pod else None
+
+
+def _seqs(args: list[str]) -> str:
+    return args[args.index("--max-num-seqs") + 1]
+
+
+def test_an_old_group_restarted_mid_rollout_keeps_its_arguments(env, ns):
+    """The launcher ConfigMap is per launch plan: group 0, recreated on the old revision while the
+    surge group of a new --max-num-seqs loads, mounts the old plan's ConfigMap with the old
+    arguments; once every group runs the new revision the old ConfigMap is deleted."""
+    env.apply(deployment(env, ns, 1))
+    serve(env, ns, 1)
+    ((_, uid, old, _),) = snapshot(env, ns)
+    ((old_cm, old_args),) = _launchers(env, ns).items()
+    assert _mounted(env, ns, 0) == old_cm and _seqs(old_args) == "64"
+    env.rest.call("PATCH", env.cr_path(ns), body={"spec": {"engine": {"maxNumSeqs": 32}}},
+                  content_type="application/merge-patch+json")
+    surge = wait_for(lambda: next((g for g in snapshot(env, ns) if g[0] == 1 and g[2] and g[2] != old), None),
+                     WAIT_S, "the surge group of the new revision")
+    assert not surge[3], "the surge group was Ready before group 0 could be restarted: raise LOAD_S"
+    env.rest.delete(f"/api/v1/namespaces/{ns}/pods/{_leader(env, ns, 0)['metadata']['name']}")
+    again = wait_for(lambda: (lambda p: p if p and p["metadata"]["uid"] != uid else None)(_leader(env, ns, 0)),
+                     WAIT_S, "group 0 recreated")
+    assert again["metadata"]["labels"][LWS_REVISION_LABEL] == old, "group 0 came back on the new revision"
+    assert mounted(again["spec"]) == old_cm
+    launchers = _launchers(env, ns)
+    (new_cm,) = set(launchers) - {old_cm}
+    assert (_seqs(launchers[old_cm]), _seqs(launchers[new_cm])) == ("64", "32")
+    wait_for(lambda: len(snapshot(env, ns)) == 1 and all(g[2] != old and g[3] for g in snapshot(env, ns))
+             and _progressing(env, ns).get("status") == "False", WAIT_S + 4 * LOAD_S, "the rollout to finish")
+    wait_for(lambda: set(_launchers(env, ns)) == {new_cm}, 15.0, f"ConfigMap {old_cm} to be deleted")
+    assert _mounted(env, ns, 0) == new_cm
+    deleted = [e for e in env.events(ns) if e.get("reason") == "Deleted" and old_cm in e.get("message", "")]
+    assert deleted and "no group runs a revision that mounts it" in deleted[0]["message"], deleted
 
 
 def _rolled_back(env: DevEnv, ns: str) -> dict[str, Any] | None:

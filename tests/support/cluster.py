@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kimik3.controller.kube import Kube
 from kimik3.kube.kinds import COMPUTE_DOMAIN, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET
+from support.rendering import launcher_name
 from support.waiting import wait_for
 
 CR = KIMIK3_DEPLOYMENT.type_meta
@@ -61,6 +62,12 @@ def apply(kube: Kube, body: dict[str, Any], namespace: str | None = None) -> dic
     if namespace is not None:
         body["metadata"]["namespace"] = namespace
     return kube.apply(body, force=False)
+
+
+def launcher_configmap(kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
+    """The launcher ConfigMap the stored spec of KimiK3Deployment ``name`` renders, or None."""
+    obj = kube.get(*CR, namespace, name)
+    return kube.get("v1", "ConfigMap", namespace, launcher_name(obj)) if obj is not None else None
 
 
 def reconciled(kube: Kube, namespace: str, name: str, generation: int | None = None,

@@ -8,6 +8,7 @@ from typing import Any
 
 from kimik3.admission import AdmissionPolicy, admit
 from kimik3.render.children import Rendered, render
+from kimik3.render.configmap import configmap_name
 from kimik3.render.meta import Owner
 
 
@@ -21,3 +22,8 @@ def by_kind(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
 def render_cr(obj: dict[str, Any], policy: AdmissionPolicy = AdmissionPolicy(), **options: Any) -> Rendered:
     """Children of ``obj`` (metadata + spec); ``options`` go to ``render`` (replicas, compute_domains)."""
     return render(admit(obj.get("spec") or {}, policy), Owner.from_object(obj), **options)
+
+
+def launcher_name(obj: dict[str, Any], policy: AdmissionPolicy = AdmissionPolicy()) -> str:
+    """The launcher ConfigMap ``obj``'s spec renders (``<name>-launcher-<plan hash>``)."""
+    return configmap_name(Owner.from_object(obj), admit(obj.get("spec") or {}, policy))

@@ -85,11 +85,14 @@ create (seen here: "cannot create resource computedomains"); nothing is ever upd
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["list", "watch", "create", "patch", "delete"]
-# The launcher ConfigMap and the client Service: applied and watched (removed by garbage
-# collection through their owner reference, never by the operator).
+# The launcher ConfigMaps (one per launch plan): applied and watched; one no group's revision
+# mounts any more is deleted once a rollout settled (controller/launchers.py), the others go by
+# garbage collection through their owner reference.
 - apiGroups: [""]
   resources: ["configmaps"]
-  verbs: ["list", "watch", "create", "patch"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
+# The client Service: applied and watched (removed by garbage collection through its owner
+# reference, never by the operator).
 - apiGroups: [""]
   resources: ["services"]
   verbs: ["list", "watch", "create", "patch"]

@@ -27,6 +27,7 @@ from kimik3.autoscaler.policy import Decision, FleetState, LatencyPolicy
 from kimik3.autoscaler.sources import MetricSource, PodScrapeSource, PrometheusSource, ScrapeTarget
 from kimik3.controller import metrics
 from kimik3.controller.status import AutoscalerReport, stored_conditions
+from kimik3.kube.objects import is_deleting
 from kimik3.kube.pods import group_index, is_leader, is_ready, is_unschedulable, phase
 from kimik3.kube.workloads import waiting
 
@@ -53,18 +54,29 @@ def _parse_time(value: str | None) -> float | None:
 
 def fleet_state(lws: dict[str, Any] | None, pods: list[dict[str, Any]], load_timeout_s: float,
                 now: float, workloads: list[dict[str, Any]] | None = None) -> FleetState:
-    """Groups asked for (LWS spec.replicas), ready (LWS status.readyReplicas), loading (not ready:
-    not created yet, or leader younger than the load timeout) and unplaceable (a pod
-    ``kube.pods.is_unschedulable``, or under placement kueue a group whose Workload Kueue refused:
-    quota used up, no rack fits, preempted; ``kube.workloads.waiting``). A group past its load
-    timeout counts as neither: failed. ``serving``: the indexes of the groups with every pod Ready."""
+    """Groups asked for (LWS spec.replicas), ready (LWS status.readyReplicas less the surge
+    groups), loading (not ready: not created yet, or leader younger than the load timeout; and
+    every surge or canary group) and unplaceable (a pod ``kube.pods.is_unschedulable``, or under
+    placement kueue a group whose Workload Kueue refused: quota used up, no rack fits,
+    preempted; ``kube.workloads.waiting``). A group past its load timeout counts as neither:
+    failed. ``serving``: the indexes of the groups with every pod Ready.
+
+    A surge group (index >= spec.replicas, not being deleted: LWS v0.9.0 creates ``maxSurge`` of
+    them on the new revision during a rollout, a canary is one) counts as loading even once
+    Ready, never as serving or as capacity: it stands in for an old group it replaces, and goes
+    when the rollout ends (LWS counts it in readyReplicas, hence the subtraction)."""
     current = int(((lws or {}).get("spec") or {}).get("replicas", 0) or 0)
     ready = int(((lws or {}).get("status") or {}).get("readyReplicas", 0) or 0)
     groups: dict[int, list[dict[str, Any]]] = {}
+    surge: dict[int, list[dict[str, Any]]] = {}
     for pod in pods:
         g = group_index(pod)
-        if g is not None and int(g) < current:
-            groups.setdefault(int(g), []).append(pod)
+        if g is not None and g.isdigit():
+            if int(g) < current:
+                groups.setdefault(int(g), []).append(pod)
+            elif not is_deleting(pod):
+                surge.setdefault(int(g), []).append(pod)
+    ready = max(0, ready - sum(1 for members in surge.values() if all(is_ready(p) for p in members)))
     refused = {w.group for w in map(waiting, workloads or []) if w is not None and w.why != "pending"}
     loading = unplaceable = 0
     serving = set()
@@ -81,9 +93,23 @@ def fleet_state(lws: dict[str, Any] | None, pods: list[dict[str, Any]], load_tim
             created = _parse_time(leader["metadata"].get("creationTimestamp"))
             if created is None or now - created < load_timeout_s:
                 loading += 1
-    loading = min(loading, max(0, current - ready - unplaceable))
+    loading = min(loading, max(0, current - ready - unplaceable)) + len(surge)
     return FleetState(current=current, ready=ready, loading=loading, unplaceable=unplaceable,
                       serving=frozenset(serving))
+
+
+def within_bounds(decision: Decision, low: int, high: int) -> Decision:
+    """``decision`` kept inside spec.autoscaling's ``[low, high]`` groups. The policy holds the
+    groups running on many paths (groups loading, a rollout's surge, no whole scale-down window
+    yet, a new policy after a settings change); a bound moved past them (maxReplicas lowered,
+    also mid-rollout) takes effect at the next decision, reason ``ReplicaBounds``."""
+    desired = min(max(decision.desired, low), high)
+    if desired == decision.desired:
+        return decision
+    bound = "maxReplicas" if desired < decision.desired else "minReplicas"
+    return Decision(desired, "ReplicaBounds", f"spec.autoscaling.{bound} is {desired} "
+                    f"(the policy said {decision.desired}: {decision.reason}: {decision.message})",
+                    decision.recommendation)
 
 
 @dataclass
@@ -183,7 +209,7 @@ class Autoscaling:
             decision = Decision(0, "ScaledToZero", "no groups run: nothing to measure")
             reading = Verdict("True", Reason.SCALED_TO_ZERO, "no groups run; no traffic is a valid reading")
         else:
-            decision = state.policy.decide(now, obs, fleet)
+            decision = within_bounds(state.policy.decide(now, obs, fleet), a.min_replicas, a.max_replicas)
         decode = None
         if obs is not None and obs.has_traffic:
             decode = self._measured(state, key, admitted, obs, now)

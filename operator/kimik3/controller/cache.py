@@ -3,6 +3,8 @@ no API request (a small informer, fed by the kopf event handlers).
 
 - ``update(event)`` stores or drops the object of a watch event (``{"type", "object"}``).
 - ``get(api_version, kind, namespace, name)`` returns the last seen body, or None.
+- ``owned(api_version, kind, namespace, deployment)`` lists the objects of a kind labelled as a
+  deployment's children;
 - ``pods(namespace, lws_name)`` lists the pods of a LeaderWorkerSet seen by the pod watch.
 - ``record_apply(obj, desired_hash)`` remembers what the operator applied and the
   resourceVersion the API server returned; ``unchanged(obj, desired_hash)`` is true while the
@@ -26,7 +28,7 @@ from collections import OrderedDict
 from typing import Any
 
 from kimik3.kube.kinds import POD
-from kimik3.kube.labels import LWS_NAME_LABEL
+from kimik3.kube.labels import DEPLOYMENT_LABEL, LWS_NAME_LABEL
 
 Key = tuple[str, str, str, str]
 TOMBSTONES = 4096
@@ -83,6 +85,12 @@ class ObjectCache:
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         with self._lock:
             return self._objects.get((api_version, kind, namespace, name))
+
+    def owned(self, api_version: str, kind: str, namespace: str, deployment: str) -> list[dict[str, Any]]:
+        """Objects of ``kind`` in ``namespace`` labelled ``inference.kimik3.io/deployment=<deployment>``."""
+        with self._lock:
+            return [o for (v, k, ns, _), o in self._objects.items() if (v, k, ns) == (api_version, kind, namespace)
+                    and ((o["metadata"].get("labels") or {}).get(DEPLOYMENT_LABEL) == deployment)]
 
     def pods(self, namespace: str, lws_name: str) -> list[dict[str, Any]]:
         with self._lock:

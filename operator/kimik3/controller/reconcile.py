@@ -32,6 +32,7 @@ from kimik3.controller.cache import ObjectCache, desired_hash
 from kimik3.controller.canary import Analysis
 from kimik3.controller.computedomains import compute_domain_verdict
 from kimik3.controller.kube import Kube, NotLeading, api_error_message
+from kimik3.controller import launchers
 from kimik3.controller.recreation import GroupFailures
 from kimik3.controller.rollout import Rollouts, scale_down_held, step_event
 from kimik3.controller.staging import DEFAULT_STAGER_IMAGE, Staging, with_weights
@@ -40,8 +41,9 @@ from kimik3.controller.status import (compute_status, invalid_status, lws_select
 from kimik3.controller.groups import kueue_changes, stored_groups
 from kimik3.controller.nodes import Nodes
 from kimik3.controller.readmit import is_readmitting, readmissions
-from kimik3.kube.kinds import COMPUTE_DOMAIN, GROUP, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, POD, WORKLOAD, Kind
-from kimik3.kube.labels import KUEUE_JOB_UID_LABEL, PRODUCT_LABEL
+from kimik3.kube.kinds import (COMPUTE_DOMAIN, CONFIG_MAP, GROUP, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, POD,
+                               WORKLOAD, Kind)
+from kimik3.kube.labels import DEPLOYMENT_LABEL, KUEUE_JOB_UID_LABEL, PRODUCT_LABEL
 from kimik3.kube.pods import node_name
 from kimik3.kube.workloads import waiting
 from kimik3.topology.capacity import Domain, domains, largest_free_block
@@ -215,7 +217,7 @@ class Reconciler:
             workloads = self._workloads(admitted, current)
             scaled = self.autoscaling.step(obj, admitted, current, self._pods(owner), workloads)
             progress = next((c.reason for c in stored_conditions(obj) if c.type == ConditionType.PROGRESSING), None)
-            keep = scale_down_held(progress, current, scaled.replicas)
+            keep = scale_down_held(progress, current, scaled.replicas, admitted.spec.autoscaling.max_replicas)
             if keep is not None:
                 self._event_once(obj, "Normal", "ScaleDownHeld", f"keeping {keep} group(s), not {scaled.replicas}, "
                                  "until the rollout is done")
@@ -285,6 +287,8 @@ class Reconciler:
                                 compute_domain=self._compute_domain(obj, rendered.objects, owner, pods),
                                 free_block=self._free_block(admitted, workloads), racks=racks)
         status = with_weights(status, weights, obj["metadata"].get("generation"), lws is not None)
+        if not (apply_error or replacing):
+            self._prune_launchers(obj, owner, rendered.objects, lws, pods, status)
         for type_, reason, message in kueue_changes(stored_groups(obj), status.groups or []):
             self.kube.event(obj, type_, reason, message)
         if (obj.get("status") or {}).get("observedGeneration") != obj["metadata"].get("generation") and not apply_error:
@@ -309,6 +313,23 @@ class Reconciler:
         requeue = REPLACE_POLL_S if replacing or readmitting else RESYNC_READY_S if ready else RESYNC_STARTING_S
         requeue = min(requeue, rolled.requeue_after or requeue, weights.requeue_after or requeue)
         return Result("applied", min(requeue, scaled.requeue_after) if scaled is not None else requeue)
+
+    def _prune_launchers(self, obj: dict[str, Any], owner: Owner, objects: list[dict[str, Any]],
+                         lws: dict[str, Any] | None, pods: list[dict[str, Any]],
+                         status: KimiK3DeploymentStatus) -> None:
+        """Delete the launcher ConfigMaps no revision with groups needs, once the rollout settled
+        (``controller.launchers``)."""
+        rollout = status.rollout
+        if not launchers.settled(lws, rollout):
+            return
+        rendered = next(c["metadata"]["name"] for c in objects if c["kind"] == CONFIG_MAP.kind)
+        keep = launchers.in_use(rendered, lws, pods, rollout.canary if rollout is not None else None)
+        listed = self.cache.owned(*CONFIG_MAP.type_meta, owner.namespace, owner.name) if self.cache is not None \
+            else self.kube.list(*CONFIG_MAP.type_meta, owner.namespace, f"{DEPLOYMENT_LABEL}={owner.name}")
+        for name in launchers.stale(owner, listed, keep):
+            if self.kube.delete(*CONFIG_MAP.type_meta, owner.namespace, name):
+                self._event_once(obj, "Normal", "Deleted", f"ConfigMap {name} removed: no group runs a revision "
+                                 f"that mounts it (kept: {', '.join(sorted(keep))})")
 
     def _replace_if_reshaped(self, obj: dict[str, Any], lws: dict[str, Any]) -> str | None:
         """Failure case F15: Kueue admitted the existing LeaderWorkerSet's groups for their shape

@@ -71,7 +71,9 @@ def lws_fresh(lws: dict[str, Any]) -> bool:
     return int((lws.get("status") or {}).get("observedGeneration") or 0) == int((lws.get("metadata") or {}).get("generation") or 0)
 
 
-def _update_in_progress(lws: dict[str, Any]) -> bool:
+def update_in_progress(lws: dict[str, Any]) -> bool:
+    """The LeaderWorkerSet says UpdateInProgress: groups below replicas (and at or above the
+    partition) are not all on its newest revision."""
     return any(c.get("type") == LWS_UPDATE_IN_PROGRESS and c.get("status") == "True"
                for c in (lws.get("status") or {}).get("conditions") or [])
 
@@ -103,20 +105,24 @@ def rolling(lws: dict[str, Any], status: RolloutStatus) -> bool:
     (generation > 1: a new one is starting, not rolling, even while LWS says UpdateInProgress
     as its first pods appear), it updates or has not yet seen its latest spec."""
     edited = int((lws.get("metadata") or {}).get("generation") or 0) > 1
-    return len(status.revisions) > 1 or (edited and (_update_in_progress(lws) or not lws_fresh(lws)))
+    return len(status.revisions) > 1 or (edited and (update_in_progress(lws) or not lws_fresh(lws)))
 
 
 ROLLING_REASONS = (Reason.ROLLOUT_IN_PROGRESS, Reason.CANARY_ANALYSIS, Reason.SURGE_BLOCKED, Reason.PAUSED)
 """Progressing reasons of a rollout under way."""
 
 
-def scale_down_held(progressing_reason: str | None, lws: dict[str, Any] | None, replicas: int) -> int | None:
+def scale_down_held(progressing_reason: str | None, lws: dict[str, Any] | None, replicas: int,
+                    max_replicas: int) -> int | None:
     """The groups to keep when the autoscaler wants fewer (``replicas``) while a rollout runs
     (the stored Progressing reason is one of ``ROLLING_REASONS``): old groups are not scaled down
     mid-rollout for lack of load (the load they lack is partly on surge groups still loading, and
-    LWS would take the groups it replaces next). None: no hold. A scale-up goes ahead."""
+    LWS would take the groups it replaces next), but never more than ``max_replicas``
+    (spec.autoscaling.maxReplicas: a lower bound set mid-rollout takes effect). None: no hold. A
+    scale-up goes ahead."""
     current = int(((lws or {}).get("spec") or {}).get("replicas", 0) or 0)
-    return current if progressing_reason in ROLLING_REASONS and replicas < current else None
+    keep = min(current, max_replicas)
+    return keep if progressing_reason in ROLLING_REASONS and replicas < keep else None
 
 
 def surge_blocked(pods: list[dict[str, Any]], workloads: list[dict[str, Any]] | None, replicas: int) -> str | None:

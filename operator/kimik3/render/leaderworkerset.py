@@ -16,7 +16,6 @@ sources (gb300-on-kubernetes.md, failure-cases.md):
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from typing import Any
@@ -53,22 +52,17 @@ def _engine_env(admitted: Admitted) -> dict[str, str]:
     return engine_env(admitted.spec, admitted.plan, admitted.seconds.load_timeout)
 
 
-def plan_hash(admitted: Admitted) -> str:
-    """Hash of the launch plan and env: a change rolls the groups."""
-    doc = {"plan": configmap.group_plan_document(admitted), "env": _engine_env(admitted)}
-    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
-
-
 def _volumes(owner: Owner, admitted: Admitted) -> tuple[list[dict], list[dict]]:
     spec = admitted.spec
     src = spec.model.source
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.engine.shm_size}},
-        {"name": "launcher", "configMap": {"name": configmap.configmap_name(owner), "defaultMode": 0o444}},
+        {"name": configmap.VOLUME, "configMap": {"name": configmap.configmap_name(owner, admitted),
+                                                 "defaultMode": 0o444}},
     ]
     mounts: list[dict[str, Any]] = [
         {"name": "dshm", "mountPath": "/dev/shm"},
-        {"name": "launcher", "mountPath": configmap.MOUNT_PATH, "readOnly": True},
+        {"name": configmap.VOLUME, "mountPath": configmap.MOUNT_PATH, "readOnly": True},
     ]
     claim = src.pvc.claim_name if src.pvc is not None else src.cache.claim_name if src.cache is not None else None
     if claim is not None:
@@ -161,7 +155,7 @@ def pod_template(owner: Owner, admitted: Admitted, serves_api: bool, channel_cla
         pod["resourceClaims"] = [{"name": computedomain.CLAIM_NAME,
                                   "resourceClaimTemplateName": computedomain.channel_template_name(owner)}]
     labels = {**owner.labels(), ROLE_LABEL: "leader" if serves_api else "worker"}
-    return {"metadata": {"labels": labels, "annotations": {PLAN_HASH_ANNOTATION: plan_hash(admitted)}},
+    return {"metadata": {"labels": labels, "annotations": {PLAN_HASH_ANNOTATION: configmap.plan_hash(admitted)}},
             "spec": pod}
 
 
