@@ -117,6 +117,15 @@ class Staged:
                 for t in ("SuccessCriteriaMet", "Complete")]}
         self.kube.patch_merge(*JOB.type_meta, self.namespace, self.job, {"status": status}, subresource="status")
 
+    def failed_attempt(self, wrap: list[str] | None = None) -> str:
+        """Run the first attempt, which must fail; WeightsReady's message once its pod ended."""
+        assert self.run(wrap) == 1, self.log.read_text()
+        self.job_controller(failed=1)
+        weights = self.weights()
+        assert (weights["status"], weights["reason"]) == ("False", Reason.STAGING_FAILED)
+        print(f"\n[staging faults] {weights['message']}")
+        return str(weights["message"])
+
     def weights(self) -> dict[str, Any]:
         """WeightsReady after a reconcile; asserts no engine exists unless it is True."""
         self.rec.reconcile(self.namespace, self.name)
@@ -130,14 +139,10 @@ class Staged:
 def test_a_hub_500_is_quoted_and_the_retry_completes(kube, namespace, admin_api, control_plane, hub, tmp_path):
     hub.fault(Fault("/api/", status=500))
     staged = Staged(kube, namespace, admin_api, control_plane, hub, tmp_path / "cache")
-    assert staged.run() == 1
-    staged.job_controller(failed=1)
-    weights = staged.weights()
-    assert (weights["status"], weights["reason"]) == ("False", Reason.STAGING_FAILED)
-    print(f"\n[staging faults] {weights['message']}")
+    message = staged.failed_attempt()
     assert (f"Job {staged.job} staging {REPO_ID}@main: attempt 1 failed: HfHubHTTPError: Server error '500 "
-            "Internal Server Error' for url ") in weights["message"]
-    assert "injected fault 500" in weights["message"] and "the Job retries with back-off" in weights["message"]
+            "Internal Server Error' for url ") in message
+    assert "injected fault 500" in message and "the Job retries with back-off" in message
     assert staged.run() == 0  # the Job's next pod
     staged.job_controller(failed=1, complete=True)
     weights = staged.weights()
@@ -147,13 +152,9 @@ def test_a_hub_500_is_quoted_and_the_retry_completes(kube, namespace, admin_api,
 
 def test_a_missing_revision_is_quoted_with_the_hubs_answer(kube, namespace, admin_api, control_plane, hub, tmp_path):
     staged = Staged(kube, namespace, admin_api, control_plane, hub, tmp_path / "cache", revision="v9")
-    assert staged.run() == 1
-    staged.job_controller(failed=1)
-    weights = staged.weights()
-    assert (weights["status"], weights["reason"]) == ("False", Reason.STAGING_FAILED)
-    assert f"Job {staged.job} staging {REPO_ID}@v9: attempt 1 failed: RevisionNotFoundError: " in weights["message"]
-    assert "Invalid rev id: v9" in weights["message"]
-    print(f"\n[staging faults] {weights['message']}")
+    message = staged.failed_attempt()
+    assert f"Job {staged.job} staging {REPO_ID}@v9: attempt 1 failed: RevisionNotFoundError: " in message
+    assert "Invalid rev id: v9" in message
     assert not (tmp_path / "cache" / REPO_ID / "v9").exists()
 
 
@@ -165,13 +166,9 @@ def test_a_full_volume_is_quoted_with_the_storages_error(kube, namespace, admin_
     staged = Staged(kube, namespace, admin_api, control_plane, hub, folder)
     wrap = ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
             f'mount -t tmpfs -o size={FULL_VOLUME} tmpfs "$0" && exec "$@"', str(folder)]
-    assert staged.run(wrap) == 1, staged.log.read_text()
-    staged.job_controller(failed=1)
-    weights = staged.weights()
-    assert (weights["status"], weights["reason"]) == ("False", Reason.STAGING_FAILED)
-    assert f"Job {staged.job} staging {REPO_ID}@main: attempt 1 failed: " in weights["message"]
-    assert "[Errno 28] No space left on device" in weights["message"]
-    print(f"\n[staging faults] {weights['message']}")
+    message = staged.failed_attempt(wrap)
+    assert f"Job {staged.job} staging {REPO_ID}@main: attempt 1 failed: OSError: [Errno 28] No space left on " \
+        "device; the Job retries with back-off" in message
 
 
 def test_a_killed_stager_is_named_and_the_retry_resumes(kube, namespace, admin_api, control_plane, hub, tmp_path):
