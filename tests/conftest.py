@@ -7,6 +7,7 @@ control plane, and their tests then get ``kube`` and ``namespace`` on that contr
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from kubernetes import client
@@ -16,6 +17,22 @@ from kimik3_dev.devcluster.controlplane import ControlPlane
 from kimik3_dev.devcluster.install import install_apis
 from kimik3_dev.devcluster.operator_thread import OperatorThread
 from support.cluster import fresh_namespace
+
+
+SHARED_DIRS = ("chaos", "chart", "conformance", "e2e")
+"""Test folders whose tests share clusters or engines by fixtures wider than a module (the chaos
+control plane, the chart's, the real vLLM servers, the dev cluster): each runs whole on one worker."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Worker groups for ``pytest-xdist --dist loadgroup`` (tools/test): a folder of
+    ``SHARED_DIRS`` is one group, any other module its own, so that no cluster or module fixture
+    is started twice and the two workers overlap what waits (loads, leases, cuts) with what computes."""
+    root = Path(__file__).parent
+    for item in items:
+        rel = Path(item.path).relative_to(root)
+        group = rel.parts[0] if rel.parts[0] in SHARED_DIRS else rel.as_posix()
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")

@@ -69,6 +69,7 @@ import logging
 import os
 import socket
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -135,6 +136,17 @@ class _Group:
     started_at: str
     revision: str = ""
     """The leader pod's LeaderWorkerSet revision label (the PodMonitor's ``revision`` label)."""
+    forwarding: int = 0
+    """Requests the front has sent this group and not finished relaying (a request picked just
+    before the group went away may not have reached its engine yet)."""
+
+    async def drain(self, timeout_s: float) -> None:
+        """The engine's drain (``SimEngine.drain``) once every request the front sent has reached
+        it, all within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while self.forwarding and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await self.engine.drain(max(0.0, deadline - time.monotonic()))
 
 
 @dataclass
@@ -439,7 +451,7 @@ class Supervisor:
         front = self.fronts.get(key[:2])
         if front is not None and front.groups.get(key[2]) is group:
             del front.groups[key[2]]
-        task = asyncio.create_task(group.engine.drain(TERMINATION_GRACE_S))
+        task = asyncio.create_task(group.drain(TERMINATION_GRACE_S))
         self._draining.add(task)
         task.add_done_callback(self._draining.discard)
 
@@ -505,16 +517,20 @@ class Supervisor:
         assert front.session is not None
         # a Service passes every byte; the front passes the headers the engine reads
         headers = {k: v for k, v in request.headers.items() if k.lower() in ("content-type", "accept", "authorization")}
-        async with front.session.request(request.method, group.engine.url + request.path_qs,
-                                         data=await request.read(), headers=headers) as upstream:
-            resp = web.StreamResponse(status=upstream.status)
-            if "Content-Type" in upstream.headers:
-                resp.headers["Content-Type"] = upstream.headers["Content-Type"]
-            await resp.prepare(request)
-            async for chunk in upstream.content.iter_any():
-                await resp.write(chunk)
-            await resp.write_eof()
-            return resp
+        group.forwarding += 1
+        try:
+            async with front.session.request(request.method, group.engine.url + request.path_qs,
+                                             data=await request.read(), headers=headers) as upstream:
+                resp = web.StreamResponse(status=upstream.status)
+                if "Content-Type" in upstream.headers:
+                    resp.headers["Content-Type"] = upstream.headers["Content-Type"]
+                await resp.prepare(request)
+                async for chunk in upstream.content.iter_any():
+                    await resp.write(chunk)
+                await resp.write_eof()
+                return resp
+        finally:
+            group.forwarding -= 1
 
     # ---------------------------------------------------------------- files
     def targets(self) -> list[dict[str, Any]]:
