@@ -19,20 +19,16 @@ from kimik3_dev.devcluster.operator_thread import OperatorThread
 from support.cluster import fresh_namespace
 
 
-SHARED_DIRS = ("chaos", "chart", "conformance", "e2e")
-"""Test folders whose tests share clusters or engines by fixtures wider than a module (the chaos
-control plane, the chart's, the real vLLM servers, the dev cluster): each runs whole on one worker."""
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Worker groups for ``pytest-xdist --dist loadgroup`` (tools/test): a folder of
-    ``SHARED_DIRS`` is one group, any other module its own, so that no cluster or module fixture
-    is started twice and the two workers overlap what waits (loads, leases, cuts) with what computes."""
+    """Worker groups for ``pytest-xdist --dist loadgroup`` (tools/test): every test of a module
+    runs on one worker (module fixtures start once), and so do all the modules on the session's
+    dev cluster (``dev_env``: one ``dev up`` per run). Package and session control planes start
+    once per worker that needs them (seconds). The two workers overlap what waits (loads, Lease
+    expiries, cuts) with what computes."""
     root = Path(__file__).parent
     for item in items:
-        rel = Path(item.path).relative_to(root)
-        group = rel.parts[0] if rel.parts[0] in SHARED_DIRS else rel.as_posix()
-        item.add_marker(pytest.mark.xdist_group(group))
+        shared = "dev_env" in getattr(item, "fixturenames", ())
+        item.add_marker(pytest.mark.xdist_group("e2e-dev-env" if shared else Path(item.path).relative_to(root).as_posix()))
 
 
 @pytest.fixture(scope="session")

@@ -75,7 +75,9 @@ def _progress(job: dict[str, Any] | None) -> Progress | None:
 def weights_verdict(claim_name: str, jobs: list[tuple[Artifact, str, dict[str, Any] | None]]) -> Weights:
     """The WeightsReady verdict of a cache from its staging Jobs: ``(artifact, Job name, the Job
     or None when not created yet)`` per artifact. Failed (a Job's ``Failed`` condition, or its
-    latest attempt while it retries) outranks staging, which outranks staged."""
+    latest attempt while it retries: the error it reported, or, when its pod ended without one
+    and no pod runs (Job ``status.failed`` > 0, ``status.active`` 0), a kill) outranks staging,
+    which outranks staged."""
     failed, staging, staged = [], [], []
     done = total = files_done = files_total = 0
     eta = 0.0
@@ -92,15 +94,21 @@ def weights_verdict(claim_name: str, jobs: list[tuple[Artifact, str, dict[str, A
             staged.append(f"{label} (commit {commit}{size}{when})")
             continue
         error = progress.error if progress is not None and progress.phase == "failed" else None
+        status = (job or {}).get("status") or {}
+        attempts, active = int(status.get("failed") or 0), int(status.get("active") or 0)
         gave_up = _job_condition(job, "Failed") if job is not None else None
         if gave_up is not None:
             failed.append(f"Job {name} staging {label} failed ({gave_up.get('reason', 'Failed')}: "
                           f"{gave_up.get('message', '')}): {error or 'no error reported'}; fix the spec "
                           f"(repository, revision, token, claim size) or delete the Job to try again")
         elif error is not None:
-            attempts = int(((job or {}).get("status") or {}).get("failed") or 0)
             failed.append(f"Job {name} staging {label}: attempt {attempts or 1} failed: {error}; the Job retries "
                           f"with back-off")
+        elif attempts and not active:  # a pod that ended without reporting a failure was killed
+            at = f" at {_size(progress.bytes_done)} of {_size(progress.bytes_total)}" if progress else ""
+            failed.append(f"Job {name} staging {label}: attempt {attempts} was killed{at} (its pod deleted, evicted, "
+                          f"OOM-killed or its node lost: it ended without reporting an error); the Job retries with "
+                          f"back-off, keeping every file already complete")
         else:
             phase = progress.phase if progress is not None else "starting"
             staging.append(f"{label} {phase}")

@@ -10,7 +10,9 @@ Steps (each report is a ``Progress``):
    HTTP Range request from the last whole 10 MiB chunk (five tries while data flows); across runs
    (a killed pod, a retried Job) every file already complete for the commit is kept and not
    fetched again, while files that were partial restart (huggingface_hub 2.4.0 writes each
-   download to a process-unique temporary file and removes it on failure, its PR #4228);
+   download to a process-unique temporary file and removes it on failure, its PR #4228; a killed
+   process cannot, so a run first removes the partial files an earlier one left: no run resumes
+   them, and each would hold up to a shard's size on the volume and count as progress);
 3. verify: every file's size, and its sha256 (LFS files) or git blob SHA-1 (the others) against
    the hub's metadata, ``max_workers`` files at a time;
 4. the completion manifest (``kimik3.engine.weights.MANIFEST``), written last and atomically:
@@ -96,6 +98,21 @@ def _bytes_on_disk(folder: Path, files: dict[str, int]) -> tuple[int, int]:
     return done, complete
 
 
+def remove_orphaned_partials(folder: Path) -> int:
+    """Remove huggingface_hub's partial downloads (``<name>.<8 hex>.incomplete``) under ``folder``,
+    left by a run that was killed (a live run removes its own on failure). Call before a download
+    starts; returns the bytes freed."""
+    freed = 0
+    partial_dir = folder / DOWNLOAD_CACHE
+    for p in partial_dir.rglob("*.incomplete") if partial_dir.is_dir() else ():
+        try:
+            freed += p.stat().st_size
+            p.unlink()
+        except OSError:
+            pass
+    return freed
+
+
 def _describe(exc: BaseException) -> str:
     """One line naming the error as the hub or the storage said it."""
     text = " ".join(str(exc).split())
@@ -132,6 +149,7 @@ def stage(artifact: Artifact, root: Path, *, endpoint: str | None = None, token:
             report(done)
             return done
         folder.mkdir(parents=True, exist_ok=True)
+        remove_orphaned_partials(folder)
         (folder / MANIFEST).unlink(missing_ok=True)
         progress = _download(progress, folder, sizes, report, report_interval_s, lambda: snapshot_download(
             artifact.repo_id, revision=commit, local_dir=folder, allow_patterns=sorted(wanted),
@@ -156,7 +174,9 @@ def stage(artifact: Artifact, root: Path, *, endpoint: str | None = None, token:
 
 def _download(progress: Progress, folder: Path, sizes: dict[str, int], report: Reporter, interval_s: float,
               download: Callable[[], object]) -> Progress:
-    """Run ``download`` while a thread reports the bytes on disk every ``interval_s`` seconds."""
+    """Run ``download`` while a thread reports the bytes on disk every ``interval_s`` seconds.
+    The bytes reported never go down: a file moved from its partial copy to its place between the
+    two looks of ``_bytes_on_disk`` is briefly in neither."""
     start_bytes, _ = _bytes_on_disk(folder, sizes)
     start = time.monotonic()
     stop = threading.Event()
@@ -164,6 +184,7 @@ def _download(progress: Progress, folder: Path, sizes: dict[str, int], report: R
 
     def measure() -> Progress:
         done, complete = _bytes_on_disk(folder, sizes)
+        done, complete = max(done, latest[0].bytes_done), max(complete, latest[0].files_done)
         elapsed = time.monotonic() - start
         rate = (done - start_bytes) / elapsed if elapsed > 0 and done > start_bytes else None
         eta = (progress.bytes_total - done) / rate if rate else None

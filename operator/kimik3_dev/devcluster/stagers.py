@@ -98,8 +98,9 @@ class StagerRunner:
                 proc.wait()
                 del self.running[uid]
                 continue
-            if proc.poll() is not None:
-                self._finish(pod, proc.returncode, log_path, started)
+            if proc.poll() is not None:  # killed by signal N: exit code 128 + N, as a container runtime says
+                code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+                self._finish(pod, code, log_path, started)
                 del self.running[uid]
         for uid, pod in live.items():
             status = pod.get("status") or {}

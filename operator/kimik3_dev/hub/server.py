@@ -274,7 +274,11 @@ class FakeHub:
                 chunk = fh.read(min(CHUNK, limit - sent))
                 if not chunk:
                     break
-                h.wfile.write(chunk)
+                try:
+                    h.wfile.write(chunk)
+                except (BrokenPipeError, ConnectionResetError):  # the client went away (e.g. a killed stager)
+                    h.close_connection = True
+                    return
                 sent += len(chunk)
                 if self.bytes_per_second:
                     time.sleep(len(chunk) / self.bytes_per_second)
