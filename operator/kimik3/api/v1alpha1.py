@@ -269,6 +269,21 @@ class EngineSpec(Model):
             "put the key in a Secret and name it in spec.service.apiKeySecret",
             ".extraArgs",
         ),
+        rule(
+            "hub-token-not-in-env",
+            "!has(self.env) || !self.env.exists(e, e.name == 'HF_TOKEN' || e.name == 'HUGGING_FACE_HUB_TOKEN')",
+            "HF_TOKEN in env would be the hub token in plain text in the CR: put the token in a Secret and name it "
+            "in spec.model.source.hub.tokenSecret (or spec.model.source.cache.hub.tokenSecret)",
+            ".env",
+        ),
+        rule(
+            "hub-token-not-in-extra-args",
+            "!has(self.extraArgs) || !self.extraArgs.exists(a, a.matches('^--hf[-_]token([=.].*)?$'))",
+            "--hf-token in extraArgs would put the hub token in plain text in the CR and its launcher ConfigMap: "
+            "put the token in a Secret and name it in spec.model.source.hub.tokenSecret "
+            "(or spec.model.source.cache.hub.tokenSecret)",
+            ".extraArgs",
+        ),
     )
     image: str = Field(default=ENGINE_IMAGE, min_length=1, max_length=512)
     """Engine image. Pinned at vLLM 0.33.0; the megakernel decode path needs >= 0.33.0."""

@@ -93,6 +93,8 @@ API_KEY_ENV = "VLLM_API_KEY"
 """vLLM reads the API key from ``--api-key`` first, then this environment variable."""
 HUB_TOKEN_ENV = "HF_TOKEN"
 """huggingface_hub reads the hub token from this environment variable."""
+HUB_TOKEN_FLAG = "--hf-token"
+"""vLLM 0.33's flag for the hub token (``EngineArgs.hf_token``): a value given to it is plain text."""
 
 
 def secret_env(spec: KimiK3DeploymentSpec) -> list[str]:
