@@ -197,7 +197,9 @@ def test_engines_follow_groups_and_files_tell_prometheus(admin_api, namespace, c
         edited = render_cr(client.CustomObjectsApi(admin_api).get_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, "k3-latency"), compute_domains=False).objects
         cm = by_kind(edited, "ConfigMap")
-        core.replace_namespaced_config_map(cm["metadata"]["name"], namespace, cm)
+        old_cm = by_kind(cr, "ConfigMap")["metadata"]["name"]
+        assert cm["metadata"]["name"] != old_cm  # one launcher ConfigMap per plan: the new plan's is new
+        core.create_namespaced_config_map(namespace, cm)
         delete_pods(core, namespace, [p.metadata.name for p in core.list_namespaced_pod(namespace).items])
         make_group(core, namespace, edited, 0)
         k3 = wait_for(lambda: (g := sup.groups.get((namespace, "k3-latency", "0"))) is not None
