@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
+from xdist.scheduler import LoadScopeScheduling
 
 from kimik3.controller.kube import Kube
 from kimik3_dev.devcluster.controlplane import ControlPlane
@@ -19,16 +21,41 @@ from kimik3_dev.devcluster.operator_thread import OperatorThread
 from support.cluster import fresh_namespace
 
 
+DEV_ENV_SCOPE = "tests/e2e (the session's dev cluster)"
+OWN_CLUSTERS = ("tests/e2e/test_e2e_kueue.py", "tests/e2e/test_e2e_rollout.py")
+"""The e2e modules that bring up a dev cluster of their own (module fixtures), not ``dev_env``."""
+
+
+def worker_scope(nodeid: str) -> str:
+    """What runs whole on one worker of ``tools/test`` (pytest-xdist): a module (its module
+    fixtures start once), except that the e2e modules on the session's dev cluster (``dev_env``:
+    one ``dev up`` per run) share one scope. Package and session control planes start once per
+    worker that needs them (seconds)."""
+    module = nodeid.split("::", 1)[0]
+    return DEV_ENV_SCOPE if module.startswith("tests/e2e/") and module not in OWN_CLUSTERS else module
+
+
+class WorkerScopes(LoadScopeScheduling):
+    """xdist's scope scheduling with ``worker_scope``: the two workers overlap what waits (loads,
+    Lease expiries, cuts) with what computes. (``--dist loadgroup`` marks are not read under
+    pytest 9.2: xdist 3.8.0 writes the group into ``item._nodeid``, which pytest 9 no longer has.)"""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return worker_scope(nodeid)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> WorkerScopes:
+    return WorkerScopes(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Worker groups for ``pytest-xdist --dist loadgroup`` (tools/test): every test of a module
-    runs on one worker (module fixtures start once), and so do all the modules on the session's
-    dev cluster (``dev_env``: one ``dev up`` per run). Package and session control planes start
-    once per worker that needs them (seconds). The two workers overlap what waits (loads, Lease
-    expiries, cuts) with what computes."""
-    root = Path(__file__).parent
+    """A test on the session's dev cluster outside ``DEV_ENV_SCOPE`` would start a second one on
+    the other worker: refused, naming the module."""
     for item in items:
-        shared = "dev_env" in getattr(item, "fixturenames", ())
-        item.add_marker(pytest.mark.xdist_group("e2e-dev-env" if shared else Path(item.path).relative_to(root).as_posix()))
+        module = Path(item.path).relative_to(Path(__file__).parent.parent).as_posix()
+        if "dev_env" in getattr(item, "fixturenames", ()) and worker_scope(module) != DEV_ENV_SCOPE:
+            raise pytest.UsageError(f"{module} uses dev_env but is in OWN_CLUSTERS of tests/conftest.py: "
+                                    "take it out of OWN_CLUSTERS")
 
 
 @pytest.fixture(scope="session")
