@@ -32,7 +32,7 @@ TRAYS_TP8 = 2
 
 
 def test_weights_staged_with_rising_progress_before_any_engine_pod(dev_env: DevEnv, ns: str, tmp_path: Path) -> None:
-    hub = FakeHub(bytes_per_second=1 << 19)
+    hub = FakeHub(bytes_per_second=1 << 18)  # slow enough for several progress samples (at 1 << 19 a run saw one)
     write_checkpoint(tmp_path / "k3", shards=2, shard_bytes=10 << 20)
     write_checkpoint(tmp_path / "dspark", shards=1, shard_bytes=2 << 20, seed=1)
     target_commit = hub.add("moonshotai/Kimi-K3", tmp_path / "k3")
