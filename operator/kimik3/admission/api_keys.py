@@ -11,48 +11,42 @@ who may read those; ``--api-key`` would silently override ``service.apiKeySecret
 
 from __future__ import annotations
 
-from kimik3.admission.rules import Candidate, Rule, Table, example
+from kimik3.admission.rules import Candidate, Check, Rule, Table, example
 from kimik3.api.errors import SpecError
 from kimik3.engine.args import API_KEY_ENV, API_KEY_FLAG, HUB_TOKEN_ENV, HUB_TOKEN_FLAG, normalize_flag
 
-FIX = "put the key in a Secret and name it in spec.service.apiKeySecret (the pods then read it from there)"
-HUB_TOKEN_ENVS = (HUB_TOKEN_ENV, "HUGGING_FACE_HUB_TOKEN")
+KEY_FIX = "put the key in a Secret and name it in spec.service.apiKeySecret (the pods then read it from there)"
 HUB_FIX = ("put the token in a Secret and name it in spec.model.source.hub.tokenSecret, or "
            "spec.model.source.cache.hub.tokenSecret when the operator stages the weights")
 
 
-def api_key_not_in_extra_args(c: Candidate) -> list[SpecError]:
-    return [SpecError(f"spec.engine.extraArgs[{i}]",
-                      f"{API_KEY_FLAG} would put the API key in plain text in the CR and its launcher ConfigMap: {FIX}")
-            for i, arg in enumerate(c.spec.engine.extra_args) if normalize_flag(arg) == API_KEY_FLAG]
+def not_in_extra_args(slug: str, what: str, flag: str, fix: str) -> Check:
+    """A check refusing ``flag`` (any spelling ``normalize_flag`` reads as it) in ``engine.extraArgs``."""
+    def check(c: Candidate) -> list[SpecError]:
+        return [SpecError(f"spec.engine.extraArgs[{i}]",
+                          f"{flag} would put the {what} in plain text in the CR and its launcher ConfigMap: {fix}")
+                for i, arg in enumerate(c.spec.engine.extra_args) if normalize_flag(arg) == flag]
+    check.__name__ = f"{slug}_not_in_extra_args"
+    return check
 
 
-def api_key_not_in_env(c: Candidate) -> list[SpecError]:
-    return [SpecError(f"spec.engine.env[{i}].name", f"{API_KEY_ENV} here would be the API key in plain text in the CR: "
-                                                    f"{FIX}")
-            for i, env in enumerate(c.spec.engine.env) if env.name == API_KEY_ENV]
-
-
-def hub_token_not_in_extra_args(c: Candidate) -> list[SpecError]:
-    return [SpecError(f"spec.engine.extraArgs[{i}]",
-                      f"{HUB_TOKEN_FLAG} would put the hub token in plain text in the CR and its launcher ConfigMap: "
-                      f"{HUB_FIX}")
-            for i, arg in enumerate(c.spec.engine.extra_args) if normalize_flag(arg) == HUB_TOKEN_FLAG]
-
-
-def hub_token_not_in_env(c: Candidate) -> list[SpecError]:
-    return [SpecError(f"spec.engine.env[{i}].name", f"{env.name} here would be the hub token in plain text in the CR: "
-                                                    f"{HUB_FIX}")
-            for i, env in enumerate(c.spec.engine.env) if env.name in HUB_TOKEN_ENVS]
+def not_in_env(slug: str, what: str, names: tuple[str, ...], fix: str) -> Check:
+    """A check refusing an ``engine.env`` variable named one of ``names``."""
+    def check(c: Candidate) -> list[SpecError]:
+        return [SpecError(f"spec.engine.env[{i}].name", f"{env.name} here would be the {what} in plain text in the CR: "
+                                                        f"{fix}")
+                for i, env in enumerate(c.spec.engine.env) if env.name in names]
+    check.__name__ = f"{slug}_not_in_env"
+    return check
 
 
 API_KEYS = Table("api_keys", (
-    Rule(api_key_not_in_extra_args, example(engine={"extraArgs": ["--api_key=sk-plain"]}),
+    Rule(not_in_extra_args("api_key", "API key", API_KEY_FLAG, KEY_FIX), example(engine={"extraArgs": ["--api_key=sk-plain"]}),
          cel=("api-key-not-in-extra-args",)),
-    Rule(api_key_not_in_env, example(engine={"env": [{"name": "VLLM_API_KEY", "value": "sk-plain"}]}),
+    Rule(not_in_env("api_key", "API key", (API_KEY_ENV,), KEY_FIX), example(engine={"env": [{"name": "VLLM_API_KEY", "value": "sk-plain"}]}),
          cel=("api-key-not-in-env",)),
-    Rule(hub_token_not_in_extra_args, example(engine={"extraArgs": ["--hf_token=hf_plain"]}),
+    Rule(not_in_extra_args("hub_token", "hub token", HUB_TOKEN_FLAG, HUB_FIX), example(engine={"extraArgs": ["--hf_token=hf_plain"]}),
          cel=("hub-token-not-in-extra-args",)),
-    Rule(hub_token_not_in_env, example(engine={"env": [{"name": "HUGGING_FACE_HUB_TOKEN", "value": "hf_plain"}]}),
+    Rule(not_in_env("hub_token", "hub token", (HUB_TOKEN_ENV, "HUGGING_FACE_HUB_TOKEN"), HUB_FIX), example(engine={"env": [{"name": "HUGGING_FACE_HUB_TOKEN", "value": "hf_plain"}]}),
          cel=("hub-token-not-in-env",)),
 ))
