@@ -117,6 +117,11 @@ def test_no_leaderworkerset_before_the_weights_then_engines(kube, namespace, adm
                       {"type": "Complete", "status": "True", "lastTransitionTime": "2026-12-01T11:00:00Z",
                        "lastProbeTime": "2026-12-01T11:00:00Z"}]}
         kube.patch_merge(*JOB.type_meta, namespace, j["metadata"]["name"], {"status": status}, subresource="status")
+    announced = rec.reconcile(namespace, "k3-latency")  # WeightsReady=True is written before any engine
+    assert kube.get(*LEADER_WORKER_SET.type_meta, namespace, "k3-latency-engine") is None
+    assert announced.requeue_after == 0.0
+    weights = condition(kube.get(*KIMIK3_DEPLOYMENT.type_meta, namespace, "k3-latency"), "WeightsReady")
+    assert (weights["status"], weights["reason"]) == ("True", "Staged")
     rec.reconcile(namespace, "k3-latency")
     assert kube.get(*LEADER_WORKER_SET.type_meta, namespace, "k3-latency-engine") is not None
     weights = condition(kube.get(*KIMIK3_DEPLOYMENT.type_meta, namespace, "k3-latency"), "WeightsReady")

@@ -141,6 +141,15 @@ class ObjectCache:
                 self._applied.pop(key, None)
             self._pods_stale.add((namespace, owner))
 
+    def forget_kind(self, api_version: str, kind: str) -> None:
+        """Drop every entry of a kind that was not watched until now (its CRD came after the
+        operator): what ``record_apply`` kept of it saw no watch since, so it cannot be trusted."""
+        with self._lock:
+            for key in [k for k in self._objects if k[:2] == (api_version, kind)]:
+                del self._objects[key]
+            for key in [k for k in self._applied if k[:2] == (api_version, kind)]:
+                del self._applied[key]
+
     def unchanged(self, desired: dict[str, Any], digest: str) -> bool:
         key = object_key(desired)
         with self._lock:

@@ -27,6 +27,7 @@ from typing import Any
 
 import kopf
 from aiohttp import web
+from kopf._cogs.structs.references import Insights
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kimik3.kube.kinds import CHILD_KINDS, KIMIK3_DEPLOYMENT, POD, Kind
@@ -35,6 +36,7 @@ from kimik3.controller import metrics
 from kimik3.controller.cache import ObjectCache
 from kimik3.controller.crashes import CrashReporter
 from kimik3.controller.kube import Kube, NotLeading, api_client_from_kubeconfig
+from kimik3.controller.lateapis import watch_late_apis
 from kimik3.controller.leadership import LeaderElection, LeaseTimings, default_identity
 from kimik3.controller.reconcile import Reconciler
 from kimik3.controller.recreation import GroupFailures
@@ -74,6 +76,12 @@ class WorkQueue:
         heapq.heappush(self._heap, (due, key))
         metrics.QUEUE_DEPTH.set(len(self._due))
         self._wake.set()
+
+    def add_all(self) -> None:
+        """Make every pending or running key due now (a reconciled key is always pending again:
+        every outcome but a deleted CR requeues), e.g. when a child kind became watchable."""
+        for key in [*self._due, *self._active]:
+            self.add(key)
 
     def overdue(self, now: float) -> bool:
         """Whether some key has been due for over a second (used by the liveness check)."""
@@ -160,9 +168,11 @@ class OperatorConfig:
 
 
 def build_registry(cfg: OperatorConfig, queue: WorkQueue, cache: ObjectCache,
-                   crashes: CrashReporter | None = None) -> kopf.OperatorRegistry:
+                   crashes: CrashReporter | None = None, insights: Insights | None = None) -> kopf.OperatorRegistry:
     """kopf handlers for one operator instance (a registry of its own, so tests can run several).
-    ``crashes`` reports engine container failures seen on the pod watch (crashes.py)."""
+    ``crashes`` reports engine container failures seen on the pod watch (crashes.py); with
+    ``insights`` (the one given to ``kopf.operator``) kinds whose CRD comes later are watched too
+    (lateapis.py)."""
     registry = kopf.OperatorRegistry()
     api = api_client_from_kubeconfig(cfg.kubeconfig)
 
@@ -175,8 +185,14 @@ def build_registry(cfg: OperatorConfig, queue: WorkQueue, cache: ObjectCache,
                                    scheme="Bearer" if token else None, token=token,
                                    certificate_path=c.cert_file, private_key_path=c.key_file)
 
+    late: list[asyncio.Task[None]] = []
+
+    def now_watched(kind: Kind) -> None:
+        cache.forget_kind(*kind.type_meta)
+        queue.add_all()
+
     @kopf.on.startup(registry=registry)
-    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.posting.enabled = False  # our Events are posted by the reconciler
         settings.watching.server_timeout = 300
         settings.watching.client_timeout = 330
@@ -185,9 +201,18 @@ def build_registry(cfg: OperatorConfig, queue: WorkQueue, cache: ObjectCache,
         settings.networking.request_timeout = 60
         settings.peering.standalone = True
         # Watching only given namespaces (a namespace-scoped install): no cluster-wide CRD or
-        # namespace observation, so a Role per namespace is all the RBAC it needs. CRDs installed
-        # later are then picked up at the next restart; cluster-wide, kopf watches CRDs itself.
+        # namespace observation, so a Role per namespace is all the RBAC it needs. A child kind whose
+        # CRD is installed later is watched within lateapis.PERIOD_S either way (controller/lateapis.py).
         settings.scanning.disabled = bool(cfg.namespaces)
+        if insights is not None:  # started here: kopf's re-scan needs the context kopf runs its tasks in
+            late.append(asyncio.get_running_loop().create_task(
+                watch_late_apis(api, WATCHED, insights, settings, registry, now_watched), name="kimik3 late APIs"))
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop_late_apis(**_: Any) -> None:
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
 
     @kopf.on.event(KIMIK3_DEPLOYMENT.group, KIMIK3_DEPLOYMENT.version, KIMIK3_DEPLOYMENT.plural,
                    registry=registry)
@@ -258,7 +283,8 @@ async def run_operator(cfg: OperatorConfig, stop: threading.Event | asyncio.Even
         LeaderElection(api, cfg.lease_namespace, cfg.lease_name, cfg.identity, cfg.lease_timings)
     kube = Kube(api, fence=election)
     failures = GroupFailures()
-    registry = build_registry(cfg, queue, cache, CrashReporter(kube, failures))
+    insights = Insights()  # what kopf resolved and watches; shared with controller/lateapis.py
+    registry = build_registry(cfg, queue, cache, CrashReporter(kube, failures), insights)
     reconciler = Reconciler(kube, compute_domains=cfg.compute_domains, cache=cache, policy=cfg.policy,
                             failures=failures, stager_image=cfg.stager_image)
     kopf_ready = asyncio.Event()
@@ -274,10 +300,11 @@ async def run_operator(cfg: OperatorConfig, stop: threading.Event | asyncio.Even
 
     marker = asyncio.create_task(mark_ready())
     try:
-        await kopf.operator(registry=registry, clusterwide=not cfg.namespaces, namespaces=cfg.namespaces,
-                            stop_flag=stop, ready_flag=kopf_ready, standalone=True)
+        await kopf.operator(registry=registry, insights=insights, clusterwide=not cfg.namespaces,
+                            namespaces=cfg.namespaces, stop_flag=stop, ready_flag=kopf_ready, standalone=True)
     finally:
         for task in [*workers, marker]:
             task.cancel()
         await asyncio.gather(*workers, marker, return_exceptions=True)
         await runner.cleanup()
+

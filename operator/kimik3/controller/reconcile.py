@@ -65,6 +65,8 @@ TEARDOWN_POLL_S = 3.0
 REPLACE_POLL_S = 2.0
 """Re-check this often while a reshaped LeaderWorkerSet is deleted (F15), or a group Kueue split
 across racks waits to be admitted again, seconds."""
+ANNOUNCE_S = 0.0
+"""Reconcile again at once after writing WeightsReady=True, before which no engine is applied."""
 BOUND_UNFINISHED = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 """Field selector of the pods that hold a node's GPUs (as kube-scheduler counts them)."""
 log = logging.getLogger("kimik3.reconcile")
@@ -257,7 +259,11 @@ class Reconciler:
             reason = "ComputeDomainSkipped" if warning == COMPUTE_DOMAIN_SKIPPED else "DisruptionBudgetSkipped"
             self._event_once(obj, "Warning", reason, warning)
         weights = self.staging.step(obj, admitted)
-        held = () if weights.ready else (LEADER_WORKER_SET.kind, COMPUTE_DOMAIN.kind)  # no GPU before the weights
+        # No GPU before the weights; and once staged, WeightsReady=True is written one reconcile
+        # before the first engine pod, so no reader ever sees a pod while the status says Staging.
+        announcing = weights.ready and any(c.type == ConditionType.WEIGHTS_READY and c.status == "False"
+                                           for c in stored_conditions(obj))
+        held = () if weights.ready and not announcing else (LEADER_WORKER_SET.kind, COMPUTE_DOMAIN.kind)
         applied: dict[str, dict[str, Any]] = {}
         apply_error = replacing = None
         for child in rendered.objects:
@@ -328,7 +334,7 @@ class Reconciler:
             return Result("apply-failed", None, retry=True)
         requeue = REPLACE_POLL_S if replacing or readmitting else RESYNC_READY_S if ready else RESYNC_STARTING_S
         requeue = min(requeue, rolled.requeue_after or requeue, weights.requeue_after or requeue,
-                      prepare_again or requeue)
+                      prepare_again or requeue, ANNOUNCE_S if announcing else requeue)
         return Result("applied", min(requeue, scaled.requeue_after) if scaled is not None else requeue)
 
     def _prune_launchers(self, obj: dict[str, Any], owner: Owner, objects: list[dict[str, Any]],
