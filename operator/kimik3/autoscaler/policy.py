@@ -380,11 +380,12 @@ class LatencyPolicy:
         hist = self._demand
         # A level shift: the demand moved over one window (between two windows that do not
         # overlap) by more than SHIFT times its usual relative change; a trend moves it little.
-        past = hist.until(now - window_s + 1e-6)
+        past = [(t, d) for t, d in hist if t <= now - window_s + 1e-6]
+        expected = self._expected(past, now)
         if self._shift_at is not None and now - self._shift_at < window_s:
             hist.clear()  # the window still straddles the shift: its demand moves on its own
-        elif past and past[-1] > 0:
-            r = (demand - past[-1]) / past[-1]
+        elif expected is not None and expected > 0:
+            r = (demand - expected) / expected
             sd = max(math.sqrt(self._noise), SHIFT_FLOOR)
             if abs(r) > SHIFT * sd:
                 hist.clear()
@@ -415,6 +416,17 @@ class LatencyPolicy:
         slope = max(0.0, slope - s.trend_shrink * se_b)
         accel = max(0.0, accel - s.trend_shrink * se_c)
         return self._corrected(now, demand, max(demand, level + slope * lead + accel * lead * lead))
+
+    def _expected(self, past: list[tuple[float, float]], now: float) -> float | None:
+        """The demand ``past`` (readings of windows that do not overlap the one ending ``now``)
+        expects now: its least-squares parabola carried to ``now`` once it spans half the trend
+        window (a ramp moves the demand too: a trend is no level shift), else its last reading;
+        None without any."""
+        if not past:
+            return None
+        if len(past) >= 6 and past[-1][0] - past[0][0] >= self.settings.trend_window_s / 2:
+            return _quadratic_now(past, now)[0]
+        return past[-1][1]
 
     def _corrected(self, now: float, demand: float, forecast: float) -> float:
         """``forecast`` raised by the shortfall of the forecasts made a lead time ago against the
