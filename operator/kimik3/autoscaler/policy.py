@@ -35,9 +35,10 @@ deviations of the batch (a window's quantile at the target still leaves minutes 
   outgrows its line over a 15-minute load). Scale-up uses each term shrunk by its standard error
   (noise is no trend; successive windows overlap, so the errors are scaled by sqrt(window /
   interval)) and only an upward acceleration; scale-down keeps the unshrunk trend (removing a
-  group on an upswing costs a load time to get it back). A level shift (the demand moved over
-  one window by 4x its usual relative change: a step, a burst) restarts the history: a step is
-  not a trend. The forecast is raised by its own measured shortfall (forecasts made a lead time
+  group on an upswing costs a load time to get it back). A level shift (the demand is 4x its
+  usual relative deviation away from what the readings up to one window back expect now: their
+  parabola carried forward once they span half the trend window, else the last of them; a step,
+  a burst, not a ramp's noisy reading) restarts the history: a step is not a trend. The forecast is raised by its own measured shortfall (forecasts made a lead time
   ago against the demand that came, exponentially averaged; shifts excluded).
 - Stabilization: scale-up takes the highest recommendation of ``scale_up_window_s``, scale-down
   the highest of ``scale_down_window_s`` (Kubernetes HPA semantics) at the ``scale_down_headroom``
@@ -378,8 +379,9 @@ class LatencyPolicy:
         s = self.settings
         self._window_s = window_s
         hist = self._demand
-        # A level shift: the demand moved over one window (between two windows that do not
-        # overlap) by more than SHIFT times its usual relative change; a trend moves it little.
+        # A level shift: the demand is more than SHIFT times its usual relative deviation away
+        # from what the windows that do not overlap this one expect now (their trend: compared
+        # with the last reading alone, a noisy reading on a ramp passed for a step).
         past = [(t, d) for t, d in hist if t <= now - window_s + 1e-6]
         expected = self._expected(past, now)
         if self._shift_at is not None and now - self._shift_at < window_s:
