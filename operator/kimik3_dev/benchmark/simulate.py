@@ -117,7 +117,7 @@ def peer_configurations(s: Setup) -> dict[str, dict[str, Any]]:
         if dataclasses.is_dataclass(v) and not isinstance(v, type):
             return {k: plain(x) for k, x in dataclasses.asdict(v).items()}
         return round(v, 6) if isinstance(v, float) else v
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for name in POLICIES:
         if name in ("kimik3", "optimal", "static-peak"):
             continue
