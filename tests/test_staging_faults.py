@@ -127,12 +127,16 @@ class Staged:
         return str(weights["message"])
 
     def weights(self) -> dict[str, Any]:
-        """WeightsReady after a reconcile; asserts no engine exists unless it is True."""
+        """WeightsReady after a reconcile; asserts no engine exists unless it is True, and that the
+        engines come with the next reconcile once it is (True is written one reconcile before)."""
         self.rec.reconcile(self.namespace, self.name)
         obj = self.kube.get("inference.kimik3.io/v1alpha1", "KimiK3Deployment", self.namespace, self.name)
         weights = condition(obj, "WeightsReady")
         lws = self.kube.get(*LEADER_WORKER_SET.type_meta, self.namespace, f"{self.name}-engine")
-        assert (lws is not None) == (weights["status"] == "True"), weights
+        assert lws is None or weights["status"] == "True", weights
+        if weights["status"] == "True" and lws is None:
+            self.rec.reconcile(self.namespace, self.name)
+            assert self.kube.get(*LEADER_WORKER_SET.type_meta, self.namespace, f"{self.name}-engine") is not None
         return weights
 
 
