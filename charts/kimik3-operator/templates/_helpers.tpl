@@ -135,11 +135,15 @@ create (seen here: "cannot create resource computedomains"); nothing is ever upd
 {{- end }}
 
 {{/*
-Cluster-wide only. Nothing on CustomResourceDefinitions: a kind whose CRD is installed after the
-operator (the Gateway API, the Prometheus Operator) is found by a discovery look-up, which every
-authenticated user may make (operator/kimik3/controller/lateapis.py).
+Cluster-wide only: kopf watches CustomResourceDefinitions to start watching a kind whose CRD is
+installed (or changed) after the operator started, e.g. the Gateway API or the Prometheus
+Operator installed later. Read-only. A namespace-scoped install turns this observation off.
 */}}
 {{- define "kimik3-operator.clusterRules" -}}
+# kopf's CRD observation (cluster-wide installs only): kinds whose CRD appears after start get watched.
+- apiGroups: ["apiextensions.k8s.io"]
+  resources: ["customresourcedefinitions"]
+  verbs: ["list", "watch"]
 # Placement kueue, only while Kueue finds no rack for a group (cluster-wide installs only): the
 # nodes are listed to name the largest free block of trays in ScalingLimited NoRackFits.
 - apiGroups: [""]

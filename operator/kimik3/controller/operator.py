@@ -200,10 +200,10 @@ def build_registry(cfg: OperatorConfig, queue: WorkQueue, cache: ObjectCache,
         settings.watching.reconnect_backoff = 1.0
         settings.networking.request_timeout = 60
         settings.peering.standalone = True
-        # No CRD or namespace observation by kopf (it needs list/watch on CRDs, and can miss a CRD
-        # installed later): a child kind whose CRD comes later is watched within lateapis.PERIOD_S by
-        # a discovery look-up, open to every user (controller/lateapis.py).
-        settings.scanning.disabled = True
+        # Watching only given namespaces (a namespace-scoped install): no cluster-wide CRD or
+        # namespace observation, so a Role per namespace is all the RBAC it needs. A child kind whose
+        # CRD is installed later is watched within lateapis.PERIOD_S either way (controller/lateapis.py).
+        settings.scanning.disabled = bool(cfg.namespaces)
         if insights is not None:  # started here: kopf's re-scan needs the context kopf runs its tasks in
             late.append(asyncio.get_running_loop().create_task(
                 watch_late_apis(api, WATCHED, insights, settings, registry, now_watched), name="kimik3 late APIs"))
