@@ -5,7 +5,9 @@
     python bench/autoscaler.py         # from the repository root; same as `kimik3 simulate`
 
 Runs seeds 0-4 of every trace by default (``--seed 1``, ``--seed 0-2``; ``-j 2`` for two
-processes). Prints the table (min / mean over the seeds) and the goals missed, writes
+processes; ``--policy kimik3 --keep-others`` re-runs ours and the optimum only, every other policy
+keeping its figures per trace and seed from the existing results file: valid while their code
+and settings are unchanged). Prints the table (min / mean over the seeds) and the goals missed, writes
 bench/results/autoscaler.json::
 
     {"run": {date, commit, seeds, jobs, recipe, target_s, peers: {policy: settings}, wall_s, cpu_s},

@@ -227,6 +227,28 @@ def test_a_past_step_is_not_extrapolated_but_a_sustained_ramp_is():
     assert ramp._predicted_demand(600, 14_000, 120) == pytest.approx(14_000 + 10 * 630, rel=1e-6)
 
 
+def test_a_noisy_reading_on_a_ramp_is_measured_against_the_trend_not_taken_for_a_step():
+    """A slow ramp (4 tok/s per s) with a +-2% wobble; one reading 6% under the trend, the one a
+    window later 8% over it: 19% apart, over 4x the usual change between two readings, yet 8%
+    from what the trend expects now. The history is kept (diurnal seed 2 of the benchmark lost its
+    forecast for 15 minutes at the trough's turn this way); a real step from the same history is
+    still one."""
+    def run(last: float) -> tuple[LatencyPolicy, float]:
+        p = policy(lead_s=600, trend_window_s=1200, correct_gain=0)
+        wobble = (1.0, 1.02, 0.98)
+        f = 0.0
+        for i, t in enumerate(range(0, 1230, 30)):
+            factor = {1080: 0.94, 1200: last}.get(t, wobble[i % 3])
+            f = p._predicted_demand(t, (10_000 + 4 * t) * factor, 120)
+        return p, f
+    noisy, forecast = run(1.08)
+    assert noisy._shift_at is None
+    assert forecast > 1.05 * (10_000 + 4 * 1200) * 1.08  # the ramp still carried a lead time ahead
+    step, forecast = run(1.5)
+    assert step._shift_at == 1200 and step._shift_up
+    assert forecast == pytest.approx((10_000 + 4 * 1200) * 1.5)  # a step is not extrapolated
+
+
 def test_an_accelerating_ramp_is_bent_upward_once_the_history_spans_the_window():
     """Over the full trend window the forecast is a parabola: a ramp that accelerates (a day's
     rise from its trough) outgrows its line over a 15-minute load time."""

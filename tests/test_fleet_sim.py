@@ -305,6 +305,26 @@ def test_goal_misses_name_the_trace_seed_and_figures(setup):
         "steady seed 3: hpa beats kimik3 on both (99.0% at 11.0 GPU-h against 98.0% at 11.5)"]
 
 
+def test_a_partial_rerun_keeps_the_other_policies_figures_per_trace_and_seed():
+    """``--policy kimik3 --keep-others``: ours and the optimum re-run, every other policy's figures
+    for the same trace and seed come from the previous results file, its ratio against the new
+    optimum; the goals then compare every policy."""
+    trace = traces.steady(rate=6, duration_s=300)
+    summary = {"kimik3": {"slo_attainment": 0.98, "gpu_hours": 11.5, "gpu_hours_x_optimum": 1.15},
+               "optimal": {"slo_attainment": 1.0, "gpu_hours": 10.0, "gpu_hours_x_optimum": 1.0}}
+    run = benchmark.TraceRun(trace, 3, [], {}, summary, 0.0)
+    previous = {"run": {"date": "2026-12-01T16:28:51Z", "commit": "1e0c515"},
+                "traces": {"steady": {"hpa": {"seeds": {"3": {"slo_attainment": 0.99, "gpu_hours": 11.0,
+                                                              "gpu_hours_x_optimum": 1.2}}},
+                                      "kimik3": {"seeds": {"3": {"slo_attainment": 0.5, "gpu_hours": 1.0}}}}}}
+    kept = benchmark.keep_others([run], previous)
+    assert kept == {"hpa": {"date": "2026-12-01T16:28:51Z", "commit": "1e0c515", "seeds": {"steady": [3]}}}
+    assert run.summary["hpa"] == {"slo_attainment": 0.99, "gpu_hours": 11.0, "gpu_hours_x_optimum": 1.1}
+    assert run.summary["kimik3"]["gpu_hours"] == 11.5  # what ran is not overwritten
+    assert benchmark.goal_misses([run])[-1] == \
+        "steady seed 3: hpa beats kimik3 on both (99.0% at 11.0 GPU-h against 98.0% at 11.5)"
+
+
 def test_seeds_are_read_as_numbers_ranges_and_lists():
     assert benchmark.parse_seeds("0-4") == (0, 1, 2, 3, 4)
     assert benchmark.parse_seeds("3") == (3,)

@@ -51,3 +51,4 @@ def test_httproute_crd_installed_after_the_operator_is_watched(control_plane, ku
                           r["metadata"]["uid"] != route["metadata"]["uid"] and r, HEAL_S,
                           "the deleted HTTPRoute recreated by its watch")
         assert [p["name"] for p in healed["spec"]["parentRefs"]] == ["gw"]
+

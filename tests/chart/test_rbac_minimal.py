@@ -44,7 +44,10 @@ Scenario (one fresh namespace each run), in order:
   teardown <step>      deleting the CR deletes the LeaderWorkerSet, then the ComputeDomain, then
                        releases the CR
 The "late CRD" variant deletes the HTTPRoute CRD before the operator starts and installs it again
-after: "heal HTTPRoute" then needs kopf's observation of CRDs.
+after ("heal HTTPRoute" then needs the operator's look-up of kinds served late,
+controller/lateapis.py, or kopf's CRD watch), and at the end deletes it again:
+  survive CRD removal  the operator stops that watch and keeps running (without its CRD watch,
+                       kopf's watcher fails on the kind's 404 and the operator exits)
 """
 
 from __future__ import annotations
@@ -71,7 +74,7 @@ from kimik3_dev.devcluster.controlplane import ControlPlane
 from kimik3_dev.devcluster.rbac import request_token, write_token_kubeconfig
 from kimik3_dev.devcluster.thirdparty import thirdparty_crd_paths
 
-from support.cluster import CR, LWS, apply, condition, make_namespace, metric, metric_samples
+from support.cluster import CR, LWS, apply, condition, http_status, make_namespace, metric, metric_samples
 from support.recipes import recipe
 from support.rendering import launcher_name
 from support.waiting import WaitTimeout, wait_for
@@ -157,8 +160,8 @@ EXPECTED: dict[tuple[str, str], str] = {
         ("persistentvolumeclaims", ("get", "create", "patch")), ("jobs", ("get", "create", "patch")),
         ("serviceaccounts", ("create", "patch")), ("roles", ("create", "patch")),
         ("rolebindings", ("create", "patch"))) for verb in verbs},
-    ("customresourcedefinitions", "list"): "heal HTTPRoute",
-    ("customresourcedefinitions", "watch"): "heal HTTPRoute",
+    ("customresourcedefinitions", "list"): "survive CRD removal",
+    ("customresourcedefinitions", "watch"): "survive CRD removal",
 }
 LATE_CRD_RULES = {("customresourcedefinitions", "list"), ("customresourcedefinitions", "watch")}
 PREPARE_WINDOW_S = HEAL_WINDOW_S + 2 * PREPARE_POLL_S
@@ -559,6 +562,8 @@ def run_scenario(args: list[str], kubeconfig: Path, kube: Kube, admin_api: clien
             time.sleep(2)  # kopf's CRD watch re-scans the group
         try:
             scenario(kube, client.CoreV1Api(admin_api), namespace, lease)
+            if late_crd:
+                survive_crd_removal(ext, op)
             return None, op.log()
         except Broken as broken:
             return broken.behaviour, f"{broken}\n--- operator log ---\n{op.log()[-4000:]}"
@@ -568,6 +573,23 @@ def run_scenario(args: list[str], kubeconfig: Path, kube: Kube, admin_api: clien
         if late_crd and HTTPROUTE_CRD not in {c.metadata.name for c in ext.list_custom_resource_definition().items}:
             assert cp is not None
             cp.apply_crds([thirdparty_crd_paths()["HTTPRoute"]])
+
+
+SURVIVE_S = 10.0
+"""The operator must still be running and healthy this long after a watched kind's CRD is deleted
+(kopf's failed watcher stopped it ~3 s after the deletion when it had no CRD watch)."""
+
+
+def survive_crd_removal(ext: client.ApiextensionsV1Api, op: OperatorProcess) -> None:
+    ext.delete_custom_resource_definition(HTTPROUTE_CRD)
+    deadline = time.monotonic() + SURVIVE_S
+    while time.monotonic() < deadline:
+        if op.proc is None or op.proc.poll() is not None or http_status(f"{op.url}/healthz", timeout=2) != 200:
+            raise Broken("survive CRD removal", f"the operator stopped or is unhealthy after the HTTPRoute CRD "
+                         f"was deleted:\n{op.log()[-3000:]}")
+        time.sleep(0.5)
+    wait_for(lambda: HTTPROUTE_CRD not in {c.metadata.name for c in ext.list_custom_resource_definition().items},
+             30, "HTTPRoute CRD deleted")  # gone, so the caller's cleanup installs it again
 
 
 HARNESS_ERROR = "harness error"

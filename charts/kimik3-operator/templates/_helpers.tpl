@@ -135,9 +135,10 @@ create (seen here: "cannot create resource computedomains"); nothing is ever upd
 {{- end }}
 
 {{/*
-Cluster-wide only: kopf watches CustomResourceDefinitions to start watching a kind whose CRD is
-installed (or changed) after the operator started, e.g. the Gateway API or the Prometheus
-Operator installed later. Read-only. A namespace-scoped install turns this observation off.
+Cluster-wide only: kopf watches CustomResourceDefinitions to stop watching a kind whose CRD is
+deleted (without it, its failed watch stops the operator) and to start watching one installed
+after the operator (the Gateway API, the Prometheus Operator; also found by the operator's own
+discovery look-up, controller/lateapis.py). Read-only. A namespace-scoped install goes without.
 */}}
 {{- define "kimik3-operator.clusterRules" -}}
 # kopf's CRD observation (cluster-wide installs only): kinds whose CRD appears after start get watched.

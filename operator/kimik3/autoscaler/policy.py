@@ -35,9 +35,10 @@ deviations of the batch (a window's quantile at the target still leaves minutes 
   outgrows its line over a 15-minute load). Scale-up uses each term shrunk by its standard error
   (noise is no trend; successive windows overlap, so the errors are scaled by sqrt(window /
   interval)) and only an upward acceleration; scale-down keeps the unshrunk trend (removing a
-  group on an upswing costs a load time to get it back). A level shift (the demand moved over
-  one window by 4x its usual relative change: a step, a burst) restarts the history: a step is
-  not a trend. The forecast is raised by its own measured shortfall (forecasts made a lead time
+  group on an upswing costs a load time to get it back). A level shift (the demand is 4x its
+  usual relative deviation away from what the readings up to one window back expect now: their
+  parabola carried forward once they span half the trend window, else the last of them; a step,
+  a burst, not a ramp's noisy reading) restarts the history: a step is not a trend. The forecast is raised by its own measured shortfall (forecasts made a lead time
   ago against the demand that came, exponentially averaged; shifts excluded).
 - Stabilization: scale-up takes the highest recommendation of ``scale_up_window_s``, scale-down
   the highest of ``scale_down_window_s`` (Kubernetes HPA semantics) at the ``scale_down_headroom``
@@ -378,13 +379,15 @@ class LatencyPolicy:
         s = self.settings
         self._window_s = window_s
         hist = self._demand
-        # A level shift: the demand moved over one window (between two windows that do not
-        # overlap) by more than SHIFT times its usual relative change; a trend moves it little.
-        past = hist.until(now - window_s + 1e-6)
+        # A level shift: the demand is more than SHIFT times its usual relative deviation away
+        # from what the windows that do not overlap this one expect now (their trend: compared
+        # with the last reading alone, a noisy reading on a ramp passed for a step).
+        past = [(t, d) for t, d in hist if t <= now - window_s + 1e-6]
+        expected = self._expected(past, now)
         if self._shift_at is not None and now - self._shift_at < window_s:
             hist.clear()  # the window still straddles the shift: its demand moves on its own
-        elif past and past[-1] > 0:
-            r = (demand - past[-1]) / past[-1]
+        elif expected is not None and expected > 0:
+            r = (demand - expected) / expected
             sd = max(math.sqrt(self._noise), SHIFT_FLOOR)
             if abs(r) > SHIFT * sd:
                 hist.clear()
@@ -415,6 +418,17 @@ class LatencyPolicy:
         slope = max(0.0, slope - s.trend_shrink * se_b)
         accel = max(0.0, accel - s.trend_shrink * se_c)
         return self._corrected(now, demand, max(demand, level + slope * lead + accel * lead * lead))
+
+    def _expected(self, past: list[tuple[float, float]], now: float) -> float | None:
+        """The demand ``past`` (readings of windows that do not overlap the one ending ``now``)
+        expects now: its least-squares parabola carried to ``now`` once it spans half the trend
+        window (a ramp moves the demand too: a trend is no level shift), else its last reading;
+        None without any."""
+        if not past:
+            return None
+        if len(past) >= 6 and past[-1][0] - past[0][0] >= self.settings.trend_window_s / 2:
+            return _quadratic_now(past, now)[0]
+        return past[-1][1]
 
     def _corrected(self, now: float, demand: float, forecast: float) -> float:
         """``forecast`` raised by the shortfall of the forecasts made a lead time ago against the

@@ -202,7 +202,9 @@ def build_registry(cfg: OperatorConfig, queue: WorkQueue, cache: ObjectCache,
         settings.peering.standalone = True
         # Watching only given namespaces (a namespace-scoped install): no cluster-wide CRD or
         # namespace observation, so a Role per namespace is all the RBAC it needs. A child kind whose
-        # CRD is installed later is watched within lateapis.PERIOD_S either way (controller/lateapis.py).
+        # CRD is installed later is watched within lateapis.PERIOD_S either way (controller/lateapis.py);
+        # a watched kind's CRD deleted stops kopf's watch cleanly only with the CRD observation: a
+        # namespace-scoped operator exits then (its watcher fails on the 404) and is restarted.
         settings.scanning.disabled = bool(cfg.namespaces)
         if insights is not None:  # started here: kopf's re-scan needs the context kopf runs its tasks in
             late.append(asyncio.get_running_loop().create_task(

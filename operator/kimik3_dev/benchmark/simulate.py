@@ -117,7 +117,7 @@ def peer_configurations(s: Setup) -> dict[str, dict[str, Any]]:
         if dataclasses.is_dataclass(v) and not isinstance(v, type):
             return {k: plain(x) for k, x in dataclasses.asdict(v).items()}
         return round(v, 6) if isinstance(v, float) else v
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for name in POLICIES:
         if name in ("kimik3", "optimal", "static-peak"):
             continue
@@ -313,6 +313,27 @@ def table(runs: list[TraceRun], target_s: float) -> str:
     return "\n".join(lines)
 
 
+def keep_others(runs: list[TraceRun], doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A partial re-run (``--policy kimik3 --keep-others``): every policy of ``POLICIES`` not run
+    this time takes its figures for the same trace and seed from ``doc`` (a results file, as
+    ``write_json`` writes it), its ``gpu_hours_x_optimum`` recomputed against this run's optimum,
+    so that the table and the goals compare every policy. Valid while the kept policies' code and
+    settings did not change since ``doc`` was written. Returns what was kept, per policy:
+    ``{"date", "commit", "seeds": {trace: [seed, ...]}}`` of ``doc``."""
+    kept: dict[str, dict[str, Any]] = {}
+    old, when = doc.get("traces", {}), doc.get("run", {})
+    for run in runs:
+        opt = run.summary.get("optimal", {}).get("gpu_hours")
+        for name in POLICIES:
+            figures = old.get(run.trace.name, {}).get(name, {}).get("seeds", {}).get(str(run.seed))
+            if name in run.summary or figures is None:
+                continue
+            run.summary[name] = dict(figures, gpu_hours_x_optimum=round(figures["gpu_hours"] / opt, 4) if opt else None)
+            entry = kept.setdefault(name, {"date": when.get("date"), "commit": when.get("commit"), "seeds": {}})
+            entry["seeds"].setdefault(run.trace.name, []).append(run.seed)
+    return kept
+
+
 def write_json(runs: list[TraceRun], path: Path, meta: dict[str, Any] | None = None) -> None:
     """``{"run": meta, "goal_misses": [...], "traces": by_trace(runs)}`` (bench/autoscaler.py)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -416,7 +437,7 @@ def _one(recipe: str, trace: Trace, policies: tuple[str, ...], seed: int) -> Tra
 
 def run_all(recipe: str = RECIPE, out_dir: Path = Path("bench/results"), traces: list[Trace] | None = None,
             policies: tuple[str, ...] = POLICIES, seeds: tuple[int, ...] = SEEDS, plots: bool = True,
-            jobs: int = 1, log: Callable[[str], None] = print) -> list[TraceRun]:
+            jobs: int = 1, log: Callable[[str], None] = print, keep: bool = False) -> list[TraceRun]:
     """Every policy on every trace and seed; prints the table and the goals missed, writes
     ``out_dir/autoscaler.json`` and the PNGs (time series of the first seed per trace, and the
     spread over seeds). ``jobs`` > 1 runs (trace, seed) pairs in that many processes."""
@@ -426,10 +447,18 @@ def run_all(recipe: str = RECIPE, out_dir: Path = Path("bench/results"), traces:
     pairs = [(trace, seed) for seed in seeds for trace in traces or all_traces()]
     runs: list[TraceRun] = []
 
+    path = out_dir / "autoscaler.json"
+    previous = json.loads(path.read_text(encoding="utf-8")) if keep and path.exists() else {}
+    kept: dict[str, dict[str, Any]] = {}
+
     def done(run: TraceRun) -> None:
         runs.append(run)
+        for name, entry in keep_others([run], previous).items():
+            kept.setdefault(name, {**entry, "seeds": {}})
+            for trace, got in entry["seeds"].items():
+                kept[name]["seeds"].setdefault(trace, []).extend(got)
         log(f"  {run.trace.name} seed {run.seed}: {run.seconds:.0f} s")
-        write_json(runs, out_dir / "autoscaler.json", _meta(s, recipe, seeds, jobs, t0, c0, commit, complete=False))
+        write_json(runs, path, _meta(s, recipe, seeds, jobs, t0, c0, commit, complete=False, kept=kept))
 
     if jobs > 1:
         from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -444,8 +473,8 @@ def run_all(recipe: str = RECIPE, out_dir: Path = Path("bench/results"), traces:
     log(table(runs, s.target_s))
     misses = goal_misses(runs)
     log("goals: all met" if not misses else "goals missed:\n  " + "\n  ".join(misses))
-    meta = _meta(s, recipe, seeds, jobs, t0, c0, commit, complete=True)
-    write_json(runs, out_dir / "autoscaler.json", meta)
+    meta = _meta(s, recipe, seeds, jobs, t0, c0, commit, complete=True, kept=kept)
+    write_json(runs, path, meta)
     log(f"wrote {out_dir / 'autoscaler.json'}")
     if plots:
         try:
@@ -490,15 +519,19 @@ def tune_peers(recipe: str = RECIPE, out_dir: Path = Path("bench/results"), jobs
 
 
 def _meta(s: Setup, recipe: str, seeds: tuple[int, ...], jobs: int, t0: float, c0: float, commit: str | None,
-          complete: bool) -> dict[str, Any]:
+          complete: bool, kept: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The results file's ``run``: when, the commit it started on, the peers' settings, wall and
-    CPU seconds so far (this process and its workers), and whether every (trace, seed) pair is in."""
+    CPU seconds so far (this process and its workers), whether every (trace, seed) pair is in, and
+    the policies kept from the previous file (``keep_others``; absent when none)."""
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "commit": commit, "seeds": list(seeds), "jobs": jobs, "recipe": recipe,
             "target_s": s.target_s, "peers": peer_configurations(s), "complete": complete,
             "wall_s": round(time.monotonic() - t0, 1),
             "cpu_s": round(time.process_time() - c0 + children.ru_utime + children.ru_stime, 1)}
+    if kept:
+        meta["kept"] = kept
+    return meta
 
 
 def _commit() -> str | None:
@@ -553,11 +586,15 @@ def _seeds_option(ctx: click.Context, param: click.Parameter, value: tuple[str, 
 @click.option("-j", "--jobs", default=1, show_default=True, type=click.IntRange(min=1),
               help="Run the (trace, seed) pairs in this many processes.")
 @click.option("--no-plots", is_flag=True, help="Skip the PNGs.")
+@click.option("--keep-others", "keep", is_flag=True,
+              help="With --policy: the policies not run keep their figures per trace and seed from the existing "
+                   "OUTPUT_DIR/autoscaler.json (their code and settings unchanged since), so the table and goals "
+                   "compare every policy.")
 @click.option("--tune-peers", "tune", is_flag=True,
               help="Instead: run the peers' settings grid (benchmark/peers.py) on its one trace and seed.")
 def simulate_command(filename: str, output_dir: str, trace_names: tuple[str, ...], trace_file: Path | None,
                      time_compression: float, copies: int, seeds: tuple[int, ...], policy_names: tuple[str, ...],
-                     jobs: int, no_plots: bool, tune: bool) -> None:
+                     jobs: int, no_plots: bool, keep: bool, tune: bool) -> None:
     """Run every autoscaling policy on every request trace and seed through a simulated fleet;
     print the table (min / mean over the seeds) and the goals missed, write
     OUTPUT_DIR/autoscaler.json and the PNGs."""
@@ -576,4 +613,5 @@ def simulate_command(filename: str, output_dir: str, trace_names: tuple[str, ...
     if not traces:
         raise click.ClickException(f"no trace named {', '.join(trace_names)}")
     policies = tuple(p for p in POLICIES if not policy_names or p in policy_names or p == "optimal")
-    run_all(filename, Path(output_dir), traces, policies, seeds=seeds, plots=not no_plots, jobs=jobs, log=click.echo)
+    run_all(filename, Path(output_dir), traces, policies, seeds=seeds, plots=not no_plots, jobs=jobs, log=click.echo,
+            keep=keep)
