@@ -23,6 +23,7 @@ from kubernetes import client
 from kimik3.api.v1alpha1 import GroupStatus
 from kimik3.controller.groups import group_statuses, kueue_changes
 from kimik3.controller.kube import Kube
+from kimik3.controller.readmit import awaits_kueue, readmissions
 from kimik3.kube.workloads import state
 from kimik3.topology.capacity import Domain, Pool, best_fit, domains, largest_free_block
 from kimik3_dev.devcluster import kueue
@@ -37,7 +38,8 @@ PREEMPTED_MESSAGE = ("Preempted to accommodate a workload (UID: 9f1c, JobUID: 77
 
 
 def workload(index: int, *conditions: dict[str, Any], uid: str = "u") -> dict[str, Any]:
-    return {"metadata": {"name": f"leaderworkerset-k3-latency-engine-{index}-x", "labels": {"kueue.x-k8s.io/job-uid": uid},
+    return {"metadata": {"name": f"leaderworkerset-k3-latency-engine-{index}-x", "uid": f"uid-{index}",
+                         "labels": {"kueue.x-k8s.io/job-uid": uid},
                          "annotations": {"kueue.x-k8s.io/component-workload-index": str(index)}},
             "status": {"conditions": list(conditions)}}
 
@@ -255,36 +257,64 @@ def test_the_capacity_model_places_groups_as_kueue_did_on_the_dev_cluster() -> N
     assert full.why_not("a", 2, 8) == "topology" and full.groups_that_fit("a", 2, 8) == 0
 
 
-def test_a_group_kueue_split_across_racks_is_evicted_and_admitted_again(operator, kube, admin_api, namespace,
-                                                                         kueue_crds, racks) -> None:
-    """kueue#6957 as bench/soak.py met it: after a tray failure Kueue's node replacement put a TP8
-    group's worker in another rack than its leader. The operator deactivates the group's Workload
-    (Kueue evicts it and gates its pods again), then activates it once Kueue says it is evicted."""
+RACKS = {"a-0": "a", "a-1": "a", "b-0": "b"}
+"""Trays and their racks for the pure readmission checks."""
+UNHEALTHY = {"unhealthyNodes": [{"name": "a-1"}]}
+
+
+def test_readmission_deletes_a_split_or_failed_tray_groups_admitted_workload_only() -> None:
+    """kueue#6957 as bench/soak.py met it: the Workload of a group split across racks, or listing a
+    failed tray, is deleted (never toggled: Kueue skips an admitted Workload with unhealthy nodes)."""
+    split = [pod(0, 0, "a-0"), pod(0, 1, "b-0")]
+    whole = [pod(0, 0, "a-0"), pod(0, 1, "a-1")]
+    (step,) = readmissions([workload(0, ADMITTED)], split, RACKS)
+    assert (step.workload, step.uid) == ("leaderworkerset-k3-latency-engine-0-x", "uid-0")
+    assert step.event[:2] == ("Warning", "GroupSplitAcrossRacks")
+    assert step.event[2].startswith("group 0: Kueue placed its pods in racks a and b")
+    assert readmissions([workload(0, ADMITTED)], whole, RACKS) == []
+    failed = {**workload(0, ADMITTED), "status": {"conditions": [ADMITTED], **UNHEALTHY}}
+    (step,) = readmissions([failed], [pod(0, 0), pod(0, 1)], RACKS)
+    assert step.event[:2] == ("Warning", "GroupTrayFailed") and "its tray a-1 failed" in step.event[2]
+    # not admitted (Kueue evicted it, or a fresh one waits), or already being deleted: left to Kueue
+    assert readmissions([workload(0, EVICTED_NODES)], split, RACKS) == []
+    assert readmissions([{**failed, "status": {"conditions": [NO_RACK], **UNHEALTHY}}], [], RACKS) == []
+    deleting = {**failed, "metadata": {**failed["metadata"], "deletionTimestamp": "2026-12-01T00:00:00Z"}}
+    assert readmissions([deleting], split, RACKS) == []
+    # a terminating pod in the other rack does not split the group
+    leaving = {**pod(0, 1, "b-0"), "metadata": {**pod(0, 1, "b-0")["metadata"], "deletionTimestamp": "x"}}
+    assert readmissions([workload(0, ADMITTED)], [pod(0, 0, "a-0"), leaving], RACKS) == []
+
+
+def test_an_admitted_group_with_a_pod_off_its_trays_is_checked_again_soon() -> None:
+    assert awaits_kueue([workload(0, ADMITTED)], [pod(0, 0, "a-0"), pod(0, 1)])
+    assert not awaits_kueue([workload(0, ADMITTED)], [pod(0, 0, "a-0"), pod(0, 1, "a-1")])
+    assert not awaits_kueue([workload(0, NO_RACK)], [pod(0, 0), pod(0, 1)])  # pod events drive that wait
+
+
+def test_a_group_kueue_split_or_left_on_a_failed_tray_gets_a_fresh_workload(operator, kube, admin_api, namespace,
+                                                                           kueue_crds, racks) -> None:
+    """On a real API server: the operator deletes the split group's Workload (Kueue then deletes the
+    group's pods and creates a fresh Workload, admitted whole) and says why; the same for a Workload
+    that lists a failed tray, found by the operator's poll while a pod of the group is off its trays."""
     core = client.CoreV1Api(admin_api)
-    apply(kube, recipe(replicas=1, scheduling={"placement": {"mode": "kueue", "queueName": "default"}}), namespace)
+    apply(kube, recipe(replicas=2, scheduling={"placement": {"mode": "kueue", "queueName": "default"}}), namespace)
     reconciled(kube, namespace, "k3-latency")
     lws_uid = kube.get(*LWS, namespace, "k3-latency-engine")["metadata"]["uid"]
     put_workload(kube, namespace, lws_uid, 0, ADMITTED)
-    name = f"leaderworkerset-k3-latency-engine-0-{lws_uid[:5]}"
-    for body in (pod(0, 0, f"{racks}-a-0"), pod(0, 1, f"{racks}-b-0")):
+    put_workload(kube, namespace, lws_uid, 1, ADMITTED)
+    name = f"leaderworkerset-k3-latency-engine-{{}}-{lws_uid[:5]}"
+    for body in (pod(0, 0, f"{racks}-a-0"), pod(0, 1, f"{racks}-b-0"), pod(1, 0, f"{racks}-a-1"), pod(1, 1)):
         core.create_namespaced_pod(namespace, {"metadata": body["metadata"], "spec": body["spec"]})
-    deactivated = wait_for(lambda: (w := kube.get(kueue.API_VERSION, "Workload", namespace, name))["spec"].get("active")
-                           is False and w, 30, "the split group's Workload deactivated")
-    assert deactivated["metadata"]["annotations"]["inference.kimik3.io/readmit"] == f"{racks}-a and {racks}-b"
+    wait_for(lambda: kube.get(kueue.API_VERSION, "Workload", namespace, name.format(0)) is None, 30,
+             "the split group's Workload deleted")
     (message,) = wait_for(lambda: events(admin_api, namespace, "GroupSplitAcrossRacks"), 10, "the Event")
     assert message.startswith(f"group 0: Kueue placed its pods in racks {racks}-a and {racks}-b")
-    # what Kueue does then: evicts it (reason Deactivated) and its pods come back gated
-    evicted = {"type": "Evicted", "status": "True", "reason": "Deactivated", "message": "The workload is deactivated"}
-    put_workload(kube, namespace, lws_uid, 0, evicted, {"type": "QuotaReserved", "status": "True",
-                                                        "reason": "QuotaReserved", "message": "Quota reserved"})
-    nudge(kube, namespace, 0)
-    time.sleep(3)  # reconciles at least once (it polls every 2 s while a group waits to be re-admitted)
-    # Kueue still clears the old admission and the old pods hold their trays: not yet
-    assert kube.get(kueue.API_VERSION, "Workload", namespace, name)["spec"]["active"] is False
-    put_workload(kube, namespace, lws_uid, 0, evicted)  # admission cleared
-    for worker in ("0", "0-1"):
-        core.delete_namespaced_pod(f"k3-latency-engine-{worker}", namespace, grace_period_seconds=0)
-    active = wait_for(lambda: (w := kube.get(kueue.API_VERSION, "Workload", namespace, name))["spec"].get("active")
-                      is True and w, 30, "the Workload activated again")
-    assert "inference.kimik3.io/readmit" not in (active["metadata"].get("annotations") or {})
-    assert len(events(admin_api, namespace, "GroupSplitAcrossRacks")) == 1
+    # group 1 is whole but one pod is off its trays: no change, until Kueue lists a failed tray
+    time.sleep(3)
+    assert kube.get(kueue.API_VERSION, "Workload", namespace, name.format(1)) is not None
+    kube.patch_merge(kueue.API_VERSION, "Workload", namespace, name.format(1),
+                     {"status": {"unhealthyNodes": [{"name": f"{racks}-a-2"}]}}, subresource="status")
+    wait_for(lambda: kube.get(kueue.API_VERSION, "Workload", namespace, name.format(1)) is None, 15,
+             "the Workload listing a failed tray deleted (the operator polls it)")
+    (message,) = wait_for(lambda: events(admin_api, namespace, "GroupTrayFailed"), 10, "the Event")
+    assert message.startswith(f"group 1: its tray {racks}-a-2 failed")

@@ -101,11 +101,11 @@ create (seen here: "cannot create resource computedomains"); nothing is ever upd
   resources: ["pods"]
   verbs: ["list", "watch"]
 # Kueue placement: each group's Workload, listed for why a group waits (QuotaExhausted, NoRackFits,
-# Preempted in ScalingLimited) and patched (spec.active off, then on) to have Kueue admit a group
-# it split across racks again whole (kueue#6957, controller/readmit.py).
+# Preempted in ScalingLimited) and deleted when Kueue split its group across racks or lists a failed
+# tray, for Kueue to create it again and admit the group whole (kueue#6957, controller/readmit.py).
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads"]
-  verbs: ["list", "patch"]
+  verbs: ["list", "delete"]
 # Weight staging (spec.model.source.cache with hub): the model cache's and compile cache's claims
 # (read first, created once by server-side apply, never changed or deleted: they outlive
 # deployments); one Job per repository and revision, read for its progress annotation and

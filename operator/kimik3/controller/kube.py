@@ -112,11 +112,14 @@ class Kube:
         return self._call("PATCH", path, body=obj, query=query, content_type="application/apply-patch+yaml")
 
     def delete(self, api_version: str, kind: str, namespace: str, name: str,
-               propagation: str = "Background") -> bool:
-        """Delete; False when it was already gone."""
+               propagation: str = "Background", uid: str = "") -> bool:
+        """Delete (only the object of that ``uid`` when given: a 409 Conflict otherwise); False
+        when it was already gone."""
+        body: dict[str, Any] = {"propagationPolicy": propagation}
+        if uid:
+            body["preconditions"] = {"uid": uid}
         try:
-            self._call("DELETE", _path(api_version, kind, namespace, name),
-                       body={"propagationPolicy": propagation})
+            self._call("DELETE", _path(api_version, kind, namespace, name), body=body)
             return True
         except ApiException as exc:
             if exc.status == 404:

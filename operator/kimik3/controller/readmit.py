@@ -1,22 +1,25 @@
-"""Placement kueue: a group Kueue split across racks is evicted and admitted again whole.
+"""Placement kueue: a group whose tray failed is admitted again by Kueue, whole, into one rack.
 
-Seen on the dev cluster (bench/soak.py, tray faults; Kueue v0.17.0, kubernetes-sigs/kueue#6957):
-when the tray of a group's worker fails, Kueue's failed-node replacement (feature gate
-``TASFailedNodeReplacement``, on by default) looks for a new node for that pod set alone. A TP8
-group's worker pod set has one pod, so the replacement is bound to no domain
-(``requiredReplacementDomain`` in ``pkg/cache/scheduler/tas_flavor_snapshot.go``: "the faulty
-node was the only one in the assignment") and may land in another rack than its leader: the group
-spans two NVLink domains and cannot run. Kueue never corrects it.
+Seen on the dev cluster (bench/soak.py, tray faults; Kueue v0.17.0, kubernetes-sigs/kueue#6957).
+When a tray of an admitted group fails, Kueue's node controller lists it in the Workload's
+``status.unhealthyNodes`` (at once when no pod of the group still runs there, feature gate
+``TASReplaceNodeOnPodTermination``; else after ``NodeFailureDelay``, 30 s), and its scheduler looks
+for a replacement node for that pod set alone (``TASFailedNodeReplacement``):
+- a TP8 group's worker pod set has one pod, so the replacement is bound to no domain
+  (``requiredReplacementDomain`` in ``pkg/cache/scheduler/tas_flavor_snapshot.go``) and may land in
+  another rack than the leader: the group spans two NVLink domains and cannot run;
+- for the leader the replacement may find nothing, and the recreated pods stay gated until the
+  tray is back.
+Toggling ``spec.active`` does not help: Kueue's Workload controller skips an admitted Workload that
+lists unhealthy nodes (``workload_controller.go``: "Skipping reconcile of a workload with nodes to
+replace"), so the deactivation is not acted on, and a Workload activated again was seen re-admitted
+in a loop the API server refused (``topologyAssignment.slices: Required value``).
 
-The repair, tried by hand on the dev cluster first: deactivate the group's Workload
-(``spec.active: false``; Kueue evicts it, reason ``Deactivated``, and its pods come back gated),
-then, once Kueue has evicted it (``Evicted=True``) and released its quota and rack
-(``QuotaReserved`` no longer True), and no pod of the group holds a tray any more, activate it
-again: Kueue admits the group whole, into one rack, as for a new group. Activated earlier, while
-Kueue still clears the old admission, its scheduler writes an admission the API server refuses
-(``topologyAssignment.slices: Required value``) and retries in a loop until the failed tray is
-back (seen in the soak). The operator marks the Workloads it deactivated (``READMIT_ANNOTATION``)
-and reactivates only those. Pure decisions here; the reconciler makes the patches.
+The repair: delete the group's Workload (its UID as precondition, so that a fresh one is never hit).
+Kueue then deletes the group's pods (``StopReasonWorkloadDeleted``), drops the Workload's finalizer,
+and its LeaderWorkerSet reconciler creates a fresh Workload of the same name for the group, which
+Kueue admits from scratch, whole, into a rack with room (TAS counts only Ready trays). Pure
+decisions here; the reconciler deletes.
 """
 
 from __future__ import annotations
@@ -27,30 +30,19 @@ from typing import Any
 
 from kimik3.kube import pods as kpods
 from kimik3.kube import workloads as kworkloads
-from kimik3.kube.kinds import GROUP
-from kimik3.kube.objects import field, is_true
-
-READMIT_ANNOTATION = f"{GROUP}/readmit"
-"""On a Workload the operator deactivated: the racks its group was split over."""
+from kimik3.kube.objects import field
 
 
 @dataclass(frozen=True)
 class Readmit:
-    """One patch of a group's Workload."""
+    """A group's Workload to delete, for Kueue to admit the group again from scratch."""
 
     workload: str
     """Its name."""
-    patch: dict[str, Any]
-    """JSON merge patch of the Workload."""
-    event: tuple[str, str, str] | None
-    """Event (type, reason, message) on the CR, or None."""
-
-
-def is_readmitting(workload: dict[str, Any]) -> bool:
-    """The operator deactivated this Workload and has not activated it again yet."""
-    meta = workload.get("metadata") or {}
-    return bool((meta.get("annotations") or {}).get(READMIT_ANNOTATION)) and \
-        field(workload.get("spec"), "active") is False
+    uid: str
+    """Its UID (the delete's precondition)."""
+    event: tuple[str, str, str]
+    """Event (type, reason, message) on the CR."""
 
 
 def split_racks(pods: list[dict[str, Any]], racks: Mapping[str, str]) -> dict[str, list[str]]:
@@ -63,27 +55,40 @@ def split_racks(pods: list[dict[str, Any]], racks: Mapping[str, str]) -> dict[st
     return {g: sorted(r) for g, r in seen.items() if len(r) > 1}
 
 
+def unhealthy_nodes(workload: dict[str, Any]) -> list[str]:
+    """The trays Kueue lists as failed under this Workload (``status.unhealthyNodes[*].name``)."""
+    return [n["name"] for n in field(workload.get("status"), "unhealthyNodes") or [] if field(n, "name")]
+
+
 def readmissions(workloads: list[dict[str, Any]], pods: list[dict[str, Any]],
                  racks: Mapping[str, str]) -> list[Readmit]:
-    """Deactivate each admitted Workload whose group is split; activate each one the operator
-    deactivated once Kueue has evicted it, released its admission, and its group's pods have left
-    their trays."""
+    """The admitted Workloads to delete: those whose group is split across racks, and those that
+    list a failed tray (Kueue would replace it for one pod set alone, or not at all)."""
     split = split_racks(pods, racks)
-    bound = {kpods.group_index(p) for p in pods if kpods.node_name(p)}
     out = []
     for w in workloads:
         meta = w.get("metadata") or {}
-        group, marked = kworkloads.group_index(w), (meta.get("annotations") or {}).get(READMIT_ANNOTATION)
-        active = field(w.get("spec"), "active") is not False
-        if active and not marked and group in split and kworkloads.is_admitted(w):
-            where = " and ".join(split[group])
-            out.append(Readmit(meta["name"], {"metadata": {"annotations": {READMIT_ANNOTATION: where}},
-                                              "spec": {"active": False}},
-                               ("Warning", "GroupSplitAcrossRacks",
-                                f"group {group}: Kueue placed its pods in racks {where} (its node replacement "
-                                "after a tray failed, kueue#6957); evicting the group's Workload so that Kueue "
-                                "admits it again whole, into one rack")))
-        elif is_readmitting(w) and is_true(w, "Evicted") and not is_true(w, "QuotaReserved") and group not in bound:
-            out.append(Readmit(meta["name"], {"metadata": {"annotations": {READMIT_ANNOTATION: None}},
-                                              "spec": {"active": True}}, None))
+        if not kworkloads.is_admitted(w) or meta.get("deletionTimestamp"):
+            continue
+        group, failed = kworkloads.group_index(w), unhealthy_nodes(w)
+        if group in split:
+            reason, why = "GroupSplitAcrossRacks", (f"Kueue placed its pods in racks {' and '.join(split[group])} "
+                                                    "(its node replacement after a tray failed, kueue#6957)")
+        elif failed:
+            reason, why = "GroupTrayFailed", (f"its tray {', '.join(failed)} failed (Kueue lists it unhealthy; its "
+                                              "replacement moves one pod set alone, kueue#6957)")
+        else:
+            continue
+        out.append(Readmit(meta["name"], meta.get("uid", ""), (
+            "Warning", reason, f"group {group}: {why}; deleting the group's Workload so that Kueue admits the "
+                               "group again whole, into one rack with room")))
     return out
+
+
+def awaits_kueue(workloads: list[dict[str, Any]], pods: list[dict[str, Any]]) -> bool:
+    """Some group has an admitted Workload but a live pod not bound to a tray (gated or Pending): Kueue
+    may be replacing a failed tray, which the reconciler then checks again soon (Workloads are
+    not watched)."""
+    admitted = {kworkloads.group_index(w) for w in workloads if kworkloads.is_admitted(w)}
+    return any(kpods.group_index(p) in admitted and not kpods.node_name(p) and not kpods.is_terminating(p)
+               for p in pods)

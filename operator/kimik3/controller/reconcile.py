@@ -42,7 +42,7 @@ from kimik3.controller.status import (compute_status, invalid_status, lws_select
                                      stored_conditions)
 from kimik3.controller.groups import kueue_changes, stored_groups
 from kimik3.controller.nodes import Nodes
-from kimik3.controller.readmit import is_readmitting, readmissions
+from kimik3.controller.readmit import awaits_kueue, readmissions
 from kimik3.kube.kinds import (COMPUTE_DOMAIN, CONFIG_MAP, EVENT, GROUP, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, POD,
                                WORKLOAD, Kind)
 from kimik3.kube.labels import DEPLOYMENT_LABEL, KUEUE_JOB_UID_LABEL, PRODUCT_LABEL
@@ -63,8 +63,8 @@ RESYNC_STARTING_S = 120.0
 TEARDOWN_POLL_S = 3.0
 
 REPLACE_POLL_S = 2.0
-"""Re-check this often while a reshaped LeaderWorkerSet is deleted (F15), or a group Kueue split
-across racks waits to be admitted again, seconds."""
+"""Re-check this often while a reshaped LeaderWorkerSet is deleted (F15), or while Kueue may be
+replacing a group's failed tray (``controller.readmit``), seconds."""
 ANNOUNCE_S = 0.0
 """Reconcile again at once after writing WeightsReady=True, before which no engine is applied."""
 BOUND_UNFINISHED = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
@@ -299,7 +299,7 @@ class Reconciler:
         if _uid(lws) != _uid(current) or workloads is None:  # listed once per reconcile unless the LWS is new
             workloads = self._workloads(admitted, lws)
         racks = self.nodes.domains_of(map(node_name, pods), admitted.spec.scheduling.topology_key)
-        readmitting = self._readmit_split_groups(obj, owner, workloads, pods, racks)
+        readmitting = self._readmit_groups(obj, owner, workloads, pods, racks)
         domain, unprepared, prepare_again = self._compute_domain(obj, rendered.objects, owner, pods)
         status = compute_status(obj, admitted, lws, pods, desired, apply_error, replacing=replacing, rollout_step=rolled,
                                 compute_domain_note=None if self.compute_domains else COMPUTE_DOMAIN_SKIPPED,
@@ -394,22 +394,22 @@ class Reconciler:
                         exc.status, exc.reason)
             return None
 
-    def _readmit_split_groups(self, obj: dict[str, Any], owner: Owner, workloads: list[dict[str, Any]] | None,
-                              pods: list[dict[str, Any]], racks: dict[str, str]) -> bool:
-        """Placement kueue: evict and re-admit each group Kueue split across racks (``controller.readmit``).
-        Returns whether a Workload waits to be activated again (Workloads are not watched: the
-        reconcile then comes back in ``REPLACE_POLL_S``)."""
+    def _readmit_groups(self, obj: dict[str, Any], owner: Owner, workloads: list[dict[str, Any]] | None,
+                        pods: list[dict[str, Any]], racks: dict[str, str]) -> bool:
+        """Placement kueue: delete the Workload of each group Kueue split across racks or whose tray
+        failed, for Kueue to admit the group again whole (``controller.readmit``). Returns whether
+        to look again soon: a Workload was deleted, or an admitted group has a pod not yet on a
+        tray (Workloads are not watched: the reconcile then comes back in ``REPLACE_POLL_S``)."""
         steps = readmissions(workloads or [], pods, racks)
         for step in steps:
             try:
-                self.kube.patch_merge(*WORKLOAD.type_meta, owner.namespace, step.workload, step.patch)
+                self.kube.delete(*WORKLOAD.type_meta, owner.namespace, step.workload, uid=step.uid)
             except ApiException as exc:
-                log.warning("cannot patch Workload %s/%s to re-admit its group (%s %s)", owner.namespace,
+                log.warning("cannot delete Workload %s/%s to re-admit its group (%s %s)", owner.namespace,
                             step.workload, exc.status, exc.reason)
                 continue
-            if step.event is not None:
-                self.kube.event(obj, *step.event)
-        return any(step.patch["spec"]["active"] is False for step in steps) or any(is_readmitting(w) for w in workloads or [])
+            self.kube.event(obj, *step.event)
+        return bool(steps) or awaits_kueue(workloads or [], pods)
 
     def _free_block(self, admitted: Admitted, workloads: list[dict[str, Any]] | None) -> Domain | None:
         """When Kueue says no rack fits a group: the NVLink domain with the most free trays for one
