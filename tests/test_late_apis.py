@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 from kubernetes import client
+from prometheus_client import REGISTRY
 
 from kimik3.controller.lateapis import PERIOD_S
 from kimik3.controller.reconcile import RESYNC_STARTING_S
@@ -52,3 +53,21 @@ def test_httproute_crd_installed_after_the_operator_is_watched(control_plane, ku
                           "the deleted HTTPRoute recreated by its watch")
         assert [p["name"] for p in healed["spec"]["parentRefs"]] == ["gw"]
 
+
+
+def test_cluster_wide_a_reinstalled_crds_child_is_applied_at_once_not_at_the_next_retry(
+        control_plane, kube, namespace, without_httproute_crd):
+    """Cluster-wide kopf's CRD watch resolves the kind itself: the operator must still drop its
+    cache of the kind and reconcile at once (the trial on dev up saw the HTTPRoute back only at the
+    next apply retry, 30-50 s later). Five failed applies put the next retry 16 s away (the work
+queue's back-off: 1, 2, 4, 8, 16 s)."""
+    def failures() -> float:
+        return REGISTRY.get_sample_value("kimik3_apply_errors_total", {"kind": HTTP_ROUTE.kind}) or 0.0
+
+    with OperatorThread(str(control_plane.admin_kubeconfig)):
+        before = failures()
+        apply(kube, recipe(name="k3-route", service={"httpRoute": {"parentRefs": [{"name": "gw"}]}}), namespace)
+        wait_for(lambda: failures() >= before + 5, 40, "five failed HTTPRoute applies (retries 1, 2, 4, 8 s apart)")
+        control_plane.apply_crds([thirdparty_crd_paths()["HTTPRoute"]])
+        wait_for(lambda: kube.get(*HTTP_ROUTE.type_meta, namespace, "k3-route"), 2 * PERIOD_S,
+                 "the HTTPRoute, well before the next retry (16 s after the fifth failure)")

@@ -60,12 +60,19 @@ async def watch_late_apis(api: client.ApiClient, kinds: Iterable[Kind], insights
                           settings: kopf.OperatorSettings, registry: kopf.OperatorRegistry,
                           watched: Callable[[Kind], None], period_s: float = PERIOD_S) -> None:
     """Run forever: start kopf's watch of each kind of ``kinds`` whose API is served but unwatched,
-    then call ``watched(kind)``. Must run in a task kopf's context was copied into (its re-scan reads
+    then call ``watched(kind)``; call it too for a kind kopf's own CRD watch resolved since the last
+    look (cluster-wide; seen on ``dev up``: a re-installed CRD's HTTPRoute came back only at the
+    next apply retry, 30-50 s later). Must run in a task kopf's context was copied into (its re-scan reads
     kopf's context variables): start it from a kopf startup handler."""
     kinds = tuple(kinds)
+    missing: list[Kind] = []
     while True:
         await asyncio.sleep(period_s)
-        for kind in unresolved(kinds, insights):
+        now_missing = unresolved(kinds, insights)
+        for kind in (k for k in missing if k not in now_missing):  # kopf's own CRD watch resolved it
+            log.info("%s (%s) is watched now", kind.kind, kind.api_version)
+            watched(kind)
+        for kind in now_missing:
             try:
                 if not await asyncio.to_thread(served, api, kind):
                     continue
@@ -77,3 +84,4 @@ async def watch_late_apis(api: client.ApiClient, kinds: Iterable[Kind], insights
                 raw_event={"type": "MODIFIED", "object": {"spec": {"group": kind.group}}},
                 settings=settings, registry=registry, insights=insights)
             watched(kind)
+        missing = unresolved(kinds, insights)
