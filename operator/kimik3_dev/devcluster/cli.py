@@ -90,8 +90,8 @@ def up(state_dir: str, racks: int, trays_per_rack: int, profile: str, load_time:
         click.echo(f"  {name:<24} {url}")
     for note in state["notes"]:
         click.echo(f"  note: {note}")
-    click.echo(f"next: kimik3 dev apply -f recipes/gb300-tp8-megakernel-dspark.yaml --state-dir {state_dir}; "
-               f"kimik3 dev status --state-dir {state_dir}")
+    click.echo(f"next: tools/kimik3 dev apply -f recipes/gb300-tp8-megakernel-dspark.yaml --state-dir {state_dir}; "
+               f"tools/kimik3 dev status --state-dir {state_dir}")
 
 
 @dev.command()
