@@ -41,12 +41,13 @@ def not_in_env(slug: str, what: str, names: tuple[str, ...], fix: str) -> Check:
 
 
 API_KEYS = Table("api_keys", (
-    Rule(not_in_extra_args("api_key", "API key", API_KEY_FLAG, KEY_FIX), example(engine={"extraArgs": ["--api_key=sk-plain"]}),
-         cel=("api-key-not-in-extra-args",)),
-    Rule(not_in_env("api_key", "API key", (API_KEY_ENV,), KEY_FIX), example(engine={"env": [{"name": "VLLM_API_KEY", "value": "sk-plain"}]}),
-         cel=("api-key-not-in-env",)),
-    Rule(not_in_extra_args("hub_token", "hub token", HUB_TOKEN_FLAG, HUB_FIX), example(engine={"extraArgs": ["--hf_token=hf_plain"]}),
-         cel=("hub-token-not-in-extra-args",)),
-    Rule(not_in_env("hub_token", "hub token", (HUB_TOKEN_ENV, "HUGGING_FACE_HUB_TOKEN"), HUB_FIX), example(engine={"env": [{"name": "HUGGING_FACE_HUB_TOKEN", "value": "hf_plain"}]}),
+    Rule(not_in_extra_args("api_key", "API key", API_KEY_FLAG, KEY_FIX),
+         example(engine={"extraArgs": ["--api_key=sk-plain"]}), cel=("api-key-not-in-extra-args",)),
+    Rule(not_in_env("api_key", "API key", (API_KEY_ENV,), KEY_FIX),
+         example(engine={"env": [{"name": "VLLM_API_KEY", "value": "sk-plain"}]}), cel=("api-key-not-in-env",)),
+    Rule(not_in_extra_args("hub_token", "hub token", HUB_TOKEN_FLAG, HUB_FIX),
+         example(engine={"extraArgs": ["--hf_token=hf_plain"]}), cel=("hub-token-not-in-extra-args",)),
+    Rule(not_in_env("hub_token", "hub token", (HUB_TOKEN_ENV, "HUGGING_FACE_HUB_TOKEN"), HUB_FIX),
+         example(engine={"env": [{"name": "HUGGING_FACE_HUB_TOKEN", "value": "hf_plain"}]}),
          cel=("hub-token-not-in-env",)),
 ))

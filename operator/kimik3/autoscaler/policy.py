@@ -38,8 +38,9 @@ deviations of the batch (a window's quantile at the target still leaves minutes 
   group on an upswing costs a load time to get it back). A level shift (the demand is 4x its
   usual relative deviation away from what the readings up to one window back expect now: their
   parabola carried forward once they span half the trend window, else the last of them; a step,
-  a burst, not a ramp's noisy reading) restarts the history: a step is not a trend. The forecast is raised by its own measured shortfall (forecasts made a lead time
-  ago against the demand that came, exponentially averaged; shifts excluded).
+  a burst, not a ramp's noisy reading) restarts the history: a step is not a trend. The forecast
+  is raised by its own measured shortfall (forecasts made a lead time ago against the demand that
+  came, exponentially averaged; shifts excluded).
 - Stabilization: scale-up takes the highest recommendation of ``scale_up_window_s``, scale-down
   the highest of ``scale_down_window_s`` (Kubernetes HPA semantics) at the ``scale_down_headroom``
   level, only once the policy has a whole window of history (nothing scales down on an operator
@@ -260,8 +261,11 @@ LEARN_RANGE = (0.5, 1.5)
 SATURATED = LEARN_RANGE[1]
 """Over this multiple of the target the window's throughput lags the demand (a level shift)."""
 SHIFT = 4.0
-"""A demand that moved over one window by this many times its usual relative change is a level
-shift (a step, a burst starting or ending): the trend's history restarts."""
+"""A demand this many times its usual relative change away from what the readings of one window
+back expect is a level shift (a step, a burst starting or ending): the trend's history restarts."""
+PARABOLA_MIN_POINTS = 6
+"""Readings a parabola is fitted to at least (three coefficients and three readings for their
+standard errors); fewer get a line, or the last reading."""
 SHIFT_FLOOR = 0.03
 """The usual relative change used for level shifts is at least this."""
 BURST_DROP = 1.5
@@ -405,7 +409,7 @@ class LatencyPolicy:
         # so the fit's standard errors are scaled up by sqrt(window / interval).
         overlap = math.sqrt(window_s / self.interval_s) if 0 < self.interval_s < window_s else 1.0
         lead = self.lead_s
-        if len(pts) >= 6 and pts[-1][0] - pts[0][0] >= s.trend_window_s - self.interval_s - 1e-6:
+        if len(pts) >= PARABOLA_MIN_POINTS and pts[-1][0] - pts[0][0] >= s.trend_window_s - self.interval_s - 1e-6:
             level, slope, accel, se_b, se_c = _quadratic_now(pts, now)
         else:
             level, slope, _ = _line_now(pts, now)
@@ -426,7 +430,7 @@ class LatencyPolicy:
         None without any."""
         if not past:
             return None
-        if len(past) >= 6 and past[-1][0] - past[0][0] >= self.settings.trend_window_s / 2:
+        if len(past) >= PARABOLA_MIN_POINTS and past[-1][0] - past[0][0] >= self.settings.trend_window_s / 2:
             return _quadratic_now(past, now)[0]
         return past[-1][1]
 

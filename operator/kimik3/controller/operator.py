@@ -167,11 +167,11 @@ class OperatorConfig:
     lease_timings: LeaseTimings = field(default_factory=LeaseTimings)
 
 
-def build_registry(cfg: OperatorConfig, queue: WorkQueue, cache: ObjectCache,
-                   crashes: CrashReporter | None = None, insights: Insights | None = None) -> kopf.OperatorRegistry:
+def build_registry(cfg: OperatorConfig, queue: WorkQueue, cache: ObjectCache, crashes: CrashReporter,
+                   insights: Insights) -> kopf.OperatorRegistry:
     """kopf handlers for one operator instance (a registry of its own, so tests can run several).
-    ``crashes`` reports engine container failures seen on the pod watch (crashes.py); with
-    ``insights`` (the one given to ``kopf.operator``) kinds whose CRD comes later are watched too
+    ``crashes`` reports engine container failures seen on the pod watch (crashes.py);
+    ``insights`` (the one given to ``kopf.operator``) lets kinds whose CRD comes later be watched
     (lateapis.py)."""
     registry = kopf.OperatorRegistry()
     api = api_client_from_kubeconfig(cfg.kubeconfig)
@@ -206,9 +206,9 @@ def build_registry(cfg: OperatorConfig, queue: WorkQueue, cache: ObjectCache,
         # a watched kind's CRD deleted stops kopf's watch cleanly only with the CRD observation: a
         # namespace-scoped operator exits then (its watcher fails on the 404) and is restarted.
         settings.scanning.disabled = bool(cfg.namespaces)
-        if insights is not None:  # started here: kopf's re-scan needs the context kopf runs its tasks in
-            late.append(asyncio.get_running_loop().create_task(
-                watch_late_apis(api, WATCHED, insights, settings, registry, now_watched), name="kimik3 late APIs"))
+        # started here: kopf's re-scan needs the context kopf runs its tasks in
+        late.append(asyncio.get_running_loop().create_task(
+            watch_late_apis(api, WATCHED, insights, settings, registry, now_watched), name="kimik3 late APIs"))
 
     @kopf.on.cleanup(registry=registry)
     async def stop_late_apis(**_: Any) -> None:
@@ -242,7 +242,7 @@ def build_registry(cfg: OperatorConfig, queue: WorkQueue, cache: ObjectCache,
             cache.update(event.get("type"), raw)
             key = owner_key(body)
             failed = 0
-            if _plural == POD.plural and key and crashes is not None and event.get("type") != "DELETED":
+            if _plural == POD.plural and key and event.get("type") != "DELETED":
                 failed = crashes.pod_seen(raw, key[1])
             if key and not echo:
                 # coalesce bursts (a group's pods change together); a new engine failure at once: the
@@ -309,4 +309,3 @@ async def run_operator(cfg: OperatorConfig, stop: threading.Event | asyncio.Even
             task.cancel()
         await asyncio.gather(*workers, marker, return_exceptions=True)
         await runner.cleanup()
-
