@@ -23,7 +23,7 @@ import requests
 
 from kimik3.kube import pods as kpods
 from kimik3.kube.kinds import GROUP, PLURAL, VERSION
-from kimik3.kube.labels import LWS_NAME_LABEL, LWS_REVISION_LABEL
+from kimik3.kube.labels import DEPLOYMENT_LABEL, LWS_NAME_LABEL, LWS_REVISION_LABEL
 from kimik3_dev.devcluster.rest import Rest
 from kimik3_dev.devcluster.workloads import apply_deployment
 from kimik3_dev.sim.load import Phase, RequestResult, resolve_url, run_load, summarize
@@ -38,12 +38,13 @@ def cr_path(namespace: str, name: str) -> str:
 
 def sample(rest: Rest, namespace: str, name: str, size: int) -> Sample:
     """The live (not terminating) groups of deployment ``name`` now; ``size`` pods per group."""
-    members: dict[int, list[dict[str, Any]]] = {}
-    for pod in rest.items(f"/api/v1/namespaces/{namespace}/pods", f"{LWS_NAME_LABEL}={name}-engine"):
+    members: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for pod in rest.items(f"/api/v1/namespaces/{namespace}/pods", f"{DEPLOYMENT_LABEL}={name},{LWS_NAME_LABEL}"):
         if not kpods.is_terminating(pod):
-            members.setdefault(int(kpods.group_index(pod) or 0), []).append(pod)
+            key = (kpods.labels(pod).get(LWS_NAME_LABEL, ""), int(kpods.group_index(pod) or 0))
+            members.setdefault(key, []).append(pod)
     out = []
-    for index, group in sorted(members.items()):
+    for (_, index), group in sorted(members.items()):
         leader = next((p for p in group if kpods.is_leader(p)), None)
         if leader is not None:
             out.append((index, leader["metadata"]["uid"], kpods.labels(leader).get(LWS_REVISION_LABEL, ""),
