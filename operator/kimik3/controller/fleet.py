@@ -6,7 +6,7 @@ loads twice (docs/rollouts.md). The operator therefore never changes the templat
 LeaderWorkerSet. A template change creates a new one, the *target*, beside the *old* ones, and
 each reconcile moves groups from the old to the target as the target's groups turn Ready
 (``sizes``): with ``R`` replicas, ``S`` maxSurge and ``U`` maxUnavailable (Recreate: ``U = R``,
-``S = 0``)::
+``S = 0``), in groups::
 
     old    = max(0, min(old groups now, R - ready target groups - U))   (never grows)
     target = min(R, R + S - old)
@@ -14,8 +14,7 @@ each reconcile moves groups from the old to the target as the target's groups tu
 So at most ``R + S`` groups exist, at least ``R - U`` stay Ready (once they were), every group
 loads once, and an old LeaderWorkerSet left with no group is deleted. With Surge the last
 serving group is never taken down: while a surge group can stand in (``S >= 1``) ``U`` counts at
-most ``R - 1``. Several old ones (an edit during a rollout, F17) give up their groups oldest
-first. A canary holds the target at ``canary.groups`` beside every old group; a pause creates no
+most ``R - 1``. Several old ones (an edit during a rollout, F17) keep their Ready groups first. A canary holds the target at ``canary.groups`` beside every old group; a pause creates no
 target and freezes every set's groups; a rolled-back template is not created again, the newest
 old set serving as the target with its own templates.
 
@@ -89,19 +88,25 @@ def fleet_replicas(sets: list[EngineSet]) -> int | None:
     return int(value) if value is not None and str(value).isdigit() else newest.replicas
 
 
-def sizes(replicas: int, surge: int, unavailable: int, target_ready: int, old: list[int],
+def sizes(replicas: int, surge: int, unavailable: int, target_ready: int, old: list[tuple[int, int]],
           canary: int | None = None) -> tuple[int, list[int]]:
-    """Groups of the target and of each old set (``old``: their groups now, oldest first) for
-    ``replicas`` groups in all (see the module); ``canary``: the target held at that many groups
-    beside every old group (old sets keep theirs, at most ``replicas`` in all)."""
+    """Groups of the target and of each old set (``old``: (groups, Ready groups) of each now,
+    oldest first) for ``replicas`` groups in all (see the module); ``canary``: the target held at
+    that many groups beside every old group (old sets keep theirs, at most ``replicas`` in all).
+    The old groups kept are their Ready ones first (oldest set first), then the others (newest
+    first): an edit during a rollout (F17) gives up a group still loading before a serving one."""
     if surge >= 1 and replicas >= 1:
         unavailable = min(unavailable, replicas - 1)
-    keep = min(sum(old), replicas) if canary is not None else max(0, min(sum(old), replicas - target_ready - unavailable))
-    kept = []
-    for groups in reversed(old):  # the newest old set keeps its groups longest
-        kept.append(min(groups, keep))
-        keep -= kept[-1]
-    kept.reverse()
+    total = sum(groups for groups, _ in old)
+    budget = min(total, replicas) if canary is not None else max(0, min(total, replicas - target_ready - unavailable))
+    kept = [0] * len(old)
+    for i, (_, ready) in enumerate(old):
+        kept[i] = min(ready, budget)
+        budget -= kept[i]
+    for i in reversed(range(len(old))):
+        more = min(old[i][0] - kept[i], budget)
+        kept[i] += more
+        budget -= more
     target = min(replicas, replicas + surge - sum(kept))
     return (min(target, canary) if canary is not None else target), kept
 
@@ -175,7 +180,7 @@ def plan(rendered: dict[str, Any], sets: list[EngineSet], replicas: int, surge: 
         out.apply = [held(rendered, s, s.replicas, replicas) for s in olds]
         out.old = [s.name for s in olds]
         return out
-    grow, keep = sizes(replicas, surge, unavailable, target.ready if target else 0, [s.replicas for s in olds],
+    grow, keep = sizes(replicas, surge, unavailable, target.ready if target else 0, [(s.replicas, s.ready) for s in olds],
                        canary)
     for old, groups in zip(olds, keep):
         if groups:
