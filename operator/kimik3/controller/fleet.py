@@ -121,7 +121,6 @@ class FleetPlan:
     """Old LeaderWorkerSets left with no group (and the sets of a rolled-back template)."""
     target: str | None = None
     """The set the templates to serve run on; None while its name is still taken by a set being deleted."""
-    old: list[str] = field(default_factory=list)
 
 
 def target_name(base: str, template_hash: str, sets: list[EngineSet]) -> str | None:
@@ -173,12 +172,11 @@ def plan(rendered: dict[str, Any], sets: list[EngineSet], replicas: int, surge: 
     olds = [s for s in live if s is not target]
     if paused and olds:
         out.apply = [held(rendered, s, s.replicas, replicas) for s in live]
-        out.target, out.old = target.name if target else None, [s.name for s in olds]
+        out.target = target.name if target else None
         return out
     name = target.name if target is not None else target_name(base, want, sets)
     if name is None:  # the name is free once the set being deleted is gone
         out.apply = [held(rendered, s, s.replicas, replicas) for s in olds]
-        out.old = [s.name for s in olds]
         return out
     grow, keep = sizes(replicas, surge, unavailable, target.ready if target else 0, [(s.replicas, s.ready) for s in olds],
                        canary)
@@ -187,7 +185,6 @@ def plan(rendered: dict[str, Any], sets: list[EngineSet], replicas: int, surge: 
             out.apply.append(held(rendered, old, groups, replicas))
         else:
             out.delete.append(old.name)
-    out.old = [s.name for s in olds if s.name not in out.delete]
     if target is not None and target.template_hash != want:
         out.apply.append(held(rendered, target, grow, replicas))
     else:

@@ -66,12 +66,6 @@ def live(sets: list[EngineSet]) -> list[EngineSet]:
     return [s for s in sets if not s.deleting]
 
 
-def target_set(sets: list[EngineSet], template_hash: str | None) -> EngineSet | None:
-    """The newest live set running the templates ``template_hash``, else the newest live set."""
-    running = live(sets)
-    return next((s for s in reversed(running) if s.template_hash == template_hash), running[-1] if running else None)
-
-
 def rollout_status(sets: list[EngineSet], target: EngineSet | None, members: list[Group]) -> RolloutStatus:
     """``status.rollout`` of the deployment's ``sets`` whose groups are ``members`` (see the module)."""
     def revision_of(name: str | None) -> str | None:
