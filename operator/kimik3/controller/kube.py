@@ -66,6 +66,16 @@ def call_json(api: client.ApiClient, method: str, path: str, body: Any = None, q
     return json.loads(response.data) if response.data else None
 
 
+def is_status_body(exc: ApiException) -> bool:
+    """The error's body is a Kubernetes ``Status`` object (any API's own answer), not the API
+    server's plain ``404 page not found`` for a path no API serves."""
+    try:
+        body = json.loads(exc.body or "")
+    except ValueError:
+        return False
+    return isinstance(body, dict) and body.get("kind") == "Status"
+
+
 def api_error_message(exc: ApiException, limit: int = 1000) -> str:
     """The ``message`` of the API server's Status body (what kubectl prints), else the raw body;
     at most ``limit`` characters."""

@@ -33,7 +33,7 @@ from kimik3.controller.cache import ObjectCache, desired_hash
 from kimik3.controller.canary import Analysis
 from kimik3.controller.computedomains import (PREPARE_EVENTS, PrepareFailure, compute_domain_verdict, prepare_failures,
                                               unprepared_pods, with_prepare_failures)
-from kimik3.controller.kube import Kube, NotLeading, api_error_message
+from kimik3.controller.kube import Kube, NotLeading, api_error_message, is_status_body
 from kimik3.controller import launchers
 from kimik3.controller.recreation import GroupFailures
 from kimik3.controller.rollout import Rollouts, scale_down_held, step_event
@@ -43,8 +43,8 @@ from kimik3.controller.status import (compute_status, invalid_status, lws_select
 from kimik3.controller.groups import kueue_changes, stored_groups
 from kimik3.controller.nodes import Nodes
 from kimik3.controller.readmit import awaits_kueue, readmissions
-from kimik3.kube.kinds import (COMPUTE_DOMAIN, CONFIG_MAP, EVENT, GROUP, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, POD,
-                               WORKLOAD, Kind)
+from kimik3.kube.kinds import (CHILD_NEEDS, COMPUTE_DOMAIN, CONFIG_MAP, EVENT, GROUP, HTTP_ROUTE, KIMIK3_DEPLOYMENT,
+                               LEADER_WORKER_SET, POD, POD_MONITOR, SERVED_BY, WORKLOAD, Kind, kind_of)
 from kimik3.kube.labels import DEPLOYMENT_LABEL, KUEUE_JOB_UID_LABEL, PRODUCT_LABEL
 from kimik3.kube.pods import node_name
 from kimik3.kube.workloads import waiting
@@ -70,6 +70,24 @@ ANNOUNCE_S = 0.0
 BOUND_UNFINISHED = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 """Field selector of the pods that hold a node's GPUs (as kube-scheduler counts them)."""
 log = logging.getLogger("kimik3.reconcile")
+
+
+UNSERVED_FIX: dict[Kind, str] = {
+    POD_MONITOR: "or set spec.monitoring.enabled: false",
+    HTTP_ROUTE: "or remove spec.service.httpRoute",
+    COMPUTE_DOMAIN: "or run the operator with --no-compute-domains (chart value computeDomains: false)",
+}
+"""The spec's (or the operator's) way around a child kind the cluster does not serve."""
+
+
+def apply_failure(kind: Kind, name: str, exc: ApiException) -> str:
+    """What a failed apply of child ``name`` says: the API server's status and message, and for a
+    kind the API server does not serve (a 404 without a Status body: ``404 page not found``) who
+    installs it (``kube.kinds.SERVED_BY``) and the spec's way around it (``UNSERVED_FIX``)."""
+    if exc.status == 404 and not is_status_body(exc):
+        return (f"{kind.kind} {name}: the API server does not serve {kind.api_version} {kind.kind} (404): install "
+                f"{SERVED_BY.get(kind, 'its CRD')}{', ' + UNSERVED_FIX[kind] if kind in UNSERVED_FIX else ''}")
+    return f"{kind.kind} {name}: {exc.status} {exc.reason}: {api_error_message(exc)}"
 
 
 def _uid(obj: dict[str, Any] | None) -> str | None:
@@ -265,22 +283,28 @@ class Reconciler:
                                            for c in stored_conditions(obj))
         held = () if weights.ready and not announcing else (LEADER_WORKER_SET.kind, COMPUTE_DOMAIN.kind)
         applied: dict[str, dict[str, Any]] = {}
-        apply_error = replacing = None
+        replacing = None
+        failed: dict[str, str] = {}
         for child in rendered.objects:
             if child["kind"] in held:
                 continue
-            if child["kind"] == LEADER_WORKER_SET.kind and admitted.spec.scheduling.placement.mode == "kueue":
+            kind = kind_of(child["apiVersion"], child["kind"])
+            missing = [k.kind for k in CHILD_NEEDS.get(kind, ()) if k.kind in failed]
+            if missing:
+                failed[child["kind"]] = (f"{child['kind']} {child['metadata']['name']}: not applied until the "
+                                         f"{' and '.join(missing)} it needs is")
+                continue
+            if kind == LEADER_WORKER_SET and admitted.spec.scheduling.placement.mode == "kueue":
                 replacing = self._replace_if_reshaped(obj, child)
                 if replacing:
                     continue
             try:
                 applied[child["kind"]] = self._apply_child(child)
             except ApiException as exc:
-                apply_error = f"{child['kind']} {child['metadata']['name']}: {exc.status} {exc.reason}: " \
-                              f"{api_error_message(exc)}"
+                failed[child["kind"]] = apply_failure(kind, child["metadata"]["name"], exc)
                 metrics.APPLY_ERRORS.labels(kind=child["kind"]).inc()
-                self._event_once(obj, "Warning", "ApplyFailed", apply_error)
-                break
+                self._event_once(obj, "Warning", "ApplyFailed", failed[child["kind"]])
+        apply_error = "; ".join(failed.values()) or None
         pods = self._pods(owner)
         for kind in rendered.absent:
             if kind == COMPUTE_DOMAIN and pods:

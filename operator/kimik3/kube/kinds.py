@@ -75,6 +75,19 @@ KINDS: tuple[Kind, ...] = (KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, COMPUTE_DOMAIN,
 CHILD_KINDS: tuple[Kind, ...] = (COMPUTE_DOMAIN, CONFIG_MAP, LEADER_WORKER_SET, SERVICE, POD_DISRUPTION_BUDGET,
                                  POD_MONITOR, HTTP_ROUTE)
 """What one KimiK3Deployment owns, in apply order (the ComputeDomain before the pods that claim it)."""
+CHILD_NEEDS: dict[Kind, tuple[Kind, ...]] = {LEADER_WORKER_SET: (COMPUTE_DOMAIN, CONFIG_MAP)}
+"""Children applied only once the children they need were: the LeaderWorkerSet's pods claim the
+ComputeDomain's IMEX channel and mount the launcher ConfigMap, so without either they would sit in
+ContainerCreating. Every other child is independent: one that cannot be applied (e.g. its CRD is
+not installed) stops no other."""
+SERVED_BY: dict[Kind, str] = {
+    LEADER_WORKER_SET: "the LeaderWorkerSet controller (its CRDs and lws-controller-manager)",
+    COMPUTE_DOMAIN: "NVIDIA's DRA driver for GPUs (its ComputeDomain CRD)",
+    POD_MONITOR: "the Prometheus Operator (its PodMonitor CRD)",
+    HTTP_ROUTE: "the Gateway API (its standard-channel CRDs)",
+    WORKLOAD: "Kueue",
+}
+"""Who installs each kind a cluster may lack: said when the API server does not serve it."""
 
 _BY_API_VERSION = {(k.api_version, k.kind): k for k in KINDS}
 
