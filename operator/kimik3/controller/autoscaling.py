@@ -28,7 +28,7 @@ from kimik3.autoscaler.sources import MetricSource, PodScrapeSource, PrometheusS
 from kimik3.controller import metrics
 from kimik3.controller.status import AutoscalerReport, stored_conditions
 from kimik3.kube.objects import is_deleting
-from kimik3.kube.pods import group_index, is_leader, is_ready, is_unschedulable, phase
+from kimik3.kube.pods import group_index, is_leader, is_ready, is_unschedulable, phase, ready_since
 from kimik3.kube.workloads import waiting
 
 SLO_WINDOW_S = 3600.0
@@ -52,6 +52,19 @@ def _parse_time(value: str | None) -> float | None:
     return dt.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc).timestamp()
 
 
+def load_seconds(members: list[dict[str, Any]], load_timeout_s: float) -> float | None:
+    """Seconds a serving group took to load: from its first pod's ``creationTimestamp`` to its
+    last pod's Ready transition (``kube.pods.ready_since``). None when a time is missing, or the
+    span is past the load timeout: the startup probe would have failed such a load, so the span
+    holds a later readiness flap or container restart, not a load."""
+    created = [_parse_time(p["metadata"].get("creationTimestamp")) for p in members]
+    ready = [_parse_time(ready_since(p)) for p in members]
+    if not members or any(t is None for t in created + ready):
+        return None
+    span = max(t for t in ready if t is not None) - min(t for t in created if t is not None)
+    return span if 0 <= span <= load_timeout_s else None
+
+
 def fleet_state(lws: dict[str, Any] | None, pods: list[dict[str, Any]], load_timeout_s: float,
                 now: float, workloads: list[dict[str, Any]] | None = None) -> FleetState:
     """Groups asked for (LWS spec.replicas), ready (LWS status.readyReplicas less the surge
@@ -64,7 +77,9 @@ def fleet_state(lws: dict[str, Any] | None, pods: list[dict[str, Any]], load_tim
     A surge group (index >= spec.replicas, not being deleted: LWS v0.9.0 creates ``maxSurge`` of
     them on the new revision during a rollout, a canary is one) counts as loading even once
     Ready, never as serving or as capacity: it stands in for an old group it replaces, and goes
-    when the rollout ends (LWS counts it in readyReplicas, hence the subtraction)."""
+    when the rollout ends (LWS counts it in readyReplicas, hence the subtraction).
+    ``load_time_s``: the shortest ``load_seconds`` of the serving groups (a flap or restart
+    after the load only lengthens a group's span)."""
     current = int(((lws or {}).get("spec") or {}).get("replicas", 0) or 0)
     ready = int(((lws or {}).get("status") or {}).get("readyReplicas", 0) or 0)
     groups: dict[int, list[dict[str, Any]]] = {}
@@ -80,6 +95,7 @@ def fleet_state(lws: dict[str, Any] | None, pods: list[dict[str, Any]], load_tim
     refused = {w.group for w in map(waiting, workloads or []) if w is not None and w.why != "pending"}
     loading = unplaceable = 0
     serving = set()
+    loads: list[float] = []
     for index in range(current):
         members = groups.get(index, [])
         if str(index) in refused or any(is_unschedulable(p) for p in members):
@@ -88,6 +104,9 @@ def fleet_state(lws: dict[str, Any] | None, pods: list[dict[str, Any]], load_tim
             loading += 1  # the LeaderWorkerSet has not created it yet
         elif all(is_ready(p) for p in members):
             serving.add(str(index))
+            loaded = load_seconds(members, load_timeout_s)
+            if loaded is not None:
+                loads.append(loaded)
         else:
             leader = next((p for p in members if is_leader(p)), members[0])
             created = _parse_time(leader["metadata"].get("creationTimestamp"))
@@ -95,7 +114,7 @@ def fleet_state(lws: dict[str, Any] | None, pods: list[dict[str, Any]], load_tim
                 loading += 1
     loading = min(loading, max(0, current - ready - unplaceable)) + len(surge)
     return FleetState(current=current, ready=ready, loading=loading, unplaceable=unplaceable,
-                      serving=frozenset(serving))
+                      serving=frozenset(serving), load_time_s=min(loads, default=None))
 
 
 def within_bounds(decision: Decision, low: int, high: int) -> Decision:
