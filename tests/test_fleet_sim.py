@@ -76,7 +76,8 @@ def test_the_observation_is_what_vllm_would_export(setup):
     now, obs, fleet = policy.seen[-1]
     al = acceptance_length("dspark", 7)
     point = decode_point(perf_params(setup.cfg.shape), 4)
-    assert (now, obs.window_s, fleet) == (150.0, 120.0, FleetState(current=1, ready=1, serving=frozenset({"0"})))
+    assert (now, obs.window_s, fleet) == (150.0, 120.0, FleetState(current=1, ready=1, serving=frozenset({"0"}),
+                                                                   load_time_s=900.0))
     assert obs.acceptance_length == pytest.approx(al, rel=1e-6)  # 4.26 (Dynamo's chat figure)
     assert obs.running == 4 and obs.waiting == 0
     assert obs.generation_tokens / obs.window_s == pytest.approx(point.group_tokens_per_s, rel=1e-3)
@@ -115,10 +116,12 @@ def test_a_group_added_loads_for_exactly_the_load_time(setup):
     policy = Scripted({30: 2})
     res = _sim(setup, policy, [], 300, 1, cfg=cfg)
     assert res.groups[1][1:] == (30.0, 150.0, None)  # created at 30 s, ready at 150 s
+    assert res.groups[0][1:] == (-120.0, 0.0, None)  # the first group loaded before the run: it serves at 0
     states = {now: fleet for now, _, fleet in policy.seen}
-    assert states[60.0] == FleetState(current=2, ready=1, loading=1, serving=frozenset({"0"}))
-    assert states[150.0] == FleetState(current=2, ready=1, loading=1, serving=frozenset({"0"}))  # decisions come before readiness
-    assert states[180.0] == FleetState(current=2, ready=2, serving=frozenset({"0", "1"}))
+    assert states[60.0] == FleetState(current=2, ready=1, loading=1, serving=frozenset({"0"}), load_time_s=120.0)
+    # decisions come before readiness
+    assert states[150.0] == FleetState(current=2, ready=1, loading=1, serving=frozenset({"0"}), load_time_s=120.0)
+    assert states[180.0] == FleetState(current=2, ready=2, serving=frozenset({"0", "1"}), load_time_s=120.0)
     # GPU-hours count the loading group: 300 s x 8 GPUs + 270 s x 8 GPUs.
     assert res.gpu_hours == pytest.approx((300 + 270) * 8 / 3600)
     assert res.scale_events == 1
@@ -133,9 +136,11 @@ def test_capacity_limits_placement(setup):
     policy = Scripted({30: 4, 300: 3})
     res = _sim(setup, policy, [], 600, 1, cfg=cfg)
     states = {now: fleet for now, _, fleet in policy.seen}
-    assert states[120.0] == FleetState(current=4, ready=2, loading=0, unplaceable=2, serving=frozenset({"0", "1"}))
+    assert states[120.0] == FleetState(current=4, ready=2, loading=0, unplaceable=2, serving=frozenset({"0", "1"}),
+                                       load_time_s=60.0)
     # At 300 s the newest (pending) group goes; the other pending one still has no room.
-    assert states[330.0] == FleetState(current=3, ready=2, loading=0, unplaceable=1, serving=frozenset({"0", "1"}))
+    assert states[330.0] == FleetState(current=3, ready=2, loading=0, unplaceable=1, serving=frozenset({"0", "1"}),
+                                       load_time_s=60.0)
     assert res.gpu_hours == pytest.approx((600 + 570) * 8 / 3600)  # group 1 from 30 s; none pending
 
 
@@ -143,7 +148,7 @@ def test_scale_down_drains_the_newest_group(setup):
     reqs = [traces.Request(0.5 * i, 16, 400) for i in range(100)]
     res = _sim(setup, Scripted({60: 1}), reqs, 120, 2)
     created_ready_gone = {g[0]: g[1:] for g in res.groups}
-    assert created_ready_gone[0] == (0.0, 0.0, None)
+    assert created_ready_gone[0] == (-900.0, 0.0, None)  # loaded before the run
     assert created_ready_gone[1][2] is not None and 60.0 <= created_ready_gone[1][2] < 65.0
 
 

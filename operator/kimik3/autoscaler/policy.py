@@ -29,7 +29,10 @@ deviations of the batch (a window's quantile at the target still leaves minutes 
   weighted least squares regularised toward the seed, only from windows near the target
   (0.5-1.5 T) in which no group joined and the demand did not jump.
 - Ahead of the SLO: the demand is forecast ``lead`` ahead (the configured ``lead_s`` or the load
-  time the policy observes from its own scale-ups, plus one decision interval): a least-squares
+  time observed, whichever is longer, plus one decision interval; the load time is the policy's
+  own, from a scale-up decision to its groups serving, or until it has one the cluster's, from
+  the serving groups' pods: the groups that served before the policy started loaded
+  too, so the first rise is already forecast a whole load ahead): a least-squares
   line through the last ``trend_window_s`` of demand once that history spans half of it, a
   parabola once it spans all of it (a ramp that accelerates, like a day's rise from its trough,
   outgrows its line over a 15-minute load). Scale-up uses each term shrunk by its standard error
@@ -90,6 +93,10 @@ class FleetState:
     """Indexes of the groups serving (every pod Ready), when the caller knows them: a serving
     group absent from the observation's ``groups`` is unmeasured, and a decision with an
     unmeasured group may scale up but never down (its load is unknown, not low)."""
+    load_time_s: float | None = None
+    """Seconds from a serving group's pods' creation to every one of them Ready, the shortest over
+    the serving groups (None: unknown). The groups that served before the policy started loaded
+    too: until the policy has timed a scale-up of its own, this is how far ahead it must look."""
 
 
 @dataclass(frozen=True)
@@ -301,7 +308,8 @@ class LatencyPolicySettings:
     trace and 8% on the diurnal one, for 0.8 points of SLO on the diurnal one)."""
     lead_s: float = 600.0
     """How far ahead demand is extrapolated at least; the policy raises it to the load time it
-    observes (a scale-up decision until the groups report ready), plus one decision interval."""
+    observes (a scale-up decision until the groups report ready; before its first, the cluster's
+    ``FleetState.load_time_s``), plus one decision interval."""
     trend_window_s: float = 1800.0
     """Demand history the forecast is fitted on: a line once it spans half of it, a parabola (an
     accelerating ramp) once it spans all of it."""
@@ -354,6 +362,8 @@ class LatencyPolicy:
     _last_demand: float | None = None
     _load_time_s: float | None = None
     """Last observed time from a scale-up decision to its groups serving."""
+    _cluster_load_s: float | None = None
+    """The last load time the cluster reported (``FleetState.load_time_s``)."""
 
     def _latency(self, obs: DecodeObservation) -> float | None:
         return obs.latency_quantile(self.settings.metric, self.settings.percentile)
@@ -368,9 +378,12 @@ class LatencyPolicy:
 
     @property
     def lead_s(self) -> float:
-        """Seconds ahead demand is predicted: the configured lead or the observed load time, plus
-        one decision interval (a group asked for at the next decision serves that much later)."""
-        return max(self.settings.lead_s, self._load_time_s or 0.0) + self.interval_s
+        """Seconds ahead demand is predicted: the configured lead or the observed load time (of
+        this policy's own last scale-up, else the one the cluster reports for its newest serving
+        groups), whichever is longer, plus one decision interval (a group asked for at the next
+        decision serves that much later)."""
+        load = self._load_time_s if self._load_time_s is not None else self._cluster_load_s
+        return max(self.settings.lead_s, load or 0.0) + self.interval_s
 
     @property
     def burst_hold_s(self) -> float:
@@ -563,6 +576,8 @@ class LatencyPolicy:
         s = self.settings
         if self._first_decision is None:
             self._first_decision = now
+        if fleet.load_time_s is not None:
+            self._cluster_load_s = fleet.load_time_s
         arrived = self._track_loading(now, fleet)
         if obs is None:
             return Decision(fleet.current, "MetricsUnavailable", "no reading: holding replicas")

@@ -28,7 +28,7 @@ from kimik3.controller import metrics
 from kimik3.controller.fleet import EngineSet, fleet_replicas
 from kimik3.controller.status import AutoscalerReport, stored_conditions
 from kimik3.kube.labels import KUEUE_JOB_UID_LABEL, LWS_NAME_LABEL
-from kimik3.kube.pods import group_index, is_leader, is_ready, is_unschedulable, labels, phase
+from kimik3.kube.pods import group_index, is_leader, is_ready, is_unschedulable, labels, phase, ready_since
 from kimik3.kube.workloads import waiting
 
 SLO_WINDOW_S = 3600.0
@@ -52,6 +52,19 @@ def _parse_time(value: str | None) -> float | None:
     return dt.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc).timestamp()
 
 
+def load_seconds(members: list[dict[str, Any]], load_timeout_s: float) -> float | None:
+    """Seconds a serving group took to load: from its first pod's ``creationTimestamp`` to its
+    last pod's Ready transition (``kube.pods.ready_since``). None when a time is missing, or the
+    span is past the load timeout: the startup probe would have failed such a load, so the span
+    holds a later readiness flap or container restart, not a load."""
+    created = [_parse_time(p["metadata"].get("creationTimestamp")) for p in members]
+    ready = [_parse_time(ready_since(p)) for p in members]
+    if not members or any(t is None for t in created + ready):
+        return None
+    span = max(t for t in ready if t is not None) - min(t for t in created if t is not None)
+    return span if 0 <= span <= load_timeout_s else None
+
+
 def fleet_state(sets: list[EngineSet], current: int, pods: list[dict[str, Any]], load_timeout_s: float,
                 now: float, workloads: list[dict[str, Any]] | None = None) -> FleetState:
     """Groups asked for (``current``: the fleet's replicas, ``controller.fleet.fleet_replicas``),
@@ -64,7 +77,9 @@ def fleet_state(sets: list[EngineSet], current: int, pods: list[dict[str, Any]],
     LeaderWorkerSets each have a group 0: the metric series name groups by index only).
 
     A rollout's target groups replace old groups one for one as they turn Ready
-    (``controller.fleet``), so the groups beyond ``current`` count as loading, never as capacity."""
+    (``controller.fleet``), so the groups beyond ``current`` count as loading, never as capacity.
+    ``load_time_s``: the shortest ``load_seconds`` of the serving groups (a flap or restart
+    after the load only lengthens a group's span)."""
     running = [s for s in sets if not s.deleting]
     uids = {s.lws["metadata"].get("uid"): s.name for s in running}
     members: dict[tuple[str, int], list[dict[str, Any]]] = {}
@@ -76,6 +91,7 @@ def fleet_state(sets: list[EngineSet], current: int, pods: list[dict[str, Any]],
                for w_obj in workloads or [] for w in [waiting(w_obj)] if w is not None and w.why != "pending"}
     loading = unplaceable = 0
     serving = set()
+    loads: list[float] = []
     for engine_set in running:
         for index in range(engine_set.replicas):
             group = members.get((engine_set.name, index), [])
@@ -85,6 +101,9 @@ def fleet_state(sets: list[EngineSet], current: int, pods: list[dict[str, Any]],
                 loading += 1  # the LeaderWorkerSet has not created it yet
             elif all(is_ready(p) for p in group):
                 serving.add(str(index))
+                loaded = load_seconds(group, load_timeout_s)
+                if loaded is not None:
+                    loads.append(loaded)
             else:
                 leader = next((p for p in group if is_leader(p)), group[0])
                 created = _parse_time(leader["metadata"].get("creationTimestamp"))
@@ -94,7 +113,7 @@ def fleet_state(sets: list[EngineSet], current: int, pods: list[dict[str, Any]],
     surge = max(0, sum(s.replicas for s in running) - current)
     loading = min(loading, max(0, current - ready - unplaceable)) + surge
     return FleetState(current=current, ready=ready, loading=loading, unplaceable=unplaceable,
-                      serving=frozenset(serving))
+                      serving=frozenset(serving), load_time_s=min(loads, default=None))
 
 
 def within_bounds(decision: Decision, low: int, high: int) -> Decision:

@@ -67,6 +67,13 @@ def is_ready(pod: Any) -> bool:
     return is_true(pod, READY) and not is_terminating(pod)
 
 
+def ready_since(pod: Any) -> str | None:
+    """When the pod last became Ready (the ``Ready`` condition's ``lastTransitionTime``, RFC 3339),
+    None while it is not Ready or the time is missing."""
+    c = condition(pod, READY)
+    return field(c, "lastTransitionTime") if field(c, "status") == "True" else None
+
+
 def is_unschedulable(pod: Any) -> bool:
     """The scheduler found no node for it: ``PodScheduled=False`` with reason ``Unschedulable``,
     and the pod is not terminating (the scheduler no longer tries to place a pod being deleted,

@@ -23,7 +23,9 @@ What is simulated
 - **Routing**: each arrival goes to the ready group with the fewest running + waiting requests
   (ties: the oldest group). With no ready group it waits at the gateway.
 - **Load time**: a new group holds its GPUs and serves nothing for ``load_time_s`` (default 900 s:
-  ~1.5 TB of weights, see ``DEFAULT_LOAD_TIME_S``), then serves.
+  ~1.5 TB of weights, see ``DEFAULT_LOAD_TIME_S``), then serves. The groups a run starts with
+  were created one load time before it and serve from t = 0; ``FleetState.load_time_s`` is the
+  serving groups' shortest creation-to-ready time, as the controller reads it from the pods.
 - **Capacity**: ``racks x trays_per_rack`` trays, placed as Kueue places them (the core's
   ``kimik3.topology.capacity.Pool``, the operator's capacity model: best fit per rack, a group's
   ``trays_per_group`` trays in ONE rack, the tenant's ClusterQueue quota ``quota_gpus``). Groups
@@ -314,8 +316,12 @@ class FleetSim:
         self._ready_at: dict[int, float] = {}
         self._gone_at: dict[int, float] = {}
         for _ in range(initial_groups):
+            # The deployment's first groups were created a load time before the trace and serve
+            # at its start, as the groups a policy finds on a cluster have loaded (their pods say
+            # how long it took: ``FleetState.load_time_s``).
             g = self._new_group(0.0)
             if g.state == LOADING:
+                g.created_s = -cfg.load_time_s
                 g.state = READY
                 self._ready_at[g.gid] = 0.0
             else:
@@ -478,9 +484,11 @@ class FleetSim:
     def fleet_state(self, now: float) -> FleetState:
         alive = [g for g in self.groups if g.state in (PENDING, LOADING, READY)]
         loading = sum(1 for g in alive if g.state == LOADING and now - g.created_s < self.cfg.load_timeout_s)
-        return FleetState(current=len(alive), ready=sum(1 for g in alive if g.state == READY),
+        ready = [g for g in alive if g.state == READY]
+        return FleetState(current=len(alive), ready=len(ready),
                           loading=loading, unplaceable=sum(1 for g in alive if g.state == PENDING),
-                          serving=frozenset(str(g.gid) for g in alive if g.state == READY))
+                          serving=frozenset(str(g.gid) for g in ready),
+                          load_time_s=min((self._ready_at[g.gid] - g.created_s for g in ready), default=None))
 
     def _serving(self) -> list[_Group]:
         return [g for g in self.groups if g.state in (READY, DRAINING)]
