@@ -24,9 +24,15 @@ def leader(index: int, ready: bool, lws: str = "k3-engine", deleting: bool = Fal
 
 
 def sets(pods: list[dict], **replicas: int) -> list:
-    """One LeaderWorkerSet per keyword (its name with ``_`` for ``-``), oldest first."""
+    """One LeaderWorkerSet per keyword (its name with ``_`` for ``-``), oldest first, its
+    status.readyReplicas counted from ``pods`` as LWS counts it."""
+    def ready(lws: str, n: int) -> int:  # LWS's status.readyReplicas: its Ready groups below replicas
+        return sum(1 for p in pods if p["metadata"]["labels"][f"{LWS}/name"] == lws and not
+                   p["metadata"].get("deletionTimestamp") and int(p["metadata"]["labels"][f"{LWS}/group-index"]) < n
+                   and p["status"]["conditions"][0]["status"] == "True")
     lwss = [{"metadata": {"name": name.replace("_", "-"), "uid": name, "creationTimestamp": f"2026-12-01T00:0{i}:00Z"},
-             "spec": {"replicas": n}} for i, (name, n) in enumerate(replicas.items())]
+             "spec": {"replicas": n}, "status": {"readyReplicas": ready(name.replace("_", "-"), n)}}
+            for i, (name, n) in enumerate(replicas.items())]
     return engine_sets(lwss, pods, 1)
 
 

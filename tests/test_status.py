@@ -207,7 +207,8 @@ def test_autoscaler_counts_a_group_kueue_refused_as_unplaceable_not_coming():
                                         "leaderworkerset.sigs.k8s.io/name": "k3-engine"}},
                 "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
     pods = [pod("0", True), pod("1", False), pod("2", False)]
-    sets = engine_sets([{"metadata": {"name": "k3-engine", "uid": "lws-uid"}, "spec": {"replicas": 3}}], pods, 1)
+    sets = engine_sets([{"metadata": {"name": "k3-engine", "uid": "lws-uid"}, "spec": {"replicas": 3},
+                         "status": {"readyReplicas": 1}}], pods, 1)
     now = 1_796_083_200.0 + 60  # a minute after creation, well inside the load timeout
     assert fleet_state(sets, 3, pods, 5400, now).loading == 2
     refused = fleet_state(sets, 3, pods, 5400, now, [_workload("0", ADMITTED), _workload("1", QUOTA), _workload("2")])

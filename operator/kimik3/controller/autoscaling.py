@@ -68,7 +68,7 @@ def load_seconds(members: list[dict[str, Any]], load_timeout_s: float) -> float 
 def fleet_state(sets: list[EngineSet], current: int, pods: list[dict[str, Any]], load_timeout_s: float,
                 now: float, workloads: list[dict[str, Any]] | None = None) -> FleetState:
     """Groups asked for (``current``: the fleet's replicas, ``controller.fleet.fleet_replicas``),
-    ready (the Ready groups of every live LeaderWorkerSet, at most ``current``), loading (not
+    ready (``status.readyReplicas`` of every live LeaderWorkerSet, at most ``current``), loading (not
     ready: not created yet, or leader younger than the load timeout; and every group beyond
     ``current``: the surge of a rollout) and unplaceable (a pod ``kube.pods.is_unschedulable``,
     or under placement kueue a group whose Workload Kueue refused: quota used up, no rack fits,
@@ -109,7 +109,7 @@ def fleet_state(sets: list[EngineSet], current: int, pods: list[dict[str, Any]],
                 created = _parse_time(leader["metadata"].get("creationTimestamp"))
                 if created is None or now - created < load_timeout_s:
                     loading += 1
-    ready = min(sum(s.ready for s in running), current)
+    ready = min(sum(int((s.lws.get("status") or {}).get("readyReplicas") or 0) for s in running), current)
     surge = max(0, sum(s.replicas for s in running) - current)
     loading = min(loading, max(0, current - ready - unplaceable)) + surge
     return FleetState(current=current, ready=ready, loading=loading, unplaceable=unplaceable,
