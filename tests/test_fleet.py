@@ -76,6 +76,7 @@ def test_a_template_change_rolls_through_a_new_set_and_the_old_one_goes():
     pods = [leader("k3-engine", 0, True), leader("k3-engine-bbbbbbbb", 0, True)]
     done = plan(rendered(1), engine_sets([new, old], pods, 1), 1, 1, 0)  # listed in any order
     assert summary(done) == ([("k3-engine-bbbbbbbb", 1, NEW)], ["k3-engine"], "k3-engine-bbbbbbbb")
+    assert done.complete and not start.complete
     # the next change takes the first name again, once it is free
     gone = plan(rendered(1, "cccccccccccc"), engine_sets([new], [leader("k3-engine-bbbbbbbb", 0, True)], 1), 1, 1, 0)
     assert gone.target == "k3-engine"
@@ -103,8 +104,9 @@ def test_a_pause_creates_no_set_and_a_replica_change_still_applies():
 def test_a_rolled_back_template_is_deleted_and_never_created_again():
     sets = engine_sets([lws("k3-engine", OLD, 1), lws("k3-engine-bbbbbbbb", NEW, 1, minute=5)],
                        [leader("k3-engine", 0, True), leader("k3-engine-bbbbbbbb", 0, True)], 1)
-    assert summary(plan(rendered(1), sets, 1, 1, 0, refused=NEW)) == ([("k3-engine", 1, OLD)],
-                                                                       ["k3-engine-bbbbbbbb"], "k3-engine")
+    back = plan(rendered(1), sets, 1, 1, 0, refused=NEW)
+    assert summary(back) == ([("k3-engine", 1, OLD)], ["k3-engine-bbbbbbbb"], "k3-engine")
+    assert not back.complete  # a rollback, not a rollout done
     alone = engine_sets([lws("k3-engine", OLD, 1)], [leader("k3-engine", 0, True)], 1)
     assert summary(plan(rendered(2), alone, 2, 1, 0, refused=NEW)) == ([("k3-engine", 2, OLD)], [], "k3-engine")
 

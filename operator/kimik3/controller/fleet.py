@@ -121,6 +121,8 @@ class FleetPlan:
     """Old LeaderWorkerSets left with no group (and the sets of a rolled-back template)."""
     target: str | None = None
     """The set the templates to serve run on; None while its name is still taken by a set being deleted."""
+    complete: bool = False
+    """Every old set is deleted now: the rollout to ``target`` is done (not a rollback's deletion)."""
 
 
 def target_name(base: str, template_hash: str, sets: list[EngineSet]) -> str | None:
@@ -185,6 +187,7 @@ def plan(rendered: dict[str, Any], sets: list[EngineSet], replicas: int, surge: 
             out.apply.append(held(rendered, old, groups, replicas))
         else:
             out.delete.append(old.name)
+    out.complete = bool(olds) and len(out.delete) == len(olds) and refused is None
     if target is not None and target.template_hash != want:
         out.apply.append(held(rendered, target, grow, replicas))
     else:

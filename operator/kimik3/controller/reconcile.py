@@ -304,7 +304,7 @@ class Reconciler:
                 self._event_once(obj, "Warning", "ApplyFailed", failed[child["kind"]])
         apply_error = "; ".join(failed.values()) or None
         if not apply_error and LEADER_WORKER_SET.kind not in held:
-            self._retire(obj, rolled.fleet)
+            self._retire(obj, rolled.fleet, desired)
         pods = self._pods(owner)
         for kind in rendered.absent:
             if kind == COMPUTE_DOMAIN and pods:
@@ -339,8 +339,7 @@ class Reconciler:
                              f"generation {obj['metadata'].get('generation')}: applied {kinds}; "
                              f"{desired} group(s) of {admitted.plan.nodes_per_group} pods x "
                              f"{admitted.plan.gpus_per_node} GPUs")
-        before = next((c.reason for c in stored_conditions(obj) if c.type == ConditionType.PROGRESSING), None)
-        step = step_event(before, status, admitted, desired)
+        step = step_event(status, admitted, desired)
         if step is not None:
             self._event_once(obj, "Normal", *step)
         limited = status.condition(ConditionType.SCALING_LIMITED)
@@ -372,13 +371,17 @@ class Reconciler:
                 self._event_once(obj, "Normal", "Deleted", f"ConfigMap {name} removed: no group runs a revision "
                                  f"that mounts it (kept: {', '.join(sorted(keep))})")
 
-    def _retire(self, obj: dict[str, Any], fleet: FleetPlan) -> None:
-        """Delete the LeaderWorkerSets the rollout is done with (``controller.fleet``)."""
+    def _retire(self, obj: dict[str, Any], fleet: FleetPlan, desired: int) -> None:
+        """Delete the LeaderWorkerSets the rollout is done with (``controller.fleet``); once the
+        last old one goes, a ``RolloutComplete`` Event."""
         meta = obj["metadata"]
-        for name in fleet.delete:
-            if self.kube.delete(*LEADER_WORKER_SET.type_meta, meta["namespace"], name):
-                self._event_once(obj, "Normal", "Deleted", f"LeaderWorkerSet {name} removed: "
-                                 + (f"its groups are replaced by {fleet.target}'s" if fleet.target else "not needed"))
+        gone = [name for name in fleet.delete if self.kube.delete(*LEADER_WORKER_SET.type_meta, meta["namespace"], name)]
+        for name in gone:
+            self._event_once(obj, "Normal", "Deleted", f"LeaderWorkerSet {name} removed: "
+                             + (f"its groups are replaced by {fleet.target}'s" if fleet.target else "not needed"))
+        if gone and fleet.complete:
+            self._event_once(obj, "Normal", "RolloutComplete", f"every group runs on LeaderWorkerSet {fleet.target} "
+                             f"({desired} group(s) Ready); {', '.join(gone)} removed")
 
     def _workloads(self, admitted: Admitted, sets: list[EngineSet]) -> list[dict[str, Any]] | None:
         """Under placement ``kueue``, the Workloads Kueue made for the groups of the deployment's

@@ -155,21 +155,16 @@ def progressing(admitted: Admitted, sets: list[EngineSet], status: RolloutStatus
     return Verdict("True", Reason.ROLLOUT_IN_PROGRESS, f"rolling out: {figures(admitted, status, desired)}")
 
 
-def step_event(before: str | None, status: KimiK3DeploymentStatus, admitted: Admitted,
-               desired: int) -> tuple[str, str] | None:
+def step_event(status: KimiK3DeploymentStatus, admitted: Admitted, desired: int) -> tuple[str, str] | None:
     """The Event (reason, message) of a rollout step: ``RolloutStep`` with the figures while one
-    runs (a new Event each time a figure moves), ``RolloutComplete`` once it ran (``before``: the
-    stored Progressing reason) and every group runs one revision. None otherwise."""
+    runs (a new Event each time a figure moves); None otherwise. ``RolloutComplete`` is posted
+    when the last old LeaderWorkerSet is deleted (``controller.fleet.FleetPlan.complete``)."""
     now = status.rollout
     verdict = status.condition(ConditionType.PROGRESSING)
     if now is None or verdict is None:
         return None
     if verdict.reason == Reason.ROLLOUT_IN_PROGRESS and now.update_revision:
         return "RolloutStep", figures(admitted, now, desired)
-    if before == Reason.ROLLOUT_IN_PROGRESS and verdict.reason != Reason.ROLLOUT_IN_PROGRESS \
-            and len(now.revisions) == 1:
-        return "RolloutComplete", (f"every group runs revision {now.update_revision}: "
-                                   f"{now.updated_ready_replicas}/{desired} Ready")
     return None
 
 
