@@ -8,6 +8,7 @@ import pytest
 
 from kimik3.autoscaler.policy import FleetState
 from kimik3.controller.autoscaling import fleet_state, load_seconds
+from kimik3.controller.fleet import engine_sets
 from kimik3_dev.benchmark import simulate as benchmark
 from kimik3_dev.benchmark.fleet import FleetSim
 from tests.test_autoscaler_policy import obs, policy
@@ -28,12 +29,14 @@ def pod(group: int, worker: int, created: float, ready: float | None) -> dict:
         {"type": "Ready", "status": "True", "lastTransitionTime": _ts(ready)}
     return {"metadata": {"name": f"k3-engine-{group}" + (f"-{worker}" if worker else ""),
                          "creationTimestamp": _ts(created),
-                         "labels": {f"{LWS}/group-index": str(group), f"{LWS}/worker-index": str(worker)}},
+                         "labels": {f"{LWS}/group-index": str(group), f"{LWS}/worker-index": str(worker),
+                                    f"{LWS}/name": "k3-engine"}},
             "status": {"phase": "Running", "conditions": [cond]}}
 
 
-def lws(replicas: int, ready: int) -> dict:
-    return {"spec": {"replicas": replicas}, "status": {"readyReplicas": ready}}
+def sets(replicas: int, pods: list[dict]) -> list:
+    """The deployment's one LeaderWorkerSet ``k3-engine`` of ``replicas`` groups of 2 pods."""
+    return engine_sets([{"metadata": {"name": "k3-engine", "uid": "u"}, "spec": {"replicas": replicas}}], pods, 2)
 
 
 def test_a_groups_load_runs_from_its_first_pods_creation_to_its_last_pods_ready():
@@ -50,9 +53,10 @@ def test_the_cluster_reports_the_shortest_load_of_the_serving_groups():
             pod(1, 0, 3000, 3870), pod(1, 1, 3000, 3880),  # group 1: 880 s
             pod(2, 0, 0, 9000), pod(2, 1, 0, 900),        # group 2: a readiness flap hours later
             pod(3, 0, 9500, None), pod(3, 1, 9500, None)]  # group 3: still loading
-    fleet = fleet_state(lws(4, 3), pods, 5400, T0 + 10_000)
+    fleet = fleet_state(sets(4, pods), 4, pods, 5400, T0 + 10_000)
     assert (fleet.serving, fleet.loading, fleet.load_time_s) == (frozenset({"0", "1", "2"}), 1, 880.0)
-    assert fleet_state(lws(1, 0), [pod(0, 0, 9500, None)], 5400, T0 + 10_000).load_time_s is None
+    loading = [pod(0, 0, 9500, None)]
+    assert fleet_state(sets(1, loading), 1, loading, 5400, T0 + 10_000).load_time_s is None
 
 
 def _ramp(load_time_s: float | None) -> tuple[list[int], float]:

@@ -15,6 +15,7 @@ import pytest
 from kubernetes import client
 from prometheus_client import REGISTRY
 
+from kimik3.render.revision import TEMPLATE_HASH_ANNOTATION as TEMPLATE_HASH
 from kimik3 import admission
 from kimik3.controller import reconcile
 from kimik3.controller.autoscaling import Autoscaling
@@ -75,7 +76,8 @@ def running_leaders(e: dict, groups: int, ready: bool = True) -> None:
             pass
         core.create_namespaced_pod(e["ns"], {"metadata": {"name": name, "labels": {
             "leaderworkerset.sigs.k8s.io/name": "k3-latency-engine", "leaderworkerset.sigs.k8s.io/group-index": str(g),
-            "leaderworkerset.sigs.k8s.io/worker-index": "0", "app.kubernetes.io/managed-by": "kimik3-operator"}},
+            "leaderworkerset.sigs.k8s.io/worker-index": "0", "app.kubernetes.io/managed-by": "kimik3-operator",
+            "inference.kimik3.io/deployment": "k3-latency"}},
             "spec": {"containers": [{"name": "engine", "image": "x"}]}})
         core.patch_namespaced_pod_status(name, e["ns"], {"status": {"phase": "Running", "conditions": [
             {"type": "Ready", "status": "True" if ready else "False"}]}})
@@ -307,10 +309,11 @@ def test_missing_groups_are_named_and_never_read_as_low_load(cp):
 
 
 def test_mid_rollout_a_ready_surge_group_is_loading_and_a_lower_maximum_takes_effect(env):
-    """Issue 12 item 6: two groups on the old revision and a Ready surge group of the new one
-    (LWS counts it in readyReplicas). The autoscaler counts 2 groups serving and the surge group
-    as loading (the load over target adds no group while it loads), and maxReplicas lowered
-    mid-rollout takes effect at the next decision."""
+    """Issue 12 item 6: two groups on the old LeaderWorkerSet and a Ready group of the new one
+    (``controller.fleet``), which the operator sizes to 2 while the old one gives up a group. The
+    autoscaler counts 2 groups serving and the new set's second group as loading (the load over
+    target adds no group while it loads), and maxReplicas lowered mid-rollout takes effect at the
+    next decision."""
     e = env
     started(e, maxReplicas=2)
     serve(e, 3000, 0.03, running=40, tokens=240_000, drafts=3000, accepted=9600)
@@ -319,17 +322,22 @@ def test_mid_rollout_a_ready_surge_group_is_loading_and_a_lower_maximum_takes_ef
     core = client.CoreV1Api(e["api"])
     for g in range(2):
         core.patch_namespaced_pod(f"k3-latency-engine-{g}", e["ns"], {"metadata": {"labels": {REVISION: "old"}}})
-    core.create_namespaced_pod(e["ns"], {"metadata": {"name": "k3-latency-engine-2", "labels": {
-        "leaderworkerset.sigs.k8s.io/name": "k3-latency-engine", GROUP_INDEX: "2", REVISION: "new",
-        "leaderworkerset.sigs.k8s.io/worker-index": "0", "app.kubernetes.io/managed-by": "kimik3-operator"}},
+    old = e["kube"].get(*LWS, e["ns"], "k3-latency-engine")
+    rendered = old["metadata"]["annotations"][TEMPLATE_HASH]
+    new = f"k3-latency-engine-{rendered[:8]}"
+    e["kube"].patch_merge(*LWS, e["ns"], "k3-latency-engine", {"metadata": {"annotations": {TEMPLATE_HASH: "old"}}})
+    e["kube"].apply({"apiVersion": old["apiVersion"], "kind": old["kind"], "metadata": {
+        "name": new, "namespace": e["ns"], "labels": old["metadata"]["labels"],
+        "annotations": {TEMPLATE_HASH: rendered, "inference.kimik3.io/replicas": "2"},
+        "ownerReferences": old["metadata"]["ownerReferences"]},
+        "spec": {**old["spec"], "replicas": 1}})
+    core.create_namespaced_pod(e["ns"], {"metadata": {"name": f"{new}-0", "labels": {
+        "leaderworkerset.sigs.k8s.io/name": new, GROUP_INDEX: "0", REVISION: "new",
+        "leaderworkerset.sigs.k8s.io/worker-index": "0", "app.kubernetes.io/managed-by": "kimik3-operator",
+        "inference.kimik3.io/deployment": "k3-latency"}},
         "spec": {"containers": [{"name": "engine", "image": "x"}]}})
-    core.patch_namespaced_pod_status("k3-latency-engine-2", e["ns"], {"status": {"phase": "Running", "conditions": [
+    core.patch_namespaced_pod_status(f"{new}-0", e["ns"], {"status": {"phase": "Running", "conditions": [
         {"type": "Ready", "status": "True"}]}})
-    generation = e["kube"].get(*LWS, e["ns"], "k3-latency-engine")["metadata"]["generation"]
-    e["kube"].patch_merge(*LWS, e["ns"], "k3-latency-engine", {"status": {
-        "replicas": 3, "readyReplicas": 3, "updatedReplicas": 1, "observedGeneration": generation,
-        "conditions": [{"type": "UpdateInProgress", "status": "True", "reason": "GroupsUpdating", "message": "",
-                        "lastTransitionTime": "2026-12-01T00:00:00Z"}]}}, subresource="status")
     for i in range(3):
         serve(e, 3000 * (i + 2), 0.03, running=60, tokens=240_000 * (i + 2), drafts=3000 * (i + 2),
               accepted=9600 * (i + 2))
@@ -344,5 +352,5 @@ def test_mid_rollout_a_ready_surge_group_is_loading_and_a_lower_maximum_takes_ef
     serve(e, 3000 * 5, 0.03, running=60, tokens=240_000 * 5, drafts=3000 * 5, accepted=9600 * 5)
     obj = tick(e)
     assert obj["status"]["desiredReplicas"] == 1
-    assert e["kube"].get(*LWS, e["ns"], "k3-latency-engine")["spec"]["replicas"] == 1
+    assert e["kube"].get(*LWS, e["ns"], new)["spec"]["replicas"] == 1
     assert obj["status"]["lastScale"]["reason"].startswith("ReplicaBounds: spec.autoscaling.maxReplicas is 1")

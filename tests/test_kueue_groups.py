@@ -21,6 +21,7 @@ import pytest
 from kubernetes import client
 
 from kimik3.api.v1alpha1 import GroupStatus
+from kimik3.controller.fleet import engine_sets
 from kimik3.controller.groups import group_statuses, kueue_changes
 from kimik3.controller.kube import Kube
 from kimik3.controller.readmit import awaits_kueue, readmissions
@@ -85,20 +86,40 @@ def test_kueue_state_of_a_workload() -> None:
     assert state(workload(0)) == ("Pending", "waiting for Kueue to reserve quota")
 
 
+FIRST = "k3-latency-engine"
+SETS = {"u": FIRST}
+"""The deployment's LeaderWorkerSets for the pure checks: uid -> name."""
+
+
+def sets(*names: str) -> list:
+    return engine_sets([{"metadata": {"name": n, "uid": "u" if n == FIRST else f"u-{n}",
+                                      "creationTimestamp": f"2026-12-01T00:0{i}:00Z"}, "spec": {"replicas": 1}}
+                        for i, n in enumerate(names)], [], 2)
+
+
 def test_each_group_once_with_rack_trays_kueue_state_and_readiness() -> None:
     pods = [pod(0, 1, "a-1", "A", ready=True), pod(0, 0, "a-0", "A", ready=True), pod(1, 0), pod(1, 1)]
-    groups = group_statuses(pods, [workload(0, ADMITTED), workload(1, NO_RACK)], 3, 2, {"a-0": "A", "a-1": "A"})
+    (one,) = sets(FIRST)
+    groups = group_statuses(pods, [workload(0, ADMITTED), workload(1, NO_RACK)], [one], one, 3, 2,
+                            {"a-0": "A", "a-1": "A"})
     assert groups == [
-        GroupStatus(index=0, rack="A", trays=["a-0", "a-1"], kueue="Admitted", ready=True),
-        GroupStatus(index=1, kueue="Pending", message=TOPOLOGY_MESSAGE),
-        GroupStatus(index=2),  # desired, no pods or Workload yet
+        GroupStatus(leader_worker_set=FIRST, index=0, rack="A", trays=["a-0", "a-1"], kueue="Admitted", ready=True),
+        GroupStatus(leader_worker_set=FIRST, index=1, kueue="Pending", message=TOPOLOGY_MESSAGE),
+        GroupStatus(leader_worker_set=FIRST, index=2),  # desired, no pods or Workload yet
     ]
+    # a rollout: the new LeaderWorkerSet's group 0 beside the old one's, its Workload told by its uid
+    old, new = sets(FIRST, "k3-latency-engine-b")
+    both = group_statuses([pod(0, 0, "a-0", "A", ready=True), pod(0, 0, "b-0", name="k3-latency-engine-b")],
+                          [workload(0, ADMITTED), workload(0, NO_RACK, uid="u-k3-latency-engine-b")], [old, new], new,
+                          1, 1, {"a-0": "A"})
+    assert [(g.leader_worker_set, g.index, g.rack, g.kueue, g.ready) for g in both] == [
+        (FIRST, 0, "A", "Admitted", True), ("k3-latency-engine-b", 0, None, "Pending", False)]
     # exclusive placement: no Workloads, no Kueue state; the scheduler's message of an Unschedulable pod
     unschedulable = pod(0, 0)
     unschedulable["status"]["conditions"].append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                                                   "message": "0/36 nodes are available"})
-    assert group_statuses([unschedulable], None, 1, 2, {}) == [
-        GroupStatus(index=0, message="0/36 nodes are available")]
+    assert group_statuses([unschedulable], None, [one], one, 1, 2, {}) == [
+        GroupStatus(leader_worker_set=FIRST, index=0, message="0/36 nodes are available")]
 
 
 def test_an_event_for_each_change_of_a_groups_kueue_state() -> None:
@@ -205,9 +226,11 @@ def test_operator_writes_groups_no_rack_fits_with_the_free_block_and_state_event
         obj = wait_for(no_rack_fits, 30, "ScalingLimited=True NoRackFits")
         groups = obj["status"]["groups"]
         assert [g["index"] for g in groups] == [0, 1]
-        assert groups[0] == {"index": 0, "rack": f"{racks}-a", "trays": [f"{racks}-a-0", f"{racks}-a-1"],
+        assert groups[0] == {"leaderWorkerSet": FIRST, "index": 0, "rack": f"{racks}-a",
+                             "trays": [f"{racks}-a-0", f"{racks}-a-1"],
                              "kueue": "Admitted", "ready": False}  # no pod reports Ready here (no kubelet)
-        assert groups[1] == {"index": 1, "trays": [], "kueue": "Pending", "message": TOPOLOGY_MESSAGE, "ready": False}
+        assert groups[1] == {"leaderWorkerSet": FIRST, "index": 1, "trays": [], "kueue": "Pending",
+                             "message": TOPOLOGY_MESSAGE, "ready": False}
         limited = condition(obj, "ScalingLimited")
         assert limited["message"] == (
             f"group 1 not admitted by Kueue (LocalQueue default); group 1: {TOPOLOGY_MESSAGE}; the largest free "
@@ -267,28 +290,34 @@ def test_readmission_deletes_a_split_or_failed_tray_groups_admitted_workload_onl
     failed tray, is deleted (never toggled: Kueue skips an admitted Workload with unhealthy nodes)."""
     split = [pod(0, 0, "a-0"), pod(0, 1, "b-0")]
     whole = [pod(0, 0, "a-0"), pod(0, 1, "a-1")]
-    (step,) = readmissions([workload(0, ADMITTED)], split, RACKS)
+    (step,) = readmissions([workload(0, ADMITTED)], split, RACKS, SETS)
     assert (step.workload, step.uid) == ("leaderworkerset-k3-latency-engine-0-x", "uid-0")
     assert step.event[:2] == ("Warning", "GroupSplitAcrossRacks")
     assert step.event[2].startswith("group 0: Kueue placed its pods in racks a and b")
-    assert readmissions([workload(0, ADMITTED)], whole, RACKS) == []
+    assert readmissions([workload(0, ADMITTED)], whole, RACKS, SETS) == []
     failed = {**workload(0, ADMITTED), "status": {"conditions": [ADMITTED], **UNHEALTHY}}
-    (step,) = readmissions([failed], [pod(0, 0), pod(0, 1)], RACKS)
+    (step,) = readmissions([failed], [pod(0, 0), pod(0, 1)], RACKS, SETS)
     assert step.event[:2] == ("Warning", "GroupTrayFailed") and "its tray a-1 failed" in step.event[2]
     # not admitted (Kueue evicted it, or a fresh one waits), or already being deleted: left to Kueue
-    assert readmissions([workload(0, EVICTED_NODES)], split, RACKS) == []
-    assert readmissions([{**failed, "status": {"conditions": [NO_RACK], **UNHEALTHY}}], [], RACKS) == []
+    assert readmissions([workload(0, EVICTED_NODES)], split, RACKS, SETS) == []
+    assert readmissions([{**failed, "status": {"conditions": [NO_RACK], **UNHEALTHY}}], [], RACKS, SETS) == []
     deleting = {**failed, "metadata": {**failed["metadata"], "deletionTimestamp": "2026-12-01T00:00:00Z"}}
-    assert readmissions([deleting], split, RACKS) == []
+    assert readmissions([deleting], split, RACKS, SETS) == []
     # a terminating pod in the other rack does not split the group
     leaving = {**pod(0, 1, "b-0"), "metadata": {**pod(0, 1, "b-0")["metadata"], "deletionTimestamp": "x"}}
-    assert readmissions([workload(0, ADMITTED)], [pod(0, 0, "a-0"), leaving], RACKS) == []
+    assert readmissions([workload(0, ADMITTED)], [pod(0, 0, "a-0"), leaving], RACKS, SETS) == []
+    # a rollout: the old set's group 0 in rack a and the new set's group 0 in rack b are two groups
+    beside = [pod(0, 0, "a-0"), pod(0, 1, "a-1"), pod(0, 0, "b-0", name="k3-latency-engine-b")]
+    assert readmissions([workload(0, ADMITTED)], beside, RACKS, SETS) == []
 
 
 def test_an_admitted_group_with_a_pod_off_its_trays_is_checked_again_soon() -> None:
-    assert awaits_kueue([workload(0, ADMITTED)], [pod(0, 0, "a-0"), pod(0, 1)])
-    assert not awaits_kueue([workload(0, ADMITTED)], [pod(0, 0, "a-0"), pod(0, 1, "a-1")])
-    assert not awaits_kueue([workload(0, NO_RACK)], [pod(0, 0), pod(0, 1)])  # pod events drive that wait
+    assert awaits_kueue([workload(0, ADMITTED)], [pod(0, 0, "a-0"), pod(0, 1)], SETS)
+    assert not awaits_kueue([workload(0, ADMITTED)], [pod(0, 0, "a-0"), pod(0, 1, "a-1")], SETS)
+    assert not awaits_kueue([workload(0, NO_RACK)], [pod(0, 0), pod(0, 1)], SETS)  # pod events drive that wait
+    # the new LeaderWorkerSet's group 0 still gated is not the old set's admitted group 0
+    assert not awaits_kueue([workload(0, ADMITTED)], [pod(0, 0, "a-0"), pod(0, 1, "a-1"),
+                                                      pod(0, 0, name="k3-latency-engine-b")], SETS)
 
 
 def test_a_group_kueue_split_or_left_on_a_failed_tray_gets_a_fresh_workload(operator, kube, admin_api, namespace,

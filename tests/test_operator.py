@@ -65,7 +65,7 @@ def test_latency_recipe_becomes_owned_children_and_true_status(operator, kube, a
     status = obj["status"]
     assert status["endpoint"] == f"http://k3-latency.{namespace}.svc:8000/v1"
     assert status["plan"] == {"gpusPerNode": 4, "nodesPerGroup": 2, "gpusPerGroup": 8, "computeDomain": True}
-    assert status["selector"] == ("leaderworkerset.sigs.k8s.io/name=k3-latency-engine,"
+    assert status["selector"] == ("inference.kimik3.io/deployment=k3-latency,"
                                   "leaderworkerset.sigs.k8s.io/worker-index=0")
     assert (status["replicas"], status["readyReplicas"]) == (0, 0)
     ready = condition(obj, "Ready")
@@ -123,7 +123,12 @@ def test_edited_spec_is_reconciled(operator, kube, namespace):
     assert obj["status"]["observedGeneration"] == 2
     for args in rank_args(kube, namespace, "k3-latency"):
         assert args[args.index("--max-num-seqs") + 1] == "32"
-    after = kube.get(*LWS, namespace, "k3-latency-engine")
+    # the new templates roll out through a new LeaderWorkerSet beside the old (controller.fleet)
+    (after,) = wait_for(lambda: [o for o in kube.list(*LWS, namespace, "inference.kimik3.io/deployment=k3-latency")
+                                 if o["metadata"]["name"] != "k3-latency-engine"] or None,
+                        what="the new templates' LeaderWorkerSet")
+    assert after["metadata"]["name"].startswith("k3-latency-engine-")
+    assert kube.get(*LWS, namespace, "k3-latency-engine")["spec"] == before["spec"]  # the old one untouched
     key = "inference.kimik3.io/plan-hash"
     tmpl = "leaderTemplate"
     assert (before["spec"]["leaderWorkerTemplate"][tmpl]["metadata"]["annotations"][key]
@@ -154,7 +159,7 @@ def test_kubectl_scale_drives_groups_and_budget(operator, kube, control_plane, n
     scale = client.CustomObjectsApi(kube.api).get_namespaced_custom_object_scale(
         "inference.kimik3.io", "v1alpha1", namespace, "kimik3deployments", "k3-latency")
     assert scale["spec"]["replicas"] == 4
-    assert scale["status"]["selector"].startswith("leaderworkerset.sigs.k8s.io/name=k3-latency-engine")
+    assert scale["status"]["selector"].startswith("inference.kimik3.io/deployment=k3-latency,")
 
 
 def test_scale_to_zero_releases_the_compute_domain(operator, kube, namespace):

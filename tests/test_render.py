@@ -24,6 +24,7 @@ CD = ("resource.nvidia.com/v1beta1", "ComputeDomain")
 PDB = ("policy/v1", "PodDisruptionBudget")
 POD_MONITOR = ("monitoring.coreos.com/v1", "PodMonitor")
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
+DEPLOYMENT = "inference.kimik3.io/deployment"
 WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 
 
@@ -187,11 +188,13 @@ def test_workers_have_no_probes_and_no_ports(name):
 
 # ---------------------------------------------------------------- Service -----------------
 
-def test_service_selects_the_group_leaders_of_this_lws():
+def test_service_selects_the_group_leaders_of_every_leaderworkerset_of_the_deployment():
     out = render_cr(recipe(DEP16_RECIPE, uid=UID))
     lws = by_kind(out.objects, "LeaderWorkerSet")
     svc = by_kind(out.objects, "Service")
-    assert svc["spec"]["selector"] == {LWS_NAME: lws["metadata"]["name"], WORKER_INDEX: "0"}
+    leader = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["metadata"]["labels"]
+    assert svc["spec"]["selector"] == {DEPLOYMENT: "k3-throughput", WORKER_INDEX: "0"}
+    assert leader[DEPLOYMENT] == "k3-throughput"  # LWS adds the worker index
     assert svc["spec"]["ports"] == [{"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"}]
     pm = by_kind(out.objects, "PodMonitor")
     assert pm["spec"]["selector"]["matchLabels"] == svc["spec"]["selector"]
@@ -212,7 +215,8 @@ def test_budget_counts_whole_groups(name, spec, pods):
     lws = by_kind(out.objects, "LeaderWorkerSet")
     assert pdb["spec"]["minAvailable"] == pods
     assert pods % lws["spec"]["leaderWorkerTemplate"]["size"] == 0
-    assert pdb["spec"]["selector"] == {"matchLabels": {LWS_NAME: lws["metadata"]["name"]}}
+    assert pdb["spec"]["selector"] == {"matchLabels": {DEPLOYMENT: lws["metadata"]["labels"][DEPLOYMENT]},
+                                       "matchExpressions": [{"key": LWS_NAME, "operator": "Exists"}]}
     assert PDB not in absent(out) and out.warnings == []
 
 
@@ -291,20 +295,3 @@ def test_without_a_dra_driver_no_compute_domain_or_claims_and_a_warning():
     assert any("--no-compute-domains" in w for w in out.warnings)
 
 
-def test_kueue_shape_sees_size_and_pod_shape_changes_not_image_or_args():
-    """What Kueue admitted a group for (F15): size and pod shape, read the same from a rendered
-    LWS and from the API server's copy (quantities as text)."""
-    from kimik3.render.leaderworkerset import kueue_shape
-    base = recipe(TP8_RECIPE, uid=UID, scheduling={"placement": {"mode": "kueue", "queueName": "q"}})
-    lws = by_kind(render_cr(base).objects, "LeaderWorkerSet")
-    stored = json.loads(json.dumps(lws).replace('"nvidia.com/gpu": 4', '"nvidia.com/gpu": "4"'))
-    assert stored != lws and kueue_shape(stored) == kueue_shape(lws)
-    image = by_kind(render_cr(merge(base, {"spec": {"engine": {"image": "vllm/vllm-openai:v0.33.1"}}})).objects,
-                    "LeaderWorkerSet")
-    assert kueue_shape(image) == kueue_shape(lws)
-    tp16 = by_kind(render_cr(merge(base, {"spec": {"topology": {"tensorParallelSize": 16}}})).objects,
-                   "LeaderWorkerSet")
-    assert kueue_shape(tp16) != kueue_shape(lws)
-    tolerated = by_kind(render_cr(merge(base, {"spec": {"scheduling": {"tolerations": [
-        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}}})).objects, "LeaderWorkerSet")
-    assert kueue_shape(tolerated) != kueue_shape(lws)

@@ -1,5 +1,6 @@
 """Canary bake, promotion and rollback (``controller.rollout.Rollouts``), step by step on one
-reconcile's inputs: the stored status, the rendered and the live LeaderWorkerSet, the pods. The
+reconcile's inputs: the stored status, the rendered LeaderWorkerSet, the deployment's live ones
+and their pods. The
 analysis here returns given figures; tests/e2e/test_e2e_rollout.py reads them from the simulated
 engines of a release made 2x slower."""
 
@@ -10,11 +11,12 @@ import copy
 from kimik3.admission import admit
 from kimik3.api.conditions import Reason
 from kimik3.controller.canary import Analysis, Check
+from kimik3.controller.fleet import engine_sets
 from kimik3.controller.rollout import Rollouts, scale_down_held
 from kimik3.render.revision import TEMPLATE_HASH_ANNOTATION
 from support.recipes import recipe
 from support.rendering import by_kind, render_cr
-from test_rollout_status import NEW, OLD, group
+from test_rollout_status import FIRST, NEW, OLD, group
 
 CANARY = {"groups": 1, "bake": "60s", "analysis": {"interval": "10s", "failureLimit": 2, "maxLatency": "5ms"}}
 
@@ -48,10 +50,15 @@ def setup(image: str):
     return cr, admit(cr["spec"]), by_kind(render_cr(cr).objects, "LeaderWorkerSet")
 
 
-def live_of(lws):
-    live = copy.deepcopy(lws)
-    live["metadata"]["generation"] = 2
-    return live
+def live(*named: tuple[str, dict, int], pods: list[dict]) -> list:
+    """The EngineSets of LeaderWorkerSets (name, rendered body, replicas), oldest first, as applied."""
+    lwss = []
+    for minute, (name, body, replicas) in enumerate(named):
+        obj = copy.deepcopy(body)
+        obj["metadata"] |= {"name": name, "uid": f"uid-{name}", "creationTimestamp": f"2026-12-01T00:0{minute}:00Z"}
+        obj["spec"]["replicas"] = replicas
+        lwss.append(obj)
+    return engine_sets(lwss, pods, 2)
 
 
 def remember(cr, step):
@@ -59,81 +66,87 @@ def remember(cr, step):
                                 "rolledBack": step.rolled_back.model_dump(by_alias=True) if step.rolled_back else None}}
 
 
-def config(lws):
-    return lws["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"]
+def applied(step) -> list[tuple[str, int, str]]:
+    """(name, replicas, template hash) of each LeaderWorkerSet the step applies."""
+    return [(b["metadata"]["name"], b["spec"]["replicas"], b["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION])
+            for b in step.fleet.apply]
 
 
 def test_a_slow_canary_is_rolled_back_and_held_back():
     _, _, old_lws = setup("vllm/vllm-openai:v0.33.0")
-    live = live_of(old_lws)
     cr, admitted, new_lws = setup("vllm/vllm-openai:v0.33.1")
+    a, b = old_lws["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION], \
+        new_lws["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION]
+    canary = f"{FIRST}-{b[:8]}"
     clock, figures = Clock(), Figures([(False, 0.0104), (False, 0.0098)])
     rollouts = Rollouts(figures, clock)
-    # the change: one canary group beside the old group; group 0 is not replaced (partition 1)
-    step = rollouts.step(cr, admitted, new_lws, live, group(0, OLD, True))
-    assert config(step.lws) == {"maxSurge": 1, "maxUnavailable": 0, "partition": 1}
-    assert step.lws["spec"]["leaderWorkerTemplate"] == new_lws["spec"]["leaderWorkerTemplate"]
+    # the change: one canary group in a new LeaderWorkerSet beside the old group
+    pods = group(0, OLD, True)
+    step = rollouts.step(cr, admitted, new_lws, live((FIRST, old_lws, 1), pods=pods), pods)
+    assert applied(step) == [(FIRST, 1, a), (canary, 1, b)] and step.fleet.delete == []
+    assert step.fleet.apply[0]["spec"]["leaderWorkerTemplate"] == old_lws["spec"]["leaderWorkerTemplate"]
     assert [e[1] for e in step.events] == ["CanaryStarted"]
     assert step.verdict.reason == Reason.CANARY_ANALYSIS and "waiting for the canary group" in step.verdict.message
     remember(cr, step)
-    live = copy.deepcopy(step.lws)
-    # the canary group is Ready: the bake starts, the first check fails
-    pods = group(0, OLD, True) + group(1, NEW, True)
-    step = rollouts.step(cr, admitted, new_lws, live, pods)
+    # the canary group is Ready: the bake starts, the first check fails; the old group stays
+    pods = group(0, OLD, True) + group(0, NEW, True, canary)
+    both = live((FIRST, old_lws, 1), (canary, new_lws, 1), pods=pods)
+    step = rollouts.step(cr, admitted, new_lws, both, pods)
+    assert applied(step) == [(FIRST, 1, a), (canary, 1, b)]
     assert (step.canary.revision, step.canary.checks, step.canary.failed_checks) == (NEW, 1, 1)
     assert figures.revisions == [NEW]
     assert step.verdict.reason == Reason.CANARY_ANALYSIS and "1 failed (rollback at 2)" in step.verdict.message
     remember(cr, step)
     clock.now += 5  # within the interval: no check
-    step = rollouts.step(cr, admitted, new_lws, live, pods)
+    step = rollouts.step(cr, admitted, new_lws, both, pods)
     assert step.canary.checks == 1
     clock.now += 5
-    step = rollouts.step(cr, admitted, new_lws, live, pods)
-    # the second failure: the previous templates are back; LWS removes the canary group
+    step = rollouts.step(cr, admitted, new_lws, both, pods)
+    # the second failure: the canary's LeaderWorkerSet goes; the old group never stopped
     assert step.rolled_back is not None and step.rolled_back.revision == NEW
     assert step.rolled_back.restored_revision == OLD
-    assert step.lws["spec"]["leaderWorkerTemplate"] == old_lws["spec"]["leaderWorkerTemplate"]
-    assert step.lws["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION] == \
-        old_lws["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION]
-    assert "partition" not in config(step.lws)
+    assert applied(step) == [(FIRST, 1, a)] and step.fleet.delete == [canary]
     assert (step.verdict.status, step.verdict.reason) == ("False", Reason.ROLLED_BACK)
     assert "P90 9.80 ms" in step.verdict.message and "after 2 failed check(s) of 2" in step.verdict.message
     assert [e[:2] for e in step.events] == [("Warning", "RolledBack")]
     remember(cr, step)
-    # while the spec still asks for the failed release, the groups keep the previous templates
-    live = copy.deepcopy(step.lws)
+    # while the spec still asks for the failed release, it is not created again
     clock.now += 600
-    step = rollouts.step(cr, admitted, new_lws, live, group(0, OLD, True))
-    assert step.lws["spec"]["leaderWorkerTemplate"] == old_lws["spec"]["leaderWorkerTemplate"]
+    pods = group(0, OLD, True)
+    step = rollouts.step(cr, admitted, new_lws, live((FIRST, old_lws, 1), pods=pods), pods)
+    assert applied(step) == [(FIRST, 1, a)]
     assert step.verdict.reason == Reason.ROLLED_BACK and step.rolled_back is not None
     # a new edit rolls out again
     cr2, admitted2, newer = setup("vllm/vllm-openai:v0.33.2")
     cr2["status"] = cr["status"]
-    step = rollouts.step(cr2, admitted2, newer, live, group(0, OLD, True))
+    step = rollouts.step(cr2, admitted2, newer, live((FIRST, old_lws, 1), pods=pods), pods)
     assert step.rolled_back is None and [e[1] for e in step.events] == ["CanaryStarted"]
+    assert len(step.fleet.apply) == 2
 
 
 def test_a_canary_that_passes_its_bake_is_promoted():
     _, _, old_lws = setup("vllm/vllm-openai:v0.33.0")
     cr, admitted, new_lws = setup("vllm/vllm-openai:v0.33.1")
+    canary = f"{FIRST}-{new_lws['metadata']['annotations'][TEMPLATE_HASH_ANNOTATION][:8]}"
     clock = Clock()
     rollouts = Rollouts(Figures([(True, 0.004)] * 7), clock)
-    step = rollouts.step(cr, admitted, new_lws, live_of(old_lws), group(0, OLD, True))
+    pods = group(0, OLD, True)
+    step = rollouts.step(cr, admitted, new_lws, live((FIRST, old_lws, 1), pods=pods), pods)
     remember(cr, step)
-    live = copy.deepcopy(step.lws)
-    pods = group(0, OLD, True) + group(1, NEW, True)
+    pods = group(0, OLD, True) + group(0, NEW, True, canary)
+    both = live((FIRST, old_lws, 1), (canary, new_lws, 1), pods=pods)
     for _ in range(6):
-        step = rollouts.step(cr, admitted, new_lws, live, pods)
-        assert not step.canary.promoted and config(step.lws)["partition"] == 1
+        step = rollouts.step(cr, admitted, new_lws, both, pods)
+        assert not step.canary.promoted and step.fleet.delete == []
         remember(cr, step)
         clock.now += 10
-    step = rollouts.step(cr, admitted, new_lws, live, pods)
+    step = rollouts.step(cr, admitted, new_lws, both, pods)
     assert step.canary.promoted and step.canary.failed_checks == 0 and step.canary.checks == 7  # at 0, 10, .. 60 s
-    assert config(step.lws) == {"maxSurge": 1, "maxUnavailable": 0}
     assert [e[1] for e in step.events] == ["CanaryPromoted"]
+    assert step.fleet.delete == [FIRST]  # the canary group is Ready: the old one goes
     remember(cr, step)
-    step = rollouts.step(cr, admitted, new_lws, step.lws, pods)  # the LWS rolls the rest on its own
-    assert config(step.lws) == {"maxSurge": 1, "maxUnavailable": 0} and step.verdict is None
+    step = rollouts.step(cr, admitted, new_lws, both, pods)
+    assert step.verdict is None and step.fleet.delete == [FIRST]
 
 
 def test_paused_holds_the_templates_and_every_group():
@@ -141,37 +154,38 @@ def test_paused_holds_the_templates_and_every_group():
     cr, _, new_lws = setup("vllm/vllm-openai:v0.33.1")
     cr["spec"]["rollout"] = {"paused": True}
     admitted = admit(cr["spec"])
-    step = Rollouts(Figures([]), Clock()).step(cr, admitted, new_lws, live_of(old_lws), group(0, OLD, True))
-    assert step.lws["spec"]["leaderWorkerTemplate"] == old_lws["spec"]["leaderWorkerTemplate"]
-    assert config(step.lws)["partition"] == 1
+    pods = group(0, OLD, True)
+    step = Rollouts(Figures([]), Clock()).step(cr, admitted, new_lws, live((FIRST, old_lws, 1), pods=pods), pods)
+    assert applied(step) == [(FIRST, 1, old_lws["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION])]
+    assert step.fleet.apply[0]["spec"]["leaderWorkerTemplate"] == old_lws["spec"]["leaderWorkerTemplate"]
     assert step.verdict.reason == Reason.PAUSED and "a change of the group templates waits" in step.verdict.message
 
 
-def test_a_restarted_operator_renders_the_same_leaderworkerset_mid_canary():
-    """F16: the rollout keeps its memory in status.rollout, so a new operator (a fresh
-    ``Rollouts``) renders the LeaderWorkerSet byte for byte as the old one did."""
+def test_a_restarted_operator_plans_the_same_leaderworkersets_mid_canary():
+    """F16: the rollout keeps its memory in status.rollout and the LeaderWorkerSets, so a new
+    operator (a fresh ``Rollouts``) applies them byte for byte as the old one did."""
     _, _, old_lws = setup("vllm/vllm-openai:v0.33.0")
     cr, admitted, new_lws = setup("vllm/vllm-openai:v0.33.1")
+    canary = f"{FIRST}-{new_lws['metadata']['annotations'][TEMPLATE_HASH_ANNOTATION][:8]}"
     clock = Clock()
     first = Rollouts(Figures([(True, 0.004)] * 3), clock)
-    step = first.step(cr, admitted, new_lws, live_of(old_lws), group(0, OLD, True))
-    remember(cr, step)
-    live, pods = copy.deepcopy(step.lws), group(0, OLD, True) + group(1, NEW, True)
-    step = first.step(cr, admitted, new_lws, live, pods)
-    remember(cr, step)
+    pods = group(0, OLD, True)
+    remember(cr, first.step(cr, admitted, new_lws, live((FIRST, old_lws, 1), pods=pods), pods))
+    pods = group(0, OLD, True) + group(0, NEW, True, canary)
+    both = live((FIRST, old_lws, 1), (canary, new_lws, 1), pods=pods)
+    remember(cr, first.step(cr, admitted, new_lws, both, pods))
     clock.now += 3
-    again = first.step(cr, admitted, new_lws, live, pods).lws
-    restarted = Rollouts(Figures([]), clock).step(cr, admitted, new_lws, live, pods).lws
-    assert restarted == again and config(restarted)["partition"] == 1
+    again = first.step(cr, admitted, new_lws, both, pods)
+    restarted = Rollouts(Figures([]), clock).step(cr, admitted, new_lws, both, pods)
+    assert restarted.fleet == again.fleet and len(restarted.fleet.apply) == 2
 
 
 def test_no_scale_down_mid_rollout_but_a_scale_up_or_a_lower_maximum_goes_ahead():
-    lws = {"spec": {"replicas": 3}}
-    assert scale_down_held(Reason.ROLLOUT_IN_PROGRESS, lws, 2, 4) == 3
-    assert scale_down_held(Reason.CANARY_ANALYSIS, lws, 1, 4) == 3
-    assert scale_down_held(Reason.SURGE_BLOCKED, lws, 1, 4) == 3
-    assert scale_down_held(Reason.ROLLOUT_IN_PROGRESS, lws, 4, 4) is None
-    assert scale_down_held(Reason.STABLE, lws, 2, 4) is None
+    assert scale_down_held(Reason.ROLLOUT_IN_PROGRESS, 3, 2, 4) == 3
+    assert scale_down_held(Reason.CANARY_ANALYSIS, 3, 1, 4) == 3
+    assert scale_down_held(Reason.SURGE_BLOCKED, 3, 1, 4) == 3
+    assert scale_down_held(Reason.ROLLOUT_IN_PROGRESS, 3, 4, 4) is None
+    assert scale_down_held(Reason.STABLE, 3, 2, 4) is None
     # maxReplicas lowered to 2 mid-rollout: the autoscaler's 2 (or 1) keeps 2, not 3
-    assert scale_down_held(Reason.ROLLOUT_IN_PROGRESS, lws, 2, 2) is None
-    assert scale_down_held(Reason.ROLLOUT_IN_PROGRESS, lws, 1, 2) == 2
+    assert scale_down_held(Reason.ROLLOUT_IN_PROGRESS, 3, 2, 2) is None
+    assert scale_down_held(Reason.ROLLOUT_IN_PROGRESS, 3, 1, 2) == 2

@@ -1,8 +1,6 @@
-"""spec.rollout as the LeaderWorkerSet's rolloutStrategy, and the admission rules of spec.rollout.
-
-The strategies are read in LWS v0.9.0's controller (``render/revision.py``): Surge renders
-``maxSurge`` S and ``maxUnavailable`` U (defaults 1 and 0), Recreate ``maxUnavailable: 100%`` and
-no surge; a partition only when the rollout controller holds one.
+"""The rendered LeaderWorkerSet carries no rolloutStrategy (its templates never change once it
+exists: ``controller.fleet`` rolls a change through a new one), and the admission rules of
+spec.rollout.
 """
 
 from __future__ import annotations
@@ -11,43 +9,16 @@ import pytest
 
 from kimik3.admission import admit
 from kimik3.api.errors import SpecErrors
-from kimik3.render.leaderworkerset import leader_worker_set
-from kimik3.render.meta import Owner
 from support.recipes import recipe
 from support.rendering import by_kind, render_cr
 
 UID = "7a1c2b9e-0000-4000-8000-000000000012"
 
 
-def strategy(**rollout) -> dict:
+@pytest.mark.parametrize("rollout", [{}, {"maxSurge": 2}, {"strategy": "Recreate"}, {"canary": {"groups": 1}}])
+def test_the_leaderworkerset_has_no_rollout_strategy(rollout):
     lws = by_kind(render_cr(recipe(uid=UID, replicas=3, rollout=rollout)).objects, "LeaderWorkerSet")
-    return lws["spec"]["rolloutStrategy"]
-
-
-@pytest.mark.parametrize("rollout,config", [
-    ({}, {"maxSurge": 1, "maxUnavailable": 0}),
-    ({"maxSurge": 2}, {"maxSurge": 2, "maxUnavailable": 0}),
-    ({"maxSurge": 0, "maxUnavailable": 1}, {"maxSurge": 0, "maxUnavailable": 1}),
-    ({"maxSurge": 1, "maxUnavailable": 5}, {"maxSurge": 1, "maxUnavailable": 2}),  # never the last group
-    ({"maxSurge": 1, "canary": {"groups": 1}}, {"maxSurge": 1, "maxUnavailable": 0}),
-    ({"strategy": "Recreate"}, {"maxSurge": 0, "maxUnavailable": "100%"}),
-])
-def test_rollout_strategy_of_the_spec(rollout, config):
-    assert strategy(**rollout) == {"type": "RollingUpdate", "rollingUpdateConfiguration": config}
-
-
-def test_one_group_with_a_surge_is_never_taken_down():
-    lws = by_kind(render_cr(recipe(uid=UID, replicas=1, rollout={"maxUnavailable": 1})).objects, "LeaderWorkerSet")
-    assert lws["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"] == {"maxSurge": 1, "maxUnavailable": 0}
-
-
-def test_a_partition_is_rendered_only_when_held():
-    cr = recipe(uid=UID, replicas=3)
-    admitted, owner = admit(cr["spec"]), Owner.from_object(cr)
-    held = leader_worker_set(owner, admitted, 3, partition=3)["spec"]["rolloutStrategy"]
-    assert held["rollingUpdateConfiguration"] == {"maxSurge": 1, "maxUnavailable": 0, "partition": 3}
-    assert "partition" not in leader_worker_set(owner, admitted, 3)["spec"]["rolloutStrategy"][
-        "rollingUpdateConfiguration"]
+    assert "rolloutStrategy" not in lws["spec"] and lws["spec"]["replicas"] == 3
 
 
 @pytest.mark.parametrize("rollout,path,words", [

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from kimik3.controller.fleet import engine_sets
 from kimik3.admission import admit
 from kimik3.api.conditions import REASONS, ConditionType, Reason, Verdict
 from kimik3.api.v1alpha1 import Condition, DecodeStatus, KimiK3DeploymentStatus, ScaleEvent
@@ -29,8 +30,19 @@ def pod(name: str, group: str, worker: str, ready: bool = True, scheduled: dict 
     conditions = [scheduled or {"type": "PodScheduled", "status": "True"}]
     if ready:
         conditions.append({"type": "Ready", "status": "True"})
-    return {"metadata": {"name": name, "labels": {f"{LWS}/group-index": group, f"{LWS}/worker-index": worker}},
+    return {"metadata": {"name": name, "labels": {f"{LWS}/group-index": group, f"{LWS}/worker-index": worker,
+                                                  f"{LWS}/name": name.rsplit("-engine", 1)[0] + "-engine"}},
             "status": {"phase": "Running" if ready else "Pending", "conditions": conditions}}
+
+
+def one_set(replicas: int, ready: int, pods: list[dict], name: str = "k3-latency-engine") -> list:
+    """The deployment's one LeaderWorkerSet as ``compute_status`` takes it (LWS status counts)."""
+    return engine_sets([{"metadata": {"name": name, "uid": "lws-uid"}, "spec": {"replicas": replicas},
+                         "status": {"replicas": replicas, "readyReplicas": ready}}], pods, 2)
+
+
+def status_of(obj: dict, admitted, sets: list, pods: list[dict], desired: int, **kw):
+    return compute_status(obj, admitted, sets, sets[-1] if sets else None, pods, desired, **kw)
 
 
 def assert_declared(status: KimiK3DeploymentStatus) -> None:
@@ -97,8 +109,7 @@ def test_reconciled_status_uses_declared_reasons_and_the_autoscaler_report() -> 
     decode = DecodeStatus(metric="timePerOutputToken", percentile=90, latency_seconds=0.0056,
                           tokens_per_second_per_user=178.6, acceptance_length=4.2, observed_at="2026-11-29T08:00:00Z")
     report = AutoscalerReport(2, decode, None, Verdict("True", Reason.MEASURED, "from 1 group(s)"))
-    status = compute_status(cr(), admitted, {"status": {"replicas": 2, "readyReplicas": 1}},
-                            pods, 2, autoscaled=report)
+    status = status_of(cr(), admitted, one_set(2, 1, pods), pods, 2, autoscaled=report)
     assert_declared(status)
     reasons = {c.type: (c.status, c.reason) for c in status.conditions}
     assert reasons == {"Ready": ("False", "GroupsNotReady"), "Progressing": ("True", "GroupsStarting"),
@@ -112,8 +123,7 @@ def test_reconciled_status_uses_declared_reasons_and_the_autoscaler_report() -> 
                              "computeDomainNote": None}
 
     # Autoscaling off: the autoscaler's fields and MetricsAvailable are left as the CR holds them.
-    plain = compute_status(cr(patch), admitted, {"status": {"replicas": 2, "readyReplicas": 2}},
-                           pods[:2], 2)
+    plain = status_of(cr(patch), admitted, one_set(2, 2, pods[:2]), pods[:2], 2)
     assert_declared(plain)
     assert plain.condition("MetricsAvailable") == status.condition("MetricsAvailable")
     assert plain.desired_replicas is None and plain.decode is None
@@ -126,7 +136,7 @@ def test_reconciled_status_uses_declared_reasons_and_the_autoscaler_report() -> 
                                                "failed calling webhook"])
 def test_apply_failures_and_invalid_specs_use_declared_reasons(apply_error: str | None) -> None:
     admitted = admit(cr()["spec"])
-    status = compute_status(cr(), admitted, None, [], 1, apply_error)
+    status = status_of(cr(), admitted, [], [], 1, apply_error=apply_error)
     assert_declared(status)
     degraded = status.condition(ConditionType.DEGRADED)
     assert degraded is not None
@@ -146,6 +156,7 @@ def test_every_reason_belongs_to_a_condition_type() -> None:
 
 def _workload(index: str, *conditions: dict) -> dict:
     return {"metadata": {"name": f"leaderworkerset-k3-engine-{index}-abcde",
+                         "labels": {"kueue.x-k8s.io/job-uid": "lws-uid"},
                          "annotations": {"kueue.x-k8s.io/component-workload-index": index}},
             "status": {"conditions": list(conditions)}}
 
@@ -189,17 +200,18 @@ def test_autoscaler_counts_a_group_kueue_refused_as_unplaceable_not_coming():
     """F10 under Kueue: a group whose Workload waits on quota or a rack is not capacity on its
     way; one Kueue has not looked at yet (no QuotaReserved condition) is still loading."""
     from kimik3.controller.autoscaling import fleet_state
-    lws = {"spec": {"replicas": 3}, "status": {"readyReplicas": 1}}
-
     def pod(group: str, ready: bool) -> dict:
         return {"metadata": {"name": f"k3-engine-{group}", "creationTimestamp": "2026-12-01T00:00:00Z",
                              "labels": {"leaderworkerset.sigs.k8s.io/group-index": group,
-                                        "leaderworkerset.sigs.k8s.io/worker-index": "0"}},
+                                        "leaderworkerset.sigs.k8s.io/worker-index": "0",
+                                        "leaderworkerset.sigs.k8s.io/name": "k3-engine"}},
                 "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
     pods = [pod("0", True), pod("1", False), pod("2", False)]
+    sets = engine_sets([{"metadata": {"name": "k3-engine", "uid": "lws-uid"}, "spec": {"replicas": 3},
+                         "status": {"readyReplicas": 1}}], pods, 1)
     now = 1_796_083_200.0 + 60  # a minute after creation, well inside the load timeout
-    assert fleet_state(lws, pods, 5400, now).loading == 2
-    refused = fleet_state(lws, pods, 5400, now, [_workload("0", ADMITTED), _workload("1", QUOTA), _workload("2")])
+    assert fleet_state(sets, 3, pods, 5400, now).loading == 2
+    refused = fleet_state(sets, 3, pods, 5400, now, [_workload("0", ADMITTED), _workload("1", QUOTA), _workload("2")])
     assert (refused.ready, refused.loading, refused.unplaceable) == (1, 1, 1)
 
 
@@ -223,8 +235,7 @@ def test_an_admitted_group_the_scheduler_cannot_bind_is_not_blamed_on_room():
     refused = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                "message": "0/36 nodes are available: 1 node(s) didn't satisfy existing pods anti-affinity rules"}
     pods = [pod("k3-latency-engine-0", "0", "0", ready=False, scheduled=refused)]
-    status = compute_status(cr(), admit(spec), {"status": {"replicas": 1, "readyReplicas": 0}}, pods, 1,
-                            workloads=[_workload("0", ADMITTED)])
+    status = status_of(cr(), admit(spec), one_set(1, 0, pods), pods, 1, workloads=[_workload("0", ADMITTED)])
     limited = status.condition(ConditionType.SCALING_LIMITED)
     assert (limited.status, limited.reason) == ("True", "Unschedulable")
     assert limited.message.startswith("group 0 cannot be bound in the rack Kueue admitted them into")

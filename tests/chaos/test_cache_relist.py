@@ -26,11 +26,12 @@ def test_relisted_owner_children_are_applied_again():
 def pod(name: str, rv: int) -> dict:
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": "ns", "resourceVersion": str(rv),
-                         "labels": {"leaderworkerset.sigs.k8s.io/name": "k3-engine"}}}
+                         "labels": {"leaderworkerset.sigs.k8s.io/name": "k3-engine",
+                                    "inference.kimik3.io/deployment": "k3"}}}
 
 
 def names(cache: ObjectCache) -> list[str]:
-    return sorted(p["metadata"]["name"] for p in cache.pods("ns", "k3-engine"))
+    return sorted(p["metadata"]["name"] for p in cache.pods("ns", "k3"))
 
 
 def test_pods_deleted_while_the_watch_was_down_are_dropped_after_a_relist():
@@ -43,9 +44,9 @@ def test_pods_deleted_while_the_watch_was_down_are_dropped_after_a_relist():
     assert cache.pods_stale("ns", "k3")
     # A watch event newer than the list (a pod created after it) must survive the replace.
     cache.update("ADDED", pod("k3-engine-2", 30))
-    cache.replace_pods("ns", "k3", "k3-engine", [pod("k3-engine-0", 5), pod("k3-engine-0-1", 9)], list_version=20)
+    cache.replace_pods("ns", "k3", [pod("k3-engine-0", 5), pod("k3-engine-0-1", 9)], list_version=20)
     assert names(cache) == ["k3-engine-0", "k3-engine-0-1", "k3-engine-2"]
-    assert next(p for p in cache.pods("ns", "k3-engine")
+    assert next(p for p in cache.pods("ns", "k3")
                 if p["metadata"]["name"] == "k3-engine-0-1")["metadata"]["resourceVersion"] == "9"
     assert not cache.pods_stale("ns", "k3")
 
@@ -56,5 +57,5 @@ def test_a_pod_deleted_after_the_list_is_not_brought_back():
     cache.forget_applied("ns", "k3")
     listed = [pod("k3-engine-0", 5)]  # the list is taken, then the DELETED event arrives first
     cache.update("DELETED", pod("k3-engine-0", 12))
-    cache.replace_pods("ns", "k3", "k3-engine", listed, list_version=10)
+    cache.replace_pods("ns", "k3", listed, list_version=10)
     assert names(cache) == []

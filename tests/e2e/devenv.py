@@ -12,7 +12,7 @@ from typing import Any
 
 from kimik3.kube import pods as kpods
 from kimik3.kube.kinds import GROUP, PLURAL, VERSION
-from kimik3.kube.labels import CLIQUE_LABEL, LWS_NAME_LABEL
+from kimik3.kube.labels import CLIQUE_LABEL, DEPLOYMENT_LABEL, LWS_NAME_LABEL
 from kimik3_dev.devcluster.cluster import DevCluster, UpOptions
 from kimik3_dev.devcluster.rest import Rest
 from kimik3_dev.devcluster.workloads import apply_deployment
@@ -57,7 +57,8 @@ class DevEnv:
         return next((c for c in (cr.get("status") or {}).get("conditions", []) if c["type"] == type_), None)
 
     def pods(self, namespace: str, name: str = "k3") -> list[dict[str, Any]]:
-        return self.rest.items(f"/api/v1/namespaces/{namespace}/pods", f"{LWS_NAME_LABEL}={name}-engine")
+        """The pods of every LeaderWorkerSet of deployment ``name`` (a rollout runs two)."""
+        return self.rest.items(f"/api/v1/namespaces/{namespace}/pods", f"{DEPLOYMENT_LABEL}={name},{LWS_NAME_LABEL}")
 
     def groups(self, namespace: str, name: str = "k3") -> dict[int, list[dict[str, Any]]]:
         """Live (not terminating) pods by group index, each list sorted by worker index."""

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kimik3.controller.fleet import engine_sets
 from kimik3.admission import admit
 from kimik3.controller.status import compute_status, scaling_limited_message, status_patch, unschedulable_groups
 from kimik3_dev.devcluster import kwok, lws, processes, prometheus
@@ -216,12 +217,19 @@ def _cr(status: dict | None = None) -> dict:
     return cr
 
 
+def _status(cr: dict, admitted, lws_status: dict, pods: list[dict], desired: int):
+    """``compute_status`` for the deployment's one LeaderWorkerSet with ``lws_status``."""
+    sets = engine_sets([{"metadata": {"name": "k3-latency-engine", "uid": "u"}, "spec": {"replicas": desired},
+                         "status": lws_status}], pods, admitted.plan.nodes_per_group)
+    return compute_status(cr, admitted, sets, sets[0], pods, desired)
+
+
 def test_compute_status_sets_and_clears_scaling_limited() -> None:
     cr = _cr()
     admitted = admit(cr["spec"])
     lws_obj = {"status": {"replicas": 4, "readyReplicas": 3}}
     pods = [_pod("k3-latency-engine-3", "3", "0", UNSCHEDULABLE)]
-    status = compute_status(cr, admitted, lws_obj, pods, 4)
+    status = _status(cr, admitted, lws_obj["status"], pods, 4)
     limited = status.condition("ScalingLimited")
     assert limited is not None
     assert (limited.status, limited.reason, limited.observed_generation) == ("True", "Unschedulable", 2)
@@ -230,8 +238,7 @@ def test_compute_status_sets_and_clears_scaling_limited() -> None:
     assert ready is not None and (ready.status, ready.reason) == ("False", "GroupsNotReady")
 
     time.sleep(1.1)  # a new transition gets a new lastTransitionTime (RFC 3339 seconds)
-    cleared = compute_status(_cr(status_patch(status)), admitted, {"status": {"replicas": 3, "readyReplicas": 3}},
-                             [], 3)
+    cleared = _status(_cr(status_patch(status)), admitted, {"replicas": 3, "readyReplicas": 3}, [], 3)
     limited2 = cleared.condition("ScalingLimited")
     assert limited2 is not None and (limited2.status, limited2.reason) == ("False", "AllGroupsPlaced")
     assert limited2.last_transition_time != limited.last_transition_time
@@ -253,7 +260,7 @@ def test_ready_message_names_a_crashed_engine_a_terminating_pod_or_a_missing_gro
     leader1["status"]["conditions"].append(ready)
 
     def message(pods: list[dict]) -> str:
-        ready = compute_status(cr, admitted, lws_obj, pods, 2).condition("Ready")
+        ready = _status(cr, admitted, lws_obj["status"], pods, 2).condition("Ready")
         assert ready is not None
         return ready.message
     assert message([*group0, leader1, crashed]) == (
@@ -269,7 +276,7 @@ def test_scaling_limited_set_by_someone_else_is_left_alone() -> None:
     cr = _cr({"conditions": [{"type": "ScalingLimited", "status": "True", "reason": "AtMaxReplicas",
                               "message": "autoscaler at maxReplicas 4", "lastTransitionTime": "2026-11-29T00:00:00Z"}]})
     admitted = admit(cr["spec"])
-    status = compute_status(cr, admitted, {"status": {"replicas": 1, "readyReplicas": 1}}, [], 1)
+    status = _status(cr, admitted, {"replicas": 1, "readyReplicas": 1}, [], 1)
     limited = status.condition("ScalingLimited")
     assert limited is not None and (limited.status, limited.reason) == ("True", "AtMaxReplicas")
     assert limited.last_transition_time == "2026-11-29T00:00:00Z"

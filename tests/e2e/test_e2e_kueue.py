@@ -205,26 +205,31 @@ def test_four_tp16_groups_and_a_tp8_group_of_another_tenant_share_one_rack(kueue
                  WAIT_S, f"the pods of {other} to be gone")
 
 
-def test_a_group_size_edit_under_kueue_replaces_the_leaderworkerset(kueue_env: DevEnv, tenant: str) -> None:
+def test_a_group_size_edit_under_kueue_rolls_through_a_new_leaderworkerset(kueue_env: DevEnv, tenant: str) -> None:
     """F15: TP8 -> TP16 changes the group size 2 -> 4; in place, Kueue would leave the new pods
-    gated with no Workload for ever. The operator replaces the LeaderWorkerSet instead, says so
-    (Progressing=True Replacing, a Warning Event), and the new shape is admitted and Ready."""
+    gated with no Workload for ever. The new shape gets a new LeaderWorkerSet beside the old
+    (``controller.fleet``): Kueue admits its groups for their own shape, the old groups serve
+    until the new ones are Ready, then the old LeaderWorkerSet goes."""
     env = kueue_env
     env.apply(packed(env, tenant, replicas=2))
     wait_for(lambda: env.ready_groups(tenant, 2, 2), WAIT_S, "2 TP8 groups Ready")
-    before = env.rest.get(f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{tenant}/leaderworkersets/k3-engine")
+    lwss = f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{tenant}/leaderworkersets"
+    (before,) = env.rest.items(lwss)
     cr = packed(env, tenant, replicas=2)
     cr["spec"]["topology"]["tensorParallelSize"] = 16
     env.apply(cr)
-    groups = wait_for(lambda: env.ready_groups(tenant, 4, 2), WAIT_S, "2 TP16 groups Ready")
-    after = env.rest.get(f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{tenant}/leaderworkersets/k3-engine")
-    assert after["metadata"]["uid"] != before["metadata"]["uid"]
+    wait_for(lambda: len(env.rest.items(lwss)) == 2, WAIT_S, "a LeaderWorkerSet of the new shape beside the old")
+    groups = wait_for(lambda: env.ready_groups(tenant, 4, 2), WAIT_S, "2 TP16 groups Ready, the old ones gone")
+    (after,) = wait_for(lambda: (items := env.rest.items(lwss)) and len(items) == 1 and items, WAIT_S,
+                        "the old LeaderWorkerSet deleted")
+    assert after["metadata"]["name"].startswith("k3-engine-") and after["metadata"]["uid"] != before["metadata"]["uid"]
     assert after["spec"]["leaderWorkerTemplate"]["size"] == 4
     assert all(len(env.cliques(pods)) == 1 for pods in groups.values())
-    (event,) = [e for e in env.events(tenant) if e["reason"] == "ReplacingLeaderWorkerSet"]
-    assert "group size 2 -> 4 pods changed" in event["message"] and "F15" in event["message"]
     wait_for(lambda: (env.condition(tenant, "Progressing") or {}).get("status")
-               == "False", WAIT_S, "Progressing=False once replaced")
+             == "False", WAIT_S, "Progressing=False once rolled out")
+    reasons = wait_for(lambda: (r := [e["reason"] for e in env.events(tenant)]) and "RolloutComplete" in r and r,
+                       10.0, "the RolloutComplete Event")
+    assert "ReplacingLeaderWorkerSet" not in reasons, reasons
 
 
 def delete_and_wait(env: DevEnv, namespace: str) -> None:

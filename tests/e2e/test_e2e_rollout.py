@@ -7,10 +7,10 @@ so the LeaderWorkerSet cannot count a loading group as available. Load runs thro
 the deployment's front (the simulator's stand-in for the client Service, which forwards only to
 loaded engines), and a ``Recorder`` samples the groups every 0.1 s.
 
-LeaderWorkerSet v0.9.0 with ``maxSurge: 1, maxUnavailable: 0`` (the default of spec.rollout) on
-one group: the surge group 1 loads the new revision, then group 0 is recreated on it, then the
-surge group goes. So the rollout takes two load times (not one: LWS scales down from the top
-index, so the surge group cannot stay in place of group 0), and a Ready group serves throughout.
+With ``maxSurge: 1, maxUnavailable: 0`` (the default of spec.rollout) on one group: a new
+LeaderWorkerSet ``k3-engine-<hash>`` loads the new revision beside ``k3-engine``, which is deleted
+once the new group is Ready (``controller.fleet``). So the rollout takes one load time, and a Ready
+group serves throughout.
 """
 
 from __future__ import annotations
@@ -61,8 +61,12 @@ def ns(env: DevEnv) -> Iterator[str]:
     env.rest.delete(f"/api/v1/namespaces/{name}")
 
 
-def snapshot(env: DevEnv, ns: str) -> tuple[tuple[int, str, str, bool], ...]:
-    """(group, leader uid, revision, every pod Ready) of each live group."""
+FIRST = "k3-engine"
+"""The deployment's first LeaderWorkerSet; a rollout's new one is ``k3-engine-<template hash>``."""
+
+
+def snapshot(env: DevEnv, ns: str) -> tuple[tuple[int, str, str, bool, str], ...]:
+    """(group, leader uid, revision, every pod Ready, LeaderWorkerSet) of each live group."""
     return sample(env.rest, ns, "k3", 2)
 
 
@@ -140,7 +144,7 @@ def test_a_release_twice_as_slow_fails_its_canary_and_is_rolled_back(env, ns):
     cr["spec"]["engine"]["extraArgs"] = ["--custom-histogram-buckets", json.dumps({"inter_token_latency": FINE_ITL})]
     env.apply(cr)
     url, model = serve(env, ns, 1)
-    ((_, uid, old, _),) = snapshot(env, ns)
+    ((_, uid, old, _, _),) = snapshot(env, ns)
     ((before, before_args),) = _launchers(env, ns).items()
     launchers_before = (before, before_args)
     with Load(url, model) as load, Recorder(lambda: snapshot(env, ns), period_s=0.2) as rec:
@@ -179,14 +183,19 @@ def _launchers(env: DevEnv, ns: str) -> dict[str, list[str]]:
             if c["metadata"]["name"].startswith("k3-launcher-")}
 
 
-def _leader(env: DevEnv, ns: str, group: int) -> dict[str, Any] | None:
-    pods = env.rest.items(f"/api/v1/namespaces/{ns}/pods", f"{LWS_NAME_LABEL}=k3-engine,"
-                          f"{LWS_GROUP_INDEX_LABEL}={group},{LWS_WORKER_INDEX_LABEL}=0")
+def _leader(env: DevEnv, ns: str, group: int, lws: str | None = None) -> dict[str, Any] | None:
+    """The live leader pod of ``group`` of LeaderWorkerSet ``lws`` (of any of k3's when None)."""
+    pods = env.rest.items(f"/api/v1/namespaces/{ns}/pods", f"{LWS_NAME_LABEL}={lws}" if lws else
+                          f"{DEPLOYMENT_LABEL}=k3,{LWS_NAME_LABEL},{LWS_GROUP_INDEX_LABEL}={group},"
+                          f"{LWS_WORKER_INDEX_LABEL}=0")
+    pods = [p for p in pods if not p["metadata"].get("deletionTimestamp")
+            and p["metadata"]["labels"].get(LWS_GROUP_INDEX_LABEL) == str(group)
+            and p["metadata"]["labels"].get(LWS_WORKER_INDEX_LABEL) == "0"]
     return pods[0] if pods else None
 
 
 def _mounted(env: DevEnv, ns: str, group: int) -> str | None:
-    """The launcher ConfigMap the leader pod of ``group`` mounts."""
+    """The launcher ConfigMap the leader pod of ``group`` (of any LeaderWorkerSet) mounts."""
     pod = _leader(env, ns, group)
     return mounted(pod["spec"]) if pod else None
 
@@ -196,22 +205,23 @@ def _seqs(args: list[str]) -> str:
 
 
 def test_an_old_group_restarted_mid_rollout_keeps_its_arguments(env, ns):
-    """The launcher ConfigMap is per launch plan: group 0, recreated on the old revision while the
-    surge group of a new --max-num-seqs loads, mounts the old plan's ConfigMap with the old
-    arguments; once every group runs the new revision the old ConfigMap is deleted."""
+    """The launcher ConfigMap is per launch plan: the old group 0, recreated on the old revision
+    while the new LeaderWorkerSet's group of a new --max-num-seqs loads, mounts the old plan's
+    ConfigMap with the old arguments; once every group runs the new revision the old ConfigMap
+    is deleted."""
     env.apply(deployment(env, ns, 1))
     serve(env, ns, 1)
-    ((_, uid, old, _),) = snapshot(env, ns)
+    ((_, uid, old, _, _),) = snapshot(env, ns)
     ((old_cm, old_args),) = _launchers(env, ns).items()
     assert _mounted(env, ns, 0) == old_cm and _seqs(old_args) == "64"
     env.rest.call("PATCH", env.cr_path(ns), body={"spec": {"engine": {"maxNumSeqs": 32}}},
                   content_type="application/merge-patch+json")
-    surge = wait_for(lambda: next((g for g in snapshot(env, ns) if g[0] == 1 and g[2] and g[2] != old), None),
+    surge = wait_for(lambda: next((g for g in snapshot(env, ns) if g[4] != FIRST and g[2] and g[2] != old), None),
                      WAIT_S, "the surge group of the new revision")
     assert not surge[3], "the surge group was Ready before group 0 could be restarted: raise LOAD_S"
-    env.rest.delete(f"/api/v1/namespaces/{ns}/pods/{_leader(env, ns, 0)['metadata']['name']}")
-    again = wait_for(lambda: (lambda p: p if p and p["metadata"]["uid"] != uid else None)(_leader(env, ns, 0)),
-                     WAIT_S, "group 0 recreated")
+    env.rest.delete(f"/api/v1/namespaces/{ns}/pods/{_leader(env, ns, 0, FIRST)['metadata']['name']}")
+    again = wait_for(lambda: (lambda p: p if p and p["metadata"]["uid"] != uid else None)(_leader(env, ns, 0, FIRST)),
+                     WAIT_S, "the old group 0 recreated")
     assert again["metadata"]["labels"][LWS_REVISION_LABEL] == old, "group 0 came back on the new revision"
     assert mounted(again["spec"]) == old_cm
     launchers = _launchers(env, ns)
@@ -240,25 +250,26 @@ def _image(env: DevEnv, ns: str, image: str) -> None:
 
 
 def test_edits_and_a_revert_during_a_rollout_keep_every_group_serving(env, ns):
-    """F17: three groups, maxUnavailable 0; A -> B, while the B surge group loads B -> C, then back
-    to A. At least 3 groups Ready at every sample; the three serving groups are never restarted."""
+    """F17: three groups, maxUnavailable 0; A -> B, while the B surge group loads B -> C (B's
+    LeaderWorkerSet, with no Ready group, goes; C's is created), then back to A (C's goes). At
+    least 3 groups Ready at every sample; the three serving groups are never restarted."""
     env.apply(deployment(env, ns, 3))
     serve(env, ns, 3)
     start = snapshot(env, ns)
     (original,) = {g[2] for g in start}
     with Recorder(lambda: snapshot(env, ns), period_s=0.1) as rec:
         _image(env, ns, "vllm/vllm-openai:v0.33.1")  # B
-        b = wait_for(lambda: next((g for g in snapshot(env, ns) if g[0] == 3 and not g[3] and g[2]), None), WAIT_S,
-                     "the surge group of B")
+        b = wait_for(lambda: next((g for g in snapshot(env, ns) if g[4] != FIRST and not g[3] and g[2]), None),
+                     WAIT_S, "the surge group of B")
         _image(env, ns, "vllm/vllm-openai:v0.33.2")  # C, while B loads
-        wait_for(lambda: any(g[0] == 3 and g[2] not in (b[2], original) for g in snapshot(env, ns)), WAIT_S,
+        wait_for(lambda: any(g[4] != FIRST and g[2] not in (b[2], original) for g in snapshot(env, ns)), WAIT_S,
                  "the surge group of C")
         _image(env, ns, "vllm/vllm-openai:v0.33.0")  # back to A
         wait_for(lambda: snapshot(env, ns) == start and _progressing(env, ns).get("status") == "False", WAIT_S,
                  "the surge group to go and Progressing=False")
     fewest = min(sum(1 for g in s if g[3]) for s in rec.values)
     assert fewest >= 3, [s for s in rec.values if sum(1 for g in s if g[3]) < 3][:3]
-    assert all({g[1] for g in s if g[0] < 3} == {g[1] for g in start} for s in rec.values), \
+    assert all({g[1] for g in s if g[4] == FIRST} == {g[1] for g in start} for s in rec.values), \
         "a serving group was restarted by an edit"
     assert env.get_cr(ns)["status"]["rollout"]["updateRevision"] == original
 
@@ -273,18 +284,19 @@ def test_no_room_for_a_surge_group_blocks_and_takes_nothing_down(env, ns):
         env.apply(deployment(env, other, 3))
         serve(env, ns, 1)
         serve(env, other, 3)
-        ((_, uid, old, _),) = snapshot(env, ns)
+        ((_, uid, old, _, _),) = snapshot(env, ns)
         with Recorder(lambda: snapshot(env, ns), period_s=0.2) as rec:
             _image(env, ns, NEW_IMAGE)
             blocked = wait_for(lambda: _progressing(env, ns).get("reason") == "SurgeBlocked" and _progressing(env, ns),
                                WAIT_S, "Progressing=True SurgeBlocked")
             time.sleep(3.0)
-            assert [g[:3] for g in snapshot(env, ns) if g[0] == 0] == [(0, uid, old)]
+            assert [g[:3] for g in snapshot(env, ns) if g[4] == FIRST] == [(0, uid, old)]
             env.scale(other, 2)
             wait_for(lambda: _progressing(env, ns).get("status") == "False"
                      and all(g[2] != old and g[3] for g in snapshot(env, ns)) and len(snapshot(env, ns)) == 1,
                      WAIT_S + 4 * LOAD_S, "the rollout to finish once a rack is free")
-        assert blocked["status"] == "True" and "surge group 1 cannot be placed" in blocked["message"], blocked
+        assert blocked["status"] == "True" and "group 0 of k3-engine-" in blocked["message"] \
+            and "cannot be placed" in blocked["message"], blocked
         assert "no old group is taken down" in blocked["message"]
         assert all(any(g[3] for g in s) for s in rec.values), "a sample without a Ready group"
     finally:

@@ -86,10 +86,8 @@ class Reason(StrEnum):
     AS_EXPECTED = "AsExpected"
     GROUP_CRASH_LOOPING = "GroupCrashLooping"
     """Groups keep failing: recreated with a start back-off (kimik3.controller.recreation)."""
-    REPLACING = "Replacing"
-    """Placement kueue: the LeaderWorkerSet is replaced because its group shape changed (F15)."""
     ROLLOUT_IN_PROGRESS = "RolloutInProgress"
-    """Groups run two revisions of the templates (or the LeaderWorkerSet has not seen the new one yet)."""
+    """Groups run on two LeaderWorkerSets: the old templates' and the new ones' (controller.fleet)."""
     CANARY_ANALYSIS = "CanaryAnalysis"
     """Canary groups of the new revision bake beside every old group and are checked."""
     PAUSED = "Paused"
@@ -157,7 +155,7 @@ REASONS: dict[ConditionType, tuple[Reason, ...]] = {
     ConditionType.READY: (Reason.ALL_GROUPS_READY, Reason.SCALED_TO_ZERO, Reason.GROUPS_NOT_READY,
                           Reason.INVALID_SPEC),
     ConditionType.PROGRESSING: (Reason.GROUPS_STARTING, Reason.STABLE, Reason.APPLY_FAILED, Reason.INVALID_SPEC,
-                                Reason.REPLACING, Reason.ROLLOUT_IN_PROGRESS, Reason.CANARY_ANALYSIS, Reason.PAUSED,
+                                Reason.ROLLOUT_IN_PROGRESS, Reason.CANARY_ANALYSIS, Reason.PAUSED,
                                 Reason.ROLLED_BACK, Reason.SURGE_BLOCKED),
     ConditionType.DEGRADED: (Reason.AS_EXPECTED, Reason.APPLY_FAILED, Reason.INVALID_SPEC,
                              Reason.GROUP_CRASH_LOOPING),

@@ -968,6 +968,8 @@ class GroupStatus(Model):
     """One engine group (a LeaderWorkerSet group index): where it runs and, under placement kueue,
     what Kueue says about it."""
 
+    leader_worker_set: str | None = None
+    """The LeaderWorkerSet the group belongs to (a rollout runs an old and a new one side by side)."""
     index: int = Field(ge=0)
     """The group index (LeaderWorkerSet group-index label; Kueue's component-workload-index)."""
     rack: str | None = None
@@ -1016,10 +1018,6 @@ class CanaryStatus(Model):
     """What the last check found."""
     promoted: bool = False
     """The bake passed: the rollout goes on to every group."""
-    previous_template: str | None = None
-    """The LeaderWorkerSet's leaderWorkerTemplate (JSON, as the API server stored it) before this change: what a rollback restores."""
-    previous_template_hash: str | None = None
-    """Its inference.kimik3.io/template-hash."""
 
 
 class RollbackStatus(Model):

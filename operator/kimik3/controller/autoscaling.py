@@ -1,6 +1,6 @@
 """Autoscaling inside the reconcile: when a decision is due, observe, decide, report.
 
-``Autoscaling.step(obj, admitted, lws, pods)`` returns the replicas to render and the status
+``Autoscaling.step(obj, admitted, sets, pods)`` returns the replicas to render and the status
 fields, condition and Events that tell the story (an ``AutoscalerReport``: status.desiredReplicas,
 status.decode, status.lastScale, condition MetricsAvailable). It keeps one ``LatencyPolicy`` per
 deployment in memory (its learned model and recommendation history); after an operator restart
@@ -10,7 +10,6 @@ scales on a restart.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import time
 from collections import deque
@@ -26,9 +25,10 @@ from kimik3.autoscaler.observation import DecodeObservation, MetricsUnavailable
 from kimik3.autoscaler.policy import Decision, FleetState, LatencyPolicy
 from kimik3.autoscaler.sources import MetricSource, PodScrapeSource, PrometheusSource, ScrapeTarget
 from kimik3.controller import metrics
+from kimik3.controller.fleet import EngineSet, fleet_replicas
 from kimik3.controller.status import AutoscalerReport, stored_conditions
-from kimik3.kube.objects import is_deleting
-from kimik3.kube.pods import group_index, is_leader, is_ready, is_unschedulable, phase, ready_since
+from kimik3.kube.labels import KUEUE_JOB_UID_LABEL, LWS_NAME_LABEL
+from kimik3.kube.pods import group_index, is_leader, is_ready, is_unschedulable, labels, phase, ready_since
 from kimik3.kube.workloads import waiting
 
 SLO_WINDOW_S = 3600.0
@@ -65,54 +65,53 @@ def load_seconds(members: list[dict[str, Any]], load_timeout_s: float) -> float 
     return span if 0 <= span <= load_timeout_s else None
 
 
-def fleet_state(lws: dict[str, Any] | None, pods: list[dict[str, Any]], load_timeout_s: float,
+def fleet_state(sets: list[EngineSet], current: int, pods: list[dict[str, Any]], load_timeout_s: float,
                 now: float, workloads: list[dict[str, Any]] | None = None) -> FleetState:
-    """Groups asked for (LWS spec.replicas), ready (LWS status.readyReplicas less the surge
-    groups), loading (not ready: not created yet, or leader younger than the load timeout; and
-    every surge or canary group) and unplaceable (a pod ``kube.pods.is_unschedulable``, or under
-    placement kueue a group whose Workload Kueue refused: quota used up, no rack fits,
+    """Groups asked for (``current``: the fleet's replicas, ``controller.fleet.fleet_replicas``),
+    ready (``status.readyReplicas`` of every live LeaderWorkerSet, at most ``current``), loading (not
+    ready: not created yet, or leader younger than the load timeout; and every group beyond
+    ``current``: the surge of a rollout) and unplaceable (a pod ``kube.pods.is_unschedulable``,
+    or under placement kueue a group whose Workload Kueue refused: quota used up, no rack fits,
     preempted; ``kube.workloads.waiting``). A group past its load timeout counts as neither:
-    failed. ``serving``: the indexes of the groups with every pod Ready.
+    failed. ``serving``: the indexes of the groups with every pod Ready (during a rollout two
+    LeaderWorkerSets each have a group 0: the metric series name groups by index only).
 
-    A surge group (index >= spec.replicas, not being deleted: LWS v0.9.0 creates ``maxSurge`` of
-    them on the new revision during a rollout, a canary is one) counts as loading even once
-    Ready, never as serving or as capacity: it stands in for an old group it replaces, and goes
-    when the rollout ends (LWS counts it in readyReplicas, hence the subtraction).
+    A rollout's target groups replace old groups one for one as they turn Ready
+    (``controller.fleet``), so the groups beyond ``current`` count as loading, never as capacity.
     ``load_time_s``: the shortest ``load_seconds`` of the serving groups (a flap or restart
     after the load only lengthens a group's span)."""
-    current = int(((lws or {}).get("spec") or {}).get("replicas", 0) or 0)
-    ready = int(((lws or {}).get("status") or {}).get("readyReplicas", 0) or 0)
-    groups: dict[int, list[dict[str, Any]]] = {}
-    surge: dict[int, list[dict[str, Any]]] = {}
+    running = [s for s in sets if not s.deleting]
+    uids = {s.lws["metadata"].get("uid"): s.name for s in running}
+    members: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for pod in pods:
-        g = group_index(pod)
-        if g is not None and g.isdigit():
-            if int(g) < current:
-                groups.setdefault(int(g), []).append(pod)
-            elif not is_deleting(pod):
-                surge.setdefault(int(g), []).append(pod)
-    ready = max(0, ready - sum(1 for members in surge.values() if all(is_ready(p) for p in members)))
-    refused = {w.group for w in map(waiting, workloads or []) if w is not None and w.why != "pending"}
+        g, lws = group_index(pod), labels(pod).get(LWS_NAME_LABEL)
+        if lws and g is not None and g.isdigit():
+            members.setdefault((lws, int(g)), []).append(pod)
+    refused = {(uids.get((w_obj["metadata"].get("labels") or {}).get(KUEUE_JOB_UID_LABEL)), w.group)
+               for w_obj in workloads or [] for w in [waiting(w_obj)] if w is not None and w.why != "pending"}
     loading = unplaceable = 0
     serving = set()
     loads: list[float] = []
-    for index in range(current):
-        members = groups.get(index, [])
-        if str(index) in refused or any(is_unschedulable(p) for p in members):
-            unplaceable += 1
-        elif not members:
-            loading += 1  # the LeaderWorkerSet has not created it yet
-        elif all(is_ready(p) for p in members):
-            serving.add(str(index))
-            loaded = load_seconds(members, load_timeout_s)
-            if loaded is not None:
-                loads.append(loaded)
-        else:
-            leader = next((p for p in members if is_leader(p)), members[0])
-            created = _parse_time(leader["metadata"].get("creationTimestamp"))
-            if created is None or now - created < load_timeout_s:
-                loading += 1
-    loading = min(loading, max(0, current - ready - unplaceable)) + len(surge)
+    for engine_set in running:
+        for index in range(engine_set.replicas):
+            group = members.get((engine_set.name, index), [])
+            if (engine_set.name, str(index)) in refused or any(is_unschedulable(p) for p in group):
+                unplaceable += 1
+            elif not group:
+                loading += 1  # the LeaderWorkerSet has not created it yet
+            elif all(is_ready(p) for p in group):
+                serving.add(str(index))
+                loaded = load_seconds(group, load_timeout_s)
+                if loaded is not None:
+                    loads.append(loaded)
+            else:
+                leader = next((p for p in group if is_leader(p)), group[0])
+                created = _parse_time(leader["metadata"].get("creationTimestamp"))
+                if created is None or now - created < load_timeout_s:
+                    loading += 1
+    ready = min(sum(int((s.lws.get("status") or {}).get("readyReplicas") or 0) for s in running), current)
+    surge = max(0, sum(s.replicas for s in running) - current)
+    loading = min(loading, max(0, current - ready - unplaceable)) + surge
     return FleetState(current=current, ready=ready, loading=loading, unplaceable=unplaceable,
                       serving=frozenset(serving), load_time_s=min(loads, default=None))
 
@@ -191,9 +190,10 @@ class Autoscaling:
             self._states[key] = state
         return state
 
-    def step(self, obj: dict[str, Any], admitted: Admitted, lws: dict[str, Any] | None,
+    def step(self, obj: dict[str, Any], admitted: Admitted, sets: list[EngineSet],
              pods: list[dict[str, Any]], workloads: list[dict[str, Any]] | None = None) -> StepResult:
-        """The replicas to render now, and what to report. Decides at most once per interval."""
+        """The replicas to render now for the deployment's LeaderWorkerSets ``sets`` and their
+        ``pods``, and what to report. Decides at most once per interval."""
         meta = obj["metadata"]
         key = (meta["namespace"], meta["name"])
         status = obj.get("status") or {}
@@ -203,8 +203,9 @@ class Autoscaling:
         now = self.clock()
         state = self._state(key, admitted)
         state.pods = pods
-        current = int(((lws or {}).get("spec") or {}).get("replicas", status.get("desiredReplicas",
-                      min(max(spec.replicas, a.min_replicas), a.max_replicas))) or 0)
+        fleet_now = fleet_replicas(sets)
+        current = fleet_now if fleet_now is not None else int(status.get(
+            "desiredReplicas", min(max(spec.replicas, a.min_replicas), a.max_replicas)) or 0)
         held = status.get("desiredReplicas", current)
         held = min(max(held, a.min_replicas), a.max_replicas)
         if now - state.last_decision < interval:
@@ -214,9 +215,8 @@ class Autoscaling:
             return StepResult(held, AutoscalerReport(held, metrics=waiting), [],
                               max(1.0, interval - (now - state.last_decision)))
         state.last_decision = now
-        fleet = fleet_state(lws, pods, seconds.load_timeout, now, workloads)
-        if lws is None:
-            fleet = dataclasses.replace(fleet, current=held)
+        fleet = fleet_state(sets, current if fleet_now is not None else held, pods, seconds.load_timeout, now,
+                            workloads)
         obs: DecodeObservation | None
         try:
             obs = state.source.observe(key[0], key[1], seconds.autoscaling_window)

@@ -5,7 +5,7 @@ no API request (a small informer, fed by the kopf event handlers).
 - ``get(api_version, kind, namespace, name)`` returns the last seen body, or None.
 - ``owned(api_version, kind, namespace, deployment)`` lists the objects of a kind labelled as a
   deployment's children;
-- ``pods(namespace, lws_name)`` lists the pods of a LeaderWorkerSet seen by the pod watch.
+- ``pods(namespace, deployment)`` lists the pods of a deployment's LeaderWorkerSets seen by the pod watch.
 - ``record_apply(obj, desired_hash)`` remembers what the operator applied and the
   resourceVersion the API server returned; ``unchanged(obj, desired_hash)`` is true while the
   watched object still has that resourceVersion and the desired object hashes the same, so the
@@ -64,9 +64,10 @@ class ObjectCache:
         deleted = event_type == "DELETED"
         with self._lock:
             if obj["kind"] == POD.kind:
-                lws = obj["metadata"].get("labels", {}).get(LWS_NAME_LABEL)
-                if lws:
-                    pods = self._pods.setdefault((key[2], lws), {})
+                pod_labels = obj["metadata"].get("labels") or {}
+                deployment = pod_labels.get(DEPLOYMENT_LABEL)
+                if deployment and LWS_NAME_LABEL in pod_labels:
+                    pods = self._pods.setdefault((key[2], deployment), {})
                     if deleted:
                         pods.pop(key[3], None)
                         self._tombstones[(key[2], key[3])] = _rv(obj)
@@ -92,22 +93,21 @@ class ObjectCache:
             return [o for (v, k, ns, _), o in self._objects.items() if (v, k, ns) == (api_version, kind, namespace)
                     and ((o["metadata"].get("labels") or {}).get(DEPLOYMENT_LABEL) == deployment)]
 
-    def pods(self, namespace: str, lws_name: str) -> list[dict[str, Any]]:
+    def pods(self, namespace: str, deployment: str) -> list[dict[str, Any]]:
         with self._lock:
-            return list(self._pods.get((namespace, lws_name), {}).values())
+            return list(self._pods.get((namespace, deployment), {}).values())
 
     def pods_stale(self, namespace: str, owner: str) -> bool:
         """Whether ``owner``'s pods must be listed again (it was re-listed since; see the module)."""
         with self._lock:
             return (namespace, owner) in self._pods_stale
 
-    def replace_pods(self, namespace: str, owner: str, lws_name: str, listed: list[dict[str, Any]],
-                     list_version: int) -> None:
-        """Make the pods of ``lws_name`` what a list at collection resourceVersion ``list_version``
+    def replace_pods(self, namespace: str, owner: str, listed: list[dict[str, Any]], list_version: int) -> None:
+        """Make the pods of deployment ``owner`` what a list at collection resourceVersion ``list_version``
         returned, keeping any newer watch event: a cached pod missing from the list is dropped only
         when it is older than the list, a listed pod whose deletion was seen later is not added."""
         with self._lock:
-            pods = self._pods.setdefault((namespace, lws_name), {})
+            pods = self._pods.setdefault((namespace, owner), {})
             names = {p["metadata"]["name"] for p in listed}
             for name, cached in list(pods.items()):
                 if name not in names and _rv(cached) <= list_version:

@@ -19,8 +19,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from kimik3.api.v1alpha1 import GroupStatus
+from kimik3.controller.fleet import EngineSet
 from kimik3.kube import pods as kpods
 from kimik3.kube import workloads as kworkloads
+from kimik3.kube.labels import KUEUE_JOB_UID_LABEL, LWS_NAME_LABEL
 from kimik3.kube.workloads import KueueState
 
 GROUP_MESSAGE_LIMIT = 512
@@ -35,30 +37,36 @@ def _index(value: str | None) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
-def group_statuses(pods: list[dict[str, Any]], workloads: list[dict[str, Any]] | None, desired_groups: int,
-                   nodes_per_group: int, racks: Mapping[str, str]) -> list[GroupStatus]:
-    """One entry per group index that is desired (``0..desired_groups-1``), has pods or has a
-    Workload, sorted by index. ``workloads`` is None outside placement kueue (no Kueue state);
-    ``racks`` maps node names to their NVLink domain (nodes it lacks leave the rack unset)."""
-    members: dict[int, list[dict[str, Any]]] = {}
+def group_statuses(pods: list[dict[str, Any]], workloads: list[dict[str, Any]] | None, sets: list[EngineSet],
+                   target: EngineSet | None, desired_groups: int, nodes_per_group: int,
+                   racks: Mapping[str, str]) -> list[GroupStatus]:
+    """One entry per group that has pods or a Workload, and per desired group of the ``target``
+    LeaderWorkerSet (``0..desired_groups-1``), sorted by LeaderWorkerSet (old sets first, as in
+    ``sets``) and index. ``workloads`` is None outside placement kueue (no Kueue state); ``racks``
+    maps node names to their NVLink domain (nodes it lacks leave the rack unset)."""
+    members: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for pod in pods:
-        index = _index(kpods.group_index(pod))
-        if index is not None:
-            members.setdefault(index, []).append(pod)
-    states: dict[int, tuple[KueueState, str]] = {}
+        index, lws = _index(kpods.group_index(pod)), kpods.labels(pod).get(LWS_NAME_LABEL)
+        if index is not None and lws:
+            members.setdefault((lws, index), []).append(pod)
+    names = {s.lws["metadata"].get("uid"): s.name for s in sets}
+    states: dict[tuple[str, int], tuple[KueueState, str]] = {}
     for workload in workloads or []:
         index = _index(kworkloads.group_index(workload))
-        if index is not None:
-            states[index] = kworkloads.state(workload)
+        lws = names.get((workload["metadata"].get("labels") or {}).get(KUEUE_JOB_UID_LABEL))
+        if index is not None and lws:
+            states[(lws, index)] = kworkloads.state(workload)
+    order = {s.name: n for n, s in enumerate(sets)}
+    wanted = {(target.name, i) for i in range(desired_groups)} if target is not None else set()
     out = []
-    for index in sorted(set(range(desired_groups)) | set(members) | set(states)):
-        group = sorted(members.get(index, []), key=lambda p: kpods.worker_index(p) or 0)
+    for lws, index in sorted(wanted | set(members) | set(states), key=lambda k: (order.get(k[0], len(order)), k)):
+        group = sorted(members.get((lws, index), []), key=lambda p: kpods.worker_index(p) or 0)
         rack = next((racks[kpods.node_name(p)] for p in group if kpods.node_name(p) in racks), None)
-        state, message = states.get(index, (None, ""))
+        state, message = states.get((lws, index), (None, ""))
         if not message:
             message = next((kpods.unschedulable_message(p) for p in group if kpods.is_unschedulable(p)), "")
         out.append(GroupStatus(
-            index=index, rack=rack,
+            leader_worker_set=lws, index=index, rack=rack,
             trays=[kpods.node_name(p) for p in group if kpods.node_name(p)],
             kueue=state, message=message[:GROUP_MESSAGE_LIMIT] or None,
             ready=len(group) >= nodes_per_group and all(kpods.is_ready(p) for p in group)))
@@ -74,20 +82,21 @@ def kueue_changes(before: list[GroupStatus], after: list[GroupStatus]) -> list[t
     """Events ``(type, reason, message)`` for each group whose Kueue state differs from what
     ``before`` (the stored status) says: ``KUEUE_EVENTS``, the message quoting Kueue. A new
     Workload Kueue has not considered yet (it admits most within a second) is no change."""
-    previous = {g.index: g.kueue for g in before if g.message != kworkloads.NOT_YET_CONSIDERED}
+    previous = {(g.leader_worker_set, g.index): g.kueue for g in before
+                if g.message != kworkloads.NOT_YET_CONSIDERED}
     events = []
     for g in after:
-        if g.kueue is None or previous.get(g.index) == g.kueue or g.message == kworkloads.NOT_YET_CONSIDERED:
+        was = previous.get((g.leader_worker_set, g.index))
+        if g.kueue is None or was == g.kueue or g.message == kworkloads.NOT_YET_CONSIDERED:
             continue
         type_, reason = "Normal" if g.kueue == "Admitted" else "Warning", KUEUE_EVENTS[g.kueue]
         if g.kueue == "Admitted":
             where = f" into rack {g.rack}" if g.rack else ""
             text = f"group {g.index} admitted by Kueue{where} (quota reserved, every pod of the group placed together)"
         else:
-            was = f" (was {previous[g.index]})" if previous.get(g.index) else ""
             what = {"Pending": "waits for Kueue", "Preempted": "preempted by Kueue",
                     "Evicted": "evicted by Kueue"}[g.kueue]
-            text = f"group {g.index} {what}{was}: {g.message or 'no message from Kueue'}"
+            text = f"group {g.index} {what}{f' (was {was})' if was else ''}: {g.message or 'no message from Kueue'}"
             if g.kueue == "Preempted":
                 text += "; it comes back when room returns"
         events.append((type_, reason, text))

@@ -30,6 +30,7 @@ from typing import Any
 
 from kimik3.kube import pods as kpods
 from kimik3.kube import workloads as kworkloads
+from kimik3.kube.labels import KUEUE_JOB_UID_LABEL, LWS_NAME_LABEL
 from kimik3.kube.objects import field
 
 
@@ -45,13 +46,27 @@ class Readmit:
     """Event (type, reason, message) on the CR."""
 
 
-def split_racks(pods: list[dict[str, Any]], racks: Mapping[str, str]) -> dict[str, list[str]]:
-    """``{group index: its racks}`` for the groups whose live bound pods are in more than one rack."""
-    seen: dict[str, set[str]] = {}
+GroupKey = tuple[str | None, str | None]
+"""(LeaderWorkerSet name, group index): a group (a rollout runs two LeaderWorkerSets, each with a group 0)."""
+
+
+def _pod_group(pod: dict[str, Any]) -> GroupKey:
+    return kpods.labels(pod).get(LWS_NAME_LABEL), kpods.group_index(pod)
+
+
+def _workload_group(workload: dict[str, Any], sets: Mapping[str, str]) -> GroupKey:
+    """``sets``: LeaderWorkerSet uid -> name (a Workload names its set's uid in ``kueue.x-k8s.io/job-uid``)."""
+    uid = ((workload.get("metadata") or {}).get("labels") or {}).get(KUEUE_JOB_UID_LABEL)
+    return sets.get(uid or ""), kworkloads.group_index(workload)
+
+
+def split_racks(pods: list[dict[str, Any]], racks: Mapping[str, str]) -> dict[GroupKey, list[str]]:
+    """``{group: its racks}`` for the groups whose live bound pods are in more than one rack."""
+    seen: dict[GroupKey, set[str]] = {}
     for pod in pods:
         node = kpods.node_name(pod)
         if node in racks and not kpods.is_terminating(pod):
-            seen.setdefault(kpods.group_index(pod) or "?", set()).add(racks[node])
+            seen.setdefault(_pod_group(pod), set()).add(racks[node])
     return {g: sorted(r) for g, r in seen.items() if len(r) > 1}
 
 
@@ -60,19 +75,21 @@ def unhealthy_nodes(workload: dict[str, Any]) -> list[str]:
     return [n["name"] for n in field(workload.get("status"), "unhealthyNodes") or [] if field(n, "name")]
 
 
-def readmissions(workloads: list[dict[str, Any]], pods: list[dict[str, Any]],
-                 racks: Mapping[str, str]) -> list[Readmit]:
+def readmissions(workloads: list[dict[str, Any]], pods: list[dict[str, Any]], racks: Mapping[str, str],
+                 sets: Mapping[str, str]) -> list[Readmit]:
     """The admitted Workloads to delete: those whose group is split across racks, and those that
-    list a failed tray (Kueue would replace it for one pod set alone, or not at all)."""
+    list a failed tray (Kueue would replace it for one pod set alone, or not at all). ``sets``:
+    the deployment's LeaderWorkerSets, uid -> name."""
     split = split_racks(pods, racks)
     out = []
     for w in workloads:
         meta = w.get("metadata") or {}
         if not kworkloads.is_admitted(w) or meta.get("deletionTimestamp"):
             continue
-        group, failed = kworkloads.group_index(w), unhealthy_nodes(w)
-        if group in split:
-            reason, why = "GroupSplitAcrossRacks", (f"Kueue placed its pods in racks {' and '.join(split[group])} "
+        key, failed = _workload_group(w, sets), unhealthy_nodes(w)
+        group = key[1]
+        if key in split:
+            reason, why = "GroupSplitAcrossRacks", (f"Kueue placed its pods in racks {' and '.join(split[key])} "
                                                     "(its node replacement after a tray failed, kueue#6957)")
         elif failed:
             reason, why = "GroupTrayFailed", (f"its tray {', '.join(failed)} failed (Kueue lists it unhealthy; its "
@@ -85,10 +102,10 @@ def readmissions(workloads: list[dict[str, Any]], pods: list[dict[str, Any]],
     return out
 
 
-def awaits_kueue(workloads: list[dict[str, Any]], pods: list[dict[str, Any]]) -> bool:
+def awaits_kueue(workloads: list[dict[str, Any]], pods: list[dict[str, Any]], sets: Mapping[str, str]) -> bool:
     """Some group has an admitted Workload but a live pod not bound to a tray (gated or Pending): Kueue
     may be replacing a failed tray, which the reconciler then checks again soon (Workloads are
     not watched)."""
-    admitted = {kworkloads.group_index(w) for w in workloads if kworkloads.is_admitted(w)}
-    return any(kpods.group_index(p) in admitted and not kpods.node_name(p) and not kpods.is_terminating(p)
+    admitted = {_workload_group(w, sets) for w in workloads if kworkloads.is_admitted(w)}
+    return any(_pod_group(p) in admitted and not kpods.node_name(p) and not kpods.is_terminating(p)
                for p in pods)

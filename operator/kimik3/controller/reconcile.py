@@ -7,7 +7,7 @@ when to look again (``Result.requeue_after``, seconds). The spec is admitted onc
 (``kimik3.admission.admit``); the autoscaler, the renderer and the status all take that one value.
 
 Teardown order (failure case F4): the CR carries the finalizer ``inference.kimik3.io/teardown``;
-on deletion the LeaderWorkerSet goes first, then, once no pod of the deployment is left holding
+on deletion the LeaderWorkerSets go first, then, once no pod of the deployment is left holding
 the ComputeDomain channel, the ComputeDomain, then the finalizer. The other children go by
 garbage collection through their owner references.
 """
@@ -36,6 +36,7 @@ from kimik3.controller.computedomains import (PREPARE_EVENTS, PrepareFailure, co
 from kimik3.controller.kube import Kube, NotLeading, api_error_message, is_status_body
 from kimik3.controller import launchers
 from kimik3.controller.recreation import GroupFailures
+from kimik3.controller.fleet import EngineSet, FleetPlan, engine_sets, fleet_replicas
 from kimik3.controller.rollout import Rollouts, scale_down_held, step_event
 from kimik3.controller.staging import DEFAULT_STAGER_IMAGE, Staging, with_weights
 from kimik3.controller.status import (compute_status, invalid_status, lws_selector, merge_patch, status_patch,
@@ -51,7 +52,6 @@ from kimik3.kube.workloads import waiting
 from kimik3.topology.capacity import Domain, domains, largest_free_block
 from kimik3.kube.objects import is_deleting
 from kimik3.render.children import COMPUTE_DOMAIN_SKIPPED, render
-from kimik3.render.leaderworkerset import kueue_shape, lws_name
 from kimik3.render.meta import Owner
 
 FINALIZER = f"{GROUP}/teardown"
@@ -63,8 +63,7 @@ RESYNC_STARTING_S = 120.0
 TEARDOWN_POLL_S = 3.0
 
 REPLACE_POLL_S = 2.0
-"""Re-check this often while a reshaped LeaderWorkerSet is deleted (F15), or while Kueue may be
-replacing a group's failed tray (``controller.readmit``), seconds."""
+"""Re-check this often while Kueue may be replacing a group's failed tray (``controller.readmit``), seconds."""
 ANNOUNCE_S = 0.0
 """Reconcile again at once after writing WeightsReady=True, before which no engine is applied."""
 BOUND_UNFINISHED = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
@@ -88,10 +87,6 @@ def apply_failure(kind: Kind, name: str, exc: ApiException) -> str:
         return (f"{kind.kind} {name}: the API server does not serve {kind.api_version} {kind.kind} (404): install "
                 f"{SERVED_BY.get(kind, 'its CRD')}{', ' + UNSERVED_FIX[kind] if kind in UNSERVED_FIX else ''}")
     return f"{kind.kind} {name}: {exc.status} {exc.reason}: {api_error_message(exc)}"
-
-
-def _uid(obj: dict[str, Any] | None) -> str | None:
-    return (obj or {}).get("metadata", {}).get("uid")
 
 
 @dataclass(frozen=True)
@@ -164,9 +159,17 @@ class Reconciler:
         if self.cache is not None:
             if self.cache.pods_stale(owner.namespace, owner.name):  # re-listed: pods may have gone meanwhile
                 listed, version = self.kube.list_versioned(*POD.type_meta, owner.namespace, lws_selector(owner))
-                self.cache.replace_pods(owner.namespace, owner.name, lws_name(owner), listed, version)
-            return self.cache.pods(owner.namespace, lws_name(owner))
+                self.cache.replace_pods(owner.namespace, owner.name, listed, version)
+            return self.cache.pods(owner.namespace, owner.name)
         return self.kube.list(*POD.type_meta, owner.namespace, lws_selector(owner))
+
+    def _sets(self, owner: Owner, pods: list[dict[str, Any]], nodes_per_group: int) -> list[EngineSet]:
+        """The deployment's LeaderWorkerSets (``controller.fleet``), oldest first."""
+        if self.cache is not None:
+            lwss = self.cache.owned(*LEADER_WORKER_SET.type_meta, owner.namespace, owner.name)
+        else:
+            lwss = self.kube.list(*LEADER_WORKER_SET.type_meta, owner.namespace, f"{DEPLOYMENT_LABEL}={owner.name}")
+        return engine_sets(lwss, pods, nodes_per_group)
 
     # -- entry point -------------------------------------------------------------------------
     def reconcile(self, namespace: str, name: str) -> Result:
@@ -244,14 +247,16 @@ class Reconciler:
             return Result("invalid", None)
         obj = self._ensure_finalizer(obj)
         owner = Owner.from_object(obj)
+        nodes_per_group = admitted.plan.nodes_per_group
         scaled = None
-        current = workloads = None
+        workloads = None
+        sets = self._sets(owner, self._pods(owner), nodes_per_group)
         if admitted.spec.autoscaling.enabled:
-            current = self._get_child(LEADER_WORKER_SET, owner.namespace, lws_name(owner))
-            workloads = self._workloads(admitted, current)
-            scaled = self.autoscaling.step(obj, admitted, current, self._pods(owner), workloads)
+            workloads = self._workloads(admitted, sets)
+            scaled = self.autoscaling.step(obj, admitted, sets, self._pods(owner), workloads)
             progress = next((c.reason for c in stored_conditions(obj) if c.type == ConditionType.PROGRESSING), None)
-            keep = scale_down_held(progress, current, scaled.replicas, admitted.spec.autoscaling.max_replicas)
+            keep = scale_down_held(progress, fleet_replicas(sets) or 0, scaled.replicas,
+                                   admitted.spec.autoscaling.max_replicas)
             if keep is not None:
                 self._event_once(obj, "Normal", "ScaleDownHeld", f"keeping {keep} group(s), not {scaled.replicas}, "
                                  "until the rollout is done")
@@ -267,10 +272,9 @@ class Reconciler:
                           compute_domains=self.compute_domains,
                           start_delay_s=self.failures.start_delay_s(owner.namespace, owner.name))
         index = next(i for i, c in enumerate(rendered.objects) if c["kind"] == LEADER_WORKER_SET.kind)
-        rolled = self.rollouts.step(obj, admitted, rendered.objects[index],
-                                    self._get_child(LEADER_WORKER_SET, owner.namespace, lws_name(owner)),
-                                    self._pods(owner))
-        rendered.objects[index] = rolled.lws
+        desired = int(rendered.objects[index]["spec"]["replicas"])
+        rolled = self.rollouts.step(obj, admitted, rendered.objects[index], sets, self._pods(owner))
+        rendered.objects[index:index + 1] = rolled.fleet.apply
         for type_, reason, message in rolled.events:
             self._event_once(obj, type_, reason, message)
         for warning in rendered.warnings:
@@ -282,8 +286,6 @@ class Reconciler:
         announcing = weights.ready and any(c.type == ConditionType.WEIGHTS_READY and c.status == "False"
                                            for c in stored_conditions(obj))
         held = () if weights.ready and not announcing else (LEADER_WORKER_SET.kind, COMPUTE_DOMAIN.kind)
-        applied: dict[str, dict[str, Any]] = {}
-        replacing = None
         failed: dict[str, str] = {}
         for child in rendered.objects:
             if child["kind"] in held:
@@ -294,17 +296,15 @@ class Reconciler:
                 failed[child["kind"]] = (f"{child['kind']} {child['metadata']['name']}: not applied until the "
                                          f"{' and '.join(missing)} it needs is")
                 continue
-            if kind == LEADER_WORKER_SET and admitted.spec.scheduling.placement.mode == "kueue":
-                replacing = self._replace_if_reshaped(obj, child)
-                if replacing:
-                    continue
             try:
-                applied[child["kind"]] = self._apply_child(child)
+                self._apply_child(child)
             except ApiException as exc:
                 failed[child["kind"]] = apply_failure(kind, child["metadata"]["name"], exc)
                 metrics.APPLY_ERRORS.labels(kind=child["kind"]).inc()
                 self._event_once(obj, "Warning", "ApplyFailed", failed[child["kind"]])
         apply_error = "; ".join(failed.values()) or None
+        if not apply_error and LEADER_WORKER_SET.kind not in held:
+            self._retire(obj, rolled.fleet, desired)
         pods = self._pods(owner)
         for kind in rendered.absent:
             if kind == COMPUTE_DOMAIN and pods:
@@ -313,28 +313,24 @@ class Reconciler:
                 continue  # the watch saw none
             if self.kube.delete(*kind.type_meta, owner.namespace, owner.name):
                 self._event_once(obj, "Normal", "Deleted", f"{kind.kind} {owner.name} removed: not needed by the spec")
-        lws = applied.get(LEADER_WORKER_SET.kind) or self._get_child(LEADER_WORKER_SET, owner.namespace,
-                                                                     lws_name(owner))
-        if apply_error:  # what the user asked for, not what the LeaderWorkerSet still says
-            desired = next(int(c["spec"]["replicas"]) for c in rendered.objects
-                           if c["kind"] == LEADER_WORKER_SET.kind)
-        else:
-            desired = int(((lws or {}).get("spec") or {}).get("replicas", admitted.spec.replicas))
-        if _uid(lws) != _uid(current) or workloads is None:  # listed once per reconcile unless the LWS is new
-            workloads = self._workloads(admitted, lws)
+        listed_for = {s.lws["metadata"].get("uid") for s in sets}
+        sets = self._sets(owner, pods, nodes_per_group)
+        target = next((s for s in sets if s.name == rolled.fleet.target and not s.deleting), None)
+        if workloads is None or {s.lws["metadata"].get("uid") for s in sets} != listed_for:
+            workloads = self._workloads(admitted, sets)  # listed once per reconcile unless a set is new
         racks = self.nodes.domains_of(map(node_name, pods), admitted.spec.scheduling.topology_key)
-        readmitting = self._readmit_groups(obj, owner, workloads, pods, racks)
+        readmitting = self._readmit_groups(obj, owner, workloads, pods, racks, sets)
         domain, unprepared, prepare_again = self._compute_domain(obj, rendered.objects, owner, pods)
-        status = compute_status(obj, admitted, lws, pods, desired, apply_error, replacing=replacing, rollout_step=rolled,
+        status = compute_status(obj, admitted, sets, target, pods, desired, apply_error, rollout_step=rolled,
                                 compute_domain_note=None if self.compute_domains else COMPUTE_DOMAIN_SKIPPED,
                                 autoscaled=scaled.report if scaled is not None else None,
                                 workloads=workloads, crash_looping=crash_looping,
                                 compute_domain=domain,
                                 free_block=self._free_block(admitted, workloads), racks=racks)
-        status = with_weights(status, weights, obj["metadata"].get("generation"), lws is not None)
+        status = with_weights(status, weights, obj["metadata"].get("generation"), bool(sets))
         status.groups = with_prepare_failures(status.groups or [], unprepared)
-        if not (apply_error or replacing):
-            self._prune_launchers(obj, owner, rendered.objects, lws, pods, status)
+        if not apply_error:
+            self._prune_launchers(obj, owner, rendered.objects, sets, pods)
         for type_, reason, message in kueue_changes(stored_groups(obj), status.groups or []):
             self.kube.event(obj, type_, reason, message)
         if (obj.get("status") or {}).get("observedGeneration") != obj["metadata"].get("generation") and not apply_error:
@@ -343,8 +339,7 @@ class Reconciler:
                              f"generation {obj['metadata'].get('generation')}: applied {kinds}; "
                              f"{desired} group(s) of {admitted.plan.nodes_per_group} pods x "
                              f"{admitted.plan.gpus_per_node} GPUs")
-        before = next((c.reason for c in stored_conditions(obj) if c.type == ConditionType.PROGRESSING), None)
-        step = step_event(before, status, admitted, desired)
+        step = step_event(status, admitted, desired)
         if step is not None:
             self._event_once(obj, "Normal", *step)
         limited = status.condition(ConditionType.SCALING_LIMITED)
@@ -356,21 +351,19 @@ class Reconciler:
             log.warning("reconcile of %s/%s: %s; retrying with back-off", owner.namespace, owner.name,
                         apply_error[:300])
             return Result("apply-failed", None, retry=True)
-        requeue = REPLACE_POLL_S if replacing or readmitting else RESYNC_READY_S if ready else RESYNC_STARTING_S
+        requeue = REPLACE_POLL_S if readmitting else RESYNC_READY_S if ready else RESYNC_STARTING_S
         requeue = min(requeue, rolled.requeue_after or requeue, weights.requeue_after or requeue,
                       prepare_again or requeue, ANNOUNCE_S if announcing else requeue)
         return Result("applied", min(requeue, scaled.requeue_after) if scaled is not None else requeue)
 
     def _prune_launchers(self, obj: dict[str, Any], owner: Owner, objects: list[dict[str, Any]],
-                         lws: dict[str, Any] | None, pods: list[dict[str, Any]],
-                         status: KimiK3DeploymentStatus) -> None:
+                         sets: list[EngineSet], pods: list[dict[str, Any]]) -> None:
         """Delete the launcher ConfigMaps no revision with groups needs, once the rollout settled
         (``controller.launchers``)."""
-        rollout = status.rollout
-        if not launchers.settled(lws, rollout):
+        if not launchers.settled(sets):
             return
         rendered = next(c["metadata"]["name"] for c in objects if c["kind"] == CONFIG_MAP.kind)
-        keep = launchers.in_use(rendered, lws, pods, rollout.canary if rollout is not None else None)
+        keep = launchers.in_use(rendered, sets, pods)
         listed = self.cache.owned(*CONFIG_MAP.type_meta, owner.namespace, owner.name) if self.cache is not None \
             else self.kube.list(*CONFIG_MAP.type_meta, owner.namespace, f"{DEPLOYMENT_LABEL}={owner.name}")
         for name in launchers.stale(owner, listed, keep):
@@ -378,53 +371,40 @@ class Reconciler:
                 self._event_once(obj, "Normal", "Deleted", f"ConfigMap {name} removed: no group runs a revision "
                                  f"that mounts it (kept: {', '.join(sorted(keep))})")
 
-    def _replace_if_reshaped(self, obj: dict[str, Any], lws: dict[str, Any]) -> str | None:
-        """Failure case F15: Kueue admitted the existing LeaderWorkerSet's groups for their shape
-        (group size, pod resources, node selector, tolerations, priority, claims) and cannot
-        re-admit a changed shape in place (the new pods would stay gated with no Workload). So a
-        reshaped LeaderWorkerSet is replaced: the old one is deleted (its groups stop), and the
-        new one is created once it is gone. Returns what is being replaced and why, or None when
-        the shape is unchanged (or nothing exists yet) and ``lws`` can be applied."""
-        meta = lws["metadata"]
-        current = self._get_child(LEADER_WORKER_SET, meta["namespace"], meta["name"])
-        if current is None:
-            return None
-        if is_deleting(current):
-            return (f"the LeaderWorkerSet {meta['name']} is being deleted to be replaced with the new group "
-                    "shape (Kueue admits a group shape once, F15); the new one follows once it is gone")
-        if kueue_shape(current) == kueue_shape(lws):
-            return None
-        old = ((current.get("spec") or {}).get("leaderWorkerTemplate") or {}).get("size", 1)
-        new = lws["spec"]["leaderWorkerTemplate"]["size"]
-        what = f"group size {old} -> {new} pods" if old != new else \
-            "pod shape (resources, node selector, tolerations, priority class or resource claims)"
-        message = (f"replacing LeaderWorkerSet {meta['name']}: {what} changed, and Kueue cannot re-admit a "
-                   "changed group shape in place (F15); its groups stop now and the new shape is admitted "
-                   "and loads from scratch")
-        self.kube.delete(*LEADER_WORKER_SET.type_meta, meta["namespace"], meta["name"])
-        self._event_once(obj, "Warning", "ReplacingLeaderWorkerSet", message)
-        return message
+    def _retire(self, obj: dict[str, Any], fleet: FleetPlan, desired: int) -> None:
+        """Delete the LeaderWorkerSets the rollout is done with (``controller.fleet``); once the
+        last old one goes, a ``RolloutComplete`` Event."""
+        meta = obj["metadata"]
+        gone = [name for name in fleet.delete if self.kube.delete(*LEADER_WORKER_SET.type_meta, meta["namespace"], name)]
+        for name in gone:
+            self._event_once(obj, "Normal", "Deleted", f"LeaderWorkerSet {name} removed: "
+                             + (f"its groups are replaced by {fleet.target}'s" if fleet.target else "not needed"))
+        if gone and fleet.complete:
+            self._event_once(obj, "Normal", "RolloutComplete", f"every group runs on LeaderWorkerSet {fleet.target} "
+                             f"({desired} group(s) Ready); {', '.join(gone)} removed")
 
-    def _workloads(self, admitted: Admitted, lws: dict[str, Any] | None) -> list[dict[str, Any]] | None:
-        """Under placement ``kueue``, the Workloads Kueue made for the LeaderWorkerSet's groups
-        (label ``kueue.x-k8s.io/job-uid``); None otherwise, or before the LWS exists."""
-        if admitted.spec.scheduling.placement.mode != "kueue" or not lws:
+    def _workloads(self, admitted: Admitted, sets: list[EngineSet]) -> list[dict[str, Any]] | None:
+        """Under placement ``kueue``, the Workloads Kueue made for the groups of the deployment's
+        LeaderWorkerSets (label ``kueue.x-k8s.io/job-uid``); None otherwise, or before one exists."""
+        uids = sorted(u for s in sets if (u := s.lws["metadata"].get("uid")))
+        if admitted.spec.scheduling.placement.mode != "kueue" or not uids:
             return None
-        meta = lws["metadata"]
+        namespace = sets[0].lws["metadata"]["namespace"]
         try:
-            return self.kube.list(*WORKLOAD.type_meta, meta["namespace"], f"{KUEUE_JOB_UID_LABEL}={meta['uid']}")
+            return self.kube.list(*WORKLOAD.type_meta, namespace, f"{KUEUE_JOB_UID_LABEL} in ({','.join(uids)})")
         except ApiException as exc:
-            log.warning("cannot list Kueue Workloads in %s (%s %s): is Kueue installed?", meta["namespace"],
+            log.warning("cannot list Kueue Workloads in %s (%s %s): is Kueue installed?", namespace,
                         exc.status, exc.reason)
             return None
 
     def _readmit_groups(self, obj: dict[str, Any], owner: Owner, workloads: list[dict[str, Any]] | None,
-                        pods: list[dict[str, Any]], racks: dict[str, str]) -> bool:
+                        pods: list[dict[str, Any]], racks: dict[str, str], sets: list[EngineSet]) -> bool:
         """Placement kueue: delete the Workload of each group Kueue split across racks or whose tray
         failed, for Kueue to admit the group again whole (``controller.readmit``). Returns whether
         to look again soon: a Workload was deleted, or an admitted group has a pod not yet on a
         tray (Workloads are not watched: the reconcile then comes back in ``REPLACE_POLL_S``)."""
-        steps = readmissions(workloads or [], pods, racks)
+        names = {s.lws["metadata"].get("uid", ""): s.name for s in sets}
+        steps = readmissions(workloads or [], pods, racks, names)
         for step in steps:
             try:
                 self.kube.delete(*WORKLOAD.type_meta, owner.namespace, step.workload, uid=step.uid)
@@ -433,7 +413,7 @@ class Reconciler:
                             step.workload, exc.status, exc.reason)
                 continue
             self.kube.event(obj, *step.event)
-        return bool(steps) or awaits_kueue(workloads or [], pods)
+        return bool(steps) or awaits_kueue(workloads or [], pods, names)
 
     def _free_block(self, admitted: Admitted, workloads: list[dict[str, Any]] | None) -> Domain | None:
         """When Kueue says no rack fits a group: the NVLink domain with the most free trays for one
@@ -478,12 +458,13 @@ class Reconciler:
             return Result("gone", None)
         owner = Owner.from_object(obj)
         ns = owner.namespace
-        lws = self.kube.get(*LEADER_WORKER_SET.type_meta, ns, lws_name(owner))
-        if lws is not None:
-            if not is_deleting(lws):
-                self.kube.delete(*LEADER_WORKER_SET.type_meta, ns, lws_name(owner))
-                self._event_once(obj, "Normal", "TeardownStarted",
-                                 "deleting the LeaderWorkerSet first; the ComputeDomain goes once its pods are gone")
+        lwss = self.kube.list(*LEADER_WORKER_SET.type_meta, ns, f"{DEPLOYMENT_LABEL}={owner.name}")
+        if lwss:
+            for lws in lwss:
+                if not is_deleting(lws):
+                    self.kube.delete(*LEADER_WORKER_SET.type_meta, ns, lws["metadata"]["name"])
+            self._event_once(obj, "Normal", "TeardownStarted", "deleting the LeaderWorkerSets first; the "
+                             "ComputeDomain goes once their pods are gone")
             return Result("tearing-down", TEARDOWN_POLL_S)
         pods = self.kube.list(*POD.type_meta, ns, lws_selector(owner))
         if pods:

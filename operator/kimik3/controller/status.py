@@ -1,4 +1,4 @@
-"""The CR's status from what exists: the LeaderWorkerSet, its pods, spec problems, the
+"""The CR's status from what exists: the LeaderWorkerSets, their pods, spec problems, the
 autoscaler's step, and where a rollout stands (``controller.rollout``).
 
 Pure functions (no API calls) that build the typed ``KimiK3DeploymentStatus``; the reconciler
@@ -20,15 +20,15 @@ from pydantic import BaseModel
 from kimik3.admission import Admitted
 from kimik3.api.conditions import ConditionStatus, ConditionType, Reason, Verdict
 from kimik3.api.v1alpha1 import Condition, DecodeStatus, KimiK3DeploymentStatus, PlanStatus, ScaleEvent
+from kimik3.controller.fleet import EngineSet
 from kimik3.controller.groups import group_statuses
 from kimik3.controller.rollout import RolloutStep, rollout_status, surge_blocked
 from kimik3.controller.rollout import groups as rollout_groups
 from kimik3.controller.rollout import progressing as rollout_progressing
-from kimik3.kube.labels import LWS_NAME_LABEL
+from kimik3.kube.labels import DEPLOYMENT_LABEL, LWS_NAME_LABEL
 from kimik3.kube.pods import (group_index, is_leader, is_ready, is_terminating, is_unschedulable, phase, role,
                               scheduling_gates, scheduling_problem, unschedulable_message)
 from kimik3.kube.workloads import waiting
-from kimik3.render.leaderworkerset import lws_name
 from kimik3.render.meta import Owner, selector_string
 from kimik3.render.service import endpoint, leader_selector
 from kimik3.topology.capacity import Domain
@@ -232,17 +232,17 @@ def _ready(ready: int, desired_groups: int, pods: list[dict[str, Any]], admitted
     return Verdict("False", Reason.GROUPS_NOT_READY, f"{ready}/{desired_groups} groups ready; {detail}")
 
 
-def compute_status(obj: dict[str, Any], admitted: Admitted, lws: dict[str, Any] | None,
+def compute_status(obj: dict[str, Any], admitted: Admitted, sets: list[EngineSet], target: EngineSet | None,
                    pods: list[dict[str, Any]], desired_groups: int,
                    apply_error: str | None = None, compute_domain_note: str | None = None,
                    autoscaled: AutoscalerReport | None = None,
-                   workloads: list[dict[str, Any]] | None = None,
-                   replacing: str | None = None, crash_looping: Verdict | None = None,
+                   workloads: list[dict[str, Any]] | None = None, crash_looping: Verdict | None = None,
                    compute_domain: Verdict | None = None,
                    rollout_step: RolloutStep | None = None, free_block: Domain | None = None,
                    racks: Mapping[str, str] | None = None) -> KimiK3DeploymentStatus:
-    """Status of a reconciled CR whose spec this reconcile admitted (``admitted``).
-    ``desired_groups`` is the LWS's spec.replicas; ``autoscaled`` what the autoscaler's step reports
+    """Status of a reconciled CR whose spec this reconcile admitted (``admitted``), from the
+    deployment's LeaderWorkerSets ``sets`` (``controller.fleet``; ``target`` the one running the
+    spec's templates) and their pods. ``desired_groups`` is the fleet's replicas; ``autoscaled`` what the autoscaler's step reports
     (None with autoscaling off: its fields are then left as the CR holds them); ``workloads`` the
     Kueue Workloads of the LeaderWorkerSet under placement ``kueue`` (None otherwise);
     ``crash_looping`` the Degraded verdict of groups that keep failing (recreation.py);
@@ -252,23 +252,21 @@ def compute_status(obj: dict[str, Any], admitted: Admitted, lws: dict[str, Any] 
     ``racks`` the NVLink domain of each node the pods are bound to (status.groups[].rack)."""
     owner, plan = Owner.from_object(obj), admitted.plan
     gen = obj["metadata"].get("generation")
-    lws_status = (lws or {}).get("status") or {}
-    groups = int(lws_status.get("replicas", 0) or 0)
-    ready = int(lws_status.get("readyReplicas", 0) or 0)
+    running = [s for s in sets if not s.deleting]
+    groups = sum(int(((s.lws.get("status") or {}).get("replicas")) or 0) for s in running)
+    ready = sum(int(((s.lws.get("status") or {}).get("readyReplicas")) or 0) for s in running)
     conditions = stored_conditions(obj)
     ready_v = _ready(ready, desired_groups, pods, admitted)
     conditions = set_condition(conditions, ConditionType.READY, ready_v, gen)
     settled = ready_v.status == "True" and groups == desired_groups
-    rollout = rollout_status(lws, rollout_groups(pods, plan.nodes_per_group)) if lws else None
-    rolling = rollout_progressing(admitted, lws, rollout, desired_groups, surge_blocked(
-        pods, workloads, int(((lws or {}).get("spec") or {}).get("replicas", desired_groups) or 0)))
+    rollout = rollout_status(sets, target, rollout_groups(pods, plan.nodes_per_group)) if running else None
+    rolling = rollout_progressing(admitted, sets, rollout, desired_groups,
+                                  surge_blocked(pods, workloads, target) if len(running) > 1 else None)
     if rollout is not None and rollout_step is not None:
         rollout.canary, rollout.rolled_back = rollout_step.canary, rollout_step.rolled_back
         if rollout_step.verdict is not None and not (rolling is not None and rolling.reason == Reason.SURGE_BLOCKED):
             rolling = rollout_step.verdict  # a canary group without room says SurgeBlocked
-    if replacing:
-        progressing = Verdict("True", Reason.REPLACING, replacing)
-    elif apply_error:
+    if apply_error:
         progressing = Verdict("True", Reason.APPLY_FAILED,
                               f"children not applied yet (retrying with back-off): {apply_error}")
     elif rolling is not None:
@@ -317,7 +315,7 @@ def compute_status(obj: dict[str, Any], admitted: Admitted, lws: dict[str, Any] 
                         compute_domain_note=compute_domain_note if plan.needs_compute_domain else None),
         decode=autoscaled.decode if autoscaled else None,
         last_scale=autoscaled.last_scale if autoscaled else None,
-        groups=group_statuses(pods, workloads, desired_groups, plan.nodes_per_group, racks or {}),
+        groups=group_statuses(pods, workloads, sets, target, desired_groups, plan.nodes_per_group, racks or {}),
         rollout=rollout,
     )
 
@@ -334,5 +332,5 @@ def invalid_status(obj: dict[str, Any], problems: str) -> KimiK3DeploymentStatus
 
 
 def lws_selector(owner: Owner) -> str:
-    """Selector of every pod of the deployment's LeaderWorkerSet."""
-    return f"{LWS_NAME_LABEL}={lws_name(owner)}"
+    """Selector of every pod of the deployment's LeaderWorkerSets."""
+    return f"{DEPLOYMENT_LABEL}={owner.name},{LWS_NAME_LABEL}"

@@ -14,8 +14,7 @@ from typing import Any
 
 from kimik3.kube.kinds import POD_DISRUPTION_BUDGET
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
-from kimik3.render.leaderworkerset import lws_name
-from kimik3.kube.labels import LWS_NAME_LABEL
+from kimik3.kube.labels import DEPLOYMENT_LABEL, LWS_NAME_LABEL
 from kimik3.render.meta import Owner
 from kimik3.topology.plan import GroupPlan
 
@@ -42,7 +41,8 @@ def disruption_budget(owner: Owner, spec: KimiK3DeploymentSpec, plan: GroupPlan,
         "metadata": owner.metadata(owner.name),
         "spec": {
             "minAvailable": keep * plan.nodes_per_group,
-            "selector": {"matchLabels": {LWS_NAME_LABEL: lws_name(owner)}},
+            "selector": {"matchLabels": {DEPLOYMENT_LABEL: owner.name},  # the pods of all its LeaderWorkerSets
+                         "matchExpressions": [{"key": LWS_NAME_LABEL, "operator": "Exists"}]},
             "unhealthyPodEvictionPolicy": "AlwaysAllow",
         },
     }, None

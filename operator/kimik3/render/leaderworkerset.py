@@ -16,7 +16,6 @@ sources (gb300-on-kubernetes.md, failure-cases.md):
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -35,7 +34,7 @@ from kimik3.kube.labels import (
     ROLE_LABEL,
 )
 from kimik3.render import compilecache, computedomain, configmap
-from kimik3.render.revision import TEMPLATE_HASH_ANNOTATION, rollout_strategy, template_hash
+from kimik3.render.revision import TEMPLATE_HASH_ANNOTATION, template_hash
 from kimik3.render.meta import Owner
 
 PLAN_HASH_ANNOTATION = "inference.kimik3.io/plan-hash"
@@ -159,10 +158,10 @@ def pod_template(owner: Owner, admitted: Admitted, serves_api: bool, channel_cla
             "spec": pod}
 
 
-def leader_worker_set(owner: Owner, admitted: Admitted, replicas: int, channel_claims: bool = True,
-                      partition: int = 0) -> dict[str, Any]:
-    """The LeaderWorkerSet with ``replicas`` groups of ``plan.nodes_per_group`` pods, rolled out
-    as ``spec.rollout`` says (``partition``: ``render.revision.rollout_strategy``)."""
+def leader_worker_set(owner: Owner, admitted: Admitted, replicas: int, channel_claims: bool = True) -> dict[str, Any]:
+    """The LeaderWorkerSet with ``replicas`` groups of ``plan.nodes_per_group`` pods. Its
+    templates never change once it exists (``controller.fleet`` rolls a change out through a new
+    one), so it needs no ``rolloutStrategy``."""
     spec, plan = admitted.spec, admitted.plan
     placement = spec.scheduling.placement
     template: dict[str, Any] = {"size": plan.nodes_per_group, "restartPolicy": "RecreateGroupOnPodRestart"}
@@ -192,37 +191,6 @@ def leader_worker_set(owner: Owner, admitted: Admitted, replicas: int, channel_c
         "spec": {
             "replicas": replicas,
             "startupPolicy": "LeaderCreated",
-            "rolloutStrategy": rollout_strategy(spec.rollout, replicas, partition),
             "leaderWorkerTemplate": template,
         },
     }
-
-
-KUEUE_SHAPE_FIELDS = ("nodeSelector", "tolerations", "priorityClassName", "resourceClaims", "affinity",
-                      "runtimeClassName", "topologySpreadConstraints")
-"""Pod template fields Kueue v0.17 cannot change on an admitted LeaderWorkerSet (kueue.md: its
-webhook refuses them, and a changed group size leaves the new pods gated with no Workload; F15)."""
-
-
-def kueue_shape(lws: dict[str, Any]) -> str:
-    """What Kueue admitted a LeaderWorkerSet's groups for, as one comparable string: the group
-    size, and per template the containers' resources and ports and ``KUEUE_SHAPE_FIELDS``.
-    Quantities compare as text (the API server stores ``4`` as ``"4"``)."""
-    template = (lws.get("spec") or {}).get("leaderWorkerTemplate") or {}
-    shape: dict[str, Any] = {"size": template.get("size", 1)}
-    for key in ("leaderTemplate", "workerTemplate"):
-        pod = (template.get(key) or {}).get("spec") or {}
-        shape[key] = {
-            "containers": [{"resources": c.get("resources") or {}, "ports": c.get("ports") or []}
-                           for c in pod.get("containers", [])],
-            **{f: pod[f] for f in KUEUE_SHAPE_FIELDS if pod.get(f)},
-        }
-    return json.dumps(_as_text(shape), sort_keys=True)
-
-
-def _as_text(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _as_text(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_as_text(v) for v in value]
-    return value if isinstance(value, (str, bool)) or value is None else str(value)

@@ -1,16 +1,10 @@
-"""Revisions of the engine groups: the LeaderWorkerSet rollout a spec asks for.
+"""Revisions of the engine groups: what restarts them, and the hash that tells a template change.
 
 LeaderWorkerSet v0.9.0 (``pkg/controllers/leaderworkerset_controller.go``) rolls its groups
-whenever ``spec.leaderWorkerTemplate`` changes (its revision is a hash of that template and the
-network config; ``rolloutStrategy`` is not part of it, so changing the strategy or the partition
-restarts nothing). With ``maxSurge`` S and ``maxUnavailable`` U it creates S new groups above
-``replicas`` (indices replicas..replicas+S-1, on the new template), and replaces old groups from
-the highest index down, at most ``U + S - (surge groups not yet gone)`` at a time, each only once
-the groups above it are Ready on the new revision; the surge groups are deleted once every group
-below ``replicas`` runs the new revision Ready. ``partition`` P keeps groups below P on the old
-revision: with P = replicas only the surge groups run the new revision (a canary beside every old
-group). So a one-group Surge rollout loads twice (the surge group, then group 0
-on the new template) and is never without a Ready group.
+whenever ``spec.leaderWorkerTemplate`` changes, keeping them all in one leader StatefulSet, so a
+surge group can never take an old group's place. The operator never changes the templates of a
+live LeaderWorkerSet: a change of them creates a new one beside the old (``controller.fleet``),
+told by ``template_hash``.
 """
 
 from __future__ import annotations
@@ -19,34 +13,16 @@ import hashlib
 import json
 from typing import Any
 
-from kimik3.api.v1alpha1 import RolloutSpec
 from kimik3.kube.kinds import GROUP
 
 TEMPLATE_HASH_ANNOTATION = f"{GROUP}/template-hash"
 """On the LeaderWorkerSet (not in its templates, so it restarts nothing): ``template_hash`` of the
 templates the operator rendered, so a template change is told from a replica change."""
-RECREATE_UNAVAILABLE = "100%"
-"""maxUnavailable of strategy Recreate: LWS replaces every group at once."""
 
 
 def template_hash(template: dict[str, Any]) -> str:
     """A short hash of a rendered ``leaderWorkerTemplate`` (12 hex digits of SHA-256 of its JSON)."""
     return hashlib.sha256(json.dumps(template, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
-
-
-def rollout_strategy(rollout: RolloutSpec, replicas: int, partition: int = 0) -> dict[str, Any]:
-    """The LeaderWorkerSet's ``spec.rolloutStrategy`` for ``rollout`` at ``replicas`` groups;
-    ``partition``: groups below this index stay on the old revision (the rollout controller holds
-    it at replicas during a canary bake or a pause, 0 otherwise). With Surge the last serving
-    group is never taken down: while a surge group can stand in (maxSurge >= 1), maxUnavailable
-    counts at most ``replicas - 1`` groups."""
-    unavailable: int | str = RECREATE_UNAVAILABLE if rollout.unavailable is None else rollout.unavailable
-    if isinstance(unavailable, int) and rollout.surge >= 1 and replicas >= 1:
-        unavailable = min(unavailable, replicas - 1)
-    config: dict[str, Any] = {"maxUnavailable": unavailable, "maxSurge": rollout.surge}
-    if partition:
-        config["partition"] = partition
-    return {"type": "RollingUpdate", "rollingUpdateConfiguration": config}
 
 
 RESTARTS: dict[str, tuple[bool, str]] = {
@@ -65,7 +41,7 @@ RESTARTS: dict[str, tuple[bool, str]] = {
     "autoscaling": (False, "the operator's decisions; they reach the LeaderWorkerSet as replicas"),
     "monitoring": (False, "the PodMonitor only"),
     "disruptionBudget": (False, "the PodDisruptionBudget only"),
-    "rollout": (False, "the LeaderWorkerSet's rolloutStrategy, which is not part of its revision"),
+    "rollout": (False, "how the operator moves groups from the old LeaderWorkerSet to the new one"),
     "metadata.labels": (False, "the CR's own labels are not copied to any child"),
     "metadata.annotations": (False, "the CR's own annotations are not copied to any child"),
 }

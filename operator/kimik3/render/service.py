@@ -7,8 +7,7 @@ from typing import Any
 from kimik3.kube.kinds import SERVICE
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
 from kimik3.engine.args import API_PORT_NAME
-from kimik3.render.leaderworkerset import lws_name
-from kimik3.kube.labels import LEADER_WORKER_INDEX, LWS_NAME_LABEL, LWS_WORKER_INDEX_LABEL
+from kimik3.kube.labels import DEPLOYMENT_LABEL, LEADER_WORKER_INDEX, LWS_WORKER_INDEX_LABEL
 from kimik3.render.meta import Owner
 
 
@@ -18,8 +17,9 @@ def endpoint(owner: Owner, spec: KimiK3DeploymentSpec) -> str:
 
 
 def leader_selector(owner: Owner) -> dict[str, str]:
-    """Group leaders (worker index 0) of this deployment's LeaderWorkerSet."""
-    return {LWS_NAME_LABEL: lws_name(owner), LWS_WORKER_INDEX_LABEL: LEADER_WORKER_INDEX}
+    """Group leaders (worker index 0) of every one of this deployment's LeaderWorkerSets (a rollout
+    runs two side by side: ``controller.fleet``)."""
+    return {DEPLOYMENT_LABEL: owner.name, LWS_WORKER_INDEX_LABEL: LEADER_WORKER_INDEX}
 
 
 def client_service(owner: Owner, spec: KimiK3DeploymentSpec) -> dict[str, Any]:

@@ -4,7 +4,7 @@
 its groups are Ready and its endpoint answers, starts closed-loop users on the deployment's
 front (the simulator's stand-in for the client Service), applies the spec patch ``change`` and
 samples every group every ``period_s`` (index, leader pod UID, LeaderWorkerSet revision, every pod
-Ready) until every group runs a new revision Ready and the CR says Progressing=False. Used by
+Ready, LeaderWorkerSet) until every group runs a new revision Ready and the CR says Progressing=False. Used by
 tests/e2e/test_e2e_rollout.py and bench/rollout.py; run it on ``dev up --readiness-probes`` (else
 kwok makes a loading group Ready at once and the figures mean nothing).
 """
@@ -23,13 +23,14 @@ import requests
 
 from kimik3.kube import pods as kpods
 from kimik3.kube.kinds import GROUP, PLURAL, VERSION
-from kimik3.kube.labels import LWS_NAME_LABEL, LWS_REVISION_LABEL
+from kimik3.kube.labels import DEPLOYMENT_LABEL, LWS_NAME_LABEL, LWS_REVISION_LABEL
 from kimik3_dev.devcluster.rest import Rest
 from kimik3_dev.devcluster.workloads import apply_deployment
 from kimik3_dev.sim.load import Phase, RequestResult, resolve_url, run_load, summarize
 
-Sample = tuple[tuple[int, str, str, bool], ...]
-"""(group index, leader pod UID, revision, every pod Ready) of each live group."""
+Sample = tuple[tuple[int, str, str, bool, str], ...]
+"""(group index, leader pod UID, revision, every pod Ready, LeaderWorkerSet) of each live group
+(a rollout runs the old and the new LeaderWorkerSet side by side, each with a group 0)."""
 
 
 def cr_path(namespace: str, name: str) -> str:
@@ -38,16 +39,17 @@ def cr_path(namespace: str, name: str) -> str:
 
 def sample(rest: Rest, namespace: str, name: str, size: int) -> Sample:
     """The live (not terminating) groups of deployment ``name`` now; ``size`` pods per group."""
-    members: dict[int, list[dict[str, Any]]] = {}
-    for pod in rest.items(f"/api/v1/namespaces/{namespace}/pods", f"{LWS_NAME_LABEL}={name}-engine"):
+    members: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for pod in rest.items(f"/api/v1/namespaces/{namespace}/pods", f"{DEPLOYMENT_LABEL}={name},{LWS_NAME_LABEL}"):
         if not kpods.is_terminating(pod):
-            members.setdefault(int(kpods.group_index(pod) or 0), []).append(pod)
+            key = (kpods.labels(pod).get(LWS_NAME_LABEL, ""), int(kpods.group_index(pod) or 0))
+            members.setdefault(key, []).append(pod)
     out = []
-    for index, group in sorted(members.items()):
+    for (lws, index), group in sorted(members.items()):
         leader = next((p for p in group if kpods.is_leader(p)), None)
         if leader is not None:
             out.append((index, leader["metadata"]["uid"], kpods.labels(leader).get(LWS_REVISION_LABEL, ""),
-                        len(group) == size and all(map(kpods.is_ready, group))))
+                        len(group) == size and all(map(kpods.is_ready, group)), lws))
     return tuple(out)
 
 

@@ -1,8 +1,9 @@
 """Runs one simulated engine per running engine group of every KimiK3Deployment.
 
 Every ``poll_interval`` seconds (2 s by default) it lists, through the ``kubernetes`` client,
-the KimiK3Deployments and the pods of their LeaderWorkerSets (label
-``leaderworkerset.sigs.k8s.io/name=<cr>-engine``), and for every group (label ``group-index``)
+the KimiK3Deployments and the pods of their LeaderWorkerSets (labels
+``inference.kimik3.io/deployment=<cr>`` and ``leaderworkerset.sigs.k8s.io/name``; during a
+rollout a deployment has two: ``group_order``), and for every group (label ``group-index``)
 whose pods all exist (as many as the launch plan has ranks), are not terminating and are
 ``Running`` it keeps one ``SimEngine`` on a free 127.0.0.1 port, configured from what the
 operator rendered for the group's leader pod, as vLLM would be: the ``vllm serve`` argv the
@@ -84,7 +85,7 @@ from aiohttp import web
 from kimik3.api.v1alpha1 import ModelSpec, duration_seconds
 from kimik3.kube.kinds import GROUP, PLURAL, VERSION
 from kimik3.kube import pods as kpods
-from kimik3.kube.labels import LWS_NAME_LABEL, LWS_REVISION_LABEL
+from kimik3.kube.labels import DEPLOYMENT_LABEL, LWS_NAME_LABEL, LWS_REVISION_LABEL
 from kimik3.kube.objects import is_deleting
 from kimik3.render.leaderworkerset import API_KEY_ENV, CONTAINER
 from kimik3_dev.sim import launch, podenv
@@ -187,8 +188,15 @@ class _Front:
     def served_model_name(self) -> str | None:
         """The name the deployment's engines serve (``--served-model-name``; the lowest group's
         while a rollout mixes two), None while none runs."""
-        ordered = sorted(self.groups.items(), key=lambda kv: int(kv[0]))
+        ordered = sorted(self.groups.items(), key=lambda kv: group_order(kv[0]))
         return ordered[0][1].engine.config.served_model_name if ordered else None
+
+
+def group_order(group: str) -> tuple[str, int]:
+    """Sort key of a group id: the first LeaderWorkerSet's groups (``"0"``, ``"1"``...) by index,
+    then a rollout's new one's (``"<LeaderWorkerSet>/<index>"``)."""
+    lws, _, index = group.rpartition("/")
+    return lws, int(index) if index.isdigit() else 0
 
 
 @dataclass(frozen=True)
@@ -340,12 +348,14 @@ class Supervisor:
     # ---------------------------------------------------------------- what should run
     def _wanted(self, crs: list[dict[str, Any]], pods: list[Any]
                 ) -> tuple[dict[tuple[str, str, str], _Wanted], set[tuple[str, str]]]:
-        by_lws: dict[tuple[str, str], dict[str, list[Any]]] = {}
+        by_deployment: dict[tuple[str, str], dict[str, list[Any]]] = {}
         for pod in pods:
-            lws, gi = kpods.labels(pod).get(LWS_NAME_LABEL), kpods.group_index(pod)
-            if lws is None or gi is None:
+            pod_labels = kpods.labels(pod)
+            lws, gi, name = pod_labels.get(LWS_NAME_LABEL), kpods.group_index(pod), pod_labels.get(DEPLOYMENT_LABEL)
+            if lws is None or gi is None or name is None:
                 continue
-            by_lws.setdefault((pod.metadata.namespace, lws), {}).setdefault(gi, []).append(pod)
+            gid = gi if lws == f"{name}-engine" else f"{lws}/{gi}"  # a rollout's new LeaderWorkerSet beside the old
+            by_deployment.setdefault((pod.metadata.namespace, name), {}).setdefault(gid, []).append(pod)
         wanted: dict[tuple[str, str, str], _Wanted] = {}
         deployments: set[tuple[str, str]] = set()
         for cr in crs:
@@ -365,7 +375,7 @@ class Supervisor:
             with contextlib.suppress(ValueError):
                 workload = float(workload)
             variant = ((cr.get("spec") or {}).get("model") or {}).get("variant") or _Wanted.variant
-            for gi, members in by_lws.get((ns, f"{name}-engine"), {}).items():
+            for gi, members in by_deployment.get((ns, name), {}).items():
                 running = self._running(members)
                 leader = self._leader(running)
                 if leader is None or len(running) < len([p for p in members if not kpods.is_terminating(p)]):
@@ -559,7 +569,7 @@ class Supervisor:
             await front.runner.cleanup()
 
     async def _forward(self, front: _Front, request: web.Request) -> web.StreamResponse:
-        ready = [g for _, g in sorted(front.groups.items(), key=lambda kv: int(kv[0])) if g.engine.ready]
+        ready = [g for _, g in sorted(front.groups.items(), key=lambda kv: group_order(kv[0])) if g.engine.ready]
         if not ready:
             return web.json_response({"error": {
                 "message": f"no ready engine group behind {front.namespace}/{front.deployment}",
@@ -590,7 +600,8 @@ class Supervisor:
         out = []
         for (ns, name, gi), g in sorted(self.groups.items()):
             out.append({"targets": [f"{LOOPBACK}:{g.engine.port}"],
-                        "labels": {"namespace": ns, "deployment": name, "group": gi, "pod": g.leader_pod,
+                        "labels": {"namespace": ns, "deployment": name, "group": gi.rsplit("/", 1)[-1],
+                                   "pod": g.leader_pod,
                                    "role": "leader", **({"revision": g.revision} if g.revision else {})}})
         return out
 
@@ -604,7 +615,7 @@ class Supervisor:
                 "groups": {gi: {"url": g.engine.url, "pod": g.leader_pod, "leaderUid": g.leader_uid,
                                 "ready": g.engine.ready, "startedAt": g.started_at,
                                 "apiKeyRequired": g.engine.requires_api_key}
-                           for gi, g in sorted(front.groups.items(), key=lambda kv: int(kv[0]))},
+                           for gi, g in sorted(front.groups.items(), key=lambda kv: group_order(kv[0]))},
             }
         return out
 
