@@ -113,12 +113,11 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("kimik3deployments", "watch"): "reconcile",
     ("kimik3deployments", "patch"): "reconcile",
     ("kimik3deployments/status", "patch"): "status",
-    ("leaderworkersets", "get"): "teardown LeaderWorkerSet deleted",
     ("leaderworkersets", "list"): "follow LeaderWorkerSet",
     ("leaderworkersets", "watch"): "follow LeaderWorkerSet",
     ("leaderworkersets", "create"): "apply LeaderWorkerSet",
     ("leaderworkersets", "patch"): "apply LeaderWorkerSet",
-    ("leaderworkersets", "delete"): "teardown LeaderWorkerSet deleted",
+    ("leaderworkersets", "delete"): "retire old LeaderWorkerSet",
     ("computedomains", "get"): "teardown ComputeDomain released",
     ("computedomains", "list"): "heal ComputeDomain",
     ("computedomains", "watch"): "heal ComputeDomain",
@@ -357,21 +356,25 @@ def scenario(kube: Kube, core: client.CoreV1Api, namespace: str, lease: str) -> 
     for worker in ("0", "1"):
         core.delete_namespaced_pod(f"{NAME}-engine-0-{worker}", namespace, grace_period_seconds=0)
 
-    generation = get(*LWS, namespace, f"{NAME}-engine")["metadata"]["generation"]
+    # a new launch plan, rolled out with Recreate (no LWS manager here to make the new groups Ready):
+    # a new LeaderWorkerSet, the old one retired at once, then its ConfigMap pruned
     kube.patch_merge(*CR, namespace, NAME, {"spec": {"replicas": 1, "monitoring": {"enabled": False},
                                                      "service": {"httpRoute": None},
-                                                     "engine": {"maxNumSeqs": NEW_SEQS}}})
+                                                     "engine": {"maxNumSeqs": NEW_SEQS},
+                                                     "rollout": {"strategy": "Recreate"}}})
     for api_version, kind in [("policy/v1", "PodDisruptionBudget"), ("monitoring.coreos.com/v1", "PodMonitor"),
                               ("gateway.networking.k8s.io/v1", "HTTPRoute")]:
         expect(f"remove {kind}", lambda: get(api_version, kind, namespace, NAME) is None, 8)
-    lws = expect("apply LeaderWorkerSet", lambda: (lambda o: o if o["metadata"]["generation"] > generation else None)(
-        get(*LWS, namespace, f"{NAME}-engine")), 8)
-    kube.patch_merge(*LWS, namespace, f"{NAME}-engine", {"status": {
-        "observedGeneration": lws["metadata"]["generation"], "replicas": 0, "readyReplicas": 0}}, subresource="status")
+
+    def deployment_lwss() -> list[str]:
+        return [o["metadata"]["name"] for o in kube.list(*LWS, namespace, f"inference.kimik3.io/deployment={NAME}")
+                if not o["metadata"].get("deletionTimestamp")]
+    expect("apply LeaderWorkerSet", lambda: any(n.startswith(f"{NAME}-engine-") for n in deployment_lwss()), 8)
+    expect("retire old LeaderWorkerSet", lambda: f"{NAME}-engine" not in deployment_lwss(), 8)
     expect("remove ConfigMap", lambda: get("v1", "ConfigMap", namespace, LAUNCHER) is None, 8)
 
     kube.delete(*CR, namespace, NAME)
-    expect("teardown LeaderWorkerSet deleted", lambda: get(*LWS, namespace, f"{NAME}-engine") is None, 8)
+    expect("teardown LeaderWorkerSet deleted", lambda: not deployment_lwss(), 8)
     expect("teardown ComputeDomain released",
            lambda: get("resource.nvidia.com/v1beta1", "ComputeDomain", namespace, NAME) is None, 10)
     expect("teardown CR released", lambda: get(*CR, namespace, NAME) is None, 10)

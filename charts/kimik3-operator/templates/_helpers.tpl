@@ -63,11 +63,12 @@ create (seen here: "cannot create resource computedomains"); nothing is ever upd
 - apiGroups: ["inference.kimik3.io"]
   resources: ["kimik3deployments/status"]
   verbs: ["patch"]
-# The engine groups: applied (server-side apply: create + patch), watched for drift and status,
-# read during teardown (get), deleted first on teardown.
+# The engine groups, a LeaderWorkerSet per revision of their templates: applied (server-side
+# apply: create + patch), watched for drift and status (list also on teardown), deleted when a
+# rollout is done with one and first on teardown.
 - apiGroups: ["leaderworkerset.x-k8s.io"]
   resources: ["leaderworkersets"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 # Multi-node NVLink (NVIDIA DRA driver): applied, watched, read and deleted on teardown and at
 # zero groups once no pod holds its channel.
 - apiGroups: ["resource.nvidia.com"]
