@@ -37,6 +37,8 @@ def test_sizes(replicas, surge, unavailable, target_ready, old, expected):
 def test_a_canary_holds_the_new_set_beside_every_old_group():
     assert sizes(3, 1, 0, 1, [(3, 3)], canary=1) == (1, [3])
     assert sizes(3, 2, 0, 0, [(3, 3)], canary=2) == (2, [3])
+    # a canary set on mid-rollout never shrinks the new set below the groups it has
+    assert sizes(3, 1, 0, 2, [(1, 1)], canary=1, target_now=2) == (2, [1])
 
 
 def lws(name: str, template: str, replicas: int, minute: int = 0, deleting: bool = False) -> dict:

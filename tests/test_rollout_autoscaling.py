@@ -53,6 +53,13 @@ def test_a_ready_target_group_beyond_the_replicas_is_loading_not_capacity():
     assert (fleet.ready, fleet.loading, fleet.serving) == (2, 1, frozenset({"0"}))
 
 
+def test_groups_asked_for_but_in_no_set_yet_count_as_loading():
+    # 5 asked for during a canary bake, the sets hold 3 + 1: the fifth is coming, not missing
+    pods = [leader(i, True) for i in range(3)] + [leader(0, True, "k3-engine-b")]
+    fleet = fleet_state(sets(pods, k3_engine=3, k3_engine_b=1), 5, pods, 5400, NOW)
+    assert (fleet.current, fleet.ready, fleet.loading) == (5, 4, 1)
+
+
 def test_a_group_being_removed_by_a_scale_down_is_not_a_surge_group():
     pods = [leader(0, True), leader(1, True, deleting=True)]
     fleet = fleet_state(sets(pods, k3_engine=1), 1, pods, 5400, NOW)

@@ -149,6 +149,23 @@ def test_a_canary_that_passes_its_bake_is_promoted():
     assert step.verdict is None and step.fleet.delete == [FIRST]
 
 
+def test_a_revert_during_a_canary_needs_no_canary_and_keeps_every_serving_group():
+    """Review finding: reverting to the templates the old groups run must not canary them (a
+    failed check would refuse the known-good revision) nor shrink them to canary.groups."""
+    cr, admitted, old_lws = setup("vllm/vllm-openai:v0.33.0")
+    cr["spec"]["replicas"] = 3
+    admitted = admit(cr["spec"])
+    old_lws["spec"]["replicas"] = 3
+    _, _, new_lws = setup("vllm/vllm-openai:v0.33.1")
+    canary = f"{FIRST}-{new_lws['metadata']['annotations'][TEMPLATE_HASH_ANNOTATION][:8]}"
+    pods = group(0, OLD, True) + group(1, OLD, True) + group(2, OLD, True) + group(0, NEW, False, canary)
+    sets = live((FIRST, old_lws, 3), (canary, new_lws, 1), pods=pods)
+    step = Rollouts(Figures([]), Clock()).step(cr, admitted, old_lws, sets, pods)
+    a = old_lws["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION]
+    assert applied(step) == [(FIRST, 3, a)] and step.fleet.delete == [canary]
+    assert step.events == [] and step.canary is None
+
+
 def test_paused_holds_the_templates_and_every_group():
     _, _, old_lws = setup("vllm/vllm-openai:v0.33.0")
     cr, _, new_lws = setup("vllm/vllm-openai:v0.33.1")

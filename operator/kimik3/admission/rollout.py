@@ -1,9 +1,9 @@
 """Rollouts: a surge that can move, a Recreate without surge settings, canary groups that are surge groups.
 
-With strategy Surge the LeaderWorkerSet's rollout creates ``maxSurge`` new groups above replicas
-and replaces at most ``maxUnavailable`` old groups at once (LWS v0.9.0); both 0 would never
-replace a group. Canary groups are those surge groups (every old group serves during the bake),
-so there cannot be more of them than ``maxSurge``.
+With strategy Surge a template change creates up to ``maxSurge`` groups in a new LeaderWorkerSet
+beyond replicas and takes at most ``maxUnavailable`` old groups down at once
+(``controller.fleet``); both 0 would never replace a group. Canary groups are those surge groups
+(every old group serves during the bake), so there cannot be more of them than ``maxSurge``.
 """
 
 from __future__ import annotations

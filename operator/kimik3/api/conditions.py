@@ -10,13 +10,13 @@ type               status  reasons
 =================  ======  =====================================================================
 Ready              True    AllGroupsReady, ScaledToZero (replicas 0)
                    False   GroupsNotReady (the message says what the groups wait for), InvalidSpec
-Progressing        True    GroupsStarting, ApplyFailed (retried with back-off), Replacing (F15),
-                           RolloutInProgress (groups on two revisions; the figures per revision),
+Progressing        True    GroupsStarting, ApplyFailed (retried with back-off),
+                           RolloutInProgress (two LeaderWorkerSets live; the figures per revision),
                            CanaryAnalysis (canary groups bake; the last check's figures),
                            Paused (spec.rollout.paused holds a rollout), SurgeBlocked (a surge
                            group has no room: no rack or no Kueue admission; nothing taken down)
-                   False   Stable, InvalidSpec, RolledBack (a canary failed its analysis: the
-                           previous templates are back, the measured figure quoted)
+                   False   Stable, InvalidSpec, RolledBack (a canary failed its analysis: its
+                           LeaderWorkerSet is deleted, the measured figure quoted)
 Degraded           True    ApplyFailed, InvalidSpec, GroupCrashLooping (groups failed 3 times in
                            10 min: the message gives the last exit codes and the start back-off)
                    False   AsExpected
@@ -93,7 +93,7 @@ class Reason(StrEnum):
     PAUSED = "Paused"
     """spec.rollout.paused: no old group is replaced; a template change waits."""
     ROLLED_BACK = "RolledBack"
-    """The new revision failed its canary analysis: the previous templates are applied again."""
+    """The new revision failed its canary analysis: its LeaderWorkerSet is deleted; the old groups serve on."""
     SURGE_BLOCKED = "SurgeBlocked"
     """A surge group cannot be placed (no rack free, or Kueue does not admit it); no old group is taken down."""
     UNSCHEDULABLE = "Unschedulable"

@@ -721,7 +721,7 @@ UNAVAILABLE_DEFAULT = 0
 class RolloutSpec(Model):
     """How a change of the engine groups' templates (model, engine, speculative decoding, topology) reaches the groups.
 
-    Surge: new groups are created first (maxSurge above replicas, in the LeaderWorkerSet's rollout)
+    Surge: new groups are created first (up to maxSurge beyond replicas, in a new LeaderWorkerSet)
     and an old group goes only once a new one is Ready, at most maxUnavailable down at once.
     Recreate: every group is replaced at once (the endpoint is down for a whole load).
     """

@@ -110,7 +110,9 @@ def fleet_state(sets: list[EngineSet], current: int, pods: list[dict[str, Any]],
                 if created is None or now - created < load_timeout_s:
                     loading += 1
     ready = min(sum(int((s.lws.get("status") or {}).get("readyReplicas") or 0) for s in running), current)
-    surge = max(0, sum(s.replicas for s in running) - current)
+    groups = sum(s.replicas for s in running)
+    surge = max(0, groups - current)
+    loading += max(0, current - groups)  # asked for, not yet given to a set (a scale-up during a canary bake)
     loading = min(loading, max(0, current - ready - unplaceable)) + surge
     return FleetState(current=current, ready=ready, loading=loading, unplaceable=unplaceable,
                       serving=frozenset(serving), load_time_s=min(loads, default=None))

@@ -89,10 +89,11 @@ def fleet_replicas(sets: list[EngineSet]) -> int | None:
 
 
 def sizes(replicas: int, surge: int, unavailable: int, target_ready: int, old: list[tuple[int, int]],
-          canary: int | None = None) -> tuple[int, list[int]]:
+          canary: int | None = None, target_now: int = 0) -> tuple[int, list[int]]:
     """Groups of the target and of each old set (``old``: (groups, Ready groups) of each now,
     oldest first) for ``replicas`` groups in all (see the module); ``canary``: the target held at
-    that many groups beside every old group (old sets keep theirs, at most ``replicas`` in all).
+    that many groups beside every old group (old sets keep theirs, at most ``replicas`` in all),
+    never below the ``target_now`` groups it has (a canary set on mid-rollout shrinks nothing).
     The old groups kept are their Ready ones first (oldest set first), then the others (newest
     first): an edit during a rollout (F17) gives up a group still loading before a serving one."""
     if surge >= 1 and replicas >= 1:
@@ -108,7 +109,7 @@ def sizes(replicas: int, surge: int, unavailable: int, target_ready: int, old: l
         kept[i] += more
         budget -= more
     target = min(replicas, replicas + surge - sum(kept))
-    return (min(target, canary) if canary is not None else target), kept
+    return (min(target, max(canary, target_now)) if canary is not None else target), kept
 
 
 @dataclass
@@ -180,8 +181,8 @@ def plan(rendered: dict[str, Any], sets: list[EngineSet], replicas: int, surge: 
     if name is None:  # the name is free once the set being deleted is gone
         out.apply = [held(rendered, s, s.replicas, replicas) for s in olds]
         return out
-    grow, keep = sizes(replicas, surge, unavailable, target.ready if target else 0, [(s.replicas, s.ready) for s in olds],
-                       canary)
+    grow, keep = sizes(replicas, surge, unavailable, target.ready if target else 0,
+                       [(s.replicas, s.ready) for s in olds], canary, target.replicas if target else 0)
     for old, groups in zip(olds, keep):
         if groups:
             out.apply.append(held(rendered, old, groups, replicas))

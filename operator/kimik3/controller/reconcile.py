@@ -303,7 +303,7 @@ class Reconciler:
                 metrics.APPLY_ERRORS.labels(kind=child["kind"]).inc()
                 self._event_once(obj, "Warning", "ApplyFailed", failed[child["kind"]])
         apply_error = "; ".join(failed.values()) or None
-        if not apply_error and LEADER_WORKER_SET.kind not in held:
+        if LEADER_WORKER_SET.kind not in failed and LEADER_WORKER_SET.kind not in held:
             self._retire(obj, rolled.fleet, desired)
         pods = self._pods(owner)
         for kind in rendered.absent:
@@ -375,7 +375,18 @@ class Reconciler:
         """Delete the LeaderWorkerSets the rollout is done with (``controller.fleet``); once the
         last old one goes, a ``RolloutComplete`` Event."""
         meta = obj["metadata"]
-        gone = [name for name in fleet.delete if self.kube.delete(*LEADER_WORKER_SET.type_meta, meta["namespace"], name)]
+        gone = []
+        for name in fleet.delete:
+            try:
+                if self.kube.delete(*LEADER_WORKER_SET.type_meta, meta["namespace"], name):
+                    gone.append(name)
+            except ApiException as exc:  # e.g. no delete permission: said, and the rest of the reconcile goes on
+                self._event_once(obj, "Warning", "DeleteFailed", f"LeaderWorkerSet {name} not removed: "
+                                 f"{exc.status} {exc.reason}: {api_error_message(exc)}")
+        if self.cache is not None:  # the DELETED event may come after this reconcile's status
+            for name in gone:
+                self.cache.update("DELETED", {"apiVersion": LEADER_WORKER_SET.api_version, "kind": LEADER_WORKER_SET.kind,
+                                              "metadata": {"name": name, "namespace": meta["namespace"]}})
         for name in gone:
             self._event_once(obj, "Normal", "Deleted", f"LeaderWorkerSet {name} removed: "
                              + (f"its groups are replaced by {fleet.target}'s" if fleet.target else "not needed"))

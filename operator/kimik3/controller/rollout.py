@@ -237,7 +237,8 @@ class Rollouts:
             step.verdict = Verdict("True", Reason.PAUSED, "spec.rollout.paused: no group is replaced" + (
                 "; a change of the group templates waits" if waits else ""))
             return step
-        if r.canary is None or not changing:
+        reverting = any(s.template_hash == want for s in running[:-1])
+        if r.canary is None or not changing or reverting:  # a revert to serving templates needs no canary
             return RolloutStep(plan(rendered, sets, replicas, surge, unavailable))
         if canary is None or canary.template_hash != want:
             canary = CanaryStatus(template_hash=want or "")
