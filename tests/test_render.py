@@ -13,7 +13,7 @@ import pytest
 
 from kimik3.admission import admit
 from kimik3.engine.args import rank_args
-from support.recipes import merge, recipe
+from support.recipes import recipe
 from support.rendering import by_kind, render_cr
 
 TP8_RECIPE = "gb300-tp8-megakernel-dspark.yaml"

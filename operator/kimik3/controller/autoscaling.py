@@ -27,8 +27,8 @@ from kimik3.autoscaler.sources import MetricSource, PodScrapeSource, PrometheusS
 from kimik3.controller import metrics
 from kimik3.controller.fleet import EngineSet, fleet_replicas
 from kimik3.controller.status import AutoscalerReport, stored_conditions
-from kimik3.kube.labels import KUEUE_JOB_UID_LABEL, LWS_NAME_LABEL
-from kimik3.kube.pods import group_index, is_leader, is_ready, is_unschedulable, labels, phase, ready_since
+from kimik3.kube.labels import KUEUE_JOB_UID_LABEL
+from kimik3.kube.pods import by_group, group_index, is_leader, is_ready, is_unschedulable, phase, ready_since
 from kimik3.kube.workloads import waiting
 
 SLO_WINDOW_S = 3600.0
@@ -82,11 +82,7 @@ def fleet_state(sets: list[EngineSet], current: int, pods: list[dict[str, Any]],
     after the load only lengthens a group's span)."""
     running = [s for s in sets if not s.deleting]
     uids = {s.lws["metadata"].get("uid"): s.name for s in running}
-    members: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for pod in pods:
-        g, lws = group_index(pod), labels(pod).get(LWS_NAME_LABEL)
-        if lws and g is not None and g.isdigit():
-            members.setdefault((lws, int(g)), []).append(pod)
+    members = by_group(pods)
     refused = {(uids.get((w_obj["metadata"].get("labels") or {}).get(KUEUE_JOB_UID_LABEL)), w.group)
                for w_obj in workloads or [] for w in [waiting(w_obj)] if w is not None and w.why != "pending"}
     loading = unplaceable = 0

@@ -33,9 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kimik3.kube.kinds import GROUP
-from kimik3.kube.labels import LWS_NAME_LABEL
 from kimik3.kube.objects import is_deleting
-from kimik3.kube.pods import group_index, is_ready
+from kimik3.kube.pods import by_group, is_ready
 from kimik3.render.revision import TEMPLATE_HASH_ANNOTATION
 
 REPLICAS_ANNOTATION = f"{GROUP}/replicas"
@@ -61,11 +60,7 @@ class EngineSet:
 def engine_sets(lwss: list[dict[str, Any]], pods: list[dict[str, Any]], nodes_per_group: int) -> list[EngineSet]:
     """The deployment's LeaderWorkerSets ``lwss`` with their groups among ``pods``, oldest first
     (creationTimestamp, then name)."""
-    members: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for pod in pods:
-        lws, index = (pod["metadata"].get("labels") or {}).get(LWS_NAME_LABEL), group_index(pod)
-        if lws and index is not None and index.isdigit():
-            members.setdefault((lws, int(index)), []).append(pod)
+    members = by_group(pods)
     out = []
     for lws in lwss:
         meta = lws["metadata"]

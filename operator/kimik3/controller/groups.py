@@ -22,7 +22,7 @@ from kimik3.api.v1alpha1 import GroupStatus
 from kimik3.controller.fleet import EngineSet
 from kimik3.kube import pods as kpods
 from kimik3.kube import workloads as kworkloads
-from kimik3.kube.labels import KUEUE_JOB_UID_LABEL, LWS_NAME_LABEL
+from kimik3.kube.labels import KUEUE_JOB_UID_LABEL
 from kimik3.kube.workloads import KueueState
 
 GROUP_MESSAGE_LIMIT = 512
@@ -44,11 +44,7 @@ def group_statuses(pods: list[dict[str, Any]], workloads: list[dict[str, Any]] |
     LeaderWorkerSet (``0..desired_groups-1``), sorted by LeaderWorkerSet (old sets first, as in
     ``sets``) and index. ``workloads`` is None outside placement kueue (no Kueue state); ``racks``
     maps node names to their NVLink domain (nodes it lacks leave the rack unset)."""
-    members: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for pod in pods:
-        index, lws = _index(kpods.group_index(pod)), kpods.labels(pod).get(LWS_NAME_LABEL)
-        if index is not None and lws:
-            members.setdefault((lws, index), []).append(pod)
+    members = kpods.by_group(pods)
     names = {s.lws["metadata"].get("uid"): s.name for s in sets}
     states: dict[tuple[str, int], tuple[KueueState, str]] = {}
     for workload in workloads or []:

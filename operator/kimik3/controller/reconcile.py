@@ -250,10 +250,11 @@ class Reconciler:
         nodes_per_group = admitted.plan.nodes_per_group
         scaled = None
         workloads = None
-        sets = self._sets(owner, self._pods(owner), nodes_per_group)
+        seen = self._pods(owner)  # before this reconcile's applies (read again after them)
+        sets = self._sets(owner, seen, nodes_per_group)
         if admitted.spec.autoscaling.enabled:
             workloads = self._workloads(admitted, sets)
-            scaled = self.autoscaling.step(obj, admitted, sets, self._pods(owner), workloads)
+            scaled = self.autoscaling.step(obj, admitted, sets, seen, workloads)
             progress = next((c.reason for c in stored_conditions(obj) if c.type == ConditionType.PROGRESSING), None)
             keep = scale_down_held(progress, fleet_replicas(sets) or 0, scaled.replicas,
                                    admitted.spec.autoscaling.max_replicas)
@@ -273,7 +274,7 @@ class Reconciler:
                           start_delay_s=self.failures.start_delay_s(owner.namespace, owner.name))
         index = next(i for i, c in enumerate(rendered.objects) if c["kind"] == LEADER_WORKER_SET.kind)
         desired = int(rendered.objects[index]["spec"]["replicas"])
-        rolled = self.rollouts.step(obj, admitted, rendered.objects[index], sets, self._pods(owner))
+        rolled = self.rollouts.step(obj, admitted, rendered.objects[index], sets, seen)
         rendered.objects[index:index + 1] = rolled.fleet.apply
         for type_, reason, message in rolled.events:
             self._event_once(obj, type_, reason, message)

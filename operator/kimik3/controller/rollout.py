@@ -28,7 +28,7 @@ from kimik3.api.v1alpha1 import (CanaryStatus, KimiK3DeploymentStatus, RevisionG
 from kimik3.controller.canary import Analysis
 from kimik3.controller.fleet import EngineSet, FleetPlan, plan
 from kimik3.kube.labels import KUEUE_JOB_UID_LABEL, LWS_NAME_LABEL, LWS_REVISION_LABEL
-from kimik3.kube.pods import (group_index, is_leader, is_ready, is_terminating, is_unschedulable, labels,
+from kimik3.kube.pods import (by_group, group_index, is_leader, is_ready, is_terminating, is_unschedulable, labels,
                               unschedulable_message)
 from kimik3.kube.workloads import waiting
 from kimik3.render.revision import TEMPLATE_HASH_ANNOTATION
@@ -49,11 +49,7 @@ class Group:
 def groups(pods: list[dict[str, Any]], nodes_per_group: int) -> list[Group]:
     """The groups ``pods`` belong to, by LeaderWorkerSet and index (a group whose pods are all
     terminating is gone: a retired LeaderWorkerSet's)."""
-    members: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for pod in pods:
-        index, lws = group_index(pod), labels(pod).get(LWS_NAME_LABEL)
-        if lws and index is not None and index.isdigit() and not is_terminating(pod):
-            members.setdefault((lws, int(index)), []).append(pod)
+    members = by_group([p for p in pods if not is_terminating(p)])
     out = []
     for (lws, number), group in sorted(members.items()):
         leader = next((p for p in group if is_leader(p)), None)

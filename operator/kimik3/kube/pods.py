@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from kimik3.kube.objects import condition, field, is_deleting, is_true
-from kimik3.kube.labels import GPU_RESOURCE, LEADER_WORKER_INDEX, LWS_GROUP_INDEX_LABEL, LWS_WORKER_INDEX_LABEL
+from kimik3.kube.labels import (GPU_RESOURCE, LEADER_WORKER_INDEX, LWS_GROUP_INDEX_LABEL, LWS_NAME_LABEL,
+                               LWS_WORKER_INDEX_LABEL)
 
 READY = "Ready"
 """Pod condition: every container passes its readiness probe."""
@@ -33,6 +34,17 @@ def labels(pod: Any) -> dict[str, str]:
 def group_index(pod: Any) -> str | None:
     """The LeaderWorkerSet group the pod belongs to (``"0"``, ``"1"``...), None for a pod of no group."""
     return labels(pod).get(LWS_GROUP_INDEX_LABEL)
+
+
+def by_group(pods: list[dict[str, Any]]) -> dict[tuple[str, int], list[dict[str, Any]]]:
+    """``pods`` by group: (LeaderWorkerSet name, group index) -> its pods, in the order given. A
+    deployment's rollout runs two LeaderWorkerSets, each with a group 0; pods of no group are left out."""
+    out: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for pod in pods:
+        lws, index = labels(pod).get(LWS_NAME_LABEL), group_index(pod)
+        if lws and index is not None and index.isdigit():
+            out.setdefault((lws, int(index)), []).append(pod)
+    return out
 
 
 def worker_index(pod: Any) -> int | None:
