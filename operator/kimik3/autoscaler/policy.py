@@ -55,7 +55,9 @@ deviations of the batch (a window's quantile at the target still leaves minutes 
 - Bursts shorter than a load time: groups that arrive to a demand 1.5x lower than the one that
   asked for them mark the load as bursty; scale-down then keeps what the burst asked for during
   ``burst_hold_loads`` load times, extended by each new upward shift, so that the groups one
-  burst brought serve the next one.
+  burst brought serve the next one. That first ask was sized on a saturated fleet; each later
+  burst the held groups serve is measured (the highest recommendation while it lasts), and the
+  hold keeps the most the bursts measured within it needed.
 - Groups still loading are counted as coming: they are not cancelled, and while one loads no
   scale-up follows from latency (failure case F10); a higher DEMAND (which does not compound
   with the groups' count) may still add groups. The latency reaction (one more group when the
@@ -321,8 +323,9 @@ class LatencyPolicySettings:
     against the demand that came) follows; the forecast is raised by it."""
     burst_hold_loads: float = 2.0
     """After bursts shorter than a load time (groups asked for arrive to find their demand gone),
-    scale-down keeps what the burst asked for during this many load times, so that the groups one
-    burst brought serve the next one; each new burst extends it. 0 disables."""
+    scale-down keeps what the bursts need during this many load times (what the first asked for,
+    until the held groups have served one and measured it), so that the groups one burst brought
+    serve the next one; each new burst extends it. 0 disables."""
     metric: LatencyMetric = "timePerOutputToken"
     """timePerOutputToken (per token) or interTokenLatency (raw vLLM ITL per engine step)."""
 
@@ -358,6 +361,11 @@ class LatencyPolicy:
     _bursty_until: float | None = None
     """Until then scale-down keeps ``_burst_level`` groups (what the last bursts asked for)."""
     _burst_level: int = 0
+    """What the groups that marked the load bursty were asked for (the first guess of a burst's need)."""
+    _burst_peaks: Samples[int] = field(default_factory=Samples)
+    """The need (highest recommendation) of each burst the held groups served."""
+    _burst_measuring: int | None = None
+    """The need so far of the burst being served (None: none is)."""
     _last_c: float | None = None
     _last_demand: float | None = None
     _load_time_s: float | None = None
@@ -561,6 +569,48 @@ class LatencyPolicy:
             n_down = max(n_down, n)
         return n, n_down, reason
 
+    # ------------------------------------------------------------------ bursts ---------------
+    def _follow_bursts(self, now: float, arrived: list[tuple[float, int, int, float]], rec: int,
+                       fleet: FleetState, shifted: float | None) -> None:
+        """Bursts shorter than a load time (module docstring). Groups that arrive to find the
+        demand they were asked for gone mark the load bursty: scale-down keeps what the burst
+        asked for. That ask was made on a saturated fleet (the panic path's estimate, and a
+        window that lagged the burst), so it is only the first guess: each later burst the held
+        groups serve is measured, and the level becomes the highest recommendation (what the policy
+        would ask for to serve it) of the bursts measured within the hold (a burst ends at the demand's downward shift, or at
+        the next upward one)."""
+        late = [target for _, target, _, then in arrived
+                if self._last_demand is not None and self._last_demand * BURST_DROP < then]
+        new_shift = self._shift_at == now and shifted != now
+        if late:
+            # Only groups kept from one burst can serve the next: keep what the burst asked for.
+            self._burst_level = max(late)
+            self._bursty_until = now + self.burst_hold_s
+            self._burst_peaks.clear()
+            self._burst_measuring = None
+            return
+        if self._bursty_until is None or now >= self._bursty_until:
+            self._burst_measuring = None
+            return
+        if self._burst_measuring is not None and new_shift:
+            self._burst_peaks.add(now, self._burst_measuring)  # the burst served is over: its need
+            self._burst_measuring = None
+        if new_shift and self._shift_up:
+            self._bursty_until = now + self.burst_hold_s  # another burst: keep holding, and measure it
+            self._burst_measuring = 0
+        if self._burst_measuring is not None and fleet.loading == 0:
+            self._burst_measuring = max(self._burst_measuring, rec)
+        self._burst_peaks.forget_before(now - self.burst_hold_s)
+
+    def burst_level(self, now: float) -> int:
+        """Groups scale-down keeps while the load is bursty: the highest need of the bursts the
+        held groups served within the hold (and of the one being served), else, before any was
+        measured, what the first burst asked for."""
+        measured = self._burst_peaks.since(now - self.burst_hold_s)
+        if not measured:
+            return max(self._burst_level, self._burst_measuring or 0)
+        return max(measured + [self._burst_measuring or 0])
+
     # ------------------------------------------------------------------ the decision ---------
     def decide(self, now: float, obs: DecodeObservation | None, fleet: FleetState) -> Decision:
         decision = self._decide(now, obs, fleet)
@@ -589,24 +639,14 @@ class LatencyPolicy:
         self._recommendations.add(now, (rec, rec_down))
         self._recommendations.forget_before(now - window)
         if s.burst_hold_loads > 0:
-            late = [target for _, target, _, then in arrived
-                    if self._last_demand is not None and self._last_demand * BURST_DROP < then]
-            if late:
-                # Groups arrive to find the demand they were asked for gone: bursts shorter than
-                # a load time. Only groups kept from one burst can serve the next: keep what the
-                # burst asked for.
-                self._burst_level = max(late)
-                self._bursty_until = now + self.burst_hold_s
-            elif self._bursty_until is not None and now < self._bursty_until and self._shift_at == now \
-                    and shifted != now and self._shift_up:
-                self._bursty_until = now + self.burst_hold_s  # another burst: keep holding
+            self._follow_bursts(now, arrived, rec, fleet, shifted)
         if not obs.has_traffic:
             self._bursty_until = None  # no traffic is no burst to come: F11 may scale to zero
         bursty = self._bursty_until is not None and now < self._bursty_until
         up = max(r for r, _ in self._recommendations.since(now - s.scale_up_window_s))
         down = max(r for _, r in self._recommendations.since(now - s.scale_down_window_s))
         if bursty:
-            down = max(down, min(self._burst_level, s.max_replicas))
+            down = max(down, min(self.burst_level(now), s.max_replicas))
         latency = self._latency(obs)
         if up == fleet.current + 1 and (latency is None or latency <= s.target_s * (1 + REACT_TOLERANCE)):
             # One group more while the target holds (within the reaction's tolerance: a forecast,
