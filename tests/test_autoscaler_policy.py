@@ -380,6 +380,37 @@ def test_panic_sizes_a_jump_from_the_requests_running_now():
     assert d.reason == "ScaleUp"
 
 
+def test_a_window_that_lags_a_jump_does_not_inflate_the_panic_estimate():
+    """The panic path reads the requests running now at the latency they see now. A window that
+    began before the jump holds the faster steps of before (P90 8 ms), while 600 requests on 3
+    groups (200 a group) take the model's 12.5 ms a token now: 600 / 12.5 ms = 48000 tok/s, not
+    the 75000 the window's P90 gave (step trace seed 3: 12 groups asked where 9 serve the step)."""
+    p = policy(max_replicas=24)
+    p.model.prior_weight = 1e12  # hold the test line
+    p.decide(0, obs(0, tok_s=6_000, running=600, latency=0.008), FleetState(current=3, ready=3))
+    assert p.model.mean_latency(200, 3) == pytest.approx(0.0125, rel=0.01)
+    assert p._last_demand == pytest.approx(600 / p.model.mean_latency(200, 3), rel=1e-6)
+    slow = policy(max_replicas=24)  # a window as slow as now: its P90 stands
+    slow.decide(0, obs(0, tok_s=6_000, running=600, latency=0.015), FleetState(current=3, ready=3))
+    assert slow._last_demand == pytest.approx(40_000, rel=1e-3)
+
+
+def test_over_target_waits_for_a_window_of_the_groups_serving_now():
+    """Groups that just became ready first clear what queued before them, and the window still
+    holds the minutes before they served: one more group on that reading costs a load time of 8
+    GPUs for nothing (step trace seed 3: a 13th group asked 90 s after 12 became ready, 1.29x
+    the optimum's GPU-hours). The reaction waits until the window has seen only the groups
+    serving now, then reacts if the target is still broken."""
+    p = policy(max_replicas=8)
+    p.model.prior_weight = 1e12  # hold the test line: the model says 2 groups do
+    for t in range(0, 300, 30):
+        p.decide(t, obs(t, tok_s=8_000, running=30, latency=0.004, window=120), FleetState(current=4, ready=2, loading=2))
+    arrived = FleetState(current=4, ready=4)
+    got = [p.decide(t, obs(t, tok_s=8_000, running=30, latency=0.008, window=120), arrived) for t in range(300, 480, 30)]
+    assert [d.desired for d in got] == [4, 4, 4, 4, 5, 5]
+    assert got[4].reason == "ScaleUp" and "(OverTarget)" in got[4].message
+
+
 def test_windows_straddling_a_demand_shift_do_not_teach_the_model():
     p = policy()
     fleet = FleetState(current=2, ready=2)
@@ -419,12 +450,12 @@ def test_groups_a_burst_brought_serve_the_next_burst():
 
 
 def test_the_burst_hold_keeps_what_the_bursts_measured_not_the_first_ask():
-    """The first burst is sized on a saturated fleet (the panic path: 900 requests at the window's
-    15 ms P90 read as 60000 tok/s), so its ask is only a first guess. The next burst, served by
-    the held groups, measures what a burst needs (40000 tok/s at 4 ms): the hold keeps that many
-    from then on, and a larger burst later raises it again (bench/results/autoscaler.json, bursts
-    seed 3: a first ask of 14 held for 103 minutes where the bursts needed 11-12, 1.39x the
-    optimum's GPU-hours; now 1.23x at the same SLO)."""
+    """The first burst is sized on a fleet it saturates, from a window that lags it (here read as
+    60000 tok/s), so its ask is only a first guess. The next burst, served by the held groups,
+    measures what a burst needs (40000 tok/s at 4 ms): the hold keeps that many from then on,
+    and a larger burst later raises it again (bench/results/autoscaler.json, bursts seed 3: a
+    first ask of 14 held for 103 minutes where the bursts needed 11-12, 1.39x the optimum's
+    GPU-hours; 1.23x with this alone, at the same SLO)."""
     p = policy(max_replicas=16, scale_down_window_s=300)
     p.model.prior_weight = 1e12  # hold the test line: the need is the model's
 
@@ -434,7 +465,7 @@ def test_the_burst_hold_keeps_what_the_bursts_measured_not_the_first_ask():
     base, burst = 8_000, 40_000
     for t in range(0, 600, 30):
         step(t, base, FleetState(current=2, ready=2))
-    asked = step(600, 16_000, FleetState(current=2, ready=2), latency=0.015, running=900).desired
+    asked = step(600, 60_000, FleetState(current=2, ready=2), latency=0.008).desired
     need = p.model.groups_for(burst, TARGET, 16, 0.7)
     assert (asked, need) == (7, 5)
     for t in range(630, 1500, 30):

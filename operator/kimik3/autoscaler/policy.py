@@ -20,8 +20,10 @@ deviations of the batch (a window's quantile at the target still leaves minutes 
 
 - Demand: observed output tokens/s scaled up by the queue (``(running + waiting) / running``);
   when the fleet is saturated (quantile > 1.5 T) at least the requests running and waiting now
-  at the window's quantile (Little's law: the window lags a jump; this panic path sizes the jump
-  in one decision, several groups at once, bounded by max).
+  at the latency they see now (Little's law: the window lags a jump; this panic path sizes the
+  jump in one decision, several groups at once, bounded by max): the window's quantile, or the
+  model's mean latency at the batch they make now where that is slower (a window that began
+  before the jump holds the faster steps of before, and read alone it over-asks).
 - Learned online: each window gives ``c`` by Little's law (tokens/s x mean per-token latency from
   the ITL histogram's sum / count, per serving group; the running gauge without a sum), the
   quantile at ``c + z sqrt(c / n)`` and the mean at ``c + w / n`` (two points at different
@@ -61,9 +63,10 @@ deviations of the batch (a window's quantile at the target still leaves minutes 
 - Groups still loading are counted as coming: they are not cancelled, and while one loads no
   scale-up follows from latency (failure case F10); a higher DEMAND (which does not compound
   with the groups' count) may still add groups. The latency reaction (one more group when the
-  quantile is over 1.1 T and the model says enough) only runs with nothing loading. Groups that
-  cannot be placed are not counted as capacity, and adding more cannot help: the policy holds
-  and says so.
+  quantile is over 1.1 T and the model says enough) only runs with nothing loading, and once the
+  window has seen only the groups serving now (new groups first clear what queued before them).
+  Groups that cannot be placed are not counted as capacity, and adding more cannot help: the
+  policy holds and says so.
 - No reading -> hold (never scale down). "No traffic" is a reading: with ``min_replicas = 0`` the
   fleet goes to zero once the whole scale-down window saw none (F11).
 """
@@ -524,10 +527,12 @@ class LatencyPolicy:
         demand = rate * queue_factor
         if latency is not None and latency > SATURATED * s.target_s:
             # Far over target (saturated: a level shift the window lags): the requests running
-            # now, each at the window's latency quantile (slower than most of its tokens: a low
-            # estimate), are the current demand (Little's law). Panic path: this sizes the jump
-            # at once, several groups in one decision.
-            demand = max(demand, (obs.running + obs.waiting) / latency)
+            # now, each at the window's latency quantile or at the model's mean latency for the
+            # batch they make now, whichever is slower (a window that began before the jump holds
+            # faster steps than the ones taken now), are the current demand (Little's law). Panic
+            # path: this sizes the jump at once, several groups in one decision.
+            now_latency = max(latency, model.mean_latency(obs.running / serving, serving))
+            demand = max(demand, (obs.running + obs.waiting) / now_latency)
         self._last_demand = demand
         # The forecast first: it tells whether the demand jumped inside the window.
         predicted = self._predicted_demand(now, demand, obs.window_s) if demand > 0 else demand
@@ -536,6 +541,8 @@ class LatencyPolicy:
         # would bend the line).
         steady = (self._ready_changed is None or now - self._ready_changed >= obs.window_s) and \
             (self._shift_at is None or now - self._shift_at >= obs.window_s)
+        # The window saw only the groups serving now (the count first seen is no change).
+        one_fleet = self._ready_changed in (None, self._first_decision) or now - self._ready_changed >= obs.window_s
         near = latency is not None and LEARN_RANGE[0] * s.target_s <= latency <= LEARN_RANGE[1] * s.target_s
         if latency is not None and near and per_group_c > 0 and steady:
             model.update(per_group_c, latency, serving, mean_latency)
@@ -564,8 +571,10 @@ class LatencyPolicy:
             while n_down < serving and latency + model.predict(keep, n_down, s.noise_z) - base > plan_down:
                 n_down += 1
         if latency is not None and latency > s.target_s * (1 + REACT_TOLERANCE) and n <= fleet.current \
-                and fleet.loading == 0 and fleet.unplaceable == 0:
-            n, reason = fleet.current + 1, "OverTarget"  # the model lags reality: react anyway
+                and fleet.loading == 0 and fleet.unplaceable == 0 and one_fleet:
+            # The model lags reality: react anyway, once the window has seen only the groups that
+            # serve now (groups that just joined have not yet cleared what queued before them).
+            n, reason = fleet.current + 1, "OverTarget"
             n_down = max(n_down, n)
         return n, n_down, reason
 
