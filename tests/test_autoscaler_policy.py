@@ -409,6 +409,10 @@ def test_over_target_waits_for_a_window_of_the_groups_serving_now():
     got = [p.decide(t, obs(t, tok_s=8_000, running=30, latency=0.008, window=120), arrived) for t in range(300, 480, 30)]
     assert [d.desired for d in got] == [4, 4, 4, 4, 5, 5]
     assert got[4].reason == "ScaleUp" and "(OverTarget)" in got[4].message
+    first = policy(max_replicas=8)  # the groups serving at the first decision joined no window
+    first.model.prior_weight = 1e12
+    d = first.decide(0, obs(0, tok_s=8_000, running=30, latency=0.008, window=120), arrived)
+    assert (d.desired, "(OverTarget)" in d.message) == (5, True)
 
 
 def test_windows_straddling_a_demand_shift_do_not_teach_the_model():
@@ -473,19 +477,20 @@ def test_the_burst_hold_keeps_what_the_bursts_measured_not_the_first_ask():
     held = FleetState(current=asked, ready=asked)
     step(1500, base, held)  # arrived to the base: bursty, the first ask held
     assert p.burst_level(1500) == asked
-    for t in range(1530, 1800, 30):
-        assert step(t, base, held).desired == asked
-    for t in range(1800, 2100, 30):  # the next burst, served by the held groups
+    for t in range(1530, 2100, 30):  # a rise of 1.4x (a level shift, but under BURST_DROP) is no burst
+        assert step(t, base if t < 1560 or t >= 1680 else 11_200, held).desired == asked
+    assert (p._shift_up, p._burst_open, p._burst_peaks.since(0), p.burst_level(2070)) == (False, None, [], asked)
+    for t in range(2100, 2400, 30):  # the next burst, served by the held groups
         step(t, burst, held)
-    assert p._burst_measuring == need
-    step(2100, base, held)  # its end: the level is what it needed
-    assert p.burst_level(2100) == need
-    after = [step(t, base, held).desired for t in range(2130, 2700, 30)]
+    assert p._burst_open is not None and p._burst_open[2] == need
+    step(2400, base, held)  # its end: the level is what it needed
+    assert p.burst_level(2400) == need
+    after = [step(t, base, held).desired for t in range(2430, 3000, 30)]
     assert after[-1] == need  # past the scale-down window: down to the bursts' need, not to the base
     bigger = FleetState(current=need, ready=need)
-    for t in range(2700, 2910, 30):
-        step(t, 60_000, bigger, latency=0.0052)
-    assert p.burst_level(2910) == p.model.groups_for(60_000, TARGET, 16, 0.7) == 7
+    for t in range(3000, 3210, 30):
+        step(t, 70_000, bigger, latency=0.0052)
+    assert p.burst_level(3210) == p.model.groups_for(70_000, TARGET, 16, 0.7) == 8
 
 
 def test_loading_groups_bursts_and_steps_are_told_apart():

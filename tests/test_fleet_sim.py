@@ -328,6 +328,11 @@ def test_a_partial_rerun_keeps_the_other_policies_figures_per_trace_and_seed():
     assert run.summary["kimik3"]["gpu_hours"] == 11.5  # what ran is not overwritten
     assert benchmark.goal_misses([run])[-1] == \
         "steady seed 3: hpa beats kimik3 on both (99.0% at 11.0 GPU-h against 98.0% at 11.5)"
+    # A second partial re-run names the run that computed the figures, not the one that kept them.
+    again = benchmark.TraceRun(trace, 3, [], {}, {k: summary[k] for k in ("kimik3", "optimal")}, 0.0)
+    kept_again = benchmark.keep_others([again], {"run": {"date": "2026-12-04T13:42:58Z", "commit": "cf39980", "kept": kept},
+                                                 "traces": previous["traces"]})
+    assert kept_again == kept
 
 
 def test_seeds_are_read_as_numbers_ranges_and_lists():

@@ -358,17 +358,22 @@ class LatencyPolicy:
     _window_s: float = 0.0
     """Window of the last observation (seconds)."""
     _ready_changed: float | None = None
+    _ready_rose: float | None = None
+    """Last time more groups served than at the decision before."""
     _last_ready: int | None = None
     _scale_ups: list = field(default_factory=list)
     """(time, target, groups before, demand then) of scale-ups whose groups are still coming."""
     _bursty_until: float | None = None
-    """Until then scale-down keeps ``_burst_level`` groups (what the last bursts asked for)."""
+    """Until then scale-down keeps ``burst_level`` groups (what the bursts need)."""
     _burst_level: int = 0
     """What the groups that marked the load bursty were asked for (the first guess of a burst's need)."""
     _burst_peaks: Samples[int] = field(default_factory=Samples)
     """The need (highest recommendation) of each burst the held groups served."""
-    _burst_measuring: int | None = None
-    """The need so far of the burst being served (None: none is)."""
+    _burst_open: tuple[float, float, int] | None = None
+    """The burst being served: (the demand just before it, the highest demand since, the highest
+    recommendation since, taken with nothing loading); None: none is."""
+    _calm_demand: float | None = None
+    """The previous decision's demand."""
     _last_c: float | None = None
     _last_demand: float | None = None
     _load_time_s: float | None = None
@@ -481,6 +486,8 @@ class LatencyPolicy:
         """Follow this policy's scale-ups: those whose groups now serve are returned (and give
         the load time); those undone by someone else are forgotten."""
         if self._last_ready != fleet.ready:
+            if self._last_ready is not None and fleet.ready > self._last_ready:
+                self._ready_rose = now
             self._ready_changed, self._last_ready = now, fleet.ready
         still, done = [], []
         for entry in self._scale_ups:
@@ -541,8 +548,8 @@ class LatencyPolicy:
         # would bend the line).
         steady = (self._ready_changed is None or now - self._ready_changed >= obs.window_s) and \
             (self._shift_at is None or now - self._shift_at >= obs.window_s)
-        # The window saw only the groups serving now (the count first seen is no change).
-        one_fleet = self._ready_changed in (None, self._first_decision) or now - self._ready_changed >= obs.window_s
+        # Groups joined inside the window: they first clear what queued before them.
+        joined = self._ready_rose is not None and now - self._ready_rose < obs.window_s
         near = latency is not None and LEARN_RANGE[0] * s.target_s <= latency <= LEARN_RANGE[1] * s.target_s
         if latency is not None and near and per_group_c > 0 and steady:
             model.update(per_group_c, latency, serving, mean_latency)
@@ -571,7 +578,7 @@ class LatencyPolicy:
             while n_down < serving and latency + model.predict(keep, n_down, s.noise_z) - base > plan_down:
                 n_down += 1
         if latency is not None and latency > s.target_s * (1 + REACT_TOLERANCE) and n <= fleet.current \
-                and fleet.loading == 0 and fleet.unplaceable == 0 and one_fleet:
+                and fleet.loading == 0 and fleet.unplaceable == 0 and not joined:
             # The model lags reality: react anyway, once the window has seen only the groups that
             # serve now (groups that just joined have not yet cleared what queued before them).
             n, reason = fleet.current + 1, "OverTarget"
@@ -585,40 +592,44 @@ class LatencyPolicy:
         demand they were asked for gone mark the load bursty: scale-down keeps what the burst
         asked for. That ask was made on a saturated fleet (the panic path's estimate, and a
         window that lagged the burst), so it is only the first guess: each later burst the held
-        groups serve is measured, and the level becomes the highest recommendation (what the policy
-        would ask for to serve it) of the bursts measured within the hold (a burst ends at the demand's downward shift, or at
-        the next upward one)."""
+        groups serve is measured, and the level becomes the highest recommendation (what the
+        policy would ask for to serve it) of the bursts measured within the hold. A burst ends at
+        the demand's downward shift, or at the next upward one, and counts if its demand rose
+        ``BURST_DROP`` times over the one before it (a smaller rise is no burst) and a
+        recommendation was taken with no group loading."""
         late = [target for _, target, _, then in arrived
                 if self._last_demand is not None and self._last_demand * BURST_DROP < then]
+        calm, self._calm_demand = self._calm_demand, self._last_demand
         new_shift = self._shift_at == now and shifted != now
         if late:
             # Only groups kept from one burst can serve the next: keep what the burst asked for.
             self._burst_level = max(late)
             self._bursty_until = now + self.burst_hold_s
             self._burst_peaks.clear()
-            self._burst_measuring = None
+            self._burst_open = None
             return
         if self._bursty_until is None or now >= self._bursty_until:
-            self._burst_measuring = None
+            self._burst_open = None
             return
-        if self._burst_measuring is not None and new_shift:
-            self._burst_peaks.add(now, self._burst_measuring)  # the burst served is over: its need
-            self._burst_measuring = None
+        if self._burst_open is not None and new_shift:
+            before, top, need = self._burst_open
+            if need > 0 and top >= BURST_DROP * before:  # the burst served is over: its need
+                self._burst_peaks.add(now, need)
+            self._burst_open = None
         if new_shift and self._shift_up:
             self._bursty_until = now + self.burst_hold_s  # another burst: keep holding, and measure it
-            self._burst_measuring = 0
-        if self._burst_measuring is not None and fleet.loading == 0:
-            self._burst_measuring = max(self._burst_measuring, rec)
+            self._burst_open = (calm or 0.0, 0.0, 0)
+        if self._burst_open is not None and fleet.loading == 0:
+            before, top, need = self._burst_open
+            self._burst_open = (before, max(top, self._last_demand or 0.0), max(need, rec))
         self._burst_peaks.forget_before(now - self.burst_hold_s)
 
     def burst_level(self, now: float) -> int:
         """Groups scale-down keeps while the load is bursty: the highest need of the bursts the
-        held groups served within the hold (and of the one being served), else, before any was
-        measured, what the first burst asked for."""
-        measured = self._burst_peaks.since(now - self.burst_hold_s)
-        if not measured:
-            return max(self._burst_level, self._burst_measuring or 0)
-        return max(measured + [self._burst_measuring or 0])
+        held groups served within the hold (else, before any was measured, what the first burst
+        asked for), and of the one being served."""
+        measured = self._burst_peaks.since(now - self.burst_hold_s) or [self._burst_level]
+        return max(measured + ([self._burst_open[2]] if self._burst_open is not None else []))
 
     # ------------------------------------------------------------------ the decision ---------
     def decide(self, now: float, obs: DecodeObservation | None, fleet: FleetState) -> Decision:

@@ -319,9 +319,11 @@ def keep_others(runs: list[TraceRun], doc: dict[str, Any]) -> dict[str, dict[str
     ``write_json`` writes it), its ``gpu_hours_x_optimum`` recomputed against this run's optimum,
     so that the table and the goals compare every policy. Valid while the kept policies' code and
     settings did not change since ``doc`` was written. Returns what was kept, per policy:
-    ``{"date", "commit", "seeds": {trace: [seed, ...]}}`` of ``doc``."""
+    ``{"date", "commit", "seeds": {trace: [seed, ...]}}`` of the run that computed the figures
+    (``doc``'s, or the one ``doc`` itself kept them from)."""
     kept: dict[str, dict[str, Any]] = {}
     old, when = doc.get("traces", {}), doc.get("run", {})
+    origin = when.get("kept", {})
     for run in runs:
         opt = run.summary.get("optimal", {}).get("gpu_hours")
         for name in POLICIES:
@@ -329,7 +331,8 @@ def keep_others(runs: list[TraceRun], doc: dict[str, Any]) -> dict[str, dict[str
             if name in run.summary or figures is None:
                 continue
             run.summary[name] = dict(figures, gpu_hours_x_optimum=round(figures["gpu_hours"] / opt, 4) if opt else None)
-            entry = kept.setdefault(name, {"date": when.get("date"), "commit": when.get("commit"), "seeds": {}})
+            source = origin.get(name, when)
+            entry = kept.setdefault(name, {"date": source.get("date"), "commit": source.get("commit"), "seeds": {}})
             entry["seeds"].setdefault(run.trace.name, []).append(run.seed)
     return kept
 
