@@ -136,16 +136,11 @@ create (seen here: "cannot create resource computedomains"); nothing is ever upd
 {{- end }}
 
 {{/*
-Cluster-wide only: kopf watches CustomResourceDefinitions to stop watching a kind whose CRD is
-deleted (without it, its failed watch stops the operator) and to start watching one installed
-after the operator (the Gateway API, the Prometheus Operator; also found by the operator's own
-discovery look-up, controller/lateapis.py). Read-only. A namespace-scoped install goes without.
+Cluster-wide only. No rule on CustomResourceDefinitions: a kind whose CRD is installed after the
+operator (the Gateway API, the Prometheus Operator) is found by the operator's own discovery
+look-up, and one whose CRD is deleted is waited out (controller/lateapis.py).
 */}}
 {{- define "kimik3-operator.clusterRules" -}}
-# kopf's CRD observation (cluster-wide installs only): kinds whose CRD appears after start get watched.
-- apiGroups: ["apiextensions.k8s.io"]
-  resources: ["customresourcedefinitions"]
-  verbs: ["list", "watch"]
 # Placement kueue, only while Kueue finds no rack for a group (cluster-wide installs only): the
 # nodes are listed to name the largest free block of trays in ScalingLimited NoRackFits.
 - apiGroups: [""]

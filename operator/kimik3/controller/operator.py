@@ -36,7 +36,7 @@ from kimik3.controller import metrics
 from kimik3.controller.cache import ObjectCache
 from kimik3.controller.crashes import CrashReporter
 from kimik3.controller.kube import Kube, NotLeading, api_client_from_kubeconfig
-from kimik3.controller.lateapis import watch_late_apis
+from kimik3.controller.lateapis import tolerate_unserved_kinds, watch_late_apis
 from kimik3.controller.leadership import LeaderElection, LeaseTimings, default_identity
 from kimik3.controller.reconcile import Reconciler
 from kimik3.controller.recreation import GroupFailures
@@ -167,6 +167,13 @@ class OperatorConfig:
     lease_timings: LeaseTimings = field(default_factory=LeaseTimings)
 
 
+def kind_served(cache: ObjectCache, queue: WorkQueue, kind: Kind) -> None:
+    """A watched kind that kopf did not watch (not served, or not yet) is watched now: drop what was
+    cached of it (no watch kept it true) and reconcile every deployment at once."""
+    cache.forget_kind(*kind.type_meta)
+    queue.add_all()
+
+
 def build_registry(cfg: OperatorConfig, queue: WorkQueue, cache: ObjectCache, crashes: CrashReporter,
                    insights: Insights) -> kopf.OperatorRegistry:
     """kopf handlers for one operator instance (a registry of its own, so tests can run several).
@@ -188,8 +195,7 @@ def build_registry(cfg: OperatorConfig, queue: WorkQueue, cache: ObjectCache, cr
     late: list[asyncio.Task[None]] = []
 
     def now_watched(kind: Kind) -> None:
-        cache.forget_kind(*kind.type_meta)
-        queue.add_all()
+        kind_served(cache, queue, kind)
 
     @kopf.on.startup(registry=registry)
     async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -200,12 +206,11 @@ def build_registry(cfg: OperatorConfig, queue: WorkQueue, cache: ObjectCache, cr
         settings.watching.reconnect_backoff = 1.0
         settings.networking.request_timeout = 60
         settings.peering.standalone = True
-        # Watching only given namespaces (a namespace-scoped install): no cluster-wide CRD or
-        # namespace observation, so a Role per namespace is all the RBAC it needs. A child kind whose
-        # CRD is installed later is watched within lateapis.PERIOD_S either way (controller/lateapis.py);
-        # a watched kind's CRD deleted stops kopf's watch cleanly only with the CRD observation: a
-        # namespace-scoped operator exits then (its watcher fails on the 404) and is restarted.
-        settings.scanning.disabled = bool(cfg.namespaces)
+        # No CRD or namespace observation by kopf, cluster-wide or not: a child kind whose CRD is
+        # installed later is found by the operator's own discovery look-up within lateapis.PERIOD_S,
+        # and a watched kind whose CRD is deleted is waited out, not fatal (controller/lateapis.py);
+        # so the operator needs no RBAC on CRDs (a Role per namespace when namespace-scoped).
+        settings.scanning.disabled = True
         # started here: kopf's re-scan needs the context kopf runs its tasks in
         late.append(asyncio.get_running_loop().create_task(
             watch_late_apis(api, WATCHED, insights, settings, registry, now_watched), name="kimik3 late APIs"))
@@ -300,7 +305,12 @@ async def run_operator(cfg: OperatorConfig, stop: threading.Event | asyncio.Even
         if ready is not None:
             ready.set()
 
+    def served_again(group: str, plural: str) -> None:
+        kind = next((k for k in WATCHED if (k.group, k.plural) == (group, plural)), None)
+        kind_served(cache, queue, kind) if kind else queue.add_all()
+
     marker = asyncio.create_task(mark_ready())
+    tolerate_unserved_kinds(served_again)  # before kopf starts its watch tasks: they copy this context
     try:
         await kopf.operator(registry=registry, insights=insights, clusterwide=not cfg.namespaces,
                             namespaces=cfg.namespaces, stop_flag=stop, ready_flag=kopf_ready, standalone=True)

@@ -38,6 +38,16 @@ class OperatorThread:
             raise RuntimeError(f"operator failed to start: {self._error!r}") from self._error
         return self
 
+    @property
+    def running(self) -> bool:
+        """Whether the operator still runs (False once it stopped, or failed: ``error``)."""
+        return self._thread.is_alive()
+
+    @property
+    def error(self) -> BaseException | None:
+        """What ended the operator, if it failed."""
+        return self._error
+
     def stop(self, timeout_s: float = 30.0) -> None:
         self._stop.set()
         self._thread.join(timeout_s)
