@@ -16,10 +16,13 @@ from prometheus_client import REGISTRY
 
 from kimik3.controller.lateapis import PERIOD_S
 from kimik3.controller.reconcile import RESYNC_STARTING_S
-from kimik3.kube.kinds import HTTP_ROUTE
+from kimik3.controller.kube import Kube
+from kimik3.kube.kinds import HTTP_ROUTE, KIMIK3_DEPLOYMENT
+from kimik3_dev.devcluster.controlplane import ControlPlane
+from kimik3_dev.devcluster.install import own_manifests
 from kimik3_dev.devcluster.operator_thread import OperatorThread
 from kimik3_dev.devcluster.thirdparty import thirdparty_crd_paths
-from support.cluster import apply, reconciled
+from support.cluster import apply, fresh_namespace, reconciled
 from support.recipes import recipe
 from support.waiting import wait_for
 
@@ -98,3 +101,21 @@ def test_a_watched_kinds_crd_removed_is_waited_out_and_its_children_restored(con
                         "the HTTPRoute applied again once its CRD is served (the watch's next look-up)")
         assert back["metadata"]["uid"] != route["metadata"]["uid"]
         assert [p["name"] for p in back["spec"]["parentRefs"]] == ["gw"]
+
+
+def test_the_kimik3deployment_crd_installed_after_the_operator_is_watched(tmp_path):
+    """The operator's own CRD applied after it started (CRDs managed apart from the chart, a GitOps
+    ordering): kopf resolves it only at start, so the operator's look-up must cover it too; a CR
+    created then is reconciled within a few look-ups, not after a restart. A control plane of its
+    own: the session's has this CRD and other modules' CRs."""
+    with ControlPlane(tmp_path / "cp") as cp:
+        cp.apply_crds(list(thirdparty_crd_paths().values()))
+        with OperatorThread(str(cp.admin_kubeconfig)), cp.api_client("admin") as api:
+            kube = Kube(api)
+            cp.apply_crds(own_manifests()[0])
+            with fresh_namespace(api) as namespace:
+                apply(kube, recipe(name="k3-late"), namespace)
+                cr = wait_for(lambda: (c := kube.get(*KIMIK3_DEPLOYMENT.type_meta, namespace, "k3-late")) and
+                              c.get("status", {}).get("observedGeneration") and c, 4 * PERIOD_S,
+                              "the CR reconciled (status.observedGeneration) once its CRD is served")
+                assert cr["metadata"]["finalizers"]

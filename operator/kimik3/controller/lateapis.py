@@ -19,8 +19,8 @@ missing (retried with back-off up to 5 min), is restored now. Nothing is asked w
 kind is resolved.
 
 The other way round, a watched kind's CRD deleted: kopf's watch of it gets ``404 page not found``
-on its next list or watch request, and kopf lets that error end the whole operator ("Event
-processing has failed"; with its CRD watch on, only when the watch reconnected before the CRD
+on its next list or watch request, and kopf lets that error end the whole operator ("Watcher for
+... has failed"; with its CRD watch on, only when the watch reconnected before the CRD
 event stopped it: a race the chart's minimal-RBAC proof lost in CI). ``tolerate_unserved_kinds``
 makes such a watch wait instead: it asks again every ``PERIOD_S``, and once the kind is served
 again calls the operator's ``served_again(group, plural)``, which drops what it cached
@@ -78,7 +78,7 @@ def _tolerant(watch: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIt
                 async for event in watch(settings=settings, resource=resource, **kwargs):
                     if unserved:  # listed again (the first item after a list, even an empty one)
                         unserved = False
-                        log.info("%s is served again: reconciling every deployment", resource)
+                        log.info("%s is served again", resource)
                         callback = _served_again.get()
                         if callback is not None:
                             callback(resource.group, resource.plural)

@@ -213,7 +213,8 @@ def build_registry(cfg: OperatorConfig, queue: WorkQueue, cache: ObjectCache, cr
         settings.scanning.disabled = True
         # started here: kopf's re-scan needs the context kopf runs its tasks in
         late.append(asyncio.get_running_loop().create_task(
-            watch_late_apis(api, WATCHED, insights, settings, registry, now_watched), name="kimik3 late APIs"))
+            watch_late_apis(api, (*WATCHED, KIMIK3_DEPLOYMENT), insights, settings, registry, now_watched),
+            name="kimik3 late APIs"))
 
     @kopf.on.cleanup(registry=registry)
     async def stop_late_apis(**_: Any) -> None:
