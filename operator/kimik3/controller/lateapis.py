@@ -1,4 +1,4 @@
-"""Watch the child kinds whose API appears after the operator started (a CRD installed later).
+"""Follow the kinds the operator watches as their APIs come and go (a CRD installed or deleted after start).
 
 kopf's own CRD observation is off (``settings.scanning.disabled``, cluster-wide too: the chart
 grants nothing on CRDs). It was not enough anyway: kopf re-reads a group's discovery on every watch
@@ -71,7 +71,8 @@ def tolerate_unserved_kinds(served_again: ServedAgain) -> None:
 
 
 def _tolerant(watch: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
-    async def infinite_watch(*, settings: kopf.OperatorSettings, resource: Resource, **kwargs: Any) -> AsyncIterator[Any]:
+    async def infinite_watch(*, settings: kopf.OperatorSettings, resource: Resource,
+                             **kwargs: Any) -> AsyncIterator[Any]:
         unserved = False
         while True:
             try:
