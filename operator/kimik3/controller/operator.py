@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import heapq
 import logging
 import threading
@@ -194,9 +195,6 @@ def build_registry(cfg: OperatorConfig, queue: WorkQueue, cache: ObjectCache, cr
 
     late: list[asyncio.Task[None]] = []
 
-    def now_watched(kind: Kind) -> None:
-        kind_served(cache, queue, kind)
-
     @kopf.on.startup(registry=registry)
     async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.posting.enabled = False  # our Events are posted by the reconciler
@@ -213,7 +211,8 @@ def build_registry(cfg: OperatorConfig, queue: WorkQueue, cache: ObjectCache, cr
         settings.scanning.disabled = True
         # started here: kopf's re-scan needs the context kopf runs its tasks in
         late.append(asyncio.get_running_loop().create_task(
-            watch_late_apis(api, (*WATCHED, KIMIK3_DEPLOYMENT), insights, settings, registry, now_watched),
+            watch_late_apis(api, (*WATCHED, KIMIK3_DEPLOYMENT), insights, settings, registry,
+                            functools.partial(kind_served, cache, queue)),
             name="kimik3 late APIs"))
 
     @kopf.on.cleanup(registry=registry)
@@ -307,8 +306,8 @@ async def run_operator(cfg: OperatorConfig, stop: threading.Event | asyncio.Even
             ready.set()
 
     def served_again(group: str, plural: str) -> None:
-        kind = next((k for k in WATCHED if (k.group, k.plural) == (group, plural)), None)
-        kind_served(cache, queue, kind) if kind else queue.add_all()
+        for kind in (k for k in (*WATCHED, KIMIK3_DEPLOYMENT) if (k.group, k.plural) == (group, plural)):
+            kind_served(cache, queue, kind)
 
     marker = asyncio.create_task(mark_ready())
     tolerate_unserved_kinds(served_again)  # before kopf starts its watch tasks: they copy this context
