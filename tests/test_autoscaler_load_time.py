@@ -8,6 +8,7 @@ import pytest
 
 from kimik3.autoscaler.policy import FleetState
 from kimik3.controller.autoscaling import fleet_state, load_seconds
+from kimik3.kube.groups import groups_of
 from kimik3.controller.fleet import engine_sets
 from kimik3_dev.benchmark import simulate as benchmark
 from kimik3_dev.benchmark.fleet import FleetSim
@@ -36,7 +37,7 @@ def pod(group: int, worker: int, created: float, ready: float | None) -> dict:
 
 def sets(replicas: int, pods: list[dict]) -> list:
     """The deployment's one LeaderWorkerSet ``k3-engine`` of ``replicas`` groups of 2 pods."""
-    return engine_sets([{"metadata": {"name": "k3-engine", "uid": "u"}, "spec": {"replicas": replicas}}], pods, 2)
+    return engine_sets([{"metadata": {"name": "k3-engine", "uid": "u"}, "spec": {"replicas": replicas}}], groups_of(pods, 2))
 
 
 def test_a_groups_load_runs_from_its_first_pods_creation_to_its_last_pods_ready():
@@ -53,10 +54,10 @@ def test_the_cluster_reports_the_shortest_load_of_the_serving_groups():
             pod(1, 0, 3000, 3870), pod(1, 1, 3000, 3880),  # group 1: 880 s
             pod(2, 0, 0, 9000), pod(2, 1, 0, 900),        # group 2: a readiness flap hours later
             pod(3, 0, 9500, None), pod(3, 1, 9500, None)]  # group 3: still loading
-    fleet = fleet_state(sets(4, pods), 4, pods, 5400, T0 + 10_000)
+    fleet = fleet_state(sets(4, pods), 4, groups_of(pods, 2), 5400, T0 + 10_000)
     assert (fleet.serving, fleet.loading, fleet.load_time_s) == (frozenset({"0", "1", "2"}), 1, 880.0)
     loading = [pod(0, 0, 9500, None)]
-    assert fleet_state(sets(1, loading), 1, loading, 5400, T0 + 10_000).load_time_s is None
+    assert fleet_state(sets(1, loading), 1, groups_of(loading, 2), 5400, T0 + 10_000).load_time_s is None
 
 
 def _ramp(load_time_s: float | None) -> tuple[list[int], float]:

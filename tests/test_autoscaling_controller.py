@@ -17,7 +17,7 @@ from prometheus_client import REGISTRY
 
 from kimik3.render.revision import TEMPLATE_HASH_ANNOTATION as TEMPLATE_HASH
 from kimik3 import admission
-from kimik3.controller import reconcile
+from kimik3.controller import reconcile, steps
 from kimik3.controller.autoscaling import Autoscaling
 from kimik3.controller.kube import Kube
 from kimik3.controller.reconcile import Reconciler
@@ -229,8 +229,8 @@ def test_one_reconcile_admits_once_and_hands_the_same_value_on(env, monkeypatch)
 
     monkeypatch.setattr(reconcile, "admit", counting("admit", reconcile.admit))
     monkeypatch.setattr(admission, "plan_group", counting("plan_group", admission.plan_group))
-    monkeypatch.setattr(reconcile, "render", counting("render", reconcile.render))
-    monkeypatch.setattr(reconcile, "compute_status", counting("status", reconcile.compute_status))
+    monkeypatch.setattr(steps, "render", counting("render", steps.render))
+    monkeypatch.setattr(steps, "compute_status", counting("status", steps.compute_status))
     monkeypatch.setattr(e["rec"].autoscaling, "step", counting("step", e["rec"].autoscaling.step))
     obj = tick(e)
     assert obj["status"]["desiredReplicas"] >= 2  # this reconcile decided, and scaled up

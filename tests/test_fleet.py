@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from kimik3.kube.groups import groups_of
 from kimik3.controller.fleet import REPLICAS_ANNOTATION, engine_sets, fleet_replicas, plan, sizes
 from kimik3.render.revision import TEMPLATE_HASH_ANNOTATION
 
@@ -71,50 +72,48 @@ def test_the_first_set_is_named_after_the_deployment():
 
 def test_a_template_change_rolls_through_a_new_set_and_the_old_one_goes():
     old = lws("k3-engine", OLD, 1)
-    start = plan(rendered(1), engine_sets([old], [leader("k3-engine", 0, True)], 1), 1, 1, 0)
+    start = plan(rendered(1), engine_sets([old], groups_of([leader("k3-engine", 0, True)], 1)), 1, 1, 0)
     assert summary(start) == ([("k3-engine", 1, OLD), ("k3-engine-bbbbbbbb", 1, NEW)], [], "k3-engine-bbbbbbbb")
     assert start.apply[0]["metadata"]["annotations"] == {TEMPLATE_HASH_ANNOTATION: OLD, REPLICAS_ANNOTATION: "1"}
     new = lws("k3-engine-bbbbbbbb", NEW, 1, minute=5)
     pods = [leader("k3-engine", 0, True), leader("k3-engine-bbbbbbbb", 0, True)]
-    done = plan(rendered(1), engine_sets([new, old], pods, 1), 1, 1, 0)  # listed in any order
+    done = plan(rendered(1), engine_sets([new, old], groups_of(pods, 1)), 1, 1, 0)  # listed in any order
     assert summary(done) == ([("k3-engine-bbbbbbbb", 1, NEW)], ["k3-engine"], "k3-engine-bbbbbbbb")
     assert done.complete and not start.complete
     # the next change takes the first name again, once it is free
-    gone = plan(rendered(1, "cccccccccccc"), engine_sets([new], [leader("k3-engine-bbbbbbbb", 0, True)], 1), 1, 1, 0)
+    gone = plan(rendered(1, "cccccccccccc"), engine_sets([new], groups_of([leader("k3-engine-bbbbbbbb", 0, True)], 1)), 1, 1, 0)
     assert gone.target == "k3-engine"
-    taken = plan(rendered(1, "cccccccccccc"), engine_sets([new, lws("k3-engine", OLD, 0, deleting=True)], [], 1),
+    taken = plan(rendered(1, "cccccccccccc"), engine_sets([new, lws("k3-engine", OLD, 0, deleting=True)], groups_of([], 1)),
                  1, 1, 0)
     assert (taken.target, [b["metadata"]["name"] for b in taken.apply]) == ("k3-engine-cccccccc",
                                                                            ["k3-engine-bbbbbbbb", "k3-engine-cccccccc"])
 
 
 def test_a_revert_during_a_rollout_makes_the_old_set_the_target():
-    sets = engine_sets([lws("k3-engine", OLD, 3), lws("k3-engine-bbbbbbbb", NEW, 1, minute=5)],
-                       [leader("k3-engine", i, True) for i in range(3)] + [leader("k3-engine-bbbbbbbb", 0, False)], 1)
+    sets = engine_sets([lws("k3-engine", OLD, 3), lws("k3-engine-bbbbbbbb", NEW, 1, minute=5)], groups_of([leader("k3-engine", i, True) for i in range(3)] + [leader("k3-engine-bbbbbbbb", 0, False)], 1))
     assert summary(plan(rendered(3, OLD), sets, 3, 1, 0)) == ([("k3-engine", 3, OLD)], ["k3-engine-bbbbbbbb"],
                                                               "k3-engine")
 
 
 def test_a_pause_creates_no_set_and_a_replica_change_still_applies():
-    sets = engine_sets([lws("k3-engine", OLD, 1)], [leader("k3-engine", 0, True)], 1)
+    sets = engine_sets([lws("k3-engine", OLD, 1)], groups_of([leader("k3-engine", 0, True)], 1))
     assert summary(plan(rendered(2), sets, 2, 1, 0, paused=True)) == ([("k3-engine", 2, OLD)], [], "k3-engine")
-    both = engine_sets([lws("k3-engine", OLD, 1), lws("k3-engine-bbbbbbbb", NEW, 1, minute=5)], [], 1)
+    both = engine_sets([lws("k3-engine", OLD, 1), lws("k3-engine-bbbbbbbb", NEW, 1, minute=5)], groups_of([], 1))
     frozen = plan(rendered(1), both, 1, 1, 0, paused=True)
     assert summary(frozen) == ([("k3-engine", 1, OLD), ("k3-engine-bbbbbbbb", 1, NEW)], [], "k3-engine-bbbbbbbb")
 
 
 def test_a_rolled_back_template_is_deleted_and_never_created_again():
-    sets = engine_sets([lws("k3-engine", OLD, 1), lws("k3-engine-bbbbbbbb", NEW, 1, minute=5)],
-                       [leader("k3-engine", 0, True), leader("k3-engine-bbbbbbbb", 0, True)], 1)
+    sets = engine_sets([lws("k3-engine", OLD, 1), lws("k3-engine-bbbbbbbb", NEW, 1, minute=5)], groups_of([leader("k3-engine", 0, True), leader("k3-engine-bbbbbbbb", 0, True)], 1))
     back = plan(rendered(1), sets, 1, 1, 0, refused=NEW)
     assert summary(back) == ([("k3-engine", 1, OLD)], ["k3-engine-bbbbbbbb"], "k3-engine")
     assert not back.complete  # a rollback, not a rollout done
-    alone = engine_sets([lws("k3-engine", OLD, 1)], [leader("k3-engine", 0, True)], 1)
+    alone = engine_sets([lws("k3-engine", OLD, 1)], groups_of([leader("k3-engine", 0, True)], 1))
     assert summary(plan(rendered(2), alone, 2, 1, 0, refused=NEW)) == ([("k3-engine", 2, OLD)], [], "k3-engine")
 
 
 def test_the_fleets_replicas_are_the_newest_sets_annotation():
     old, new = lws("k3-engine", OLD, 2), lws("k3-engine-bbbbbbbb", NEW, 1, minute=5)
     new["metadata"]["annotations"][REPLICAS_ANNOTATION] = "2"
-    assert fleet_replicas(engine_sets([old, new], [], 1)) == 2
-    assert fleet_replicas(engine_sets([old], [], 1)) == 2 and fleet_replicas([]) is None
+    assert fleet_replicas(engine_sets([old, new], groups_of([], 1))) == 2
+    assert fleet_replicas(engine_sets([old], groups_of([], 1))) == 2 and fleet_replicas([]) is None

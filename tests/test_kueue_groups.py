@@ -21,6 +21,7 @@ import pytest
 from kubernetes import client
 
 from kimik3.api.v1alpha1 import GroupStatus
+from kimik3.kube.groups import groups_of
 from kimik3.controller.fleet import engine_sets
 from kimik3.controller.groups import group_statuses, kueue_changes
 from kimik3.controller.kube import Kube
@@ -94,14 +95,13 @@ SETS = {"u": FIRST}
 def sets(*names: str) -> list:
     return engine_sets([{"metadata": {"name": n, "uid": "u" if n == FIRST else f"u-{n}",
                                       "creationTimestamp": f"2026-12-01T00:0{i}:00Z"}, "spec": {"replicas": 1}}
-                        for i, n in enumerate(names)], [], 2)
+                        for i, n in enumerate(names)], groups_of([], 2))
 
 
 def test_each_group_once_with_rack_trays_kueue_state_and_readiness() -> None:
     pods = [pod(0, 1, "a-1", "A", ready=True), pod(0, 0, "a-0", "A", ready=True), pod(1, 0), pod(1, 1)]
     (one,) = sets(FIRST)
-    groups = group_statuses(pods, [workload(0, ADMITTED), workload(1, NO_RACK)], [one], one, 3, 2,
-                            {"a-0": "A", "a-1": "A"})
+    groups = group_statuses(groups_of(pods, 2), [workload(0, ADMITTED), workload(1, NO_RACK)], [one], one, 3, {"a-0": "A", "a-1": "A"})
     assert groups == [
         GroupStatus(leader_worker_set=FIRST, index=0, rack="A", trays=["a-0", "a-1"], kueue="Admitted", ready=True),
         GroupStatus(leader_worker_set=FIRST, index=1, kueue="Pending", message=TOPOLOGY_MESSAGE),
@@ -109,16 +109,14 @@ def test_each_group_once_with_rack_trays_kueue_state_and_readiness() -> None:
     ]
     # a rollout: the new LeaderWorkerSet's group 0 beside the old one's, its Workload told by its uid
     old, new = sets(FIRST, "k3-latency-engine-b")
-    both = group_statuses([pod(0, 0, "a-0", "A", ready=True), pod(0, 0, "b-0", name="k3-latency-engine-b")],
-                          [workload(0, ADMITTED), workload(0, NO_RACK, uid="u-k3-latency-engine-b")], [old, new], new,
-                          1, 1, {"a-0": "A"})
+    both = group_statuses(groups_of([pod(0, 0, "a-0", "A", ready=True), pod(0, 0, "b-0", name="k3-latency-engine-b")], 1), [workload(0, ADMITTED), workload(0, NO_RACK, uid="u-k3-latency-engine-b")], [old, new], new, 1, {"a-0": "A"})
     assert [(g.leader_worker_set, g.index, g.rack, g.kueue, g.ready) for g in both] == [
         (FIRST, 0, "A", "Admitted", True), ("k3-latency-engine-b", 0, None, "Pending", False)]
     # exclusive placement: no Workloads, no Kueue state; the scheduler's message of an Unschedulable pod
     unschedulable = pod(0, 0)
     unschedulable["status"]["conditions"].append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                                                   "message": "0/36 nodes are available"})
-    assert group_statuses([unschedulable], None, [one], one, 1, 2, {}) == [
+    assert group_statuses(groups_of([unschedulable], 2), None, [one], one, 1, {}) == [
         GroupStatus(leader_worker_set=FIRST, index=0, message="0/36 nodes are available")]
 
 

@@ -15,7 +15,7 @@ from kubernetes import client
 from prometheus_client import REGISTRY
 
 from kimik3.controller.lateapis import PERIOD_S
-from kimik3.controller.reconcile import RESYNC_STARTING_S
+from kimik3.controller.steps import RESYNC_STARTING_S
 from kimik3.controller.kube import Kube
 from kimik3.kube.kinds import HTTP_ROUTE, KIMIK3_DEPLOYMENT
 from kimik3_dev.devcluster.controlplane import ControlPlane

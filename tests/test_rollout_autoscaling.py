@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from kimik3.autoscaler.policy import Decision
 from kimik3.controller.autoscaling import fleet_state, within_bounds
+from kimik3.kube.groups import groups_of
 from kimik3.controller.fleet import engine_sets
 
 LWS = "leaderworkerset.sigs.k8s.io"
@@ -33,36 +34,36 @@ def sets(pods: list[dict], **replicas: int) -> list:
     lwss = [{"metadata": {"name": name.replace("_", "-"), "uid": name, "creationTimestamp": f"2026-12-01T00:0{i}:00Z"},
              "spec": {"replicas": n}, "status": {"readyReplicas": ready(name.replace("_", "-"), n)}}
             for i, (name, n) in enumerate(replicas.items())]
-    return engine_sets(lwss, pods, 1)
+    return engine_sets(lwss, groups_of(pods, 1))
 
 
 def test_a_loading_target_group_counts_as_loading():
     pods = [leader(0, True), leader(1, True), leader(0, False, "k3-engine-b")]
-    fleet = fleet_state(sets(pods, k3_engine=2, k3_engine_b=1), 2, pods, 5400, NOW)
+    fleet = fleet_state(sets(pods, k3_engine=2, k3_engine_b=1), 2, groups_of(pods, 1), 5400, NOW)
     assert (fleet.current, fleet.ready, fleet.loading, fleet.serving) == (2, 2, 1, frozenset({"0", "1"}))
 
 
 def test_a_ready_target_group_beyond_the_replicas_is_loading_not_capacity():
     # 3 Ready groups for 2 replicas (the target's group just turned Ready): 2 count, one comes
     pods = [leader(0, True), leader(1, True), leader(0, True, "k3-engine-b")]
-    fleet = fleet_state(sets(pods, k3_engine=2, k3_engine_b=1), 2, pods, 5400, NOW)
+    fleet = fleet_state(sets(pods, k3_engine=2, k3_engine_b=1), 2, groups_of(pods, 1), 5400, NOW)
     assert (fleet.current, fleet.ready, fleet.loading) == (2, 2, 1)
     # the old set gave up a group: one old and one new serve, the target's second group loads
     pods = [leader(0, True), leader(0, True, "k3-engine-b"), leader(1, False, "k3-engine-b")]
-    fleet = fleet_state(sets(pods, k3_engine=1, k3_engine_b=2), 2, pods, 5400, NOW)
+    fleet = fleet_state(sets(pods, k3_engine=1, k3_engine_b=2), 2, groups_of(pods, 1), 5400, NOW)
     assert (fleet.ready, fleet.loading, fleet.serving) == (2, 1, frozenset({"0"}))
 
 
 def test_groups_asked_for_but_in_no_set_yet_count_as_loading():
     # 5 asked for during a canary bake, the sets hold 3 + 1: the fifth is coming, not missing
     pods = [leader(i, True) for i in range(3)] + [leader(0, True, "k3-engine-b")]
-    fleet = fleet_state(sets(pods, k3_engine=3, k3_engine_b=1), 5, pods, 5400, NOW)
+    fleet = fleet_state(sets(pods, k3_engine=3, k3_engine_b=1), 5, groups_of(pods, 1), 5400, NOW)
     assert (fleet.current, fleet.ready, fleet.loading) == (5, 4, 1)
 
 
 def test_a_group_being_removed_by_a_scale_down_is_not_a_surge_group():
     pods = [leader(0, True), leader(1, True, deleting=True)]
-    fleet = fleet_state(sets(pods, k3_engine=1), 1, pods, 5400, NOW)
+    fleet = fleet_state(sets(pods, k3_engine=1), 1, groups_of(pods, 1), 5400, NOW)
     assert (fleet.current, fleet.ready, fleet.loading) == (1, 1, 0)
 
 

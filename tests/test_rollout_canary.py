@@ -11,6 +11,7 @@ import copy
 from kimik3.admission import admit
 from kimik3.api.conditions import Reason
 from kimik3.controller.canary import Analysis, Check
+from kimik3.kube.groups import groups_of
 from kimik3.controller.fleet import engine_sets
 from kimik3.controller.rollout import Rollouts, scale_down_held
 from kimik3.render.revision import TEMPLATE_HASH_ANNOTATION
@@ -58,7 +59,7 @@ def live(*named: tuple[str, dict, int], pods: list[dict]) -> list:
         obj["metadata"] |= {"name": name, "uid": f"uid-{name}", "creationTimestamp": f"2026-12-01T00:0{minute}:00Z"}
         obj["spec"]["replicas"] = replicas
         lwss.append(obj)
-    return engine_sets(lwss, pods, 2)
+    return engine_sets(lwss, groups_of(pods, 2))
 
 
 def remember(cr, step):
@@ -82,7 +83,7 @@ def test_a_slow_canary_is_rolled_back_and_held_back():
     rollouts = Rollouts(figures, clock)
     # the change: one canary group in a new LeaderWorkerSet beside the old group
     pods = group(0, OLD, True)
-    step = rollouts.step(cr, admitted, new_lws, live((FIRST, old_lws, 1), pods=pods), pods)
+    step = rollouts.step(cr, admitted, new_lws, live((FIRST, old_lws, 1), pods=pods), groups_of(pods, 2))
     assert applied(step) == [(FIRST, 1, a), (canary, 1, b)] and step.fleet.delete == []
     assert step.fleet.apply[0]["spec"]["leaderWorkerTemplate"] == old_lws["spec"]["leaderWorkerTemplate"]
     assert [e[1] for e in step.events] == ["CanaryStarted"]
@@ -91,17 +92,17 @@ def test_a_slow_canary_is_rolled_back_and_held_back():
     # the canary group is Ready: the bake starts, the first check fails; the old group stays
     pods = group(0, OLD, True) + group(0, NEW, True, canary)
     both = live((FIRST, old_lws, 1), (canary, new_lws, 1), pods=pods)
-    step = rollouts.step(cr, admitted, new_lws, both, pods)
+    step = rollouts.step(cr, admitted, new_lws, both, groups_of(pods, 2))
     assert applied(step) == [(FIRST, 1, a), (canary, 1, b)]
     assert (step.canary.revision, step.canary.checks, step.canary.failed_checks) == (NEW, 1, 1)
     assert figures.revisions == [NEW]
     assert step.verdict.reason == Reason.CANARY_ANALYSIS and "1 failed (rollback at 2)" in step.verdict.message
     remember(cr, step)
     clock.now += 5  # within the interval: no check
-    step = rollouts.step(cr, admitted, new_lws, both, pods)
+    step = rollouts.step(cr, admitted, new_lws, both, groups_of(pods, 2))
     assert step.canary.checks == 1
     clock.now += 5
-    step = rollouts.step(cr, admitted, new_lws, both, pods)
+    step = rollouts.step(cr, admitted, new_lws, both, groups_of(pods, 2))
     # the second failure: the canary's LeaderWorkerSet goes; the old group never stopped
     assert step.rolled_back is not None and step.rolled_back.revision == NEW
     assert step.rolled_back.restored_revision == OLD
@@ -113,13 +114,13 @@ def test_a_slow_canary_is_rolled_back_and_held_back():
     # while the spec still asks for the failed release, it is not created again
     clock.now += 600
     pods = group(0, OLD, True)
-    step = rollouts.step(cr, admitted, new_lws, live((FIRST, old_lws, 1), pods=pods), pods)
+    step = rollouts.step(cr, admitted, new_lws, live((FIRST, old_lws, 1), pods=pods), groups_of(pods, 2))
     assert applied(step) == [(FIRST, 1, a)]
     assert step.verdict.reason == Reason.ROLLED_BACK and step.rolled_back is not None
     # a new edit rolls out again
     cr2, admitted2, newer = setup("vllm/vllm-openai:v0.33.2")
     cr2["status"] = cr["status"]
-    step = rollouts.step(cr2, admitted2, newer, live((FIRST, old_lws, 1), pods=pods), pods)
+    step = rollouts.step(cr2, admitted2, newer, live((FIRST, old_lws, 1), pods=pods), groups_of(pods, 2))
     assert step.rolled_back is None and [e[1] for e in step.events] == ["CanaryStarted"]
     assert len(step.fleet.apply) == 2
 
@@ -131,21 +132,21 @@ def test_a_canary_that_passes_its_bake_is_promoted():
     clock = Clock()
     rollouts = Rollouts(Figures([(True, 0.004)] * 7), clock)
     pods = group(0, OLD, True)
-    step = rollouts.step(cr, admitted, new_lws, live((FIRST, old_lws, 1), pods=pods), pods)
+    step = rollouts.step(cr, admitted, new_lws, live((FIRST, old_lws, 1), pods=pods), groups_of(pods, 2))
     remember(cr, step)
     pods = group(0, OLD, True) + group(0, NEW, True, canary)
     both = live((FIRST, old_lws, 1), (canary, new_lws, 1), pods=pods)
     for _ in range(6):
-        step = rollouts.step(cr, admitted, new_lws, both, pods)
+        step = rollouts.step(cr, admitted, new_lws, both, groups_of(pods, 2))
         assert not step.canary.promoted and step.fleet.delete == []
         remember(cr, step)
         clock.now += 10
-    step = rollouts.step(cr, admitted, new_lws, both, pods)
+    step = rollouts.step(cr, admitted, new_lws, both, groups_of(pods, 2))
     assert step.canary.promoted and step.canary.failed_checks == 0 and step.canary.checks == 7  # at 0, 10, .. 60 s
     assert [e[1] for e in step.events] == ["CanaryPromoted"]
     assert step.fleet.delete == [FIRST]  # the canary group is Ready: the old one goes
     remember(cr, step)
-    step = rollouts.step(cr, admitted, new_lws, both, pods)
+    step = rollouts.step(cr, admitted, new_lws, both, groups_of(pods, 2))
     assert step.verdict is None and step.fleet.delete == [FIRST]
 
 
@@ -160,7 +161,7 @@ def test_a_revert_during_a_canary_needs_no_canary_and_keeps_every_serving_group(
     canary = f"{FIRST}-{new_lws['metadata']['annotations'][TEMPLATE_HASH_ANNOTATION][:8]}"
     pods = group(0, OLD, True) + group(1, OLD, True) + group(2, OLD, True) + group(0, NEW, False, canary)
     sets = live((FIRST, old_lws, 3), (canary, new_lws, 1), pods=pods)
-    step = Rollouts(Figures([]), Clock()).step(cr, admitted, old_lws, sets, pods)
+    step = Rollouts(Figures([]), Clock()).step(cr, admitted, old_lws, sets, groups_of(pods, 2))
     a = old_lws["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION]
     assert applied(step) == [(FIRST, 3, a)] and step.fleet.delete == [canary]
     assert step.events == [] and step.canary is None
@@ -172,7 +173,7 @@ def test_paused_holds_the_templates_and_every_group():
     cr["spec"]["rollout"] = {"paused": True}
     admitted = admit(cr["spec"])
     pods = group(0, OLD, True)
-    step = Rollouts(Figures([]), Clock()).step(cr, admitted, new_lws, live((FIRST, old_lws, 1), pods=pods), pods)
+    step = Rollouts(Figures([]), Clock()).step(cr, admitted, new_lws, live((FIRST, old_lws, 1), pods=pods), groups_of(pods, 2))
     assert applied(step) == [(FIRST, 1, old_lws["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION])]
     assert step.fleet.apply[0]["spec"]["leaderWorkerTemplate"] == old_lws["spec"]["leaderWorkerTemplate"]
     assert step.verdict.reason == Reason.PAUSED and "a change of the group templates waits" in step.verdict.message
@@ -187,13 +188,13 @@ def test_a_restarted_operator_plans_the_same_leaderworkersets_mid_canary():
     clock = Clock()
     first = Rollouts(Figures([(True, 0.004)] * 3), clock)
     pods = group(0, OLD, True)
-    remember(cr, first.step(cr, admitted, new_lws, live((FIRST, old_lws, 1), pods=pods), pods))
+    remember(cr, first.step(cr, admitted, new_lws, live((FIRST, old_lws, 1), pods=pods), groups_of(pods, 2)))
     pods = group(0, OLD, True) + group(0, NEW, True, canary)
     both = live((FIRST, old_lws, 1), (canary, new_lws, 1), pods=pods)
-    remember(cr, first.step(cr, admitted, new_lws, both, pods))
+    remember(cr, first.step(cr, admitted, new_lws, both, groups_of(pods, 2)))
     clock.now += 3
-    again = first.step(cr, admitted, new_lws, both, pods)
-    restarted = Rollouts(Figures([]), clock).step(cr, admitted, new_lws, both, pods)
+    again = first.step(cr, admitted, new_lws, both, groups_of(pods, 2))
+    restarted = Rollouts(Figures([]), clock).step(cr, admitted, new_lws, both, groups_of(pods, 2))
     assert restarted.fleet == again.fleet and len(restarted.fleet.apply) == 2
 
 

@@ -10,6 +10,7 @@ import copy
 import json
 
 from kimik3.admission import admit
+from kimik3.kube.groups import groups_of
 from kimik3.controller.fleet import engine_sets
 from kimik3.controller.launchers import in_use, settled, stale, template_launchers
 from kimik3.render.configmap import PLAN_KEY, plan_hash
@@ -61,7 +62,7 @@ def engine_set(name_: str, lws_obj: dict, minute: int = 0, deleting: bool = Fals
     meta = {"name": name_, "uid": name_, "creationTimestamp": f"2026-12-01T00:{minute:02d}:00Z"}
     if deleting:
         meta["deletionTimestamp"] = "2026-12-01T01:00:00Z"
-    (built,) = engine_sets([{"metadata": meta, "spec": copy.deepcopy(lws_obj["spec"])}], [], 2)
+    (built,) = engine_sets([{"metadata": meta, "spec": copy.deepcopy(lws_obj["spec"])}], groups_of([], 2))
     return built
 
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from kimik3.admission import admit
 from kimik3.api.conditions import ConditionType, Reason
+from kimik3.kube.groups import groups_of
 from kimik3.controller.fleet import engine_sets
 from kimik3.controller.rollout import step_event
-from kimik3.controller.status import compute_status
+from support import snapshots
 from support.recipes import recipe
 
 LWS = "leaderworkerset.sigs.k8s.io"
@@ -40,9 +41,9 @@ def lws(name: str, replicas: int, ready: int, minute: int = 0) -> dict:
 
 
 def status_of(obj, lwss, pods, desired, target=None, workloads=None):
-    sets = engine_sets(lwss, pods, 2)
+    sets = engine_sets(lwss, groups_of(pods, 2))
     chosen = next((s for s in sets if s.name == target), sets[-1] if sets else None)
-    return compute_status(obj, admit(obj["spec"]), sets, chosen, pods, desired, workloads=workloads)
+    return snapshots.status(obj, admit(obj["spec"]), sets, chosen, pods, desired, workloads=workloads)
 
 
 def test_one_group_rollout_step_by_step():

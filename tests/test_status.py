@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import pytest
 
+from kimik3.kube.groups import groups_of
 from kimik3.controller.fleet import engine_sets
 from kimik3.admission import admit
 from kimik3.api.conditions import REASONS, ConditionType, Reason, Verdict
 from kimik3.api.v1alpha1 import Condition, DecodeStatus, KimiK3DeploymentStatus, ScaleEvent
-from kimik3.controller.status import (AutoscalerReport, compute_status, invalid_status, merge_patch,
+from kimik3.controller.status import (AutoscalerReport, invalid_status, merge_patch,
                                       set_condition, status_patch)
 from kimik3.topology.capacity import Domain
+from support import snapshots
 from support.recipes import recipe
 
 LWS = "leaderworkerset.sigs.k8s.io"
@@ -38,11 +40,11 @@ def pod(name: str, group: str, worker: str, ready: bool = True, scheduled: dict 
 def one_set(replicas: int, ready: int, pods: list[dict], name: str = "k3-latency-engine") -> list:
     """The deployment's one LeaderWorkerSet as ``compute_status`` takes it (LWS status counts)."""
     return engine_sets([{"metadata": {"name": name, "uid": "lws-uid"}, "spec": {"replicas": replicas},
-                         "status": {"replicas": replicas, "readyReplicas": ready}}], pods, 2)
+                         "status": {"replicas": replicas, "readyReplicas": ready}}], groups_of(pods, 2))
 
 
 def status_of(obj: dict, admitted, sets: list, pods: list[dict], desired: int, **kw):
-    return compute_status(obj, admitted, sets, sets[-1] if sets else None, pods, desired, **kw)
+    return snapshots.status(obj, admitted, sets, sets[-1] if sets else None, pods, desired, **kw)
 
 
 def assert_declared(status: KimiK3DeploymentStatus) -> None:
@@ -208,10 +210,10 @@ def test_autoscaler_counts_a_group_kueue_refused_as_unplaceable_not_coming():
                 "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
     pods = [pod("0", True), pod("1", False), pod("2", False)]
     sets = engine_sets([{"metadata": {"name": "k3-engine", "uid": "lws-uid"}, "spec": {"replicas": 3},
-                         "status": {"readyReplicas": 1}}], pods, 1)
+                         "status": {"readyReplicas": 1}}], groups_of(pods, 1))
     now = 1_796_083_200.0 + 60  # a minute after creation, well inside the load timeout
-    assert fleet_state(sets, 3, pods, 5400, now).loading == 2
-    refused = fleet_state(sets, 3, pods, 5400, now, [_workload("0", ADMITTED), _workload("1", QUOTA), _workload("2")])
+    assert fleet_state(sets, 3, groups_of(pods, 1), 5400, now).loading == 2
+    refused = fleet_state(sets, 3, groups_of(pods, 1), 5400, now, [_workload("0", ADMITTED), _workload("1", QUOTA), _workload("2")])
     assert (refused.ready, refused.loading, refused.unplaceable) == (1, 1, 1)
 
 

@@ -69,7 +69,7 @@ from kubernetes.client.exceptions import ApiException
 from kimik3.controller.computedomains import PREPARE_POLL_S
 from kimik3.controller.kube import Kube
 from kimik3.controller.lateapis import PERIOD_S
-from kimik3.controller.reconcile import RESYNC_READY_S, RESYNC_STARTING_S
+from kimik3.controller.steps import RESYNC_READY_S, RESYNC_STARTING_S
 from kimik3.kube.kinds import LEASE
 from kimik3_dev.devcluster.controlplane import ControlPlane
 from kimik3_dev.devcluster.rbac import request_token, write_token_kubeconfig

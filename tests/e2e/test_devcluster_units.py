@@ -12,14 +12,16 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kimik3.kube.groups import groups_of
 from kimik3.controller.fleet import engine_sets
 from kimik3.admission import admit
-from kimik3.controller.status import compute_status, scaling_limited_message, status_patch, unschedulable_groups
+from kimik3.controller.status import scaling_limited_message, status_patch, unschedulable_groups
 from kimik3_dev.devcluster import kwok, lws, processes, prometheus
 from kimik3_dev.devcluster.overview import render
 from kimik3_dev.devcluster.racks import KWOK_ANNOTATION, RACK_LABEL, RackShape, node_manifests
 from kimik3_dev.devcluster.readiness import ComponentError, http_get, wait_for
 from kimik3.kube.labels import CLIQUE_LABEL, GPU_RESOURCE, PRODUCT_LABEL
+from support import snapshots
 from support.recipes import recipe
 
 
@@ -220,8 +222,8 @@ def _cr(status: dict | None = None) -> dict:
 def _status(cr: dict, admitted, lws_status: dict, pods: list[dict], desired: int):
     """``compute_status`` for the deployment's one LeaderWorkerSet with ``lws_status``."""
     sets = engine_sets([{"metadata": {"name": "k3-latency-engine", "uid": "u"}, "spec": {"replicas": desired},
-                         "status": lws_status}], pods, admitted.plan.nodes_per_group)
-    return compute_status(cr, admitted, sets, sets[0], pods, desired)
+                         "status": lws_status}], groups_of(pods, admitted.plan.nodes_per_group))
+    return snapshots.status(cr, admitted, sets, sets[0], pods, desired)
 
 
 def test_compute_status_sets_and_clears_scaling_limited() -> None:

@@ -1,6 +1,6 @@
 """Autoscaling inside the reconcile: when a decision is due, observe, decide, report.
 
-``Autoscaling.step(obj, admitted, sets, pods)`` returns the replicas to render and the status
+``Autoscaling.step(obj, admitted, sets, groups)`` returns the replicas to render and the status
 fields, condition and Events that tell the story (an ``AutoscalerReport``: status.desiredReplicas,
 status.decode, status.lastScale, condition MetricsAvailable). It keeps one ``LatencyPolicy`` per
 deployment in memory (its learned model and recommendation history); after an operator restart
@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +28,8 @@ from kimik3.controller import metrics
 from kimik3.controller.fleet import EngineSet, fleet_replicas
 from kimik3.controller.status import AutoscalerReport, stored_conditions
 from kimik3.kube.labels import KUEUE_JOB_UID_LABEL
-from kimik3.kube.pods import by_group, group_index, is_leader, is_ready, is_unschedulable, phase, ready_since
+from kimik3.kube.groups import Group, GroupKey
+from kimik3.kube.pods import group_index, is_leader, is_ready, is_unschedulable, phase, ready_since
 from kimik3.kube.workloads import waiting
 
 SLO_WINDOW_S = 3600.0
@@ -65,7 +66,7 @@ def load_seconds(members: list[dict[str, Any]], load_timeout_s: float) -> float 
     return span if 0 <= span <= load_timeout_s else None
 
 
-def fleet_state(sets: list[EngineSet], current: int, pods: list[dict[str, Any]], load_timeout_s: float,
+def fleet_state(sets: list[EngineSet], current: int, groups: Mapping[GroupKey, Group], load_timeout_s: float,
                 now: float, workloads: list[dict[str, Any]] | None = None) -> FleetState:
     """Groups asked for (``current``: the fleet's replicas, ``controller.fleet.fleet_replicas``),
     ready (``status.readyReplicas`` of every live LeaderWorkerSet, at most ``current``), loading (not
@@ -76,13 +77,14 @@ def fleet_state(sets: list[EngineSet], current: int, pods: list[dict[str, Any]],
     failed. ``serving``: the indexes of the groups with every pod Ready (during a rollout two
     LeaderWorkerSets each have a group 0: the metric series name groups by index only).
 
+    ``groups``: the groups of the sets' pods (``kube.groups.groups_of``).
+
     A rollout's target groups replace old groups one for one as they turn Ready
     (``controller.fleet``), so the groups beyond ``current`` count as loading, never as capacity.
     ``load_time_s``: the shortest ``load_seconds`` of the serving groups (a flap or restart
     after the load only lengthens a group's span)."""
     running = [s for s in sets if not s.deleting]
     uids = {s.lws["metadata"].get("uid"): s.name for s in running}
-    members = by_group(pods)
     refused = {(uids.get((w_obj["metadata"].get("labels") or {}).get(KUEUE_JOB_UID_LABEL)), w.group)
                for w_obj in workloads or [] for w in [waiting(w_obj)] if w is not None and w.why != "pending"}
     loading = unplaceable = 0
@@ -90,7 +92,8 @@ def fleet_state(sets: list[EngineSet], current: int, pods: list[dict[str, Any]],
     loads: list[float] = []
     for engine_set in running:
         for index in range(engine_set.replicas):
-            group = members.get((engine_set.name, index), [])
+            found = groups.get((engine_set.name, index))
+            group = list(found.pods) if found is not None else []
             if (engine_set.name, str(index)) in refused or any(is_unschedulable(p) for p in group):
                 unplaceable += 1
             elif not group:
@@ -106,9 +109,9 @@ def fleet_state(sets: list[EngineSet], current: int, pods: list[dict[str, Any]],
                 if created is None or now - created < load_timeout_s:
                     loading += 1
     ready = min(sum(int((s.lws.get("status") or {}).get("readyReplicas") or 0) for s in running), current)
-    groups = sum(s.replicas for s in running)
-    surge = max(0, groups - current)
-    loading += max(0, current - groups)  # asked for, not yet given to a set (a scale-up during a canary bake)
+    given = sum(s.replicas for s in running)
+    surge = max(0, given - current)
+    loading += max(0, current - given)  # asked for, not yet given to a set (a scale-up during a canary bake)
     loading = min(loading, max(0, current - ready - unplaceable)) + surge
     return FleetState(current=current, ready=ready, loading=loading, unplaceable=unplaceable,
                       serving=frozenset(serving), load_time_s=min(loads, default=None))
@@ -142,7 +145,9 @@ class DeploymentState:
 
 
 @dataclass
-class StepResult:
+class Scaled:
+    """One autoscaling step: the replicas to render and what the status and Events say."""
+
     replicas: int
     report: AutoscalerReport
     """What goes into the status."""
@@ -189,9 +194,9 @@ class Autoscaling:
         return state
 
     def step(self, obj: dict[str, Any], admitted: Admitted, sets: list[EngineSet],
-             pods: list[dict[str, Any]], workloads: list[dict[str, Any]] | None = None) -> StepResult:
+             groups: Mapping[GroupKey, Group], workloads: list[dict[str, Any]] | None = None) -> Scaled:
         """The replicas to render now for the deployment's LeaderWorkerSets ``sets`` and their
-        ``pods``, and what to report. Decides at most once per interval."""
+        ``groups``, and what to report. Decides at most once per interval."""
         meta = obj["metadata"]
         key = (meta["namespace"], meta["name"])
         status = obj.get("status") or {}
@@ -200,7 +205,7 @@ class Autoscaling:
         interval = seconds.autoscaling_interval
         now = self.clock()
         state = self._state(key, admitted)
-        state.pods = pods
+        state.pods = [p for g in groups.values() for p in g.pods]
         fleet_now = fleet_replicas(sets)
         current = fleet_now if fleet_now is not None else int(status.get(
             "desiredReplicas", min(max(spec.replicas, a.min_replicas), a.max_replicas)) or 0)
@@ -210,10 +215,10 @@ class Autoscaling:
             measured = any(c.type == ConditionType.METRICS_AVAILABLE for c in stored_conditions(obj))
             waiting = None if measured else Verdict("Unknown", Reason.NOT_YET_MEASURED,
                                                     "waiting for the first decision")
-            return StepResult(held, AutoscalerReport(held, metrics=waiting), [],
+            return Scaled(held, AutoscalerReport(held, metrics=waiting), [],
                               max(1.0, interval - (now - state.last_decision)))
         state.last_decision = now
-        fleet = fleet_state(sets, current if fleet_now is not None else held, pods, seconds.load_timeout, now,
+        fleet = fleet_state(sets, current if fleet_now is not None else held, groups, seconds.load_timeout, now,
                             workloads)
         obs: DecodeObservation | None
         try:
@@ -248,7 +253,7 @@ class Autoscaling:
         elif decision.reason in ("GroupsLoading", "Unplaceable", "MetricsUnavailable", "MetricsIncomplete"):
             events.append(("Warning" if decision.reason != "GroupsLoading" else "Normal", decision.reason,
                            f"holding {fleet.current} group(s): {decision.message}"))
-        return StepResult(decision.desired, AutoscalerReport(decision.desired, decode, last_scale, reading), events,
+        return Scaled(decision.desired, AutoscalerReport(decision.desired, decode, last_scale, reading), events,
                           interval)
 
     @staticmethod

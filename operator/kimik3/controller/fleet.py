@@ -29,12 +29,13 @@ Pure functions: no API calls.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kimik3.kube.groups import Group, GroupKey
 from kimik3.kube.kinds import GROUP
 from kimik3.kube.objects import is_deleting
-from kimik3.kube.pods import by_group, is_ready
 from kimik3.render.revision import TEMPLATE_HASH_ANNOTATION
 
 REPLICAS_ANNOTATION = f"{GROUP}/replicas"
@@ -53,20 +54,19 @@ class EngineSet:
     replicas: int
     """Its ``spec.replicas``."""
     ready: int
-    """Its groups (index below ``replicas``) with every one of ``nodes_per_group`` pods Ready."""
+    """Its groups (index below ``replicas``) that are Ready (``kube.groups.Group.ready``)."""
     deleting: bool
 
 
-def engine_sets(lwss: list[dict[str, Any]], pods: list[dict[str, Any]], nodes_per_group: int) -> list[EngineSet]:
-    """The deployment's LeaderWorkerSets ``lwss`` with their groups among ``pods``, oldest first
-    (creationTimestamp, then name)."""
-    members = by_group(pods)
+def engine_sets(lwss: list[dict[str, Any]], groups: Mapping[GroupKey, Group]) -> list[EngineSet]:
+    """The deployment's LeaderWorkerSets ``lwss`` with their ``groups`` (``kube.groups.groups_of``
+    of their pods), oldest first (creationTimestamp, then name)."""
     out = []
     for lws in lwss:
         meta = lws["metadata"]
         replicas = int((lws.get("spec") or {}).get("replicas") or 0)
-        ready = sum(1 for (name, index), group in members.items() if name == meta["name"] and index < replicas
-                    and len(group) >= nodes_per_group and all(map(is_ready, group)))
+        ready = sum(1 for (name, index), group in groups.items() if name == meta["name"] and index < replicas
+                    and group.ready)
         out.append(EngineSet(lws, meta["name"], (meta.get("annotations") or {}).get(TEMPLATE_HASH_ANNOTATION),
                              replicas, ready, is_deleting(lws)))
     return sorted(out, key=lambda s: (s.lws["metadata"].get("creationTimestamp") or "~", s.name))

@@ -22,6 +22,7 @@ from kimik3.api.v1alpha1 import GroupStatus
 from kimik3.controller.fleet import EngineSet
 from kimik3.kube import pods as kpods
 from kimik3.kube import workloads as kworkloads
+from kimik3.kube.groups import Group, GroupKey
 from kimik3.kube.labels import KUEUE_JOB_UID_LABEL
 from kimik3.kube.workloads import KueueState
 
@@ -37,14 +38,14 @@ def _index(value: str | None) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
-def group_statuses(pods: list[dict[str, Any]], workloads: list[dict[str, Any]] | None, sets: list[EngineSet],
-                   target: EngineSet | None, desired_groups: int, nodes_per_group: int,
+def group_statuses(groups: Mapping[GroupKey, Group], workloads: list[dict[str, Any]] | None,
+                   sets: list[EngineSet], target: EngineSet | None, desired_groups: int,
                    racks: Mapping[str, str]) -> list[GroupStatus]:
-    """One entry per group that has pods or a Workload, and per desired group of the ``target``
-    LeaderWorkerSet (``0..desired_groups-1``), sorted by LeaderWorkerSet (old sets first, as in
-    ``sets``) and index. ``workloads`` is None outside placement kueue (no Kueue state); ``racks``
-    maps node names to their NVLink domain (nodes it lacks leave the rack unset)."""
-    members = kpods.by_group(pods)
+    """One entry per group that has pods (``groups``, ``kube.groups.groups_of``) or a Workload, and
+    per desired group of the ``target`` LeaderWorkerSet (``0..desired_groups-1``), sorted by
+    LeaderWorkerSet (old sets first, as in ``sets``) and index. ``workloads`` is None outside
+    placement kueue (no Kueue state); ``racks`` maps node names to their NVLink domain (nodes it
+    lacks leave the rack unset)."""
     names = {s.lws["metadata"].get("uid"): s.name for s in sets}
     states: dict[tuple[str, int], tuple[KueueState, str]] = {}
     for workload in workloads or []:
@@ -55,8 +56,9 @@ def group_statuses(pods: list[dict[str, Any]], workloads: list[dict[str, Any]] |
     order = {s.name: n for n, s in enumerate(sets)}
     wanted = {(target.name, i) for i in range(desired_groups)} if target is not None else set()
     out = []
-    for lws, index in sorted(wanted | set(members) | set(states), key=lambda k: (order.get(k[0], len(order)), k)):
-        group = sorted(members.get((lws, index), []), key=lambda p: kpods.worker_index(p) or 0)
+    for lws, index in sorted(wanted | set(groups) | set(states), key=lambda k: (order.get(k[0], len(order)), k)):
+        found = groups.get((lws, index))
+        group = found.pods if found is not None else ()
         rack = next((racks[kpods.node_name(p)] for p in group if kpods.node_name(p) in racks), None)
         state, message = states.get((lws, index), (None, ""))
         if not message:
@@ -65,7 +67,7 @@ def group_statuses(pods: list[dict[str, Any]], workloads: list[dict[str, Any]] |
             leader_worker_set=lws, index=index, rack=rack,
             trays=[kpods.node_name(p) for p in group if kpods.node_name(p)],
             kueue=state, message=message[:GROUP_MESSAGE_LIMIT] or None,
-            ready=len(group) >= nodes_per_group and all(kpods.is_ready(p) for p in group)))
+            ready=found is not None and found.ready))
     return out
 
 

@@ -2,9 +2,9 @@
 LeaderWorkerSets (one per revision: ``controller.fleet``).
 
 Read off the LeaderWorkerSets and their pods:
-- a group is (LeaderWorkerSet, index); its revision is its leader pod's
-  ``leaderworkerset.sigs.k8s.io/template-revision-hash`` label, and it is Ready when all
-  ``nodes_per_group`` of its pods are (``kube.pods.is_ready``);
+- a group is (LeaderWorkerSet, index) (``kube.groups.Group``, derived once per reconcile); its
+  revision is its leader pod's ``leaderworkerset.sigs.k8s.io/template-revision-hash`` label, and it
+  is Ready when all ``nodes_per_group`` of its live pods are (``kube.pods.is_ready``);
 - the update revision is the target set's (the one running the spec's templates), the current
   revision the oldest old set's (the target's once no old set is left);
 - a rollout is under way while more than one LeaderWorkerSet is live.
@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,43 +27,28 @@ from kimik3.api.v1alpha1 import (CanaryStatus, KimiK3DeploymentStatus, RevisionG
                                  RolloutStatus)
 from kimik3.controller.canary import Analysis
 from kimik3.controller.fleet import EngineSet, FleetPlan, plan
-from kimik3.kube.labels import KUEUE_JOB_UID_LABEL, LWS_NAME_LABEL, LWS_REVISION_LABEL
-from kimik3.kube.pods import (by_group, group_index, is_leader, is_ready, is_terminating, is_unschedulable, labels,
-                              unschedulable_message)
+from kimik3.kube.groups import Group, GroupKey
+from kimik3.kube.labels import KUEUE_JOB_UID_LABEL, LWS_NAME_LABEL
+from kimik3.kube.pods import group_index, is_unschedulable, labels, unschedulable_message
 from kimik3.kube.workloads import waiting
 from kimik3.render.revision import TEMPLATE_HASH_ANNOTATION
 
 
-@dataclass(frozen=True)
-class Group:
-    """One engine group as its pods show it."""
-
-    leader_worker_set: str
-    index: int
-    revision: str | None
-    """Its leader's revision label (None before the leader pod exists)."""
-    ready: bool
-    """Every one of its ``nodes_per_group`` pods is Ready."""
-
-
-def groups(pods: list[dict[str, Any]], nodes_per_group: int) -> list[Group]:
-    """The groups ``pods`` belong to, by LeaderWorkerSet and index (a group whose pods are all
-    terminating is gone: a retired LeaderWorkerSet's)."""
-    members = by_group([p for p in pods if not is_terminating(p)])
-    out = []
-    for (lws, number), group in sorted(members.items()):
-        leader = next((p for p in group if is_leader(p)), None)
-        revision = labels(leader).get(LWS_REVISION_LABEL) if leader is not None else None
-        out.append(Group(lws, number, revision, len(group) >= nodes_per_group and all(map(is_ready, group))))
-    return out
+def live_groups(groups: Mapping[GroupKey, Group]) -> list[Group]:
+    """The groups that still have a pod not terminating (one whose pods all terminate is gone: a
+    retired LeaderWorkerSet's), by LeaderWorkerSet and index; the rollout reads each one's
+    ``live_ready``."""
+    return [g for g in groups.values() if g.live]
 
 
 def live(sets: list[EngineSet]) -> list[EngineSet]:
     return [s for s in sets if not s.deleting]
 
 
-def rollout_status(sets: list[EngineSet], target: EngineSet | None, members: list[Group]) -> RolloutStatus:
-    """``status.rollout`` of the deployment's ``sets`` whose groups are ``members`` (see the module)."""
+def rollout_status(sets: list[EngineSet], target: EngineSet | None, groups: Mapping[GroupKey, Group]) -> RolloutStatus:
+    """``status.rollout`` of the deployment's ``sets`` and their ``groups`` (see the module)."""
+    members = live_groups(groups)
+
     def revision_of(name: str | None) -> str | None:
         return next((g.revision for g in members if g.leader_worker_set == name and g.revision), None)
 
@@ -77,9 +62,9 @@ def rollout_status(sets: list[EngineSet], target: EngineSet | None, members: lis
         current_revision=current,
         update_revision=update,
         updated_replicas=len(mine),
-        updated_ready_replicas=sum(1 for g in mine if g.ready),
+        updated_ready_replicas=sum(1 for g in mine if g.live_ready),
         revisions=[RevisionGroups(revision=r, groups=counts[r],
-                                  ready_groups=sum(1 for g in members if g.revision == r and g.ready))
+                                  ready_groups=sum(1 for g in members if g.revision == r and g.live_ready))
                    for r in order],
     )
 
@@ -211,9 +196,9 @@ class Rollouts:
         self.clock = clock
 
     def step(self, obj: dict[str, Any], admitted: Admitted, rendered: dict[str, Any], sets: list[EngineSet],
-             pods: list[dict[str, Any]]) -> RolloutStep:
+             groups: Mapping[GroupKey, Group]) -> RolloutStep:
         """The LeaderWorkerSets to apply and delete for the rendered one ``rendered`` (base name,
-        the spec's templates and replicas), given the deployment's ``sets`` and their pods."""
+        the spec's templates and replicas), given the deployment's ``sets`` and their ``groups``."""
         stored = (obj.get("status") or {}).get("rollout") or {}
         canary = CanaryStatus.model_validate(stored["canary"]) if stored.get("canary") else None
         rolled_back = RollbackStatus.model_validate(stored["rolledBack"]) if stored.get("rolledBack") else None
@@ -245,37 +230,38 @@ class Rollouts:
         if canary.promoted:
             step = RolloutStep(plan(rendered, sets, replicas, surge, unavailable), canary=canary)
         else:
-            step = self._bake(obj, admitted, rendered, sets, pods, canary)
+            step = self._bake(obj, admitted, rendered, sets, groups, canary)
         step.events = step_events + step.events
         return step
 
     def _bake(self, obj: dict[str, Any], admitted: Admitted, rendered: dict[str, Any], sets: list[EngineSet],
-              pods: list[dict[str, Any]], canary: CanaryStatus) -> RolloutStep:
+              groups: Mapping[GroupKey, Group], canary: CanaryStatus) -> RolloutStep:
         r, seconds = admitted.spec.rollout, admitted.seconds
         assert r.canary is not None and seconds.canary_interval is not None and seconds.canary_bake is not None
         now = self.clock()
         replicas = int(rendered["spec"]["replicas"])
         surge, unavailable = _budget(admitted, replicas)
         target = next((s for s in reversed(live(sets)) if s.template_hash == _hash(rendered)), None)
-        members = [g for g in groups(pods, admitted.plan.nodes_per_group)
+        members = [g for g in live_groups(groups)
                    if target is not None and g.leader_worker_set == target.name and g.index < target.replicas]
         revisions = {g.revision for g in members if g.revision}
         canary.revision = next(iter(revisions)) if len(revisions) == 1 else canary.revision
-        ready = len(members) >= r.canary.groups and all(g.ready for g in members) and len(revisions) == 1
+        ready = len(members) >= r.canary.groups and all(g.live_ready for g in members) and len(revisions) == 1
         if ready and canary.ready_since is None:
             canary.ready_since = _iso(now)
         since = _seconds(canary.ready_since)
         last = _seconds(canary.last_check)
         meta = obj["metadata"]
         if since is not None and canary.revision and (last is None or now - last >= seconds.canary_interval):
-            check = self.analysis.check(meta["namespace"], meta["name"], admitted, canary.revision, pods)
+            check = self.analysis.check(meta["namespace"], meta["name"], admitted, canary.revision,
+                                        [p for g in groups.values() for p in g.pods])
             canary.last_check, canary.message = _iso(now), check.message
             if check.passed is not None:
                 canary.checks += 1
                 canary.failed_checks += 0 if check.passed else 1
                 canary.latency_seconds, canary.error_rate = check.latency_seconds, check.error_rate
         if canary.failed_checks >= r.canary.analysis.failure_limit:
-            return self._roll_back(rendered, sets, pods, admitted, canary, now)
+            return self._roll_back(rendered, sets, groups, admitted, canary, now)
         if since is not None and now - since >= seconds.canary_bake:
             canary.promoted = True
             step = RolloutStep(plan(rendered, sets, replicas, surge, unavailable), canary=canary)
@@ -295,12 +281,12 @@ class Rollouts:
         return step
 
     @staticmethod
-    def _roll_back(rendered: dict[str, Any], sets: list[EngineSet], pods: list[dict[str, Any]], admitted: Admitted,
-                   canary: CanaryStatus, now: float) -> RolloutStep:
+    def _roll_back(rendered: dict[str, Any], sets: list[EngineSet], groups: Mapping[GroupKey, Group],
+                   admitted: Admitted, canary: CanaryStatus, now: float) -> RolloutStep:
         """The canary's LeaderWorkerSet is deleted; the old groups, which never stopped, serve on."""
         want = _hash(rendered)
         old = [s for s in live(sets) if s.template_hash != want]
-        restored = next((g.revision for g in groups(pods, admitted.plan.nodes_per_group)
+        restored = next((g.revision for g in live_groups(groups)
                          if old and g.leader_worker_set == old[-1].name and g.revision), None)
         message = (f"revision {canary.revision} rolled back to {restored} after {canary.failed_checks} failed check(s) of "
                    f"{canary.checks}: {canary.message}; the canary groups go, no old group restarts; edit the spec "

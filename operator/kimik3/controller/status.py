@@ -11,8 +11,7 @@ a ScalingLimited condition with another writer's reason is left alone.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
@@ -22,8 +21,8 @@ from kimik3.api.conditions import ConditionStatus, ConditionType, Reason, Verdic
 from kimik3.api.v1alpha1 import Condition, DecodeStatus, KimiK3DeploymentStatus, PlanStatus, ScaleEvent
 from kimik3.controller.fleet import EngineSet
 from kimik3.controller.groups import group_statuses
+from kimik3.controller.snapshot import Snapshot
 from kimik3.controller.rollout import RolloutStep, rollout_status, surge_blocked
-from kimik3.controller.rollout import groups as rollout_groups
 from kimik3.controller.rollout import progressing as rollout_progressing
 from kimik3.kube.labels import DEPLOYMENT_LABEL, LWS_NAME_LABEL
 from kimik3.kube.pods import (group_index, is_leader, is_ready, is_terminating, is_unschedulable, phase, role,
@@ -232,24 +231,37 @@ def _ready(ready: int, desired_groups: int, pods: list[dict[str, Any]], admitted
     return Verdict("False", Reason.GROUPS_NOT_READY, f"{ready}/{desired_groups} groups ready; {detail}")
 
 
-def compute_status(obj: dict[str, Any], admitted: Admitted, sets: list[EngineSet], target: EngineSet | None,
-                   pods: list[dict[str, Any]], desired_groups: int,
-                   apply_error: str | None = None, compute_domain_note: str | None = None,
-                   autoscaled: AutoscalerReport | None = None,
-                   workloads: list[dict[str, Any]] | None = None, crash_looping: Verdict | None = None,
-                   compute_domain: Verdict | None = None,
-                   rollout_step: RolloutStep | None = None, free_block: Domain | None = None,
-                   racks: Mapping[str, str] | None = None) -> KimiK3DeploymentStatus:
+@dataclass(frozen=True)
+class Observed:
+    """What this reconcile's steps decided and found, beside the snapshot (``controller.steps``)."""
+
+    desired: int
+    """The fleet's replicas (groups) rendered."""
+    target: EngineSet | None
+    """The LeaderWorkerSet running the spec's templates."""
+    rendered: list[dict[str, Any]] = field(default_factory=list)
+    """The children applied (or held back) this reconcile."""
+    apply_error: str | None = None
+    """Why some child was not applied (the API server's words), None when all were."""
+    compute_domain_note: str | None = None
+    """Why the plan's ComputeDomain is not made (``render.children.COMPUTE_DOMAIN_SKIPPED``)."""
+    autoscaled: AutoscalerReport | None = None
+    """What the autoscaler's step reports (None with autoscaling off: its fields stay as the CR holds them)."""
+    crash_looping: Verdict | None = None
+    """Degraded of groups that keep failing (``controller.recreation``)."""
+    compute_domain: Verdict | None = None
+    """ComputeDomainReady (``controller.computedomains``; never changes Ready)."""
+    rollout_step: RolloutStep | None = None
+    """What ``controller.rollout.Rollouts`` decided (canary, rollback, pause)."""
+
+
+def compute_status(snap: Snapshot, admitted: Admitted, observed: Observed) -> KimiK3DeploymentStatus:
     """Status of a reconciled CR whose spec this reconcile admitted (``admitted``), from the
-    deployment's LeaderWorkerSets ``sets`` (``controller.fleet``; ``target`` the one running the
-    spec's templates) and their pods. ``desired_groups`` is the fleet's replicas; ``autoscaled`` what the autoscaler's step reports
-    (None with autoscaling off: its fields are then left as the CR holds them); ``workloads`` the
-    Kueue Workloads of the LeaderWorkerSet under placement ``kueue`` (None otherwise);
-    ``crash_looping`` the Degraded verdict of groups that keep failing (recreation.py);
-    ``compute_domain`` the ComputeDomainReady verdict (computedomains.py; never changes Ready);
-    ``rollout_step`` what ``controller.rollout.Rollouts`` decided (canary, rollback, pause);
-    ``free_block`` the NVLink domain with the most free trays, when a group waits for a rack;
-    ``racks`` the NVLink domain of each node the pods are bound to (status.groups[].rack)."""
+    snapshot taken after the applies (``controller.snapshot``: the LeaderWorkerSets, their pods
+    and groups, the Workloads under placement ``kueue``, the racks of the trays, the largest free
+    block of trays while a group waits for a rack) and what the steps found (``observed``)."""
+    obj, sets, pods, workloads = snap.obj, snap.sets, snap.pods, snap.workloads
+    desired_groups, target, apply_error = observed.desired, observed.target, observed.apply_error
     owner, plan = Owner.from_object(obj), admitted.plan
     gen = obj["metadata"].get("generation")
     running = [s for s in sets if not s.deleting]
@@ -259,9 +271,10 @@ def compute_status(obj: dict[str, Any], admitted: Admitted, sets: list[EngineSet
     ready_v = _ready(ready, desired_groups, pods, admitted)
     conditions = set_condition(conditions, ConditionType.READY, ready_v, gen)
     settled = ready_v.status == "True" and groups == desired_groups
-    rollout = rollout_status(sets, target, rollout_groups(pods, plan.nodes_per_group)) if running else None
+    rollout = rollout_status(sets, target, snap.groups) if running else None
     rolling = rollout_progressing(admitted, sets, rollout, desired_groups,
                                   surge_blocked(pods, workloads, target) if len(running) > 1 else None)
+    rollout_step = observed.rollout_step
     if rollout is not None and rollout_step is not None:
         rollout.canary, rollout.rolled_back = rollout_step.canary, rollout_step.rolled_back
         if rollout_step.verdict is not None and not (rolling is not None and rolling.reason == Reason.SURGE_BLOCKED):
@@ -278,7 +291,7 @@ def compute_status(obj: dict[str, Any], admitted: Admitted, sets: list[EngineSet
     conditions = set_condition(conditions, ConditionType.PROGRESSING, progressing, gen)
     unplaced = unschedulable_groups(pods)
     previous_limit = next((c for c in conditions if c.type == ConditionType.SCALING_LIMITED), None)
-    kueue_wait = kueue_limit(workloads or [], admitted.spec.scheduling.placement.queue_name, free_block,
+    kueue_wait = kueue_limit(workloads or [], admitted.spec.scheduling.placement.queue_name, snap.free_block,
                              plan.nodes_per_group)
     if kueue_wait is not None:
         conditions = set_condition(conditions, ConditionType.SCALING_LIMITED, kueue_wait, gen)
@@ -295,12 +308,13 @@ def compute_status(obj: dict[str, Any], admitted: Admitted, sets: list[EngineSet
         conditions = set_condition(conditions, ConditionType.SCALING_LIMITED, Verdict(
             "False", Reason.ALL_GROUPS_PLACED, "the scheduler has placed every pod of every group"), gen)
     degraded = (Verdict("True", Reason.APPLY_FAILED, apply_error) if apply_error
-                else crash_looping or Verdict("False", Reason.AS_EXPECTED, "children applied"))
+                else observed.crash_looping or Verdict("False", Reason.AS_EXPECTED, "children applied"))
     conditions = set_condition(conditions, ConditionType.DEGRADED, degraded, gen)
+    autoscaled, compute_domain_note = observed.autoscaled, observed.compute_domain_note
     if autoscaled is not None and autoscaled.metrics is not None:
         conditions = set_condition(conditions, ConditionType.METRICS_AVAILABLE, autoscaled.metrics, gen)
-    if compute_domain is not None:
-        conditions = set_condition(conditions, ConditionType.COMPUTE_DOMAIN_READY, compute_domain, gen)
+    if observed.compute_domain is not None:
+        conditions = set_condition(conditions, ConditionType.COMPUTE_DOMAIN_READY, observed.compute_domain, gen)
     return KimiK3DeploymentStatus(
         observed_generation=gen,
         conditions=conditions,
@@ -315,7 +329,7 @@ def compute_status(obj: dict[str, Any], admitted: Admitted, sets: list[EngineSet
                         compute_domain_note=compute_domain_note if plan.needs_compute_domain else None),
         decode=autoscaled.decode if autoscaled else None,
         last_scale=autoscaled.last_scale if autoscaled else None,
-        groups=group_statuses(pods, workloads, sets, target, desired_groups, plan.nodes_per_group, racks or {}),
+        groups=group_statuses(snap.groups, workloads, sets, target, desired_groups, snap.racks),
         rollout=rollout,
     )
 

@@ -1,0 +1,194 @@
+"""One reconcile's view of the cluster: the CR and everything it owns or waits on, read once.
+
+A ``Snapshot`` holds what one reconcile of a KimiK3Deployment reads: its pods, its
+LeaderWorkerSets (``controller.fleet.EngineSet``), under placement ``kueue`` the Workloads Kueue
+made for its groups, the NVLink domain (rack) of every tray its pods are bound to, its
+ComputeDomain and its launcher ConfigMaps; and the facts derived from them once: each engine group
+(``Group``: LeaderWorkerSet, index, pods, revision, readiness, racks, trays). Every step of the
+reconcile (``controller.steps``) reads the snapshot; none lists the API server itself.
+
+``Reader.take`` reads it before the applies; ``Reader.refresh`` reads again, after them, only
+what the applies can have changed: the pods and the LeaderWorkerSets (and the Workloads when a
+LeaderWorkerSet was created or deleted), plus what the status needs only in some states (the
+kubelet's prepare Events while a pod waits on its node, the free trays while Kueue finds no
+rack). Reads go through the watch cache where a watch keeps one (``controller.cache``), else to
+the API server; ``Reader.reads`` counts both, per kind and phase (tests/test_reconcile_reads.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes.client.rest import ApiException
+
+from kimik3.admission import Admitted
+from kimik3.controller.cache import ObjectCache
+from kimik3.controller.computedomains import PREPARE_EVENTS, unprepared_pods
+from kimik3.controller.fleet import EngineSet, engine_sets
+from kimik3.controller.kube import Kube
+from kimik3.controller.nodes import Nodes
+from kimik3.kube import pods as kpods
+from kimik3.kube.groups import Group, GroupKey, groups_of
+from kimik3.kube.kinds import COMPUTE_DOMAIN, CONFIG_MAP, EVENT, LEADER_WORKER_SET, NODE, POD, WORKLOAD, Kind
+from kimik3.kube.labels import DEPLOYMENT_LABEL, KUEUE_JOB_UID_LABEL, LWS_NAME_LABEL, PRODUCT_LABEL
+from kimik3.kube.workloads import waiting
+from kimik3.render.meta import Owner
+from kimik3.topology.capacity import Domain, domains, largest_free_block
+
+BOUND_UNFINISHED = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+"""Field selector of the pods that hold a node's GPUs (as kube-scheduler counts them)."""
+log = logging.getLogger("kimik3.snapshot")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What one reconcile of the CR ``obj`` read (see the module)."""
+
+    obj: dict[str, Any]
+    owner: Owner
+    pods: list[dict[str, Any]]
+    """Every pod of the deployment's LeaderWorkerSets."""
+    groups: dict[GroupKey, Group]
+    sets: list[EngineSet]
+    """The deployment's LeaderWorkerSets, oldest first (``controller.fleet.engine_sets``)."""
+    workloads: list[dict[str, Any]] | None
+    """Placement kueue: the Workloads of the sets' groups (label ``kueue.x-k8s.io/job-uid``); None
+    otherwise, before a set exists, or when Kueue's API cannot be read."""
+    racks: dict[str, str]
+    """NVLink domain (the spec's topology key's label) of each node a pod is bound to."""
+    compute_domain: dict[str, Any] | None = None
+    launchers: list[dict[str, Any]] = field(default_factory=list)
+    """The deployment's ConfigMaps (launcher scripts of every revision)."""
+    prepare_events: list[dict[str, Any]] = field(default_factory=list)
+    """After the applies, while a pod waits on its node: the kubelet's ``FailedPrepareDynamicResources``
+    Events of the namespace (``controller.computedomains``)."""
+    free_block: Domain | None = None
+    """After the applies, while Kueue finds no rack for a group: the NVLink domain with the most
+    free trays for one of its pods (None when the nodes cannot be listed)."""
+
+    @property
+    def set_uids(self) -> dict[str, str]:
+        """LeaderWorkerSet uid -> name (a Workload names its set's uid)."""
+        return {s.lws["metadata"].get("uid", ""): s.name for s in self.sets}
+
+
+Phase = str
+"""``before`` the applies or ``after`` them."""
+
+
+class Reader:
+    """The reads of one reconcile, through the watch ``cache`` when there is one, else ``kube``;
+    ``reads`` counts them by (phase, kind), cache and API server alike."""
+
+    def __init__(self, kube: Kube, cache: ObjectCache | None, nodes: Nodes, compute_domains: bool):
+        self.kube = kube
+        self.cache = cache
+        self.nodes = nodes
+        self.compute_domains = compute_domains
+        self.reads: Counter[tuple[Phase, str]] = Counter()
+        self.phase: Phase = "before"
+
+    def _count(self, kind: Kind) -> None:
+        self.reads[(self.phase, kind.kind)] += 1
+
+    def pods(self, owner: Owner) -> list[dict[str, Any]]:
+        self._count(POD)
+        selector = f"{DEPLOYMENT_LABEL}={owner.name},{LWS_NAME_LABEL}"
+        if self.cache is None:
+            return self.kube.list(*POD.type_meta, owner.namespace, selector)
+        if self.cache.pods_stale(owner.namespace, owner.name):  # re-listed: pods may have gone meanwhile
+            listed, version = self.kube.list_versioned(*POD.type_meta, owner.namespace, selector)
+            self.cache.replace_pods(owner.namespace, owner.name, listed, version)
+        return self.cache.pods(owner.namespace, owner.name)
+
+    def owned(self, kind: Kind, owner: Owner) -> list[dict[str, Any]]:
+        """The objects of ``kind`` labelled as ``owner``'s children."""
+        self._count(kind)
+        if self.cache is not None:
+            return self.cache.owned(*kind.type_meta, owner.namespace, owner.name)
+        return self.kube.list(*kind.type_meta, owner.namespace, f"{DEPLOYMENT_LABEL}={owner.name}")
+
+    def child(self, kind: Kind, owner: Owner) -> dict[str, Any] | None:
+        """``owner``'s child of ``kind`` named like it (None when there is none)."""
+        self._count(kind)
+        if self.cache is not None:
+            return self.cache.get(*kind.type_meta, owner.namespace, owner.name)
+        return self.kube.get(*kind.type_meta, owner.namespace, owner.name)
+
+    def workloads(self, admitted: Admitted, sets: list[EngineSet]) -> list[dict[str, Any]] | None:
+        """Under placement ``kueue``, the Workloads Kueue made for the groups of ``sets``; None
+        otherwise, before a set exists, or when they cannot be listed (said in the log)."""
+        uids = sorted(u for s in sets if (u := s.lws["metadata"].get("uid")))
+        if admitted.spec.scheduling.placement.mode != "kueue" or not uids:
+            return None
+        namespace = sets[0].lws["metadata"]["namespace"]
+        self._count(WORKLOAD)
+        try:
+            return self.kube.list(*WORKLOAD.type_meta, namespace, f"{KUEUE_JOB_UID_LABEL} in ({','.join(uids)})")
+        except ApiException as exc:
+            log.warning("cannot list Kueue Workloads in %s (%s %s): is Kueue installed?", namespace,
+                        exc.status, exc.reason)
+            return None
+
+    def racks(self, pods: Iterable[dict[str, Any]], topology_key: str) -> dict[str, str]:
+        names = [kpods.node_name(p) for p in pods]
+        self._count(NODE)
+        return self.nodes.domains_of(names, topology_key)
+
+    def take(self, obj: dict[str, Any], admitted: Admitted) -> Snapshot:
+        """The snapshot before the applies (no racks, ComputeDomain or prepare Events: the steps
+        before the applies need none)."""
+        owner = Owner.from_object(obj)
+        pods = self.pods(owner)
+        sets = engine_sets(self.owned(LEADER_WORKER_SET, owner), groups := groups_of(pods, admitted.plan.nodes_per_group))
+        return Snapshot(obj, owner, pods, groups, sets, self.workloads(admitted, sets), {},
+                        launchers=self.owned(CONFIG_MAP, owner))
+
+    def refresh(self, snap: Snapshot, admitted: Admitted, compute_domain: bool) -> Snapshot:
+        """``snap`` after the applies: the pods and LeaderWorkerSets read again, the Workloads only
+        when the sets are not the ones they were listed for, the racks of the pods' trays; the
+        ComputeDomain when the deployment has one (``compute_domain``), with the kubelet's prepare
+        Events while a pod waits on its node; the free trays while Kueue finds no rack."""
+        self.phase = "after"
+        owner, plan = snap.owner, admitted.plan
+        pods = self.pods(owner)
+        sets = engine_sets(self.owned(LEADER_WORKER_SET, owner), groups := groups_of(pods, plan.nodes_per_group))
+        workloads = snap.workloads
+        if workloads is None or {s.lws["metadata"].get("uid", "") for s in sets} != set(snap.set_uids):
+            workloads = self.workloads(admitted, sets)
+        cd = self.child(COMPUTE_DOMAIN, owner) if compute_domain else None
+        events: list[dict[str, Any]] = []
+        if compute_domain and unprepared_pods(pods):
+            self._count(EVENT)
+            try:
+                events = self.kube.list(*EVENT.type_meta, owner.namespace, "", field_selector=PREPARE_EVENTS)
+            except ApiException as exc:
+                log.warning("cannot list the %s Events of %s/%s: %s %s", PREPARE_EVENTS, owner.namespace,
+                            owner.name, exc.status, exc.reason)
+        return Snapshot(snap.obj, owner, pods, groups, sets, workloads,
+                        self.racks(pods, admitted.spec.scheduling.topology_key), cd, snap.launchers, events,
+                        self.free_block(admitted, workloads))
+
+    def free_block(self, admitted: Admitted, workloads: list[dict[str, Any]] | None) -> Domain | None:
+        """When Kueue says no rack fits a group: the NVLink domain with the most free trays for one
+        of its pods (``topology.capacity``, from every node of the spec's GPU product and the pods
+        bound to them, all namespaces). None otherwise, and when the operator may not list nodes
+        (a namespace-scoped install): the condition then quotes Kueue alone."""
+        if not any(w is not None and w.why == "topology" for w in map(waiting, workloads or [])):
+            return None
+        plan = admitted.plan
+        self._count(NODE)
+        nodes = self.nodes.listed()
+        if nodes is None:
+            return None
+        try:
+            bound = self.kube.list(*POD.type_meta, "", "", field_selector=BOUND_UNFINISHED)
+        except ApiException as exc:
+            log.info("largest free block of trays unknown: cannot list pods (%s %s)", exc.status, exc.reason)
+            return None
+        return largest_free_block(domains(nodes, bound, admitted.spec.scheduling.topology_key, plan.gpus_per_node,
+                                          {PRODUCT_LABEL: plan.profile.product_label}))

@@ -1,0 +1,279 @@
+"""The named steps of a reconcile, each a function over one ``Snapshot`` returning a ``StepResult``.
+
+A step decides; it does not write. What it asks for (children to apply, objects to delete,
+conditions, Events, when to look again) is in its ``StepResult``, with the value the next steps
+build on (``value``: the replicas, the rendered children, the rollout's plan...). The reconciler
+(``controller.reconcile``) runs them in order, merges their results (``Outcome``) and does the
+writes: the applies between ``roll`` and ``retire``, the deletions, the status and the Events.
+
+    stage    weights and drafter staged before any GPU is held (``controller.staging``)
+    guard    engine failures: Degraded and the launcher's start back-off (``controller.recreation``)
+    scale    the replicas the autoscaler decides (``controller.autoscaling``)
+    render   the children of the admitted spec (``render.children``)
+    roll     the LeaderWorkerSets of the rollout: surge, canary, rollback (``controller.rollout``)
+    gate     what may be applied now: no engine before the weights
+    -- the reconciler applies, then reads the snapshot again --
+    retire   the LeaderWorkerSets the rollout is done with (``controller.fleet``)
+    prune    children the spec no longer needs, launcher ConfigMaps no revision mounts
+    place    Kueue groups split across racks or on a failed tray, admitted again (``controller.readmit``)
+    observe  the ComputeDomain (``controller.computedomains``)
+    report   the status and its Events (``controller.status``)
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from kimik3.admission import Admitted
+from kimik3.api.conditions import ConditionType, Reason, Verdict
+from kimik3.api.v1alpha1 import KimiK3DeploymentStatus
+from kimik3.controller import launchers
+from kimik3.controller.autoscaling import Autoscaling, Scaled
+from kimik3.controller.computedomains import (PrepareFailure, compute_domain_verdict, prepare_failures,
+                                              unprepared_pods, with_prepare_failures)
+from kimik3.controller.fleet import fleet_replicas
+from kimik3.controller.groups import kueue_changes, stored_groups
+from kimik3.controller.readmit import awaits_kueue, readmissions
+from kimik3.controller.recreation import GroupFailures
+from kimik3.controller.rollout import RolloutStep, Rollouts, scale_down_held, step_event
+from kimik3.controller.snapshot import Snapshot
+from kimik3.controller.staging import Staging, Weights, with_weights
+from kimik3.controller.status import Observed, compute_status, stored_conditions
+from kimik3.kube.kinds import COMPUTE_DOMAIN, CONFIG_MAP, LEADER_WORKER_SET, WORKLOAD, Kind
+from kimik3.render.children import COMPUTE_DOMAIN_SKIPPED, Rendered, render
+
+T = TypeVar("T")
+
+RESYNC_READY_S = 600.0
+"""Safety resync of a settled deployment: watches on every child and pod trigger the reconciles
+that matter (drift, deletion, group status) within a second."""
+RESYNC_STARTING_S = 120.0
+"""Safety resync while groups start (pod and LeaderWorkerSet watches drive status sooner)."""
+REPLACE_POLL_S = 2.0
+"""Re-check this often while Kueue may be replacing a group's failed tray (``controller.readmit``), seconds."""
+ANNOUNCE_S = 0.0
+"""Reconcile again at once after writing WeightsReady=True, before which no engine is applied."""
+
+
+@dataclass(frozen=True)
+class Event:
+    """A core/v1 Event on the CR."""
+
+    type: str
+    """Normal or Warning."""
+    reason: str
+    message: str
+    once: bool = True
+    """Posted once per generation, reason and message (False: each time a step asks: a change it saw)."""
+
+
+@dataclass(frozen=True)
+class Deletion:
+    """An object to delete, and the Event that says so once it is gone."""
+
+    kind: Kind
+    name: str
+    uid: str = ""
+    """Delete only the object of this uid (a precondition), when set."""
+    event: Event | None = None
+    if_watched: bool = False
+    """Skip it when the watch cache holds none (a child kind the operator watches)."""
+
+
+@dataclass
+class StepResult(Generic[T]):
+    """What one step asks for, and the value the next steps build on."""
+
+    value: T
+    apply: list[dict[str, Any]] = field(default_factory=list)
+    """Children to server-side apply, in order."""
+    delete: list[Deletion] = field(default_factory=list)
+    conditions: dict[ConditionType, Verdict] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+    requeue_after: float | None = None
+    """Reconcile again within this many seconds (None: no wish)."""
+
+
+@dataclass
+class Outcome:
+    """The merged results of a reconcile's steps."""
+
+    delete: list[Deletion] = field(default_factory=list)
+    conditions: dict[ConditionType, Verdict] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+    requeue_after: float | None = None
+
+    def add(self, result: StepResult[T]) -> StepResult[T]:
+        """Merge ``result`` in (the earliest requeue wins) and return it."""
+        self.delete += result.delete
+        self.conditions.update(result.conditions)
+        self.events += result.events
+        if result.requeue_after is not None:
+            self.requeue_after = min(result.requeue_after, self.requeue_after if self.requeue_after is not None
+                                     else result.requeue_after)
+        return result
+
+
+def _events(triples: list[tuple[str, str, str]], once: bool = True) -> list[Event]:
+    return [Event(type_, reason, message, once) for type_, reason, message in triples]
+
+
+# ------------------------------------------------------------------------------------------ before the applies
+
+
+def stage(snap: Snapshot, admitted: Admitted, staging: Staging) -> StepResult[Weights]:
+    """WeightsReady (``controller.staging``; its Jobs and claims are created there)."""
+    weights = staging.step(snap.obj, admitted)
+    return StepResult(weights, conditions={ConditionType.WEIGHTS_READY: weights.verdict},
+                      requeue_after=weights.requeue_after)
+
+
+def guard(snap: Snapshot, failures: GroupFailures) -> StepResult[float]:
+    """Degraded while groups keep failing, and the launcher's start back-off (seconds) as the value."""
+    ns, name = snap.owner.namespace, snap.owner.name
+    verdict = failures.verdict(ns, name)
+    if verdict is None:
+        return StepResult(failures.start_delay_s(ns, name))
+    return StepResult(failures.start_delay_s(ns, name), conditions={ConditionType.DEGRADED: verdict},
+                      events=[Event("Warning", verdict.reason, verdict.message)])
+
+
+def scale(snap: Snapshot, admitted: Admitted, autoscaling: Autoscaling) -> StepResult[Scaled | None]:
+    """The autoscaler's decision (None with autoscaling off); a scale-down is held while a rollout runs."""
+    if not admitted.spec.autoscaling.enabled:
+        autoscaling.forget(snap.owner.namespace, snap.owner.name)
+        return StepResult(None)
+    scaled = autoscaling.step(snap.obj, admitted, snap.sets, snap.groups, snap.workloads)
+    events = _events(scaled.events)
+    progress = next((c.reason for c in stored_conditions(snap.obj) if c.type == ConditionType.PROGRESSING), None)
+    keep = scale_down_held(progress, fleet_replicas(snap.sets) or 0, scaled.replicas,
+                           admitted.spec.autoscaling.max_replicas)
+    if keep is not None:
+        events.insert(0, Event("Normal", "ScaleDownHeld", f"keeping {keep} group(s), not {scaled.replicas}, "
+                               "until the rollout is done"))
+        scaled.replicas = keep
+    return StepResult(scaled, events=events, requeue_after=scaled.requeue_after)
+
+
+def render_children(snap: Snapshot, admitted: Admitted, scaled: Scaled | None, start_delay_s: float,
+                    compute_domains: bool) -> StepResult[Rendered]:
+    """The children of the spec at the autoscaler's replicas; render's warnings as Events."""
+    rendered = render(admitted, snap.owner, replicas=None if scaled is None else scaled.replicas,
+                      compute_domains=compute_domains, start_delay_s=start_delay_s)
+    return StepResult(rendered, events=[
+        Event("Warning", "ComputeDomainSkipped" if w == COMPUTE_DOMAIN_SKIPPED else "DisruptionBudgetSkipped", w)
+        for w in rendered.warnings])
+
+
+def roll(snap: Snapshot, admitted: Admitted, rendered: Rendered, rollouts: Rollouts) -> StepResult[RolloutStep]:
+    """The rendered LeaderWorkerSet replaced by the rollout's sets (old ones first, the target last)."""
+    index = next(i for i, c in enumerate(rendered.objects) if c["kind"] == LEADER_WORKER_SET.kind)
+    rolled = rollouts.step(snap.obj, admitted, rendered.objects[index], snap.sets, snap.groups)
+    objects = rendered.objects[:index] + rolled.fleet.apply + rendered.objects[index + 1:]
+    return StepResult(rolled, apply=objects, events=_events(rolled.events), requeue_after=rolled.requeue_after)
+
+
+def gate(snap: Snapshot, weights: Weights, objects: list[dict[str, Any]]) -> StepResult[bool]:
+    """No LeaderWorkerSet or ComputeDomain before the weights; and once staged, WeightsReady=True is
+    written one reconcile before the first engine pod, so no reader ever sees a pod while the
+    status says Staging. The value: whether the engines are held back now."""
+    announcing = weights.ready and any(c.type == ConditionType.WEIGHTS_READY and c.status == "False"
+                                       for c in stored_conditions(snap.obj))
+    held = not weights.ready or announcing
+    kinds = (LEADER_WORKER_SET.kind, COMPUTE_DOMAIN.kind)
+    return StepResult(held, apply=[c for c in objects if not (held and c["kind"] in kinds)],
+                      requeue_after=ANNOUNCE_S if announcing else None)
+
+
+# ------------------------------------------------------------------------------------------ after the applies
+
+
+def retire(rolled: RolloutStep, desired: int) -> StepResult[None]:
+    """Delete the LeaderWorkerSets the rollout is done with; once the last old one goes, RolloutComplete."""
+    fleet = rolled.fleet
+    why = f"its groups are replaced by {fleet.target}'s" if fleet.target else "not needed"
+    out: StepResult[None] = StepResult(None, delete=[
+        Deletion(LEADER_WORKER_SET, name, event=Event("Normal", "Deleted", f"LeaderWorkerSet {name} removed: {why}"))
+        for name in fleet.delete])
+    if fleet.delete and fleet.complete:
+        out.events.append(Event("Normal", "RolloutComplete", f"every group runs on LeaderWorkerSet {fleet.target} "
+                                f"({desired} group(s) Ready); {', '.join(fleet.delete)} removed"))
+    return out
+
+
+def prune(snap: Snapshot, rendered: Rendered, applied_all: bool) -> StepResult[None]:
+    """Delete the children the spec no longer needs (the ComputeDomain only once no pod holds its
+    channel, F4) and, once the rollout settled and every child applied, the launcher ConfigMaps no
+    revision with groups mounts (``controller.launchers``)."""
+    owner = snap.owner
+    out: StepResult[None] = StepResult(None)
+    for kind in rendered.absent:
+        if kind == COMPUTE_DOMAIN and snap.pods:
+            continue  # F4: pods still hold its channel claim; deleted once they are gone
+        out.delete.append(Deletion(kind, owner.name, if_watched=True, event=Event(
+            "Normal", "Deleted", f"{kind.kind} {owner.name} removed: not needed by the spec")))
+    if applied_all and launchers.settled(snap.sets):
+        configmap = next(c["metadata"]["name"] for c in rendered.objects if c["kind"] == CONFIG_MAP.kind)
+        keep = launchers.in_use(configmap, snap.sets, snap.pods)
+        out.delete += [Deletion(CONFIG_MAP, name, event=Event(
+            "Normal", "Deleted", f"ConfigMap {name} removed: no group runs a revision that mounts it "
+                                 f"(kept: {', '.join(sorted(keep))})"))
+            for name in launchers.stale(owner, snap.launchers, keep)]
+    return out
+
+
+def place(snap: Snapshot) -> StepResult[None]:
+    """Placement kueue: the Workload of each group Kueue split across racks or whose tray failed is
+    deleted, for Kueue to admit the group again whole; look again soon while that goes on or an
+    admitted group has a pod not yet on a tray (Workloads are not watched)."""
+    workloads, names = snap.workloads or [], snap.set_uids
+    steps = readmissions(workloads, snap.pods, snap.racks, names)
+    out: StepResult[None] = StepResult(None, delete=[
+        Deletion(WORKLOAD, s.workload, s.uid, Event(*s.event, once=False)) for s in steps])
+    if steps or awaits_kueue(workloads, snap.pods, names):
+        out.requeue_after = REPLACE_POLL_S
+    return out
+
+
+def observe(snap: Snapshot, has_domain: bool, now: dt.datetime) -> StepResult[list[PrepareFailure]]:
+    """ComputeDomainReady of the deployment's ComputeDomain when it has one (``has_domain``: the
+    spec renders one; F19), with the pods the kubelet has failed to prepare past their bound
+    (F19 b) as the value; look again while a pod waits to be prepared."""
+    if not has_domain:
+        return StepResult([])
+    failures, again = prepare_failures(snap.pods, snap.prepare_events, now) if unprepared_pods(snap.pods) \
+        else ([], None)
+    verdict = compute_domain_verdict(snap.compute_domain, snap.pods, failures)
+    out: StepResult[list[PrepareFailure]] = StepResult(failures, requeue_after=again)
+    if verdict is not None:
+        out.conditions[ConditionType.COMPUTE_DOMAIN_READY] = verdict
+        if verdict.status == "False":
+            out.events.append(Event("Warning", "ComputeDomainPrepareFailed" if failures else "ComputeDomainNodesMissing",
+                                    verdict.message))
+    return out
+
+
+def report(snap: Snapshot, admitted: Admitted, observed: Observed, weights: Weights,
+           prepare: list[PrepareFailure]) -> StepResult[KimiK3DeploymentStatus]:
+    """The status, and the Events of what it says changed: Kueue states, a new generation applied,
+    a rollout step, a placement limit."""
+    status = compute_status(snap, admitted, observed)
+    status = with_weights(status, weights, snap.obj["metadata"].get("generation"), bool(snap.sets))
+    status.groups = with_prepare_failures(status.groups or [], prepare)
+    out = StepResult(status, events=_events(kueue_changes(stored_groups(snap.obj), status.groups or []), once=False))
+    generation = snap.obj["metadata"].get("generation")
+    if (snap.obj.get("status") or {}).get("observedGeneration") != generation and not observed.apply_error:
+        kinds = ", ".join(c["kind"] for c in observed.rendered)
+        out.events.append(Event("Normal", "Applied", f"generation {generation}: applied {kinds}; {observed.desired} "
+                                f"group(s) of {admitted.plan.nodes_per_group} pods x {admitted.plan.gpus_per_node} GPUs"))
+    step = step_event(status, admitted, observed.desired)
+    if step is not None:
+        out.events.append(Event("Normal", *step))
+    limited = status.condition(ConditionType.SCALING_LIMITED)
+    if limited and limited.status == "True" and limited.reason != Reason.ALL_GROUPS_PLACED:
+        out.events.append(Event("Warning", limited.reason, limited.message))
+    ready = status.condition(ConditionType.READY)
+    out.requeue_after = RESYNC_READY_S if ready is not None and ready.status == "True" else RESYNC_STARTING_S
+    return out

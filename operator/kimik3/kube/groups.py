@@ -1,0 +1,62 @@
+"""Engine groups as their pods show them: a LeaderWorkerSet group is the pods that share its
+``leaderworkerset.sigs.k8s.io/name`` and ``group-index`` labels (LeaderWorkerSet v0.9).
+
+``groups_of(pods, nodes_per_group)`` derives each group once (``Group``); the reconcile's
+snapshot (``controller.snapshot``) holds the result, and the rollout, the status and the
+autoscaler read it instead of grouping pods again. Pure functions over plain dicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from kimik3.kube import pods as kpods
+from kimik3.kube.labels import LWS_REVISION_LABEL
+
+GroupKey = tuple[str, int]
+"""(LeaderWorkerSet name, group index): one engine group (a rollout runs two LeaderWorkerSets,
+each with a group 0)."""
+
+
+@dataclass(frozen=True)
+class Group:
+    """One engine group."""
+
+    leader_worker_set: str
+    index: int
+    pods: tuple[dict[str, Any], ...]
+    """Every pod of the group (terminating ones too), by worker index: the leader first."""
+    ready: bool
+    """At least ``nodes_per_group`` pods, every one Ready (``kube.pods.is_ready``: a terminating
+    pod is not)."""
+    live: tuple[dict[str, Any], ...]
+    """The pods not terminating; a group with none is gone (a retired LeaderWorkerSet's)."""
+    live_ready: bool
+    """At least ``nodes_per_group`` live pods, every one Ready (the rollout's view of the group)."""
+    revision: str | None
+    """The live leader's ``leaderworkerset.sigs.k8s.io/template-revision-hash`` (None before it exists)."""
+
+    @property
+    def key(self) -> GroupKey:
+        return self.leader_worker_set, self.index
+
+    @property
+    def trays(self) -> list[str]:
+        """The nodes its pods are bound to, by worker index."""
+        return [n for n in map(kpods.node_name, self.pods) if n]
+
+
+def groups_of(pods: Iterable[dict[str, Any]], nodes_per_group: int) -> dict[GroupKey, Group]:
+    """The groups ``pods`` belong to (``kube.pods.by_group``; pods of no group left out), sorted by key."""
+    out = {}
+    for key, members in sorted(kpods.by_group(list(pods)).items()):
+        members = sorted(members, key=lambda p: kpods.worker_index(p) or 0)
+        live = [p for p in members if not kpods.is_terminating(p)]
+        leader = next((p for p in live if kpods.is_leader(p)), None)
+        out[key] = Group(key[0], key[1], tuple(members),
+                         len(members) >= nodes_per_group and all(map(kpods.is_ready, members)),
+                         tuple(live), len(live) >= nodes_per_group and all(map(kpods.is_ready, live)),
+                         kpods.labels(leader).get(LWS_REVISION_LABEL) if leader is not None else None)
+    return out
