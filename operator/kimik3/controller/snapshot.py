@@ -158,7 +158,7 @@ class Reader:
         pods = self.pods(owner)
         sets = engine_sets(self.owned(LEADER_WORKER_SET, owner), groups := groups_of(pods, plan.nodes_per_group))
         workloads = snap.workloads
-        if workloads is None or {s.lws["metadata"].get("uid", "") for s in sets} != set(snap.set_uids):
+        if {s.lws["metadata"].get("uid", "") for s in sets} != set(snap.set_uids):
             workloads = self.workloads(admitted, sets)
         cd = self.child(COMPUTE_DOMAIN, owner) if compute_domain else None
         events: list[dict[str, Any]] = []
