@@ -131,6 +131,19 @@ def within_bounds(decision: Decision, low: int, high: int) -> Decision:
                     decision.recommendation)
 
 
+def told(decision: Decision, current: int, now: float) -> tuple[ScaleEvent | None, list[tuple[str, str, str]]]:
+    """status.lastScale and the Events ``(type, reason, message)`` of a decision from ``current``
+    groups at ``now`` (unix seconds): a change, or a hold whose reason a user must hear."""
+    if decision.desired != current:
+        last_scale = ScaleEvent.model_validate({"time": _iso(now), "from": current, "to": decision.desired,
+                                                "reason": f"{decision.reason}: {decision.message}"[:1024]})
+        return last_scale, [("Normal", decision.reason, f"groups {current} -> {decision.desired}: {decision.message}")]
+    if decision.reason in ("GroupsLoading", "Unplaceable", "MetricsUnavailable", "MetricsIncomplete"):
+        return None, [("Warning" if decision.reason != "GroupsLoading" else "Normal", decision.reason,
+                       f"holding {current} group(s): {decision.message}")]
+    return None, []
+
+
 @dataclass
 class DeploymentState:
     policy: LatencyPolicy
@@ -243,18 +256,9 @@ class Autoscaling:
         metrics.DESIRED_GROUPS.labels(namespace=key[0], deployment=key[1]).set(decision.desired)
         metrics.CURRENT_GROUPS.labels(namespace=key[0], deployment=key[1]).set(fleet.ready)
         metrics.DECISIONS.labels(reason=decision.reason).inc()
-        events: list[tuple[str, str, str]] = []
-        last_scale = None
-        if decision.desired != fleet.current:
-            last_scale = ScaleEvent.model_validate({"time": _iso(now), "from": fleet.current, "to": decision.desired,
-                                                    "reason": f"{decision.reason}: {decision.message}"[:1024]})
-            events.append(("Normal", decision.reason,
-                           f"groups {fleet.current} -> {decision.desired}: {decision.message}"))
-        elif decision.reason in ("GroupsLoading", "Unplaceable", "MetricsUnavailable", "MetricsIncomplete"):
-            events.append(("Warning" if decision.reason != "GroupsLoading" else "Normal", decision.reason,
-                           f"holding {fleet.current} group(s): {decision.message}"))
+        last_scale, events = told(decision, fleet.current, now)
         return Scaled(decision.desired, AutoscalerReport(decision.desired, decode, last_scale, reading), events,
-                          interval)
+                      interval)
 
     @staticmethod
     def _reading(state: DeploymentState, obs: DecodeObservation, fleet: FleetState, now: float) -> Verdict:

@@ -18,7 +18,8 @@ from pydantic import BaseModel
 
 from kimik3.admission import Admitted
 from kimik3.api.conditions import ConditionStatus, ConditionType, Reason, Verdict
-from kimik3.api.v1alpha1 import Condition, DecodeStatus, KimiK3DeploymentStatus, PlanStatus, ScaleEvent
+from kimik3.api.v1alpha1 import (Condition, DecodeStatus, KimiK3DeploymentStatus, PlanStatus, RolloutStatus,
+                                 ScaleEvent)
 from kimik3.controller.fleet import EngineSet
 from kimik3.controller.groups import group_statuses
 from kimik3.controller.snapshot import Snapshot
@@ -133,15 +134,22 @@ def unschedulable_groups(pods: list[dict[str, Any]]) -> dict[str, tuple[str, str
     return dict(sorted(out.items(), key=lambda kv: _group_order(kv[0])))
 
 
-def scaling_limited_message(unplaced: dict[str, tuple[str, str]]) -> str:
+def scaling_limited_message(unplaced: dict[str, tuple[str, str]], kueue_admitted: bool = False) -> str:
     """``ScalingLimited`` message for ``unschedulable_groups(...)`` (non-empty): the groups named
-    once, the scheduler's message of the first quoted once (status.groups has each group's)."""
+    once, the scheduler's message of the first quoted once (status.groups has each group's).
+    ``kueue_admitted``: Kueue admitted these groups into a rack, yet the scheduler cannot bind
+    them there (a deployment with placement exclusive repels every group from its rack)."""
     groups = ", ".join(unplaced)
     first, (pod, msg) = next(iter(unplaced.items()))
     noun = "group" if len(unplaced) == 1 else "groups"
-    text = (f"{noun} {groups} cannot be placed now (no rack or node has room); group {first}: pod {pod} is "
-            f"Unschedulable: {msg or '(no scheduler message)'}")
-    return text + ("; status.groups has each group's message" if len(unplaced) > 1 else "")
+    why = ("cannot be bound in the rack Kueue admitted them into" if kueue_admitted
+           else "cannot be placed now (no rack or node has room)")
+    text = f"{noun} {groups} {why}; group {first}: pod {pod} is Unschedulable: {msg or '(no scheduler message)'}"
+    text += "; status.groups has each group's message" if len(unplaced) > 1 else ""
+    if kueue_admitted:
+        text += ("; Kueue does not see pod anti-affinity: a deployment with placement exclusive repels every "
+                 "other group from its rack, so use placement kueue for every deployment on these racks")
+    return text
 
 
 KUEUE_GATE_PREFIX = "kueue.x-k8s.io/"
@@ -255,81 +263,83 @@ class Observed:
     """What ``controller.rollout.Rollouts`` decided (canary, rollback, pause)."""
 
 
+def _progressing(snap: Snapshot, admitted: Admitted, observed: Observed, ready: Verdict,
+                 rollout: RolloutStatus | None) -> Verdict:
+    """Progressing: an apply failure, else where a rollout stands (``controller.rollout``), else
+    Stable once every desired group is Ready, else the groups starting."""
+    running = [s for s in snap.sets if not s.deleting]
+    rolling = rollout_progressing(admitted, snap.sets, rollout, observed.desired,
+                                  surge_blocked(snap.pods, snap.workloads, observed.target) if len(running) > 1
+                                  else None)
+    step = observed.rollout_step
+    if rollout is not None and step is not None:
+        rollout.canary, rollout.rolled_back = step.canary, step.rolled_back
+        if step.verdict is not None and not (rolling is not None and rolling.reason == Reason.SURGE_BLOCKED):
+            rolling = step.verdict  # a canary group without room says SurgeBlocked
+    if observed.apply_error:
+        return Verdict("True", Reason.APPLY_FAILED,
+                       f"children not applied yet (retrying with back-off): {observed.apply_error}")
+    if rolling is not None:
+        return rolling
+    groups = sum(int(((s.lws.get("status") or {}).get("replicas")) or 0) for s in running)
+    if ready.status == "True" and groups == observed.desired:
+        return Verdict("False", Reason.STABLE, "children applied; all groups as desired")
+    return Verdict("True", Reason.GROUPS_STARTING, ready.message)
+
+
+def _scaling_limited(snap: Snapshot, admitted: Admitted, previous: Condition | None) -> Verdict | None:
+    """ScalingLimited from Kueue's Workloads, else from pods the scheduler cannot place; False
+    ``AllGroupsPlaced`` when neither (unless another writer's reason holds it); None: left as it is."""
+    kueue_wait = kueue_limit(snap.workloads or [], admitted.spec.scheduling.placement.queue_name, snap.free_block,
+                             admitted.plan.nodes_per_group)
+    if kueue_wait is not None:
+        return kueue_wait
+    unplaced = unschedulable_groups(snap.pods)
+    if unplaced:
+        return Verdict("True", Reason.UNSCHEDULABLE, scaling_limited_message(unplaced, bool(snap.workloads)))
+    if previous is None or previous.reason in PLACEMENT_REASONS:
+        return Verdict("False", Reason.ALL_GROUPS_PLACED, "the scheduler has placed every pod of every group")
+    return None
+
+
 def compute_status(snap: Snapshot, admitted: Admitted, observed: Observed) -> KimiK3DeploymentStatus:
     """Status of a reconciled CR whose spec this reconcile admitted (``admitted``), from the
     snapshot taken after the applies (``controller.snapshot``: the LeaderWorkerSets, their pods
     and groups, the Workloads under placement ``kueue``, the racks of the trays, the largest free
     block of trays while a group waits for a rack) and what the steps found (``observed``)."""
-    obj, sets, pods, workloads = snap.obj, snap.sets, snap.pods, snap.workloads
-    desired_groups, target, apply_error = observed.desired, observed.target, observed.apply_error
-    owner, plan = Owner.from_object(obj), admitted.plan
+    obj, plan, autoscaled = snap.obj, admitted.plan, observed.autoscaled
     gen = obj["metadata"].get("generation")
-    running = [s for s in sets if not s.deleting]
-    groups = sum(int(((s.lws.get("status") or {}).get("replicas")) or 0) for s in running)
+    running = [s for s in snap.sets if not s.deleting]
     ready = sum(int(((s.lws.get("status") or {}).get("readyReplicas")) or 0) for s in running)
-    conditions = stored_conditions(obj)
-    ready_v = _ready(ready, desired_groups, pods, admitted)
-    conditions = set_condition(conditions, ConditionType.READY, ready_v, gen)
-    settled = ready_v.status == "True" and groups == desired_groups
-    rollout = rollout_status(sets, target, snap.groups) if running else None
-    rolling = rollout_progressing(admitted, sets, rollout, desired_groups,
-                                  surge_blocked(pods, workloads, target) if len(running) > 1 else None)
-    rollout_step = observed.rollout_step
-    if rollout is not None and rollout_step is not None:
-        rollout.canary, rollout.rolled_back = rollout_step.canary, rollout_step.rolled_back
-        if rollout_step.verdict is not None and not (rolling is not None and rolling.reason == Reason.SURGE_BLOCKED):
-            rolling = rollout_step.verdict  # a canary group without room says SurgeBlocked
-    if apply_error:
-        progressing = Verdict("True", Reason.APPLY_FAILED,
-                              f"children not applied yet (retrying with back-off): {apply_error}")
-    elif rolling is not None:
-        progressing = rolling
-    elif settled:
-        progressing = Verdict("False", Reason.STABLE, "children applied; all groups as desired")
-    else:
-        progressing = Verdict("True", Reason.GROUPS_STARTING, ready_v.message)
-    conditions = set_condition(conditions, ConditionType.PROGRESSING, progressing, gen)
-    unplaced = unschedulable_groups(pods)
-    previous_limit = next((c for c in conditions if c.type == ConditionType.SCALING_LIMITED), None)
-    kueue_wait = kueue_limit(workloads or [], admitted.spec.scheduling.placement.queue_name, snap.free_block,
-                             plan.nodes_per_group)
-    if kueue_wait is not None:
-        conditions = set_condition(conditions, ConditionType.SCALING_LIMITED, kueue_wait, gen)
-    elif unplaced:
-        message = scaling_limited_message(unplaced)
-        if workloads:  # Kueue admitted these groups into a rack, yet the scheduler cannot bind them there
-            message = (message.replace("cannot be placed now (no rack or node has room)",
-                                       "cannot be bound in the rack Kueue admitted them into") +
-                       "; Kueue does not see pod anti-affinity: a deployment with placement exclusive repels every "
-                       "other group from its rack, so use placement kueue for every deployment on these racks")
-        conditions = set_condition(conditions, ConditionType.SCALING_LIMITED,
-                                   Verdict("True", Reason.UNSCHEDULABLE, message), gen)
-    elif previous_limit is None or previous_limit.reason in PLACEMENT_REASONS:
-        conditions = set_condition(conditions, ConditionType.SCALING_LIMITED, Verdict(
-            "False", Reason.ALL_GROUPS_PLACED, "the scheduler has placed every pod of every group"), gen)
-    degraded = (Verdict("True", Reason.APPLY_FAILED, apply_error) if apply_error
+    ready_v = _ready(ready, observed.desired, snap.pods, admitted)
+    rollout = rollout_status(snap.sets, observed.target, snap.groups) if running else None
+    conditions = set_condition(stored_conditions(obj), ConditionType.READY, ready_v, gen)
+    conditions = set_condition(conditions, ConditionType.PROGRESSING,
+                               _progressing(snap, admitted, observed, ready_v, rollout), gen)
+    limited = _scaling_limited(snap, admitted, next((c for c in conditions
+                                                     if c.type == ConditionType.SCALING_LIMITED), None))
+    degraded = (Verdict("True", Reason.APPLY_FAILED, observed.apply_error) if observed.apply_error
                 else observed.crash_looping or Verdict("False", Reason.AS_EXPECTED, "children applied"))
-    conditions = set_condition(conditions, ConditionType.DEGRADED, degraded, gen)
-    autoscaled, compute_domain_note = observed.autoscaled, observed.compute_domain_note
-    if autoscaled is not None and autoscaled.metrics is not None:
-        conditions = set_condition(conditions, ConditionType.METRICS_AVAILABLE, autoscaled.metrics, gen)
-    if observed.compute_domain is not None:
-        conditions = set_condition(conditions, ConditionType.COMPUTE_DOMAIN_READY, observed.compute_domain, gen)
+    for type_, verdict in ((ConditionType.SCALING_LIMITED, limited), (ConditionType.DEGRADED, degraded),
+                           (ConditionType.METRICS_AVAILABLE, autoscaled.metrics if autoscaled else None),
+                           (ConditionType.COMPUTE_DOMAIN_READY, observed.compute_domain)):
+        if verdict is not None:
+            conditions = set_condition(conditions, type_, verdict, gen)
+    note, owner = observed.compute_domain_note, snap.owner
     return KimiK3DeploymentStatus(
         observed_generation=gen,
         conditions=conditions,
-        replicas=groups,
+        replicas=sum(int(((s.lws.get("status") or {}).get("replicas")) or 0) for s in running),
         ready_replicas=ready,
         desired_replicas=autoscaled.desired_replicas if autoscaled else None,
         selector=selector_string(leader_selector(owner)),
         endpoint=endpoint(owner, admitted.spec),
         plan=PlanStatus(gpus_per_node=plan.gpus_per_node, nodes_per_group=plan.nodes_per_group,
-                        gpus_per_group=plan.gpus_per_group,
-                        compute_domain=plan.needs_compute_domain and not compute_domain_note,
-                        compute_domain_note=compute_domain_note if plan.needs_compute_domain else None),
+                        gpus_per_group=plan.gpus_per_group, compute_domain=plan.needs_compute_domain and not note,
+                        compute_domain_note=note if plan.needs_compute_domain else None),
         decode=autoscaled.decode if autoscaled else None,
         last_scale=autoscaled.last_scale if autoscaled else None,
-        groups=group_statuses(snap.groups, workloads, sets, target, desired_groups, snap.racks),
+        groups=group_statuses(snap.groups, snap.workloads, snap.sets, observed.target, observed.desired, snap.racks),
         rollout=rollout,
     )
 
