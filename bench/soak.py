@@ -83,7 +83,7 @@ from kimik3.kube import pods as kpods
 from kimik3.kube.kinds import CONFIG_MAP, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, NODE, POD, SERVICE
 from kimik3.kube.objects import condition, is_deleting
 from kimik3.render.configmap import configmap_name
-from kimik3.render.meta import Owner
+from kimik3.render.meta import Owner, engine_set_name
 from kimik3.controller.reconcile import FINALIZER
 from kimik3_dev.devcluster import faults
 from kimik3_dev.devcluster.cluster import DevCluster, UpOptions
@@ -188,7 +188,7 @@ class Deployment:
 
     @property
     def lws(self) -> str:
-        return f"{self.name}-engine"
+        return engine_set_name(self.name)
 
     def child_paths(self) -> dict[str, str]:
         ns = self.namespace

@@ -12,6 +12,7 @@ from kimik3.kube.groups import groups_of
 from kimik3.controller.fleet import engine_sets
 from kimik3_dev.benchmark import simulate as benchmark
 from kimik3_dev.benchmark.fleet import FleetSim
+from kimik3.kube.times import rfc3339
 from tests.test_autoscaler_policy import obs, policy
 from tests.test_fleet_sim import RECIPE, Scripted
 
@@ -20,8 +21,7 @@ T0 = 1_796_083_200.0  # 2026-12-01T00:00:00Z
 
 
 def _ts(offset_s: float) -> str:
-    import datetime as dt
-    return dt.datetime.fromtimestamp(T0 + offset_s, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(T0 + offset_s)
 
 
 def pod(group: int, worker: int, created: float, ready: float | None) -> dict:

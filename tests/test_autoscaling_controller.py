@@ -7,7 +7,6 @@ against its own control plane; group leaders are stand-in /metrics pages on 127.
 
 from __future__ import annotations
 
-import datetime as dt
 import uuid
 from collections.abc import Iterator
 
@@ -23,6 +22,7 @@ from kimik3.controller.kube import Kube
 from kimik3.controller.reconcile import Reconciler
 from kimik3_dev.devcluster.controlplane import ControlPlane
 from kimik3_dev.devcluster.install import install_apis
+from kimik3.kube.times import rfc3339
 from test_autoscaler_metrics import MetricsServer, exposition
 from support.cluster import CD, CR, LWS, condition, events
 from support.recipes import recipe
@@ -290,7 +290,7 @@ def test_missing_groups_are_named_and_never_read_as_low_load(cp):
             assert obj["status"]["desiredReplicas"] == 4, obj["status"]
             assert kube.get(*LWS, ns, "k3-latency-engine")["spec"]["replicas"] == 4
         cond = condition(obj, "MetricsAvailable")
-        since = dt.datetime.fromtimestamp(lost_at, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        since = rfc3339(lost_at)
         assert (cond["status"], cond["reason"]) == ("True", "GroupsUnmeasured")
         assert cond["message"] == (f"{ITL} from 1 of 4 serving group(s); no metrics from group(s) 1 (since {since}), "
                                    f"2 (since {since}), 3 (since {since}): never scaling down on this reading")

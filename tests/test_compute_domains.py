@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 
 from kimik3.controller.computedomains import PREPARE_POLL_S, prepare_bound_s, prepare_failures
+from kimik3.kube.times import rfc3339
 
 NOW = dt.datetime(2026, 12, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
 
@@ -19,7 +20,7 @@ def pod(name: str, uid: str, worker: int, grace: int | None = 60, phase: str = "
 
 
 def ago(seconds: float) -> str:
-    return (NOW - dt.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(NOW - dt.timedelta(seconds=seconds))
 
 
 def event(uid: str, message: str, **times: object) -> dict:

@@ -15,6 +15,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kimik3.controller.kube import Kube
 from kimik3.controller.reconcile import FINALIZER
+from kimik3.render.meta import engine_set_name
 from support.cluster import CD, CR, LWS, apply, condition, events, launcher_configmap, reconciled
 from support.recipes import recipe
 from support.rendering import launcher_name
@@ -275,7 +276,7 @@ def test_operator_refuses_what_the_schema_cannot_see(operator, kube, admin_api, 
     degraded = condition(obj, "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("True", "InvalidSpec")
     assert "spec.engine.extraArgs[0]: --tensor-parallel-size is set by the operator" in degraded["message"]
-    assert kube.get(*LWS, namespace, f"{name}-engine") is None
+    assert kube.get(*LWS, namespace, engine_set_name(name)) is None
     warning = wait_for(lambda: events(admin_api, namespace, "InvalidSpec"), what="InvalidSpec event")[0]
     assert warning.type == "Warning" and "spec.engine.extraArgs[0]" in warning.message
 

@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kimik3.api.errors import SpecErrors
 from kimik3.kube.kinds import HTTP_ROUTE
+from kimik3.render.meta import engine_set_name
 from support.cluster import CD, CR, LWS, reconciled
 from support.recipes import RECIPE_FILES as RECIPES
 from support.recipes import RECIPES_DIR, documents, recipe
@@ -201,7 +202,7 @@ def test_recipe_is_applied_and_reconciled(operator, kube, admin_api, namespace, 
     obj = reconciled(kube, namespace, name, generation=1)
     assert obj["status"]["plan"] == {"gpusPerNode": gpus, "nodesPerGroup": nodes, "gpusPerGroup": gpus * nodes,
                                      "computeDomain": with_cd}
-    lws = kube.get(*LWS, namespace, f"{name}-engine")
+    lws = kube.get(*LWS, namespace, engine_set_name(name))
     assert lws["spec"]["leaderWorkerTemplate"]["size"] == nodes
     pod = (lws["spec"]["leaderWorkerTemplate"].get("leaderTemplate")
            or lws["spec"]["leaderWorkerTemplate"]["workerTemplate"])["spec"]

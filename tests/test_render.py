@@ -225,7 +225,7 @@ def test_no_budget_that_blocks_every_drain(replicas, spec):
     out = render_cr(recipe(DEP16_RECIPE, uid=UID, replicas=replicas, **spec))
     assert "PodDisruptionBudget" not in [o["kind"] for o in out.objects]
     assert PDB in absent(out)
-    assert len(out.warnings) == 1 and "PodDisruptionBudget" in out.warnings[0]
+    assert len(out.warnings) == 1 and "PodDisruptionBudget" in out.warnings[0].message
 
 
 def test_disabled_budget_is_absent_without_warning():
@@ -292,6 +292,6 @@ def test_without_a_dra_driver_no_compute_domain_or_claims_and_a_warning():
         assert "claims" not in pod["containers"][0]["resources"]
     # Placement inside one NVL72 rack still holds without the driver.
     assert lws["metadata"]["annotations"]["leaderworkerset.sigs.k8s.io/exclusive-topology"] == "nvidia.com/gpu.clique"
-    assert any("--no-compute-domains" in w for w in out.warnings)
+    assert any("--no-compute-domains" in w.message for w in out.warnings)
 
 

@@ -35,6 +35,7 @@ from kimik3.staging.progress import PROGRESS_ANNOTATION, Progress
 from kimik3_dev.devcluster.rbac import request_token, write_token_kubeconfig
 from kimik3_dev.hub.checkpoint import write_checkpoint
 from kimik3_dev.hub.server import FakeHub, Fault
+from kimik3.render.meta import engine_set_name
 from support.cluster import apply, condition
 from support.recipes import recipe
 from support.waiting import wait_for
@@ -132,11 +133,11 @@ class Staged:
         self.rec.reconcile(self.namespace, self.name)
         obj = self.kube.get("inference.kimik3.io/v1alpha1", "KimiK3Deployment", self.namespace, self.name)
         weights = condition(obj, "WeightsReady")
-        lws = self.kube.get(*LEADER_WORKER_SET.type_meta, self.namespace, f"{self.name}-engine")
+        lws = self.kube.get(*LEADER_WORKER_SET.type_meta, self.namespace, engine_set_name(self.name))
         assert lws is None or weights["status"] == "True", weights
         if weights["status"] == "True" and lws is None:
             self.rec.reconcile(self.namespace, self.name)
-            assert self.kube.get(*LEADER_WORKER_SET.type_meta, self.namespace, f"{self.name}-engine") is not None
+            assert self.kube.get(*LEADER_WORKER_SET.type_meta, self.namespace, engine_set_name(self.name)) is not None
         return weights
 
 

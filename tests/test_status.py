@@ -33,7 +33,7 @@ def pod(name: str, group: str, worker: str, ready: bool = True, scheduled: dict 
     if ready:
         conditions.append({"type": "Ready", "status": "True"})
     return {"metadata": {"name": name, "labels": {f"{LWS}/group-index": group, f"{LWS}/worker-index": worker,
-                                                  f"{LWS}/name": name.rsplit("-engine", 1)[0] + "-engine"}},
+                                                  f"{LWS}/name": name.rsplit("-", 1 if worker == "0" else 2)[0]}},
             "status": {"phase": "Running" if ready else "Pending", "conditions": conditions}}
 
 

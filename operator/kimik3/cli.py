@@ -141,7 +141,7 @@ def render(filename: str) -> None:
         except SpecErrors as exc:
             raise click.ClickException("\n".join(map(str, exc.errors))) from None
         for warning in rendered.warnings:
-            click.echo(f"# warning: {warning}", err=True)
+            click.echo(f"# warning: {warning.message}", err=True)
         out += rendered.objects
     click.echo(dump_yaml_all(out), nl=False)
 

@@ -14,6 +14,7 @@ from kimik3.controller.kube import Kube
 from kimik3_dev.devcluster.controlplane import ControlPlane
 from kimik3_dev.devcluster.operator_thread import OperatorThread
 from kimik3_dev.devcluster.rbac import OperatorIdentity
+from kimik3.render.meta import engine_set_name
 from support.cluster import CR, LWS
 from support.recipes import recipe
 from support.waiting import wait_for
@@ -29,7 +30,7 @@ def converged(kube: Kube, namespace: str, name: str, replicas: int) -> dict[str,
     """``{"cr": ..., "lws": ...}`` once the CR's status observed its current generation and the LWS
     has ``replicas``; None before."""
     obj = kube.get(*CR, namespace, name)
-    lws = kube.get(*LWS, namespace, f"{name}-engine")
+    lws = kube.get(*LWS, namespace, engine_set_name(name))
     if obj is None or lws is None:
         return None
     status = obj.get("status") or {}

@@ -10,19 +10,21 @@ import json
 from kubernetes import client
 
 from kimik3.render.configmap import PLAN_KEY
+from kimik3.render.meta import engine_set_name
 from chaos.helpers import apply_converged, operator_in
 from support.cluster import CR, condition, launcher_configmap
 from support.waiting import wait_for
 
 NAME = "k3-crash"
+ENGINE = engine_set_name(NAME)
 
 
 def failing_pod(core: client.CoreV1Api, namespace: str, index: int, code: int, reason: str,
                 deleting: bool = False) -> None:
-    name = f"{NAME}-engine-0-{index}"
+    name = f"{ENGINE}-0-{index}"
     core.create_namespaced_pod(namespace, {"metadata": {"name": name, "finalizers": ["kimik3.io/test"] if deleting else [],
                                                         "labels": {
-        "leaderworkerset.sigs.k8s.io/name": f"{NAME}-engine", "leaderworkerset.sigs.k8s.io/group-index": "0",
+        "leaderworkerset.sigs.k8s.io/name": ENGINE, "leaderworkerset.sigs.k8s.io/group-index": "0",
         "leaderworkerset.sigs.k8s.io/worker-index": "0", "app.kubernetes.io/managed-by": "kimik3-operator",
         "inference.kimik3.io/deployment": NAME}}, "spec": {"containers": [{"name": "engine", "image": "x"}]}})
     if deleting:

@@ -15,12 +15,15 @@ import time
 from kubernetes import client
 
 from kimik3.controller.computedomains import KUBELET_RETRY_S, PREPARE_POLL_S
+from kimik3.render.meta import engine_set_name
+from kimik3.kube.times import rfc3339
 from chaos.helpers import apply_converged, operator_in
 from chaos.test_compute_domain_status import CD, domain_lists
 from support.cluster import CR, LWS, condition
 from support.waiting import wait_for
 
 NAME = "k3-prep"
+ENGINE = engine_set_name(NAME)
 GRACE_S = 1
 """The test pods' terminationGracePeriodSeconds: the bound is GRACE_S + KUBELET_RETRY_S = 16 s."""
 MESSAGE = ('Failed to prepare dynamic resources: prepare dynamic resources: NodePrepareResources failed for '
@@ -28,14 +31,10 @@ MESSAGE = ('Failed to prepare dynamic resources: prepare dynamic resources: Node
            'already allocated')
 
 
-def stamp(at: dt.datetime) -> str:
-    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def pending_pod(core: client.CoreV1Api, namespace: str, worker: int, node: str) -> client.V1Pod:
-    pod = core.create_namespaced_pod(namespace, {"metadata": {"name": f"{NAME}-engine-0-{worker}" if worker
-                                                              else f"{NAME}-engine-0", "labels": {
-        "leaderworkerset.sigs.k8s.io/name": f"{NAME}-engine", "leaderworkerset.sigs.k8s.io/group-index": "0",
+    pod = core.create_namespaced_pod(namespace, {"metadata": {"name": f"{ENGINE}-0-{worker}" if worker
+                                                              else f"{ENGINE}-0", "labels": {
+        "leaderworkerset.sigs.k8s.io/name": ENGINE, "leaderworkerset.sigs.k8s.io/group-index": "0",
         "leaderworkerset.sigs.k8s.io/worker-index": str(worker), "app.kubernetes.io/managed-by": "kimik3-operator",
         "inference.kimik3.io/deployment": NAME}},
         "spec": {"nodeName": node, "terminationGracePeriodSeconds": GRACE_S,
@@ -53,8 +52,8 @@ def kubelet_event(core: client.CoreV1Api, namespace: str, pod_name: str, uid: st
             "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": pod_name, "namespace": namespace, "uid": uid},
             "type": "Warning", "reason": "FailedPrepareDynamicResources", "message": MESSAGE,
             "source": {"component": "kubelet", "host": node}, "reportingComponent": "kubelet",
-            "reportingInstance": node, "firstTimestamp": stamp(first),
-            "lastTimestamp": stamp(first + dt.timedelta(seconds=10 * (count - 1))), "count": count}
+            "reportingInstance": node, "firstTimestamp": rfc3339(first),
+            "lastTimestamp": rfc3339(first + dt.timedelta(seconds=10 * (count - 1))), "count": count}
     try:
         core.replace_namespaced_event(name, namespace, {**body, "metadata": {
             **body["metadata"], "resourceVersion": core.read_namespaced_event(name, namespace).metadata.resource_version}})
@@ -69,7 +68,7 @@ def test_pod_failing_to_prepare_its_claim_is_named_after_the_bound(kube, admin_a
     with operator_in(operator_identity, namespace):
         apply_converged(kube, namespace, NAME)
         cd_uid = kube.get(*CD, namespace, NAME)["metadata"]["uid"]
-        lws_generation = kube.get(*LWS, namespace, f"{NAME}-engine")["metadata"]["generation"]
+        lws_generation = kube.get(*LWS, namespace, ENGINE)["metadata"]["generation"]
         domain_lists(kube, namespace, "tray-a", name=NAME)  # NotReady, 1 of 2 nodes
         leader = pending_pod(core, namespace, 0, "tray-a")
         worker = pending_pod(core, namespace, 1, "tray-b")
@@ -97,7 +96,7 @@ def test_pod_failing_to_prepare_its_claim_is_named_after_the_bound(kube, admin_a
         assert after <= bound + 3
         cd = condition(obj, "ComputeDomainReady")
         assert cd["status"] == "False"
-        assert cd["message"].startswith(f"group 0: pod {worker_name} on tray-b has not started since {stamp(first)}: "
+        assert cd["message"].startswith(f"group 0: pod {worker_name} on tray-b has not started since {rfc3339(first)}: "
                                         f"FailedPrepareDynamicResources: {MESSAGE}")
         assert f"ComputeDomain {NAME} is NotReady" in cd["message"]
         group = obj["status"]["groups"][0]
@@ -108,5 +107,5 @@ def test_pod_failing_to_prepare_its_claim_is_named_after_the_bound(kube, admin_a
         # no recreate loop: the operator deleted nothing, changed nothing, counted no crash
         assert condition(obj, "Degraded")["reason"] == "AsExpected"
         assert {p.metadata.uid for p in core.list_namespaced_pod(namespace).items} == {leader.metadata.uid, worker_uid}
-        assert kube.get(*LWS, namespace, f"{NAME}-engine")["metadata"]["generation"] == lws_generation
+        assert kube.get(*LWS, namespace, ENGINE)["metadata"]["generation"] == lws_generation
         assert kube.get(*CD, namespace, NAME)["metadata"]["uid"] == cd_uid

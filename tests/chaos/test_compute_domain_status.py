@@ -8,17 +8,19 @@ from __future__ import annotations
 
 from kubernetes import client
 
+from kimik3.render.meta import engine_set_name
 from chaos.helpers import apply_converged, operator_in
 from support.cluster import CR, LWS, condition
 from support.waiting import wait_for
 
 NAME = "k3-cd"
+ENGINE = engine_set_name(NAME)
 CD = ("resource.nvidia.com/v1beta1", "ComputeDomain")
 
 
 def engine_pod(core: client.CoreV1Api, namespace: str, worker: int, node: str) -> None:
-    core.create_namespaced_pod(namespace, {"metadata": {"name": f"{NAME}-engine-0-{worker}", "labels": {
-        "leaderworkerset.sigs.k8s.io/name": f"{NAME}-engine", "leaderworkerset.sigs.k8s.io/group-index": "0",
+    core.create_namespaced_pod(namespace, {"metadata": {"name": f"{ENGINE}-0-{worker}", "labels": {
+        "leaderworkerset.sigs.k8s.io/name": ENGINE, "leaderworkerset.sigs.k8s.io/group-index": "0",
         "leaderworkerset.sigs.k8s.io/worker-index": str(worker), "app.kubernetes.io/managed-by": "kimik3-operator",
         "inference.kimik3.io/deployment": NAME}},
         "spec": {"nodeName": node, "containers": [{"name": "engine", "image": "x"}]}})
@@ -40,7 +42,7 @@ def test_stale_compute_domain_is_reported_and_never_decides_readiness(kube, admi
         engine_pod(core, namespace, 0, "tray-a")
         engine_pod(core, namespace, 1, "tray-b")
         domain_lists(kube, namespace, "tray-a")
-        kube.patch_merge(*LWS, namespace, f"{NAME}-engine", {"status": {"replicas": 1, "readyReplicas": 1}},
+        kube.patch_merge(*LWS, namespace, ENGINE, {"status": {"replicas": 1, "readyReplicas": 1}},
                          subresource="status")
 
         def nodes_missing():

@@ -36,6 +36,8 @@ from kimik3.controller.leadership import LeaseTimings
 from kimik3.kube.kinds import LEASE
 from kimik3_dev.devcluster.operator_thread import free_port
 from kimik3_dev.devcluster.rbac import RELEASE, RELEASE_NAMESPACE, render_chart
+from kimik3.render.meta import engine_set_name
+from kimik3.kube.times import parse_rfc3339
 from chaos.faultproxy import FaultProxy
 from chaos.helpers import apply_converged, audit_events, converged, proxied_kubeconfig
 from support.cluster import CR, LWS, http_status, metric, metric_samples
@@ -154,7 +156,7 @@ def test_leader_sigkilled_while_20_crs_change_standby_converges_them(chaos_cp, k
     assert takeover_s >= TIMINGS.lease_duration_s - TIMINGS.retry_period_s - 1, "took over before the Lease expired"
 
     lwss = kube.list(*LWS, namespace, "")
-    assert sorted(x["metadata"]["name"] for x in lwss) == sorted(f"k3-{i:02d}-engine" for i in range(N))
+    assert sorted(x["metadata"]["name"] for x in lwss) == sorted(engine_set_name(f"k3-{i:02d}") for i in range(N))
     uids = {x["metadata"]["name"]: x["metadata"]["uid"] for x in lwss}
     assert all(uids[name] == uid for name, uid in seen.items()), "a LeaderWorkerSet was recreated"
     writes = lws_writes(chaos_cp, namespace)
@@ -198,7 +200,7 @@ def lease_holders(cp) -> list[tuple[dt.datetime, str, float]]:
                 and (ref.get("name") or (body.get("metadata") or {}).get("name")) == RELEASE
                 and (event.get("responseStatus") or {}).get("code") in (200, 201)):
             spec = body.get("spec") or {}
-            out.append((dt.datetime.fromisoformat(event["stageTimestamp"].replace("Z", "+00:00")),
+            out.append((parse_rfc3339(event["stageTimestamp"]),
                         spec.get("holderIdentity") or "", float(spec.get("leaseDurationSeconds") or 0)))
     return sorted(out)
 

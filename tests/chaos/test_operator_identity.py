@@ -17,6 +17,7 @@ from kimik3_dev.devcluster.controlplane import ADMIN_USER, OPERATOR_USER
 from kimik3_dev.devcluster.rbac import (RELEASE, RELEASE_NAMESPACE, TOKEN_LIFETIME_S, HelmMissingError, chart_rbac,
                                    helm_binary, whoami)
 from kimik3_dev.versions import HELM_VERSION
+from kimik3.kube.times import parse_rfc3339
 from chaos.helpers import apply_converged, assert_operator_wrote_as, operator_in, writers
 from support.cluster import metric, metric_samples
 from support.rendering import launcher_name
@@ -40,7 +41,7 @@ def test_identity_is_the_chart_service_account_with_exactly_the_rendered_rbac(ad
     sa = call_json(admin_api, "GET", f"/api/v1/namespaces/{RELEASE_NAMESPACE}/serviceaccounts/{RELEASE}")
     assert sa["metadata"]["uid"] == operator_identity.uid
 
-    expires = dt.datetime.fromisoformat(operator_identity.expires.replace("Z", "+00:00"))
+    expires = parse_rfc3339(operator_identity.expires)
     left_s = (expires - dt.datetime.now(dt.timezone.utc)).total_seconds()
     assert TOKEN_LIFETIME_S - 3600 < left_s <= TOKEN_LIFETIME_S + 60, left_s
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from kimik3.controller.reconcile import FINALIZER
 from kimik3_dev.devcluster.processes import free_port
+from kimik3.render.meta import engine_set_name
 from chaos.helpers import assert_operator_wrote_as, converged
 from support.cluster import CR, LWS, http_status, metric, metric_samples
 from support.recipes import recipe
@@ -63,7 +64,7 @@ def test_operator_sigkilled_mid_reconcile_and_restarted(chaos_cp, kube, namespac
 
         lwss = kube.list(*LWS, namespace, "")
         names = [x["metadata"]["name"] for x in lwss]
-        assert sorted(names) == sorted(f"k3-{i:02d}-engine" for i in range(N))
+        assert sorted(names) == sorted(engine_set_name(f"k3-{i:02d}") for i in range(N))
         uids = {x["metadata"]["name"]: x["metadata"]["uid"] for x in lwss}
         for name, uid in seen.items():
             assert uids[name] == uid, f"{name} was recreated"

@@ -74,6 +74,8 @@ from kimik3.kube.kinds import LEASE
 from kimik3_dev.devcluster.controlplane import ControlPlane
 from kimik3_dev.devcluster.rbac import request_token, write_token_kubeconfig
 from kimik3_dev.devcluster.thirdparty import thirdparty_crd_paths
+from kimik3.render.meta import engine_set_name
+from kimik3.kube.times import rfc3339
 
 from support.cluster import CR, LWS, apply, condition, http_status, make_namespace, metric, metric_samples
 from support.recipes import recipe
@@ -86,6 +88,7 @@ pytestmark = pytest.mark.timeout(900)
 """The module's fixture runs ~55 operator scenarios, 10 at a time: 4-12 min on the shared 2-core machine."""
 
 NAME = "k3-rbac"
+ENGINE = engine_set_name(NAME)
 LAUNCHER = launcher_name(recipe(name=NAME))
 """The launcher ConfigMap of the scenario's CR (its name depends on the launch plan alone)."""
 NEW_SEQS = 128
@@ -93,7 +96,7 @@ NEW_SEQS = 128
 CHILDREN = [  # apply order, with the name each child gets
     (("resource.nvidia.com/v1beta1", "ComputeDomain"), NAME),
     (("v1", "ConfigMap"), LAUNCHER),
-    (LWS, f"{NAME}-engine"),
+    (LWS, ENGINE),
     (("v1", "Service"), NAME),
     (("policy/v1", "PodDisruptionBudget"), NAME),
     (("monitoring.coreos.com/v1", "PodMonitor"), NAME),
@@ -219,7 +222,7 @@ def put_workload(kube: Kube, namespace: str, lws_uid: str, name: str, group: str
 
 def pending_workload(kube: Kube, namespace: str, lws_uid: str, message: str = QUOTA_MESSAGE) -> None:
     """Group 1 pending: its queue's quota (or no rack) cannot hold it."""
-    put_workload(kube, namespace, lws_uid, f"{NAME}-engine-1-quota", "1",
+    put_workload(kube, namespace, lws_uid, f"{ENGINE}-1-quota", "1",
                  {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": message})
 
 
@@ -230,11 +233,11 @@ def split_group(kube: Kube, core: client.CoreV1Api, namespace: str, lws_uid: str
     tray = f"tray-{namespace}-b"
     core.create_node({"metadata": {"name": tray, "labels": {"nvidia.com/gpu.clique": f"{namespace}-b",
                                                            "nvidia.com/gpu.product": "NVIDIA-GB300"}}})
-    put_workload(kube, namespace, lws_uid, f"{NAME}-engine-0-split", "0",
+    put_workload(kube, namespace, lws_uid, f"{ENGINE}-0-split", "0",
                  {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "The workload is admitted"})
     for worker, node in (("0", f"tray-{namespace}"), ("1", tray)):
-        core.create_namespaced_pod(namespace, {"metadata": {"name": f"{NAME}-engine-0-{worker}", "labels": {
-            "leaderworkerset.sigs.k8s.io/name": f"{NAME}-engine", "leaderworkerset.sigs.k8s.io/group-index": "0",
+        core.create_namespaced_pod(namespace, {"metadata": {"name": f"{ENGINE}-0-{worker}", "labels": {
+            "leaderworkerset.sigs.k8s.io/name": ENGINE, "leaderworkerset.sigs.k8s.io/group-index": "0",
             "leaderworkerset.sigs.k8s.io/worker-index": worker, "app.kubernetes.io/managed-by": "kimik3-operator",
             "inference.kimik3.io/deployment": NAME}},
             "spec": {"nodeName": node, "containers": [{"name": "engine", "image": "x"}]}})
@@ -244,14 +247,14 @@ def unprepared_pod(core: client.CoreV1Api, namespace: str) -> None:
     """Group 1's leader Pending on its node, with the kubelet's FailedPrepareDynamicResources Event
     of a minute ago (past the bound of a pod with no grace period, 15 s), then its status as the
     kubelet writes it (the pod watch's event)."""
-    pod = core.create_namespaced_pod(namespace, {"metadata": {"name": f"{NAME}-engine-1", "labels": {
-        "leaderworkerset.sigs.k8s.io/name": f"{NAME}-engine", "leaderworkerset.sigs.k8s.io/group-index": "1",
+    pod = core.create_namespaced_pod(namespace, {"metadata": {"name": f"{ENGINE}-1", "labels": {
+        "leaderworkerset.sigs.k8s.io/name": ENGINE, "leaderworkerset.sigs.k8s.io/group-index": "1",
         "leaderworkerset.sigs.k8s.io/worker-index": "0", "app.kubernetes.io/managed-by": "kimik3-operator",
         "inference.kimik3.io/deployment": NAME}}, "spec": {"nodeName": f"tray-{namespace}", "terminationGracePeriodSeconds": 0,
                                                              "containers": [{"name": "engine", "image": "x"}]}})
-    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 60))
+    at = rfc3339(time.time() - 60)
     core.create_namespaced_event(namespace, {
-        "metadata": {"name": f"{NAME}-engine-1.prepare", "namespace": namespace},
+        "metadata": {"name": f"{ENGINE}-1.prepare", "namespace": namespace},
         "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": pod.metadata.name, "namespace": namespace,
                            "uid": pod.metadata.uid},
         "type": "Warning", "reason": "FailedPrepareDynamicResources", "source": {"component": "kubelet"},
@@ -300,7 +303,7 @@ def scenario(kube: Kube, core: client.CoreV1Api, namespace: str, lease: str) -> 
     expect("stage weights", lambda: all(get(*kind, namespace, name) for kind, name in staging_objects(kube, namespace)),
            15)
 
-    kube.patch_merge(*LWS, namespace, f"{NAME}-engine", {"status": {"replicas": 2, "readyReplicas": 2}},
+    kube.patch_merge(*LWS, namespace, ENGINE, {"status": {"replicas": 2, "readyReplicas": 2}},
                      subresource="status")
     expect("follow LeaderWorkerSet",
            lambda: condition(get(*CR, namespace, NAME), "Ready").get("status") == "True", HEAL_WINDOW_S)
@@ -312,13 +315,13 @@ def scenario(kube: Kube, core: client.CoreV1Api, namespace: str, lease: str) -> 
         expect(f"heal {kind}", lambda: (get(api_version, kind, namespace, name) or {"metadata": {"uid": before}})
                ["metadata"]["uid"] != before, HEAL_WINDOW_S)
 
-    kube.patch_merge(*LWS, namespace, f"{NAME}-engine", {"status": {"replicas": 2, "readyReplicas": 1}},
+    kube.patch_merge(*LWS, namespace, ENGINE, {"status": {"replicas": 2, "readyReplicas": 1}},
                      subresource="status")
     expect("follow LeaderWorkerSet",
            lambda: condition(get(*CR, namespace, NAME), "Ready").get("status") == "False", HEAL_WINDOW_S)
-    pod = f"{NAME}-engine-0"
+    pod = f"{ENGINE}-0"
     core.create_namespaced_pod(namespace, {"metadata": {"name": pod, "labels": {
-        "leaderworkerset.sigs.k8s.io/name": f"{NAME}-engine", "leaderworkerset.sigs.k8s.io/group-index": "0",
+        "leaderworkerset.sigs.k8s.io/name": ENGINE, "leaderworkerset.sigs.k8s.io/group-index": "0",
         "leaderworkerset.sigs.k8s.io/worker-index": "0", "app.kubernetes.io/managed-by": "kimik3-operator",
         "inference.kimik3.io/deployment": NAME}}, "spec": {"containers": [{"name": "engine", "image": "x"}]}})
     expect("follow pods", lambda: pod in condition(get(*CR, namespace, NAME), "Ready").get("message", ""),
@@ -329,10 +332,10 @@ def scenario(kube: Kube, core: client.CoreV1Api, namespace: str, lease: str) -> 
     unprepared_pod(core, namespace)
     expect("prepare failure", lambda: condition(get(*CR, namespace, NAME), "ComputeDomainReady").get("reason")
            == "PrepareFailed", PREPARE_WINDOW_S)
-    core.delete_namespaced_pod(f"{NAME}-engine-1", namespace, grace_period_seconds=0)
+    core.delete_namespaced_pod(f"{ENGINE}-1", namespace, grace_period_seconds=0)
 
-    pending_workload(kube, namespace, get(*LWS, namespace, f"{NAME}-engine")["metadata"]["uid"])
-    kube.patch_merge(*LWS, namespace, f"{NAME}-engine", {"status": {"replicas": 2, "readyReplicas": 0}},
+    pending_workload(kube, namespace, get(*LWS, namespace, ENGINE)["metadata"]["uid"])
+    kube.patch_merge(*LWS, namespace, ENGINE, {"status": {"replicas": 2, "readyReplicas": 0}},
                      subresource="status")  # an LWS event: the operator reconciles and lists the Workloads
     expect("follow Workloads", lambda: (lambda c: c.get("reason") == "QuotaExhausted" and QUOTA_MESSAGE in
                                         c.get("message", ""))(condition(get(*CR, namespace, NAME), "ScalingLimited")),
@@ -342,17 +345,17 @@ def scenario(kube: Kube, core: client.CoreV1Api, namespace: str, lease: str) -> 
                                                            "nvidia.com/gpu.product": "NVIDIA-GB300"}}})
     core.patch_node_status(tray, {"status": {"allocatable": {"nvidia.com/gpu": "4"},
                                              "conditions": [{"type": "Ready", "status": "True"}]}})
-    pending_workload(kube, namespace, get(*LWS, namespace, f"{NAME}-engine")["metadata"]["uid"], NO_RACK_MESSAGE)
-    kube.patch_merge(*LWS, namespace, f"{NAME}-engine", {"status": {"replicas": 2, "readyReplicas": 1}},
+    pending_workload(kube, namespace, get(*LWS, namespace, ENGINE)["metadata"]["uid"], NO_RACK_MESSAGE)
+    kube.patch_merge(*LWS, namespace, ENGINE, {"status": {"replicas": 2, "readyReplicas": 1}},
                      subresource="status")
     expect("free block", lambda: (lambda c: c.get("reason") == "NoRackFits" and "the largest free block is" in
                                   c.get("message", ""))(condition(get(*CR, namespace, NAME), "ScalingLimited")),
            HEAL_WINDOW_S)
-    split_group(kube, core, namespace, get(*LWS, namespace, f"{NAME}-engine")["metadata"]["uid"])
+    split_group(kube, core, namespace, get(*LWS, namespace, ENGINE)["metadata"]["uid"])
     expect("readmit split group", lambda: get("kueue.x-k8s.io/v1beta2", "Workload", namespace,
-                                              f"{NAME}-engine-0-split") is None, HEAL_WINDOW_S)
+                                              f"{ENGINE}-0-split") is None, HEAL_WINDOW_S)
     for worker in ("0", "1"):
-        core.delete_namespaced_pod(f"{NAME}-engine-0-{worker}", namespace, grace_period_seconds=0)
+        core.delete_namespaced_pod(f"{ENGINE}-0-{worker}", namespace, grace_period_seconds=0)
 
     # a new launch plan, rolled out with Recreate (no LWS manager here to make the new groups Ready):
     # a new LeaderWorkerSet, the old one retired at once, then its ConfigMap pruned
@@ -367,8 +370,8 @@ def scenario(kube: Kube, core: client.CoreV1Api, namespace: str, lease: str) -> 
     def deployment_lwss() -> list[str]:
         return [o["metadata"]["name"] for o in kube.list(*LWS, namespace, f"inference.kimik3.io/deployment={NAME}")
                 if not o["metadata"].get("deletionTimestamp")]
-    expect("apply LeaderWorkerSet", lambda: any(n.startswith(f"{NAME}-engine-") for n in deployment_lwss()), 8)
-    expect("retire old LeaderWorkerSet", lambda: f"{NAME}-engine" not in deployment_lwss(), 8)
+    expect("apply LeaderWorkerSet", lambda: any(n.startswith(f"{ENGINE}-") for n in deployment_lwss()), 8)
+    expect("retire old LeaderWorkerSet", lambda: ENGINE not in deployment_lwss(), 8)
     expect("remove ConfigMap", lambda: get("v1", "ConfigMap", namespace, LAUNCHER) is None, 8)
 
     kube.delete(*CR, namespace, NAME)
@@ -379,8 +382,9 @@ def scenario(kube: Kube, core: client.CoreV1Api, namespace: str, lease: str) -> 
 
 
 CANARY = "k3-canary"
+CANARY_ENGINE = engine_set_name(CANARY)
 CANARY_LABELS = {"app.kubernetes.io/managed-by": "kimik3-operator", "inference.kimik3.io/deployment": CANARY,
-                 "leaderworkerset.sigs.k8s.io/name": f"{CANARY}-engine"}
+                 "leaderworkerset.sigs.k8s.io/name": CANARY_ENGINE}
 GATED = ("kimik3deployments", "leaderworkersets", "pods")
 """Kinds whose first listing must be over before the steps that a late listing could fake."""
 
@@ -394,10 +398,10 @@ def plant_canaries(kube: Kube, core: client.CoreV1Api, namespace: str) -> None:
     canary["spec"].update(replicas=0, monitoring={"enabled": False}, service={})
     apply(kube, canary)
     apply(kube, {"apiVersion": LWS[0], "kind": LWS[1], "metadata": {
-        "name": f"{CANARY}-engine", "namespace": namespace, "labels": CANARY_LABELS},
+        "name": CANARY_ENGINE, "namespace": namespace, "labels": CANARY_LABELS},
         "spec": {"replicas": 0, "leaderWorkerTemplate": {"size": 1, "workerTemplate": {
             "spec": {"containers": [{"name": "engine", "image": "x"}]}}}}})
-    core.create_namespaced_pod(namespace, {"metadata": {"name": f"{CANARY}-engine-0", "labels": CANARY_LABELS},
+    core.create_namespaced_pod(namespace, {"metadata": {"name": f"{CANARY_ENGINE}-0", "labels": CANARY_LABELS},
                                            "spec": {"containers": [{"name": "engine", "image": "x"}]}})
 
 
@@ -425,8 +429,8 @@ def cleanup(kube: Kube, namespace: str) -> None:
     for configmap in kube.list("v1", "ConfigMap", namespace, "app.kubernetes.io/managed-by=kimik3-operator"):
         with contextlib.suppress(ApiException):
             kube.delete("v1", "ConfigMap", namespace, configmap["metadata"]["name"])
-    for (api_version, kind), name in [*CHILDREN, (LWS, f"{CANARY}-engine"),
-                                      (("v1", "Service"), CANARY), (("v1", "Pod"), f"{CANARY}-engine-0")]:
+    for (api_version, kind), name in [*CHILDREN, (LWS, CANARY_ENGINE),
+                                      (("v1", "Service"), CANARY), (("v1", "Pod"), f"{CANARY_ENGINE}-0")]:
         try:
             kube.delete(api_version, kind, namespace, name)
         except ApiException:

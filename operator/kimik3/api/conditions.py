@@ -1,4 +1,5 @@
-"""The conditions of a KimiK3Deployment's status and their reasons, declared once.
+"""The conditions of a KimiK3Deployment's status, their reasons, and the reasons of the Events the
+operator posts, declared once.
 
 Every condition the operator writes has one of the ``ConditionType`` types and, for that type,
 one of the reasons ``REASONS`` lists (CamelCase words, Kubernetes API conventions). The status
@@ -41,13 +42,19 @@ ComputeDomainReady True    AllNodesJoined (every node of the engine pods is in t
                            past its bound; pod, node and the kubelet's message: F19 b)
                    Unknown NotReported
 =================  ======  =====================================================================
+
+Events on the KimiK3Deployment have one of the ``EventReason`` reasons; a condition reason that is
+also posted as an Event (ScalingLimited's, ``GroupCrashLooping``, ``InvalidSpec``...) is an
+``EventReason`` of the same value, and ``event_reason`` turns one into the other. An ``Event`` is
+one Event to post: (type, reason, message). No module spells a reason as a string
+(tests/test_vocabulary.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Literal
+from typing import Literal, NamedTuple
 
 ConditionStatus = Literal["True", "False", "Unknown"]
 
@@ -179,3 +186,120 @@ class Verdict:
     status: ConditionStatus
     reason: Reason
     message: str
+
+
+class EventReason(StrEnum):
+    """The ``reason`` of each Event the operator posts on a KimiK3Deployment, with when it is posted."""
+
+    # -- the spec, the children ------------------------------------------------------------------
+    INVALID_SPEC = Reason.INVALID_SPEC.value
+    """Warning: admission refused the spec; nothing was changed (every problem named)."""
+    APPLIED = "Applied"
+    """Normal: every child of a new generation was applied (the kinds and the group shape)."""
+    APPLY_FAILED = Reason.APPLY_FAILED.value
+    """Warning: a child could not be applied (the API server quoted); retried with back-off."""
+    DELETED = "Deleted"
+    """Normal: a child the spec no longer needs was deleted (a kind, a retired LeaderWorkerSet or launcher)."""
+    DELETE_FAILED = "DeleteFailed"
+    """Warning: a LeaderWorkerSet the rollout is done with could not be deleted (the API server quoted)."""
+    COMPUTE_DOMAIN_SKIPPED = "ComputeDomainSkipped"
+    """Warning: the groups need a ComputeDomain but the operator runs with --no-compute-domains."""
+    DISRUPTION_BUDGET_SKIPPED = "DisruptionBudgetSkipped"
+    """Warning: no PodDisruptionBudget is rendered for this spec (the message says why)."""
+    COMPUTE_DOMAIN_NODES_MISSING = "ComputeDomainNodesMissing"
+    """Warning: ComputeDomainReady=False NodesMissing (nodes of engine pods not in the ComputeDomain)."""
+    COMPUTE_DOMAIN_PREPARE_FAILED = "ComputeDomainPrepareFailed"
+    """Warning: ComputeDomainReady=False PrepareFailed (the kubelet cannot prepare a pod's claims)."""
+    TEARDOWN_STARTED = "TeardownStarted"
+    """Normal: the CR is deleted; its LeaderWorkerSets go first."""
+    TEARDOWN_WAITING = "TeardownWaiting"
+    """Normal: teardown waits for the last pods before it releases the ComputeDomain."""
+    # -- readiness, engines ----------------------------------------------------------------------
+    GROUPS_READY = "GroupsReady"
+    """Normal: Ready went False -> True."""
+    GROUPS_NOT_READY = Reason.GROUPS_NOT_READY.value
+    """Warning: Ready went True -> False (the condition's message)."""
+    ENGINE_FAILED = "EngineFailed"
+    """Warning: an engine container exited non-zero (pod, node, exit code; controller.crashes)."""
+    ENGINE_DISRUPTED = "EngineDisrupted"
+    """Warning: an engine pod got DisruptionTarget=True (taint, eviction, preemption; controller.crashes)."""
+    GROUP_CRASH_LOOPING = Reason.GROUP_CRASH_LOOPING.value
+    """Warning: Degraded=True GroupCrashLooping (controller.recreation)."""
+    # -- rollout ---------------------------------------------------------------------------------
+    ROLLOUT_STEP = "RolloutStep"
+    """Normal: a rollout moved (the figures per revision), once per change of a figure."""
+    ROLLOUT_COMPLETE = "RolloutComplete"
+    """Normal: the last old LeaderWorkerSet was deleted; every group runs the new templates."""
+    CANARY_STARTED = "CanaryStarted"
+    """Normal: canary groups of new templates start beside every old group."""
+    CANARY_PROMOTED = "CanaryPromoted"
+    """Normal: the canary baked and passed its analysis; the rollout goes on to every group."""
+    ROLLED_BACK = Reason.ROLLED_BACK.value
+    """Warning: the canary failed its analysis; its LeaderWorkerSet is deleted."""
+    SCALE_DOWN_HELD = "ScaleDownHeld"
+    """Normal: the autoscaler's scale-down waits until the rollout is done."""
+    # -- placement (Kueue, the scheduler) --------------------------------------------------------
+    GROUP_ADMITTED = "GroupAdmitted"
+    """Normal: Kueue admitted a group's Workload (controller.groups)."""
+    GROUP_PENDING = "GroupPending"
+    """Warning: a group's Workload waits for Kueue (Kueue's message quoted)."""
+    GROUP_PREEMPTED = "GroupPreempted"
+    """Warning: Kueue preempted a group for a higher-priority Workload."""
+    GROUP_EVICTED = "GroupEvicted"
+    """Warning: Kueue evicted a group for another reason (e.g. NodeFailures)."""
+    GROUP_SPLIT_ACROSS_RACKS = "GroupSplitAcrossRacks"
+    """Warning: a group's pods landed in two racks; its Workload is deleted to re-admit it whole (controller.readmit)."""
+    GROUP_TRAY_FAILED = "GroupTrayFailed"
+    """Warning: a tray of an admitted group failed; its Workload is deleted to re-admit it whole (controller.readmit)."""
+    UNSCHEDULABLE = Reason.UNSCHEDULABLE.value
+    """Warning: ScalingLimited=True Unschedulable, posted as the condition says it."""
+    QUOTA_EXHAUSTED = Reason.QUOTA_EXHAUSTED.value
+    """Warning: ScalingLimited=True QuotaExhausted."""
+    NO_RACK_FITS = Reason.NO_RACK_FITS.value
+    """Warning: ScalingLimited=True NoRackFits."""
+    PREEMPTED = Reason.PREEMPTED.value
+    """Warning: ScalingLimited=True Preempted."""
+    KUEUE_PENDING = Reason.KUEUE_PENDING.value
+    """Warning: ScalingLimited=True KueuePending."""
+    # -- the autoscaler's decisions (``autoscaler.policy.Decision.reason``, also status.lastScale) --
+    SCALE_UP = "ScaleUp"
+    """Normal: more groups, for the measured decode latency."""
+    SCALE_UP_PREDICTED = "ScaleUpPredicted"
+    """Normal: more groups, for the latency the forecast load would bring."""
+    SCALE_DOWN = "ScaleDown"
+    """Normal: fewer groups, after a whole scale-down window allowed it."""
+    SCALED_TO_ZERO = Reason.SCALED_TO_ZERO.value
+    """Normal: no groups (minReplicas 0 and no traffic)."""
+    HOLD = "Hold"
+    """(No Event) the groups stay as they are."""
+    GROUPS_LOADING = "GroupsLoading"
+    """Normal: groups still loading count as coming; nothing added or removed meanwhile."""
+    UNPLACEABLE = "Unplaceable"
+    """Warning: a scale-up is due but a group cannot be placed; no more are added."""
+    METRICS_UNAVAILABLE = "MetricsUnavailable"
+    """Warning: no reading of decode latency; replicas held."""
+    METRICS_INCOMPLETE = "MetricsIncomplete"
+    """Warning: a scale-down is due but serving groups gave no metrics; replicas held."""
+    REPLICA_BOUNDS = "ReplicaBounds"
+    """Normal: spec.autoscaling's minReplicas or maxReplicas overrode the policy."""
+
+
+EventType = Literal["Normal", "Warning"]
+"""The ``type`` of a core/v1 Event."""
+
+
+class Event(NamedTuple):
+    """One Event to post on the KimiK3Deployment."""
+
+    type: EventType
+    reason: EventReason
+    message: str
+    once: bool = True
+    """Posted once per generation, reason and message (False: each time it is asked for, e.g. a
+    change of a group's Kueue state the status saw)."""
+
+
+def event_reason(reason: str) -> EventReason:
+    """The Event reason a condition's reason (a ``Reason``, or one read back from a status) is
+    posted with: the same word. ValueError for a reason no Event has."""
+    return EventReason(reason)

@@ -10,7 +10,6 @@ scales on a restart.
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -18,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kimik3.admission import Admitted
-from kimik3.api.conditions import ConditionType, Reason, Verdict
+from kimik3.api.conditions import ConditionType, Event, EventReason, EventType, Reason, Verdict
 from kimik3.api.v1alpha1 import DecodeStatus, ScaleEvent
 from kimik3.autoscaler.factory import latency_policy, policy_settings
 from kimik3.autoscaler.observation import DecodeObservation, MetricsUnavailable
@@ -30,6 +29,7 @@ from kimik3.controller.status import AutoscalerReport, stored_conditions
 from kimik3.kube.labels import KUEUE_JOB_UID_LABEL
 from kimik3.kube.groups import Group, GroupKey
 from kimik3.kube.pods import group_index, is_leader, is_ready, is_unschedulable, phase, ready_since
+from kimik3.kube.times import rfc3339, rfc3339_seconds
 from kimik3.kube.workloads import waiting
 
 SLO_WINDOW_S = 3600.0
@@ -37,20 +37,15 @@ SLO_WINDOW_S = 3600.0
 
 ScrapeURL = Callable[[dict[str, Any], int], str]
 
+HOLD_EVENTS: dict[EventReason, EventType] = {
+    EventReason.GROUPS_LOADING: "Normal", EventReason.UNPLACEABLE: "Warning",
+    EventReason.METRICS_UNAVAILABLE: "Warning", EventReason.METRICS_INCOMPLETE: "Warning"}
+"""Decisions that hold the groups and still post an Event (of this type); a scale always posts a Normal one."""
+
 
 def pod_ip_url(pod: dict[str, Any], port: int) -> str:
     """A leader's /metrics in a real cluster: its pod IP."""
     return f"http://{pod.get('status', {}).get('podIP', '')}:{port}/metrics"
-
-
-def _iso(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _parse_time(value: str | None) -> float | None:
-    if not value:
-        return None
-    return dt.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc).timestamp()
 
 
 def load_seconds(members: list[dict[str, Any]], load_timeout_s: float) -> float | None:
@@ -58,8 +53,8 @@ def load_seconds(members: list[dict[str, Any]], load_timeout_s: float) -> float 
     last pod's Ready transition (``kube.pods.ready_since``). None when a time is missing, or the
     span is past the load timeout: the startup probe would have failed such a load, so the span
     holds a later readiness flap or container restart, not a load."""
-    created = [_parse_time(p["metadata"].get("creationTimestamp")) for p in members]
-    ready = [_parse_time(ready_since(p)) for p in members]
+    created = [rfc3339_seconds(p["metadata"].get("creationTimestamp")) for p in members]
+    ready = [rfc3339_seconds(ready_since(p)) for p in members]
     if not members or any(t is None for t in created + ready):
         return None
     span = max(t for t in ready if t is not None) - min(t for t in created if t is not None)
@@ -105,7 +100,7 @@ def fleet_state(sets: list[EngineSet], current: int, groups: Mapping[GroupKey, G
                     loads.append(loaded)
             else:
                 leader = next((p for p in group if is_leader(p)), group[0])
-                created = _parse_time(leader["metadata"].get("creationTimestamp"))
+                created = rfc3339_seconds(leader["metadata"].get("creationTimestamp"))
                 if created is None or now - created < load_timeout_s:
                     loading += 1
     ready = min(sum(int((s.lws.get("status") or {}).get("readyReplicas") or 0) for s in running), current)
@@ -126,21 +121,21 @@ def within_bounds(decision: Decision, low: int, high: int) -> Decision:
     if desired == decision.desired:
         return decision
     bound = "maxReplicas" if desired < decision.desired else "minReplicas"
-    return Decision(desired, "ReplicaBounds", f"spec.autoscaling.{bound} is {desired} "
+    return Decision(desired, EventReason.REPLICA_BOUNDS, f"spec.autoscaling.{bound} is {desired} "
                     f"(the policy said {decision.desired}: {decision.reason}: {decision.message})",
                     decision.recommendation)
 
 
-def told(decision: Decision, current: int, now: float) -> tuple[ScaleEvent | None, list[tuple[str, str, str]]]:
-    """status.lastScale and the Events ``(type, reason, message)`` of a decision from ``current``
-    groups at ``now`` (unix seconds): a change, or a hold whose reason a user must hear."""
+def told(decision: Decision, current: int, now: float) -> tuple[ScaleEvent | None, list[Event]]:
+    """status.lastScale and the Events of a decision from ``current`` groups at ``now`` (unix
+    seconds): a change, or a hold whose reason a user must hear (``HOLD_EVENTS``)."""
+    reason = EventReason(decision.reason)
     if decision.desired != current:
-        last_scale = ScaleEvent.model_validate({"time": _iso(now), "from": current, "to": decision.desired,
+        last_scale = ScaleEvent.model_validate({"time": rfc3339(now), "from": current, "to": decision.desired,
                                                 "reason": f"{decision.reason}: {decision.message}"[:1024]})
-        return last_scale, [("Normal", decision.reason, f"groups {current} -> {decision.desired}: {decision.message}")]
-    if decision.reason in ("GroupsLoading", "Unplaceable", "MetricsUnavailable", "MetricsIncomplete"):
-        return None, [("Warning" if decision.reason != "GroupsLoading" else "Normal", decision.reason,
-                       f"holding {current} group(s): {decision.message}")]
+        return last_scale, [Event("Normal", reason, f"groups {current} -> {decision.desired}: {decision.message}")]
+    if reason in HOLD_EVENTS:
+        return None, [Event(HOLD_EVENTS[reason], reason, f"holding {current} group(s): {decision.message}")]
     return None, []
 
 
@@ -164,8 +159,7 @@ class Scaled:
     replicas: int
     report: AutoscalerReport
     """What goes into the status."""
-    events: list[tuple[str, str, str]]
-    """(type, reason, message)."""
+    events: list[Event]
     requeue_after: float
 
 
@@ -241,7 +235,7 @@ class Autoscaling:
             obs = None
             reading = Verdict("False", exc.reason, f"{exc.message}; holding replicas at {fleet.current}")
         if obs is None and fleet.current == 0 and a.min_replicas == 0:
-            decision = Decision(0, "ScaledToZero", "no groups run: nothing to measure")
+            decision = Decision(0, EventReason.SCALED_TO_ZERO, "no groups run: nothing to measure")
             reading = Verdict("True", Reason.SCALED_TO_ZERO, "no groups run; no traffic is a valid reading")
         else:
             decision = within_bounds(state.policy.decide(now, obs, fleet), a.min_replicas, a.max_replicas)
@@ -267,7 +261,7 @@ class Autoscaling:
         unmeasured = fleet.serving - obs.groups
         state.unmeasured_since = {g: state.unmeasured_since.get(g, now) for g in unmeasured}
         if unmeasured:
-            since = ", ".join(f"{g} (since {_iso(state.unmeasured_since[g])})"
+            since = ", ".join(f"{g} (since {rfc3339(state.unmeasured_since[g])})"
                               for g in sorted(unmeasured, key=lambda g: (len(g), g)))
             return Verdict("True", Reason.GROUPS_UNMEASURED,
                            f"{obs.itl_metric} from {len(fleet.serving & obs.groups)} of {len(fleet.serving)} serving "
@@ -292,4 +286,4 @@ class Autoscaling:
         return DecodeStatus(metric=target.metric, percentile=target.percentile, latency_seconds=latency,
                             above_top_bucket=obs.above_top_bucket(q) or None,
                             tokens_per_second_per_user=obs.tokens_per_second_per_user(q),
-                            acceptance_length=round(obs.acceptance_length, 3), observed_at=_iso(now))
+                            acceptance_length=round(obs.acceptance_length, 3), observed_at=rfc3339(now))

@@ -33,12 +33,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from kimik3.api.conditions import Reason, Verdict
+from kimik3.api.conditions import Event, EventReason, Reason, Verdict
 from kimik3.api.v1alpha1 import GroupStatus
 from kimik3.kube import pods as kpods
+from kimik3.kube.times import parse_rfc3339, rfc3339
 
 __all__ = ["FAILED_PREPARE", "KUBELET_RETRY_S", "PREPARE_EVENTS", "PREPARE_POLL_S", "PrepareFailure",
-           "compute_domain_verdict", "prepare_bound_s", "prepare_failures", "unprepared_pods",
+           "compute_domain_verdict", "prepare_bound_s", "prepare_failures", "unprepared_pods", "verdict_event",
            "with_prepare_failures"]
 
 FAILED_PREPARE = "FailedPrepareDynamicResources"
@@ -91,17 +92,13 @@ def unprepared_pods(pods: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
             and kpods.phase(p) in (None, "Pending")]
 
 
-def _parse(value: str | None) -> dt.datetime | None:
-    return dt.datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
-
-
 def _span(event: dict[str, Any]) -> tuple[dt.datetime, dt.datetime] | None:
     """When an Event was first and last seen: ``firstTimestamp`` / ``lastTimestamp`` as the
     kubelet's recorder writes them, else (events.k8s.io) ``eventTime`` / ``series.lastObservedTime``."""
-    start = _parse(event.get("firstTimestamp")) or _parse(event.get("eventTime"))
+    start = parse_rfc3339(event.get("firstTimestamp")) or parse_rfc3339(event.get("eventTime"))
     if start is None:
         return None
-    return start, (_parse(event.get("lastTimestamp")) or _parse((event.get("series") or {}).get("lastObservedTime"))
+    return start, (parse_rfc3339(event.get("lastTimestamp")) or parse_rfc3339((event.get("series") or {}).get("lastObservedTime"))
                    or start)
 
 
@@ -139,7 +136,7 @@ def prepare_failures(pods: Iterable[dict[str, Any]], events: Iterable[dict[str, 
             next_s = left if next_s is None else min(next_s, left)
             continue
         out.append(PrepareFailure(pod["metadata"]["name"], kpods.group_index(pod) or "?", kpods.node_name(pod),
-                                  start.strftime("%Y-%m-%dT%H:%M:%SZ"), message[:MESSAGE_LIMIT]))
+                                  rfc3339(start), message[:MESSAGE_LIMIT]))
     return out, next_s
 
 
@@ -182,3 +179,16 @@ def compute_domain_verdict(domain: dict[str, Any] | None, pods: list[dict[str, A
                    f"ComputeDomain {name} ({overall}) lists {len(expected) - len(missing)} of {len(expected)} nodes "
                    f"of the engine pods: seen {', '.join(seen) or 'none'}; missing {', '.join(missing)}. Readiness "
                    "still comes from the groups' /health; the ComputeDomain is not recreated while pods use it")
+
+
+VERDICT_EVENTS: dict[Reason, EventReason] = {Reason.PREPARE_FAILED: EventReason.COMPUTE_DOMAIN_PREPARE_FAILED,
+                                             Reason.NODES_MISSING: EventReason.COMPUTE_DOMAIN_NODES_MISSING}
+"""The Warning Event of each ``ComputeDomainReady=False`` reason."""
+
+
+def verdict_event(verdict: Verdict | None) -> Event | None:
+    """The Warning Event that says ``verdict`` (``compute_domain_verdict``) when it is
+    ``ComputeDomainReady=False``; None otherwise."""
+    if verdict is None or verdict.status != "False" or verdict.reason not in VERDICT_EVENTS:
+        return None
+    return Event("Warning", VERDICT_EVENTS[verdict.reason], verdict.message)

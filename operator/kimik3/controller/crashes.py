@@ -20,6 +20,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
+from kimik3.api.conditions import EventReason
 from kimik3.controller import metrics
 from kimik3.controller.kube import Kube
 from kimik3.controller.recreation import GroupFailures
@@ -87,8 +88,8 @@ class CrashReporter:
         if self.failures is not None and not meta.get("deletionTimestamp"):
             for _, reason, _, code, key in _terminations(pod):
                 self.failures.record(meta["namespace"], deployment, key, pods.group_index(pod) or "?", code, reason)
-        incidents = [("EngineFailed", metrics.ENGINE_FAILURES, *f) for f in container_failures(pod)]
-        incidents += [("EngineDisrupted", metrics.ENGINE_DISRUPTIONS, *d) for d in disruptions(pod)]
+        incidents = [(EventReason.ENGINE_FAILED, metrics.ENGINE_FAILURES, *f) for f in container_failures(pod)]
+        incidents += [(EventReason.ENGINE_DISRUPTED, metrics.ENGINE_DISRUPTIONS, *d) for d in disruptions(pod)]
         for event_reason, counter, token, reason, text in incidents:
             with self._lock:
                 if token in self._seen:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kimik3.api.conditions import Event, EventReason, EventType
 from kimik3.api.v1alpha1 import GroupStatus
 from kimik3.controller.fleet import EngineSet
 from kimik3.kube import pods as kpods
@@ -29,8 +30,9 @@ from kimik3.kube.workloads import KueueState
 GROUP_MESSAGE_LIMIT = 512
 """Characters of a group's message kept (Kueue's messages run to ~200)."""
 
-KUEUE_EVENTS: dict[KueueState, str] = {"Admitted": "GroupAdmitted", "Pending": "GroupPending",
-                                       "Preempted": "GroupPreempted", "Evicted": "GroupEvicted"}
+KUEUE_EVENTS: dict[KueueState, EventReason] = {
+    "Admitted": EventReason.GROUP_ADMITTED, "Pending": EventReason.GROUP_PENDING,
+    "Preempted": EventReason.GROUP_PREEMPTED, "Evicted": EventReason.GROUP_EVICTED}
 """Event reason posted when a group's Workload enters each Kueue state (Normal for Admitted, else Warning)."""
 
 
@@ -76,18 +78,19 @@ def stored_groups(obj: dict[str, Any]) -> list[GroupStatus]:
     return [GroupStatus.model_validate(g) for g in (obj.get("status") or {}).get("groups") or []]
 
 
-def kueue_changes(before: list[GroupStatus], after: list[GroupStatus]) -> list[tuple[str, str, str]]:
-    """Events ``(type, reason, message)`` for each group whose Kueue state differs from what
-    ``before`` (the stored status) says: ``KUEUE_EVENTS``, the message quoting Kueue. A new
-    Workload Kueue has not considered yet (it admits most within a second) is no change."""
+def kueue_changes(before: list[GroupStatus], after: list[GroupStatus]) -> list[Event]:
+    """The Events of each group whose Kueue state differs from what ``before`` (the stored status)
+    says: ``KUEUE_EVENTS``, the message quoting Kueue. A new Workload Kueue has not considered yet
+    (it admits most within a second) is no change."""
     previous = {(g.leader_worker_set, g.index): g.kueue for g in before
                 if g.message != kworkloads.NOT_YET_CONSIDERED}
-    events = []
+    events: list[Event] = []
     for g in after:
         was = previous.get((g.leader_worker_set, g.index))
         if g.kueue is None or was == g.kueue or g.message == kworkloads.NOT_YET_CONSIDERED:
             continue
-        type_, reason = "Normal" if g.kueue == "Admitted" else "Warning", KUEUE_EVENTS[g.kueue]
+        type_: EventType = "Normal" if g.kueue == "Admitted" else "Warning"
+        reason = KUEUE_EVENTS[g.kueue]
         if g.kueue == "Admitted":
             where = f" into rack {g.rack}" if g.rack else ""
             text = f"group {g.index} admitted by Kueue{where} (quota reserved, every pod of the group placed together)"
@@ -97,5 +100,5 @@ def kueue_changes(before: list[GroupStatus], after: list[GroupStatus]) -> list[t
             text = f"group {g.index} {what}{f' (was {was})' if was else ''}: {g.message or 'no message from Kueue'}"
             if g.kueue == "Preempted":
                 text += "; it comes back when room returns"
-        events.append((type_, reason, text))
+        events.append(Event(type_, reason, text, once=False))  # each change is news
     return events

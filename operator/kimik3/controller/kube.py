@@ -7,7 +7,6 @@ synchronous (the official ``kubernetes`` client); the controller runs them in wo
 from __future__ import annotations
 
 import builtins
-import datetime as dt
 import json
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -16,6 +15,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from kimik3.kube.kinds import EVENT, kind_of
+from kimik3.kube.times import rfc3339
 
 FIELD_MANAGER = "kimik3-operator"
 REQUEST_TIMEOUT_S = 30
@@ -161,7 +161,7 @@ class Kube:
         """Record a core/v1 Event on ``obj`` (Normal or Warning). Never raises: events are best effort
         (a replica that does not lead posts none)."""
         meta = obj["metadata"]
-        now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = rfc3339()
         body = {
             "apiVersion": EVENT.api_version, "kind": EVENT.kind,
             "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},

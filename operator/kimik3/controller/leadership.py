@@ -29,7 +29,6 @@ docs: "Peering"). The Lease API gives the fencing above with two verbs of RBAC.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
 import socket
 import time
@@ -44,14 +43,11 @@ from kubernetes.client.rest import ApiException
 from kimik3.controller import metrics
 from kimik3.controller.kube import NotLeading, call_json
 from kimik3.kube.kinds import LEASE
+from kimik3.kube.times import rfc3339
 
 __all__ = ["LeaderElection", "LeaseTimings", "default_identity"]
 
 log = logging.getLogger("kimik3.leadership")
-
-MICRO_TIME = "%Y-%m-%dT%H:%M:%S.%fZ"
-"""Kubernetes MicroTime, as Lease ``acquireTime`` and ``renewTime`` hold it."""
-
 
 @dataclass(frozen=True)
 class LeaseTimings:
@@ -78,10 +74,6 @@ class LeaseTimings:
 def default_identity() -> str:
     """``<hostname>_<random>``: the pod name in a cluster, unique per process (client-go's form)."""
     return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
-
-
-def _now_micro() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime(MICRO_TIME)
 
 
 class LeaderElection:
@@ -163,7 +155,7 @@ class LeaderElection:
         except Exception as exc:  # unreachable API server: retried next period
             log.info("reading Lease %s/%s failed: %s", self.namespace, self.name, exc)
             return False
-        now = _now_micro()
+        now = rfc3339(micro=True)
         spec: dict[str, Any] = {"holderIdentity": self.identity,
                                 "leaseDurationSeconds": int(self.timings.lease_duration_s),
                                 "renewTime": now}
@@ -204,7 +196,7 @@ class LeaderElection:
             lease = self._call("GET", self._path())
             if (lease.get("spec") or {}).get("holderIdentity") != self.identity:
                 return
-            lease["spec"] |= {"holderIdentity": "", "leaseDurationSeconds": 1, "renewTime": _now_micro()}
+            lease["spec"] |= {"holderIdentity": "", "leaseDurationSeconds": 1, "renewTime": rfc3339(micro=True)}
             self._call("PUT", self._path(), lease)
         except Exception as exc:  # the Lease then expires on its own
             log.info("releasing Lease %s/%s failed: %s", self.namespace, self.name, exc)

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kimik3.api.conditions import Event, EventReason
 from kimik3.kube import pods as kpods
 from kimik3.kube import workloads as kworkloads
 from kimik3.kube.labels import KUEUE_JOB_UID_LABEL, LWS_NAME_LABEL
@@ -42,8 +43,8 @@ class Readmit:
     """Its name."""
     uid: str
     """Its UID (the delete's precondition)."""
-    event: tuple[str, str, str]
-    """Event (type, reason, message) on the CR."""
+    event: Event
+    """The Event on the CR."""
 
 
 GroupKey = tuple[str | None, str | None]
@@ -89,16 +90,18 @@ def readmissions(workloads: list[dict[str, Any]], pods: list[dict[str, Any]], ra
         key, failed = _workload_group(w, sets), unhealthy_nodes(w)
         group = key[1]
         if key in split:
-            reason, why = "GroupSplitAcrossRacks", (f"Kueue placed its pods in racks {' and '.join(split[key])} "
-                                                    "(its node replacement after a tray failed, kueue#6957)")
+            reason = EventReason.GROUP_SPLIT_ACROSS_RACKS
+            why = (f"Kueue placed its pods in racks {' and '.join(split[key])} (its node replacement after a tray "
+                   "failed, kueue#6957)")
         elif failed:
-            reason, why = "GroupTrayFailed", (f"its tray {', '.join(failed)} failed (Kueue lists it unhealthy; its "
-                                              "replacement moves one pod set alone, kueue#6957)")
+            reason = EventReason.GROUP_TRAY_FAILED
+            why = (f"its tray {', '.join(failed)} failed (Kueue lists it unhealthy; its replacement moves one pod set "
+                   "alone, kueue#6957)")
         else:
             continue
-        out.append(Readmit(meta["name"], meta.get("uid", ""), (
+        out.append(Readmit(meta["name"], meta.get("uid", ""), Event(
             "Warning", reason, f"group {group}: {why}; deleting the group's Workload so that Kueue admits the "
-                               "group again whole, into one rack with room")))
+                               "group again whole, into one rack with room", once=False)))
     return out
 
 

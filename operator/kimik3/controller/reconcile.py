@@ -26,7 +26,7 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 
 from kimik3.admission import AdmissionPolicy, Admitted, admit
-from kimik3.api.conditions import ConditionType
+from kimik3.api.conditions import ConditionType, Event, EventReason
 from kimik3.api.errors import SpecErrors
 from kimik3.api.v1alpha1 import KimiK3DeploymentStatus
 from kimik3.controller import metrics, steps
@@ -40,7 +40,7 @@ from kimik3.controller.rollout import Rollouts
 from kimik3.controller.snapshot import Reader
 from kimik3.controller.staging import DEFAULT_STAGER_IMAGE, Staging
 from kimik3.controller.status import Observed, invalid_status, lws_selector, merge_patch, status_patch, stored_conditions
-from kimik3.controller.steps import Deletion, Event, Outcome
+from kimik3.controller.steps import Deletion, Outcome
 from kimik3.kube.kinds import (CHILD_NEEDS, COMPUTE_DOMAIN, GROUP, HTTP_ROUTE, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET,
                                POD, POD_MONITOR, SERVED_BY, Kind, kind_of)
 from kimik3.kube.labels import DEPLOYMENT_LABEL
@@ -174,7 +174,7 @@ class Reconciler:
             return admit(obj.get("spec") or {}, self.policy)
         except SpecErrors as exc:
             problems = "; ".join(map(str, exc.errors))
-            self._post(obj, [Event("Warning", "InvalidSpec", f"spec refused, nothing changed: {problems}")])
+            self._post(obj, [Event("Warning", EventReason.INVALID_SPEC, f"spec refused, nothing changed: {problems}")])
             self._write_status(obj, invalid_status(obj, problems))
             return None
 
@@ -221,7 +221,7 @@ class Reconciler:
             except ApiException as exc:
                 failed[child["kind"]] = apply_failure(kind, child["metadata"]["name"], exc)
                 metrics.APPLY_ERRORS.labels(kind=child["kind"]).inc()
-                self._post(obj, [Event("Warning", "ApplyFailed", failed[child["kind"]])])
+                self._post(obj, [Event("Warning", EventReason.APPLY_FAILED, failed[child["kind"]])])
         return failed
 
     def _delete(self, obj: dict[str, Any], deletions: list[Deletion]) -> None:
@@ -234,7 +234,7 @@ class Reconciler:
             try:
                 gone = self.kube.delete(*d.kind.type_meta, namespace, d.name, uid=d.uid)
             except ApiException as exc:
-                self._post(obj, [Event("Warning", "DeleteFailed", f"{d.kind.kind} {d.name} not removed: "
+                self._post(obj, [Event("Warning", EventReason.DELETE_FAILED, f"{d.kind.kind} {d.name} not removed: "
                                        f"{exc.status} {exc.reason}: {api_error_message(exc)}")])
                 continue
             if gone and self.cache is not None:  # the DELETED event may come after this reconcile's status
@@ -272,9 +272,9 @@ class Reconciler:
         assert now is not None  # compute_status always sets Ready
         if before == "True" and now.status == "False":
             metrics.READY_LOST.labels(meta["namespace"], meta["name"]).inc()
-            self.kube.event(obj, "Warning", "GroupsNotReady", now.message)
+            self._post(obj, [Event("Warning", EventReason.GROUPS_NOT_READY, now.message, once=False)])
         elif before == "False" and now.status == "True":
-            self.kube.event(obj, "Normal", "GroupsReady", now.message)
+            self._post(obj, [Event("Normal", EventReason.GROUPS_READY, now.message, once=False)])
 
     # -- delete ------------------------------------------------------------------------------
     def _teardown(self, obj: dict[str, Any]) -> Result:
@@ -288,13 +288,13 @@ class Reconciler:
             for lws in lwss:
                 if not is_deleting(lws):
                     self.kube.delete(*LEADER_WORKER_SET.type_meta, ns, lws["metadata"]["name"])
-            self._post(obj, [Event("Normal", "TeardownStarted", "deleting the LeaderWorkerSets first; the "
+            self._post(obj, [Event("Normal", EventReason.TEARDOWN_STARTED, "deleting the LeaderWorkerSets first; the "
                                    "ComputeDomain goes once their pods are gone")])
             return Result("tearing-down", TEARDOWN_POLL_S)
         pods = self.kube.list(*POD.type_meta, ns, lws_selector(owner))
         if pods:
             pod = pods[0]["metadata"]["name"]
-            self._post(obj, [Event("Normal", "TeardownWaiting", f"waiting for pod {pod} ({len(pods)} left) to "
+            self._post(obj, [Event("Normal", EventReason.TEARDOWN_WAITING, f"waiting for pod {pod} ({len(pods)} left) to "
                                    "terminate before releasing the ComputeDomain")])
             return Result("tearing-down", TEARDOWN_POLL_S)
         cd = self.kube.get(*COMPUTE_DOMAIN.type_meta, ns, owner.name)

@@ -14,7 +14,6 @@ Pure functions and ``Rollouts`` (pause, canary bake and analysis, rollback): no 
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -22,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kimik3.admission import Admitted
-from kimik3.api.conditions import ConditionType, Reason, Verdict
+from kimik3.api.conditions import ConditionType, Event, EventReason, Reason, Verdict
 from kimik3.api.v1alpha1 import (CanaryStatus, KimiK3DeploymentStatus, RevisionGroups, RollbackStatus,
                                  RolloutStatus)
 from kimik3.controller.canary import Analysis
@@ -30,6 +29,7 @@ from kimik3.controller.fleet import EngineSet, FleetPlan, plan
 from kimik3.kube.groups import Group, GroupKey
 from kimik3.kube.labels import KUEUE_JOB_UID_LABEL, LWS_NAME_LABEL
 from kimik3.kube.pods import group_index, is_unschedulable, labels, unschedulable_message
+from kimik3.kube.times import rfc3339, rfc3339_seconds
 from kimik3.kube.workloads import waiting
 from kimik3.render.revision import TEMPLATE_HASH_ANNOTATION
 
@@ -136,7 +136,7 @@ def progressing(admitted: Admitted, sets: list[EngineSet], status: RolloutStatus
     return Verdict("True", Reason.ROLLOUT_IN_PROGRESS, f"rolling out: {figures(admitted, status, desired)}")
 
 
-def step_event(status: KimiK3DeploymentStatus, admitted: Admitted, desired: int) -> tuple[str, str] | None:
+def step_event(status: KimiK3DeploymentStatus, admitted: Admitted, desired: int) -> tuple[EventReason, str] | None:
     """The Event (reason, message) of a rollout step: ``RolloutStep`` with the figures while one
     runs (a new Event each time a figure moves); None otherwise. ``RolloutComplete`` is posted
     when the last old LeaderWorkerSet is deleted (``controller.fleet.FleetPlan.complete``)."""
@@ -145,7 +145,7 @@ def step_event(status: KimiK3DeploymentStatus, admitted: Admitted, desired: int)
     if now is None or verdict is None:
         return None
     if verdict.reason == Reason.ROLLOUT_IN_PROGRESS and now.update_revision:
-        return "RolloutStep", figures(admitted, now, desired)
+        return EventReason.ROLLOUT_STEP, figures(admitted, now, desired)
     return None
 
 
@@ -161,22 +161,12 @@ class RolloutStep:
     rolled_back: RollbackStatus | None = None
     verdict: Verdict | None = None
     """Progressing as the rollout says it (CanaryAnalysis, Paused, RolledBack), or None."""
-    events: list[tuple[str, str, str]] = field(default_factory=list)
-    """(type, reason, message)."""
+    events: list[Event] = field(default_factory=list)
     requeue_after: float | None = None
 
 
 def _hash(lws: dict[str, Any]) -> str | None:
     return ((lws.get("metadata") or {}).get("annotations") or {}).get(TEMPLATE_HASH_ANNOTATION)
-
-
-def _iso(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _seconds(value: str | None) -> float | None:
-    return dt.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc).timestamp() \
-        if value else None
 
 
 def _budget(admitted: Admitted, replicas: int) -> tuple[int, int]:
@@ -223,8 +213,8 @@ class Rollouts:
             return RolloutStep(plan(rendered, sets, replicas, surge, unavailable))
         if canary is None or canary.template_hash != want:
             canary = CanaryStatus(template_hash=want or "")
-            step_events = [("Normal", "CanaryStarted", f"{r.canary.groups} canary group(s) of the new templates "
-                            f"beside every old group; bake {r.canary.bake} once Ready")]
+            step_events = [Event("Normal", EventReason.CANARY_STARTED, f"{r.canary.groups} canary group(s) of the new "
+                                 f"templates beside every old group; bake {r.canary.bake} once Ready")]
         else:
             step_events = []
         if canary.promoted:
@@ -248,14 +238,14 @@ class Rollouts:
         canary.revision = next(iter(revisions)) if len(revisions) == 1 else canary.revision
         ready = len(members) >= r.canary.groups and all(g.live_ready for g in members) and len(revisions) == 1
         if ready and canary.ready_since is None:
-            canary.ready_since = _iso(now)
-        since = _seconds(canary.ready_since)
-        last = _seconds(canary.last_check)
+            canary.ready_since = rfc3339(now)
+        since = rfc3339_seconds(canary.ready_since)
+        last = rfc3339_seconds(canary.last_check)
         meta = obj["metadata"]
         if since is not None and canary.revision and (last is None or now - last >= seconds.canary_interval):
             check = self.analysis.check(meta["namespace"], meta["name"], admitted, canary.revision,
                                         [p for g in groups.values() for p in g.pods])
-            canary.last_check, canary.message = _iso(now), check.message
+            canary.last_check, canary.message = rfc3339(now), check.message
             if check.passed is not None:
                 canary.checks += 1
                 canary.failed_checks += 0 if check.passed else 1
@@ -265,9 +255,9 @@ class Rollouts:
         if since is not None and now - since >= seconds.canary_bake:
             canary.promoted = True
             step = RolloutStep(plan(rendered, sets, replicas, surge, unavailable), canary=canary)
-            step.events.append(("Normal", "CanaryPromoted", f"revision {canary.revision} baked {r.canary.bake}: "
-                                f"{canary.checks} check(s), {canary.failed_checks} failed; {canary.message}; "
-                                "rolling out to every group"))
+            step.events.append(Event("Normal", EventReason.CANARY_PROMOTED, f"revision {canary.revision} baked "
+                                     f"{r.canary.bake}: {canary.checks} check(s), {canary.failed_checks} failed; "
+                                     f"{canary.message}; rolling out to every group"))
             return step
         waiting_for = ("waiting for the canary group(s) to be Ready" if since is None else
                        f"baking {now - since:.0f}/{seconds.canary_bake:.0f} s: {canary.checks} check(s), "
@@ -295,7 +285,7 @@ class Rollouts:
         surge, unavailable = _budget(admitted, replicas)
         step = RolloutStep(plan(rendered, sets, replicas, surge, unavailable, refused=want))
         step.rolled_back = RollbackStatus(template_hash=canary.template_hash, revision=canary.revision,
-                                          restored_revision=restored, time=_iso(now), message=message)
+                                          restored_revision=restored, time=rfc3339(now), message=message)
         step.verdict = Verdict("False", Reason.ROLLED_BACK, message)
-        step.events.append(("Warning", "RolledBack", message))
+        step.events.append(Event("Warning", EventReason.ROLLED_BACK, message))
         return step

@@ -10,7 +10,6 @@ a ScalingLimited condition with another writer's reason is left alone.
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +27,7 @@ from kimik3.controller.rollout import progressing as rollout_progressing
 from kimik3.kube.labels import DEPLOYMENT_LABEL, LWS_NAME_LABEL
 from kimik3.kube.pods import (group_index, is_leader, is_ready, is_terminating, is_unschedulable, phase, role,
                               scheduling_gates, scheduling_problem, unschedulable_message)
+from kimik3.kube.times import rfc3339
 from kimik3.kube.workloads import waiting
 from kimik3.render.meta import Owner, selector_string
 from kimik3.render.service import endpoint, leader_selector
@@ -49,10 +49,6 @@ class AutoscalerReport:
     """status.lastScale of a decision that changed replicas; None: it stays as it is."""
     metrics: Verdict | None = None
     """Condition MetricsAvailable now; None between decisions (the condition stays as it is)."""
-
-
-def now_rfc3339() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def status_patch(status: KimiK3DeploymentStatus) -> dict[str, Any]:
@@ -93,7 +89,7 @@ def set_condition(conditions: list[Condition], type_: ConditionType, verdict: Ve
     """``conditions`` with ``type_`` set to ``verdict``, sorted by type; the transition time
     moves only on a status change."""
     previous = next((c for c in conditions if c.type == type_), None)
-    since = previous.last_transition_time if previous and previous.status == verdict.status else now_rfc3339()
+    since = previous.last_transition_time if previous and previous.status == verdict.status else rfc3339()
     entry = Condition(type=type_, status=verdict.status, reason=verdict.reason,
                       message=verdict.message[:MESSAGE_LIMIT], last_transition_time=since,
                       observed_generation=generation)

@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from kimik3.admission import Admitted
-from kimik3.api.conditions import ConditionType, Reason, Verdict
+from kimik3.api.conditions import ConditionType, Event, EventReason, Reason, Verdict, event_reason
 from kimik3.api.v1alpha1 import KimiK3DeploymentStatus
 from kimik3.controller import launchers
 from kimik3.controller.autoscaling import Autoscaling, Scaled
 from kimik3.controller.computedomains import (PrepareFailure, compute_domain_verdict, prepare_failures,
-                                              unprepared_pods, with_prepare_failures)
+                                              unprepared_pods, verdict_event, with_prepare_failures)
 from kimik3.controller.fleet import fleet_replicas
 from kimik3.controller.groups import kueue_changes, stored_groups
 from kimik3.controller.readmit import awaits_kueue, readmissions
@@ -42,7 +42,7 @@ from kimik3.controller.snapshot import Snapshot
 from kimik3.controller.staging import Staging, Weights, with_weights
 from kimik3.controller.status import Observed, compute_status, stored_conditions
 from kimik3.kube.kinds import COMPUTE_DOMAIN, CONFIG_MAP, LEADER_WORKER_SET, WORKLOAD, Kind
-from kimik3.render.children import COMPUTE_DOMAIN_SKIPPED, Rendered, render
+from kimik3.render.children import Rendered, render
 
 T = TypeVar("T")
 
@@ -55,18 +55,6 @@ REPLACE_POLL_S = 2.0
 """Re-check this often while Kueue may be replacing a group's failed tray (``controller.readmit``), seconds."""
 ANNOUNCE_S = 0.0
 """Reconcile again at once after writing WeightsReady=True, before which no engine is applied."""
-
-
-@dataclass(frozen=True)
-class Event:
-    """A core/v1 Event on the CR."""
-
-    type: str
-    """Normal or Warning."""
-    reason: str
-    message: str
-    once: bool = True
-    """Posted once per generation, reason and message (False: each time a step asks: a change it saw)."""
 
 
 @dataclass(frozen=True)
@@ -116,10 +104,6 @@ class Outcome:
         return result
 
 
-def _events(triples: list[tuple[str, str, str]], once: bool = True) -> list[Event]:
-    return [Event(type_, reason, message, once) for type_, reason, message in triples]
-
-
 # ------------------------------------------------------------------------------------------ before the applies
 
 
@@ -137,7 +121,7 @@ def guard(snap: Snapshot, failures: GroupFailures) -> StepResult[float]:
     if verdict is None:
         return StepResult(failures.start_delay_s(ns, name))
     return StepResult(failures.start_delay_s(ns, name), conditions={ConditionType.DEGRADED: verdict},
-                      events=[Event("Warning", verdict.reason, verdict.message)])
+                      events=[Event("Warning", event_reason(verdict.reason), verdict.message)])
 
 
 def scale(snap: Snapshot, admitted: Admitted, autoscaling: Autoscaling) -> StepResult[Scaled | None]:
@@ -146,12 +130,12 @@ def scale(snap: Snapshot, admitted: Admitted, autoscaling: Autoscaling) -> StepR
         autoscaling.forget(snap.owner.namespace, snap.owner.name)
         return StepResult(None)
     scaled = autoscaling.step(snap.obj, admitted, snap.sets, snap.groups, snap.workloads)
-    events = _events(scaled.events)
+    events = list(scaled.events)
     progress = next((c.reason for c in stored_conditions(snap.obj) if c.type == ConditionType.PROGRESSING), None)
     keep = scale_down_held(progress, fleet_replicas(snap.sets) or 0, scaled.replicas,
                            admitted.spec.autoscaling.max_replicas)
     if keep is not None:
-        events.insert(0, Event("Normal", "ScaleDownHeld", f"keeping {keep} group(s), not {scaled.replicas}, "
+        events.insert(0, Event("Normal", EventReason.SCALE_DOWN_HELD, f"keeping {keep} group(s), not {scaled.replicas}, "
                                "until the rollout is done"))
         scaled.replicas = keep
     return StepResult(scaled, events=events, requeue_after=scaled.requeue_after)
@@ -162,9 +146,7 @@ def render_children(snap: Snapshot, admitted: Admitted, scaled: Scaled | None, s
     """The children of the spec at the autoscaler's replicas; render's warnings as Events."""
     rendered = render(admitted, snap.owner, replicas=None if scaled is None else scaled.replicas,
                       compute_domains=compute_domains, start_delay_s=start_delay_s)
-    return StepResult(rendered, events=[
-        Event("Warning", "ComputeDomainSkipped" if w == COMPUTE_DOMAIN_SKIPPED else "DisruptionBudgetSkipped", w)
-        for w in rendered.warnings])
+    return StepResult(rendered, events=list(rendered.warnings))
 
 
 def roll(snap: Snapshot, admitted: Admitted, rendered: Rendered, rollouts: Rollouts) -> StepResult[RolloutStep]:
@@ -172,7 +154,7 @@ def roll(snap: Snapshot, admitted: Admitted, rendered: Rendered, rollouts: Rollo
     index = next(i for i, c in enumerate(rendered.objects) if c["kind"] == LEADER_WORKER_SET.kind)
     rolled = rollouts.step(snap.obj, admitted, rendered.objects[index], snap.sets, snap.groups)
     objects = rendered.objects[:index] + rolled.fleet.apply + rendered.objects[index + 1:]
-    return StepResult(rolled, apply=objects, events=_events(rolled.events), requeue_after=rolled.requeue_after)
+    return StepResult(rolled, apply=objects, events=list(rolled.events), requeue_after=rolled.requeue_after)
 
 
 def gate(snap: Snapshot, weights: Weights, objects: list[dict[str, Any]]) -> StepResult[bool]:
@@ -195,10 +177,11 @@ def retire(rolled: RolloutStep, desired: int) -> StepResult[None]:
     fleet = rolled.fleet
     why = f"its groups are replaced by {fleet.target}'s" if fleet.target else "not needed"
     out: StepResult[None] = StepResult(None, delete=[
-        Deletion(LEADER_WORKER_SET, name, event=Event("Normal", "Deleted", f"LeaderWorkerSet {name} removed: {why}"))
+        Deletion(LEADER_WORKER_SET, name, event=Event("Normal", EventReason.DELETED,
+                                                      f"LeaderWorkerSet {name} removed: {why}"))
         for name in fleet.delete])
     if fleet.delete and fleet.complete:
-        out.events.append(Event("Normal", "RolloutComplete", f"every group runs on LeaderWorkerSet {fleet.target} "
+        out.events.append(Event("Normal", EventReason.ROLLOUT_COMPLETE, f"every group runs on LeaderWorkerSet {fleet.target} "
                                 f"({desired} group(s) Ready); {', '.join(fleet.delete)} removed"))
     return out
 
@@ -213,12 +196,12 @@ def prune(snap: Snapshot, rendered: Rendered, applied_all: bool) -> StepResult[N
         if kind == COMPUTE_DOMAIN and snap.pods:
             continue  # F4: pods still hold its channel claim; deleted once they are gone
         out.delete.append(Deletion(kind, owner.name, if_watched=True, event=Event(
-            "Normal", "Deleted", f"{kind.kind} {owner.name} removed: not needed by the spec")))
+            "Normal", EventReason.DELETED, f"{kind.kind} {owner.name} removed: not needed by the spec")))
     if applied_all and launchers.settled(snap.sets):
         configmap = next(c["metadata"]["name"] for c in rendered.objects if c["kind"] == CONFIG_MAP.kind)
         keep = launchers.in_use(configmap, snap.sets, snap.pods)
         out.delete += [Deletion(CONFIG_MAP, name, event=Event(
-            "Normal", "Deleted", f"ConfigMap {name} removed: no group runs a revision that mounts it "
+            "Normal", EventReason.DELETED, f"ConfigMap {name} removed: no group runs a revision that mounts it "
                                  f"(kept: {', '.join(sorted(keep))})"))
             for name in launchers.stale(owner, snap.launchers, keep)]
     return out
@@ -231,7 +214,7 @@ def place(snap: Snapshot) -> StepResult[None]:
     workloads, names = snap.workloads or [], snap.set_uids
     steps = readmissions(workloads, snap.pods, snap.racks, names)
     out: StepResult[None] = StepResult(None, delete=[
-        Deletion(WORKLOAD, s.workload, s.uid, Event(*s.event, once=False)) for s in steps])
+        Deletion(WORKLOAD, s.workload, s.uid, s.event) for s in steps])
     if steps or awaits_kueue(workloads, snap.pods, names):
         out.requeue_after = REPLACE_POLL_S
     return out
@@ -249,9 +232,9 @@ def observe(snap: Snapshot, has_domain: bool, now: dt.datetime) -> StepResult[li
     out: StepResult[list[PrepareFailure]] = StepResult(failures, requeue_after=again)
     if verdict is not None:
         out.conditions[ConditionType.COMPUTE_DOMAIN_READY] = verdict
-        if verdict.status == "False":
-            out.events.append(Event("Warning", "ComputeDomainPrepareFailed" if failures else "ComputeDomainNodesMissing",
-                                    verdict.message))
+    event = verdict_event(verdict)
+    if event is not None:
+        out.events.append(event)
     return out
 
 
@@ -262,18 +245,18 @@ def report(snap: Snapshot, admitted: Admitted, observed: Observed, weights: Weig
     status = compute_status(snap, admitted, observed)
     status = with_weights(status, weights, snap.obj["metadata"].get("generation"), bool(snap.sets))
     status.groups = with_prepare_failures(status.groups or [], prepare)
-    out = StepResult(status, events=_events(kueue_changes(stored_groups(snap.obj), status.groups or []), once=False))
+    out = StepResult(status, events=kueue_changes(stored_groups(snap.obj), status.groups or []))
     generation = snap.obj["metadata"].get("generation")
     if (snap.obj.get("status") or {}).get("observedGeneration") != generation and not observed.apply_error:
         kinds = ", ".join(c["kind"] for c in observed.rendered)
-        out.events.append(Event("Normal", "Applied", f"generation {generation}: applied {kinds}; {observed.desired} "
+        out.events.append(Event("Normal", EventReason.APPLIED, f"generation {generation}: applied {kinds}; {observed.desired} "
                                 f"group(s) of {admitted.plan.nodes_per_group} pods x {admitted.plan.gpus_per_node} GPUs"))
     step = step_event(status, admitted, observed.desired)
     if step is not None:
         out.events.append(Event("Normal", *step))
     limited = status.condition(ConditionType.SCALING_LIMITED)
     if limited and limited.status == "True" and limited.reason != Reason.ALL_GROUPS_PLACED:
-        out.events.append(Event("Warning", limited.reason, limited.message))
+        out.events.append(Event("Warning", event_reason(limited.reason), limited.message))
     ready = status.condition(ConditionType.READY)
     out.requeue_after = RESYNC_READY_S if ready is not None and ready.status == "True" else RESYNC_STARTING_S
     return out

@@ -4,7 +4,7 @@
 resource's identity and returns a ``Rendered``: the objects to apply (ComputeDomain, launcher
 ConfigMap, LeaderWorkerSet, Service, PodDisruptionBudget, PodMonitor, HTTPRoute), the kinds that
 must not exist (e.g. the budget at one replica, the ComputeDomain at zero replicas), and warnings
-for the user. It refuses nothing: admission did.
+for the user, each with the reason of the Event that says it. It refuses nothing: admission did.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kimik3.admission import Admitted
+from kimik3.api.conditions import Event, EventReason
 from kimik3.kube.kinds import COMPUTE_DOMAIN, HTTP_ROUTE, POD_DISRUPTION_BUDGET, POD_MONITOR, Kind
 from kimik3.render.computedomain import compute_domain
 from kimik3.render.configmap import launcher_configmap
@@ -30,7 +31,8 @@ class Rendered:
     """Children to apply, in order (the ComputeDomain before the pods that claim it)."""
     absent: list[Kind] = field(default_factory=list)
     """Kinds of the children (named like the deployment) that must not exist now."""
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[Event] = field(default_factory=list)
+    """Warning Events for the user (posted on the CR; printed by ``kimik3 render``)."""
 
 
 COMPUTE_DOMAIN_SKIPPED = ("no ComputeDomain: the operator runs with --no-compute-domains (a cluster without "
@@ -48,11 +50,11 @@ def render(admitted: Admitted, owner: Owner, replicas: int | None = None, comput
     groups = spec.replicas if replicas is None else replicas
     objects: list[dict[str, Any]] = []
     absent: list[Kind] = []
-    warnings: list[str] = []
+    warnings: list[Event] = []
     cd = compute_domain(owner)
     with_cd = plan.needs_compute_domain and compute_domains
     if plan.needs_compute_domain and not compute_domains:
-        warnings.append(COMPUTE_DOMAIN_SKIPPED)
+        warnings.append(Event("Warning", EventReason.COMPUTE_DOMAIN_SKIPPED, COMPUTE_DOMAIN_SKIPPED))
     if with_cd and groups > 0:
         objects.append(cd)
     else:  # also when a spec change moved the deployment to nodes that need none
@@ -66,7 +68,7 @@ def render(admitted: Admitted, owner: Owner, replicas: int | None = None, comput
     else:
         absent.append(POD_DISRUPTION_BUDGET)
         if why:
-            warnings.append(why)
+            warnings.append(Event("Warning", EventReason.DISRUPTION_BUDGET_SKIPPED, why))
     if spec.monitoring.enabled:
         objects.append(pod_monitor(owner, spec))
     else:

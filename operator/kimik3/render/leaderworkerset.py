@@ -35,16 +35,12 @@ from kimik3.kube.labels import (
 )
 from kimik3.render import compilecache, computedomain, configmap
 from kimik3.render.revision import TEMPLATE_HASH_ANNOTATION, template_hash
-from kimik3.render.meta import Owner
+from kimik3.render.meta import Owner, engine_set_name
 
 PLAN_HASH_ANNOTATION = "inference.kimik3.io/plan-hash"
 KUEUE_GROUP_NAME = "engine-group"
 """The podset group name on both templates: Kueue places a group's leader and workers together."""
 CONTAINER = "engine"
-
-
-def lws_name(owner: Owner) -> str:
-    return f"{owner.name}-engine"
 
 
 def _engine_env(admitted: Admitted) -> dict[str, str]:
@@ -170,7 +166,7 @@ def leader_worker_set(owner: Owner, admitted: Admitted, replicas: int, channel_c
         template["workerTemplate"] = pod_template(owner, admitted, False, channel_claims)
     else:
         template["workerTemplate"] = pod_template(owner, admitted, True, channel_claims)
-    meta = owner.metadata(lws_name(owner))
+    meta = owner.metadata(engine_set_name(owner.name))
     if placement.mode == "kueue":
         meta["labels"][KUEUE_QUEUE_NAME_LABEL] = placement.queue_name
         if placement.priority_class:

@@ -9,6 +9,12 @@ from kimik3.kube.kinds import KIMIK3_DEPLOYMENT
 from kimik3.kube.labels import DEPLOYMENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL
 
 
+def engine_set_name(deployment: str) -> str:
+    """``<deployment>-engine``: the deployment's LeaderWorkerSet (a rollout's new one beside it
+    takes a hash suffix, ``controller.fleet``), and so the prefix of its pods' names
+    (``<set>-<group>``, ``<set>-<group>-<worker>``)."""
+    return f"{deployment}-engine"
+
 
 @dataclass(frozen=True)
 class Owner:

@@ -23,7 +23,6 @@ A folder whose manifest names the same commit is not downloaded again. Every fai
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import json
 import os
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from kimik3.engine.weights import MANIFEST, Artifact
+from kimik3.kube.times import rfc3339
 from kimik3.staging.files import loaded
 from kimik3.staging.progress import REPORT_INTERVAL_S, Progress, Reporter
 
@@ -46,10 +46,6 @@ DOWNLOAD_CACHE = ".cache"
 
 class StagingError(RuntimeError):
     """Staging failed; the message quotes the hub's or the storage's error."""
-
-
-def now() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def git_blob_sha1(path: Path) -> str:
@@ -129,7 +125,7 @@ def stage(artifact: Artifact, root: Path, *, endpoint: str | None = None, token:
     from huggingface_hub import HfApi, snapshot_download
 
     folder = root / artifact.folder
-    progress = Progress(artifact.repo_id, artifact.revision, updated_at=now())
+    progress = Progress(artifact.repo_id, artifact.revision, updated_at=rfc3339())
     report(progress)
     try:
         info = HfApi(endpoint=endpoint, token=token).model_info(artifact.repo_id, revision=artifact.revision,
@@ -141,11 +137,11 @@ def stage(artifact: Artifact, root: Path, *, endpoint: str | None = None, token:
                                "no config.json)")
         sizes = {name: int(s.size or 0) for name, s in wanted.items()}
         progress = progress.with_(phase="downloading", commit=commit, bytes_total=sum(sizes.values()),
-                                  files_total=len(sizes), updated_at=now())
+                                  files_total=len(sizes), updated_at=rfc3339())
         manifest = read_manifest(folder)
         if manifest is not None and manifest.get("commit") == commit:
             done = progress.with_(phase="complete", bytes_done=progress.bytes_total, files_done=len(sizes),
-                                  files=manifest.get("files", []), updated_at=manifest.get("verifiedAt", now()))
+                                  files=manifest.get("files", []), updated_at=manifest.get("verifiedAt", rfc3339()))
             report(done)
             return done
         folder.mkdir(parents=True, exist_ok=True)
@@ -154,16 +150,16 @@ def stage(artifact: Artifact, root: Path, *, endpoint: str | None = None, token:
         progress = _download(progress, folder, sizes, report, report_interval_s, lambda: snapshot_download(
             artifact.repo_id, revision=commit, local_dir=folder, allow_patterns=sorted(wanted),
             max_workers=max_workers, endpoint=endpoint, token=token))
-        report(progress := progress.with_(phase="verifying", updated_at=now()))
+        report(progress := progress.with_(phase="verifying", updated_at=rfc3339()))
         files = _verify(folder, wanted, max_workers)
-        verified_at = now()
+        verified_at = rfc3339()
         doc = {"repoId": artifact.repo_id, "revision": artifact.revision, "commit": commit,
                "bytes": progress.bytes_total, "files": files, "verifiedAt": verified_at}
         tmp = folder / f"{MANIFEST}.tmp"
         tmp.write_text(json.dumps(doc, indent=1, sort_keys=True), encoding="utf-8")
         os.replace(tmp, folder / MANIFEST)
     except Exception as exc:  # noqa: BLE001 - every failure is reported, then raised as StagingError
-        failed = progress.with_(phase="failed", error=_describe(exc), updated_at=now(), eta_seconds=None)
+        failed = progress.with_(phase="failed", error=_describe(exc), updated_at=rfc3339(), eta_seconds=None)
         report(failed)
         raise StagingError(failed.error) from exc
     done = progress.with_(phase="complete", files_done=len(files), bytes_done=progress.bytes_total, eta_seconds=0.0,
@@ -189,7 +185,7 @@ def _download(progress: Progress, folder: Path, sizes: dict[str, int], report: R
         rate = (done - start_bytes) / elapsed if elapsed > 0 and done > start_bytes else None
         eta = (progress.bytes_total - done) / rate if rate else None
         return progress.with_(bytes_done=min(done, progress.bytes_total), files_done=complete,
-                              rate_bytes_per_second=rate, eta_seconds=eta, updated_at=now())
+                              rate_bytes_per_second=rate, eta_seconds=eta, updated_at=rfc3339())
 
     def loop() -> None:
         while not stop.wait(interval_s):

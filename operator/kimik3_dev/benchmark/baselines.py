@@ -78,6 +78,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from kimik3.api.conditions import EventReason
 from kimik3.autoscaler.histogram import mean
 from kimik3.autoscaler.observation import DecodeObservation
 from kimik3.autoscaler.perfmodel import DEFAULT_WORKLOAD, EngineShape, decode_point, perf_params
@@ -144,7 +145,7 @@ class Profile:
 
 
 def _hold(fleet: FleetState, why: str) -> Decision:
-    return Decision(fleet.current, "MetricsUnavailable", why)
+    return Decision(fleet.current, EventReason.METRICS_UNAVAILABLE, why)
 
 
 # ---------------------------------------------------------------- HPA -----------------------

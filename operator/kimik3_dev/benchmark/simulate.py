@@ -44,7 +44,6 @@ and stays at the peak of the per-minute need.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import json
 import math
 import resource
@@ -60,6 +59,7 @@ import click
 from kimik3.admission import Admitted, admit
 from kimik3.autoscaler.factory import latency_policy
 from kimik3.autoscaler.policy import Policy
+from kimik3.kube.times import rfc3339
 from kimik3_dev.benchmark.baselines import (DynamoPlannerPolicy, KPAPolicy, OptimalPolicy, Profile, StaticPolicy,
                                             provisioning_schedule)
 from kimik3_dev.benchmark.fleet import FleetConfig, FleetSim, GroupModel, RunResult
@@ -527,7 +527,7 @@ def _meta(s: Setup, recipe: str, seeds: tuple[int, ...], jobs: int, t0: float, c
     CPU seconds so far (this process and its workers), whether every (trace, seed) pair is in, and
     the policies kept from the previous file (``keep_others``; absent when none)."""
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    meta = {"date": rfc3339(),
             "commit": commit, "seeds": list(seeds), "jobs": jobs, "recipe": recipe,
             "target_s": s.target_s, "peers": peer_configurations(s), "complete": complete,
             "wall_s": round(time.monotonic() - t0, 1),

@@ -31,7 +31,6 @@ the rack shape, step timings (s) and the resident memory (bytes) of every proces
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import shutil
@@ -48,6 +47,7 @@ from kubernetes.client.rest import ApiException
 import kimik3
 from kimik3.kube import nodes as knodes
 from kimik3.kube.accelerators import PROFILES
+from kimik3.kube.times import rfc3339
 from kimik3_dev import command
 from kimik3_dev.devcluster import kubecomponents, kueue, kwok, lws, processes, prometheus, rbac
 from kimik3_dev.devcluster.controlplane import ControlPlane, ControlPlaneError, bin_dir
@@ -193,7 +193,7 @@ class DevCluster:
         t0 = time.monotonic()
         state: dict[str, Any] = {"state_dir": str(self.state_dir), "kubeconfig": str(self.kubeconfig),
                                  "shape": asdict(opts.shape), "load_time": opts.load_time,
-                                 "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                                 "started": rfc3339(),
                                  "urls": {}, "notes": []}
         try:
             self._up(opts, out, state)

@@ -21,7 +21,6 @@ cluster parts a staging Job needs:
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import os
 import subprocess
@@ -35,16 +34,13 @@ from kubernetes.client.rest import ApiException
 
 from kimik3.controller.kube import call_json
 from kimik3.kube.labels import MANAGED_BY, MANAGED_BY_LABEL, STAGER_LABEL
+from kimik3.kube.times import rfc3339
 from kimik3_dev.devcluster.rbac import request_token, write_token_kubeconfig
 from kimik3_dev.sim import podenv
 
 POLL_S = 0.5
 TAIL_LINES = 5
 log = logging.getLogger("kimik3.dev.stagers")
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class StagerRunner:
@@ -153,7 +149,7 @@ class StagerRunner:
         argv = [sys.executable, "-m", "kimik3.cli", *map(on_host, container.get("args") or [])]
         with log_path.open("ab") as out:
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=self.state_dir)
-        started = _now()
+        started = rfc3339()
         self.running[meta["uid"]] = (proc, pod, log_path, started)
         self._patch(pod, {"phase": "Running", "startTime": started, "conditions": [
             {"type": t, "status": "True", "lastTransitionTime": started}
@@ -166,7 +162,7 @@ class StagerRunner:
     def _finish(self, pod: dict[str, Any], code: int, log_path: Path, started: str) -> None:
         container = pod["spec"]["containers"][0]
         tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-TAIL_LINES:])
-        finished = _now()
+        finished = rfc3339()
         self._patch(pod, {"phase": "Succeeded" if code == 0 else "Failed", "conditions": [
             {"type": t, "status": "False", "lastTransitionTime": finished, "reason": "PodCompleted"}
             for t in ("ContainersReady", "Ready")],

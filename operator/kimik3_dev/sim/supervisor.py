@@ -68,7 +68,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import datetime
 import json
 import logging
 import os
@@ -87,7 +86,9 @@ from kimik3.kube.kinds import GROUP, PLURAL, VERSION
 from kimik3.kube import pods as kpods
 from kimik3.kube.labels import DEPLOYMENT_LABEL, LWS_NAME_LABEL, LWS_REVISION_LABEL
 from kimik3.kube.objects import is_deleting
+from kimik3.kube.times import rfc3339
 from kimik3.render.leaderworkerset import API_KEY_ENV, CONTAINER
+from kimik3.render.meta import engine_set_name
 from kimik3_dev.sim import launch, podenv
 from kimik3_dev.sim.engine import LOOPBACK, SimEngine
 
@@ -354,7 +355,7 @@ class Supervisor:
             lws, gi, name = pod_labels.get(LWS_NAME_LABEL), kpods.group_index(pod), pod_labels.get(DEPLOYMENT_LABEL)
             if lws is None or gi is None or name is None:
                 continue
-            gid = gi if lws == f"{name}-engine" else f"{lws}/{gi}"  # a rollout's new LeaderWorkerSet beside the old
+            gid = gi if lws == engine_set_name(name) else f"{lws}/{gi}"  # a rollout's new LeaderWorkerSet beside the old
             by_deployment.setdefault((pod.metadata.namespace, name), {}).setdefault(gid, []).append(pod)
         wanted: dict[tuple[str, str, str], _Wanted] = {}
         deployments: set[tuple[str, str]] = set()
@@ -473,7 +474,7 @@ class Supervisor:
             return
         engine = SimEngine(dataclasses.replace(config, api_keys=api_keys))
         await engine.start()
-        started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        started = rfc3339()
         group = _Group(want.namespace, want.deployment, want.group, want.leader_pod, want.leader_uid, engine, started,
                        kpods.labels(want.pod).get(LWS_REVISION_LABEL, ""))
         self.groups[key] = group
@@ -486,12 +487,12 @@ class Supervisor:
 
     async def _exit_at_start(self, key: tuple[str, str, str], want: _Wanted, code: int, delay_s: float) -> None:
         """After the launcher's start back-off, the leader's engine container exits ``code``."""
-        started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        started = rfc3339()
         if delay_s > 0:
             log.info("group %s/%s/%s (leader %s): start back-off %.0f s (startDelaySeconds)", *key, want.leader_pod,
                      delay_s)
             await asyncio.sleep(delay_s)
-        finished = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        finished = rfc3339()
         body = {"status": {"phase": "Failed", "conditions": [
             {"type": t, "status": "False", "lastTransitionTime": finished} for t in READINESS_CONDITIONS],
             "containerStatuses": [{"name": CONTAINER, "ready": False, "started": False, "restartCount": 0,
@@ -530,7 +531,7 @@ class Supervisor:
                 await asyncio.to_thread(self._set_ready, want.namespace, want.leader_pod, ready)
 
     def _set_ready(self, namespace: str, pod: str, ready: bool) -> None:
-        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = rfc3339()
         value = "True" if ready else "False"
         body = {"status": {"conditions": [{"type": t, "status": value, "lastTransitionTime": now}
                                           for t in READINESS_CONDITIONS],
