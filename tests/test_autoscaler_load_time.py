@@ -71,7 +71,7 @@ def _ramp(load_time_s: float | None) -> tuple[list[int], float]:
         tok = 8_000 + 1500 * t / 60
         out.append(p.decide(t, obs(t, tok_s=tok, running=tok / 300, latency=0.004), fleet).desired)
     assert p.lead_s == max(600, load_time_s or 0) + 30
-    return out, p._keep_demand
+    return out, p.forecast.keep
 
 
 def test_before_its_own_scale_up_the_policy_looks_the_clusters_load_time_ahead():

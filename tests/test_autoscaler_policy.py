@@ -214,76 +214,6 @@ def test_more_demand_adds_groups_while_others_load_but_latency_alone_does_not():
     assert d.desired == 5 and d.reason == "ScaleUp"
 
 
-def test_a_past_step_is_not_extrapolated_but_a_sustained_ramp_is():
-    step = policy(lead_s=600, trend_window_s=600)
-    for t in range(0, 600, 30):
-        step._predicted_demand(t, 8_000 if t < 300 else 16_000, 120)
-    assert step._shift_at == 300 and step._shift_up
-    assert step._predicted_demand(600, 16_000, 120) == 16_000  # history restarted at the shift
-    ramp = policy(lead_s=600, trend_window_s=600)
-    for t in range(0, 600, 30):
-        ramp._predicted_demand(t, 8_000 + 10 * t, 120)
-    assert ramp._shift_at is None
-    assert ramp._predicted_demand(600, 14_000, 120) == pytest.approx(14_000 + 10 * 630, rel=1e-6)
-
-
-def test_a_noisy_reading_on_a_ramp_is_measured_against_the_trend_not_taken_for_a_step():
-    """A slow ramp (4 tok/s per s) with a +-2% wobble; one reading 6% under the trend, the one a
-    window later 8% over it: 19% apart, over 4x the usual change between two readings, yet 8%
-    from what the trend expects now. The history is kept (diurnal seed 2 of the benchmark lost its
-    forecast for 15 minutes at the trough's turn this way); a real step from the same history is
-    still one."""
-    def run(last: float) -> tuple[LatencyPolicy, float]:
-        p = policy(lead_s=600, trend_window_s=1200, correct_gain=0)
-        wobble = (1.0, 1.02, 0.98)
-        f = 0.0
-        for i, t in enumerate(range(0, 1230, 30)):
-            factor = {1080: 0.94, 1200: last}.get(t, wobble[i % 3])
-            f = p._predicted_demand(t, (10_000 + 4 * t) * factor, 120)
-        return p, f
-    noisy, forecast = run(1.08)
-    assert noisy._shift_at is None
-    assert forecast > 1.05 * (10_000 + 4 * 1200) * 1.08  # the ramp still carried a lead time ahead
-    step, forecast = run(1.5)
-    assert step._shift_at == 1200 and step._shift_up
-    assert forecast == pytest.approx((10_000 + 4 * 1200) * 1.5)  # a step is not extrapolated
-
-
-def test_an_accelerating_ramp_is_bent_upward_once_the_history_spans_the_window():
-    """Over the full trend window the forecast is a parabola: a ramp that accelerates (a day's
-    rise from its trough) outgrows its line over a 15-minute load time."""
-    p = policy(lead_s=600, trend_window_s=1800, correct_gain=0)
-    demand = lambda t: 8_000 + 0.002 * t * t  # noqa: E731
-    for t in range(0, 1800, 30):
-        p._predicted_demand(t, demand(t), 120)
-    forecast = p._predicted_demand(1800, demand(1800), 120)
-    assert forecast == pytest.approx(demand(1800 + 630), rel=1e-6)
-    line = demand(1800) + 2 * 0.002 * 1800 * 630  # the tangent now: 794 tok/s short
-    assert forecast - line == pytest.approx(0.002 * 630 * 630, rel=1e-4)
-
-
-def test_noise_is_not_a_trend():
-    """Demand wobbling around a level: the slope, shrunk by its standard errors, is zero; the
-    forecast is the fitted level now (the scale-down side keeps the unshrunk trend)."""
-    from kimik3.autoscaler.policy import _line_now
-    p = policy(lead_s=600, trend_window_s=1200, correct_gain=0)  # 600 s of history: a line
-    # +-5% wobble on a drift of 0.2 tok/s per s: the drift is well inside the slope's error.
-    points = [(t, 10_000 * (1.05 if i % 3 == 1 else 0.975) + 0.2 * t) for i, t in enumerate(range(0, 630, 30))]
-    for t, d in points:
-        f = p._predicted_demand(t, d, 120)
-    level, slope, _ = _line_now(points, 600)
-    assert slope == pytest.approx(0.2) and f == pytest.approx(level)  # the level now, no slope
-    assert p._keep_demand == pytest.approx(level + 0.2 * 630)  # scale-down keeps the drift
-
-
-def test_forecast_is_raised_by_its_measured_shortfall():
-    p = policy(lead_s=600)
-    assert p._corrected(0, 1_000, 1_000) == 1_000
-    # 630 s later (lead + interval) the demand is twice what was forecast: shortfall 0.1 x 100%.
-    assert p._corrected(630, 2_000, 2_000) == pytest.approx(2_200)
-    assert p._shortfall == pytest.approx(0.1)
-
-
 def test_saturated_windows_do_not_bend_the_model():
     p = policy()
     before = (p.model.t0, p.model.k)
@@ -302,7 +232,7 @@ def test_little_law_concurrency_from_the_histogram_sum():
                           running=999, drafts=1000, accepted=3000, generation_tokens=5_000 * 30,
                           groups=frozenset({"0"}))
     p.decide(0, o, FleetState(current=1, ready=1))
-    assert p._last_c == pytest.approx(5_000 * 0.004)  # 20 requests, not the gauge's 999
+    assert p.reading is not None and p.reading.per_group_c == pytest.approx(5_000 * 0.004)  # 20 requests, not the gauge's 999
 
 
 def test_lead_follows_the_observed_load_time():
@@ -375,7 +305,7 @@ def test_panic_sizes_a_jump_from_the_requests_running_now():
     p = policy(max_replicas=24)
     fleet = FleetState(current=3, ready=3)
     d = p.decide(0, obs(0, tok_s=6_000, running=450, waiting=150, latency=0.015), fleet)
-    assert p._last_demand == pytest.approx(600 / 0.015, rel=1e-3)  # 40000 tok/s, not the window's 6000
+    assert p.reading is not None and p.reading.demand == pytest.approx(600 / 0.015, rel=1e-3)  # 40000 tok/s, not the window's 6000
     assert d.desired == p.model.groups_for(40_000, TARGET, 24, 0.7) == 5
     assert d.reason == "ScaleUp"
 
@@ -389,10 +319,10 @@ def test_a_window_that_lags_a_jump_does_not_inflate_the_panic_estimate():
     p.model.prior_weight = 1e12  # hold the test line
     p.decide(0, obs(0, tok_s=6_000, running=600, latency=0.008), FleetState(current=3, ready=3))
     assert p.model.mean_latency(200, 3) == pytest.approx(0.0125, rel=0.01)
-    assert p._last_demand == pytest.approx(600 / p.model.mean_latency(200, 3), rel=1e-6)
+    assert p.reading is not None and p.reading.demand == pytest.approx(600 / p.model.mean_latency(200, 3), rel=1e-6)
     slow = policy(max_replicas=24)  # a window as slow as now: its P90 stands
     slow.decide(0, obs(0, tok_s=6_000, running=600, latency=0.015), FleetState(current=3, ready=3))
-    assert slow._last_demand == pytest.approx(40_000, rel=1e-3)
+    assert slow.reading is not None and slow.reading.demand == pytest.approx(40_000, rel=1e-3)
 
 
 def test_over_target_waits_for_a_window_of_the_groups_serving_now():
@@ -422,7 +352,7 @@ def test_windows_straddling_a_demand_shift_do_not_teach_the_model():
         p.decide(t, obs(t, tok_s=8_000, running=30, latency=0.004, window=120), fleet)
     before = (p.model.t0, p.model.k)
     p.decide(300, obs(300, tok_s=16_000, running=60, latency=0.006, window=120), fleet)
-    assert p._shift_at == 300 and (p.model.t0, p.model.k) == before
+    assert p.forecast.shift_at == 300 and (p.model.t0, p.model.k) == before
     p.decide(420, obs(420, tok_s=16_000, running=60, latency=0.006, window=120),
              FleetState(current=4, ready=2, loading=2))
     assert (p.model.t0, p.model.k) != before  # a window later, the new level is one level
@@ -446,7 +376,7 @@ def test_groups_a_burst_brought_serve_the_next_burst():
     for t in range(630, 1500, 30):
         assert step(t, base, FleetState(current=6, ready=2, loading=4)).desired == 6
     d = step(1500, base, FleetState(current=6, ready=6))  # arrived: the burst is long gone
-    assert p._bursty_until == pytest.approx(1500 + 2 * (900 + 30))
+    assert p.bursts.until == pytest.approx(1500 + 2 * (900 + 30))
     for t in range(1530, 1500 + 1860, 30):  # past the 300 s window: still kept
         assert step(t, base, FleetState(current=6, ready=6)).desired == 6, t
     later = [step(t, base, FleetState(current=6, ready=6)).desired for t in range(3390, 3690, 30)]
@@ -476,21 +406,21 @@ def test_the_burst_hold_keeps_what_the_bursts_measured_not_the_first_ask():
         assert step(t, base, FleetState(current=asked, ready=2, loading=asked - 2)).desired == asked
     held = FleetState(current=asked, ready=asked)
     step(1500, base, held)  # arrived to the base: bursty, the first ask held
-    assert p.burst_level(1500) == asked
+    assert p.bursts.level(1500, p.lead_s) == asked
     for t in range(1530, 2100, 30):  # a rise of 1.4x (a level shift, but under BURST_DROP) is no burst
         assert step(t, base if t < 1560 or t >= 1680 else 11_200, held).desired == asked
-    assert (p._shift_up, p._burst_open, p._burst_peaks.since(0), p.burst_level(2070)) == (False, None, [], asked)
+    assert (p.forecast.shift_up, p.bursts.open, p.bursts.peaks.since(0), p.bursts.level(2070, p.lead_s)) == (False, None, [], asked)
     for t in range(2100, 2400, 30):  # the next burst, served by the held groups
         step(t, burst, held)
-    assert p._burst_open is not None and p._burst_open[2] == need
+    assert p.bursts.open is not None and p.bursts.open.need == need
     step(2400, base, held)  # its end: the level is what it needed
-    assert p.burst_level(2400) == need
+    assert p.bursts.level(2400, p.lead_s) == need
     after = [step(t, base, held).desired for t in range(2430, 3000, 30)]
     assert after[-1] == need  # past the scale-down window: down to the bursts' need, not to the base
     bigger = FleetState(current=need, ready=need)
     for t in range(3000, 3210, 30):
         step(t, 70_000, bigger, latency=0.0052)
-    assert p.burst_level(3210) == p.model.groups_for(70_000, TARGET, 16, 0.7) == 8
+    assert p.bursts.level(3210, p.lead_s) == p.model.groups_for(70_000, TARGET, 16, 0.7) == 8
 
 
 def test_loading_groups_bursts_and_steps_are_told_apart():
@@ -498,7 +428,7 @@ def test_loading_groups_bursts_and_steps_are_told_apart():
     p = policy(max_replicas=12)
     p.decide(0, obs(0, tok_s=40_000, running=130, latency=0.008, window=120), FleetState(current=2, ready=2))
     p.decide(900, obs(900, tok_s=40_000, running=130, latency=0.004, window=120), FleetState(current=6, ready=6))
-    assert p._bursty_until is None
+    assert p.bursts.until is None
 
 
 def test_each_window_teaches_the_slope_with_its_quantile_and_its_mean():
@@ -517,13 +447,13 @@ def test_each_window_teaches_the_slope_with_its_quantile_and_its_mean():
 def test_a_burst_hold_ends_when_the_traffic_does():
     """F11 with bursts: no traffic is no burst to come; the fleet goes to zero after the window."""
     p = policy(min_replicas=0, scale_down_window_s=300)
-    p._bursty_until, p._burst_level = 10_000, 6
+    p.bursts.until, p.bursts.first_ask = 10_000, 6
     fleet = FleetState(current=6, ready=6)
     quiet = DecodeObservation(at=0, window_s=30, itl=Histogram(), itl_metric="vllm:inter_token_latency_seconds")
     p.decide(0, obs(0, tok_s=8_000, running=26, latency=0.004), fleet)
     assert p.decide(100, obs(100, tok_s=8_000, running=26, latency=0.004), fleet).desired == 6  # held
     assert p.decide(350, quiet, fleet).desired == 6  # traffic 250 s ago: inside the window
-    assert p._bursty_until is None
+    assert p.bursts.until is None
     assert p.decide(700, quiet, fleet).desired == 0
 
 

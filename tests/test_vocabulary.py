@@ -26,13 +26,6 @@ TIMES = CORE / "kube" / "times.py"
 NAMES = CORE / "render" / "meta.py"
 PYTHON_TREES = (REPO / "operator", REPO / "bench", REPO / "tests", REPO / "tools")
 
-PENDING: dict[str, str] = {
-    "autoscaler/policy.py": "the split of LatencyPolicy (issue 22, item 6)",
-}
-"""Core files (relative to operator/kimik3) being rewritten when the vocabulary came: their reason
-literals must be declared ``EventReason`` values (``test_pending_reasons_are_declared``), their
-spelling is theirs to change. Remove an entry once its file uses the vocabulary."""
-
 EVENT_CALLS = {"event": 2, "_event_once": 2}
 """Methods that post an Event, and the position of their ``reason`` argument."""
 REASON_CONSTRUCTORS = {"Event": 1, "Decision": 1}
@@ -159,13 +152,9 @@ def reason_literals(tree: ast.Module) -> Iterator[tuple[ast.AST, str]]:
                         yield node, text
 
 
-def _pending(path: Path) -> bool:
-    return path.is_relative_to(CORE) and path.relative_to(CORE).as_posix() in PENDING
-
-
 def test_no_event_reason_is_a_string_outside_the_vocabulary() -> None:
     found = [f"{_where(path, node)}: Event reason {text!r} is a string; use EventReason"
-             for path, tree in _sources(CORE) if path != VOCABULARY and not _pending(path)
+             for path, tree in _sources(CORE) if path != VOCABULARY
              for node, text in reason_literals(tree)]
     assert not found, "\n".join(found)
 
@@ -190,14 +179,6 @@ def test_the_check_finds_each_kind_of_reason_literal() -> None:
                      '    kube.event(obj, "Warning", reason, "the parameter, not post\'s local")\n')
     assert sorted(text for _, text in reason_literals(tree)) == [
         "Bad", "Built", "Fine", "Kind", "Named", "Oops", "ScaleSideways", "Tuple"]
-
-
-def test_pending_reasons_are_declared() -> None:
-    """The files still being rewritten post only declared reasons (the autoscaler's decisions
-    become ``EventReason(decision.reason)``: an undeclared one would raise)."""
-    undeclared = [f"{_where(path, node)}: {text!r}" for path, tree in _sources(CORE) if _pending(path)
-                  for node, text in reason_literals(tree) if text not in set(EventReason)]
-    assert not undeclared, "\n".join(undeclared)
 
 
 def test_every_event_reason_has_a_docstring_saying_when_it_is_posted() -> None:
@@ -228,7 +209,7 @@ def test_rfc3339_times_are_written_and_read_in_one_place() -> None:
     outside ``kimik3.kube.times``."""
     found = []
     for path, tree in _sources(*PYTHON_TREES):
-        if path in (TIMES, Path(__file__).resolve()) or _pending(path):
+        if path in (TIMES, Path(__file__).resolve()):
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and RFC3339_FORMAT.search(node.value):

@@ -31,7 +31,7 @@ fit moves toward the fleet's line: each window gives two points at different eff
 (quantile and mean), weighed against a prior of one pseudo-observation with a forgetting factor
 of 0.98 per window (a memory of ~25 minutes at 30 s decisions), so the seed steers the first
 minutes only. Until the slope has moved, the policy's scale-down is anchored on the quantile it
-observes (policy.py).
+observes (policy/reaction.py).
 """
 
 from __future__ import annotations

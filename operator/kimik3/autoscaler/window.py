@@ -7,7 +7,7 @@ made a lead time ago), the base a counter window is differenced against (the new
 before the window's start). Who keeps how much is the caller's rule: ``forget_before`` drops what
 is older than a cutoff, ``forget_through`` also what sits exactly on it.
 
-Used by the policy (recommendations, demand history, forecasts; autoscaler/policy.py), the
+Used by the policy (recommendations, demand history, forecasts; autoscaler/policy/), the
 pod-scrape metric source (scrapes of each leader; autoscaler/sources.py) and the kit's baselines
 and fleet simulator.
 """

@@ -1,0 +1,106 @@
+"""The burst hold: bursts shorter than a load time are served by the groups kept from the last one.
+
+Groups that arrive to a demand ``BURST_DROP`` times lower than the one that asked for them mark
+the load as bursty; scale-down then keeps what the burst asked for during ``burst_hold_loads``
+load times, extended by each new upward shift of the demand (forecast.py), so that the groups
+one burst brought serve the next one. That first ask was sized on a saturated fleet (the panic
+path's estimate, demand.py, and a window that lagged the burst); each later burst the held
+groups serve is measured (the highest recommendation while it lasts), and the hold keeps the
+most the bursts measured within it needed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kimik3.autoscaler.policy.loading import ScaleUp
+from kimik3.autoscaler.window import Samples
+
+BURST_DROP = 1.5
+"""Groups that arrive to a demand this many times lower than the one they were asked for were
+asked for by a burst shorter than the load time."""
+
+
+@dataclass(frozen=True)
+class OpenBurst:
+    """The burst being served, measured with no group loading."""
+
+    before: float
+    """The demand just before it."""
+    top: float
+    """The highest demand since."""
+    need: int
+    """The highest recommendation (groups) since."""
+
+
+@dataclass
+class BurstHold:
+    """Whether the load is bursty, and how many groups scale-down keeps while it is. Times in
+    seconds; demand in the reading's units (demand.py)."""
+
+    hold_loads: float
+    """Load times the hold lasts (``LatencyPolicySettings.burst_hold_loads``; 0 disables)."""
+    until: float | None = None
+    """Until then scale-down keeps ``level`` groups (None: not bursty)."""
+    first_ask: int = 0
+    """What the groups that marked the load bursty were asked for (the first guess of a burst's need)."""
+    open: OpenBurst | None = None
+    """The burst being served; None: none is."""
+    peaks: Samples[int] = field(default_factory=Samples)
+    """The need (groups) of each burst the held groups served, at its end (seconds), within the hold."""
+    _calm: float | None = None
+    """The previous decision's demand."""
+
+    def hold_s(self, lead_s: float) -> float:
+        """Seconds the hold lasts, for a policy looking ``lead_s`` ahead (a load time and an interval)."""
+        return self.hold_loads * lead_s
+
+    def bursty(self, now: float) -> bool:
+        """The hold is on at ``now``."""
+        return self.until is not None and now < self.until
+
+    def end(self) -> None:
+        """No traffic is no burst to come (F11 may scale to zero)."""
+        self.until = None
+
+    def follow(self, now: float, arrived: list[ScaleUp], rec: int, loading: int, demand: float | None,
+               new_shift: bool, shift_up: bool, lead_s: float) -> None:
+        """One decision (module docstring): ``arrived``, the scale-ups whose groups began serving;
+        ``rec``, its recommendation (groups); ``loading``, groups loading; ``demand``, the last
+        demand read (None: none yet); ``new_shift``, a level shift of the demand at this
+        decision, ``shift_up`` its direction. A burst ends at the demand's downward shift, or at
+        the next upward one, and counts if its demand rose ``BURST_DROP`` times over the one
+        before it (a smaller rise is no burst) and a recommendation was taken with no group
+        loading."""
+        if self.hold_loads <= 0:
+            return
+        late = [up.target for up in arrived if demand is not None and demand * BURST_DROP < up.demand]
+        calm, self._calm = self._calm, demand
+        hold_s = self.hold_s(lead_s)
+        if late:
+            # Only groups kept from one burst can serve the next: keep what the burst asked for.
+            self.first_ask = max(late)
+            self.until = now + hold_s
+            self.peaks.clear()
+            self.open = None
+            return
+        if self.until is None or now >= self.until:
+            self.open = None
+            return
+        if self.open is not None and new_shift:
+            if self.open.need > 0 and self.open.top >= BURST_DROP * self.open.before:  # the burst served is over
+                self.peaks.add(now, self.open.need)
+            self.open = None
+        if new_shift and shift_up:
+            self.until = now + hold_s  # another burst: keep holding, and measure it
+            self.open = OpenBurst(calm or 0.0, 0.0, 0)
+        if self.open is not None and loading == 0:
+            self.open = OpenBurst(self.open.before, max(self.open.top, demand or 0.0), max(self.open.need, rec))
+        self.peaks.forget_before(now - hold_s)
+
+    def level(self, now: float, lead_s: float) -> int:
+        """Groups scale-down keeps while the load is bursty: the highest need of the bursts the
+        held groups served within the hold (else, before any was measured, what the first burst
+        asked for), and of the one being served."""
+        measured = self.peaks.since(now - self.hold_s(lead_s)) or [self.first_ask]
+        return max(measured + ([self.open.need] if self.open is not None else []))

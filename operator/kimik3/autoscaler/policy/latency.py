@@ -1,0 +1,193 @@
+"""kimik3's latency policy: how many groups keep the per-token latency under target, one decision
+at a time, from the parts of this package.
+
+Desired groups = the fewest ``n`` whose predicted quantile (model.py), with ``noise_z`` more
+standard deviations of the batch (a window's quantile at the target still leaves minutes over
+it), is ``<= headroom x T`` at the demand forecast a lead time ahead (forecast.py); scale-down
+sizes the demand it must keep (the unshrunk forecast, at least the demand now) at
+``scale_down_headroom x T``. A decision, in order:
+
+1. loading.py: which of the policy's scale-ups now serve (they time the load, hence the lead).
+   No reading -> hold (never scale down).
+2. demand.py: the demand now (the queue's share; on a saturated fleet the panic path);
+   forecast.py: a lead time ahead; the model learns from the window when the fleet and the
+   demand held still through it and the quantile is near the target.
+3. Sizing (below), then reaction.py: one more group over target, the scale-down anchored on the
+   observed quantile.
+4. stabilization.py: bounded, recorded, the windows' levels; bursts.py: the burst hold raises
+   the scale-down level.
+5. The verdict: scale up (not while groups cannot be placed: they are not capacity, and adding
+   more cannot help: the policy holds and says so), hold while groups load (F10: they are
+   neither added to on latency nor cancelled), hold while the quantile is over the scale-down
+   level, else scale down once warmed, and never on a partial reading (``decide``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kimik3.api.conditions import EventReason
+from kimik3.autoscaler.observation import DecodeObservation
+from kimik3.autoscaler.policy.bursts import BurstHold
+from kimik3.autoscaler.policy.demand import Reading, read
+from kimik3.autoscaler.policy.forecast import DemandForecast, Shortfall
+from kimik3.autoscaler.policy.interface import Decision, FleetState
+from kimik3.autoscaler.policy.loading import GroupArrivals, ScaleUp
+from kimik3.autoscaler.policy.model import LEARN_RANGE, GroupLatencyModel
+from kimik3.autoscaler.policy.reaction import anchored_down, over_target, tolerated
+from kimik3.autoscaler.policy.settings import LatencyPolicySettings
+from kimik3.autoscaler.policy.stabilization import Stabilization
+
+
+@dataclass
+class LatencyPolicy:
+    """kimik3's policy (module docstring). One instance per deployment: its parts keep the history."""
+
+    settings: LatencyPolicySettings
+    model: GroupLatencyModel
+    arrivals: GroupArrivals = field(init=False, default_factory=GroupArrivals)
+    """Its scale-ups until they serve, the load time (loading.py)."""
+    forecast: DemandForecast = field(init=False)
+    """The demand a lead time ahead (forecast.py)."""
+    bursts: BurstHold = field(init=False)
+    """The burst hold (bursts.py)."""
+    stabilization: Stabilization = field(init=False)
+    """The recommendations' windows and the bounds (stabilization.py)."""
+    reading: Reading | None = field(init=False, default=None)
+    """The last window with traffic, read (None: none yet)."""
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        self.forecast = DemandForecast(s.trend_window_s, s.trend_shrink, s.interval_s, Shortfall(s.correct_gain))
+        self.bursts = BurstHold(s.burst_hold_loads)
+        self.stabilization = Stabilization(s.min_replicas, s.max_replicas, s.scale_up_window_s,
+                                           s.scale_down_window_s)
+
+    @property
+    def interval_s(self) -> float:
+        return self.settings.interval_s
+
+    @property
+    def window_s(self) -> float:
+        return self.settings.window_s
+
+    @property
+    def lead_s(self) -> float:
+        """Seconds ahead demand is predicted: the configured lead or the observed load time (of
+        this policy's own last scale-up, else the one the cluster reports for its newest serving
+        groups), whichever is longer, plus one decision interval (a group asked for at the next
+        decision serves that much later)."""
+        return max(self.settings.lead_s, self.arrivals.load_time_s or 0.0) + self.interval_s
+
+    def decide(self, now: float, obs: DecodeObservation | None, fleet: FleetState) -> Decision:
+        decision = self._decide(now, obs, fleet)
+        unmeasured = sorted(fleet.serving - obs.groups, key=lambda g: (len(g), g)) if obs is not None else []
+        if unmeasured and decision.desired < fleet.current:
+            return Decision(fleet.current, EventReason.METRICS_INCOMPLETE,
+                            f"group(s) {', '.join(unmeasured)} of {len(fleet.serving)} serving gave no metrics: "
+                            f"not scaling down on a partial reading ({decision.reason}: {decision.message})",
+                            decision.recommendation)
+        return decision
+
+    def _decide(self, now: float, obs: DecodeObservation | None, fleet: FleetState) -> Decision:
+        s = self.settings
+        self.stabilization.start(now)
+        arrived = self.arrivals.observe(now, fleet)
+        if obs is None:
+            return Decision(fleet.current, EventReason.METRICS_UNAVAILABLE, "no reading: holding replicas")
+        latency = obs.latency_quantile(s.metric, s.percentile)
+        shifted = self.forecast.shift_at
+        rec, rec_down, why = self._recommend(now, obs, fleet, latency)
+        rec, _ = self.stabilization.record(now, rec, rec_down, obs.window_s)
+        demand = self.reading.demand if self.reading is not None else None
+        self.bursts.follow(now, arrived, rec, fleet.loading, demand,
+                           self.forecast.shift_at == now and shifted != now, self.forecast.shift_up, self.lead_s)
+        if not obs.has_traffic:
+            self.bursts.end()
+        bursty = self.bursts.bursty(now)
+        up, down = self.stabilization.levels(now)
+        if bursty:
+            down = max(down, min(self.bursts.level(now, self.lead_s), s.max_replicas))
+        if up == fleet.current + 1 and (latency is None or latency <= tolerated(s.target_s)) \
+                and not self.stabilization.agreed(now, fleet.current, obs.window_s, self.interval_s):
+            # One group more while the target holds (within the reaction's tolerance: a forecast,
+            # or noise) costs a load time of GPU-hours: it waits until the readings of a whole
+            # window agree. A surge (several groups) or a broken target does not wait.
+            up = fleet.current
+        detail = _detail(obs, latency, s, rec, why)
+        if up > fleet.current:
+            if fleet.unplaceable > 0:
+                return Decision(fleet.current, EventReason.UNPLACEABLE,
+                                f"{fleet.unplaceable} group(s) cannot be placed: not adding more; {detail}", rec)
+            self.arrivals.asked(ScaleUp(now, up, demand or 0.0))
+            scaled_up = EventReason.SCALE_UP if why != "Predicted" else EventReason.SCALE_UP_PREDICTED
+            return Decision(up, scaled_up, detail, rec)
+        if fleet.loading > 0 and (down < fleet.current or (latency is not None and latency > s.target_s)):
+            # Coming groups are neither added to (F10) nor cancelled: a group half loaded was asked
+            # for less than a load time ago (cancelling them, as HPA's window does, measured 78%
+            # SLO instead of 96% on the bursts trace).
+            return Decision(fleet.current, EventReason.GROUPS_LOADING,
+                            f"{fleet.loading} group(s) still loading count as coming; {detail}", rec)
+        # Scale down only once a whole window of recommendations allowed it (not on a restart),
+        # and not while the observed quantile is over the scale-down level (the model may lag).
+        if down < fleet.current and latency is not None and latency > s.scale_down_headroom * s.target_s:
+            return Decision(fleet.current, EventReason.HOLD, detail, rec)
+        if down < fleet.current and self.stabilization.warmed(now):
+            return Decision(down, EventReason.SCALE_DOWN if down > 0 else EventReason.SCALED_TO_ZERO, detail, rec)
+        kept = ", keeping the last bursts' groups" if bursty else ""
+        return Decision(fleet.current, EventReason.HOLD, detail + kept, rec)
+
+    def _recommend(self, now: float, obs: DecodeObservation, fleet: FleetState,
+                   latency: float | None) -> tuple[int, int, str]:
+        """(groups at the scale-up level, groups at the scale-down level, reason), unbounded."""
+        s, model, forecast = self.settings, self.model, self.forecast
+        if not obs.has_traffic:
+            n, why = self.stabilization.without_traffic(now, fleet.current)
+            return n, n, why
+        self.stabilization.traffic(now)
+        serving = max(1, fleet.ready)
+        self.reading = reading = read(obs, latency, model, serving, s.target_s, s.metric == "interTokenLatency")
+        demand = reading.demand
+        # The forecast first: it tells whether the demand jumped inside the window.
+        predicted = forecast.predict(now, demand, obs.window_s, self.lead_s) if demand > 0 else demand
+        # Learn only from windows of one fleet and one level of load (no group joined, no level
+        # shift of the demand inside the window), near the target (a saturated or an idle fleet
+        # would bend the line).
+        steady = self.arrivals.settled(now, obs.window_s) and forecast.settled(now, obs.window_s)
+        near = latency is not None and LEARN_RANGE[0] * s.target_s <= latency <= LEARN_RANGE[1] * s.target_s
+        if latency is not None and near and reading.per_group_c > 0 and steady:
+            model.update(reading.per_group_c, latency, serving, reading.mean_latency)
+        plan, plan_down = s.headroom * s.target_s, s.scale_down_headroom * s.target_s
+        if model.latency(0.0, 1) >= plan:
+            return s.max_replicas, s.max_replicas, "TargetBelowBatch1Latency"
+        if demand <= 0 and obs.running + obs.waiting > 0:
+            # Requests present but no finished tokens in the window: size by concurrency.
+            total = obs.running + obs.waiting
+            n = next((n for n in range(1, s.max_replicas + 1) if model.latency(total / n, n) <= plan),
+                     s.max_replicas)
+            return n, n, "Concurrency"
+        most = max(s.max_replicas, fleet.current)
+        up = model.groups_for(predicted, plan, most, s.noise_z)
+        keep = max(predicted, forecast.keep, demand)
+        down = model.groups_for(keep, plan_down, most, s.noise_z)
+        if up is None:
+            n, reason = s.max_replicas, "Saturated"
+        else:
+            n, reason = up, "Predicted" if up > (model.groups_for(demand, plan, most, s.noise_z) or most) else "Load"
+        n_down = max(n, down if down is not None else most)
+        if latency is not None and steady and near:
+            n_down = anchored_down(n_down, serving, latency, model, demand, keep, s.noise_z, plan_down)
+        if over_target(latency, s.target_s, n, fleet, self.arrivals.joined(now, obs.window_s)):
+            n, reason = fleet.current + 1, "OverTarget"
+            n_down = max(n_down, n)
+        return n, n_down, reason
+
+
+def _detail(obs: DecodeObservation, latency: float | None, s: LatencyPolicySettings, rec: int, why: str) -> str:
+    """A decision's message: the quantile read (a lower bound when above the top bucket, F21a),
+    the requests running and waiting, and the recommendation."""
+    above = ">= " if obs.above_top_bucket(s.percentile) else ""
+    detail = (f"p{int(s.percentile * 100)} {'ITL' if s.metric == 'interTokenLatency' else 'TPOT'} "
+              f"{above}{latency * 1000:.2f} ms" + (" (above the histogram's top bucket)" if above else "")
+              if latency is not None else "no latency samples")
+    return detail + f", {obs.running:.0f} running, {obs.waiting:.0f} waiting, recommendation {rec} ({why})"
