@@ -28,7 +28,6 @@ from typing import Any
 
 import kopf
 from aiohttp import web
-from kopf._cogs.structs.references import Insights
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kimik3.kube.kinds import CHILD_KINDS, KIMIK3_DEPLOYMENT, POD, Kind
@@ -36,6 +35,7 @@ from kimik3.admission import AdmissionPolicy
 from kimik3.controller import metrics
 from kimik3.controller.cache import ObjectCache
 from kimik3.controller.crashes import CrashReporter
+from kimik3.controller.kopfadapter import Insights
 from kimik3.controller.kube import Kube, NotLeading, api_client_from_kubeconfig
 from kimik3.controller.lateapis import tolerate_unserved_kinds, watch_late_apis
 from kimik3.controller.leadership import LeaderElection, LeaseTimings, default_identity
@@ -305,15 +305,11 @@ async def run_operator(cfg: OperatorConfig, stop: threading.Event | asyncio.Even
         if ready is not None:
             ready.set()
 
-    def served_again(group: str, plural: str) -> None:
-        for kind in (k for k in (*WATCHED, KIMIK3_DEPLOYMENT) if (k.group, k.plural) == (group, plural)):
-            kind_served(cache, queue, kind)
-
     marker = asyncio.create_task(mark_ready())
-    tolerate_unserved_kinds(served_again)  # before kopf starts its watch tasks: they copy this context
     try:
-        await kopf.operator(registry=registry, insights=insights, clusterwide=not cfg.namespaces,
-                            namespaces=cfg.namespaces, stop_flag=stop, ready_flag=kopf_ready, standalone=True)
+        with tolerate_unserved_kinds((*WATCHED, KIMIK3_DEPLOYMENT), functools.partial(kind_served, cache, queue)):
+            await kopf.operator(registry=registry, insights=insights, clusterwide=not cfg.namespaces,
+                                namespaces=cfg.namespaces, stop_flag=stop, ready_flag=kopf_ready, standalone=True)
     finally:
         for task in [*workers, marker]:
             task.cancel()
