@@ -28,6 +28,7 @@ from typing import Any
 
 import kopf
 from aiohttp import web
+from kubernetes.client import ApiClient
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kimik3.kube.kinds import CHILD_KINDS, KIMIK3_DEPLOYMENT, POD, Kind
@@ -175,6 +176,66 @@ def kind_served(cache: ObjectCache, queue: WorkQueue, kind: Kind) -> None:
     queue.add_all()
 
 
+def connection_info(api: ApiClient) -> kopf.ConnectionInfo:
+    """kopf's login from the operator's own client configuration (kubeconfig or service account)."""
+    c = api.configuration
+    header = c.get_api_key_with_prefix("BearerToken") or c.get_api_key_with_prefix("authorization") or ""
+    token = header.split(" ", 1)[-1] if header else None
+    return kopf.ConnectionInfo(server=c.host, ca_path=c.ssl_ca_cert, insecure=not c.verify_ssl,
+                               scheme="Bearer" if token else None, token=token,
+                               certificate_path=c.cert_file, private_key_path=c.key_file)
+
+
+def configure(settings: kopf.OperatorSettings) -> None:
+    """kopf's settings: our own Events, watch timeouts, no peering, no CRD or namespace scanning."""
+    settings.posting.enabled = False  # our Events are posted by the reconciler
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.connect_timeout = 10
+    settings.watching.reconnect_backoff = 1.0
+    settings.networking.request_timeout = 60
+    settings.peering.standalone = True
+    # No CRD or namespace observation by kopf, cluster-wide or not: a child kind whose CRD is
+    # installed later is found by the operator's own discovery look-up within lateapis.PERIOD_S,
+    # and a watched kind whose CRD is deleted is waited out, not fatal (controller/lateapis.py);
+    # so the operator needs no RBAC on CRDs (a Role per namespace when namespace-scoped).
+    settings.scanning.disabled = True
+
+
+def owner_key(body: kopf.Body) -> Key | None:
+    """The KimiK3Deployment that owns ``body`` (owner reference, else the deployment label)."""
+    namespace = body.metadata.namespace or ""
+    for ref in body.metadata.get("ownerReferences", []) or []:
+        if ref.get("kind") == KIMIK3_DEPLOYMENT.kind and \
+                ref.get("apiVersion", "").startswith(KIMIK3_DEPLOYMENT.group + "/"):
+            return namespace, ref["name"]
+    name = (body.metadata.labels or {}).get(DEPLOYMENT_LABEL)
+    return (namespace, name) if name else None
+
+
+def watch_children(registry: kopf.OperatorRegistry, queue: WorkQueue, cache: ObjectCache,
+                   crashes: CrashReporter) -> None:
+    """An event handler per ``WATCHED`` kind: the cache updated, engine failures recorded, the
+    owning deployment queued (not for the echo of our own apply)."""
+    for kind in WATCHED:
+        def on_child(body: kopf.Body, event: kopf.RawEvent, _plural: str = kind.plural, **_: Any) -> None:
+            metrics.WATCH_EVENTS.labels(resource=_plural).inc()
+            raw: dict[str, Any] = dict(event.get("object") or body)
+            echo = event.get("type") != "DELETED" and cache.is_echo(raw)
+            cache.update(event.get("type"), raw)
+            key = owner_key(body)
+            failed = 0
+            if _plural == POD.plural and key and event.get("type") != "DELETED":
+                failed = crashes.pod_seen(raw, key[1])
+            if key and not echo:
+                # coalesce bursts (a group's pods change together); a new engine failure at once: the
+                # start back-off must reach the launcher ConfigMap before the recreated group starts
+                queue.add(key, 0.0 if failed else 0.5)
+
+        kopf.on.event(kind.group, kind.version, kind.plural, registry=registry, id=f"child-{kind.plural}",
+                      labels={MANAGED_BY_LABEL: MANAGED_BY})(on_child)
+
+
 def build_registry(cfg: OperatorConfig, queue: WorkQueue, cache: ObjectCache, crashes: CrashReporter,
                    insights: Insights) -> kopf.OperatorRegistry:
     """kopf handlers for one operator instance (a registry of its own, so tests can run several).
@@ -186,29 +247,13 @@ def build_registry(cfg: OperatorConfig, queue: WorkQueue, cache: ObjectCache, cr
 
     @kopf.on.login(registry=registry)
     def login(**_: Any) -> kopf.ConnectionInfo:
-        c = api.configuration
-        header = c.get_api_key_with_prefix("BearerToken") or c.get_api_key_with_prefix("authorization") or ""
-        token = header.split(" ", 1)[-1] if header else None
-        return kopf.ConnectionInfo(server=c.host, ca_path=c.ssl_ca_cert, insecure=not c.verify_ssl,
-                                   scheme="Bearer" if token else None, token=token,
-                                   certificate_path=c.cert_file, private_key_path=c.key_file)
+        return connection_info(api)
 
     late: list[asyncio.Task[None]] = []
 
     @kopf.on.startup(registry=registry)
-    async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-        settings.posting.enabled = False  # our Events are posted by the reconciler
-        settings.watching.server_timeout = 300
-        settings.watching.client_timeout = 330
-        settings.watching.connect_timeout = 10
-        settings.watching.reconnect_backoff = 1.0
-        settings.networking.request_timeout = 60
-        settings.peering.standalone = True
-        # No CRD or namespace observation by kopf, cluster-wide or not: a child kind whose CRD is
-        # installed later is found by the operator's own discovery look-up within lateapis.PERIOD_S,
-        # and a watched kind whose CRD is deleted is waited out, not fatal (controller/lateapis.py);
-        # so the operator needs no RBAC on CRDs (a Role per namespace when namespace-scoped).
-        settings.scanning.disabled = True
+    async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
+        configure(settings)
         # started here: kopf's re-scan needs the context kopf runs its tasks in
         late.append(asyncio.get_running_loop().create_task(
             watch_late_apis(api, (*WATCHED, KIMIK3_DEPLOYMENT), insights, settings, registry,
@@ -230,32 +275,7 @@ def build_registry(cfg: OperatorConfig, queue: WorkQueue, cache: ObjectCache, cr
             cache.forget_applied(namespace, body.metadata.name)
         queue.add((namespace, body.metadata.name))
 
-    def owner_key(body: kopf.Body) -> Key | None:
-        namespace = body.metadata.namespace or ""
-        for ref in body.metadata.get("ownerReferences", []) or []:
-            if ref.get("kind") == KIMIK3_DEPLOYMENT.kind and \
-                    ref.get("apiVersion", "").startswith(KIMIK3_DEPLOYMENT.group + "/"):
-                return namespace, ref["name"]
-        name = (body.metadata.labels or {}).get(DEPLOYMENT_LABEL)
-        return (namespace, name) if name else None
-
-    for kind in WATCHED:
-        def on_child(body: kopf.Body, event: kopf.RawEvent, _plural: str = kind.plural, **_: Any) -> None:
-            metrics.WATCH_EVENTS.labels(resource=_plural).inc()
-            raw: dict[str, Any] = dict(event.get("object") or body)
-            echo = event.get("type") != "DELETED" and cache.is_echo(raw)
-            cache.update(event.get("type"), raw)
-            key = owner_key(body)
-            failed = 0
-            if _plural == POD.plural and key and event.get("type") != "DELETED":
-                failed = crashes.pod_seen(raw, key[1])
-            if key and not echo:
-                # coalesce bursts (a group's pods change together); a new engine failure at once: the
-                # start back-off must reach the launcher ConfigMap before the recreated group starts
-                queue.add(key, 0.0 if failed else 0.5)
-
-        kopf.on.event(kind.group, kind.version, kind.plural, registry=registry, id=f"child-{kind.plural}",
-                      labels={MANAGED_BY_LABEL: MANAGED_BY})(on_child)
+    watch_children(registry, queue, cache, crashes)
     return registry
 
 
