@@ -1,5 +1,6 @@
 """The layers of design.md are a contract, not a hope: import-linter's contracts (pyproject.toml,
-``[tool.importlinter]``), mypy on the core, and the operator's process free of the kit."""
+``[tool.importlinter]``), mypy on the core (strict) and the kit, and the operator's process free of
+the kit."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -44,8 +46,11 @@ def test_import_contracts_catch_an_upward_import(tmp_path: Path) -> None:
 
 
 @pytest.mark.tier("process")
-def test_core_type_checks() -> None:
-    """mypy (pyproject.toml ``[tool.mypy]``) is clean on operator/kimik3."""
+def test_core_and_kit_type_check() -> None:
+    """mypy (pyproject.toml ``[tool.mypy]``) is clean on operator/kimik3 (strict, but for the packages
+    its overrides name) and on operator/kimik3_dev (every function body checked, not strict)."""
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mypy"]
+    assert config["strict"] is True and set(config["files"]) == {"operator/kimik3", "operator/kimik3_dev"}
     cache = Path(os.environ.get("KIMIK3_CACHE", Path.home() / ".cache" / "kimik3")) / "mypy-cache"
     result = _run(str(BIN / "mypy"), "--cache-dir", str(cache))
     assert result.returncode == 0, result.stdout[-6000:]
