@@ -36,7 +36,7 @@ class Item:
 
 
 def tier(item: Item, path: str = "tests/test_x.py") -> str:
-    return tiers.tier_of(item, path)  # type: ignore[arg-type]
+    return tiers.tier_of(item, path)  # type: ignore[arg-type]  # a stand-in, not a pytest.Item
 
 
 def test_the_tiers_are_registered_cheapest_first() -> None:
