@@ -1,4 +1,5 @@
-"""Shared fixtures: one real etcd + kube-apiserver per test session (see kimik3_dev.devcluster).
+"""Shared fixtures: one real etcd + kube-apiserver per test session (see kimik3_dev.devcluster),
+and the test tiers (``-m unit`` ...: tests/support/tiers.py), given to every test at collection.
 
 ``admin_api`` is the one client the API-server fixtures below build on: the chaos and chart suites
 override it (tests/chaos/conftest.py, tests/chart/conftest.py) with an admin client of their own
@@ -6,7 +7,7 @@ control plane, and their tests then get ``kube`` and ``namespace`` on that contr
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from kimik3.controller.kube import Kube
 from kimik3_dev.devcluster.controlplane import ControlPlane
 from kimik3_dev.devcluster.install import install_apis
 from kimik3_dev.devcluster.operator_thread import OperatorThread
+from support import tiers
 from support.cluster import fresh_namespace
 
 
@@ -48,14 +50,41 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> WorkerScopes
     return WorkerScopes(config, log)
 
 
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: it selects on the tiers given here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A test on the session's dev cluster outside ``DEV_ENV_SCOPE`` would start a second one on
-    the other worker: refused, naming the module."""
+    """Each test's one tier marker (tests/support/tiers.py). A test on the session's dev cluster
+    outside ``DEV_ENV_SCOPE`` would start a second one on the other worker: refused, naming the module."""
     for item in items:
-        module = Path(item.path).relative_to(Path(__file__).parent.parent).as_posix()
+        module = Path(item.path).relative_to(REPO).as_posix()
         if "dev_env" in getattr(item, "fixturenames", ()) and worker_scope(module) != DEV_ENV_SCOPE:
             raise pytest.UsageError(f"{module} uses dev_env but is in OWN_CLUSTERS of tests/conftest.py: "
                                     "take it out of OWN_CLUSTERS")
+    tiers.assign(config, items, REPO)
+
+
+UNIT_ONLY = pytest.StashKey[bool]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # A run of unit tests only has no cluster thread of an earlier module to spare: guard every thread.
+    session.config.stash[UNIT_ONLY] = all(tiers.is_unit(item) for item in session.items)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
+    """A unit test's set-up and run start no process (``tiers.ProcessGuard``; not its teardown,
+    where a module or session fixture of an earlier, dearer test may stop its processes)."""
+    with tiers.guard(item, item.config.stash.get(UNIT_ONLY, False)):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    with tiers.guard(item, item.config.stash.get(UNIT_ONLY, False)):
+        return (yield)
 
 
 @pytest.fixture(scope="session")

@@ -107,7 +107,8 @@ class MetricsServer:
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        # A short poll: close() (shutdown) waits for it, 0.5 s by default, once per server.
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
     def close(self) -> None:
         self.server.shutdown()
@@ -375,6 +376,7 @@ def test_unlike_bucket_layouts_are_not_summed_by_the_pod_scrape_source():
         "expose different bucket bounds (only one of them has le=0.01, 0.02, 0.025, 0.075, 0.15, 0.2)")
 
 
+@pytest.mark.tier("process")  # a real Prometheus
 def test_unlike_bucket_layouts_are_refused_through_real_prometheus(tmp_path):
     """F21b through Prometheus 2.42 scraping two stand-in leaders (file_sd targets with the
     PodMonitor's labels): one layout reads, two layouts raise BucketLayoutsDiffer."""

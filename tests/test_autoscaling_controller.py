@@ -31,6 +31,8 @@ ITL = "vllm:inter_token_latency_seconds"
 GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
 REVISION = "leaderworkerset.sigs.k8s.io/template-revision-hash"
 
+pytestmark = pytest.mark.tier("apiserver")  # a ControlPlane of its own (cp)
+
 
 @pytest.fixture(scope="module")
 def cp(tmp_path_factory) -> Iterator[ControlPlane]:

@@ -129,6 +129,7 @@ def test_kubeconfigs_written(control_plane: ControlPlane) -> None:
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
+@pytest.mark.tier("apiserver")
 def test_stop_leaves_no_process_behind(tmp_path: Path) -> None:
     cp = ControlPlane(tmp_path / "cp")
     with cp:
@@ -148,6 +149,7 @@ def test_missing_binaries_name_the_build_script(tmp_path: Path) -> None:
         ControlPlane(tmp_path / "cp", binaries_dir=tmp_path / "empty").start()
 
 
+@pytest.mark.tier("apiserver")
 def test_failed_start_names_component_and_log(tmp_path: Path) -> None:
     bins = tmp_path / "bin"
     bins.mkdir()
@@ -166,6 +168,7 @@ def test_failed_start_names_component_and_log(tmp_path: Path) -> None:
     assert not cp.running and _processes_mentioning(str(cp.state_dir)) == []
 
 
+@pytest.mark.tier("apiserver")
 def test_start_retries_when_a_picked_port_is_taken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from kimik3_dev.devcluster import controlplane
 

@@ -103,6 +103,7 @@ def test_a_watched_kinds_crd_removed_is_waited_out_and_its_children_restored(con
         assert [p["name"] for p in back["spec"]["parentRefs"]] == ["gw"]
 
 
+@pytest.mark.tier("apiserver")  # a ControlPlane of its own
 def test_the_kimik3deployment_crd_installed_after_the_operator_is_watched(tmp_path):
     """The operator's own CRD applied after it started (CRDs managed apart from the chart, a GitOps
     ordering): kopf resolves it only at start, so the operator's look-up must cover it too; a CR

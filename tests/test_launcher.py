@@ -27,6 +27,8 @@ LAUNCHER = REPO / "operator" / "kimik3" / "engine" / "launcher.py"
 PLACEHOLDER = "${LWS_LEADER_ADDRESS}"
 PVC = {"source": {"pvc": {"claimName": "kimi-k3-weights"}}}
 
+pytestmark = pytest.mark.tier("process")  # the launcher as a subprocess
+
 ECHO = """\
 import json, pathlib, sys
 pathlib.Path(sys.argv[1]).write_text("ran")
@@ -172,10 +174,12 @@ def test_plan_without_ranks_exits_2_naming_the_key(launch):
 
 # ---------------------------------------------------------------- shipped source -----------
 
+@pytest.mark.tier("unit")
 def test_configmap_ships_the_launcher_file_verbatim():
     assert launcher_source() == LAUNCHER.read_text(encoding="utf-8")
 
 
+@pytest.mark.tier("unit")
 def test_launcher_imports_only_the_standard_library():
     tree = ast.parse(LAUNCHER.read_text(encoding="utf-8"))
     modules = set()

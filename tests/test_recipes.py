@@ -63,6 +63,7 @@ def test_recipes_are_the_documented_set():
     assert "Prefill/decode disaggregation" in readme and "not supported" in readme
 
 
+@pytest.mark.tier("process")  # the CLI as a process
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
 def test_kimik3_validate_accepts_the_recipe(path):
     name, nodes, gpus, accelerator, cd, _ = SHAPES[path.name]

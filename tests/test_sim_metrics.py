@@ -145,6 +145,7 @@ def upstream() -> dict[str, object]:
     return {"metrics": metrics, "families": families, "mantissas": mantissas, "reasons": reasons}
 
 
+@pytest.mark.tier("process")  # upstream: pip downloads the wheel once
 def test_the_wheel_parses_into_the_known_core(upstream):
     """The parser finds what kimi-k3-and-vllm.md lists (guards against a silent empty parse)."""
     metrics = upstream["metrics"]
@@ -155,6 +156,7 @@ def test_the_wheel_parses_into_the_known_core(upstream):
     assert metrics["vllm:request_success"].labels == ("model_name", "engine", "finished_reason")
 
 
+@pytest.mark.tier("process")  # upstream: pip downloads the wheel once
 def test_every_simulated_metric_matches_vllm(upstream):
     metrics = upstream["metrics"]
     assert len(metrics) > 30, "parsed too few metric definitions out of the wheel"
@@ -177,6 +179,7 @@ def test_the_metrics_the_autoscaler_reads_are_simulated():
     assert wanted <= set(vm.BY_NAME)
 
 
+@pytest.mark.tier("process")  # upstream: pip downloads the wheel once
 def test_buckets_and_finish_reasons_match_vllm(upstream):
     for family, bounds in upstream["families"].items():
         if family in ("request_params_n", "kv_cache_residency"):
@@ -212,6 +215,7 @@ def _scrape(dp: int, k: int) -> str:
     return asyncio.run(main())
 
 
+@pytest.mark.tier("process")  # upstream: pip downloads the wheel once
 def test_metrics_text_parses_and_carries_vllm_names_labels_buckets(upstream):
     text = _scrape(dp=4, k=7)
     families = {f.name: f for f in text_string_to_metric_families(text)}

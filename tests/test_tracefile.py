@@ -60,6 +60,7 @@ def test_a_bad_trace_file_names_the_problem(tmp_path: Path, text: str, message: 
     assert message in str(refused.value)
 
 
+@pytest.mark.tier("process")  # `git describe` for the results
 def test_simulate_replays_a_trace_file_through_the_policies_asked_for(tmp_path: Path) -> None:
     path = tmp_path / "small.csv"
     path.write_text("arrival_s,prompt_tokens,output_tokens\n"

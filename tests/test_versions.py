@@ -7,6 +7,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from kimik3.api.v1alpha1 import ENGINE_IMAGE
@@ -78,6 +79,7 @@ def test_the_form_check_refuses_what_bash_and_python_would_read_differently():
         raise AssertionError(f"{bad!r} passed the form check")
 
 
+@pytest.mark.tier("process")  # bash
 def test_bash_sourcing_the_file_sees_the_same_values():
     script = 'source "$1"; shift; for n in "$@"; do printf "%s=%s\\n" "$n" "${!n}"; done'
     out = subprocess.run(["bash", "-c", script, "bash", str(VERSIONS_FILE), *PINS], capture_output=True, text=True,

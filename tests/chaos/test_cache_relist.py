@@ -1,7 +1,11 @@
 """Unit check of the F6 fix: a re-listed owner's applied records are dropped, so a child deleted
 while the watch was down (no DELETED event ever arrives) is applied again instead of skipped."""
 
+import pytest
+
 from kimik3.controller.cache import ObjectCache, desired_hash
+
+pytestmark = pytest.mark.tier("unit")  # no control plane here, though in tests/chaos
 
 
 def child(rv: str) -> dict:

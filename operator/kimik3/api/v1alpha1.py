@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from pydantic.alias_generators import to_camel
-from pydantic.json_schema import JsonDict
+from pydantic.config import JsonDict
 
 from kimik3.api.conditions import ConditionStatus
 from kimik3.kube.accelerators import MODEL_MEMORY_FLOOR_GB, PROFILES, Accelerator

@@ -260,7 +260,7 @@ def expert_coverage(tokens: float) -> float:
     to 16 experts uniformly at random."""
     if tokens <= 0:
         return 0.0
-    return 1.0 - (1.0 - EXPERTS_PER_TOKEN / ROUTED_EXPERTS) ** tokens
+    return 1.0 - float((1.0 - EXPERTS_PER_TOKEN / ROUTED_EXPERTS) ** tokens)
 
 
 def _interp_gpus(values: dict[int, float], gpus: int) -> float:
@@ -268,7 +268,7 @@ def _interp_gpus(values: dict[int, float], gpus: int) -> float:
     lo, hi = 8, 16
     g = min(max(gpus, lo), hi)
     t = math.log(g / lo) / math.log(hi / lo)
-    return values[lo] * (values[hi] / values[lo]) ** t
+    return values[lo] * float((values[hi] / values[lo]) ** t)
 
 
 def _stream_s(accelerator: str, gpus: int) -> float:

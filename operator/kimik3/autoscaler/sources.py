@@ -23,7 +23,7 @@ import json
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import requests
 from prometheus_client.parser import text_string_to_metric_families
@@ -308,7 +308,7 @@ class PrometheusSource:
         self.session = session or requests.Session()
         self.clock = clock
 
-    def _query(self, promql: str, at: float) -> list[dict]:
+    def _query(self, promql: str, at: float) -> list[dict[str, Any]]:
         try:
             with self.session.get(f"{self.url}/api/v1/query", params={"query": promql, "time": f"{at:.3f}"},
                                   timeout=HTTP_TIMEOUT_S, stream=True) as response:
@@ -331,7 +331,7 @@ class PrometheusSource:
         return result
 
     @staticmethod
-    def _value(sample: dict) -> float:
+    def _value(sample: dict[str, Any]) -> float:
         try:
             return float(sample["value"][1])
         except (KeyError, IndexError, TypeError, ValueError):

@@ -142,10 +142,12 @@ def told(decision: Decision, current: int, now: float) -> tuple[ScaleEvent | Non
 @dataclass
 class DeploymentState:
     policy: LatencyPolicy
-    source_key: tuple
+    source_key: tuple[str, str | None, int]
+    """(metrics source type, Prometheus URL, engine port): a change builds a new source."""
     source: MetricSource
     last_decision: float = 0.0
-    slo: deque = field(default_factory=deque)
+    slo: deque[tuple[float, bool]] = field(default_factory=deque)
+    """(unix seconds, within the target) of each decision that measured the latency, the last hour's."""
     pods: list[dict[str, Any]] = field(default_factory=list)
     """The deployment's pods as of the current step (the pod-scrape source reads the leaders)."""
     unmeasured_since: dict[str, float] = field(default_factory=dict)

@@ -52,7 +52,7 @@ class Analysis:
     def __init__(self, scrape_url: ScrapeURL, clock: Callable[[], float] = time.time):
         self.scrape_url = scrape_url
         self.clock = clock
-        self._sources: dict[tuple[str, str], tuple[tuple, MetricSource]] = {}
+        self._sources: dict[tuple[str, str], tuple[tuple[str, str | None, int, str], MetricSource]] = {}
         self._pods: dict[tuple[str, str], list[dict[str, Any]]] = {}
 
     def forget(self, namespace: str, name: str) -> None:

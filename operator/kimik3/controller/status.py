@@ -103,7 +103,7 @@ def _pod_wait_reason(pod: dict[str, Any]) -> str:
     for cs in status.get("containerStatuses", []) or []:
         state = cs.get("state", {})
         if state.get("waiting"):
-            return state["waiting"].get("reason", "Waiting")
+            return str(state["waiting"].get("reason", "Waiting"))
         terminated = state.get("terminated")
         if terminated:  # an engine that crashed: say which container, with what code and reason
             reason = terminated.get("reason") or "Error"

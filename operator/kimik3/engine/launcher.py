@@ -44,6 +44,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 PLACEHOLDER = "${LWS_LEADER_ADDRESS}"
 DEFAULT_PLAN = "/etc/kimik3/plan.json"
@@ -280,7 +281,7 @@ def plan_path(args: list[str], env: dict[str, str]) -> str:
     return (args or [env.get("KIMIK3_PLAN", DEFAULT_PLAN)])[0]
 
 
-def build_argv(plan: dict, env: dict[str, str], wait: bool = True) -> list[str]:
+def build_argv(plan: dict[str, Any], env: dict[str, str], wait: bool = True) -> list[str]:
     """The argv to exec for this pod: plan command + rank arguments with the leader address in.
     ``wait=False`` puts the address in without waiting for it to resolve (the kit's engine
     simulator reads the argv of pods that have no DNS)."""

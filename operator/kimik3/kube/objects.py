@@ -30,4 +30,5 @@ def condition(obj: Any, type_: str) -> Any:
 
 def is_true(obj: Any, type_: str) -> bool:
     """Condition ``type_`` is present with status ``"True"``."""
-    return field(condition(obj, type_), "status") == "True"
+    status: object = field(condition(obj, type_), "status")
+    return status == "True"

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kimik3.kube.objects import condition, field, is_deleting, is_true
+from kimik3.kube.objects import condition as condition  # part of this module's API (pods.condition)
+from kimik3.kube.objects import field, is_deleting, is_true
 from kimik3.kube.labels import (GPU_RESOURCE, LEADER_WORKER_INDEX, LWS_GROUP_INDEX_LABEL, LWS_NAME_LABEL,
                                LWS_WORKER_INDEX_LABEL)
 
@@ -65,7 +66,8 @@ def role(pod: Any) -> str:
 
 def phase(pod: Any) -> str | None:
     """``status.phase``: Pending, Running, Succeeded, Failed, Unknown; None before the API server set it."""
-    return field(field(pod, "status"), "phase")
+    value: str | None = field(field(pod, "status"), "phase")
+    return value
 
 
 def is_terminating(pod: Any) -> bool:

@@ -47,7 +47,7 @@ def _engine_env(admitted: Admitted) -> dict[str, str]:
     return engine_env(admitted.spec, admitted.plan, admitted.seconds.load_timeout)
 
 
-def _volumes(owner: Owner, admitted: Admitted) -> tuple[list[dict], list[dict]]:
+def _volumes(owner: Owner, admitted: Admitted) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     spec = admitted.spec
     src = spec.model.source
     volumes: list[dict[str, Any]] = [

@@ -69,9 +69,10 @@ def sha256(path: Path) -> str:
 def read_manifest(folder: Path) -> dict[str, Any] | None:
     """The completion manifest of a staged folder, or None when it has none (or an unreadable one)."""
     try:
-        return json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+    return manifest if isinstance(manifest, dict) else None
 
 
 def _bytes_on_disk(folder: Path, files: dict[str, int]) -> tuple[int, int]:

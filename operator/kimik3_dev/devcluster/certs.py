@@ -33,6 +33,8 @@ def issue_serving_cert(pki_dir: Path, out_dir: Path, common_name: str,
     """
     ca_cert = x509.load_pem_x509_certificate((pki_dir / "ca.crt").read_bytes())
     ca_key = serialization.load_pem_private_key((pki_dir / "ca.key").read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise ValueError(f"{pki_dir / 'ca.key'}: expected the EC key ControlPlane writes, not {type(ca_key).__name__}")
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.timezone.utc)
     sans = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1")),

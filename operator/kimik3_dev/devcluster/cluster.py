@@ -52,6 +52,7 @@ from kimik3_dev import command
 from kimik3_dev.devcluster import kubecomponents, kueue, kwok, lws, processes, prometheus, rbac
 from kimik3_dev.devcluster.controlplane import ControlPlane, ControlPlaneError, bin_dir
 from kimik3_dev.devcluster.install import apply_admission_policies, own_manifests
+from kimik3_dev.devcluster.kueue import Tenant
 from kimik3_dev.devcluster.processes import ProcessRecord, free_port
 from kimik3_dev.devcluster.progress import Progress
 from kimik3_dev.devcluster.racks import RACK_LABEL, RackShape, node_manifests
@@ -106,7 +107,7 @@ class UpOptions:
     prometheus: bool = True
     kueue: bool = True
     """Run the Kueue manager (placement ``kueue``: gang admission, packing into racks, quota)."""
-    tenants: tuple[kueue.Tenant, ...] = ()
+    tenants: tuple[Tenant, ...] = ()
     """Tenants with their own GPU quota and priority (``kueue.Tenant``; with ``kueue`` only)."""
     wait_timeout_s: float = 120.0
     die_with_parent: bool = False

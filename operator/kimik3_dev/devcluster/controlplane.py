@@ -34,8 +34,9 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import urllib3
 import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -598,14 +599,15 @@ class ControlPlane:
             for name, doc in zip(names, docs):
                 # Raw response (no model parsing of a 1.3 MB object); non-2xx raises ApiException.
                 # The body is read in full so the pooled keep-alive connection stays usable.
-                resp = ext.patch_custom_resource_definition(
+                # (The generated methods are annotated with the model they return by default.)
+                resp = cast(urllib3.HTTPResponse, ext.patch_custom_resource_definition(
                     name,
                     dict(doc),
                     field_manager=FIELD_MANAGER,
                     force=True,
                     _content_type="application/apply-patch+yaml",
                     _preload_content=False,
-                )
+                ))
                 resp.read()
                 resp.release_conn()
             deadline = time.monotonic() + timeout_s
@@ -613,7 +615,7 @@ class ControlPlane:
             while pending:
                 still: list[str] = []
                 for name in pending:
-                    resp = ext.read_custom_resource_definition(name, _preload_content=False)
+                    resp = cast(urllib3.HTTPResponse, ext.read_custom_resource_definition(name, _preload_content=False))
                     conditions = (json.loads(resp.data).get("status") or {}).get("conditions") or []
                     if not any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
                         still.append(name)

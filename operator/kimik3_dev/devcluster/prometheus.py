@@ -71,7 +71,7 @@ def ensure_installed(log: Path | None = None) -> Path:
             if rc != 0:
                 raise PrometheusInstallError(f"`{' '.join(cmd)}` failed (exit {rc})" + (f"; see {log}" if log else ""))
     finally:
-        if log:
+        if not isinstance(out, int):
             out.close()
     if not os.access(PROMETHEUS_BINARY, os.X_OK):
         raise PrometheusInstallError(f"apt-get installed prometheus but {PROMETHEUS_BINARY} is missing")

@@ -160,7 +160,7 @@ def serving(rest: Rest, state_dir: Path, namespace: str, name: str, groups: int,
 
 def _done(rest: Rest, namespace: str, name: str, size: int, old: str, groups: int) -> bool:
     status = (rest.get(cr_path(namespace, name)) or {}).get("status") or {}
-    progressing = next((c for c in status.get("conditions", []) if c["type"] == "Progressing"), {})
+    progressing: dict[str, Any] = next((c for c in status.get("conditions", []) if c["type"] == "Progressing"), {})
     now = sample(rest, namespace, name, size)
     return (len(now) == groups and all(g[3] and g[2] != old for g in now) and progressing.get("status") == "False"
             and len((status.get("rollout") or {}).get("revisions") or []) == 1)

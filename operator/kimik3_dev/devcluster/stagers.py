@@ -55,17 +55,21 @@ class StagerRunner:
     def provision(self) -> None:
         for pvc in self.core.list_persistent_volume_claim_for_all_namespaces(
                 label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY}").items:
-            if pvc.status.phase != "Pending" or pvc.spec.volume_name:
+            spec, meta = pvc.spec, pvc.metadata
+            if spec is None or meta is None or not meta.namespace or not meta.name:
+                continue  # the API server always gives a claim both
+            if (pvc.status and pvc.status.phase) != "Pending" or spec.volume_name:
                 continue
-            ns, name = pvc.metadata.namespace, pvc.metadata.name
+            ns, name = meta.namespace, meta.name
+            requests = (spec.resources and spec.resources.requests) or {}
             folder = self.state_dir / "volumes" / ns / name
             folder.mkdir(parents=True, exist_ok=True)
             pv = {"apiVersion": "v1", "kind": "PersistentVolume",
                   "metadata": {"name": f"kimik3-dev-{ns}-{name}"[:253],
                                "labels": {"app.kubernetes.io/managed-by": "kimik3-devcluster"}},
-                  "spec": {"capacity": {"storage": pvc.spec.resources.requests["storage"]},
-                           "accessModes": pvc.spec.access_modes, "persistentVolumeReclaimPolicy": "Retain",
-                           "storageClassName": pvc.spec.storage_class_name or "",
+                  "spec": {"capacity": {"storage": requests["storage"]},
+                           "accessModes": spec.access_modes, "persistentVolumeReclaimPolicy": "Retain",
+                           "storageClassName": spec.storage_class_name or "",
                            "claimRef": {"namespace": ns, "name": name},
                            "hostPath": {"path": str(folder), "type": "DirectoryOrCreate"}}}
             try:
@@ -78,10 +82,14 @@ class StagerRunner:
     def host_folder(self, namespace: str, claim: str) -> Path:
         """The host folder behind a bound claim (its PersistentVolume's hostPath)."""
         pvc = self.core.read_namespaced_persistent_volume_claim(claim, namespace)
-        if not pvc.spec.volume_name:
+        volume = pvc.spec.volume_name if pvc.spec else None
+        if not volume:
             raise RuntimeError(f"claim {namespace}/{claim} is not bound")
-        pv = self.core.read_persistent_volume(pvc.spec.volume_name)
-        return Path(pv.spec.host_path.path)
+        pv = self.core.read_persistent_volume(volume)
+        host_path = pv.spec.host_path if pv.spec else None
+        if host_path is None:
+            raise RuntimeError(f"the volume {volume} of claim {namespace}/{claim} has no hostPath")
+        return Path(host_path.path)
 
     # -- the kubelet -----------------------------------------------------------------------
     def step(self) -> None:

@@ -82,6 +82,11 @@ def builtin_phases(shape: str, duration_s: float, *, rate: float | None = None, 
     raise ValueError(f"unknown shape {shape!r}: steady, step or burst")
 
 
+def _either(item: dict[str, Any], camel: str, snake: str, default: int) -> Any:
+    """``item[camel]``, else ``item[snake]``, else ``default`` (a phase file may use either spelling)."""
+    return item[camel] if camel in item else item.get(snake, default)
+
+
 def load_phases(path: str | Path, *, prompt_tokens: int = 512, output_tokens: int = 256) -> list[Phase]:
     """Phases from a YAML/JSON file: a list (or ``{phases: [...]}``) of phase mappings."""
     doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
@@ -99,8 +104,8 @@ def load_phases(path: str | Path, *, prompt_tokens: int = 512, output_tokens: in
         dur = item["duration"]
         out.append(Phase(duration_seconds(dur) if isinstance(dur, str) else float(dur),
                          float(rate) if rate is not None else None, int(conc) if conc is not None else None,
-                         int(item.get("promptTokens", item.get("prompt_tokens", prompt_tokens))),
-                         int(item.get("outputTokens", item.get("output_tokens", output_tokens))),
+                         int(_either(item, "promptTokens", "prompt_tokens", prompt_tokens)),
+                         int(_either(item, "outputTokens", "output_tokens", output_tokens)),
                          str(item.get("name", f"phase-{i}"))))
     return out
 
@@ -176,7 +181,8 @@ async def _one_request(session: aiohttp.ClientSession, url: str, model: str | No
                     res.tokens_per_s = res.output_tokens / res.e2e
                 res.ok = True
                 return res
-            first = last = None
+            first: float | None = None
+            last = start  # read only once ``first`` is set, which sets it too
             seen = 0
             async for raw in resp.content:
                 line = raw.strip()
@@ -205,7 +211,7 @@ async def _one_request(session: aiohttp.ClientSession, url: str, model: str | No
                 seen = int(total)
             res.e2e = time.monotonic() - start
             res.output_tokens = seen
-            if first is not None and last is not None and seen > 1 and last > first:
+            if first is not None and seen > 1 and last > first:
                 res.tokens_per_s = (seen - 1) / (last - first)
             res.ok = seen > 0
             if not res.ok:

@@ -86,8 +86,9 @@ from kimik3.kube.kinds import GROUP, PLURAL, VERSION
 from kimik3.kube import pods as kpods
 from kimik3.kube.labels import DEPLOYMENT_LABEL, LWS_NAME_LABEL, LWS_REVISION_LABEL
 from kimik3.kube.objects import is_deleting
+from kimik3.engine.args import API_KEY_ENV
 from kimik3.kube.times import rfc3339
-from kimik3.render.leaderworkerset import API_KEY_ENV, CONTAINER
+from kimik3.render.leaderworkerset import CONTAINER
 from kimik3.render.meta import engine_set_name
 from kimik3_dev.sim import launch, podenv
 from kimik3_dev.sim.engine import LOOPBACK, SimEngine
