@@ -229,6 +229,7 @@ def test_a_404_is_waited_out_and_served_again_is_told(monkeypatch: pytest.Monkey
     assert watching.infinite_watch is kopfs_watch
 
 
+@pytest.mark.tier("process")  # lint-imports on a copied tree
 def test_no_other_module_may_import_kopfs_private_modules(tmp_path: Path) -> None:
     """The import contract is not vacuous: a controller module (or a kit module) importing
     ``kopf._cogs`` or ``kopf._core`` breaks it; kopf's public ``kopf`` stays open to all."""
