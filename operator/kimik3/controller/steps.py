@@ -12,8 +12,9 @@ writes: the applies between ``roll`` and ``retire``, the deletions, the status a
     render   the children of the admitted spec (``render.children``)
     roll     the LeaderWorkerSets of the rollout: surge, canary, rollback (``controller.rollout``)
     gate     what may be applied now: no engine before the weights
-    -- the reconciler applies, then reads the snapshot again --
+    -- the reconciler applies --
     retire   the LeaderWorkerSets the rollout is done with (``controller.fleet``)
+    -- the reconciler reads the snapshot again (``Reader.refresh``) --
     prune    children the spec no longer needs, launcher ConfigMaps no revision mounts
     place    Kueue groups split across racks or on a failed tray, admitted again (``controller.readmit``)
     observe  the ComputeDomain (``controller.computedomains``)
