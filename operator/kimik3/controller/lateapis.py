@@ -40,10 +40,8 @@ from kopf._cogs.clients import errors as kopf_errors
 from kopf._cogs.clients import watching as kopf_watching
 from kopf._cogs.structs.references import Insights, Resource
 from kopf._core.reactor.observation import process_discovered_resource_event
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
-from kimik3.controller.kube import call_json
+from kimik3.controller.kube import ApiError, Kube, NotFound
 from kimik3.kube.kinds import Kind
 
 log = logging.getLogger("kimik3.lateapis")
@@ -101,18 +99,16 @@ def unresolved(kinds: Iterable[Kind], insights: Insights) -> list[Kind]:
     return [k for k in kinds if (k.group, k.plural) not in watched]
 
 
-def served(api: client.ApiClient, kind: Kind) -> bool:
+def served(kube: Kube, kind: Kind) -> bool:
     """Whether discovery lists ``kind`` in its group version (404: the group version is not served)."""
     try:
-        listing = call_json(api, "GET", f"/apis/{kind.group}/{kind.version}" if kind.group else "/api/v1")
-    except ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise
+        listing = kube.request("GET", f"/apis/{kind.group}/{kind.version}" if kind.group else "/api/v1")
+    except NotFound:
+        return False
     return any(r.get("name") == kind.plural for r in (listing or {}).get("resources", []))
 
 
-async def watch_late_apis(api: client.ApiClient, kinds: Iterable[Kind], insights: Insights,
+async def watch_late_apis(kube: Kube, kinds: Iterable[Kind], insights: Insights,
                           settings: kopf.OperatorSettings, registry: kopf.OperatorRegistry,
                           watched: Callable[[Kind], None], period_s: float = PERIOD_S) -> None:
     """Run forever: start kopf's watch of each kind of ``kinds`` whose API is served but unwatched,
@@ -125,9 +121,9 @@ async def watch_late_apis(api: client.ApiClient, kinds: Iterable[Kind], insights
         await asyncio.sleep(period_s)
         for kind in unresolved(kinds, insights):
             try:
-                if not await asyncio.to_thread(served, api, kind):
+                if not await asyncio.to_thread(served, kube, kind):
                     continue
-            except (ApiException, OSError) as exc:
+            except (ApiError, OSError) as exc:
                 log.debug("discovery of %s/%s: %s", kind.group, kind.version, exc)
                 continue
             log.info("%s (%s) is served now and was not watched: re-scanning the group", kind.kind, kind.api_version)

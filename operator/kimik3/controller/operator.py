@@ -211,7 +211,7 @@ def build_registry(cfg: OperatorConfig, queue: WorkQueue, cache: ObjectCache, cr
         settings.scanning.disabled = True
         # started here: kopf's re-scan needs the context kopf runs its tasks in
         late.append(asyncio.get_running_loop().create_task(
-            watch_late_apis(api, (*WATCHED, KIMIK3_DEPLOYMENT), insights, settings, registry,
+            watch_late_apis(Kube(api), (*WATCHED, KIMIK3_DEPLOYMENT), insights, settings, registry,
                             functools.partial(kind_served, cache, queue)),
             name="kimik3 late APIs"))
 
@@ -287,7 +287,7 @@ async def run_operator(cfg: OperatorConfig, stop: threading.Event | asyncio.Even
     cache = ObjectCache()
     api = api_client_from_kubeconfig(cfg.kubeconfig)
     election = None if cfg.lease_namespace is None else \
-        LeaderElection(api, cfg.lease_namespace, cfg.lease_name, cfg.identity, cfg.lease_timings)
+        LeaderElection(Kube(api), cfg.lease_namespace, cfg.lease_name, cfg.identity, cfg.lease_timings)
     kube = Kube(api, fence=election)
     failures = GroupFailures()
     insights = Insights()  # what kopf resolved and watches; shared with controller/lateapis.py

@@ -21,8 +21,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes.client.rest import ApiException
-
 from kimik3.admission import AdmissionPolicy, Admitted, admit
 from kimik3.api.conditions import ConditionType, Reason, Verdict
 from kimik3.api.errors import SpecErrors
@@ -33,7 +31,7 @@ from kimik3.controller.cache import ObjectCache, desired_hash
 from kimik3.controller.canary import Analysis
 from kimik3.controller.computedomains import (PREPARE_EVENTS, PrepareFailure, compute_domain_verdict, prepare_failures,
                                               unprepared_pods, with_prepare_failures)
-from kimik3.controller.kube import Kube, NotLeading, api_error_message, is_status_body
+from kimik3.controller.kube import ApiError, Kube, NotLeading
 from kimik3.controller import launchers
 from kimik3.controller.recreation import GroupFailures
 from kimik3.controller.fleet import EngineSet, FleetPlan, engine_sets, fleet_replicas
@@ -79,14 +77,14 @@ UNSERVED_FIX: dict[Kind, str] = {
 """The spec's (or the operator's) way around a child kind the cluster does not serve."""
 
 
-def apply_failure(kind: Kind, name: str, exc: ApiException) -> str:
+def apply_failure(kind: Kind, name: str, exc: ApiError) -> str:
     """What a failed apply of child ``name`` says: the API server's status and message, and for a
     kind the API server does not serve (a 404 without a Status body: ``404 page not found``) who
     installs it (``kube.kinds.SERVED_BY``) and the spec's way around it (``UNSERVED_FIX``)."""
-    if exc.status == 404 and not is_status_body(exc):
+    if exc.status == 404 and not exc.is_status:
         return (f"{kind.kind} {name}: the API server does not serve {kind.api_version} {kind.kind} (404): install "
                 f"{SERVED_BY.get(kind, 'its CRD')}{', ' + UNSERVED_FIX[kind] if kind in UNSERVED_FIX else ''}")
-    return f"{kind.kind} {name}: {exc.status} {exc.reason}: {api_error_message(exc)}"
+    return f"{kind.kind} {name}: {exc.status} {exc.reason}: {exc.message}"
 
 
 @dataclass(frozen=True)
@@ -226,7 +224,7 @@ class Reconciler:
         if unprepared_pods(pods):
             try:
                 events = self.kube.list(*EVENT.type_meta, owner.namespace, "", field_selector=PREPARE_EVENTS)
-            except ApiException as exc:
+            except ApiError as exc:
                 log.warning("cannot list the %s Events of %s/%s: %s %s", PREPARE_EVENTS, owner.namespace, owner.name,
                             exc.status, exc.reason)
                 events = []
@@ -299,7 +297,7 @@ class Reconciler:
                 continue
             try:
                 self._apply_child(child)
-            except ApiException as exc:
+            except ApiError as exc:
                 failed[child["kind"]] = apply_failure(kind, child["metadata"]["name"], exc)
                 metrics.APPLY_ERRORS.labels(kind=child["kind"]).inc()
                 self._event_once(obj, "Warning", "ApplyFailed", failed[child["kind"]])
@@ -381,9 +379,9 @@ class Reconciler:
             try:
                 if self.kube.delete(*LEADER_WORKER_SET.type_meta, meta["namespace"], name):
                     gone.append(name)
-            except ApiException as exc:  # e.g. no delete permission: said, and the rest of the reconcile goes on
+            except ApiError as exc:  # e.g. no delete permission: said, and the rest of the reconcile goes on
                 self._event_once(obj, "Warning", "DeleteFailed", f"LeaderWorkerSet {name} not removed: "
-                                 f"{exc.status} {exc.reason}: {api_error_message(exc)}")
+                                 f"{exc.status} {exc.reason}: {exc.message}")
         if self.cache is not None:  # the DELETED event may come after this reconcile's status
             for name in gone:
                 self.cache.update("DELETED", {"apiVersion": LEADER_WORKER_SET.api_version, "kind": LEADER_WORKER_SET.kind,
@@ -404,7 +402,7 @@ class Reconciler:
         namespace = sets[0].lws["metadata"]["namespace"]
         try:
             return self.kube.list(*WORKLOAD.type_meta, namespace, f"{KUEUE_JOB_UID_LABEL} in ({','.join(uids)})")
-        except ApiException as exc:
+        except ApiError as exc:
             log.warning("cannot list Kueue Workloads in %s (%s %s): is Kueue installed?", namespace,
                         exc.status, exc.reason)
             return None
@@ -420,7 +418,7 @@ class Reconciler:
         for step in steps:
             try:
                 self.kube.delete(*WORKLOAD.type_meta, owner.namespace, step.workload, uid=step.uid)
-            except ApiException as exc:
+            except ApiError as exc:
                 log.warning("cannot delete Workload %s/%s to re-admit its group (%s %s)", owner.namespace,
                             step.workload, exc.status, exc.reason)
                 continue
@@ -440,7 +438,7 @@ class Reconciler:
             return None
         try:
             pods = self.kube.list(*POD.type_meta, "", "", field_selector=BOUND_UNFINISHED)
-        except ApiException as exc:
+        except ApiError as exc:
             log.info("largest free block of trays unknown: cannot list pods (%s %s)", exc.status, exc.reason)
             return None
         return largest_free_block(domains(nodes, pods, admitted.spec.scheduling.topology_key, plan.gpus_per_node,
