@@ -80,7 +80,7 @@ def deployments(n: int, namespaces: int, prefix: str) -> list[dict]:
 
 def make_namespaces(kube: Kube, names: set[str]) -> None:
     for ns in sorted(names):
-        kube._call("POST", "/api/v1/namespaces", body={"metadata": {"name": ns}})
+        kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": ns}})
 
 
 def main() -> int:
@@ -130,7 +130,7 @@ def main() -> int:
                     list(pool.map(lambda cr: kube.apply(cr, force=False), crs))
                 created_s = time.monotonic() - t0
                 while time.monotonic() - t0 < args.timeout:
-                    items = kube._call("GET", KIMIK3_DEPLOYMENT.path())["items"]
+                    items = kube.request("GET", KIMIK3_DEPLOYMENT.path())["items"]
                     done = sum(1 for o in items
                                if (o.get("status") or {}).get("observedGeneration") == o["metadata"]["generation"]
                                and (condition(o, ConditionType.DEGRADED) or {}).get("status") == "False")
@@ -142,7 +142,7 @@ def main() -> int:
                     return 1
                 converge_s = time.monotonic() - t0
                 rps = (api_requests(cp) - before) / converge_s
-                lws = kube._call("GET", LEADER_WORKER_SET.path())["items"]
+                lws = kube.request("GET", LEADER_WORKER_SET.path())["items"]
                 lws_ours = sum(1 for x in lws if x["metadata"]["namespace"].startswith("k3-"))
                 assert lws_ours == args.crs, f"{lws_ours} LeaderWorkerSets for {args.crs} CRs"
                 print(f"operator: {args.crs} CRs created in {created_s:.1f} s, all converged in {converge_s:.1f} s "

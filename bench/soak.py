@@ -73,7 +73,6 @@ from typing import Any
 
 import click
 import yaml
-from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
 from kimik3.admission import admit
@@ -84,6 +83,7 @@ from kimik3.kube.kinds import CONFIG_MAP, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, 
 from kimik3.kube.objects import condition, is_deleting
 from kimik3.render.configmap import configmap_name
 from kimik3.render.meta import Owner, engine_set_name
+from kimik3.controller.kube import ApiError
 from kimik3.controller.reconcile import FINALIZER
 from kimik3_dev.devcluster import faults
 from kimik3_dev.devcluster.cluster import DevCluster, UpOptions
@@ -336,7 +336,7 @@ class Soak:
                 pending = None if seen else effect()
                 seen = pending is None
                 why = self.why_not_converged() if seen else f"the fault has not shown: {pending}"
-            except ApiException as exc:  # a failed read is not convergence
+            except ApiError as exc:  # a failed read is not convergence
                 why = f"API error {exc.status} {exc.reason}"
             if why is None:
                 return time.monotonic() - start, ""
@@ -598,7 +598,7 @@ class Soak:
                             moved = time.monotonic() - start
                         elif not self.trace or self.trace[-1][1] != why:
                             self.trace.append((round(time.monotonic() - start, 1), why))
-                except ApiException:
+                except ApiError:
                     pass
                 time.sleep(POLL_S)
         finally:
@@ -670,7 +670,7 @@ class Soak:
                 entry["after_return_s"] = None if recovery is None else round(recovery, 1)
                 if recovery is not None:
                     recovery, why = fault.recovery_s, fault.failure or ""
-        except ApiException as exc:
+        except ApiError as exc:
             recovery, why = None, f"fault not injected: API error {exc.status} {exc.reason}: {(exc.body or '')[:300]}"
         except Exception as exc:  # noqa: BLE001 - e.g. a component that did not start again: recorded
             recovery, why = None, f"fault failed: {type(exc).__name__}: {str(exc)[:300]}"

@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kimik3.admission import Admitted, admit
 from kimik3.api.errors import SpecErrors
+from kimik3.controller.kube import ApiError
 from kimik3.render.children import render
 from kimik3.render.meta import Owner
 
@@ -129,10 +130,10 @@ def dry_run(kube, namespace: str, spec: dict[str, Any]) -> tuple[bool, str]:
     body = {"apiVersion": "inference.kimik3.io/v1alpha1", "kind": "KimiK3Deployment",
             "metadata": {"name": "prop", "namespace": namespace}, "spec": copy.deepcopy(spec)}
     try:
-        kube._call("POST", f"/apis/inference.kimik3.io/v1alpha1/namespaces/{namespace}/kimik3deployments",
-                   body=body, query=[("dryRun", "All"), ("fieldValidation", "Strict")])
+        kube.request("POST", f"/apis/inference.kimik3.io/v1alpha1/namespaces/{namespace}/kimik3deployments",
+                     body=body, query=[("dryRun", "All"), ("fieldValidation", "Strict")])
         return True, ""
-    except ApiException as exc:
+    except ApiError as exc:
         assert exc.status in (400, 422), exc.body
         return False, exc.body
 

@@ -1,6 +1,6 @@
 """The layers of design.md are a contract, not a hope: import-linter's contracts (pyproject.toml,
-``[tool.importlinter]``), mypy on the core (strict) and the kit, and the operator's process free of
-the kit."""
+``[tool.importlinter]``: the layers, the one API client, the kopf adapter), mypy on the core
+(strict) and the kit, and the operator's process free of the kit."""
 
 from __future__ import annotations
 
@@ -25,24 +25,30 @@ def _run(*cmd: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.tier("process")
 def test_import_contracts_hold() -> None:
     """Core layers (cli > controller > autoscaler | render > admission > engine > topology > api >
-    kube), the kit's layers, the core never importing the kit, no cycles among siblings."""
+    kube), the kit's layers, the core never importing the kit, no cycles among siblings, and in the
+    core only ``controller.kube`` importing the kubernetes package."""
     result = _run(str(BIN / "lint-imports"), "--no-cache")
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert "kept, 0 broken." in result.stdout
 
 
 @pytest.mark.tier("process")
-def test_import_contracts_catch_an_upward_import(tmp_path: Path) -> None:
-    """The layers contract is not vacuous: an api module importing the controller breaks it."""
+@pytest.mark.parametrize("module,source,broken", [
+    ("api/upward.py", "import kimik3.controller.status\n", "kimik3.api.upward -> kimik3.controller.status"),
+    ("controller/direct.py", "from kubernetes import client\n", "kimik3.controller.direct -> kubernetes"),
+], ids=["upward import", "a second API client"])
+def test_import_contracts_catch_a_broken_rule(tmp_path: Path, module: str, source: str, broken: str) -> None:
+    """The contracts are not vacuous: an api module importing the controller breaks the layers; a
+    controller module importing the kubernetes package breaks the one client (``controller.kube``)."""
     tree = tmp_path / "operator"
     subprocess.run(["cp", "-r", str(REPO / "operator"), str(tree)], check=True)
-    (tree / "kimik3" / "api" / "upward.py").write_text("import kimik3.controller.status\n")
+    (tree / "kimik3" / module).write_text(source)
     (tmp_path / "pyproject.toml").write_text((REPO / "pyproject.toml").read_text())
     env = {**os.environ, "PYTHONPATH": str(tree)}
     result = subprocess.run([str(BIN / "lint-imports"), "--no-cache"], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 1
-    assert "kimik3.api.upward -> kimik3.controller.status" in result.stdout
+    assert broken in result.stdout
 
 
 @pytest.mark.tier("process")

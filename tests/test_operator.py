@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kimik3.controller.kube import Kube
+from kimik3.controller.kube import ApiError, Invalid, Kube
 from kimik3.controller.reconcile import FINALIZER
 from kimik3.render.meta import engine_set_name
 from support.cluster import CD, CR, LWS, apply, condition, events, launcher_configmap, reconciled
@@ -246,7 +246,7 @@ INVALID = [
 @pytest.mark.parametrize("what,changes,path,words", INVALID, ids=[i[0] for i in INVALID])
 def test_api_server_refuses_invalid_specs_with_field_path(kube, namespace, what, changes, path, words):
     body = _spec_with(**changes)
-    with pytest.raises(ApiException) as err:
+    with pytest.raises(Invalid) as err:
         apply(kube, body, namespace)
     assert err.value.status == 422, err.value.body
     causes = json.loads(err.value.body)["details"]["causes"]
@@ -261,7 +261,7 @@ def test_unknown_field_is_refused_under_strict_validation(kube, namespace):
             "inference.kimik3.io", "v1alpha1", namespace, "kimik3deployments", body, field_validation="Strict")
     assert err.value.status == 400, err.value.body
     assert 'unknown field "spec.engine.maxNumSeq"' in json.loads(err.value.body)["message"]
-    with pytest.raises(ApiException) as err:  # server-side apply refuses it too, naming the field
+    with pytest.raises(ApiError) as err:  # server-side apply refuses it too, naming the field
         apply(kube, body, namespace)
     assert ".spec.engine.maxNumSeq: field not declared in schema" in err.value.body
 

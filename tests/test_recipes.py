@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from kimik3.api.errors import SpecErrors
+from kimik3.controller.kube import Invalid
 from kimik3.kube.kinds import HTTP_ROUTE
 from kimik3.render.meta import engine_set_name
 from support.cluster import CD, CR, LWS, reconciled
@@ -233,7 +233,7 @@ def test_recipe_is_applied_and_reconciled(operator, kube, admin_api, namespace, 
 def test_api_server_refuses_a_bad_route(kube, namespace, field, value, path, words):
     cr = recipe("b300-tp8-single-node.yaml", name=f"bad-{uuid.uuid4().hex[:6]}", namespace=namespace)
     cr["spec"]["service"] = {"httpRoute": {"parentRefs": [{"name": "gw"}], field: value}}
-    with pytest.raises(ApiException) as err:
+    with pytest.raises(Invalid) as err:
         kube.apply(cr, force=False)
     assert err.value.status == 422, err.value.body
     causes = json.loads(err.value.body)["details"]["causes"]

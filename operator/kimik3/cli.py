@@ -179,8 +179,14 @@ def stage(filename: str | None, repo: str | None, revision: str, root: Path, wor
             except SpecErrors as exc:
                 raise click.ClickException("\n".join(map(str, exc.errors))) from None
     if report_job is not None:
+        from functools import partial
+
+        from kimik3.controller.kube import Kube, api_client_from_kubeconfig
+        from kimik3.kube.kinds import JOB
         namespace, _, job = report_job.partition("/")
-        report = job_reporter(namespace, job)
+        # the pod's ServiceAccount in a cluster; $KUBECONFIG where the dev cluster runs the pod locally
+        kube = Kube(api_client_from_kubeconfig(os.environ.get("KUBECONFIG")))
+        report = job_reporter(partial(kube.patch_merge, *JOB.type_meta, namespace, job), report_job)
     else:
         def report(p: Progress) -> None:
             click.echo(f"{p.repo_id}@{p.revision}: {p.phase} {p.bytes_done}/{p.bytes_total} bytes, "

@@ -10,9 +10,8 @@ import datetime as dt
 
 import pytest
 from kubernetes import config
-from kubernetes.client.exceptions import ApiException
 
-from kimik3.controller.kube import call_json
+from kimik3.controller.kube import ApiError, Kube
 from kimik3_dev.devcluster.controlplane import ADMIN_USER, OPERATOR_USER
 from kimik3_dev.devcluster.rbac import (RELEASE, RELEASE_NAMESPACE, TOKEN_LIFETIME_S, HelmMissingError, chart_rbac,
                                    helm_binary, whoami)
@@ -32,13 +31,13 @@ def test_identity_is_the_chart_service_account_with_exactly_the_rendered_rbac(ad
                                          "Role/kimik3-system/kimik3-operator-leader-election",
                                          "RoleBinding/kimik3-system/kimik3-operator-leader-election")
     rendered = {d["kind"]: d for d in chart_rbac()}
-    role = call_json(admin_api, "GET", f"{RBAC}/clusterroles/{RELEASE}")
+    role = Kube(admin_api).request("GET", f"{RBAC}/clusterroles/{RELEASE}")
     assert role["rules"] == rendered["ClusterRole"]["rules"]
     assert not any("*" in r["verbs"] + r["resources"] + r["apiGroups"] for r in role["rules"])
-    binding = call_json(admin_api, "GET", f"{RBAC}/clusterrolebindings/{RELEASE}")
+    binding = Kube(admin_api).request("GET", f"{RBAC}/clusterrolebindings/{RELEASE}")
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": RELEASE}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": RELEASE, "namespace": RELEASE_NAMESPACE}]
-    sa = call_json(admin_api, "GET", f"/api/v1/namespaces/{RELEASE_NAMESPACE}/serviceaccounts/{RELEASE}")
+    sa = Kube(admin_api).request("GET", f"/api/v1/namespaces/{RELEASE_NAMESPACE}/serviceaccounts/{RELEASE}")
     assert sa["metadata"]["uid"] == operator_identity.uid
 
     expires = parse_rfc3339(operator_identity.expires)
@@ -60,8 +59,8 @@ def test_identity_is_the_chart_service_account_with_exactly_the_rendered_rbac(ad
               "spec": {"containers": [{"name": "x", "image": "x"}]}}),
             ("DELETE", f"{RBAC}/clusterroles/{RELEASE}", None),  # cannot widen or drop its own RBAC
         ]:
-            with pytest.raises(ApiException) as refused:
-                call_json(api, method, path, body)
+            with pytest.raises(ApiError) as refused:
+                Kube(api).request(method, path, body)
             assert refused.value.status == 403, (method, path, refused.value.body)
             assert OPERATOR_USER in refused.value.body
 

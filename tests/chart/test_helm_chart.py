@@ -17,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kimik3.cli import CHART_CRD_DIR, CRD_FILE, POLICY_FILE
 from kimik3.controller import metrics
-from kimik3.controller.kube import Kube
+from kimik3.controller.kube import ApiError, Forbidden, Kube
 from kimik3_dev.devcluster import kueue
 from kimik3_dev.devcluster.rbac import request_token, write_token_kubeconfig
 
@@ -279,7 +279,7 @@ def test_template_is_accepted_by_the_api_server_with_strict_validation(helm, kub
         scoped = f"/namespaces/{meta['namespace']}" if meta.get("namespace") else ""
         url = f"{group_version}{scoped}/{plural}/{meta['name']}"
         query = [("fieldManager", "helm-dry-run"), ("fieldValidation", "Strict"), ("dryRun", "All"), ("force", "true")]
-        kube._call("PATCH", url, body=doc, query=query, content_type="application/apply-patch+yaml")
+        kube.request("PATCH", url, body=doc, query=query, content_type="application/apply-patch+yaml")
     kinds = {d["kind"] for d in docs}
     expected = {kind: kinds | {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",  # and leader election:
                                "Role", "RoleBinding", "PodDisruptionBudget"} for kind, kinds in {
@@ -315,10 +315,10 @@ def test_an_unknown_field_in_a_template_would_be_refused(kube):
     """The dry run above is strict: the same call refuses a misspelled field (the check has teeth)."""
     doc = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "x", "namespace": RELEASE_NAMESPACE},
            "automountServiceAccountTokn": True}
-    with pytest.raises(ApiException) as err:
-        kube._call("PATCH", f"/api/v1/namespaces/{RELEASE_NAMESPACE}/serviceaccounts/x", body=doc,
-                   query=[("fieldManager", "t"), ("fieldValidation", "Strict"), ("dryRun", "All")],
-                   content_type="application/apply-patch+yaml")
+    with pytest.raises(ApiError) as err:
+        kube.request("PATCH", f"/api/v1/namespaces/{RELEASE_NAMESPACE}/serviceaccounts/x", body=doc,
+                     query=[("fieldManager", "t"), ("fieldValidation", "Strict"), ("dryRun", "All")],
+                     content_type="application/apply-patch+yaml")
     assert ".automountServiceAccountTokn: field not declared in schema" in err.value.body
 
 
@@ -352,10 +352,10 @@ def _operator_objects(admin_api: client.ApiClient, kube: Kube) -> list[str]:
         plural = {"ServiceAccount": "serviceaccounts", "ConfigMap": "configmaps", "Service": "services",
                   "Deployment": "deployments", "Role": "roles", "RoleBinding": "rolebindings",
                   "NetworkPolicy": "networkpolicies", "ServiceMonitor": "servicemonitors"}[kind]
-        items = kube._call("GET", f"{group}/{plural}", query=[("labelSelector", sel)])["items"]
+        items = kube.request("GET", f"{group}/{plural}", query=[("labelSelector", sel)])["items"]
         found += [f"{kind} {i['metadata'].get('namespace', '')}/{i['metadata']['name']}" for i in items]
     for plural, kind in [("clusterroles", "ClusterRole"), ("clusterrolebindings", "ClusterRoleBinding")]:
-        items = kube._call("GET", f"/apis/rbac.authorization.k8s.io/v1/{plural}", query=[("labelSelector", sel)])["items"]
+        items = kube.request("GET", f"/apis/rbac.authorization.k8s.io/v1/{plural}", query=[("labelSelector", sel)])["items"]
         found += [f"{kind} {i['metadata']['name']}" for i in items]
     secrets = client.CoreV1Api(admin_api).list_namespaced_secret(RELEASE_NAMESPACE,
                                                               label_selector=f"owner=helm,name={RELEASE}")
@@ -497,7 +497,7 @@ def test_upgrade_to_a_chart_whose_crd_adds_a_field_serves_it(helm, kube, admin_a
                                                           "stringData": {"api-key": "test-key"}})
     helm.run("install", RELEASE, str(_chart_v1(tmp_path)), "--namespace", RELEASE_NAMESPACE)
     try:
-        with pytest.raises(ApiException) as err:  # v1's schema: the field does not exist yet
+        with pytest.raises(ApiError) as err:  # v1's schema: the field does not exist yet
             apply(kube, body, ns)
         assert re.search(r"\.spec\.service\.(apiKeySecret|httpRoute): field not declared in schema", err.value.body)
         helm.run("upgrade", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE)
@@ -557,20 +557,20 @@ def test_admission_policy_checks_who_adds_a_secret_reference_not_who_keeps_it(he
                 probe = {**body, "metadata": {"name": "k3-probe", "namespace": ns},
                          "spec": {**body["spec"], "service": key}}
                 try:
-                    tenant._call("POST", f"/apis/inference.kimik3.io/v1alpha1/namespaces/{ns}/kimik3deployments",
-                                 body=probe, query=[("dryRun", "All")])
+                    tenant.request("POST", f"/apis/inference.kimik3.io/v1alpha1/namespaces/{ns}/kimik3deployments",
+                                   body=probe, query=[("dryRun", "All")])
                     return False
-                except ApiException as exc:
+                except ApiError as exc:
                     return exc.status == 403
             wait_for(enforced, 30, "the admission policy in force")
-            with pytest.raises(ApiException) as err:  # adding a reference to a Secret it may not read
+            with pytest.raises(Forbidden) as err:  # adding a reference to a Secret it may not read
                 tenant.patch_merge(*CR, ns, "k3-tenant", {"spec": {"service": key}})
             assert err.value.status == 403
             assert "spec.service.apiKeySecret: you may not get Secret k3-api-key" in err.value.body
             kube.patch_merge(*CR, ns, "k3-tenant", {"spec": {"service": key}})  # the Secret's owner may
             kept = tenant.patch_merge(*CR, ns, "k3-tenant", {"spec": {"replicas": 2}})  # reference kept
             assert kept["spec"]["replicas"] == 2 and kept["spec"]["service"]["apiKeySecret"]["name"] == "k3-api-key"
-            with pytest.raises(ApiException) as err:  # pointing it at another Secret is a new reference
+            with pytest.raises(Forbidden) as err:  # pointing it at another Secret is a new reference
                 tenant.patch_merge(*CR, ns, "k3-tenant", {"spec": {"service": {
                     "apiKeySecret": {"name": "someone-elses", "key": "api-key"}}}})
             assert err.value.status == 403 and "you may not get Secret someone-elses" in err.value.body

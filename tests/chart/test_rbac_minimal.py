@@ -67,7 +67,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from kimik3.controller.computedomains import PREPARE_POLL_S
-from kimik3.controller.kube import Kube
+from kimik3.controller.kube import ApiError, Kube
 from kimik3.controller.lateapis import PERIOD_S
 from kimik3.controller.steps import RESYNC_READY_S, RESYNC_STARTING_S
 from kimik3.kube.kinds import LEASE
@@ -418,8 +418,8 @@ def await_first_listings(op: OperatorProcess, timeout: float = 15.0) -> None:
 def cleanup(kube: Kube, namespace: str) -> None:
     """Whatever the broken operator left (no garbage collector runs here), and the scenario's tray."""
     for tray in (f"tray-{namespace}", f"tray-{namespace}-b"):
-        with contextlib.suppress(ApiException):
-            kube._call("DELETE", f"/api/v1/nodes/{tray}")
+        with contextlib.suppress(ApiError):
+            kube.request("DELETE", f"/api/v1/nodes/{tray}")
     for name in (NAME, CANARY, STAGED):
         obj = kube.get(*CR, namespace, name)
         if obj is not None:
@@ -427,13 +427,13 @@ def cleanup(kube: Kube, namespace: str) -> None:
                 kube.patch_merge(*CR, namespace, name, {"metadata": {"finalizers": None}})
             kube.delete(*CR, namespace, name)
     for configmap in kube.list("v1", "ConfigMap", namespace, "app.kubernetes.io/managed-by=kimik3-operator"):
-        with contextlib.suppress(ApiException):
+        with contextlib.suppress(ApiError):
             kube.delete("v1", "ConfigMap", namespace, configmap["metadata"]["name"])
     for (api_version, kind), name in [*CHILDREN, (LWS, CANARY_ENGINE),
                                       (("v1", "Service"), CANARY), (("v1", "Pod"), f"{CANARY_ENGINE}-0")]:
         try:
             kube.delete(api_version, kind, namespace, name)
-        except ApiException:
+        except ApiError:
             pass
 
 
@@ -480,9 +480,9 @@ def warm_watch_caches(kube: Kube, skip: tuple[str, ...] = ()) -> None:
     on that, which would look like a missing watch to the timed steps."""
     def ready(path: str) -> bool:
         try:
-            kube._call("GET", path, query=[("resourceVersion", "0"), ("limit", "1")])
+            kube.request("GET", path, query=[("resourceVersion", "0"), ("limit", "1")])
             return True
-        except ApiException as exc:
+        except ApiError as exc:
             if exc.status in (429, 404):
                 return False
             raise
@@ -535,7 +535,7 @@ def drop_identity(admin_api: client.ApiClient, identity: Identity) -> None:
                                                                                        RELEASE_NAMESPACE)):
         try:
             call()
-        except ApiException:
+        except (ApiException, ApiError):
             pass
 
 

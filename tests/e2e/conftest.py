@@ -17,8 +17,8 @@ from collections.abc import Iterator
 
 import pytest
 from devenv import SHAPE, DevEnv, dev_cluster
-from kubernetes.client.rest import ApiException
 
+from kimik3.controller.kube import ApiError
 from kimik3_dev.devcluster.cluster import UpOptions
 from kimik3_dev.devcluster.racks import RackShape
 from kimik3_dev.devcluster.workloads import ensure_namespace
@@ -43,7 +43,7 @@ def ns(dev_env: DevEnv) -> Iterator[str]:
     yield name
     try:
         dev_env.rest.delete(dev_env.cr_path(name))
-    except ApiException:
+    except ApiError:
         pass
     wait_for(lambda: not dev_env.rest.items(f"/api/v1/namespaces/{name}/pods"), 120.0,
              f"the pods of namespace {name} to be gone")

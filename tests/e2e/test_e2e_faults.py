@@ -194,14 +194,14 @@ def _leader_failures(dev_env: DevEnv, ns: str, window_s: float, apply: dict[str,
             stream = watch.Watch().stream(core.list_namespaced_pod, ns, label_selector=f"{LWS_NAME_LABEL}=k3-engine",
                                           timeout_seconds=2, resource_version=version)
             for change in stream:
-                pod = change["object"]
-                version = pod.metadata.resource_version
-                if not kpods.is_leader(pod) or pod.metadata.deletion_timestamp:
+                pod = change["raw_object"]  # the API's JSON, the shape kimik3.kube reads
+                version = pod["metadata"]["resourceVersion"]
+                if not kpods.is_leader(pod) or kpods.is_terminating(pod):
                     continue
-                for status in (pod.status and pod.status.container_statuses) or []:
-                    ended = status.state and status.state.terminated
-                    if ended and ended.exit_code:
-                        failed.setdefault((pod.metadata.uid, str(ended.finished_at)), time.monotonic())
+                for status in (pod.get("status") or {}).get("containerStatuses") or []:
+                    ended = (status.get("state") or {}).get("terminated")
+                    if ended and ended.get("exitCode"):
+                        failed.setdefault((pod["metadata"]["uid"], str(ended.get("finishedAt"))), time.monotonic())
     return sorted(failed.values()), {uid for uid, _ in failed}
 
 

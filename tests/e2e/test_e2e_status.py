@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 from devenv import SHAPE, WAIT_S, DevEnv
 from kubernetes import config
-from kubernetes.client.rest import ApiException
 
 from kimik3.cli import main
+from kimik3.controller.kube import Forbidden
 from kimik3_dev.devcluster.controlplane import OPERATOR_USER
 from kimik3_dev.devcluster.racks import RACK_LABEL
 from kimik3_dev.devcluster.rbac import RELEASE, RELEASE_NAMESPACE, chart_rbac, whoami
@@ -107,6 +107,6 @@ def test_dev_up_runs_the_operator_as_the_chart_service_account(dev_env: DevEnv) 
     with config.new_client_from_config(config_file=identity["kubeconfig"]) as api:
         me = whoami(api)
         assert (me["username"], me["uid"]) == (OPERATOR_USER, identity["uid"])
-        with pytest.raises(ApiException) as refused:  # the chart grants no Secrets
+        with pytest.raises(Forbidden) as refused:  # the chart grants no Secrets
             Rest(api).items(f"/api/v1/namespaces/{RELEASE_NAMESPACE}/secrets")
         assert refused.value.status == 403

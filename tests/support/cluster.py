@@ -16,7 +16,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
-from kimik3.controller.kube import Kube
+from kimik3.controller.kube import ApiError, Kube
 from kimik3.kube.kinds import COMPUTE_DOMAIN, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET
 from support.rendering import launcher_name
 from support.waiting import wait_for
@@ -26,7 +26,8 @@ LWS = LEADER_WORKER_SET.type_meta
 CD = COMPUTE_DOMAIN.type_meta
 """``(apiVersion, kind)`` of the three kinds most tests address (``Kube.get(*CR, namespace, name)``)."""
 
-API_UNAVAILABLE: tuple[type[BaseException], ...] = (ApiException, urllib3.exceptions.HTTPError, OSError)
+API_UNAVAILABLE: tuple[type[BaseException], ...] = (ApiError, ApiException, urllib3.exceptions.HTTPError,
+                                                  OSError)
 """What a client call raises while the API server is down, restarting or refusing (a 5xx or
 connection error): pass as ``wait_for(..., retry_on=API_UNAVAILABLE)`` across a control-plane fault."""
 

@@ -20,7 +20,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from kimik3.api.conditions import EventReason
+from kimik3.api.conditions import Event, EventReason
 from kimik3.controller import metrics
 from kimik3.controller.kube import Kube
 from kimik3.controller.recreation import GroupFailures
@@ -103,7 +103,7 @@ class CrashReporter:
             counter.labels(meta["namespace"], deployment, reason).inc()
             owner = {"apiVersion": KIMIK3_DEPLOYMENT.api_version, "kind": KIMIK3_DEPLOYMENT.kind,
                      "metadata": {"namespace": meta["namespace"], "name": deployment}}
-            self.kube.event(owner, "Warning", event_reason,
-                            f"group {group}: {pods.role(pod)} pod {meta['name']} on {node}: {text}; the LeaderWorkerSet "
-                            f"recreates group {group} (RecreateGroupOnPodRestart)")
+            self.kube.event(owner, Event("Warning", event_reason, f"group {group}: {pods.role(pod)} pod {meta['name']} "
+                                         f"on {node}: {text}; the LeaderWorkerSet recreates group {group} "
+                                         "(RecreateGroupOnPodRestart)"))
         return new

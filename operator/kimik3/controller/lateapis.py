@@ -39,11 +39,8 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 
 import kopf
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
 from kimik3.controller import kopfadapter
-from kimik3.controller.kube import call_json
+from kimik3.controller.kube import ApiError, Kube, NotFound
 from kimik3.kube.kinds import Kind
 
 log = logging.getLogger("kimik3.lateapis")
@@ -71,18 +68,16 @@ def unresolved(kinds: Iterable[Kind], insights: kopfadapter.Insights) -> list[Ki
     return [k for k in kinds if (k.group, k.plural) not in resolved]
 
 
-def served(api: client.ApiClient, kind: Kind) -> bool:
+def served(kube: Kube, kind: Kind) -> bool:
     """Whether discovery lists ``kind`` in its group version (404: the group version is not served)."""
     try:
-        listing = call_json(api, "GET", f"/apis/{kind.group}/{kind.version}" if kind.group else "/api/v1")
-    except ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise
+        listing = kube.request("GET", f"/apis/{kind.group}/{kind.version}" if kind.group else "/api/v1")
+    except NotFound:
+        return False
     return any(r.get("name") == kind.plural for r in (listing or {}).get("resources", []))
 
 
-async def watch_late_apis(api: client.ApiClient, kinds: Iterable[Kind], insights: kopfadapter.Insights,
+async def watch_late_apis(kube: Kube, kinds: Iterable[Kind], insights: kopfadapter.Insights,
                           settings: kopf.OperatorSettings, registry: kopf.OperatorRegistry,
                           watched: Callable[[Kind], None], period_s: float = PERIOD_S) -> None:
     """Run forever: start kopf's watch of each kind of ``kinds`` whose API is served but unwatched,
@@ -95,9 +90,9 @@ async def watch_late_apis(api: client.ApiClient, kinds: Iterable[Kind], insights
         await asyncio.sleep(period_s)
         for kind in unresolved(kinds, insights):
             try:
-                if not await asyncio.to_thread(served, api, kind):
+                if not await asyncio.to_thread(served, kube, kind):
                     continue
-            except (ApiException, OSError) as exc:
+            except (ApiError, OSError) as exc:
                 log.debug("discovery of %s/%s: %s", kind.group, kind.version, exc)
                 continue
             log.info("%s (%s) is served now and was not watched: re-scanning the group", kind.kind, kind.api_version)

@@ -34,14 +34,11 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.rest import ApiException
-
 from kimik3.controller import metrics
-from kimik3.controller.kube import NotLeading, call_json
+from kimik3.controller.kube import Kube, NotFound, NotLeading
 from kimik3.kube.kinds import LEASE
 from kimik3.kube.times import rfc3339
 
@@ -81,9 +78,11 @@ class LeaderElection:
     ``write_timeout()`` (the ``WriteFence`` of ``kimik3.controller.kube.Kube``) answer from the
     local monotonic clock, from any thread."""
 
-    def __init__(self, api: client.ApiClient, namespace: str, name: str, identity: str,
+    def __init__(self, kube: Kube, namespace: str, name: str, identity: str,
                  timings: LeaseTimings = LeaseTimings(), clock: Callable[[], float] = time.monotonic):
-        self.api, self.namespace, self.name, self.identity = api, namespace, name, identity
+        self.kube = replace(kube, fence=None, timeout_s=timings.retry_period_s)
+        """Unfenced (the election itself decides who leads); each call ends within a retry period."""
+        self.namespace, self.name, self.identity = namespace, name, identity
         self.timings = timings
         self.clock = clock
         self._renewed_at: float | None = None
@@ -140,17 +139,14 @@ class LeaderElection:
         return LEASE.path(self.namespace, self.name)
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:
-        return call_json(self.api, method, path, body, timeout=self.timings.retry_period_s)
+        return self.kube.request(method, path, body)
 
     def try_acquire_or_renew(self) -> bool:
         """One attempt (synchronous): True when this replica holds the Lease afterwards."""
         started = self.clock()
         try:
             lease = self._call("GET", self._path())
-        except ApiException as exc:
-            if exc.status != 404:
-                log.info("reading Lease %s/%s failed: %s", self.namespace, self.name, exc.status)
-                return False
+        except NotFound:
             lease = None
         except Exception as exc:  # unreachable API server: retried next period
             log.info("reading Lease %s/%s failed: %s", self.namespace, self.name, exc)

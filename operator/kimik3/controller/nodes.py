@@ -15,9 +15,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from kubernetes.client.rest import ApiException
-
-from kimik3.controller.kube import Kube
+from kimik3.controller.kube import ApiError, Kube
 from kimik3.kube import nodes as knodes
 from kimik3.kube.kinds import NODE
 
@@ -41,13 +39,13 @@ class Nodes:
             return None
         try:
             items = self.kube.list(*NODE.type_meta, "", "")
-        except ApiException as exc:
+        except ApiError as exc:
             log.info("cannot list nodes (%s %s): racks and free trays stay unknown", exc.status, exc.reason)
             self._refused_at = time.monotonic()
             return None
         with self._lock:
             self._refused_at = None
-            self._labels = {knodes.name(n): knodes.labels(n) for n in items}
+            self._labels = {knodes.name(n): dict(knodes.labels(n)) for n in items}
         return items
 
     def domains_of(self, names: Iterable[str], topology_key: str) -> dict[str, str]:

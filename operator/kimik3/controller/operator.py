@@ -28,7 +28,6 @@ from typing import Any
 
 import kopf
 from aiohttp import web
-from kubernetes.client import ApiClient
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kimik3.kube.kinds import CHILD_KINDS, KIMIK3_DEPLOYMENT, POD, Kind
@@ -176,9 +175,9 @@ def kind_served(cache: ObjectCache, queue: WorkQueue, kind: Kind) -> None:
     queue.add_all()
 
 
-def connection_info(api: ApiClient) -> kopf.ConnectionInfo:
+def connection_info(kube: Kube) -> kopf.ConnectionInfo:
     """kopf's login from the operator's own client configuration (kubeconfig or service account)."""
-    c = api.configuration
+    c = kube.api.configuration
     header = c.get_api_key_with_prefix("BearerToken") or c.get_api_key_with_prefix("authorization") or ""
     token = header.split(" ", 1)[-1] if header else None
     return kopf.ConnectionInfo(server=c.host, ca_path=c.ssl_ca_cert, insecure=not c.verify_ssl,
@@ -247,7 +246,7 @@ def build_registry(cfg: OperatorConfig, queue: WorkQueue, cache: ObjectCache, cr
 
     @kopf.on.login(registry=registry)
     def login(**_: Any) -> kopf.ConnectionInfo:
-        return connection_info(api)
+        return connection_info(Kube(api))
 
     late: list[asyncio.Task[None]] = []
 
@@ -256,7 +255,7 @@ def build_registry(cfg: OperatorConfig, queue: WorkQueue, cache: ObjectCache, cr
         configure(settings)
         # started here: kopf's re-scan needs the context kopf runs its tasks in
         late.append(asyncio.get_running_loop().create_task(
-            watch_late_apis(api, (*WATCHED, KIMIK3_DEPLOYMENT), insights, settings, registry,
+            watch_late_apis(Kube(api), (*WATCHED, KIMIK3_DEPLOYMENT), insights, settings, registry,
                             functools.partial(kind_served, cache, queue)),
             name="kimik3 late APIs"))
 
@@ -307,7 +306,7 @@ async def run_operator(cfg: OperatorConfig, stop: threading.Event | asyncio.Even
     cache = ObjectCache()
     api = api_client_from_kubeconfig(cfg.kubeconfig)
     election = None if cfg.lease_namespace is None else \
-        LeaderElection(api, cfg.lease_namespace, cfg.lease_name, cfg.identity, cfg.lease_timings)
+        LeaderElection(Kube(api), cfg.lease_namespace, cfg.lease_name, cfg.identity, cfg.lease_timings)
     kube = Kube(api, fence=election)
     failures = GroupFailures()
     insights = Insights()  # what kopf resolved and watches; shared with controller/lateapis.py

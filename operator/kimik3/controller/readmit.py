@@ -32,7 +32,6 @@ from kimik3.api.conditions import Event, EventReason
 from kimik3.kube import pods as kpods
 from kimik3.kube import workloads as kworkloads
 from kimik3.kube.labels import KUEUE_JOB_UID_LABEL, LWS_NAME_LABEL
-from kimik3.kube.objects import field
 
 
 @dataclass(frozen=True)
@@ -73,7 +72,7 @@ def split_racks(pods: list[dict[str, Any]], racks: Mapping[str, str]) -> dict[Gr
 
 def unhealthy_nodes(workload: dict[str, Any]) -> list[str]:
     """The trays Kueue lists as failed under this Workload (``status.unhealthyNodes[*].name``)."""
-    return [n["name"] for n in field(workload.get("status"), "unhealthyNodes") or [] if field(n, "name")]
+    return [n["name"] for n in (workload.get("status") or {}).get("unhealthyNodes") or [] if n.get("name")]
 
 
 def readmissions(workloads: list[dict[str, Any]], pods: list[dict[str, Any]], racks: Mapping[str, str],

@@ -23,8 +23,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes.client.rest import ApiException
-
 from kimik3.admission import AdmissionPolicy, Admitted, admit
 from kimik3.api.conditions import ConditionType, Event, EventReason
 from kimik3.api.errors import SpecErrors
@@ -33,7 +31,7 @@ from kimik3.controller import metrics, steps
 from kimik3.controller.autoscaling import Autoscaling
 from kimik3.controller.cache import ObjectCache, desired_hash
 from kimik3.controller.canary import Analysis
-from kimik3.controller.kube import Kube, NotLeading, api_error_message, is_status_body
+from kimik3.controller.kube import ApiError, Kube, NotLeading
 from kimik3.controller.nodes import Nodes
 from kimik3.controller.recreation import GroupFailures
 from kimik3.controller.rollout import Rollouts
@@ -61,14 +59,14 @@ UNSERVED_FIX: dict[Kind, str] = {
 """The spec's (or the operator's) way around a child kind the cluster does not serve."""
 
 
-def apply_failure(kind: Kind, name: str, exc: ApiException) -> str:
+def apply_failure(kind: Kind, name: str, exc: ApiError) -> str:
     """What a failed apply of child ``name`` says: the API server's status and message, and for a
     kind the API server does not serve (a 404 without a Status body: ``404 page not found``) who
     installs it (``kube.kinds.SERVED_BY``) and the spec's way around it (``UNSERVED_FIX``)."""
-    if exc.status == 404 and not is_status_body(exc):
+    if exc.status == 404 and not exc.is_status:
         return (f"{kind.kind} {name}: the API server does not serve {kind.api_version} {kind.kind} (404): install "
                 f"{SERVED_BY.get(kind, 'its CRD')}{', ' + UNSERVED_FIX[kind] if kind in UNSERVED_FIX else ''}")
-    return f"{kind.kind} {name}: {exc.status} {exc.reason}: {api_error_message(exc)}"
+    return f"{kind.kind} {name}: {exc.status} {exc.reason}: {exc.message}"
 
 
 @dataclass(frozen=True)
@@ -188,7 +186,7 @@ class Reconciler:
             if event.once and token in seen:
                 continue
             seen.add(token)
-            self.kube.event(obj, event.type, event.reason, event.message)
+            self.kube.event(obj, event)
 
     def _apply_child(self, child: dict[str, Any]) -> dict[str, Any]:
         """Apply unless the watched object is still exactly what we applied for this desired state."""
@@ -218,7 +216,7 @@ class Reconciler:
                 continue
             try:
                 self._apply_child(child)
-            except ApiException as exc:
+            except ApiError as exc:
                 failed[child["kind"]] = apply_failure(kind, child["metadata"]["name"], exc)
                 metrics.APPLY_ERRORS.labels(kind=child["kind"]).inc()
                 self._post(obj, [Event("Warning", EventReason.APPLY_FAILED, failed[child["kind"]])])
@@ -233,9 +231,9 @@ class Reconciler:
                 continue  # the watch saw none
             try:
                 gone = self.kube.delete(*d.kind.type_meta, namespace, d.name, uid=d.uid)
-            except ApiException as exc:
+            except ApiError as exc:
                 self._post(obj, [Event("Warning", EventReason.DELETE_FAILED, f"{d.kind.kind} {d.name} not removed: "
-                                       f"{exc.status} {exc.reason}: {api_error_message(exc)}")])
+                                       f"{exc.status} {exc.reason}: {exc.message}")])
                 continue
             if gone and self.cache is not None:  # the DELETED event may come after this reconcile's status
                 self.cache.update("DELETED", {"apiVersion": d.kind.api_version, "kind": d.kind.kind,

@@ -23,13 +23,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes.client.rest import ApiException
-
 from kimik3.admission import Admitted
 from kimik3.controller.cache import ObjectCache
 from kimik3.controller.computedomains import PREPARE_EVENTS, unprepared_pods
 from kimik3.controller.fleet import EngineSet, engine_sets
-from kimik3.controller.kube import Kube
+from kimik3.controller.kube import ApiError, Kube
 from kimik3.controller.nodes import Nodes
 from kimik3.kube import pods as kpods
 from kimik3.kube.groups import Group, GroupKey, groups_of
@@ -129,7 +127,7 @@ class Reader:
         self._count(WORKLOAD)
         try:
             return self.kube.list(*WORKLOAD.type_meta, namespace, f"{KUEUE_JOB_UID_LABEL} in ({','.join(uids)})")
-        except ApiException as exc:
+        except ApiError as exc:
             log.warning("cannot list Kueue Workloads in %s (%s %s): is Kueue installed?", namespace,
                         exc.status, exc.reason)
             return None
@@ -166,7 +164,7 @@ class Reader:
             self._count(EVENT)
             try:
                 events = self.kube.list(*EVENT.type_meta, owner.namespace, "", field_selector=PREPARE_EVENTS)
-            except ApiException as exc:
+            except ApiError as exc:
                 log.warning("cannot list the %s Events of %s/%s: %s %s", PREPARE_EVENTS, owner.namespace,
                             owner.name, exc.status, exc.reason)
         return Snapshot(snap.obj, owner, pods, groups, sets, workloads,
@@ -187,7 +185,7 @@ class Reader:
             return None
         try:
             bound = self.kube.list(*POD.type_meta, "", "", field_selector=BOUND_UNFINISHED)
-        except ApiException as exc:
+        except ApiError as exc:
             log.info("largest free block of trays unknown: cannot list pods (%s %s)", exc.status, exc.reason)
             return None
         return largest_free_block(domains(nodes, bound, admitted.spec.scheduling.topology_key, plan.gpus_per_node,

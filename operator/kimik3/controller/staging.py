@@ -15,12 +15,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes.client.rest import ApiException
-
 from kimik3.admission import Admitted
 from kimik3.api.conditions import ConditionType, Reason, Verdict
 from kimik3.api.v1alpha1 import KimiK3DeploymentStatus
-from kimik3.controller.kube import Kube, api_error_message
+from kimik3.controller.kube import ApiError, Kube
 from kimik3.controller.status import set_condition
 from kimik3.engine.weights import Artifact
 from kimik3.kube.kinds import JOB, PERSISTENT_VOLUME_CLAIM
@@ -164,8 +162,8 @@ class Staging:
                         self.kube.apply(o)
                     current = self.kube.get(*JOB.type_meta, namespace, name)
                 seen.append((artifact, name, current))
-        except ApiException as exc:
-            message = f"cannot create what stages the cache: {exc.status} {exc.reason}: {api_error_message(exc)}"
+        except ApiError as exc:
+            message = f"cannot create what stages the cache: {exc}"
             log.warning("%s/%s: %s", namespace, obj["metadata"]["name"], message)
             return Weights(Verdict("False", Reason.STAGING_FAILED, message), False, STAGING_POLL_S)
         return weights_verdict(src.cache.claim_name, seen)

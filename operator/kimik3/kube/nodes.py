@@ -1,36 +1,30 @@
-"""What a node's status means (the API's JSON or the client's ``V1Node``)."""
+"""What a node's status means (the API's JSON, ``kimik3.kube.objects``)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from kimik3.kube.labels import GPU_RESOURCE
-from kimik3.kube.objects import field, is_true
+from kimik3.kube.objects import Object, is_true, meta
+from kimik3.kube.objects import labels as labels  # re-exported: read as nodes.labels(node)
 
 READY = "Ready"
 """Node condition: the kubelet is healthy and reports in (``False``/``Unknown``: NotReady)."""
 
 
-def is_ready(node: Any) -> bool:
+def is_ready(node: Object) -> bool:
     """Condition ``Ready`` is ``True``."""
     return is_true(node, READY)
 
 
-def labels(node: Any) -> dict[str, str]:
-    """The node's labels ({} when it has none)."""
-    return field(field(node, "metadata"), "labels") or {}
+def name(node: Object) -> str:
+    return str(meta(node).get("name"))
 
 
-def name(node: Any) -> str:
-    return str(field(field(node, "metadata"), "name"))
-
-
-def is_schedulable(node: Any) -> bool:
+def is_schedulable(node: Object) -> bool:
     """Ready and not cordoned (``spec.unschedulable``): a node Kueue's topology-aware scheduling
     counts (it also needs every Topology level label)."""
-    return is_ready(node) and not field(field(node, "spec"), "unschedulable")
+    return is_ready(node) and not (node.get("spec") or {}).get("unschedulable")
 
 
-def allocatable_gpus(node: Any) -> int:
+def allocatable_gpus(node: Object) -> int:
     """``status.allocatable["nvidia.com/gpu"]`` (0 when absent)."""
-    return int((field(field(node, "status"), "allocatable") or {}).get(GPU_RESOURCE, 0) or 0)
+    return int(((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE, 0) or 0)

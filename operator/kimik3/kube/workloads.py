@@ -10,10 +10,10 @@ leader: insufficient unused quota for nvidia.com/gpu in flavor gb300, 8 more nee
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from kimik3.kube.labels import KUEUE_WORKLOAD_INDEX_ANNOTATION
-from kimik3.kube.objects import condition, field, is_true
+from kimik3.kube.objects import Object, condition, is_true, meta
 
 KueueState = Literal["Admitted", "Pending", "Preempted", "Evicted"]
 """A group's Workload as Kueue sees it: admitted (quota reserved, a rack assigned, pods ungated);
@@ -41,26 +41,25 @@ class Waiting:
     """Kueue's own message (condition message), quoted as it is."""
 
 
-def group_index(workload: dict[str, Any]) -> str:
-    return (field(field(workload, "metadata"), "annotations") or {}).get(KUEUE_WORKLOAD_INDEX_ANNOTATION) or "?"
+def group_index(workload: Object) -> str:
+    return (meta(workload).get("annotations") or {}).get(KUEUE_WORKLOAD_INDEX_ANNOTATION) or "?"
 
 
-def is_admitted(workload: dict[str, Any]) -> bool:
+def is_admitted(workload: Object) -> bool:
     """``Admitted=True``: quota reserved and (with TAS) a topology assignment, pods ungated."""
     return is_true(workload, "Admitted")
 
 
-def waiting(workload: dict[str, Any]) -> Waiting | None:
+def waiting(workload: Object) -> Waiting | None:
     """Why this group waits, or None when it is admitted."""
     if is_admitted(workload):
         return None
     group = group_index(workload)
     for type_ in ("Preempted", "Evicted"):
-        c = condition(workload, type_)
-        if field(c, "status") == "True" and (type_ == "Preempted" or field(c, "reason") == "Preempted"):
-            return Waiting(group, "preempted", field(c, "message") or "preempted")
-    c = condition(workload, "QuotaReserved")
-    message = (field(c, "message") or "").strip() or NOT_YET_CONSIDERED
+        c = condition(workload, type_) or {}
+        if c.get("status") == "True" and (type_ == "Preempted" or c.get("reason") == "Preempted"):
+            return Waiting(group, "preempted", c.get("message") or "preempted")
+    message = ((condition(workload, "QuotaReserved") or {}).get("message") or "").strip() or NOT_YET_CONSIDERED
     lowered = message.lower()
     if "insufficient unused quota" in lowered or "insufficient quota" in lowered:
         return Waiting(group, "quota", message)
@@ -69,7 +68,7 @@ def waiting(workload: dict[str, Any]) -> Waiting | None:
     return Waiting(group, "pending", message)
 
 
-def state(workload: dict[str, Any]) -> tuple[KueueState, str]:
+def state(workload: Object) -> tuple[KueueState, str]:
     """The group's Kueue state and Kueue's own message for it ("" when admitted)."""
     if is_admitted(workload):
         return "Admitted", ""
@@ -77,7 +76,7 @@ def state(workload: dict[str, Any]) -> tuple[KueueState, str]:
     assert wait is not None
     if wait.why == "preempted":
         return "Preempted", wait.message
-    evicted = condition(workload, "Evicted")
-    if field(evicted, "status") == "True":
-        return "Evicted", field(evicted, "message") or field(evicted, "reason") or "evicted"
+    evicted = condition(workload, "Evicted") or {}
+    if evicted.get("status") == "True":
+        return "Evicted", evicted.get("message") or evicted.get("reason") or "evicted"
     return "Pending", wait.message

@@ -75,23 +75,17 @@ Reporter = Callable[[Progress], None]
 """Where a stager sends each report."""
 
 
-def job_reporter(namespace: str, job: str) -> Reporter:
-    """Reports into ``PROGRESS_ANNOTATION`` of the Job ``namespace/job`` (merge patch) with the
-    pod's ServiceAccount (in-cluster config), or with ``$KUBECONFIG`` outside a cluster. A failed
-    patch is logged to stderr and the download goes on (a report is not worth a lost download)."""
-    from kubernetes import client, config
-
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        config.load_kube_config()
-    batch = client.BatchV1Api()
+def job_reporter(patch_job: Callable[[dict[str, Any]], object], job: str) -> Reporter:
+    """Reports into ``PROGRESS_ANNOTATION`` of the Job named ``job`` through ``patch_job`` (a merge
+    patch of that Job: ``kimik3 stage`` passes ``controller.kube.Kube.patch_merge`` with the pod's
+    ServiceAccount). A failed patch is logged to stderr and the download goes on (a report is not
+    worth a lost download)."""
 
     def report(progress: Progress) -> None:
         body = {"metadata": {"annotations": {PROGRESS_ANNOTATION: progress.to_json()}}}
         try:
-            batch.patch_namespaced_job(job, namespace, body)
+            patch_job(body)
         except Exception as exc:  # noqa: BLE001 - reported, never fatal
-            print(f"kimik3 stage: progress report to Job {namespace}/{job} failed: {exc}", flush=True)
+            print(f"kimik3 stage: progress report to Job {job} failed: {exc}", flush=True)
 
     return report

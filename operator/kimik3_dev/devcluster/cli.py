@@ -142,11 +142,10 @@ def apply(state_dir: str, filename: str) -> None:
     PVC weight sources, a stand-in PersistentVolume + claim: nothing mounts it here)."""
     import yaml
 
-    from kimik3.controller.kube import api_error_message
+    from kimik3.controller.kube import ApiError
     from kimik3_dev.devcluster.cluster import DevCluster
     from kimik3_dev.devcluster.rest import Rest
     from kimik3_dev.devcluster.workloads import apply_deployment, deployments
-    from kubernetes.client.rest import ApiException
     docs = deployments(yaml.safe_load_all(Path(filename).read_text()))
     if not docs:
         raise click.ClickException(f"{filename}: no KimiK3Deployment in it")
@@ -155,10 +154,10 @@ def apply(state_dir: str, filename: str) -> None:
         for cr in docs:
             try:
                 obj = apply_deployment(Rest(api), cr)
-            except ApiException as exc:
+            except ApiError as exc:
                 # The API server's own message (what kubectl prints), not its Status JSON.
                 raise click.ClickException(f"{cr['metadata'].get('name')}: refused by the API server: "
-                                           f"{api_error_message(exc)}") from None
+                                           f"{exc.message}") from None
             click.echo(f"applied {obj['kind']} {obj['metadata']['namespace']}/{obj['metadata']['name']} "
                        f"(generation {obj['metadata'].get('generation')})")
 
@@ -188,15 +187,14 @@ def fault() -> None:
 
 
 def _rest_call(state_dir: str, fn: Callable[..., Any], *args: str) -> None:
-    from kimik3.controller.kube import api_error_message
+    from kimik3.controller.kube import ApiError
     from kimik3_dev.devcluster.cluster import DevCluster
     from kimik3_dev.devcluster.rest import Rest
-    from kubernetes.client.rest import ApiException
     with DevCluster(state_dir).api_client() as api:
         try:
             fn(Rest(api), *args)
-        except ApiException as exc:
-            raise click.ClickException(f"{exc.status} {exc.reason}: {api_error_message(exc)}") from None
+        except ApiError as exc:
+            raise click.ClickException(str(exc)) from None
 
 
 @fault.command("tray")

@@ -42,9 +42,9 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import config as k8s_config
-from kubernetes.client.rest import ApiException
 
 import kimik3
+from kimik3.controller.kube import ApiError
 from kimik3.kube import nodes as knodes
 from kimik3.kube.accelerators import PROFILES
 from kimik3.kube.times import rfc3339
@@ -263,7 +263,7 @@ class DevCluster:
                 names = cp.apply_crds(paths, timeout_s=timeout)
                 with cp.api_client("admin") as api:
                     apply_admission_policies(api, own_policies)
-            except (ControlPlaneError, ApiException) as exc:
+            except (ControlPlaneError, ApiError) as exc:
                 raise ComponentError("kube-apiserver", f"CRDs not installed: {exc}", cp.apiserver_log,
                                      self._retry) from exc
             out.note(f"{len(names)} CRDs Established")

@@ -34,9 +34,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-import urllib3
 import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -44,6 +43,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from kimik3.api.documents import dump_yaml
+from kimik3.controller.kube import Kube
+from kimik3.kube.objects import is_true
 from kimik3_dev.devcluster.processes import free_port, log_tail
 from kimik3_dev.versions import ETCD_VERSION, KUBERNETES_VERSION
 
@@ -579,8 +580,6 @@ class ControlPlane:
         than the 256 KiB annotation limit (LeaderWorkerSet's is 1.3 MB) apply fine. Returns the
         CRD names; raises ``ControlPlaneError`` if one is not Established within ``timeout_s``.
         """
-        from kubernetes import client as k8s
-
         docs: list[Mapping[str, Any]] = []
         for item in paths_or_docs:
             if isinstance(item, Mapping):
@@ -594,32 +593,17 @@ class ControlPlane:
                     f"{doc.get('apiVersion')}/{doc.get('kind')} {doc.get('metadata', {}).get('name')!r}"
                 )
         names = [str(doc["metadata"]["name"]) for doc in docs]
+        crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
         with self.api_client("admin") as api_client:
-            ext = k8s.ApiextensionsV1Api(api_client)
+            kube = Kube(api_client)
             for name, doc in zip(names, docs):
-                # Raw response (no model parsing of a 1.3 MB object); non-2xx raises ApiException.
-                # The body is read in full so the pooled keep-alive connection stays usable.
-                # (The generated methods are annotated with the model they return by default.)
-                resp = cast(urllib3.HTTPResponse, ext.patch_custom_resource_definition(
-                    name,
-                    dict(doc),
-                    field_manager=FIELD_MANAGER,
-                    force=True,
-                    _content_type="application/apply-patch+yaml",
-                    _preload_content=False,
-                ))
-                resp.read()
-                resp.release_conn()
+                # JSON, not the client's models (no model parsing of a 1.3 MB object); non-2xx raises ApiError.
+                kube.request("PATCH", f"{crds}/{name}", dict(doc), [("fieldManager", FIELD_MANAGER), ("force", "true")],
+                             "application/apply-patch+yaml")
             deadline = time.monotonic() + timeout_s
             pending = list(names)
             while pending:
-                still: list[str] = []
-                for name in pending:
-                    resp = cast(urllib3.HTTPResponse, ext.read_custom_resource_definition(name, _preload_content=False))
-                    conditions = (json.loads(resp.data).get("status") or {}).get("conditions") or []
-                    if not any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
-                        still.append(name)
-                pending = still
+                pending = [n for n in pending if not is_true(kube.request("GET", f"{crds}/{n}"), "Established")]
                 if pending and time.monotonic() > deadline:
                     raise ControlPlaneError(f"CRDs not Established within {timeout_s:.0f} s: {', '.join(pending)}")
                 if pending:

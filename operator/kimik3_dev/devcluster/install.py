@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 from kubernetes import client
 
+from kimik3.controller.kube import Kube
 from kimik3_dev.devcluster.controlplane import ControlPlane
 from kimik3_dev.devcluster.thirdparty import thirdparty_crd_paths
 
@@ -31,12 +32,12 @@ def own_manifests() -> tuple[list[Path], list[dict[str, Any]]]:
 
 def apply_admission_policies(api: client.ApiClient, docs: list[dict[str, Any]]) -> None:
     """Server-side apply ValidatingAdmissionPolicies and their bindings."""
-    admission = client.AdmissionregistrationV1Api(api)
+    kube = Kube(api)
     for doc in docs:
-        name = doc["metadata"]["name"]
-        patch = {"ValidatingAdmissionPolicy": admission.patch_validating_admission_policy,
-                 "ValidatingAdmissionPolicyBinding": admission.patch_validating_admission_policy_binding}[doc["kind"]]
-        patch(name, doc, field_manager=FIELD_MANAGER, force=True, _content_type="application/apply-patch+yaml")
+        plural = {"ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+                  "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings"}[doc["kind"]]
+        kube.request("PATCH", f"/apis/admissionregistration.k8s.io/v1/{plural}/{doc['metadata']['name']}", doc,
+                     [("fieldManager", FIELD_MANAGER), ("force", "true")], "application/apply-patch+yaml")
 
 
 def install_apis(cp: ControlPlane) -> list[str]:

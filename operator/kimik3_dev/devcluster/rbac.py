@@ -36,7 +36,7 @@ from kubernetes import client
 from kubernetes import config as k8s_config
 
 from kimik3.api.documents import dump_yaml
-from kimik3.controller.kube import call_json
+from kimik3.controller.kube import Kube
 from kimik3_dev.devcluster.controlplane import OPERATOR_NAMESPACE, OPERATOR_SERVICE_ACCOUNT, bin_dir
 from kimik3_dev.versions import HELM_VERSION, KUBERNETES_VERSION
 
@@ -163,11 +163,11 @@ def request_token(api: client.ApiClient, namespace: str, service_account: str,
                   lifetime_s: int = TOKEN_LIFETIME_S) -> tuple[str, str]:
     """A token of ServiceAccount ``namespace/service_account`` from the TokenRequest API, valid for
     ``lifetime_s`` seconds (the API server's minimum is 600) for the API server's default
-    audiences. Returns (token, expirationTimestamp in RFC 3339). ``ApiException`` when refused
+    audiences. Returns (token, expirationTimestamp in RFC 3339). ``ApiError`` when refused
     (404: no such ServiceAccount)."""
-    answer = call_json(api, "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token",
-                       {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                        "spec": {"expirationSeconds": int(lifetime_s)}})
+    answer = Kube(api).request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token",
+                               {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                                "spec": {"expirationSeconds": int(lifetime_s)}})
     return answer["status"]["token"], answer["status"]["expirationTimestamp"]
 
 
@@ -195,8 +195,8 @@ def whoami(api: client.ApiClient) -> dict[str, Any]:
     authentication.k8s.io/v1): its ``userInfo``, ``{"username": str, "uid": str, "groups": [str],
     "extra": {str: [str]}}``. A TokenRequest token of a ServiceAccount has the ServiceAccount
     object's UID as ``uid`` and ``extra["authentication.kubernetes.io/credential-id"] == ["JTI=..."]``."""
-    review = call_json(api, "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews",
-                       {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+    review = Kube(api).request("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                               {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
     info = review["status"]["userInfo"]
     return {"username": info["username"], "uid": info.get("uid", ""), "groups": list(info.get("groups") or []),
             "extra": dict(info.get("extra") or {})}
@@ -205,9 +205,9 @@ def whoami(api: client.ApiClient) -> dict[str, Any]:
 def _denied(api: client.ApiClient, checks: Iterable[dict[str, str]]) -> list[dict[str, str]]:
     out = []
     for attrs in checks:
-        review = call_json(api, "POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
-                           {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-                            "spec": {"resourceAttributes": attrs}})
+        review = Kube(api).request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                                   {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                                    "spec": {"resourceAttributes": attrs}})
         if not (review.get("status") or {}).get("allowed"):
             out.append(attrs)
     return out
@@ -268,18 +268,19 @@ def install_operator_identity(api: client.ApiClient, kubeconfig: Path, *, helm_a
     Returns once the API server authenticates the token as the chart's ServiceAccount and grants
     every rendered rule (bounded by ``timeout_s`` seconds, else ``RuntimeError`` naming what is
     still denied). Raises ``HelmMissingError`` without helm, ``RuntimeError`` when helm fails or
-    the identity is not the ServiceAccount's, ``ApiException`` when the API server refuses a
+    the identity is not the ServiceAccount's, ``ApiError`` when the API server refuses a
     write."""
     docs = chart_rbac(*helm_args)
     (sa,) = [d for d in docs if d["kind"] == "ServiceAccount"]
     sa_namespace, sa_name = sa["metadata"]["namespace"], sa["metadata"]["name"]
     query = [("fieldManager", FIELD_MANAGER), ("fieldValidation", "Strict"), ("force", "true")]
     namespaces = dict.fromkeys([sa_namespace, *(d["metadata"]["namespace"] for d in docs if _PATHS[d["kind"]][2])])
+    kube = Kube(api)
     for ns in namespaces:
-        call_json(api, "PATCH", f"/api/v1/namespaces/{ns}", {"apiVersion": "v1", "kind": "Namespace",
-                                                            "metadata": {"name": ns}},
-                  query, "application/apply-patch+yaml")
-    applied = {_label(doc): call_json(api, "PATCH", _object_path(doc), doc, query, "application/apply-patch+yaml")
+        kube.request("PATCH", f"/api/v1/namespaces/{ns}", {"apiVersion": "v1", "kind": "Namespace",
+                                                           "metadata": {"name": ns}},
+                     query, "application/apply-patch+yaml")
+    applied = {_label(doc): kube.request("PATCH", _object_path(doc), doc, query, "application/apply-patch+yaml")
                for doc in docs}
     sa_uid = applied[_label(sa)]["metadata"]["uid"]
 

@@ -1,9 +1,12 @@
-"""Plain JSON calls to the dev API server through a ``kubernetes.client.ApiClient``.
+"""The dev kit's calls by REST path, over the core's one client (``kimik3.controller.kube.Kube``).
 
-The generated client of ``kubernetes`` 37 validates bodies against its models; the dev cluster
-sends and reads plain dicts (Node objects with status, server-side apply of third-party kinds),
-so it goes one level down, as ``kimik3.controller.kube`` does. ``path`` is the REST path, e.g.
-``/api/v1/nodes`` or ``/apis/leaderworkerset.x-k8s.io/v1/namespaces/ns/leaderworkersets``.
+The kit reaches objects the operator's kind registry does not hold (Nodes with their status,
+PersistentVolumes, Namespaces, Kueue's cluster-scoped queues, webhooks, RBAC), so it addresses
+them by path, e.g. ``/api/v1/nodes`` or
+``/apis/leaderworkerset.x-k8s.io/v1/namespaces/ns/leaderworkersets``. Every call is
+``Kube.request``: the same transport, timeout and errors (``kimik3.controller.kube.ApiError`` and
+its subclasses) as the operator's; objects are the API's JSON (plain dicts). ``Rest.kube`` makes
+the kind-addressed calls.
 """
 
 from __future__ import annotations
@@ -11,9 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 
-from kimik3.controller.kube import call_json
+from kimik3.controller.kube import Kube, NotFound
 
 __all__ = ["FIELD_MANAGER", "Rest"]
 
@@ -21,23 +23,21 @@ FIELD_MANAGER = "kimik3-devcluster"
 
 
 class Rest:
-    """JSON in, JSON out; non-2xx raises ``ApiException`` (``.status``, ``.body``)."""
+    """JSON in, JSON out, by path; a non-2xx answer raises ``ApiError`` (``.status``, ``.message``)."""
 
     def __init__(self, api: client.ApiClient) -> None:
-        self.api = api
+        self.kube = Kube(api, field_manager=FIELD_MANAGER)
 
     def call(self, method: str, path: str, body: Any = None, query: list[tuple[str, str]] | None = None,
              content_type: str = "application/json") -> Any:
-        return call_json(self.api, method, path, body, query, content_type)
+        return self.kube.request(method, path, body, query or (), content_type)
 
     def get(self, path: str) -> dict[str, Any] | None:
         """The object, or None on 404."""
         try:
             return self.call("GET", path)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        except NotFound:
+            return None
 
     def items(self, path: str, selector: str = "") -> list[dict[str, Any]]:
         """``items`` of a list call, optionally with a label selector."""
@@ -54,14 +54,13 @@ class Rest:
         query = [("fieldManager", field_manager), ("fieldValidation", "Strict")]
         if force:
             query.append(("force", "true"))
-        return self.call("PATCH", path, body=obj, query=query, content_type="application/apply-patch+yaml")
+        return self.call("PATCH", path, body=obj, query=query,
+                         content_type="application/apply-patch+yaml")
 
     def delete(self, path: str) -> bool:
         """Delete (background propagation); False when already gone."""
         try:
             self.call("DELETE", path, body={"propagationPolicy": "Background"})
             return True
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
+        except NotFound:
+            return False

@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 
-from kimik3.controller.kube import call_json
+from kimik3.controller.kube import Conflict, Kube, NotFound
+from kimik3.kube.kinds import PERSISTENT_VOLUME_CLAIM, POD
 from kimik3.kube.labels import MANAGED_BY, MANAGED_BY_LABEL, STAGER_LABEL
 from kimik3.kube.times import rfc3339
 from kimik3_dev.devcluster.rbac import request_token, write_token_kubeconfig
@@ -47,54 +47,46 @@ class StagerRunner:
     """Runs staging pods of the cluster behind ``api`` as local processes under ``state_dir``."""
 
     def __init__(self, api: client.ApiClient, state_dir: Path, server: str, ca_file: Path):
-        self.api, self.core = api, client.CoreV1Api(api)
+        self.api, self.kube = api, Kube(api)
         self.state_dir, self.server, self.ca_file = state_dir, server, ca_file
         self.running: dict[str, tuple[subprocess.Popen[bytes], dict[str, Any], Path, str]] = {}
 
     # -- the provisioner -------------------------------------------------------------------
     def provision(self) -> None:
-        for pvc in self.core.list_persistent_volume_claim_for_all_namespaces(
-                label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY}").items:
-            spec, meta = pvc.spec, pvc.metadata
-            if spec is None or meta is None or not meta.namespace or not meta.name:
-                continue  # the API server always gives a claim both
-            if (pvc.status and pvc.status.phase) != "Pending" or spec.volume_name:
+        for pvc in self.kube.list(*PERSISTENT_VOLUME_CLAIM.type_meta, "", f"{MANAGED_BY_LABEL}={MANAGED_BY}"):
+            spec = pvc["spec"]
+            if (pvc.get("status") or {}).get("phase") != "Pending" or spec.get("volumeName"):
                 continue
-            ns, name = meta.namespace, meta.name
-            requests = (spec.resources and spec.resources.requests) or {}
+            ns, name = pvc["metadata"]["namespace"], pvc["metadata"]["name"]
             folder = self.state_dir / "volumes" / ns / name
             folder.mkdir(parents=True, exist_ok=True)
             pv = {"apiVersion": "v1", "kind": "PersistentVolume",
                   "metadata": {"name": f"kimik3-dev-{ns}-{name}"[:253],
                                "labels": {"app.kubernetes.io/managed-by": "kimik3-devcluster"}},
-                  "spec": {"capacity": {"storage": requests["storage"]},
-                           "accessModes": spec.access_modes, "persistentVolumeReclaimPolicy": "Retain",
-                           "storageClassName": spec.storage_class_name or "",
+                  "spec": {"capacity": {"storage": spec["resources"]["requests"]["storage"]},
+                           "accessModes": spec.get("accessModes"), "persistentVolumeReclaimPolicy": "Retain",
+                           "storageClassName": spec.get("storageClassName") or "",
                            "claimRef": {"namespace": ns, "name": name},
                            "hostPath": {"path": str(folder), "type": "DirectoryOrCreate"}}}
             try:
-                call_json(self.api, "POST", "/api/v1/persistentvolumes", pv)
+                self.kube.request("POST", "/api/v1/persistentvolumes", pv)
                 log.info("provisioned %s for claim %s/%s", folder, ns, name)
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
+            except Conflict:  # AlreadyExists
+                pass
 
     def host_folder(self, namespace: str, claim: str) -> Path:
         """The host folder behind a bound claim (its PersistentVolume's hostPath)."""
-        pvc = self.core.read_namespaced_persistent_volume_claim(claim, namespace)
-        volume = pvc.spec.volume_name if pvc.spec else None
+        pvc = self.kube.get(*PERSISTENT_VOLUME_CLAIM.type_meta, namespace, claim) or {}
+        volume = (pvc.get("spec") or {}).get("volumeName")
         if not volume:
             raise RuntimeError(f"claim {namespace}/{claim} is not bound")
-        pv = self.core.read_persistent_volume(volume)
-        host_path = pv.spec.host_path if pv.spec else None
-        if host_path is None:
-            raise RuntimeError(f"the volume {volume} of claim {namespace}/{claim} has no hostPath")
-        return Path(host_path.path)
+        pv = self.kube.request("GET", f"/api/v1/persistentvolumes/{volume}")
+        return Path(pv["spec"]["hostPath"]["path"])
 
     # -- the kubelet -----------------------------------------------------------------------
     def step(self) -> None:
         self.provision()
-        pods = call_json(self.api, "GET", "/api/v1/pods", query=[("labelSelector", f"{STAGER_LABEL}=true")])["items"]
+        pods = self.kube.list(*POD.type_meta, "", f"{STAGER_LABEL}=true")
         live = {p["metadata"]["uid"]: p for p in pods}
         for uid, (proc, pod, log_path, started) in list(self.running.items()):
             if uid not in live or live[uid]["metadata"].get("deletionTimestamp"):
@@ -130,11 +122,9 @@ class StagerRunner:
 
         def read_secret(name: str) -> dict[str, Any] | None:
             try:
-                return call_json(self.api, "GET", f"/api/v1/namespaces/{ns}/secrets/{name}")
-            except ApiException as exc:
-                if exc.status == 404:
-                    return None
-                raise
+                return self.kube.request("GET", f"/api/v1/namespaces/{ns}/secrets/{name}")
+            except NotFound:
+                return None
 
         env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "KUBECONFIG"))}
         try:
@@ -183,11 +173,9 @@ class StagerRunner:
     def _patch(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
         meta = pod["metadata"]
         try:
-            call_json(self.api, "PATCH", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
-                      {"status": status}, content_type="application/merge-patch+json")
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+            self.kube.patch_merge(*POD.type_meta, meta["namespace"], meta["name"], {"status": status}, "status")
+        except NotFound:
+            pass
 
     def run_forever(self) -> None:
         while True:

@@ -19,8 +19,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from kubernetes.client.rest import ApiException
-
+from kimik3.controller.kube import Conflict
 from kimik3.kube.kinds import GROUP, KIND, PLURAL, VERSION
 from kimik3_dev.devcluster import kueue
 from kimik3_dev.devcluster.rest import Rest
@@ -38,9 +37,8 @@ USER_FIELD_MANAGER = "kimik3-dev-user"
 def ensure_namespace(rest: Rest, name: str) -> None:
     try:
         rest.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
+    except Conflict:  # AlreadyExists
+        pass
 
 
 def ensure_model_volume(rest: Rest, namespace: str, claim: str, bind_timeout_s: float = BIND_TIMEOUT_S) -> bool:

@@ -1,6 +1,6 @@
 """Runs one simulated engine per running engine group of every KimiK3Deployment.
 
-Every ``poll_interval`` seconds (2 s by default) it lists, through the ``kubernetes`` client,
+Every ``poll_interval`` seconds (2 s by default) it lists, through the core's client (``Kube``),
 the KimiK3Deployments and the pods of their LeaderWorkerSets (labels
 ``inference.kimik3.io/deployment=<cr>`` and ``leaderworkerset.sigs.k8s.io/name``; during a
 rollout a deployment has two: ``group_order``), and for every group (label ``group-index``)
@@ -76,13 +76,13 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import aiohttp
 from aiohttp import web
 
 from kimik3.api.v1alpha1 import ModelSpec, duration_seconds
-from kimik3.kube.kinds import GROUP, PLURAL, VERSION
+from kimik3.kube.kinds import CONFIG_MAP, GROUP, KIMIK3_DEPLOYMENT, POD
 from kimik3.kube import pods as kpods
 from kimik3.kube.labels import DEPLOYMENT_LABEL, LWS_NAME_LABEL, LWS_REVISION_LABEL
 from kimik3.kube.objects import is_deleting
@@ -257,11 +257,9 @@ class Supervisor:
     def __init__(self, api_client: Any, state_dir: Path | str, *, load_time_s: float = 20.0,
                  poll_interval_s: float = DEFAULT_POLL_INTERVAL_S, workload: str | float = "chat",
                  seed: int | None = None, readiness_probes: bool = False):
-        from kubernetes import client
+        from kimik3.controller.kube import Kube  # imports the kubernetes package: only where it is needed
 
-        self.api_client = api_client
-        self.custom = client.CustomObjectsApi(api_client)
-        self.core = client.CoreV1Api(api_client)
+        self.kube = Kube(api_client, timeout_s=API_TIMEOUT_S)
         self.sim_dir = Path(state_dir) / "sim"
         self.targets_path = self.sim_dir / "targets.json"
         self.endpoints_path = self.sim_dir / "endpoints.json"
@@ -315,12 +313,10 @@ class Supervisor:
     async def poll_once(self) -> None:
         """One pass: list CRs and LWS pods, start/stop engines and fronts, rewrite the files."""
         crs, pods = await asyncio.gather(
-            asyncio.to_thread(self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL,
-                              _request_timeout=API_TIMEOUT_S),
-            asyncio.to_thread(self.core.list_pod_for_all_namespaces, label_selector=LWS_NAME_LABEL,
-                              _request_timeout=API_TIMEOUT_S),
+            asyncio.to_thread(self.kube.list, *KIMIK3_DEPLOYMENT.type_meta, "", ""),
+            asyncio.to_thread(self.kube.list, *POD.type_meta, "", LWS_NAME_LABEL),
         )
-        wanted, deployments = self._wanted(cast(dict, crs).get("items", []), cast(Any, pods).items)
+        wanted, deployments = self._wanted(crs, pods)
         for key, group in list(self.groups.items()):
             want = wanted.get(key)
             if want is None or want.leader_uid != group.leader_uid or \
@@ -348,16 +344,16 @@ class Supervisor:
         self._write_files()
 
     # ---------------------------------------------------------------- what should run
-    def _wanted(self, crs: list[dict[str, Any]], pods: list[Any]
+    def _wanted(self, crs: list[dict[str, Any]], pods: list[dict[str, Any]]
                 ) -> tuple[dict[tuple[str, str, str], _Wanted], set[tuple[str, str]]]:
-        by_deployment: dict[tuple[str, str], dict[str, list[Any]]] = {}
+        by_deployment: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = {}
         for pod in pods:
             pod_labels = kpods.labels(pod)
             lws, gi, name = pod_labels.get(LWS_NAME_LABEL), kpods.group_index(pod), pod_labels.get(DEPLOYMENT_LABEL)
             if lws is None or gi is None or name is None:
                 continue
             gid = gi if lws == engine_set_name(name) else f"{lws}/{gi}"  # a rollout's new LeaderWorkerSet beside the old
-            by_deployment.setdefault((pod.metadata.namespace, name), {}).setdefault(gid, []).append(pod)
+            by_deployment.setdefault((pod["metadata"]["namespace"], name), {}).setdefault(gid, []).append(pod)
         wanted: dict[tuple[str, str, str], _Wanted] = {}
         deployments: set[tuple[str, str]] = set()
         for cr in crs:
@@ -383,17 +379,17 @@ class Supervisor:
                 if leader is None or len(running) < len([p for p in members if not kpods.is_terminating(p)]):
                     continue
                 wanted[(ns, name, gi)] = _Wanted(
-                    ns, name, gi, leader.metadata.name, leader.metadata.uid,
-                    self.api_client.sanitize_for_serialization(leader), len(running), load_time, workload, variant)
+                    ns, name, gi, leader["metadata"]["name"], leader["metadata"]["uid"], leader, len(running),
+                    load_time, workload, variant)
         return wanted, deployments
 
     @staticmethod
-    def _running(members: list[Any]) -> list[Any]:
+    def _running(members: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The group's pods that are not terminating and are Running."""
         return [p for p in members if not kpods.is_terminating(p) and kpods.phase(p) == "Running"]
 
     @staticmethod
-    def _leader(running: list[Any]) -> Any | None:
+    def _leader(running: list[dict[str, Any]]) -> dict[str, Any] | None:
         """The group's one Running leader pod, else None."""
         leaders = [p for p in running if kpods.is_leader(p)]
         return leaders[0] if len(leaders) == 1 else None
@@ -402,17 +398,18 @@ class Supervisor:
         """The ``data`` of the ConfigMap or Secret (``kind``) ``namespace/name`` as ``{"data":
         {...}}`` (a Secret's values base64), None when it does not exist; ``podenv.EnvUnresolved``
         when the API server does not answer."""
-        from kubernetes.client.rest import ApiException
+        from kimik3.controller.kube import ApiError, NotFound
 
-        read = self.core.read_namespaced_config_map if kind == "ConfigMap" else self.core.read_namespaced_secret
+        path = CONFIG_MAP.path(namespace, name) if kind == "ConfigMap" \
+            else f"/api/v1/namespaces/{namespace}/secrets/{name}"
         try:
-            found = read(name, namespace, _request_timeout=API_TIMEOUT_S)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
+            found = self.kube.request("GET", path)
+        except NotFound:
+            return None
+        except ApiError as exc:
             # not `from exc`: the exception would carry the API server's response into a log
             raise podenv.EnvUnresolved(f"reading {kind} {namespace}/{name}: HTTP {exc.status} {exc.reason}") from None
-        return {"data": dict(found.data or {})}
+        return {"data": dict(found.get("data") or {})}
 
     def _read_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._read_data("Secret", namespace, name)
@@ -502,8 +499,7 @@ class Supervisor:
                                        "exitCode": code, "reason": "Error", "startedAt": started,
                                        "finishedAt": finished, "message": f"{EXIT_CODE_ENV}={code}"}}}]}}
         try:
-            await asyncio.to_thread(self.core.patch_namespaced_pod_status, want.leader_pod, want.namespace, body,
-                                    _request_timeout=API_TIMEOUT_S)
+            await asyncio.to_thread(self._patch_status, want.namespace, want.leader_pod, body)
             log.info("group %s/%s/%s (leader %s): engine exited %d at start (%s)", *key, want.leader_pod, code,
                      EXIT_CODE_ENV)
         except Exception as exc:  # noqa: BLE001 - the pod went meanwhile: nothing to crash
@@ -538,9 +534,15 @@ class Supervisor:
                                           for t in READINESS_CONDITIONS],
                            "containerStatuses": [{"name": CONTAINER, "ready": ready}]}}
         try:
-            self.core.patch_namespaced_pod_status(pod, namespace, body, _request_timeout=API_TIMEOUT_S)
+            self._patch_status(namespace, pod, body)
         except Exception as exc:  # noqa: BLE001 - the pod went meanwhile: the next poll sees it
             log.info("pod %s/%s: readiness not set (%s)", namespace, pod, exc)
+
+    def _patch_status(self, namespace: str, pod: str, body: dict[str, Any]) -> None:
+        """A strategic merge patch of the pod's status, as a kubelet writes it (conditions and
+        container statuses merged by their ``type`` and ``name``)."""
+        self.kube.request("PATCH", POD.path(namespace, pod) + "/status", body,
+                          content_type="application/strategic-merge-patch+json")
 
     # ---------------------------------------------------------------- fronts (Service stand-ins)
     async def _start_front(self, key: tuple[str, str]) -> None:
