@@ -8,6 +8,7 @@ ComputeDomain, so every kind of the snapshot is read."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from kimik3.controller.cache import ObjectCache
@@ -30,14 +31,14 @@ class CountingKube(Kube):
         self.gets: Counter[tuple[str, str]] = Counter()
         self.applied = False
 
-    def _call(self, method: str, path: str, body: Any = None, query: list | None = None,
-              content_type: str = "application/json") -> Any:
+    def request(self, method: str, path: str, body: Any = None, query: Sequence[tuple[str, str]] = (),
+                content_type: str = "application/json") -> Any:
         if content_type == "application/apply-patch+yaml":
             self.applied = True
         if method == "GET":
             plural = [p for p in path.split("/") if p in PLURALS]
             self.gets[("after" if self.applied else "before", PLURALS[plural[-1]] if plural else path)] += 1
-        return super()._call(method, path, body, query, content_type)
+        return super().request(method, path, body, query, content_type)
 
 
 def steady(kube: Kube, namespace: str, cache: ObjectCache | None) -> Reconciler:
