@@ -20,7 +20,7 @@ from kimik3_dev.devcluster.controlplane import ControlPlane
 from kimik3_dev.devcluster.install import install_apis
 from kimik3_dev.devcluster.operator_thread import OperatorThread
 from support import tiers
-from support.cluster import fresh_namespace
+from support.cluster import fresh_namespace, serving_control_plane
 
 
 DEV_ENV_SCOPE = "tests/e2e (the session's dev cluster)"
@@ -91,8 +91,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     """A started ControlPlane with the third-party CRDs, the project's own CRDs Established and
     its admission policy installed (``crds/``)."""
-    with ControlPlane(tmp_path_factory.mktemp("control-plane")) as cp:
-        install_apis(cp)
+    with serving_control_plane(tmp_path_factory.mktemp("control-plane"), install_apis) as cp:
         yield cp
 
 

@@ -10,7 +10,6 @@ import re
 import subprocess
 import sys
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +20,7 @@ from kimik3.controller.kube import Invalid
 from kimik3.kube.kinds import HTTP_ROUTE
 from kimik3.render.meta import engine_set_name
 from support.cluster import CD, CR, LWS, reconciled
+from support.files import header
 from support.recipes import RECIPE_FILES as RECIPES
 from support.recipes import RECIPES_DIR, documents, recipe
 from support.rendering import render_cr
@@ -46,15 +46,6 @@ SHAPES = {
 PRODUCT = {"gb300": "NVIDIA-GB300", "gb200": "NVIDIA-GB200", "h200": "NVIDIA-H200", "b300": "NVIDIA-B300"}
 
 
-def header(path: Path) -> str:
-    lines = []
-    for line in path.read_text().splitlines():
-        if not line.startswith("#"):
-            break
-        lines.append(line.lstrip("# "))
-    return " ".join(lines)
-
-
 def test_recipes_are_the_documented_set():
     assert {p.name for p in RECIPES} == set(SHAPES)
     readme = (RECIPES_DIR / "README.md").read_text()
@@ -77,7 +68,7 @@ def test_kimik3_validate_accepts_the_recipe(path):
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
 def test_recipe_documents_use_speed_and_source(path):
-    text = header(path)
+    text = header(path, sep=" ")
     assert "Expected speed" in text and "kimi-k3-and-vllm.md" in text
     cited = {int(n) for n in re.findall(r"(\d+) tok/s", text)}
     assert cited, "no speed figure"

@@ -51,15 +51,40 @@ def setup(image: str):
     return cr, admit(cr["spec"]), by_kind(render_cr(cr).objects, "LeaderWorkerSet")
 
 
-def live(*named: tuple[str, dict, int], pods: list[dict]) -> list:
-    """The EngineSets of LeaderWorkerSets (name, rendered body, replicas), oldest first, as applied."""
+def template_hash(lws: dict) -> str:
+    return lws["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION]
+
+
+def upgrade():
+    """The edit v0.33.0 -> v0.33.1 of a one-group deployment under a canary: the CR asking for
+    v0.33.1 and its admission, the LeaderWorkerSet each release renders, the canary's name."""
+    _, _, old_lws = setup("vllm/vllm-openai:v0.33.0")
+    cr, admitted, new_lws = setup("vllm/vllm-openai:v0.33.1")
+    return cr, admitted, old_lws, new_lws, f"{FIRST}-{template_hash(new_lws)[:8]}"
+
+
+def live(*named: tuple[str, dict, int], pods: list[dict]) -> tuple[list, dict]:
+    """A step's view of the cluster: the EngineSets of LeaderWorkerSets (name, rendered body,
+    replicas), oldest first, as applied, and the groups of ``pods``."""
     lwss = []
     for minute, (name, body, replicas) in enumerate(named):
         obj = copy.deepcopy(body)
         obj["metadata"] |= {"name": name, "uid": f"uid-{name}", "creationTimestamp": f"2026-12-01T00:0{minute}:00Z"}
         obj["spec"]["replicas"] = replicas
         lwss.append(obj)
-    return engine_sets(lwss, groups_of(pods, 2))
+    groups = groups_of(pods, 2)
+    return engine_sets(lwss, groups), groups
+
+
+def old_group_only(old_lws: dict) -> tuple[list, dict]:
+    """The old LeaderWorkerSet with its one group Ready: the cluster when the edit comes."""
+    return live((FIRST, old_lws, 1), pods=group(0, OLD, True))
+
+
+def canary_beside(old_lws: dict, new_lws: dict, canary: str) -> tuple[list, dict]:
+    """The old group and, in its own LeaderWorkerSet, the canary's group, both Ready."""
+    pods = group(0, OLD, True) + group(0, NEW, True, canary)
+    return live((FIRST, old_lws, 1), (canary, new_lws, 1), pods=pods)
 
 
 def remember(cr, step):
@@ -69,40 +94,34 @@ def remember(cr, step):
 
 def applied(step) -> list[tuple[str, int, str]]:
     """(name, replicas, template hash) of each LeaderWorkerSet the step applies."""
-    return [(b["metadata"]["name"], b["spec"]["replicas"], b["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION])
-            for b in step.fleet.apply]
+    return [(b["metadata"]["name"], b["spec"]["replicas"], template_hash(b)) for b in step.fleet.apply]
 
 
 def test_a_slow_canary_is_rolled_back_and_held_back():
-    _, _, old_lws = setup("vllm/vllm-openai:v0.33.0")
-    cr, admitted, new_lws = setup("vllm/vllm-openai:v0.33.1")
-    a, b = old_lws["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION], \
-        new_lws["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION]
-    canary = f"{FIRST}-{b[:8]}"
+    cr, admitted, old_lws, new_lws, canary = upgrade()
+    a, b = template_hash(old_lws), template_hash(new_lws)
     clock, figures = Clock(), Figures([(False, 0.0104), (False, 0.0098)])
     rollouts = Rollouts(figures, clock)
     # the change: one canary group in a new LeaderWorkerSet beside the old group
-    pods = group(0, OLD, True)
-    step = rollouts.step(cr, admitted, new_lws, live((FIRST, old_lws, 1), pods=pods), groups_of(pods, 2))
+    step = rollouts.step(cr, admitted, new_lws, *old_group_only(old_lws))
     assert applied(step) == [(FIRST, 1, a), (canary, 1, b)] and step.fleet.delete == []
     assert step.fleet.apply[0]["spec"]["leaderWorkerTemplate"] == old_lws["spec"]["leaderWorkerTemplate"]
     assert [e[1] for e in step.events] == ["CanaryStarted"]
     assert step.verdict.reason == Reason.CANARY_ANALYSIS and "waiting for the canary group" in step.verdict.message
     remember(cr, step)
     # the canary group is Ready: the bake starts, the first check fails; the old group stays
-    pods = group(0, OLD, True) + group(0, NEW, True, canary)
-    both = live((FIRST, old_lws, 1), (canary, new_lws, 1), pods=pods)
-    step = rollouts.step(cr, admitted, new_lws, both, groups_of(pods, 2))
+    both = canary_beside(old_lws, new_lws, canary)
+    step = rollouts.step(cr, admitted, new_lws, *both)
     assert applied(step) == [(FIRST, 1, a), (canary, 1, b)]
     assert (step.canary.revision, step.canary.checks, step.canary.failed_checks) == (NEW, 1, 1)
     assert figures.revisions == [NEW]
     assert step.verdict.reason == Reason.CANARY_ANALYSIS and "1 failed (rollback at 2)" in step.verdict.message
     remember(cr, step)
     clock.now += 5  # within the interval: no check
-    step = rollouts.step(cr, admitted, new_lws, both, groups_of(pods, 2))
+    step = rollouts.step(cr, admitted, new_lws, *both)
     assert step.canary.checks == 1
     clock.now += 5
-    step = rollouts.step(cr, admitted, new_lws, both, groups_of(pods, 2))
+    step = rollouts.step(cr, admitted, new_lws, *both)
     # the second failure: the canary's LeaderWorkerSet goes; the old group never stopped
     assert step.rolled_back is not None and step.rolled_back.revision == NEW
     assert step.rolled_back.restored_revision == OLD
@@ -113,68 +132,58 @@ def test_a_slow_canary_is_rolled_back_and_held_back():
     remember(cr, step)
     # while the spec still asks for the failed release, it is not created again
     clock.now += 600
-    pods = group(0, OLD, True)
-    step = rollouts.step(cr, admitted, new_lws, live((FIRST, old_lws, 1), pods=pods), groups_of(pods, 2))
+    step = rollouts.step(cr, admitted, new_lws, *old_group_only(old_lws))
     assert applied(step) == [(FIRST, 1, a)]
     assert step.verdict.reason == Reason.ROLLED_BACK and step.rolled_back is not None
     # a new edit rolls out again
     cr2, admitted2, newer = setup("vllm/vllm-openai:v0.33.2")
     cr2["status"] = cr["status"]
-    step = rollouts.step(cr2, admitted2, newer, live((FIRST, old_lws, 1), pods=pods), groups_of(pods, 2))
+    step = rollouts.step(cr2, admitted2, newer, *old_group_only(old_lws))
     assert step.rolled_back is None and [e[1] for e in step.events] == ["CanaryStarted"]
     assert len(step.fleet.apply) == 2
 
 
 def test_a_canary_that_passes_its_bake_is_promoted():
-    _, _, old_lws = setup("vllm/vllm-openai:v0.33.0")
-    cr, admitted, new_lws = setup("vllm/vllm-openai:v0.33.1")
-    canary = f"{FIRST}-{new_lws['metadata']['annotations'][TEMPLATE_HASH_ANNOTATION][:8]}"
+    cr, admitted, old_lws, new_lws, canary = upgrade()
     clock = Clock()
     rollouts = Rollouts(Figures([(True, 0.004)] * 7), clock)
-    pods = group(0, OLD, True)
-    step = rollouts.step(cr, admitted, new_lws, live((FIRST, old_lws, 1), pods=pods), groups_of(pods, 2))
-    remember(cr, step)
-    pods = group(0, OLD, True) + group(0, NEW, True, canary)
-    both = live((FIRST, old_lws, 1), (canary, new_lws, 1), pods=pods)
+    remember(cr, rollouts.step(cr, admitted, new_lws, *old_group_only(old_lws)))
+    both = canary_beside(old_lws, new_lws, canary)
     for _ in range(6):
-        step = rollouts.step(cr, admitted, new_lws, both, groups_of(pods, 2))
+        step = rollouts.step(cr, admitted, new_lws, *both)
         assert not step.canary.promoted and step.fleet.delete == []
         remember(cr, step)
         clock.now += 10
-    step = rollouts.step(cr, admitted, new_lws, both, groups_of(pods, 2))
+    step = rollouts.step(cr, admitted, new_lws, *both)
     assert step.canary.promoted and step.canary.failed_checks == 0 and step.canary.checks == 7  # at 0, 10, .. 60 s
     assert [e[1] for e in step.events] == ["CanaryPromoted"]
     assert step.fleet.delete == [FIRST]  # the canary group is Ready: the old one goes
     remember(cr, step)
-    step = rollouts.step(cr, admitted, new_lws, both, groups_of(pods, 2))
+    step = rollouts.step(cr, admitted, new_lws, *both)
     assert step.verdict is None and step.fleet.delete == [FIRST]
 
 
 def test_a_revert_during_a_canary_needs_no_canary_and_keeps_every_serving_group():
     """Review finding: reverting to the templates the old groups run must not canary them (a
     failed check would refuse the known-good revision) nor shrink them to canary.groups."""
-    cr, admitted, old_lws = setup("vllm/vllm-openai:v0.33.0")
+    cr, _, old_lws = setup("vllm/vllm-openai:v0.33.0")  # the spec back at the old groups' release
+    _, _, _, new_lws, canary = upgrade()
     cr["spec"]["replicas"] = 3
     admitted = admit(cr["spec"])
     old_lws["spec"]["replicas"] = 3
-    _, _, new_lws = setup("vllm/vllm-openai:v0.33.1")
-    canary = f"{FIRST}-{new_lws['metadata']['annotations'][TEMPLATE_HASH_ANNOTATION][:8]}"
     pods = group(0, OLD, True) + group(1, OLD, True) + group(2, OLD, True) + group(0, NEW, False, canary)
-    sets = live((FIRST, old_lws, 3), (canary, new_lws, 1), pods=pods)
-    step = Rollouts(Figures([]), Clock()).step(cr, admitted, old_lws, sets, groups_of(pods, 2))
-    a = old_lws["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION]
-    assert applied(step) == [(FIRST, 3, a)] and step.fleet.delete == [canary]
+    step = Rollouts(Figures([]), Clock()).step(cr, admitted, old_lws,
+                                               *live((FIRST, old_lws, 3), (canary, new_lws, 1), pods=pods))
+    assert applied(step) == [(FIRST, 3, template_hash(old_lws))] and step.fleet.delete == [canary]
     assert step.events == [] and step.canary is None
 
 
 def test_paused_holds_the_templates_and_every_group():
-    _, _, old_lws = setup("vllm/vllm-openai:v0.33.0")
-    cr, _, new_lws = setup("vllm/vllm-openai:v0.33.1")
+    cr, _, old_lws, new_lws, _ = upgrade()
     cr["spec"]["rollout"] = {"paused": True}
     admitted = admit(cr["spec"])
-    pods = group(0, OLD, True)
-    step = Rollouts(Figures([]), Clock()).step(cr, admitted, new_lws, live((FIRST, old_lws, 1), pods=pods), groups_of(pods, 2))
-    assert applied(step) == [(FIRST, 1, old_lws["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION])]
+    step = Rollouts(Figures([]), Clock()).step(cr, admitted, new_lws, *old_group_only(old_lws))
+    assert applied(step) == [(FIRST, 1, template_hash(old_lws))]
     assert step.fleet.apply[0]["spec"]["leaderWorkerTemplate"] == old_lws["spec"]["leaderWorkerTemplate"]
     assert step.verdict.reason == Reason.PAUSED and "a change of the group templates waits" in step.verdict.message
 
@@ -182,19 +191,15 @@ def test_paused_holds_the_templates_and_every_group():
 def test_a_restarted_operator_plans_the_same_leaderworkersets_mid_canary():
     """F16: the rollout keeps its memory in status.rollout and the LeaderWorkerSets, so a new
     operator (a fresh ``Rollouts``) applies them byte for byte as the old one did."""
-    _, _, old_lws = setup("vllm/vllm-openai:v0.33.0")
-    cr, admitted, new_lws = setup("vllm/vllm-openai:v0.33.1")
-    canary = f"{FIRST}-{new_lws['metadata']['annotations'][TEMPLATE_HASH_ANNOTATION][:8]}"
+    cr, admitted, old_lws, new_lws, canary = upgrade()
     clock = Clock()
     first = Rollouts(Figures([(True, 0.004)] * 3), clock)
-    pods = group(0, OLD, True)
-    remember(cr, first.step(cr, admitted, new_lws, live((FIRST, old_lws, 1), pods=pods), groups_of(pods, 2)))
-    pods = group(0, OLD, True) + group(0, NEW, True, canary)
-    both = live((FIRST, old_lws, 1), (canary, new_lws, 1), pods=pods)
-    remember(cr, first.step(cr, admitted, new_lws, both, groups_of(pods, 2)))
+    remember(cr, first.step(cr, admitted, new_lws, *old_group_only(old_lws)))
+    both = canary_beside(old_lws, new_lws, canary)
+    remember(cr, first.step(cr, admitted, new_lws, *both))
     clock.now += 3
-    again = first.step(cr, admitted, new_lws, both, groups_of(pods, 2))
-    restarted = Rollouts(Figures([]), clock).step(cr, admitted, new_lws, both, groups_of(pods, 2))
+    again = first.step(cr, admitted, new_lws, *both)
+    restarted = Rollouts(Figures([]), clock).step(cr, admitted, new_lws, *both)
     assert restarted.fleet == again.fleet and len(restarted.fleet.apply) == 2
 
 

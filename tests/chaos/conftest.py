@@ -20,6 +20,7 @@ from kimik3.api.documents import dump_yaml
 from kimik3_dev.devcluster.controlplane import ControlPlane
 from kimik3_dev.devcluster.install import install_apis
 from kimik3_dev.devcluster.rbac import RELEASE_NAMESPACE, OperatorIdentity, install_operator_identity
+from support.cluster import serving_control_plane
 
 COMPACTION_INTERVAL = "10s"
 AUDIT_POLICY = {
@@ -44,12 +45,11 @@ def chaos_cp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]
     audit = state / "audit"
     audit.mkdir()
     (audit / "policy.yaml").write_text(dump_yaml(AUDIT_POLICY))
-    with ControlPlane(state, extra_apiserver_args=[f"--etcd-compaction-interval={COMPACTION_INTERVAL}",
-                                                   # watches straight from etcd: a compacted resourceVersion is a 410
-                                                   "--watch-cache=false",
-                                                   f"--audit-policy-file={audit / 'policy.yaml'}",
-                                                   f"--audit-log-path={audit / 'audit.log'}"]) as cp:
-        install_apis(cp)
+    with serving_control_plane(state, install_apis, extra_apiserver_args=[
+            f"--etcd-compaction-interval={COMPACTION_INTERVAL}",
+            "--watch-cache=false",  # watches straight from etcd: a compacted resourceVersion is a 410
+            f"--audit-policy-file={audit / 'policy.yaml'}",
+            f"--audit-log-path={audit / 'audit.log'}"]) as cp:
         yield cp
 
 

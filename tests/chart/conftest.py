@@ -30,7 +30,7 @@ from kimik3_dev.devcluster.rbac import (CHART_DIR, RELEASE, RELEASE_NAMESPACE, H
                                    render_chart)
 from kimik3_dev.devcluster import kueue
 from kimik3_dev.devcluster.thirdparty import thirdparty_crd_paths
-from support.cluster import http_status
+from support.cluster import http_status, serving_control_plane
 from support.waiting import WaitTimeout, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -132,14 +132,18 @@ class OperatorProcess:
         self.stop()
 
 
+def install_for_the_chart(cp: ControlPlane) -> None:
+    """What the chart does not install itself: the third-party CRDs and the release's namespace."""
+    cp.apply_crds([*thirdparty_crd_paths().values(), *kueue.crd_documents(None)])
+    with cp.api_client("admin") as api:
+        client.CoreV1Api(api).create_namespace({"metadata": {"name": RELEASE_NAMESPACE}})
+
+
 @pytest.fixture(scope="package")
 def chart_cp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     """A control plane with the third-party CRDs only (the chart installs the KimiK3Deployment CRD)
     and the operator's namespace."""
-    with ControlPlane(tmp_path_factory.mktemp("chart-control-plane")) as cp:
-        cp.apply_crds([*thirdparty_crd_paths().values(), *kueue.crd_documents(None)])
-        with cp.api_client("admin") as api:
-            client.CoreV1Api(api).create_namespace({"metadata": {"name": RELEASE_NAMESPACE}})
+    with serving_control_plane(tmp_path_factory.mktemp("chart-control-plane"), install_for_the_chart) as cp:
         yield cp
 
 

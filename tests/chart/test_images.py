@@ -21,6 +21,7 @@ from kimik3.api.v1alpha1 import ENGINE_IMAGE
 from kimik3.engine.args import VLLM_VERSION
 from kimik3_dev.doctor import PARSER_VENVS
 from kimik3_dev.versions import VLLM_IMAGE
+from support.files import header
 
 from .conftest import CHART, REPO
 
@@ -51,16 +52,6 @@ def instructions(path: Path) -> list[tuple[str, str]]:
         word, _, rest = line.partition(" ")
         out.append((word.upper(), rest.strip()))
     return out
-
-
-def header(path: Path) -> str:
-    """The leading comment block."""
-    lines = []
-    for raw in path.read_text().splitlines():
-        if not raw.startswith("#"):
-            break
-        lines.append(raw.lstrip("# "))
-    return "\n".join(lines)
 
 
 def arg_defaults(path: Path) -> dict[str, str | None]:

@@ -12,17 +12,13 @@ pods are gone so the next test finds every rack free.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
 from devenv import SHAPE, DevEnv, dev_cluster
 
-from kimik3.controller.kube import ApiError
 from kimik3_dev.devcluster.cluster import UpOptions
 from kimik3_dev.devcluster.racks import RackShape
-from kimik3_dev.devcluster.workloads import ensure_namespace
-from support.waiting import wait_for
 
 
 @pytest.fixture(scope="session")
@@ -35,16 +31,6 @@ def dev_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevEnv]:
 
 @pytest.fixture
 def ns(dev_env: DevEnv) -> Iterator[str]:
-    """A fresh namespace. Afterwards its KimiK3Deployment is deleted and the test waits until
-    its pods are gone (the racks are free again); the namespace itself is then deleted in the
-    background (the namespace controller's retries take ~15 s more)."""
-    name = f"e2e-{uuid.uuid4().hex[:8]}"
-    ensure_namespace(dev_env.rest, name)
-    yield name
-    try:
-        dev_env.rest.delete(dev_env.cr_path(name))
-    except ApiError:
-        pass
-    wait_for(lambda: not dev_env.rest.items(f"/api/v1/namespaces/{name}/pods"), 120.0,
-             f"the pods of namespace {name} to be gone")
-    dev_env.rest.delete(f"/api/v1/namespaces/{name}")
+    """A fresh namespace, its deployment's pods gone afterwards (``DevEnv.fresh_namespace``)."""
+    with dev_env.fresh_namespace("e2e", 120.0) as name:
+        yield name

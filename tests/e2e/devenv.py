@@ -1,11 +1,13 @@
-"""Helpers the e2e tests share: the ``DevEnv`` handle on a running dev cluster, the bound on its
-waits (``WAIT_S``) and a polling ``Recorder`` (see conftest.py for the fixtures; the polling
-itself is tests/support's ``wait_for``)."""
+"""Helpers the e2e tests share: the ``DevEnv`` handle on a running dev cluster (with each test's
+fresh namespace) and the bound on its waits (``WAIT_S``); see conftest.py for the fixtures, the
+kit's ``devcluster.rollout.Recorder`` for polling in the background and tests/support's
+``wait_for`` for waiting."""
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,8 +17,9 @@ from kimik3.kube.kinds import GROUP, PLURAL, VERSION
 from kimik3.kube.labels import CLIQUE_LABEL, DEPLOYMENT_LABEL, LWS_NAME_LABEL
 from kimik3_dev.devcluster.cluster import DevCluster, UpOptions
 from kimik3_dev.devcluster.rest import Rest
-from kimik3_dev.devcluster.workloads import apply_deployment
+from kimik3_dev.devcluster.workloads import apply_deployment, ensure_namespace
 from support.recipes import recipe
+from support.waiting import wait_for
 
 SHAPE = dict(profile="gb300", racks=3, trays_per_rack=4)
 WAIT_S = 90.0
@@ -86,6 +89,30 @@ class DevEnv:
         items = self.rest.items(f"/api/v1/namespaces/{namespace}/events")
         return [e for e in items if e.get("involvedObject", {}).get("kind") == "KimiK3Deployment"
                 and e["involvedObject"].get("name") == name]
+
+    # -- a test's namespace ------------------------------------------------------------------------
+    def delete_deployment(self, namespace: str, wait_s: float = WAIT_S, name: str = "k3") -> None:
+        """Delete KimiK3Deployment ``name`` (if there) and wait at most ``wait_s`` until the pods of
+        ``namespace`` are gone: the next test finds every rack free."""
+        self.rest.delete(self.cr_path(namespace, name))
+        wait_for(lambda: not self.rest.items(f"/api/v1/namespaces/{namespace}/pods"), wait_s,
+                 f"the pods of namespace {namespace} to be gone")
+
+    @contextlib.contextmanager
+    def namespace(self, name: str, wait_s: float = WAIT_S) -> Iterator[str]:
+        """Namespace ``name`` for the block. Afterwards its KimiK3Deployment is deleted and its pods
+        waited out (``delete_deployment``); the namespace itself is then deleted in the background
+        (the namespace controller's retries take ~15 s more)."""
+        ensure_namespace(self.rest, name)
+        try:
+            yield name
+        finally:
+            self.delete_deployment(name, wait_s)
+            self.rest.delete(f"/api/v1/namespaces/{name}")
+
+    def fresh_namespace(self, prefix: str, wait_s: float = WAIT_S) -> contextlib.AbstractContextManager[str]:
+        """``namespace`` of a new name, ``<prefix>-<8 hex>``: a test's own (the ``ns`` fixtures)."""
+        return self.namespace(f"{prefix}-{uuid.uuid4().hex[:8]}", wait_s)
 
 
 @contextlib.contextmanager

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import time
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -30,7 +29,6 @@ from kimik3_dev.devcluster.cluster import UpOptions
 from kimik3_dev.devcluster.kueue import Tenant
 from kimik3_dev.devcluster.racks import RackShape
 from kimik3_dev.devcluster.rollout import Recorder
-from kimik3_dev.devcluster.workloads import ensure_namespace
 from support.waiting import wait_for
 
 RACKS, TRAYS = 2, 18
@@ -51,13 +49,9 @@ def kueue_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevEnv]:
 
 @pytest.fixture
 def tenant(kueue_env: DevEnv) -> Iterator[str]:
-    """A fresh namespace; afterwards its CR is deleted and the test waits until its pods are gone."""
-    name = f"tenant-{uuid.uuid4().hex[:6]}"
-    ensure_namespace(kueue_env.rest, name)
-    yield name
-    kueue_env.rest.delete(kueue_env.cr_path(name))
-    wait_for(lambda: not kueue_env.rest.items(f"/api/v1/namespaces/{name}/pods"),
-             WAIT_S, f"the pods of {name} to be gone")
+    """A fresh namespace, its deployment's pods gone afterwards (``DevEnv.fresh_namespace``)."""
+    with kueue_env.fresh_namespace("tenant", WAIT_S) as name:
+        yield name
 
 
 def packed(env: DevEnv, namespace: str, replicas: int, queue: str = kueue.LOCAL_QUEUE) -> dict:
@@ -190,19 +184,13 @@ def test_four_tp16_groups_and_a_tp8_group_of_another_tenant_share_one_rack(kueue
     env.apply(cr)
     groups = wait_for(lambda: env.ready_groups(tenant, 4, 4), WAIT_S, "4 TP16 groups Ready")
     (rack,) = {r for pods in groups.values() for r in env.cliques(pods)}
-    other = f"{tenant}-b"
-    ensure_namespace(env.rest, other)
-    try:
+    with env.namespace(f"{tenant}-b", WAIT_S) as other:
         env.apply(packed(env, other, replicas=1))
         (tp8,) = wait_for(lambda: env.ready_groups(other, 2, 1),
                           WAIT_S, "the other tenant's TP8 group Ready").values()
         assert env.cliques(tp8) == {rack}
         trays = {p["spec"]["nodeName"] for pods in [*groups.values(), tp8] for p in pods}
         assert len(trays) == TRAYS  # the rack is full: 4 x 4 + 2 trays, each tray held once
-    finally:
-        env.rest.delete(env.cr_path(other))
-        wait_for(lambda: not env.rest.items(f"/api/v1/namespaces/{other}/pods"),
-                 WAIT_S, f"the pods of {other} to be gone")
 
 
 def test_a_group_size_edit_under_kueue_rolls_through_a_new_leaderworkerset(kueue_env: DevEnv, tenant: str) -> None:
@@ -228,12 +216,6 @@ def test_a_group_size_edit_under_kueue_rolls_through_a_new_leaderworkerset(kueue
     wait_for(lambda: (env.condition(tenant, "Progressing") or {}).get("status")
              == "False", WAIT_S, "Progressing=False once rolled out")
     wait_for(lambda: "RolloutComplete" in [e["reason"] for e in env.events(tenant)], 10.0, "the RolloutComplete Event")
-
-
-def delete_and_wait(env: DevEnv, namespace: str) -> None:
-    env.rest.delete(env.cr_path(namespace))
-    wait_for(lambda: not env.rest.items(f"/api/v1/namespaces/{namespace}/pods"), WAIT_S,
-             f"the pods of {namespace} to be gone")
 
 
 def test_a_high_priority_tenants_group_preempts_a_low_priority_group_that_comes_back(kueue_env: DevEnv) -> None:
@@ -264,7 +246,7 @@ def test_a_high_priority_tenants_group_preempts_a_low_priority_group_that_comes_
             assert [g["kueue"] for g in env.get_cr("high")["status"]["groups"]] == ["Admitted"]
             assert len(env.cliques(group)) == 1
         finally:
-            delete_and_wait(env, "high")
+            env.delete_deployment("high", WAIT_S)
         wait_for(lambda: env.ready_groups("low", 2, RACKS * TRAYS // 2), WAIT_S,
                  "the preempted low-priority group back once the high-priority group is gone")
         wait_for(lambda: (env.condition("low", "ScalingLimited") or {}).get("status") == "False", WAIT_S,
@@ -272,4 +254,4 @@ def test_a_high_priority_tenants_group_preempts_a_low_priority_group_that_comes_
         assert any(e["reason"] == "GroupAdmitted" and e["message"].startswith(f"group {preempted[0]['index']} ")
                    for e in env.events("low"))
     finally:
-        delete_and_wait(env, "low")
+        env.delete_deployment("low", WAIT_S)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,7 +30,6 @@ from kimik3.render.configmap import PLAN_KEY, mounted
 from kimik3_dev.devcluster.cluster import UpOptions
 from kimik3_dev.devcluster.racks import RackShape
 from kimik3_dev.devcluster.rollout import Load, Recorder, Rollout, measure_rollout, sample, serving
-from kimik3_dev.devcluster.workloads import ensure_namespace
 from kimik3_dev.sim.load import summarize
 from support.waiting import wait_for
 
@@ -52,13 +50,9 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevEnv]:
 
 @pytest.fixture
 def ns(env: DevEnv) -> Iterator[str]:
-    name = f"ro-{uuid.uuid4().hex[:8]}"
-    ensure_namespace(env.rest, name)
-    yield name
-    env.rest.delete(env.cr_path(name))
-    wait_for(lambda: not env.rest.items(f"/api/v1/namespaces/{name}/pods"), WAIT_S,
-             f"the pods of namespace {name} to be gone")
-    env.rest.delete(f"/api/v1/namespaces/{name}")
+    """A fresh namespace, its deployment's pods gone afterwards (``DevEnv.fresh_namespace``)."""
+    with env.fresh_namespace("ro", WAIT_S) as name:
+        yield name
 
 
 FIRST = "k3-engine"
@@ -277,9 +271,7 @@ def test_edits_and_a_revert_during_a_rollout_keep_every_group_serving(env, ns):
 def test_no_room_for_a_surge_group_blocks_and_takes_nothing_down(env, ns):
     """Another deployment holds the other 3 racks: the surge group has none (exclusive placement).
     SurgeBlocked, group 0 untouched; once a rack frees the rollout goes on by itself."""
-    other = f"{ns}-other"
-    ensure_namespace(env.rest, other)
-    try:
+    with env.namespace(f"{ns}-other", WAIT_S) as other:
         env.apply(deployment(env, ns, 1))
         env.apply(deployment(env, other, 3))
         serve(env, ns, 1)
@@ -299,7 +291,3 @@ def test_no_room_for_a_surge_group_blocks_and_takes_nothing_down(env, ns):
             and "cannot be placed" in blocked["message"], blocked
         assert "no old group is taken down" in blocked["message"]
         assert all(any(g[3] for g in s) for s in rec.values), "a sample without a Ready group"
-    finally:
-        env.rest.delete(env.cr_path(other))
-        wait_for(lambda: not env.rest.items(f"/api/v1/namespaces/{other}/pods"), WAIT_S, f"the pods of {other} to go")
-        env.rest.delete(f"/api/v1/namespaces/{other}")

@@ -1,5 +1,6 @@
-"""Working against a real API server in tests: object references, namespaces, applying a
-KimiK3Deployment as a user would and waiting for the operator's status, events, ``/metrics``."""
+"""Working against a real API server in tests: a suite's control plane, object references,
+namespaces, applying a KimiK3Deployment as a user would and waiting for the operator's status,
+events, ``/metrics``."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import copy
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import urllib3
@@ -18,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kimik3.controller.kube import ApiError, Kube
 from kimik3.kube.kinds import COMPUTE_DOMAIN, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET
+from kimik3_dev.devcluster.controlplane import ControlPlane
 from support.rendering import launcher_name
 from support.waiting import wait_for
 
@@ -30,6 +33,19 @@ API_UNAVAILABLE: tuple[type[BaseException], ...] = (ApiError, ApiException, urll
                                                   OSError)
 """What a client call raises while the API server is down, restarting or refusing (a 5xx or
 connection error): pass as ``wait_for(..., retry_on=API_UNAVAILABLE)`` across a control-plane fault."""
+
+
+@contextlib.contextmanager
+def serving_control_plane(state_dir: Path, prepare: Callable[[ControlPlane], object],
+                          **options: Any) -> Iterator[ControlPlane]:
+    """A ``ControlPlane`` started in ``state_dir`` (``options``: its keyword arguments, e.g.
+    ``extra_apiserver_args``) with ``prepare(cp)`` done, the APIs a suite needs installed
+    (``install_apis``: every CRD and the admission policy); stopped afterwards. The body of each
+    suite's control-plane fixture (tests/conftest.py, tests/chaos, tests/chart), whose ``admin_api``
+    is then ``cp.api_client("admin")``."""
+    with ControlPlane(state_dir, **options) as cp:
+        prepare(cp)
+        yield cp
 
 
 def make_namespace(api: client.ApiClient, name: str, labels: dict[str, str] | None = None) -> str:

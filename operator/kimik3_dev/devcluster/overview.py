@@ -161,44 +161,54 @@ def render(overview: dict[str, Any], components: list[dict[str, Any]] | None = N
     lines: list[str] = [header] if header else []
     if components is not None:
         total = sum(c["rss_bytes"] for c in components if c["alive"])
-        lines.append(f"Components ({_mib(total)} resident in total)")
-        for c in components:
-            state = "running" if c["alive"] else "STOPPED"
-            lines.append(f"  {c['name']:<24} pid {c['pid']:<8} {state:<8} {_mib(c['rss_bytes']):>9}   log {c['log']}")
-    lines.append("Racks")
-    for r in overview["racks"]:
-        clique = f"clique {r['clique']}" if r["clique"] else "no NVLink clique"
-        lines.append(f"  {r['name']:<10} {clique:<48} {r['ready']}/{r['nodes']} trays Ready   "
-                     f"GPUs {r['gpus_used']} used / {r['gpus_free']} free of {r['gpus']}")
-    lines.append("Groups")
-    if not overview["groups"]:
-        lines.append("  (none)")
-    for g in overview["groups"]:
-        who = f"{g['namespace']}/{g['deployment'] or g['lws']} group {g['group']}"
-        if not g["racks"]:
-            where = "not placed"
-        elif len(g["racks"]) == 1:
-            where = f"rack {g['racks'][0]}"
-        else:
-            where = f"SPLIT over racks {', '.join(g['racks'])}"
-        trays = f" (trays {', '.join(g['trays'])})" if g["trays"] else ""
-        kueue_state = f"  Kueue: {g['admission']}" if g.get("admission") else ""
-        lines.append(f"  {who}: {where}{trays}  {g['ready']}/{g['size']} pods ready{kueue_state}")
-        for p in g["pods"]:
-            if p["waiting"] or p["terminating"]:
-                lines.append(f"      pod {p['name']}: {'Terminating' if p['terminating'] else p['waiting']}")
+        lines += _section(f"Components ({_mib(total)} resident in total)", [_component(c) for c in components])
+    lines += _section("Racks", [_rack(r) for r in overview["racks"]])
+    lines += _section("Groups", [line for g in overview["groups"] for line in _group(g)])
     if overview.get("queues"):
-        lines.append("Kueue ClusterQueues")
-        for q in overview["queues"]:
-            lines.append(f"  {q['name']:<24} GPUs {q['gpus_used']} reserved of {q['gpus']}   "
-                         f"Workloads {q['admitted']} admitted, {q['pending']} pending")
-    lines.append("KimiK3Deployments")
-    if not overview["deployments"]:
-        lines.append("  (none)")
-    for d in overview["deployments"]:
-        lines.append(f"  {d['namespace']}/{d['name']}: replicas {d['replicas']}, groups {d['groups']}, "
-                     f"ready {d['ready']}")
-        lines.append(f"      endpoint {d['endpoint'] or '-'}   simulator {d['sim_endpoint'] or '-'}")
-        for c in d["conditions"]:
-            lines.append(f"      {c['type']}={c['status']} ({c['reason']}): {c['message']}")
+        lines += _section("Kueue ClusterQueues", [_queue(q) for q in overview["queues"]])
+    lines += _section("KimiK3Deployments", [line for d in overview["deployments"] for line in _deployment(d)])
     return "\n".join(lines)
+
+
+def _section(title: str, rows: list[str]) -> list[str]:
+    """A heading and its rows; ``(none)`` when there are none."""
+    return [title, *(rows or ["  (none)"])]
+
+
+def _component(c: dict[str, Any]) -> str:
+    state = "running" if c["alive"] else "STOPPED"
+    return f"  {c['name']:<24} pid {c['pid']:<8} {state:<8} {_mib(c['rss_bytes']):>9}   log {c['log']}"
+
+
+def _rack(r: dict[str, Any]) -> str:
+    clique = f"clique {r['clique']}" if r["clique"] else "no NVLink clique"
+    return (f"  {r['name']:<10} {clique:<48} {r['ready']}/{r['nodes']} trays Ready   "
+            f"GPUs {r['gpus_used']} used / {r['gpus_free']} free of {r['gpus']}")
+
+
+def _group(g: dict[str, Any]) -> list[str]:
+    """A group's line (where it runs), then one for each pod that waits or terminates."""
+    who = f"{g['namespace']}/{g['deployment'] or g['lws']} group {g['group']}"
+    if not g["racks"]:
+        where = "not placed"
+    elif len(g["racks"]) == 1:
+        where = f"rack {g['racks'][0]}"
+    else:
+        where = f"SPLIT over racks {', '.join(g['racks'])}"
+    trays = f" (trays {', '.join(g['trays'])})" if g["trays"] else ""
+    kueue_state = f"  Kueue: {g['admission']}" if g.get("admission") else ""
+    return [f"  {who}: {where}{trays}  {g['ready']}/{g['size']} pods ready{kueue_state}",
+            *(f"      pod {p['name']}: {'Terminating' if p['terminating'] else p['waiting']}"
+              for p in g["pods"] if p["waiting"] or p["terminating"])]
+
+
+def _queue(q: dict[str, Any]) -> str:
+    return (f"  {q['name']:<24} GPUs {q['gpus_used']} reserved of {q['gpus']}   "
+            f"Workloads {q['admitted']} admitted, {q['pending']} pending")
+
+
+def _deployment(d: dict[str, Any]) -> list[str]:
+    """A deployment's line, its endpoints, then one line for each condition."""
+    return [f"  {d['namespace']}/{d['name']}: replicas {d['replicas']}, groups {d['groups']}, ready {d['ready']}",
+            f"      endpoint {d['endpoint'] or '-'}   simulator {d['sim_endpoint'] or '-'}",
+            *(f"      {c['type']}={c['status']} ({c['reason']}): {c['message']}" for c in d["conditions"])]

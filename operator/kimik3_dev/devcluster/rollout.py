@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import requests
 
@@ -64,39 +64,56 @@ def wait(check: Callable[[], Any], timeout_s: float, what: str, poll_s: float = 
     raise TimeoutError(f"waited {timeout_s:.0f} s for {what}")
 
 
-class Load:
-    """Closed-loop users on a deployment's front until the block ends; every result kept."""
+class _UntilTheBlockEnds:
+    """``_run`` in a daemon thread from the start of a ``with`` block to its end: ``_stop`` is set
+    then, and the thread is given ``join_s`` seconds to see it and finish."""
 
-    def __init__(self, url: str, model: str | None, users: int = 4):
-        self.url, self.model, self.users = url, model, users
-        self.results: list[RequestResult] = []
+    join_s = 10.0
+
+    def __init__(self) -> None:
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
+        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    async def _run(self) -> None:
-        while not self._stop.is_set():
-            self.results += await run_load(self.url, [Phase(3.0, concurrency=self.users, prompt_tokens=128,
-                                                            output_tokens=64)], model=self.model, drain_s=30.0)
+    def _run(self) -> None:
+        raise NotImplementedError
 
-    def __enter__(self) -> Load:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join(60)
+        self._thread.join(self.join_s)
 
 
-class Recorder:
+class Load(_UntilTheBlockEnds):
+    """Closed-loop users on a deployment's front until the block ends; every result kept."""
+
+    join_s = 60.0  # the last round of requests drains (run_load's drain_s) before the thread ends
+
+    def __init__(self, url: str, model: str | None, users: int = 4):
+        super().__init__()
+        self.url, self.model, self.users = url, model, users
+        self.results: list[RequestResult] = []
+
+    def _run(self) -> None:
+        asyncio.run(self._users())
+
+    async def _users(self) -> None:
+        while not self._stop.is_set():
+            self.results += await run_load(self.url, [Phase(3.0, concurrency=self.users, prompt_tokens=128,
+                                                            output_tokens=64)], model=self.model, drain_s=30.0)
+
+
+class Recorder(_UntilTheBlockEnds):
     """Polls ``fn`` every ``period_s`` in a thread and keeps every distinct consecutive value,
     the value at the moment the block ends included (a change in the last period is not lost).
     A read that raises is no value. Used by ``measure_rollout`` and the e2e tests."""
 
     def __init__(self, fn: Callable[[], Any], period_s: float = 0.05) -> None:
+        super().__init__()
         self.fn, self.period_s = fn, period_s
         self.values: list[Any] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _sample(self) -> None:
         try:
@@ -111,13 +128,8 @@ class Recorder:
             self._sample()
             self._stop.wait(self.period_s)
 
-    def __enter__(self) -> Recorder:
-        self._thread.start()
-        return self
-
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
+        super().__exit__(*exc)
         self._sample()
 
 
