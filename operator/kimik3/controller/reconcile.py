@@ -39,7 +39,7 @@ from kimik3.controller.snapshot import Reader
 from kimik3.controller.staging import DEFAULT_STAGER_IMAGE, Staging
 from kimik3.controller.status import Observed, invalid_status, lws_selector, merge_patch, status_patch, stored_conditions
 from kimik3.controller.steps import Deletion, Outcome
-from kimik3.kube.kinds import (CHILD_NEEDS, COMPUTE_DOMAIN, GROUP, HTTP_ROUTE, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET,
+from kimik3.kube.kinds import (CHILD_KINDS, CHILD_NEEDS, COMPUTE_DOMAIN, GROUP, HTTP_ROUTE, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET,
                                POD, POD_MONITOR, SERVED_BY, Kind, kind_of)
 from kimik3.kube.labels import DEPLOYMENT_LABEL
 from kimik3.kube.objects import is_deleting
@@ -223,11 +223,13 @@ class Reconciler:
         return failed
 
     def _delete(self, obj: dict[str, Any], deletions: list[Deletion]) -> None:
-        """Delete each object (skipped when the watch saw none); post its Event once it is gone. A
-        failed delete is a Warning Event, and the rest of the reconcile goes on."""
+        """Delete each object (skipped when it is of a watched child kind and the watch saw none);
+        post its Event once it is gone. A failed delete is a Warning Event, and the rest of the
+        reconcile goes on."""
         namespace = obj["metadata"]["namespace"]
         for d in deletions:
-            if d.if_watched and self.cache is not None and self.cache.get(*d.kind.type_meta, namespace, d.name) is None:
+            if self.cache is not None and d.kind in CHILD_KINDS and \
+                    self.cache.get(*d.kind.type_meta, namespace, d.name) is None:
                 continue  # the watch saw none
             try:
                 gone = self.kube.delete(*d.kind.type_meta, namespace, d.name, uid=d.uid)

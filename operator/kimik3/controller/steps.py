@@ -67,8 +67,6 @@ class Deletion:
     uid: str = ""
     """Delete only the object of this uid (a precondition), when set."""
     event: Event | None = None
-    if_watched: bool = False
-    """Skip it when the watch cache holds none (a child kind the operator watches)."""
 
 
 @dataclass
@@ -196,7 +194,7 @@ def prune(snap: Snapshot, rendered: Rendered, applied_all: bool) -> StepResult[N
     for kind in rendered.absent:
         if kind == COMPUTE_DOMAIN and snap.pods:
             continue  # F4: pods still hold its channel claim; deleted once they are gone
-        out.delete.append(Deletion(kind, owner.name, if_watched=True, event=Event(
+        out.delete.append(Deletion(kind, owner.name, event=Event(
             "Normal", EventReason.DELETED, f"{kind.kind} {owner.name} removed: not needed by the spec")))
     if applied_all and launchers.settled(snap.sets):
         configmap = next(c["metadata"]["name"] for c in rendered.objects if c["kind"] == CONFIG_MAP.kind)

@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
-import datetime
 import functools
-import ipaddress
 import json
 import os
 import secrets
@@ -37,14 +35,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 from kimik3.api.documents import dump_yaml
 from kimik3.controller.kube import Kube
 from kimik3.kube.objects import is_true
+from kimik3_dev.devcluster import certs
 from kimik3_dev.devcluster.processes import free_port, log_tail
 from kimik3_dev.versions import ETCD_VERSION, KUBERNETES_VERSION
 
@@ -83,6 +80,9 @@ DEFAULT_STOP_GRACE_S = 15.0
 DEFAULT_CRD_TIMEOUT_S = 60.0
 """Bound on waiting for all applied CRDs to report Established, seconds."""
 CERT_VALIDITY_DAYS = 30
+APISERVER_SANS = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                  "kubernetes.default.svc.cluster.local", "127.0.0.1", "::1")
+"""The names the API server's serving certificate holds (loopback and the in-cluster Service's)."""
 """Lifetime of the generated CA and serving certificate, days (a dev cluster is short-lived)."""
 LOG_TAIL_LINES = 30
 """Lines of a component's log quoted in a start-failure error."""
@@ -133,88 +133,18 @@ def _die_with_parent(sig: int) -> None:  # runs in the child between fork and ex
     libc.prctl(1, int(sig), 0, 0, 0)
 
 
-def _pem_private_key(key: Any) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-
-
 def _write_pki(pki: Path) -> None:
     """Write ca.crt, apiserver.crt/.key (127.0.0.1, ::1, localhost, kubernetes.default...) and
     the service-account signing key pair sa.key/sa.pub (RSA 2048) into ``pki``."""
     pki.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.timezone.utc)
-    not_before = now - datetime.timedelta(minutes=5)  # tolerate small clock skew
-    not_after = now + datetime.timedelta(days=CERT_VALIDITY_DAYS)
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kimik3-devcluster-ca")])
-    ca_ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(not_before)
-        .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
-                encipher_only=False, decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(ca_ski, critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    sans: list[x509.GeneralName] = [
-        x509.DNSName(name)
-        for name in ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-                     "kubernetes.default.svc.cluster.local")
-    ]
-    sans += [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.IPAddress(ipaddress.ip_address("::1"))]
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(not_before)
-        .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=False, crl_sign=False,
-                encipher_only=False, decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-
+    ca_cert, ca_key = certs.new_ca("kimik3-devcluster-ca", CERT_VALIDITY_DAYS)
+    cert, key = certs.new_server_cert("kube-apiserver", APISERVER_SANS, ca_cert, ca_key, CERT_VALIDITY_DAYS)
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-
     (pki / "ca.crt").write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    _write_private(pki / "ca.key", _pem_private_key(ca_key))
+    certs.write_private_key(pki / "ca.key", ca_key)
     (pki / "apiserver.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    _write_private(pki / "apiserver.key", _pem_private_key(key))
-    _write_private(pki / "sa.key", _pem_private_key(sa_key))
+    certs.write_private_key(pki / "apiserver.key", key)
+    certs.write_private_key(pki / "sa.key", sa_key)
     (pki / "sa.pub").write_bytes(
         sa_key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     )
@@ -533,7 +463,7 @@ class ControlPlane:
         ]
         # Static token file format: token,user,uid,"group1,group2"
         text = "".join(f'{tok},{user},{uid},"{",".join(groups)}"\n' for tok, user, uid, groups in rows)
-        _write_private(self.state_dir / "tokens.csv", text.encode())
+        certs.write_private(self.state_dir / "tokens.csv", text.encode())
 
     def _write_kubeconfigs(self) -> None:
         for path, user, token in (
@@ -551,7 +481,7 @@ class ControlPlane:
                 "current-context": f"{user}@kimik3-dev",
                 "preferences": {},
             }
-            _write_private(path, dump_yaml(config).encode())
+            certs.write_private(path, dump_yaml(config).encode())
 
     def api_client(self, identity: str = "admin") -> Any:
         """A ``kubernetes.client.ApiClient`` for ``identity`` ("admin" or "operator"), built from
