@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from kimik3.admission import Admitted
 from kimik3.api.conditions import ConditionType, Event, EventReason, Reason, Verdict, event_reason
@@ -58,14 +58,13 @@ ANNOUNCE_S = 0.0
 """Reconcile again at once after writing WeightsReady=True, before which no engine is applied."""
 
 
-@dataclass(frozen=True)
-class Deletion:
-    """An object to delete, and the Event that says so once it is gone."""
+class Deletion(NamedTuple):
+    """An object to delete (of ``kind``, named ``name`` in the deployment's namespace; only the
+    object of ``uid`` when set: a precondition), and the ``event`` that says so once it is gone."""
 
     kind: Kind
     name: str
     uid: str = ""
-    """Delete only the object of this uid (a precondition), when set."""
     event: Event | None = None
 
 
