@@ -112,6 +112,22 @@ def test_a_rolled_back_template_is_deleted_and_never_created_again():
     assert summary(plan(rendered(2), alone, 2, 1, 0, refused=NEW)) == ([("k3-engine", 2, OLD)], [], "k3-engine")
 
 
+def test_a_release_rolled_back_mid_rollout_drains_as_the_restored_groups_turn_ready():
+    """Issue 25 item 3: a progress deadline can roll back a release that already serves groups
+    (no canary). Its Ready groups serve on while the old set grows back: never fewer than
+    replicas - maxUnavailable Ready groups, and the release's set goes once drained."""
+    new_set = "k3-engine-bbbbbbbb"
+    sets = engine_sets([lws("k3-engine", OLD, 2), lws(new_set, NEW, 2, minute=5)], groups_of(
+        [leader("k3-engine", 0, True), leader("k3-engine", 1, True), leader(new_set, 0, True),
+         leader(new_set, 1, False)], 1))
+    back = plan(rendered(3), sets, 3, 1, 0, refused=NEW)
+    assert summary(back) == ([(new_set, 1, NEW), ("k3-engine", 3, OLD)], [], "k3-engine")
+    restored = engine_sets([lws("k3-engine", OLD, 3), lws(new_set, NEW, 1, minute=5)], groups_of(
+        [leader("k3-engine", i, True) for i in range(3)] + [leader(new_set, 0, True)], 1))
+    done = plan(rendered(3), restored, 3, 1, 0, refused=NEW)
+    assert summary(done) == ([("k3-engine", 3, OLD)], [new_set], "k3-engine") and not done.complete
+
+
 def test_the_fleets_replicas_are_the_newest_sets_annotation():
     old, new = lws("k3-engine", OLD, 2), lws("k3-engine-bbbbbbbb", NEW, 1, minute=5)
     new["metadata"]["annotations"][REPLICAS_ANNOTATION] = "2"

@@ -23,7 +23,7 @@ CANARY = {"groups": 1, "bake": "60s", "analysis": {"interval": "10s", "failureLi
 
 
 class Figures(Analysis):
-    """Checks that return the next of ``results`` (passed, P90 seconds)."""
+    """Checks that return the next of ``results``: (passed, P90 seconds), or a ``Check`` as it is."""
 
     def __init__(self, results):
         super().__init__(lambda pod, port: "")
@@ -32,9 +32,12 @@ class Figures(Analysis):
 
     def check(self, namespace, name, admitted, revision, pods):
         self.revisions.append(revision)
+        if isinstance(self.results[0], Check):
+            return self.results.pop(0)
         passed, latency = self.results.pop(0)
         verdict = "passed" if passed else "failed"
-        return Check(passed, latency, 0.0, f"revision {revision} {verdict} a check: P90 {latency * 1000:.2f} ms")
+        return Check("Passed" if passed else "Failed", latency, 0.0,
+                     f"revision {revision} {verdict} a check: P90 {latency * 1000:.2f} ms", 100.0)
 
 
 class Clock:
@@ -89,7 +92,8 @@ def canary_beside(old_lws: dict, new_lws: dict, canary: str) -> tuple[list, dict
 
 def remember(cr, step):
     cr["status"] = {"rollout": {"canary": step.canary.model_dump(by_alias=True) if step.canary else None,
-                                "rolledBack": step.rolled_back.model_dump(by_alias=True) if step.rolled_back else None}}
+                                "rolledBack": step.rolled_back.model_dump(by_alias=True) if step.rolled_back else None,
+                                "progress": step.progress.model_dump(by_alias=True) if step.progress else None}}
 
 
 def applied(step) -> list[tuple[str, int, str]]:
@@ -212,3 +216,78 @@ def test_no_scale_down_mid_rollout_but_a_scale_up_or_a_lower_maximum_goes_ahead(
     # maxReplicas lowered to 2 mid-rollout: the autoscaler's 2 (or 1) keeps 2, not 3
     assert scale_down_held(Reason.ROLLOUT_IN_PROGRESS, 3, 2, 2) is None
     assert scale_down_held(Reason.ROLLOUT_IN_PROGRESS, 3, 1, 2) == 2
+
+
+QUIET = Check("NoTraffic", None, None, "no traffic on revision 6d9f0a in the window: nothing to judge", 0.0)
+DOWN = Check("SourceUnreadable", None, None, "no reading of revision 6d9f0a from Prometheus at http://prom:9090 "
+             "(PrometheusUnreachable: http://prom:9090: ConnectError)")
+
+
+def bake(rollouts, cr, admitted, new_lws, cluster, clock, times):
+    """``times`` reconciles 10 s apart (the analysis interval), the status kept between them; the last step."""
+    for _ in range(times):
+        step = rollouts.step(cr, admitted, new_lws, *cluster)
+        remember(cr, step)
+        clock.now += 10
+    return step
+
+
+def test_a_canary_without_traffic_is_not_promoted_until_min_checks_pass():
+    """Issue 25 item 1: a bake with no traffic used to promote on zero checks. minChecks (3 by
+    default) passing checks are needed; windows without traffic judge nothing, and the bake goes
+    on past ``bake`` until the evidence is there."""
+    cr, admitted, old_lws, new_lws, canary = upgrade()
+    assert admitted.spec.rollout.canary.analysis.min_checks == 3
+    clock = Clock()
+    rollouts = Rollouts(Figures([QUIET] * 8 + [(True, 0.004)] * 3), clock)
+    remember(cr, rollouts.step(cr, admitted, new_lws, *old_group_only(old_lws)))
+    both = canary_beside(old_lws, new_lws, canary)
+    step = bake(rollouts, cr, admitted, new_lws, both, clock, 8)  # 0 .. 70 s: past the 60 s bake
+    assert not step.canary.promoted and step.fleet.delete == [] and step.canary.checks == 0
+    assert step.verdict.reason == Reason.CANARY_ANALYSIS
+    assert "baked 70/60 s but 0/3 passing check(s) (analysis.minChecks)" in step.verdict.message
+    assert [h.result for h in step.canary.history] == ["NoTraffic"] * 8
+    step = bake(rollouts, cr, admitted, new_lws, both, clock, 2)
+    assert not step.canary.promoted and step.canary.checks == 2
+    step = rollouts.step(cr, admitted, new_lws, *both)
+    assert step.canary.promoted and step.canary.checks == 3 and step.fleet.delete == [FIRST]
+    assert [e[1] for e in step.events] == ["CanaryPromoted"]
+    assert len(step.canary.history) == 10  # bounded: the 11 checks' newest 10
+    assert [h.result for h in step.canary.history[-3:]] == ["Passed"] * 3
+    assert step.canary.history[-1].latency_seconds == 0.004 and step.canary.history[-1].requests == 100.0
+
+
+def test_an_unreadable_metric_source_pauses_the_rollout_and_never_promotes():
+    """Issue 25 item 1: with the source down the bake has no evidence: Progressing=False
+    MetricSourceUnreadable quotes the source and its error, however long the bake; once it reads
+    again the passing checks it had count, and the canary is promoted."""
+    cr, admitted, old_lws, new_lws, canary = upgrade()
+    clock = Clock()
+    rollouts = Rollouts(Figures([(True, 0.004)] * 3 + [DOWN] * 5 + [(True, 0.004)]), clock)
+    remember(cr, rollouts.step(cr, admitted, new_lws, *old_group_only(old_lws)))
+    both = canary_beside(old_lws, new_lws, canary)
+    step = bake(rollouts, cr, admitted, new_lws, both, clock, 8)  # 3 passes, then the source goes down
+    assert not step.canary.promoted and step.canary.checks == 3 and step.fleet.delete == []
+    assert applied(step) == [(FIRST, 1, template_hash(old_lws)), (canary, 1, template_hash(new_lws))]
+    assert (step.verdict.status, step.verdict.reason) == ("False", Reason.METRIC_SOURCE_UNREADABLE)
+    assert "the canary analysis is paused: no reading of revision 6d9f0a from Prometheus at http://prom:9090 " \
+           "(PrometheusUnreachable: http://prom:9090: ConnectError)" in step.verdict.message
+    assert "3/3 passing check(s)" in step.verdict.message
+    assert [(e[0], e[1]) for e in step.events] == [("Warning", "MetricSourceUnreadable")]
+    assert step.requeue_after == 10
+    step = rollouts.step(cr, admitted, new_lws, *both)
+    assert step.canary.promoted and step.canary.checks == 4
+
+
+def test_the_real_analysis_tells_an_unreachable_source_from_a_quiet_window():
+    """``Analysis.check`` against a Prometheus nobody listens on: SourceUnreadable, naming the URL."""
+    cr, admitted, _, _, _ = upgrade()
+    cr["spec"]["autoscaling"] = {"metricsSource": {"type": "prometheus", "prometheusUrl": "http://127.0.0.1:9"}}
+    admitted = admit(cr["spec"])
+    check = Analysis(lambda pod, port: "").check("ns", "k3", admitted, "6d9f0a", [])
+    assert check.result == "SourceUnreadable" and not check.judged
+    assert check.message.startswith("no reading of revision 6d9f0a from Prometheus at http://127.0.0.1:9 "
+                                    "(PrometheusUnreachable: http://127.0.0.1:9")
+    cr["spec"]["autoscaling"] = {"metricsSource": {"type": "podScrape"}}
+    check = Analysis(lambda pod, port: "").check("ns", "k3", admit(cr["spec"]), "6d9f0a", [])
+    assert check.result == "NoReading" and "NoTargets" in check.message  # no leader of the revision yet

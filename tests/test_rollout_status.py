@@ -94,7 +94,8 @@ def test_at_rest_one_revision_and_stable():
     s = status_of(cr(replicas=2), [lws(FIRST, 2, 2)], group(0, OLD, True) + group(1, OLD, True), 2)
     assert s.rollout.model_dump(by_alias=True) == {
         "currentRevision": OLD, "updateRevision": OLD, "updatedReplicas": 2, "updatedReadyReplicas": 2,
-        "revisions": [{"revision": OLD, "groups": 2, "readyGroups": 2}], "canary": None, "rolledBack": None}
+        "revisions": [{"revision": OLD, "groups": 2, "readyGroups": 2}], "canary": None, "rolledBack": None,
+            "progress": None}
     assert s.condition(ConditionType.PROGRESSING).reason == Reason.STABLE
     assert step_event(s, admit(cr()["spec"]), 2) is None
 

@@ -219,7 +219,7 @@ def test_autoscaler_counts_a_group_kueue_refused_as_unplaceable_not_coming():
 
 def test_a_group_gated_by_kueue_is_said_to_wait_for_admission():
     """Not "SchedulingGated" plus the leader-address budget: the group waits for Kueue."""
-    from kimik3.controller.status import waiting_for
+    from kimik3.controller.waits import waiting_for
     gated = {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
              "message": "Scheduling is blocked due to non-empty scheduling gates"}
     pods = [pod("k3-latency-engine-0", "0", "0"), pod("k3-latency-engine-0-1", "0", "1"),

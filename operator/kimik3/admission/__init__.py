@@ -37,11 +37,17 @@ from kimik3.api.errors import SpecError, SpecErrors, from_validation_error
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec, duration_seconds
 from kimik3.topology.plan import GroupPlan, plan_group
 
-__all__ = ["TABLES", "AdmissionPolicy", "Admitted", "Seconds", "Table", "admit"]
+__all__ = ["PROGRESS_MARGIN_S", "TABLES", "AdmissionPolicy", "Admitted", "Seconds", "Table", "admit"]
 
 TABLES: tuple[Table, ...] = (SHAPE, MEMORY, MEGAKERNEL, SPECULATIVE, EXTRA_ARGS, API_KEYS, SOURCE, AUTOSCALING,
                              DISRUPTION, PLACEMENT, ROLLOUT)
 """Every concern's rules, in the order their problems are reported."""
+
+
+PROGRESS_MARGIN_S = 600.0
+"""Added to ``probes.loadTimeout`` for the default progress deadline, seconds: a group's pods must
+be scheduled and pull the engine image (~20 GB for vLLM 0.33's image: about 3 min at 1 Gb/s, more
+on a busy registry) before the load the startup probe allows ``loadTimeout`` for."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,9 @@ class Seconds:
     """``autoscaling.scaleDownStabilization``."""
     scrape_interval: float
     """``monitoring.interval``: the PodMonitor's scrape interval."""
+    progress_deadline: float
+    """``rollout.progressDeadline``, else ``probes.loadTimeout`` + ``PROGRESS_MARGIN_S``: how long
+    new-revision groups may take to turn Ready before the release is rolled back."""
     canary_bake: float | None = None
     """``rollout.canary.bake``; None without a canary."""
     canary_interval: float | None = None
@@ -83,6 +92,8 @@ class Seconds:
             scale_up_stabilization=duration_seconds(a.scale_up_stabilization),
             scale_down_stabilization=duration_seconds(a.scale_down_stabilization),
             scrape_interval=duration_seconds(spec.monitoring.interval),
+            progress_deadline=(duration_seconds(spec.rollout.progress_deadline) if spec.rollout.progress_deadline
+                               else duration_seconds(p.load_timeout) + PROGRESS_MARGIN_S),
             canary_bake=duration_seconds(canary.bake) if canary else None,
             canary_interval=duration_seconds(canary.analysis.interval) if canary else None,
             canary_max_latency=duration_seconds(canary.analysis.max_latency or a.target.value) if canary else None,

@@ -17,7 +17,11 @@ Progressing        True    GroupsStarting, ApplyFailed (retried with back-off),
                            Paused (spec.rollout.paused holds a rollout), SurgeBlocked (a surge
                            group has no room: no rack or no Kueue admission; nothing taken down)
                    False   Stable, InvalidSpec, RolledBack (a canary failed its analysis: its
-                           LeaderWorkerSet is deleted, the measured figure quoted)
+                           LeaderWorkerSet is deleted, the measured figure quoted),
+                           ProgressDeadlineExceeded (new groups not Ready by
+                           rollout.progressDeadline: rolled back, what they waited on quoted),
+                           MetricSourceUnreadable (the canary analysis cannot read its source:
+                           the rollout is paused, never promoted on no reading)
 Degraded           True    ApplyFailed, InvalidSpec, GroupCrashLooping (groups failed 3 times in
                            10 min: the message gives the last exit codes and the start back-off)
                    False   AsExpected
@@ -103,6 +107,12 @@ class Reason(StrEnum):
     """The new revision failed its canary analysis: its LeaderWorkerSet is deleted; the old groups serve on."""
     SURGE_BLOCKED = "SurgeBlocked"
     """A surge group cannot be placed (no rack free, or Kueue does not admit it); no old group is taken down."""
+    METRIC_SOURCE_UNREADABLE = "MetricSourceUnreadable"
+    """The canary analysis cannot read its metric source (the source and its error quoted): the
+    rollout is paused, the canary is never promoted on no reading, no old group is replaced."""
+    PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
+    """New-revision groups were not Ready within spec.rollout.progressDeadline: the release is
+    rolled back, the message quoting what they waited on."""
     UNSCHEDULABLE = "Unschedulable"
     QUOTA_EXHAUSTED = "QuotaExhausted"
     """Kueue: the queue's GPU quota cannot hold another group (Kueue's message quoted)."""
@@ -163,7 +173,8 @@ REASONS: dict[ConditionType, tuple[Reason, ...]] = {
                           Reason.INVALID_SPEC),
     ConditionType.PROGRESSING: (Reason.GROUPS_STARTING, Reason.STABLE, Reason.APPLY_FAILED, Reason.INVALID_SPEC,
                                 Reason.ROLLOUT_IN_PROGRESS, Reason.CANARY_ANALYSIS, Reason.PAUSED,
-                                Reason.ROLLED_BACK, Reason.SURGE_BLOCKED),
+                                Reason.ROLLED_BACK, Reason.SURGE_BLOCKED, Reason.METRIC_SOURCE_UNREADABLE,
+                                Reason.PROGRESS_DEADLINE_EXCEEDED),
     ConditionType.DEGRADED: (Reason.AS_EXPECTED, Reason.APPLY_FAILED, Reason.INVALID_SPEC,
                              Reason.GROUP_CRASH_LOOPING),
     ConditionType.SCALING_LIMITED: (Reason.UNSCHEDULABLE, Reason.QUOTA_EXHAUSTED, Reason.NO_RACK_FITS, Reason.PREEMPTED,
@@ -236,6 +247,10 @@ class EventReason(StrEnum):
     """Normal: the canary baked and passed its analysis; the rollout goes on to every group."""
     ROLLED_BACK = Reason.ROLLED_BACK.value
     """Warning: the canary failed its analysis; its LeaderWorkerSet is deleted."""
+    METRIC_SOURCE_UNREADABLE = Reason.METRIC_SOURCE_UNREADABLE.value
+    """Warning: the canary analysis cannot read its metric source; the rollout is paused (the error quoted)."""
+    PROGRESS_DEADLINE_EXCEEDED = Reason.PROGRESS_DEADLINE_EXCEEDED.value
+    """Warning: new-revision groups missed spec.rollout.progressDeadline; the release is rolled back."""
     SCALE_DOWN_HELD = "ScaleDownHeld"
     """Normal: the autoscaler's scale-down waits until the rollout is done."""
     # -- placement (Kueue, the scheduler) --------------------------------------------------------

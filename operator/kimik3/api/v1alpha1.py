@@ -687,6 +687,12 @@ class ProbesSpec(Model):
 # ---------------------------------------------------------------- rollout -------------------
 
 
+MIN_CHECKS_DEFAULT = 3
+"""Passing canary checks needed before a promotion, by default: one is a single window, which a
+burst or a lull can make look good; three windows (3 min at the default 1m interval) span more
+than one scrape and one autoscaling window of the defaults (15s, 1m)."""
+
+
 class CanaryAnalysis(Model):
     """What the canary groups must show, checked every ``interval`` over the bake, on the new
     revision's leaders only (its series carry the revision label apart from the old groups')."""
@@ -699,6 +705,8 @@ class CanaryAnalysis(Model):
     """Time between checks; each check reads the window since the one before."""
     failure_limit: int = Field(default=3, ge=1, le=100)
     """Failed checks (over the whole bake, not only in a row) that roll the release back."""
+    min_checks: int = Field(default=MIN_CHECKS_DEFAULT, ge=1, le=100)
+    """Passing checks the new revision needs before it is promoted: the bake lasts at least ``bake`` and until it has them. A window without traffic or without a reading passes nothing. Default 3 (3 intervals of traffic judged)."""
 
 
 class CanarySpec(Model):
@@ -749,6 +757,8 @@ class RolloutSpec(Model):
     """Surge only: groups that may be down at once during a rollout (default 0: an old group goes only once a new one is Ready)."""
     canary: CanarySpec | None = None
     """Surge only: bake the new revision on canary groups and roll it back when its analysis fails."""
+    progress_deadline: Duration | None = None
+    """How long new-revision groups may take to turn Ready, counted from the last progress (a group of the new revision turned Ready, or more were asked for), before the release is rolled back (ProgressDeadlineExceeded), canary or not. Unset: probes.loadTimeout plus 10m (scheduling and an image pull). At least probes.loadTimeout."""
     paused: bool = False
     """Hold the rollout: no old group is replaced; a template change made while paused waits."""
 
@@ -770,6 +780,14 @@ class RolloutSpec(Model):
 # ---------------------------------------------------------------- spec ----------------------
 
 _SPEC_RULES = [
+    rule(
+        "rollout-deadline-covers-load",
+        "!has(self.rollout) || !has(self.rollout.progressDeadline) || duration(self.rollout.progressDeadline) >= "
+        "duration(has(self.probes) && has(self.probes.loadTimeout) ? self.probes.loadTimeout : '90m')",
+        "rollout.progressDeadline is shorter than probes.loadTimeout: a healthy group that takes its whole load "
+        "budget would be rolled back; raise progressDeadline to at least loadTimeout, or leave it unset",
+        ".rollout.progressDeadline",
+    ),
     rule(
         "draft-tp-one-or-target",
         "!has(self.speculativeDecoding.draftTensorParallelSize) || self.speculativeDecoding.draftTensorParallelSize == 1 "
@@ -995,6 +1013,29 @@ class RevisionGroups(Model):
     """Of those, groups whose every pod is Ready."""
 
 
+CheckResult = Literal["Passed", "Failed", "NoTraffic", "NoReading", "SourceUnreadable"]
+"""What one canary check found (``controller.canary``)."""
+CHECKS_KEPT = 10
+"""Canary checks ``status.rollout.canary.history`` keeps (the newest; older ones are counted only)."""
+
+
+class CanaryCheck(Model):
+    """One check of the canary analysis, with what it measured."""
+
+    time: str
+    """RFC 3339 time of the check."""
+    result: CheckResult
+    """Passed / Failed against the limits; NoTraffic (no request in the window) and NoReading (the source has no window yet) judge nothing; SourceUnreadable (the metric source failed) pauses the rollout."""
+    latency_seconds: float | None = None
+    """Per-token latency of the new revision at the autoscaling percentile over the window."""
+    error_rate: float | None = None
+    """Share of the new revision's requests finished in the window that failed."""
+    requests: float | None = None
+    """Requests of the new revision finished in the window."""
+    message: str = Field(default="", max_length=1024)
+    """The figures against their limits, or why there are none."""
+
+
 class CanaryStatus(Model):
     """The canary of one template change (spec.rollout.canary)."""
 
@@ -1005,9 +1046,9 @@ class CanaryStatus(Model):
     ready_since: str | None = None
     """RFC 3339 time every canary group was first Ready: the bake runs from here."""
     checks: int = 0
-    """Analysis checks made."""
+    """Analysis checks that judged the new revision (a window with traffic and a reading)."""
     failed_checks: int = 0
-    """Of those, checks the new revision failed."""
+    """Of those, checks the new revision failed; the others passed."""
     latency_seconds: float | None = None
     """Per-token latency of the new revision at the autoscaling percentile in the last check."""
     error_rate: float | None = None
@@ -1016,12 +1057,14 @@ class CanaryStatus(Model):
     """RFC 3339 time of the last check."""
     message: str = ""
     """What the last check found."""
+    history: list[CanaryCheck] = Field(default_factory=list, max_length=CHECKS_KEPT)
+    """The last checks, oldest first, each with its figures (at most 10)."""
     promoted: bool = False
     """The bake passed: the rollout goes on to every group."""
 
 
 class RollbackStatus(Model):
-    """A release rolled back by its failed canary analysis."""
+    """A release rolled back: by its failed canary analysis, or at its progress deadline."""
 
     template_hash: str
     """The rendered group templates that failed: while the spec still renders them, the previous templates stay."""
@@ -1031,8 +1074,23 @@ class RollbackStatus(Model):
     """The revision restored."""
     time: str
     """RFC 3339 time of the rollback."""
+    reason: str = Field(default="RolledBack", max_length=64)
+    """RolledBack: the canary failed its analysis; ProgressDeadlineExceeded: its groups were not Ready within rollout.progressDeadline."""
     message: str
-    """Why, with the measured figures."""
+    """Why, with the measured figures or what the groups waited on."""
+
+
+class ProgressStatus(Model):
+    """The last progress of the new revision's groups: rollout.progressDeadline counts from it."""
+
+    template_hash: str
+    """The rendered group templates rolling out."""
+    groups: int
+    """Groups of the new templates asked for then (their LeaderWorkerSet's replicas)."""
+    ready_groups: int
+    """Of those, groups Ready then."""
+    since: str
+    """RFC 3339 time of the last progress: a group of the new templates turned Ready, or more were asked for."""
 
 
 class RolloutStatus(Model):
@@ -1052,6 +1110,8 @@ class RolloutStatus(Model):
     """The canary of the current template change (spec.rollout.canary)."""
     rolled_back: RollbackStatus | None = None
     """The last release rolled back, while the spec still asks for it."""
+    progress: ProgressStatus | None = None
+    """While a rollout runs: its last progress (rollout.progressDeadline counts from it)."""
 
 
 class KimiK3DeploymentStatus(Model):

@@ -11,8 +11,15 @@ names (whether or not autoscaling is on), restricted to the groups of ``revision
 The latency is ``autoscaling.target.metric`` at ``autoscaling.target.percentile`` (per output
 token by default), held under ``rollout.canary.analysis.maxLatency`` (default the autoscaling
 target); the error rate is ``finished_reason="error"`` over every finished request, held under
-``maxErrorRate``. A window without traffic, or a source without a reading, is no check at all:
-it neither passes nor fails the release.
+``maxErrorRate``. Each check has a ``result`` (``CheckResult``):
+- ``Passed`` / ``Failed``: a window with traffic, judged against both limits;
+- ``NoTraffic``: the source answered, but no request ran in the window; ``NoReading``: the source
+  works but has no window yet (pod scrape: the first scrape of a leader, ``WarmingUp``; no Running
+  leader of the revision, ``NoTargets``). Neither passes nor fails the release, and neither counts
+  towards ``minChecks``;
+- ``SourceUnreadable``: the source failed (Prometheus unreachable or erring, no series of the
+  revision, every scrape failing, no latency histogram, bucket layouts that differ): the rollout
+  pauses (``controller.rollout``) and the canary is never promoted on it.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kimik3.admission import Admitted
+from kimik3.api.conditions import Reason
+from kimik3.api.v1alpha1 import CheckResult
 from kimik3.autoscaler.observation import MetricsUnavailable
 from kimik3.autoscaler.sources import MetricSource, PodScrapeSource, PrometheusSource, ScrapeTarget
 from kimik3.kube.labels import LWS_REVISION_LABEL
@@ -31,15 +40,27 @@ from kimik3.kube.pods import group_index, is_leader, labels, phase
 ScrapeURL = Callable[[dict[str, Any], int], str]
 
 
+NO_READING_YET: tuple[Reason, ...] = (Reason.WARMING_UP, Reason.NO_TARGETS)
+"""``MetricsUnavailable`` reasons of a source that works but has no window yet: no reading, not a failure."""
+
+
 @dataclass(frozen=True)
 class Check:
     """One analysis check of the new revision."""
 
-    passed: bool | None
-    """True / False; None when there was no reading (no traffic, warming up, source down)."""
+    result: CheckResult
     latency_seconds: float | None
+    """Per-token latency at the autoscaling percentile over the window, seconds; None without traffic."""
     error_rate: float | None
+    """Share of the window's finished requests that failed; None when none finished."""
     message: str
+    requests: float | None = None
+    """Requests of the revision finished in the window (the source's ``vllm:request_success`` increase)."""
+
+    @property
+    def judged(self) -> bool:
+        """Passed or Failed: a window with traffic and a reading."""
+        return self.result in ("Passed", "Failed")
 
 
 def ms(seconds: float) -> str:
@@ -93,16 +114,25 @@ class Analysis:
         try:
             obs = self._source(key, admitted, revision).observe(namespace, name, admitted.seconds.canary_interval)
         except MetricsUnavailable as exc:
-            return Check(None, None, None, f"no reading of revision {revision} ({exc.reason}: {exc.message})")
+            result: CheckResult = "NoReading" if exc.reason in NO_READING_YET else "SourceUnreadable"
+            return Check(result, None, None, f"no reading of revision {revision} from {self.describe(admitted)} "
+                                             f"({exc.reason}: {exc.message})")
         if not obs.has_traffic:
-            return Check(None, None, None, f"no traffic on revision {revision} in the window: nothing to judge")
+            return Check("NoTraffic", None, None, f"no traffic on revision {revision} in the window: nothing to judge",
+                         obs.requests_finished)
         latency = obs.latency_quantile(target.metric, admitted.target_quantile)
         errors = obs.error_rate
         figures = (f"P{target.percentile} {target.metric} {ms(latency) if latency is not None else 'n/a'} "
                    f"(limit {ms(limit)}), error rate {f'{errors:.1%}' if errors is not None else 'n/a'} "
-                   f"(limit {canary.analysis.max_error_rate:.1%})")
+                   f"(limit {canary.analysis.max_error_rate:.1%}) over {obs.requests_finished:g} finished request(s)")
         slow = latency is not None and latency > limit
         failing = errors is not None and errors > canary.analysis.max_error_rate
         if slow or failing:
-            return Check(False, latency, errors, f"revision {revision} failed a check: {figures}")
-        return Check(True, latency, errors, f"revision {revision} passed a check: {figures}")
+            return Check("Failed", latency, errors, f"revision {revision} failed a check: {figures}", obs.requests_finished)
+        return Check("Passed", latency, errors, f"revision {revision} passed a check: {figures}", obs.requests_finished)
+
+    @staticmethod
+    def describe(admitted: Admitted) -> str:
+        """The metric source in words: ``Prometheus at <url>`` or ``pod scrape of the leaders``."""
+        m = admitted.spec.autoscaling.metrics_source
+        return f"Prometheus at {m.prometheus_url}" if m.type == "prometheus" else "pod scrape of the leaders"

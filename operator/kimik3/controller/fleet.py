@@ -16,7 +16,8 @@ loads once, and an old LeaderWorkerSet left with no group is deleted. With Surge
 serving group is never taken down: while a surge group can stand in (``S >= 1``) ``U`` counts at
 most ``R - 1``. Several old ones (an edit during a rollout, F17) keep their Ready groups first. A canary holds the target at ``canary.groups`` beside every old group; a pause creates no
 target and freezes every set's groups; a rolled-back template is not created again, the newest
-old set serving as the target with its own templates.
+old set serving as the target with its own templates while the rolled-back sets drain (their
+Ready groups serve until the restored groups are Ready).
 
 Names: the first LeaderWorkerSet is ``<name>-engine``; a new target takes ``<name>-engine`` when
 no LeaderWorkerSet of that name exists, else ``<name>-engine-<template hash, 8 hex digits>``.
@@ -114,7 +115,7 @@ class FleetPlan:
     apply: list[dict[str, Any]] = field(default_factory=list)
     """LeaderWorkerSet bodies, old sets first, the target last."""
     delete: list[str] = field(default_factory=list)
-    """Old LeaderWorkerSets left with no group (and the sets of a rolled-back template)."""
+    """Old LeaderWorkerSets left with no group (a rolled-back template's among them once drained)."""
     target: str | None = None
     """The set the templates to serve run on; None while its name is still taken by a set being deleted."""
     complete: bool = False
@@ -156,17 +157,17 @@ def plan(rendered: dict[str, Any], sets: list[EngineSet], replicas: int, surge: 
     """The LeaderWorkerSets to apply and delete for the ``rendered`` one (its name is the base
     name, its templates the spec's) at ``replicas`` groups, given the deployment's ``sets``;
     ``canary``: groups the target is held at; ``paused``: no new target, every set frozen;
-    ``refused``: a template hash rolled back (its sets are deleted, never created again)."""
+    ``refused``: a template hash rolled back: never created again, its sets drained like old ones
+    as the restored set's groups turn Ready (a canary's surge groups go at once: every old group
+    still serves), the newest set of other templates being the target."""
     base = rendered["metadata"]["name"]
     want = (rendered.get("metadata") or {}).get("annotations", {}).get(TEMPLATE_HASH_ANNOTATION) or ""
     live = [s for s in sets if not s.deleting]
     out = FleetPlan()
-    if refused is not None:
-        out.delete = [s.name for s in live if s.template_hash == refused]
-        live = [s for s in live if s.template_hash != refused]
-    target = next((s for s in reversed(live) if s.template_hash == want), None) if want != refused else None
-    if target is None and (paused or want == refused) and live:
-        target = live[-1]  # hold what runs: the newest set keeps its templates
+    kept = [s for s in live if s.template_hash != refused] or live
+    target = next((s for s in reversed(kept) if s.template_hash == want), None) if want != refused else None
+    if target is None and (paused or want == refused) and kept:
+        target = kept[-1]  # hold what runs: the newest set keeps its templates
     olds = [s for s in live if s is not target]
     if paused and olds:
         out.apply = [held(rendered, s, s.replicas, replicas) for s in live]

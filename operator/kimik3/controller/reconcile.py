@@ -93,8 +93,8 @@ class Reconciler:
         self.policy = policy
         self.autoscaling = autoscaling or Autoscaling()
         """Decode-latency autoscaler state of every deployment with spec.autoscaling.enabled."""
-        self.rollouts = Rollouts(Analysis(self.autoscaling.scrape_url))
-        """Pause, canary analysis and rollback (``controller.rollout``)."""
+        self.rollouts = Rollouts(Analysis(self.autoscaling.scrape_url, self.autoscaling.clock), self.autoscaling.clock)
+        """Pause, canary analysis, progress deadline and rollback (``controller.rollout``), on the autoscaler's clock."""
         self.cache = cache
         """What the watches saw; without it every read goes to the API server."""
         self.compute_domains = compute_domains

@@ -9,7 +9,8 @@ Read off the LeaderWorkerSets and their pods:
   revision the oldest old set's (the target's once no old set is left);
 - a rollout is under way while more than one LeaderWorkerSet is live.
 
-Pure functions and ``Rollouts`` (pause, canary bake and analysis, rollback): no API calls.
+Pure functions and ``Rollouts`` (pause, canary bake and analysis with its evidence, the progress
+deadline, rollback): no API calls.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kimik3.admission import Admitted
-from kimik3.api.conditions import ConditionType, Event, EventReason, Reason, Verdict
-from kimik3.api.v1alpha1 import (CanaryStatus, KimiK3DeploymentStatus, RevisionGroups, RollbackStatus,
-                                 RolloutStatus)
+from kimik3.api.conditions import ConditionType, Event, EventReason, Reason, Verdict, event_reason
+from kimik3.api.v1alpha1 import (CHECKS_KEPT, CanaryCheck, CanaryStatus, KimiK3DeploymentStatus, ProgressStatus,
+                                 RevisionGroups, RollbackStatus, RolloutStatus)
 from kimik3.controller.canary import Analysis
 from kimik3.controller.fleet import EngineSet, FleetPlan, plan
+from kimik3.controller.waits import waiting_for
 from kimik3.kube.groups import Group, GroupKey
 from kimik3.kube.labels import KUEUE_JOB_UID_LABEL, LWS_NAME_LABEL
 from kimik3.kube.pods import group_index, is_unschedulable, labels, unschedulable_message
@@ -74,7 +76,8 @@ def rolling(sets: list[EngineSet]) -> bool:
     return len(live(sets)) > 1
 
 
-ROLLING_REASONS = (Reason.ROLLOUT_IN_PROGRESS, Reason.CANARY_ANALYSIS, Reason.SURGE_BLOCKED, Reason.PAUSED)
+ROLLING_REASONS = (Reason.ROLLOUT_IN_PROGRESS, Reason.CANARY_ANALYSIS, Reason.SURGE_BLOCKED, Reason.PAUSED,
+                   Reason.METRIC_SOURCE_UNREADABLE)
 """Progressing reasons of a rollout under way."""
 
 
@@ -149,6 +152,41 @@ def step_event(status: KimiK3DeploymentStatus, admitted: Admitted, desired: int)
     return None
 
 
+def source_unreadable(canary: CanaryStatus) -> bool:
+    """The canary's last check could not read the metric source (the rollout is paused)."""
+    return bool(canary.history) and canary.history[-1].result == "SourceUnreadable"
+
+
+def bake_verdict(admitted: Admitted, canary: CanaryStatus, members: int, baked_s: float | None) -> Verdict | None:
+    """Progressing while the canary (on ``members`` groups, Ready for ``baked_s`` seconds, None
+    while not all are) bakes; None once it may be promoted: baked ``canary.bake``, at least
+    ``analysis.minChecks`` passing checks, and the metric source read at the last check. A source
+    that cannot be read pauses the rollout: ``Progressing=False MetricSourceUnreadable``."""
+    r = admitted.spec.rollout
+    assert r.canary is not None and admitted.seconds.canary_bake is not None
+    bake, need = admitted.seconds.canary_bake, r.canary.analysis.min_checks
+    passed = canary.checks - canary.failed_checks
+    evidence = (f"{passed}/{need} passing check(s) (analysis.minChecks), {canary.failed_checks} failed (rollback at "
+                f"{r.canary.analysis.failure_limit})")
+    where = (f"canary revision {canary.revision or '(not yet created)'} on {members}/{r.canary.groups} canary "
+             "group(s) beside every old group")
+    if baked_s is not None and source_unreadable(canary):
+        return Verdict("False", Reason.METRIC_SOURCE_UNREADABLE,
+                       f"{where}; the canary analysis is paused: {canary.message}; the revision is not promoted and "
+                       f"no old group is replaced until the source reads again; {evidence}")
+    if baked_s is not None and baked_s >= bake and passed >= need:
+        return None
+    if baked_s is None:
+        waiting_for = "waiting for the canary group(s) to be Ready"
+    elif baked_s >= bake:
+        waiting_for = (f"baked {baked_s:.0f}/{bake:.0f} s but {evidence}: the bake goes on until it has them "
+                       "(a window without traffic judges nothing)")
+    else:
+        waiting_for = f"baking {baked_s:.0f}/{bake:.0f} s: {evidence}"
+    return Verdict("True", Reason.CANARY_ANALYSIS, f"{where}; {waiting_for}"
+                   + (f"; {canary.message}" if canary.message else ""))
+
+
 # ---------------------------------------------------------------- what the rollout asks of the LeaderWorkerSets
 
 
@@ -159,6 +197,8 @@ class RolloutStep:
     fleet: FleetPlan
     canary: CanaryStatus | None = None
     rolled_back: RollbackStatus | None = None
+    progress: ProgressStatus | None = None
+    """While a rollout runs: its last progress (``status.rollout.progress``)."""
     verdict: Verdict | None = None
     """Progressing as the rollout says it (CanaryAnalysis, Paused, RolledBack), or None."""
     events: list[Event] = field(default_factory=list)
@@ -190,7 +230,6 @@ class Rollouts:
         """The LeaderWorkerSets to apply and delete for the rendered one ``rendered`` (base name,
         the spec's templates and replicas), given the deployment's ``sets`` and their ``groups``."""
         stored = (obj.get("status") or {}).get("rollout") or {}
-        canary = CanaryStatus.model_validate(stored["canary"]) if stored.get("canary") else None
         rolled_back = RollbackStatus.model_validate(stored["rolledBack"]) if stored.get("rolledBack") else None
         replicas = int(rendered["spec"]["replicas"])
         surge, unavailable = _budget(admitted, replicas)
@@ -200,7 +239,7 @@ class Rollouts:
         if rolled_back is not None and rolled_back.template_hash == want:
             step = RolloutStep(plan(rendered, sets, replicas, surge, unavailable, refused=want),
                                rolled_back=rolled_back)
-            step.verdict = Verdict("False", Reason.ROLLED_BACK, rolled_back.message)
+            step.verdict = Verdict("False", Reason(rolled_back.reason), rolled_back.message)
             return step
         if r.paused:
             step = RolloutStep(plan(rendered, sets, replicas, surge, unavailable, paused=True))
@@ -208,8 +247,22 @@ class Rollouts:
             step.verdict = Verdict("True", Reason.PAUSED, "spec.rollout.paused: no group is replaced" + (
                 "; a change of the group templates waits" if waits else ""))
             return step
-        reverting = any(s.template_hash == want for s in running[:-1])
-        if r.canary is None or not changing or reverting:  # a revert to serving templates needs no canary
+        if not changing or any(s.template_hash == want for s in running[:-1]):  # a revert to serving templates
+            return RolloutStep(plan(rendered, sets, replicas, surge, unavailable))  # needs no canary, no deadline
+        step = self._change(obj, admitted, rendered, sets, groups)
+        progress = ProgressStatus.model_validate(stored["progress"]) if stored.get("progress") else None
+        return step if step.rolled_back is not None else self._deadline(admitted, rendered, sets, groups, step,
+                                                                        progress)
+
+    def _change(self, obj: dict[str, Any], admitted: Admitted, rendered: dict[str, Any], sets: list[EngineSet],
+                groups: Mapping[GroupKey, Group]) -> RolloutStep:
+        """A change of the templates rolling out: surge, or a canary that bakes before it is promoted."""
+        stored = (obj.get("status") or {}).get("rollout") or {}
+        canary = CanaryStatus.model_validate(stored["canary"]) if stored.get("canary") else None
+        replicas = int(rendered["spec"]["replicas"])
+        surge, unavailable = _budget(admitted, replicas)
+        want, r = _hash(rendered), admitted.spec.rollout
+        if r.canary is None:
             return RolloutStep(plan(rendered, sets, replicas, surge, unavailable))
         if canary is None or canary.template_hash != want:
             canary = CanaryStatus(template_hash=want or "")
@@ -223,6 +276,37 @@ class Rollouts:
             step = self._bake(obj, admitted, rendered, sets, groups, canary)
         step.events = step_events + step.events
         return step
+
+    def _deadline(self, admitted: Admitted, rendered: dict[str, Any], sets: list[EngineSet],
+                  groups: Mapping[GroupKey, Group], step: RolloutStep, stored: ProgressStatus | None) -> RolloutStep:
+        """``step`` with the rollout's progress (``ProgressStatus``: reset when a group of the new
+        templates turns Ready or more are asked for); rolled back (ProgressDeadlineExceeded, what the
+        groups wait on quoted: ``controller.waits``) when some are not Ready
+        ``Seconds.progress_deadline`` after it, while an old LeaderWorkerSet is there to go back to."""
+        want, now, deadline = _hash(rendered) or "", self.clock(), admitted.seconds.progress_deadline
+        target = next((s for s in reversed(live(sets)) if s.template_hash == want), None)
+        if target is None or not rolling(sets):
+            return step
+        members = [g for g in live_groups(groups) if g.leader_worker_set == target.name and g.index < target.replicas]
+        ready = sum(1 for g in members if g.live_ready)
+        moved = stored is None or (stored.template_hash, stored.groups) != (want, target.replicas)
+        step.progress = (ProgressStatus(template_hash=want, groups=target.replicas, ready_groups=ready, since=rfc3339(now))
+                         if moved or stored is None or ready > stored.ready_groups
+                         else stored.model_copy(update={"ready_groups": ready}))
+        left = (rfc3339_seconds(step.progress.since) or now) + deadline - now
+        if ready >= target.replicas or left > 0:
+            if ready < target.replicas:
+                step.requeue_after = min(left, step.requeue_after if step.requeue_after is not None else left)
+            return step
+        revision = next((g.revision for g in members if g.revision), None)
+        waits = waiting_for([p for g in members for p in g.live], admitted, target.replicas)
+        why = (f"at its progress deadline: {target.replicas - ready} of {target.replicas} group(s) of {target.name} not Ready "
+               f"{deadline:.0f} s after the rollout last progressed (rollout.progressDeadline"
+               f"{' ' + admitted.spec.rollout.progress_deadline if admitted.spec.rollout.progress_deadline else ''}"
+               f"{'' if admitted.spec.rollout.progress_deadline else ': probes.loadTimeout + 10m'}): "
+               f"{waits or 'waiting for the LeaderWorkerSet to create them'}")
+        return self._roll_back(rendered, sets, groups, admitted, want, revision, now,
+                               Reason.PROGRESS_DEADLINE_EXCEEDED, why)
 
     def _bake(self, obj: dict[str, Any], admitted: Admitted, rendered: dict[str, Any], sets: list[EngineSet],
               groups: Mapping[GroupKey, Group], canary: CanaryStatus) -> RolloutStep:
@@ -241,51 +325,66 @@ class Rollouts:
             canary.ready_since = rfc3339(now)
         since = rfc3339_seconds(canary.ready_since)
         last = rfc3339_seconds(canary.last_check)
-        meta = obj["metadata"]
+        events = []
         if since is not None and canary.revision and (last is None or now - last >= seconds.canary_interval):
-            check = self.analysis.check(meta["namespace"], meta["name"], admitted, canary.revision,
-                                        [p for g in groups.values() for p in g.pods])
-            canary.last_check, canary.message = rfc3339(now), check.message
-            if check.passed is not None:
-                canary.checks += 1
-                canary.failed_checks += 0 if check.passed else 1
-                canary.latency_seconds, canary.error_rate = check.latency_seconds, check.error_rate
+            events = self._check(obj, admitted, canary, groups, now)
         if canary.failed_checks >= r.canary.analysis.failure_limit:
-            return self._roll_back(rendered, sets, groups, admitted, canary, now)
-        if since is not None and now - since >= seconds.canary_bake:
+            return self._roll_back(rendered, sets, groups, admitted, canary.template_hash, canary.revision, now,
+                                   Reason.ROLLED_BACK, f"after {canary.failed_checks} failed check(s) of {canary.checks}: "
+                                   f"{canary.message}")
+        verdict = bake_verdict(admitted, canary, len(members), None if since is None else now - since)
+        if verdict is None:
             canary.promoted = True
             step = RolloutStep(plan(rendered, sets, replicas, surge, unavailable), canary=canary)
             step.events.append(Event("Normal", EventReason.CANARY_PROMOTED, f"revision {canary.revision} baked "
                                      f"{r.canary.bake}: {canary.checks} check(s), {canary.failed_checks} failed; "
                                      f"{canary.message}; rolling out to every group"))
             return step
-        waiting_for = ("waiting for the canary group(s) to be Ready" if since is None else
-                       f"baking {now - since:.0f}/{seconds.canary_bake:.0f} s: {canary.checks} check(s), "
-                       f"{canary.failed_checks} failed (rollback at {r.canary.analysis.failure_limit})"
-                       + (f"; {canary.message}" if canary.message else ""))
-        step = RolloutStep(plan(rendered, sets, replicas, surge, unavailable, canary=r.canary.groups), canary=canary)
-        step.verdict = Verdict("True", Reason.CANARY_ANALYSIS, f"canary revision {canary.revision or '(not yet created)'}"
-                               f" on {len(members)}/{r.canary.groups} canary group(s) beside every old group; "
-                               f"{waiting_for}")
+        step = RolloutStep(plan(rendered, sets, replicas, surge, unavailable, canary=r.canary.groups), canary=canary,
+                           verdict=verdict, events=events)
         step.requeue_after = seconds.canary_interval
         return step
 
+    def _check(self, obj: dict[str, Any], admitted: Admitted, canary: CanaryStatus, groups: Mapping[GroupKey, Group],
+               now: float) -> list[Event]:
+        """One analysis check of the canary's revision, kept in ``canary`` (counts, the last
+        figures, the history of the last ``CHECKS_KEPT``); a Warning Event when the source
+        cannot be read."""
+        meta = obj["metadata"]
+        assert canary.revision is not None
+        check = self.analysis.check(meta["namespace"], meta["name"], admitted, canary.revision,
+                                    [p for g in groups.values() for p in g.pods])
+        canary.last_check, canary.message = rfc3339(now), check.message
+        canary.history = [*canary.history, CanaryCheck(time=canary.last_check, result=check.result,
+                                                       latency_seconds=check.latency_seconds,
+                                                       error_rate=check.error_rate, requests=check.requests,
+                                                       message=check.message[:1024])][-CHECKS_KEPT:]
+        if check.judged:
+            canary.checks += 1
+            canary.failed_checks += 0 if check.result == "Passed" else 1
+            canary.latency_seconds, canary.error_rate = check.latency_seconds, check.error_rate
+        if check.result == "SourceUnreadable":
+            return [Event("Warning", EventReason.METRIC_SOURCE_UNREADABLE, f"canary analysis paused: {check.message}")]
+        return []
+
     @staticmethod
     def _roll_back(rendered: dict[str, Any], sets: list[EngineSet], groups: Mapping[GroupKey, Group],
-                   admitted: Admitted, canary: CanaryStatus, now: float) -> RolloutStep:
-        """The canary's LeaderWorkerSet is deleted; the old groups, which never stopped, serve on."""
+                   admitted: Admitted, template_hash: str, revision: str | None, now: float,
+                   reason: Reason, why: str) -> RolloutStep:
+        """The release of ``template_hash`` (LeaderWorkerSet revision ``revision``) is rolled back
+        because ``why``: its sets drain as the newest old set's groups turn Ready (a canary's surge
+        groups go at once: the old groups never stopped); none of them restarts."""
         want = _hash(rendered)
         old = [s for s in live(sets) if s.template_hash != want]
         restored = next((g.revision for g in live_groups(groups)
                          if old and g.leader_worker_set == old[-1].name and g.revision), None)
-        message = (f"revision {canary.revision} rolled back to {restored} after {canary.failed_checks} failed check(s) of "
-                   f"{canary.checks}: {canary.message}; the canary groups go, no old group restarts; edit the spec "
-                   "to roll out again")
+        message = (f"revision {revision} rolled back to {restored} {why}; its groups go as the restored revision's "
+                   "are Ready, no old group restarts; edit the spec to roll out again")
         replicas = int(rendered["spec"]["replicas"])
         surge, unavailable = _budget(admitted, replicas)
         step = RolloutStep(plan(rendered, sets, replicas, surge, unavailable, refused=want))
-        step.rolled_back = RollbackStatus(template_hash=canary.template_hash, revision=canary.revision,
-                                          restored_revision=restored, time=rfc3339(now), message=message)
-        step.verdict = Verdict("False", Reason.ROLLED_BACK, message)
-        step.events.append(Event("Warning", EventReason.ROLLED_BACK, message))
+        step.rolled_back = RollbackStatus(template_hash=template_hash, revision=revision, restored_revision=restored,
+                                          time=rfc3339(now), reason=reason.value, message=message)
+        step.verdict = Verdict("False", reason, message)
+        step.events.append(Event("Warning", event_reason(reason), message))
         return step

@@ -24,9 +24,9 @@ from kimik3.controller.groups import group_statuses
 from kimik3.controller.snapshot import Snapshot
 from kimik3.controller.rollout import RolloutStep, rollout_status, surge_blocked
 from kimik3.controller.rollout import progressing as rollout_progressing
+from kimik3.controller.waits import waiting_for
 from kimik3.kube.labels import DEPLOYMENT_LABEL, LWS_NAME_LABEL
-from kimik3.kube.pods import (group_index, is_leader, is_ready, is_terminating, is_unschedulable, phase, role,
-                              scheduling_gates, scheduling_problem, unschedulable_message)
+from kimik3.kube.pods import group_index, is_unschedulable, unschedulable_message
 from kimik3.kube.times import rfc3339
 from kimik3.kube.workloads import waiting
 from kimik3.render.meta import Owner, selector_string
@@ -96,22 +96,6 @@ def set_condition(conditions: list[Condition], type_: ConditionType, verdict: Ve
     return sorted([c for c in conditions if c.type != type_] + [entry], key=lambda c: c.type)
 
 
-def _pod_wait_reason(pod: dict[str, Any]) -> str:
-    if is_terminating(pod):
-        return "Terminating"
-    status = pod.get("status") or {}
-    for cs in status.get("containerStatuses", []) or []:
-        state = cs.get("state", {})
-        if state.get("waiting"):
-            return str(state["waiting"].get("reason", "Waiting"))
-        terminated = state.get("terminated")
-        if terminated:  # an engine that crashed: say which container, with what code and reason
-            reason = terminated.get("reason") or "Error"
-            return (f"{status.get('phase', 'Failed')}: container {cs.get('name')} exited "
-                    f"{terminated.get('exitCode', '?')} ({reason})")
-    return scheduling_problem(pod) or phase(pod) or "Pending"
-
-
 def _group_order(group: str) -> int:
     return int(group) if group.isdigit() else 1 << 30
 
@@ -148,8 +132,6 @@ def scaling_limited_message(unplaced: dict[str, tuple[str, str]], kueue_admitted
     return text
 
 
-KUEUE_GATE_PREFIX = "kueue.x-k8s.io/"
-"""Kueue's scheduling gates (``admission``, ``topology``) on the pods of a group it has not admitted."""
 PLACEMENT_REASONS = (Reason.UNSCHEDULABLE, Reason.QUOTA_EXHAUSTED, Reason.NO_RACK_FITS, Reason.PREEMPTED,
                      Reason.KUEUE_PENDING, Reason.ALL_GROUPS_PLACED)
 """ScalingLimited reasons this module writes (another writer's reason is left alone)."""
@@ -185,42 +167,6 @@ def kueue_limit(workloads: list[dict[str, Any]], queue: str | None, free_block: 
     if len(waits) > 1:
         message += "; status.groups has each group's state and Kueue's message"
     return Verdict("True", KUEUE_REASONS[first.why], message)
-
-
-def waiting_for(pods: list[dict[str, Any]], admitted: Admitted, desired_groups: int) -> str:
-    """What the groups wait for, in words (failure case F1: the status says what it waits for):
-    the first pod that is not Ready (``kube.pods.is_ready``: terminating pods are not; leaders
-    first), else the first group of ``0..desired_groups-1`` with fewer than
-    ``plan.nodes_per_group`` pods; "" when neither."""
-    spec, plan = admitted.spec, admitted.plan
-    not_ready = [p for p in pods if not is_ready(p)]
-    if not not_ready:
-        present: dict[str, int] = {}
-        for pod in pods:
-            group = group_index(pod) or "?"
-            present[group] = present.get(group, 0) + 1
-        short = [g for g in range(desired_groups) if present.get(str(g), 0) < plan.nodes_per_group]
-        if not short:
-            return ""
-        text = (f"group {short[0]}: {present.get(str(short[0]), 0)}/{plan.nodes_per_group} pods exist; "
-                "the LeaderWorkerSet is (re)creating them")
-        return text + (f" ({len(short)} groups short of pods)" if len(short) > 1 else "")
-    leaders = [p for p in not_ready if is_leader(p)]
-    pod = (leaders or not_ready)[0]
-    gates = scheduling_gates(pod)
-    if any(g.startswith(KUEUE_GATE_PREFIX) for g in gates):
-        text = (f"group {group_index(pod) or '?'}: {role(pod)} pod {pod['metadata']['name']} is gated until "
-                "Kueue admits its group (ScalingLimited says why)")
-    else:
-        text = (f"group {group_index(pod) or '?'}: {role(pod)} pod {pod['metadata']['name']} is "
-                f"{_pod_wait_reason(pod)}")
-    if is_leader(pod) and plan.multi_node and not gates:
-        text += (f"; its workers wait for the leader address up to {spec.probes.leader_address_timeout} "
-                 f"(probes.leaderAddressTimeout), and the leader has {spec.probes.load_timeout} to load "
-                 "(probes.loadTimeout)")
-    if len(not_ready) > 1:
-        text += f" ({len(not_ready)} pods not ready)"
-    return text
 
 
 def _ready(ready: int, desired_groups: int, pods: list[dict[str, Any]], admitted: Admitted) -> Verdict:
@@ -269,7 +215,7 @@ def _progressing(snap: Snapshot, admitted: Admitted, observed: Observed, ready: 
                                   else None)
     step = observed.rollout_step
     if rollout is not None and step is not None:
-        rollout.canary, rollout.rolled_back = step.canary, step.rolled_back
+        rollout.canary, rollout.rolled_back, rollout.progress = step.canary, step.rolled_back, step.progress
         if step.verdict is not None and not (rolling is not None and rolling.reason == Reason.SURGE_BLOCKED):
             rolling = step.verdict  # a canary group without room says SurgeBlocked
     if observed.apply_error:
