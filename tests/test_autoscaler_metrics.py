@@ -341,6 +341,46 @@ def test_a_leader_that_refused_counts_from_zero_and_a_removed_one_until_its_last
     assert src.observe("ns", "k3", 60).itl.count == 250 - 190  # b's last page is out of the window
 
 
+def test_a_group_covers_the_window_only_with_its_counters_from_start_to_end():
+    """Issue 23 item 5, the pod-scrape source (window 60 s, a scrape every 30 s): a pod covers the
+    window once its scrape that starts it is at least 60 s old (less the 5% slack); a counter that
+    went down inside the window (engine restarted) uncovers it until the window has passed; a pod
+    that refused since before the window's start (loading: nothing served) covers from its first
+    page, differenced against zero at the window's start; one that refused inside the window (a
+    restart) does not."""
+    tokens = {"a": 0.0, "b": 0.0, "c": None, "d": 0.0}
+    pages = lambda url: exposition(ITL, {0: [0.01] * 10}, tokens=tokens[url])  # noqa: E731
+    clock = [0.0]
+
+    def fetch(url: str) -> str:
+        if tokens[url] is None:
+            raise requests.ConnectionError(ConnectionRefusedError(111, "Connection refused"))
+        return pages(url)
+
+    targets = [ScrapeTarget(f"uid-{k}", str(i), k) for i, k in enumerate("abcd")]
+    src = PodScrapeSource(lambda ns, name: targets, fetch=fetch, clock=lambda: clock[0])
+    seen = {}
+    for at, changes in [(0, {}), (30, {"a": 3000, "b": 3000, "d": 3000}), (60, {"a": 6000, "b": 6000, "d": None}),
+                        (90, {"a": 9000, "b": 500, "c": 2000, "d": 100}), (120, {"a": 12000, "b": 3500, "c": 5000,
+                                                                                  "d": 3100}),
+                        (150, {"a": 15000, "b": 6500, "c": 8000, "d": 6100})]:
+        clock[0] = float(at)
+        tokens.update(changes)
+        try:
+            o = src.observe("ns", "k3", 60)
+            seen[at] = (sorted(o.groups), sorted(o.covered), o.generation_tokens)
+        except MetricsUnavailable as exc:
+            seen[at] = exc.reason
+    assert seen == {
+        0: "ScrapeFailed",                                    # c refuses (loading) from 0 s
+        30: (["0", "1", "3"], [], 9000.0),                    # the windows are 30 s old
+        60: (["0", "1"], ["0", "1"], 12000.0),                # d restarts: refused
+        90: (["0", "1", "2", "3"], ["0", "2"], 6000 + 500 + 2000 + 100),  # b's counter went down; c from zero
+        # The reset is still in b's window; d's refusal (60 s) is before the window's start (63 s).
+        120: (["0", "1", "2", "3"], ["0", "2", "3"], 6000 + 3500 + 5000 + 3100),
+        150: (["0", "1", "2", "3"], ["0", "1", "2", "3"], 6000 + 6000 + 6000 + 6000)}
+
+
 def test_only_a_refused_connection_means_nothing_listens():
     from kimik3.autoscaler.sources import _refused
     with pytest.raises(requests.ConnectionError) as refused:

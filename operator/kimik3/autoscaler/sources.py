@@ -13,6 +13,16 @@
   longer listed (scaled down, deleted) still counts what it served inside the window, up to its
   last page.
 
+A group's counters cover the window (``DecodeObservation.covered``; every serving group must for
+the reading to be whole) when its window starts at or before the window's start (a pod that
+refused since then served nothing before its first page: its zero is known, and it covers from
+the window's start) and no counter went down inside it (an engine restarted: what it served
+before is lost). ``PrometheusSource``: when the group's output-token counter has a sample at the
+window's start (Prometheus marks a series stale when a scrape fails or the series is gone, so a
+gap or a group that joined reads absent) and now, and ``resets()`` finds none inside. Prometheus
+cannot tell a target that refused (loading: nothing served) from a gap, so there a group that
+just joined leaves the readings of one window partial.
+
 Both return a ``DecodeObservation`` or raise ``MetricsUnavailable`` (hold, and say why).
 """
 
@@ -154,7 +164,7 @@ class PodScrapeSource:
             raise MetricsUnavailable(Reason.NO_TARGETS, "no group leader to scrape")
         now = self.clock()
         start = now - window_s * (1 - WINDOW_SLACK)
-        deltas, fresh, errors = self._scrape(targets, now, start)
+        deltas, fresh, errors, uncovered = self._scrape(targets, now, start)
         retired = self._retire({t.key for t in targets}, start)
         if not deltas:
             if errors:
@@ -193,37 +203,46 @@ class PodScrapeSource:
             at=now, window_s=window, itl=_merged(itl_metric, itl), itl_metric=itl_metric,
             ttft=_merged(TTFT, ttft), running=running, waiting=waiting, kv_usage=max(kv) if kv else None,
             drafts=drafts, accepted=accepted, generation_tokens=tokens, requests_finished=finished,
-            requests_failed=failed, groups=frozenset(d[0] for d in deltas) | frozenset(g for g, _ in fresh))
+            requests_failed=failed, groups=frozenset(d[0] for d in deltas) | frozenset(g for g, _ in fresh),
+            covered=frozenset(d[0] for d in deltas) - uncovered)
 
     def _scrape(self, targets: list[ScrapeTarget], now: float, start: float
-                ) -> tuple[list[tuple[str, Scrape, Scrape, float]], list[tuple[str, Scrape]], list[str]]:
+                ) -> tuple[list[tuple[str, Scrape, Scrape, float]], list[tuple[str, Scrape]], list[str], set[str]]:
         """Scrape every target: (group, page, the page starting its window, seconds between) of
-        those with a window; (group, page) of those scraped the first time; the errors."""
+        those with a window; (group, page) of those scraped the first time; the errors; the
+        groups a target of which does not cover the window (module docstring)."""
         deltas: list[tuple[str, Scrape, Scrape, float]] = []
         fresh: list[tuple[str, Scrape]] = []
         errors = []
+        uncovered: set[str] = set()
         for t in targets:
             try:
                 scrape = parse_scrape(self.fetch(t.url))
             except (requests.RequestException, ValueError) as exc:
                 errors.append(f"group {t.group}: {type(exc).__name__}: {str(exc)[:200]}")
+                uncovered.add(t.group)
                 if _refused(exc):  # not serving: its counters start again from zero
                     self._scrapes.pop(t.key, None)
-                    self._refused[t.key] = now
+                    self._refused.setdefault(t.key, now)
                 continue
             history = self._scrapes.get(t.key)
             if history is None:
                 history = self._scrapes[t.key] = Samples()
                 if t.key in self._refused:
-                    history.add(self._refused.pop(t.key), NOTHING_SERVED)
+                    # Nothing served since it first refused: zero counters from then, or from
+                    # the window's start if that is later (the window never grows past its length).
+                    history.add(max(self._refused.pop(t.key), start), NOTHING_SERVED)
             base = history.base(start)
             history.add(now, scrape)
             if base is not None:
                 history.forget_before(base[0])
                 deltas.append((t.group, scrape, base[1], now - base[0]))
+                if base[0] > start + 1e-6 or _reset([page for _, page in history]):
+                    uncovered.add(t.group)
             else:
                 fresh.append((t.group, scrape))
-        return deltas, fresh, errors
+                uncovered.add(t.group)
+        return deltas, fresh, errors, uncovered
 
     def _retire(self, live: set[str], start: float) -> list[tuple[str, Scrape, Scrape]]:
         """(who, last page, the page starting the window) of pods no longer scraped (deleted, scaled
@@ -279,6 +298,20 @@ def _refused(exc: BaseException) -> bool:
         if isinstance(e, requests.Timeout):
             return False
         todo += [*e.args, e.__cause__, e.__context__, getattr(e, "reason", None)]
+    return False
+
+
+COVERAGE_COUNTERS = (GENERATION_TOKENS,)
+"""Counters whose going down between two pages of a pod means its engine restarted (the window
+then lacks what it served before)."""
+
+
+def _reset(pages: list[Scrape]) -> bool:
+    """Some series of ``COVERAGE_COUNTERS`` went down between two successive ``pages``."""
+    for old, new in zip(pages, pages[1:]):
+        for key, value in new.scalars.items():
+            if key[0] in COVERAGE_COUNTERS and value < old.scalars.get(key, 0.0):
+                return True
     return False
 
 
@@ -366,8 +399,7 @@ class PrometheusSource:
         sel = ",".join(f'{k}="{v}"' for k, v in {"namespace": namespace, "deployment": deployment,
                                                   **self.match}.items())
         window = f"{max(1, int(window_s))}s"
-        groups = {(r.get("metric") or {}).get("group", "") for r in
-                  self._query(f"count by (group) ({RUNNING}{{{sel}}})", at)}
+        groups = self._groups(f"count by (group) ({RUNNING}{{{sel}}})", at)
         if not groups:
             raise MetricsUnavailable(Reason.NO_SERIES,
                                      f"Prometheus has no {RUNNING} series for {namespace}/{deployment}")
@@ -379,6 +411,10 @@ class PrometheusSource:
                                          f"no {ITL} or {ITL_OLD} series for {namespace}/{deployment}")
         self._same_layout(itl_metric, sel, at)
         kv = [self._value(s) for s in self._query(f"max({KV_USAGE}{{{sel}}})", at)]
+        counter = f"{GENERATION_TOKENS}_total{{{sel}}}"
+        covered = (self._groups(f"count by (group) ({counter})", at - window_s)
+                   & self._groups(f"count by (group) ({counter})", at)) \
+            - self._groups(f"count by (group) (resets({counter}[{window}]) > 0)", at)
         return DecodeObservation(
             at=at, window_s=window_s, itl=itl, itl_metric=itl_metric,
             ttft=self._histogram(TTFT, sel, window, at),
@@ -391,4 +427,8 @@ class PrometheusSource:
             requests_finished=self._scalar(f"sum(increase({REQUEST_SUCCESS}_total{{{sel}}}[{window}]))", at),
             requests_failed=self._scalar(
                 f'sum(increase({REQUEST_SUCCESS}_total{{{sel},finished_reason="{FAILED_REASON}"}}[{window}]))', at),
-            groups=frozenset(g for g in groups if g))
+            groups=frozenset(groups), covered=frozenset(covered & groups))
+
+    def _groups(self, promql: str, at: float) -> set[str]:
+        """The ``group`` labels of the series ``promql`` answers at ``at`` (unix seconds)."""
+        return {g for r in self._query(promql, at) if (g := (r.get("metric") or {}).get("group", ""))}
