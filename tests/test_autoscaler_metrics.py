@@ -381,6 +381,36 @@ def test_a_group_covers_the_window_only_with_its_counters_from_start_to_end():
         150: (["0", "1", "2", "3"], ["0", "1", "2", "3"], 6000 + 6000 + 6000 + 6000)}
 
 
+def test_a_group_back_after_a_gap_counts_at_its_rate_and_does_not_cover_the_window():
+    """Group 1's scrapes fail (HTTP 503) for 90 s while its engine serves 100 tokens/s like group
+    0's. Back, its page starting the window is 120 s old: counted whole over the 60 s window, its
+    tokens would read twice its rate; they count at its rate (60 x 100), and it does not cover
+    the window until a whole window of its pages has passed."""
+    clock = [0.0]
+    status = {"a": 200, "b": 200}
+
+    def fetch(url: str) -> str:
+        if status[url] != 200:
+            raise requests.HTTPError(f"{status[url]} Service Unavailable")
+        return exposition(ITL, {0: [0.01] * int(clock[0])}, tokens=100 * clock[0])
+
+    src = PodScrapeSource(lambda ns, name: [ScrapeTarget("uid-a", "0", "a"), ScrapeTarget("uid-b", "1", "b")],
+                          fetch=fetch, clock=lambda: clock[0])
+    seen = {}
+    for at in range(0, 300, 30):
+        clock[0] = float(at)
+        status["b"] = 503 if 30 < at < 150 else 200
+        try:
+            o = src.observe("ns", "k3", 60)
+            seen[at] = (o.window_s, o.generation_tokens, sorted(o.covered))
+        except MetricsUnavailable:
+            pass
+    assert seen[120] == (60, 6000, ["0"])                 # b unmeasured
+    assert seen[150] == (60, 12000, ["0"])                # b back: 12,000 tokens since 30 s, at its rate
+    assert seen[180] == (60, 12000, ["0"])                # b's window still starts before its gap ended
+    assert seen[210] == (60, 12000, ["0", "1"])
+
+
 def test_only_a_refused_connection_means_nothing_listens():
     from kimik3.autoscaler.sources import _refused
     with pytest.raises(requests.ConnectionError) as refused:

@@ -156,7 +156,9 @@ class PodScrapeSource:
         self._scrapes: dict[str, Samples[Scrape]] = {}
         """Scrapes of each pod (by key), from the one that starts the current window on."""
         self._refused: dict[str, float] = {}
-        """When each pod (by key) last refused the connection, while it has no scrape since."""
+        """When each pod (by key) first refused the connection, while it has no scrape since."""
+        self._failed: dict[str, float] = {}
+        """When each pod (by key) last failed a scrape otherwise (an HTTP error, a timeout)."""
 
     def observe(self, namespace: str, deployment: str, window_s: float) -> DecodeObservation:
         targets = list(self.targets(namespace, deployment))
@@ -164,7 +166,7 @@ class PodScrapeSource:
             raise MetricsUnavailable(Reason.NO_TARGETS, "no group leader to scrape")
         now = self.clock()
         start = now - window_s * (1 - WINDOW_SLACK)
-        deltas, fresh, errors, uncovered = self._scrape(targets, now, start)
+        deltas, fresh, errors, uncovered, gaps = self._scrape(targets, now, start)
         retired = self._retire({t.key for t in targets}, start)
         if not deltas:
             if errors:
@@ -175,22 +177,28 @@ class PodScrapeSource:
         names = set()
         drafts = accepted = tokens = running = waiting = finished = failed = 0.0
         kv: list[float] = []
-        for who, new, old in [(f"group {d[0]}", d[1], d[2]) for d in deltas] + retired:
+        # The window: the longest span of the pods scraped through it. A pod whose scrapes failed
+        # inside its span (a gap: its page starting the window may be much older) counts at its
+        # rate over the window, and is not covered: the reading is partial.
+        window = max([d[3] for d in deltas if d[0] not in gaps] or [now - start])
+        shares = [min(1.0, window / d[3]) if d[0] in gaps else 1.0 for d in deltas]
+        for who, new, old, share in [(f"group {d[0]}", d[1], d[2], share) for d, share in zip(deltas, shares)] \
+                + [(*r, 1.0) for r in retired]:
             name = _itl_name(new)
             if name:
                 names.add(name)
                 old_by_key = {k: h for k, h in old.histograms.items() if k[0] == name}
                 for series, h in new.histograms.items():
                     if series[0] == name:
-                        itl.append((_series(who, series), h - old_by_key.get(series, Histogram())))
+                        itl.append((_series(who, series), (h - old_by_key.get(series, Histogram())) * share))
             for series, h in new.histograms.items():
                 if series[0] == TTFT:
-                    ttft.append((_series(who, series), h - old.histograms.get(series, Histogram())))
-            drafts += _counter_delta(new, old, DRAFTS)
-            accepted += _counter_delta(new, old, ACCEPTED)
-            tokens += _counter_delta(new, old, GENERATION_TOKENS)
-            finished += _counter_delta(new, old, REQUEST_SUCCESS)
-            failed += _counter_delta(new, old, REQUEST_SUCCESS, ("finished_reason", FAILED_REASON))
+                    ttft.append((_series(who, series), (h - old.histograms.get(series, Histogram())) * share))
+            drafts += share * _counter_delta(new, old, DRAFTS)
+            accepted += share * _counter_delta(new, old, ACCEPTED)
+            tokens += share * _counter_delta(new, old, GENERATION_TOKENS)
+            finished += share * _counter_delta(new, old, REQUEST_SUCCESS)
+            failed += share * _counter_delta(new, old, REQUEST_SUCCESS, ("finished_reason", FAILED_REASON))
         for _, new in [(d[0], d[1]) for d in deltas] + fresh:  # gauges need no window: a first scrape counts
             running += new.total(RUNNING)
             waiting += new.total(WAITING)
@@ -198,7 +206,6 @@ class PodScrapeSource:
         if not names:
             raise MetricsUnavailable(Reason.NO_LATENCY_METRIC, f"leaders expose neither {ITL} nor {ITL_OLD}")
         itl_metric = ITL if ITL in names else ITL_OLD
-        window = max(d[3] for d in deltas)
         return DecodeObservation(
             at=now, window_s=window, itl=_merged(itl_metric, itl), itl_metric=itl_metric,
             ttft=_merged(TTFT, ttft), running=running, waiting=waiting, kv_usage=max(kv) if kv else None,
@@ -207,14 +214,17 @@ class PodScrapeSource:
             covered=frozenset(d[0] for d in deltas) - uncovered)
 
     def _scrape(self, targets: list[ScrapeTarget], now: float, start: float
-                ) -> tuple[list[tuple[str, Scrape, Scrape, float]], list[tuple[str, Scrape]], list[str], set[str]]:
+                ) -> tuple[list[tuple[str, Scrape, Scrape, float]], list[tuple[str, Scrape]], list[str], set[str],
+                           set[str]]:
         """Scrape every target: (group, page, the page starting its window, seconds between) of
         those with a window; (group, page) of those scraped the first time; the errors; the
-        groups a target of which does not cover the window (module docstring)."""
+        groups a target of which does not cover the window (module docstring); the groups a
+        target of which failed a scrape since the page starting its window (a gap)."""
         deltas: list[tuple[str, Scrape, Scrape, float]] = []
         fresh: list[tuple[str, Scrape]] = []
         errors = []
         uncovered: set[str] = set()
+        gaps: set[str] = set()
         for t in targets:
             try:
                 scrape = parse_scrape(self.fetch(t.url))
@@ -224,6 +234,8 @@ class PodScrapeSource:
                 if _refused(exc):  # not serving: its counters start again from zero
                     self._scrapes.pop(t.key, None)
                     self._refused.setdefault(t.key, now)
+                else:
+                    self._failed[t.key] = now
                 continue
             history = self._scrapes.get(t.key)
             if history is None:
@@ -237,12 +249,14 @@ class PodScrapeSource:
             if base is not None:
                 history.forget_before(base[0])
                 deltas.append((t.group, scrape, base[1], now - base[0]))
-                if base[0] > start + 1e-6 or _reset([page for _, page in history]):
+                if self._failed.get(t.key, base[0]) > base[0]:
+                    gaps.add(t.group)
+                if base[0] > start + 1e-6 or t.group in gaps or _reset([page for _, page in history]):
                     uncovered.add(t.group)
             else:
                 fresh.append((t.group, scrape))
                 uncovered.add(t.group)
-        return deltas, fresh, errors, uncovered
+        return deltas, fresh, errors, uncovered, gaps
 
     def _retire(self, live: set[str], start: float) -> list[tuple[str, Scrape, Scrape]]:
         """(who, last page, the page starting the window) of pods no longer scraped (deleted, scaled
@@ -252,6 +266,8 @@ class PodScrapeSource:
         retired = []
         for key in [k for k in self._refused if k not in live]:
             del self._refused[key]
+        for key in [k for k in self._failed if k not in live]:
+            del self._failed[key]
         for key, history in list(self._scrapes.items()):
             if key in live:
                 continue
