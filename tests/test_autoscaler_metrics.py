@@ -479,3 +479,56 @@ def test_unlike_bucket_layouts_are_refused_through_real_prometheus(tmp_path):
         proc.wait(10)
         for s in leaders:
             s.close()
+
+
+@pytest.mark.tier("process")  # a real Prometheus
+def test_prometheus_covers_a_group_only_with_its_counter_through_the_window(tmp_path):
+    """Issue 23 item 5 through Prometheus 2.42 (5 s scrapes) over a 20 s window: two stand-in
+    leaders whose counters grow in real time. Group 1's scrapes fail (HTTP 503: Prometheus marks
+    its series stale) for 25 s: once back, its counter has no sample at the window's start and
+    it is not covered until a window has passed; then its engine restarts (counter back to zero):
+    ``resets()`` uncovers it for a window. Group 0 stays covered throughout."""
+    leaders = [MetricsServer(), MetricsServer()]
+    started = time.time()
+    zero = [started, started]
+
+    def pages() -> None:
+        while not stop.is_set():
+            for g, s in enumerate(leaders):
+                s.text = exposition(ITL, {0: [0.01] * 10}, tokens=round(1000 * (time.time() - zero[g])))
+            stop.wait(0.5)
+
+    stop = threading.Event()
+    threading.Thread(target=pages, daemon=True).start()
+    config = prometheus.write_config(tmp_path)
+    prometheus.targets_file(tmp_path).write_text(json.dumps([
+        {"targets": [s.url.split("/")[2]], "labels": {"namespace": "ns", "deployment": "k3", "group": str(g),
+                                                      "role": "leader"}} for g, s in enumerate(leaders)]))
+    port = free_port()
+    proc = subprocess.Popen(prometheus.argv(prometheus.ensure_installed(), config, tmp_path, port),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    src = PrometheusSource(f"http://127.0.0.1:{port}")
+
+    def covered() -> frozenset[str] | None:
+        try:
+            return src.observe("ns", "k3", 20).covered
+        except MetricsUnavailable:
+            return None
+    try:
+        assert wait_for(lambda: covered() == {"0", "1"}, 60, "both groups covering a 20 s window")
+        leaders[1].status = 503
+        assert wait_for(lambda: covered() == {"0"}, 20, "group 1 stale")
+        time.sleep(25)
+        leaders[1].status = 200
+        back = time.time()
+        assert wait_for(lambda: covered() == {"0", "1"}, 40, "group 1 covering again")
+        assert time.time() - back >= 20 - 5  # not before a window of its samples (less a scrape)
+        zero[1] = time.time()  # group 1's engine restarts
+        assert wait_for(lambda: covered() == {"0"}, 20, "the reset seen")
+        assert wait_for(lambda: covered() == {"0", "1"}, 40, "the reset out of the window")
+    finally:
+        stop.set()
+        proc.terminate()
+        proc.wait(10)
+        for s in leaders:
+            s.close()
