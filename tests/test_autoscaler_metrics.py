@@ -446,13 +446,9 @@ def test_unlike_bucket_layouts_are_not_summed_by_the_pod_scrape_source():
         "expose different bucket bounds (only one of them has le=0.01, 0.02, 0.025, 0.075, 0.15, 0.2)")
 
 
-@pytest.mark.tier("process")  # a real Prometheus
-def test_unlike_bucket_layouts_are_refused_through_real_prometheus(tmp_path):
-    """F21b through Prometheus 2.42 scraping two stand-in leaders (file_sd targets with the
-    PodMonitor's labels): one layout reads, two layouts raise BucketLayoutsDiffer."""
-    leaders = [MetricsServer(), MetricsServer()]
-    for s in leaders:
-        s.text = exposition(ITL, {0: [0.02] * 10}, tokens=10)
+def scraping(tmp_path, leaders: list[MetricsServer]) -> tuple[subprocess.Popen, PrometheusSource]:
+    """A real Prometheus scraping ``leaders`` (file_sd targets with the PodMonitor's labels:
+    namespace ns, deployment k3, group = the index), and a source reading it."""
     config = prometheus.write_config(tmp_path)
     prometheus.targets_file(tmp_path).write_text(json.dumps([
         {"targets": [s.url.split("/")[2]], "labels": {"namespace": "ns", "deployment": "k3", "group": str(g),
@@ -460,7 +456,17 @@ def test_unlike_bucket_layouts_are_refused_through_real_prometheus(tmp_path):
     port = free_port()
     proc = subprocess.Popen(prometheus.argv(prometheus.ensure_installed(), config, tmp_path, port),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    src = PrometheusSource(f"http://127.0.0.1:{port}")
+    return proc, PrometheusSource(f"http://127.0.0.1:{port}")
+
+
+@pytest.mark.tier("process")  # a real Prometheus
+def test_unlike_bucket_layouts_are_refused_through_real_prometheus(tmp_path):
+    """F21b through Prometheus 2.42 scraping two stand-in leaders (file_sd targets with the
+    PodMonitor's labels): one layout reads, two layouts raise BucketLayoutsDiffer."""
+    leaders = [MetricsServer(), MetricsServer()]
+    for s in leaders:
+        s.text = exposition(ITL, {0: [0.02] * 10}, tokens=10)
+    proc, src = scraping(tmp_path, leaders)
 
     def reading() -> DecodeObservation | str | None:
         try:
@@ -500,14 +506,7 @@ def test_prometheus_covers_a_group_only_with_its_counter_through_the_window(tmp_
 
     stop = threading.Event()
     threading.Thread(target=pages, daemon=True).start()
-    config = prometheus.write_config(tmp_path)
-    prometheus.targets_file(tmp_path).write_text(json.dumps([
-        {"targets": [s.url.split("/")[2]], "labels": {"namespace": "ns", "deployment": "k3", "group": str(g),
-                                                      "role": "leader"}} for g, s in enumerate(leaders)]))
-    port = free_port()
-    proc = subprocess.Popen(prometheus.argv(prometheus.ensure_installed(), config, tmp_path, port),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    src = PrometheusSource(f"http://127.0.0.1:{port}")
+    proc, src = scraping(tmp_path, leaders)
 
     def covered() -> frozenset[str] | None:
         try:
