@@ -373,7 +373,7 @@ def test_a_group_covers_the_window_only_with_its_counters_from_start_to_end():
             seen[at] = exc.reason
     assert seen == {
         0: "ScrapeFailed",                                    # c refuses (loading) from 0 s
-        30: (["0", "1", "3"], [], 9000.0),                    # the windows are 30 s old
+        30: (["0", "1", "3"], ["0", "1", "3"], 9000.0),       # every pod's window 30 s: a whole 30 s reading
         60: (["0", "1"], ["0", "1"], 12000.0),                # d restarts: refused
         90: (["0", "1", "2", "3"], ["0", "2"], 6000 + 500 + 2000 + 100),  # b's counter went down; c from zero
         # The reset is still in b's window; d's refusal (60 s) is before the window's start (63 s).

@@ -14,10 +14,11 @@
   last page.
 
 A group's counters cover the window (``DecodeObservation.covered``; every serving group must for
-the reading to be whole) when its window starts at or before the window's start (a pod that
-refused since then served nothing before its first page: its zero is known, and it covers from
-the window's start) and no counter went down inside it (an engine restarted: what it served
-before is lost). ``PrometheusSource``: when the group's output-token counter has a sample at the
+the reading to be whole) when each of its pods' spans covers the reading's window (the longest
+span of the pods counted from a page: right after the operator starts, every pod's span is the
+same shorter one, and the reading is a whole one of that span), or the pod counts from a known
+zero (it refused since before the window's start: nothing served), no scrape of it failed inside
+its span (a gap) and no counter went down (an engine restarted: what it served before is lost). ``PrometheusSource``: when the group's output-token counter has a sample at the
 window's start (Prometheus marks a series stale when a scrape fails or the series is gone, so a
 gap or a group that joined reads absent) and now, and ``resets()`` finds none inside. Prometheus
 cannot tell a target that refused (loading: nothing served) from a gap, so there a group that
@@ -166,7 +167,7 @@ class PodScrapeSource:
             raise MetricsUnavailable(Reason.NO_TARGETS, "no group leader to scrape")
         now = self.clock()
         start = now - window_s * (1 - WINDOW_SLACK)
-        deltas, fresh, errors, uncovered, gaps = self._scrape(targets, now, start)
+        deltas, fresh, errors, uncovered, gaps, spans = self._scrape(targets, now, start)
         retired = self._retire({t.key for t in targets}, start)
         if not deltas:
             if errors:
@@ -177,10 +178,16 @@ class PodScrapeSource:
         names = set()
         drafts = accepted = tokens = running = waiting = finished = failed = 0.0
         kv: list[float] = []
-        # The window: the longest span of the pods scraped through it. A pod whose scrapes failed
-        # inside its span (a gap: its page starting the window may be much older) counts at its
-        # rate over the window, and is not covered: the reading is partial.
-        window = max([d[3] for d in deltas if d[0] not in gaps] or [now - start])
+        # A pod whose scrapes failed inside its span (a gap: its page starting the window may be
+        # much older) counts at its rate over the window, and is not covered: the reading is partial.
+        # The window: the longest span of the pods scraped through it from a page (a pod counting
+        # from a known zero served nothing before it refused: its span says nothing of the window).
+        window = max([span for g, span in spans if g not in gaps] or [d[3] for d in deltas if d[0] not in gaps]
+                     or [now - start])
+        # A pod covers the reading's window when its own span does (every pod scraped since the
+        # operator started: the same shorter span, a whole reading of it), or it counts from a
+        # known zero (it refused since before the window's start).
+        uncovered |= {g for g, span in spans if span < window * (1 - WINDOW_SLACK) - 1e-6}
         shares = [min(1.0, window / d[3]) if d[0] in gaps else 1.0 for d in deltas]
         for who, new, old, share in [(f"group {d[0]}", d[1], d[2], share) for d, share in zip(deltas, shares)] \
                 + [(*r, 1.0) for r in retired]:
@@ -215,16 +222,20 @@ class PodScrapeSource:
 
     def _scrape(self, targets: list[ScrapeTarget], now: float, start: float
                 ) -> tuple[list[tuple[str, Scrape, Scrape, float]], list[tuple[str, Scrape]], list[str], set[str],
-                           set[str]]:
+                           set[str], list[tuple[str, float]]]:
         """Scrape every target: (group, page, the page starting its window, seconds between) of
         those with a window; (group, page) of those scraped the first time; the errors; the
         groups a target of which does not cover the window (module docstring); the groups a
-        target of which failed a scrape since the page starting its window (a gap)."""
+        target of which failed a scrape since the page starting its window (a gap); (group, span)
+        of the targets whose window starts at a page (not at a known zero), to compare with the
+        reading's window."""
         deltas: list[tuple[str, Scrape, Scrape, float]] = []
         fresh: list[tuple[str, Scrape]] = []
         errors = []
         uncovered: set[str] = set()
         gaps: set[str] = set()
+        short: list[tuple[str, float]] = []
+        """Pods with a page starting their window (not a known zero), and their spans."""
         for t in targets:
             try:
                 scrape = parse_scrape(self.fetch(t.url))
@@ -251,12 +262,14 @@ class PodScrapeSource:
                 deltas.append((t.group, scrape, base[1], now - base[0]))
                 if self._failed.get(t.key, base[0]) > base[0]:
                     gaps.add(t.group)
-                if base[0] > start + 1e-6 or t.group in gaps or _reset([page for _, page in history]):
+                if t.group in gaps or _reset([page for _, page in history]):
                     uncovered.add(t.group)
+                elif base[1] is not NOTHING_SERVED or base[0] > start + 1e-6:
+                    short.append((t.group, now - base[0]))
             else:
                 fresh.append((t.group, scrape))
                 uncovered.add(t.group)
-        return deltas, fresh, errors, uncovered, gaps
+        return deltas, fresh, errors, uncovered, gaps, short
 
     def _retire(self, live: set[str], start: float) -> list[tuple[str, Scrape, Scrape]]:
         """(who, last page, the page starting the window) of pods no longer scraped (deleted, scaled
