@@ -341,6 +341,76 @@ def test_a_leader_that_refused_counts_from_zero_and_a_removed_one_until_its_last
     assert src.observe("ns", "k3", 60).itl.count == 250 - 190  # b's last page is out of the window
 
 
+def test_a_group_covers_the_window_only_with_its_counters_from_start_to_end():
+    """Issue 23 item 5, the pod-scrape source (window 60 s, a scrape every 30 s): a pod covers the
+    window once its scrape that starts it is at least 60 s old (less the 5% slack); a counter that
+    went down inside the window (engine restarted) uncovers it until the window has passed; a pod
+    that refused since before the window's start (loading: nothing served) covers from its first
+    page, differenced against zero at the window's start; one that refused inside the window (a
+    restart) does not."""
+    tokens = {"a": 0.0, "b": 0.0, "c": None, "d": 0.0}
+    pages = lambda url: exposition(ITL, {0: [0.01] * 10}, tokens=tokens[url])  # noqa: E731
+    clock = [0.0]
+
+    def fetch(url: str) -> str:
+        if tokens[url] is None:
+            raise requests.ConnectionError(ConnectionRefusedError(111, "Connection refused"))
+        return pages(url)
+
+    targets = [ScrapeTarget(f"uid-{k}", str(i), k) for i, k in enumerate("abcd")]
+    src = PodScrapeSource(lambda ns, name: targets, fetch=fetch, clock=lambda: clock[0])
+    seen = {}
+    for at, changes in [(0, {}), (30, {"a": 3000, "b": 3000, "d": 3000}), (60, {"a": 6000, "b": 6000, "d": None}),
+                        (90, {"a": 9000, "b": 500, "c": 2000, "d": 100}), (120, {"a": 12000, "b": 3500, "c": 5000,
+                                                                                  "d": 3100}),
+                        (150, {"a": 15000, "b": 6500, "c": 8000, "d": 6100})]:
+        clock[0] = float(at)
+        tokens.update(changes)
+        try:
+            o = src.observe("ns", "k3", 60)
+            seen[at] = (sorted(o.groups), sorted(o.covered), o.generation_tokens)
+        except MetricsUnavailable as exc:
+            seen[at] = exc.reason
+    assert seen == {
+        0: "ScrapeFailed",                                    # c refuses (loading) from 0 s
+        30: (["0", "1", "3"], ["0", "1", "3"], 9000.0),       # every pod's window 30 s: a whole 30 s reading
+        60: (["0", "1"], ["0", "1"], 12000.0),                # d restarts: refused
+        90: (["0", "1", "2", "3"], ["0", "2"], 6000 + 500 + 2000 + 100),  # b's counter went down; c from zero
+        # The reset is still in b's window; d's refusal (60 s) is before the window's start (63 s).
+        120: (["0", "1", "2", "3"], ["0", "2", "3"], 6000 + 3500 + 5000 + 3100),
+        150: (["0", "1", "2", "3"], ["0", "1", "2", "3"], 6000 + 6000 + 6000 + 6000)}
+
+
+def test_a_group_back_after_a_gap_counts_at_its_rate_and_does_not_cover_the_window():
+    """Group 1's scrapes fail (HTTP 503) for 90 s while its engine serves 100 tokens/s like group
+    0's. Back, its page starting the window is 120 s old: counted whole over the 60 s window, its
+    tokens would read twice its rate; they count at its rate (60 x 100), and it does not cover
+    the window until a whole window of its pages has passed."""
+    clock = [0.0]
+    status = {"a": 200, "b": 200}
+
+    def fetch(url: str) -> str:
+        if status[url] != 200:
+            raise requests.HTTPError(f"{status[url]} Service Unavailable")
+        return exposition(ITL, {0: [0.01] * int(clock[0])}, tokens=100 * clock[0])
+
+    src = PodScrapeSource(lambda ns, name: [ScrapeTarget("uid-a", "0", "a"), ScrapeTarget("uid-b", "1", "b")],
+                          fetch=fetch, clock=lambda: clock[0])
+    seen = {}
+    for at in range(0, 300, 30):
+        clock[0] = float(at)
+        status["b"] = 503 if 30 < at < 150 else 200
+        try:
+            o = src.observe("ns", "k3", 60)
+            seen[at] = (o.window_s, o.generation_tokens, sorted(o.covered))
+        except MetricsUnavailable:
+            pass
+    assert seen[120] == (60, 6000, ["0"])                 # b unmeasured
+    assert seen[150] == (60, 12000, ["0"])                # b back: 12,000 tokens since 30 s, at its rate
+    assert seen[180] == (60, 12000, ["0"])                # b's window still starts before its gap ended
+    assert seen[210] == (60, 12000, ["0", "1"])
+
+
 def test_only_a_refused_connection_means_nothing_listens():
     from kimik3.autoscaler.sources import _refused
     with pytest.raises(requests.ConnectionError) as refused:
@@ -376,13 +446,9 @@ def test_unlike_bucket_layouts_are_not_summed_by_the_pod_scrape_source():
         "expose different bucket bounds (only one of them has le=0.01, 0.02, 0.025, 0.075, 0.15, 0.2)")
 
 
-@pytest.mark.tier("process")  # a real Prometheus
-def test_unlike_bucket_layouts_are_refused_through_real_prometheus(tmp_path):
-    """F21b through Prometheus 2.42 scraping two stand-in leaders (file_sd targets with the
-    PodMonitor's labels): one layout reads, two layouts raise BucketLayoutsDiffer."""
-    leaders = [MetricsServer(), MetricsServer()]
-    for s in leaders:
-        s.text = exposition(ITL, {0: [0.02] * 10}, tokens=10)
+def scraping(tmp_path, leaders: list[MetricsServer]) -> tuple[subprocess.Popen, PrometheusSource]:
+    """A real Prometheus scraping ``leaders`` (file_sd targets with the PodMonitor's labels:
+    namespace ns, deployment k3, group = the index), and a source reading it."""
     config = prometheus.write_config(tmp_path)
     prometheus.targets_file(tmp_path).write_text(json.dumps([
         {"targets": [s.url.split("/")[2]], "labels": {"namespace": "ns", "deployment": "k3", "group": str(g),
@@ -390,7 +456,17 @@ def test_unlike_bucket_layouts_are_refused_through_real_prometheus(tmp_path):
     port = free_port()
     proc = subprocess.Popen(prometheus.argv(prometheus.ensure_installed(), config, tmp_path, port),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    src = PrometheusSource(f"http://127.0.0.1:{port}")
+    return proc, PrometheusSource(f"http://127.0.0.1:{port}")
+
+
+@pytest.mark.tier("process")  # a real Prometheus
+def test_unlike_bucket_layouts_are_refused_through_real_prometheus(tmp_path):
+    """F21b through Prometheus 2.42 scraping two stand-in leaders (file_sd targets with the
+    PodMonitor's labels): one layout reads, two layouts raise BucketLayoutsDiffer."""
+    leaders = [MetricsServer(), MetricsServer()]
+    for s in leaders:
+        s.text = exposition(ITL, {0: [0.02] * 10}, tokens=10)
+    proc, src = scraping(tmp_path, leaders)
 
     def reading() -> DecodeObservation | str | None:
         try:
@@ -405,6 +481,52 @@ def test_unlike_bucket_layouts_are_refused_through_real_prometheus(tmp_path):
         assert wait_for(lambda: isinstance(r := reading(), str) and r, 30,
                         "the new layout to be scraped") == "BucketLayoutsDiffer"
     finally:
+        proc.terminate()
+        proc.wait(10)
+        for s in leaders:
+            s.close()
+
+
+@pytest.mark.tier("process")  # a real Prometheus
+def test_prometheus_covers_a_group_only_with_its_counter_through_the_window(tmp_path):
+    """Issue 23 item 5 through Prometheus 2.42 (5 s scrapes) over a 20 s window: two stand-in
+    leaders whose counters grow in real time. Group 1's scrapes fail (HTTP 503: Prometheus marks
+    its series stale) for 25 s: once back, its counter has no sample at the window's start and
+    it is not covered until a window has passed; then its engine restarts (counter back to zero):
+    ``resets()`` uncovers it for a window. Group 0 stays covered throughout."""
+    leaders = [MetricsServer(), MetricsServer()]
+    started = time.time()
+    zero = [started, started]
+
+    def pages() -> None:
+        while not stop.is_set():
+            for g, s in enumerate(leaders):
+                s.text = exposition(ITL, {0: [0.01] * 10}, tokens=round(1000 * (time.time() - zero[g])))
+            stop.wait(0.5)
+
+    stop = threading.Event()
+    threading.Thread(target=pages, daemon=True).start()
+    proc, src = scraping(tmp_path, leaders)
+
+    def covered() -> frozenset[str] | None:
+        try:
+            return src.observe("ns", "k3", 20).covered
+        except MetricsUnavailable:
+            return None
+    try:
+        assert wait_for(lambda: covered() == {"0", "1"}, 60, "both groups covering a 20 s window")
+        leaders[1].status = 503
+        assert wait_for(lambda: covered() == {"0"}, 20, "group 1 stale")
+        time.sleep(25)
+        leaders[1].status = 200
+        back = time.time()
+        assert wait_for(lambda: covered() == {"0", "1"}, 40, "group 1 covering again")
+        assert time.time() - back >= 20 - 5  # not before a window of its samples (less a scrape)
+        zero[1] = time.time()  # group 1's engine restarts
+        assert wait_for(lambda: covered() == {"0"}, 20, "the reset seen")
+        assert wait_for(lambda: covered() == {"0", "1"}, 40, "the reset out of the window")
+    finally:
+        stop.set()
         proc.terminate()
         proc.wait(10)
         for s in leaders:

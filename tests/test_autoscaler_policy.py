@@ -9,7 +9,7 @@ import pytest
 
 from kimik3.autoscaler.histogram import INF, Histogram
 from kimik3.autoscaler.observation import DecodeObservation
-from kimik3.autoscaler.policy import FleetState, GroupLatencyModel, LatencyPolicy, LatencyPolicySettings
+from kimik3.autoscaler.policy import Decision, FleetState, GroupLatencyModel, LatencyPolicy, LatencyPolicySettings
 from kimik3.autoscaler.seed import seed_model
 
 TARGET = 0.005  # 5 ms per token
@@ -30,7 +30,7 @@ def obs(at: float, tok_s: float, running: float, latency: float, waiting: float 
     drafts = 1000.0 if al > 1 else 0.0
     return DecodeObservation(at=at, window_s=window, itl=itl, itl_metric="vllm:inter_token_latency_seconds",
                              running=running, waiting=waiting, drafts=drafts, accepted=drafts * (al - 1),
-                             generation_tokens=tok_s * window, groups=frozenset({"0"}))
+                             generation_tokens=tok_s * window, groups=frozenset({"0"}), covered=frozenset({"0"}))
 
 
 def test_scales_by_several_groups_at_once_from_demand():
@@ -457,12 +457,14 @@ def test_a_burst_hold_ends_when_the_traffic_does():
     assert p.decide(700, quiet, fleet).desired == 0
 
 
-def partial(at: float, groups: set[str], **kw) -> DecodeObservation:
-    """``obs`` as if only ``groups`` reported."""
+def partial(at: float, groups: set[str], covered: set[str] | None = None, **kw) -> DecodeObservation:
+    """``obs`` as if only ``groups`` reported, the counters of ``covered`` (default: all of them)
+    over the whole window."""
     o = obs(at, **kw)
     return DecodeObservation(at=o.at, window_s=o.window_s, itl=o.itl, itl_metric=o.itl_metric, running=o.running,
                              waiting=o.waiting, drafts=o.drafts, accepted=o.accepted,
-                             generation_tokens=o.generation_tokens, groups=frozenset(groups))
+                             generation_tokens=o.generation_tokens, groups=frozenset(groups),
+                             covered=frozenset(groups if covered is None else covered))
 
 
 def test_missing_groups_are_never_read_as_low_load():
@@ -479,6 +481,62 @@ def test_missing_groups_are_never_read_as_low_load():
         blind_d = blind.decide(t, partial(t, {"0"}, **reading), FleetState(current=4, ready=4))
     assert (d.reason, d.message.split(":")[0]) == ("MetricsIncomplete", "group(s) 1, 2, 3 of 4 serving gave no metrics")
     assert blind_d.desired < 4
+
+
+FOUR = frozenset({"0", "1", "2", "3"})
+STEADY = dict(running=120, latency=0.0040)
+"""4 groups x 30 requests at 4.0 ms per token (target 5 ms): 30,000 tok/s, where the seed model
+asks 4 groups and for half that, 2."""
+
+
+def _whole(t: float, share: float = 1.0) -> DecodeObservation:
+    """Every group's counters over the window; ``share`` of the steady load."""
+    return partial(t, set(FOUR), tok_s=share * 120 / 0.0040, running=share * 120, latency=0.0040)
+
+
+def _low(t: float, groups: set[str], covered: set[str]) -> DecodeObservation:
+    """Half the fleet's tokens counted (two groups' counters missing or short), its gauges whole."""
+    return partial(t, groups, covered, tok_s=120 / 0.0040 / 2, **STEADY)
+
+
+def _run(p: LatencyPolicy, readings: list[DecodeObservation], serving: frozenset[str] = FOUR) -> list[Decision]:
+    return [p.decide(o.at, o, FleetState(current=4, ready=4, serving=serving)) for o in readings]
+
+
+def test_recommendations_on_partial_readings_never_count_toward_a_later_scale_down():
+    """Issue 23 item 5, as on dev up: two groups' series missing for 150 s read half the load;
+    then the first readings with every group back in ``groups`` still lack two groups' counter
+    windows (one sample each: the demand still reads half). No decision scales down, and each
+    says why it holds. Without the guard (serving groups unknown) the same readings go 4 -> 3."""
+    readings = ([_whole(t) for t in range(0, 300, 30)]
+                + [_low(t, {"0", "1"}, {"0", "1"}) for t in range(300, 450, 30)]  # series missing 150 s
+                + [_low(t, set(FOUR), {"0", "1"}) for t in range(450, 570, 30)]   # back: one sample each
+                + [_whole(t) for t in range(570, 900, 30)])
+    guarded = _run(policy(scale_down_window_s=120, max_replicas=8), readings)
+    assert [d.desired for d in guarded] == [4] * len(readings)
+    by_time = {o.at: d for o, d in zip(readings, guarded)}
+    assert (by_time[300].reason, by_time[300].message.split(": not")[0]) == (
+        "MetricsIncomplete", "group(s) 2, 3 of 4 serving gave no metrics")
+    assert (by_time[450].reason, by_time[450].message.split(": not")[0]) == (
+        "MetricsIncomplete", "the counters of group(s) 2, 3 of 4 serving do not cover the 30 s window")
+    assert {by_time[t].reason for t in range(570, 900, 30)} == {"Hold"}
+    blind = _run(policy(scale_down_window_s=120, max_replicas=8), readings, serving=frozenset())
+    assert min(d.desired for d in blind) == 3
+
+
+def test_a_partial_reading_holds_a_scale_down_window_then_whole_readings_scale_down():
+    """The guard lets go: one partial reading (at 60 s) among whole ones at half the load, and
+    nothing is removed until a whole scale-down window (120 s) has passed after it; then
+    the fleet goes down as it does without the partial reading (to 3 groups), which it does as
+    soon as the policy has a window of history (120 s)."""
+    half = [_whole(t, 0.5) for t in range(0, 600, 30)]
+    unguarded = _run(policy(scale_down_window_s=120, max_replicas=8), half)
+    assert (next(o.at for o, d in zip(half, unguarded) if d.desired < 4), unguarded[-1].desired) == (120, 3)
+    readings = [o if o.at != 60 else _low(60, set(FOUR), {"0", "1"}) for o in half]
+    decided = _run(policy(scale_down_window_s=120, max_replicas=8), readings)
+    assert decided[2].reason == "MetricsIncomplete"
+    assert next(o.at for o, d in zip(readings, decided) if d.desired < 4) == 210  # 60 + 120, then the next decision
+    assert decided[-1].desired == 3
 
 
 def test_a_partial_reading_over_target_still_scales_up():

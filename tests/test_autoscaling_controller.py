@@ -7,6 +7,7 @@ against its own control plane; group leaders are stand-in /metrics pages on 127.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -244,70 +245,146 @@ def test_one_reconcile_admits_once_and_hands_the_same_value_on(env, monkeypatch)
     assert calls["status"][0][0][1] is admitted
 
 
-def test_missing_groups_are_named_and_never_read_as_low_load(cp):
-    """4 groups serve 12 requests each at ~4.7 ms per token (target 5 ms), each leader its own
-    page; 3 leaders stop answering (two with HTTP 503, one refusing connections). Through a
-    scale-down window and more, replicas stay 4; MetricsAvailable names the missing groups and
-    since when, and an Event says why the autoscaler holds. When they answer again the reading
-    is whole."""
-    api = cp.api_client("admin")
-    ns = f"as-{uuid.uuid4().hex[:8]}"
-    client.CoreV1Api(api).create_namespace({"metadata": {"name": ns}})
-    leaders = [MetricsServer() for _ in range(4)]
-    clock = [1_000_000.0]
-    kube = Kube(api)
-    rec = Reconciler(kube, autoscaling=Autoscaling(
-        scrape_url=lambda pod, port: leaders[int(pod["metadata"]["labels"][GROUP_INDEX])].url, clock=lambda: clock[0]))
-    e = {"kube": kube, "api": api, "ns": ns, "clock": clock, "rec": rec}
-    try:
-        body = autoscaled_cr(ns)
+class FourGroups:
+    """4 groups serving 12 requests each at ~4.7 ms per token (target 5 ms), each leader its own
+    /metrics page on 127.0.0.1, a Reconciler with a fake clock (or the real one, with a
+    Prometheus source) on its own namespace. Each group's engine counts what it served since it
+    started (``served``): a scrape that fails does not stop it, a restart sets it to zero."""
+
+    def __init__(self, cp: ControlPlane, clock: list[float] | None = None):
+        self.api = cp.api_client("admin")
+        self.ns = f"as-{uuid.uuid4().hex[:8]}"
+        client.CoreV1Api(self.api).create_namespace({"metadata": {"name": self.ns}})
+        self.leaders = [MetricsServer() for _ in range(4)]
+        self.clock = clock
+        self.kube = Kube(self.api)
+        self.rec = Reconciler(self.kube, autoscaling=Autoscaling(
+            scrape_url=lambda pod, port: self.leaders[int(pod["metadata"]["labels"][GROUP_INDEX])].url,
+            clock=(lambda: clock[0]) if clock is not None else time.time))
+        self.served = [0.0] * 4
+        self.e = {"kube": self.kube, "api": self.api, "ns": self.ns, "clock": clock, "rec": self.rec}
+
+    def apply(self, serving: int = 4, **autoscaling: object) -> None:
+        body = autoscaled_cr(self.ns, **autoscaling)
         body["spec"]["replicas"] = 4
-        kube.apply(body, force=False)
-        rec.reconcile(ns, "k3-latency")
-        running_leaders(e, 4)
-        served = [0]
+        self.kube.apply(body, force=False)
+        self.rec.reconcile(self.ns, "k3-latency")
+        running_leaders(self.e, serving)
 
-        def serve_all(up: range = range(4)) -> None:
-            # Per 30 s and group: 12 requests x 30 s / 4.7 ms = 76,600 tokens; 71.5% of the
-            # steps under 10 ms, the rest at 20 ms: P90 interpolates to 19.7 ms per step, 4.7 ms
-            # per token at 4.2 tokens per step.
-            served[0] += 1
-            n = served[0]
-            for g in up:
-                leaders[g].text = exposition(ITL, {0: [0.008] * (715 * n) + [0.02] * (285 * n)}, running=12,
-                                             tokens=76_600 * n, drafts=18_238 * n, accepted=58_362 * n)
+    def serve(self, seconds: float = 30.0, up: range = range(4)) -> None:
+        """``seconds`` more of serving by the engines of ``up``: per 30 s and group 12 requests x
+        30 s / 4.7 ms = 76,600 tokens; 71.5% of the steps under 10 ms, the rest at 20 ms (P90
+        interpolates to 19.7 ms per step, 4.7 ms per token at 4.2 tokens per step)."""
+        for g in up:
+            self.served[g] += seconds / 30
+            n = self.served[g]
+            self.leaders[g].text = exposition(
+                ITL, {0: [0.008] * round(715 * n) + [0.02] * round(285 * n)}, running=12, tokens=round(76_600 * n),
+                drafts=round(18_238 * n), accepted=round(58_362 * n))
 
-        for _ in range(3):
-            serve_all()
-            obj = tick(e)
-        assert obj["status"]["desiredReplicas"] == 4, obj["status"]
-        assert condition(obj, "MetricsAvailable")["message"].endswith("from 4 group(s)")
-        assert obj["status"]["decode"]["latencySeconds"] == pytest.approx(0.0047, rel=0.01)
-        leaders[1].status = leaders[2].status = 503
-        leaders[3].close()
-        lost_at = clock[0] + 30
-        for _ in range(8):  # 4 minutes: twice the 2-minute scale-down window
-            serve_all(range(1))
-            obj = tick(e)
-            assert obj["status"]["desiredReplicas"] == 4, obj["status"]
-            assert kube.get(*LWS, ns, "k3-latency-engine")["spec"]["replicas"] == 4
-        cond = condition(obj, "MetricsAvailable")
-        since = rfc3339(lost_at)
-        assert (cond["status"], cond["reason"]) == ("True", "GroupsUnmeasured")
-        assert cond["message"] == (f"{ITL} from 1 of 4 serving group(s); no metrics from group(s) 1 (since {since}), "
-                                   f"2 (since {since}), 3 (since {since}): never scaling down on this reading")
-        held = events(api, ns, "MetricsIncomplete")
-        assert held and "group(s) 1, 2, 3 of 4 serving gave no metrics" in held[0].message
-        leaders[1].status = leaders[2].status = 200
-        leaders[3] = MetricsServer()
-        for _ in range(2):
-            serve_all()
-            obj = tick(e)
-        assert condition(obj, "MetricsAvailable")["reason"] == "Measured"
-    finally:
-        for s in leaders:
+    def tick(self) -> dict:
+        assert self.clock is not None
+        self.serve()
+        return tick(self.e)
+
+    def replicas(self) -> int:
+        return int(self.kube.get(*LWS, self.ns, "k3-latency-engine")["spec"]["replicas"])
+
+    def close(self) -> None:
+        for s in self.leaders:
             s.close()
-        api.close()
+        self.api.close()
+
+
+@pytest.fixture
+def four(cp) -> Iterator[FourGroups]:
+    f = FourGroups(cp, clock=[1_000_000.0])
+    yield f
+    f.close()
+
+
+def test_missing_groups_are_named_and_never_read_as_low_load(four):
+    """3 of the 4 leaders stop answering (two with HTTP 503, one refusing connections). Through
+    a scale-down window and more, replicas stay 4; MetricsAvailable names the missing groups and
+    since when, and an Event says why the autoscaler holds. When they answer again the reading
+    is whole once their counters cover a window again."""
+    f = four
+    f.apply()
+    for _ in range(3):
+        obj = f.tick()
+    assert obj["status"]["desiredReplicas"] == 4, obj["status"]
+    assert condition(obj, "MetricsAvailable")["message"].endswith("from 4 group(s)")
+    assert obj["status"]["decode"]["latencySeconds"] == pytest.approx(0.0047, rel=0.01)
+    f.leaders[1].status = f.leaders[2].status = 503
+    f.leaders[3].close()
+    lost_at = f.clock[0] + 30
+    for _ in range(8):  # 4 minutes: twice the 2-minute scale-down window
+        obj = f.tick()
+        assert obj["status"]["desiredReplicas"] == 4, obj["status"]
+        assert f.replicas() == 4
+    cond = condition(obj, "MetricsAvailable")
+    since = rfc3339(lost_at)
+    assert (cond["status"], cond["reason"]) == ("True", "GroupsUnmeasured")
+    assert cond["message"] == (f"{ITL} from 1 of 4 serving group(s); no metrics from group(s) 1 (since {since}), "
+                               f"2 (since {since}), 3 (since {since}): never scaling down on this reading")
+    held = events(f.api, f.ns, "MetricsIncomplete")
+    assert held and "group(s) 1, 2, 3 of 4 serving gave no metrics" in held[0].message
+    f.leaders[1].status = f.leaders[2].status = 200
+    f.leaders[3] = MetricsServer()
+    obj = f.tick()
+    assert condition(obj, "MetricsAvailable")["message"].endswith(
+        "the counters of group(s) 1, 2, 3 do not cover the window (a first sample, back after a gap, or reset): "
+        "never scaling down on this reading")
+    for _ in range(2):
+        obj = f.tick()
+    assert condition(obj, "MetricsAvailable")["reason"] == "Measured"
+
+
+def test_a_gap_a_join_and_a_restart_at_steady_load_never_scale_down(four):
+    """Issue 23 item 5 with the pod-scrape source, 4 groups at a steady load the 4 of them serve
+    (1-minute window, 2-minute scale-down window, a decision every 30 s):
+
+    - group 3 joins: its leader's first page (nothing scraped before: no known zero) counts its
+      gauges, not its counters, for a window;
+    - groups 2 and 3's scrapes fail for 150 s while their engines serve, then come back (their
+      pages starting the window are 3 minutes old);
+    - group 1's engine restarts between two scrapes (its counters go back to zero).
+
+    Through each, and a scale-down window after, the deployment stays at 4 groups; the readings
+    with a group's counters short are named in MetricsAvailable."""
+    f = four
+    f.apply(serving=3)
+    f.serve(30, range(3))
+    f.rec.reconcile(f.ns, "k3-latency")
+    reasons = []
+    for _ in range(3):
+        obj = f.tick()
+    running_leaders(f.e, 4)  # group 3 joins
+    for _ in range(6):
+        obj = f.tick()
+        reasons.append(condition(obj, "MetricsAvailable")["reason"])
+        assert (obj["status"]["desiredReplicas"], f.replicas()) == (4, 4), obj["status"]
+    assert reasons[:2] == ["GroupsUnmeasured"] * 2 and reasons[-1] == "Measured"
+    f.leaders[2].status = f.leaders[3].status = 503
+    for _ in range(5):  # 150 s
+        obj = f.tick()
+        assert (obj["status"]["desiredReplicas"], f.replicas()) == (4, 4), obj["status"]
+    f.leaders[2].status = f.leaders[3].status = 200
+    reasons = []
+    for _ in range(6):
+        obj = f.tick()
+        reasons.append(condition(obj, "MetricsAvailable")["reason"])
+        assert (obj["status"]["desiredReplicas"], f.replicas()) == (4, 4), obj["status"]
+    assert reasons[0] == "GroupsUnmeasured" and reasons[-1] == "Measured"
+    f.served[1] = 0.0  # group 1's engine restarts
+    reasons = []
+    for _ in range(6):
+        obj = f.tick()
+        reasons.append(condition(obj, "MetricsAvailable")["message"])
+        assert (obj["status"]["desiredReplicas"], f.replicas()) == (4, 4), obj["status"]
+    assert "the counters of group(s) 1 do not cover the window" in reasons[0]
+    assert reasons[-1] == f"{ITL} from 4 group(s)"
+    assert obj["status"]["decode"]["latencySeconds"] == pytest.approx(0.0047, rel=0.01)
 
 
 def test_mid_rollout_a_ready_surge_group_is_loading_and_a_lower_maximum_takes_effect(env):

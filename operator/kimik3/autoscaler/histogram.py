@@ -38,6 +38,10 @@ class Histogram:
         return Histogram({le: c - older.buckets.get(le, 0.0) for le, c in self.buckets.items()},
                          self.sum - older.sum)
 
+    def __mul__(self, share: float) -> Histogram:
+        """The observations scaled by ``share`` (a window's part of a longer span, at its rate)."""
+        return Histogram({le: c * share for le, c in self.buckets.items()}, self.sum * share)
+
     def __add__(self, other: Histogram) -> Histogram:
         keys = set(self.buckets) | set(other.buckets)
         return Histogram({le: self.buckets.get(le, 0.0) + other.buckets.get(le, 0.0) for le in keys},

@@ -74,6 +74,12 @@ class DecodeObservation:
     """Of those, requests the engine failed (``finished_reason="error"``)."""
     groups: frozenset[str] = frozenset()
     """Group indexes that reported (a group scraped for the first time included: its gauges count)."""
+    covered: frozenset[str] = frozenset()
+    """Of ``groups``, those whose counters cover the whole window: samples at (or before) its
+    start and at its end, no counter reset between. Counters of the others (a group scraped the
+    first time, back after a gap, joined without a known zero, its engine restarted) hold only
+    part of the window, so their demand reads low. A reading is whole only when every serving
+    group is covered (policy/latency.py: a decision on a partial reading never scales down)."""
 
     @property
     def acceptance_length(self) -> float:

@@ -13,6 +13,17 @@
   longer listed (scaled down, deleted) still counts what it served inside the window, up to its
   last page.
 
+A group's counters cover the window (``DecodeObservation.covered``; every serving group must for
+the reading to be whole) when each of its pods' spans covers the reading's window (the longest
+span of the pods counted from a page: right after the operator starts, every pod's span is the
+same shorter one, and the reading is a whole one of that span), or the pod counts from a known
+zero (it refused since before the window's start: nothing served), no scrape of it failed inside
+its span (a gap) and no counter went down (an engine restarted: what it served before is lost). ``PrometheusSource``: when the group's output-token counter has a sample at the
+window's start (Prometheus marks a series stale when a scrape fails or the series is gone, so a
+gap or a group that joined reads absent) and now, and ``resets()`` finds none inside. Prometheus
+cannot tell a target that refused (loading: nothing served) from a gap, so there a group that
+just joined leaves the readings of one window partial.
+
 Both return a ``DecodeObservation`` or raise ``MetricsUnavailable`` (hold, and say why).
 """
 
@@ -146,7 +157,9 @@ class PodScrapeSource:
         self._scrapes: dict[str, Samples[Scrape]] = {}
         """Scrapes of each pod (by key), from the one that starts the current window on."""
         self._refused: dict[str, float] = {}
-        """When each pod (by key) last refused the connection, while it has no scrape since."""
+        """When each pod (by key) first refused the connection, while it has no scrape since."""
+        self._failed: dict[str, float] = {}
+        """When each pod (by key) last failed a scrape otherwise (an HTTP error, a timeout)."""
 
     def observe(self, namespace: str, deployment: str, window_s: float) -> DecodeObservation:
         targets = list(self.targets(namespace, deployment))
@@ -154,7 +167,7 @@ class PodScrapeSource:
             raise MetricsUnavailable(Reason.NO_TARGETS, "no group leader to scrape")
         now = self.clock()
         start = now - window_s * (1 - WINDOW_SLACK)
-        deltas, fresh, errors = self._scrape(targets, now, start)
+        deltas, fresh, errors, uncovered, gaps, spans = self._scrape(targets, now, start)
         retired = self._retire({t.key for t in targets}, start)
         if not deltas:
             if errors:
@@ -165,22 +178,34 @@ class PodScrapeSource:
         names = set()
         drafts = accepted = tokens = running = waiting = finished = failed = 0.0
         kv: list[float] = []
-        for who, new, old in [(f"group {d[0]}", d[1], d[2]) for d in deltas] + retired:
+        # A pod whose scrapes failed inside its span (a gap: its page starting the window may be
+        # much older) counts at its rate over the window, and is not covered: the reading is partial.
+        # The window: the longest span of the pods scraped through it from a page (a pod counting
+        # from a known zero served nothing before it refused: its span says nothing of the window).
+        window = max([span for g, span in spans if g not in gaps] or [d[3] for d in deltas if d[0] not in gaps]
+                     or [now - start])
+        # A pod covers the reading's window when its own span does (every pod scraped since the
+        # operator started: the same shorter span, a whole reading of it), or it counts from a
+        # known zero (it refused since before the window's start).
+        uncovered |= {g for g, span in spans if span < window * (1 - WINDOW_SLACK) - 1e-6}
+        shares = [min(1.0, window / d[3]) if d[0] in gaps else 1.0 for d in deltas]
+        for who, new, old, share in [(f"group {d[0]}", d[1], d[2], share) for d, share in zip(deltas, shares)] \
+                + [(*r, 1.0) for r in retired]:
             name = _itl_name(new)
             if name:
                 names.add(name)
                 old_by_key = {k: h for k, h in old.histograms.items() if k[0] == name}
                 for series, h in new.histograms.items():
                     if series[0] == name:
-                        itl.append((_series(who, series), h - old_by_key.get(series, Histogram())))
+                        itl.append((_series(who, series), (h - old_by_key.get(series, Histogram())) * share))
             for series, h in new.histograms.items():
                 if series[0] == TTFT:
-                    ttft.append((_series(who, series), h - old.histograms.get(series, Histogram())))
-            drafts += _counter_delta(new, old, DRAFTS)
-            accepted += _counter_delta(new, old, ACCEPTED)
-            tokens += _counter_delta(new, old, GENERATION_TOKENS)
-            finished += _counter_delta(new, old, REQUEST_SUCCESS)
-            failed += _counter_delta(new, old, REQUEST_SUCCESS, ("finished_reason", FAILED_REASON))
+                    ttft.append((_series(who, series), (h - old.histograms.get(series, Histogram())) * share))
+            drafts += share * _counter_delta(new, old, DRAFTS)
+            accepted += share * _counter_delta(new, old, ACCEPTED)
+            tokens += share * _counter_delta(new, old, GENERATION_TOKENS)
+            finished += share * _counter_delta(new, old, REQUEST_SUCCESS)
+            failed += share * _counter_delta(new, old, REQUEST_SUCCESS, ("finished_reason", FAILED_REASON))
         for _, new in [(d[0], d[1]) for d in deltas] + fresh:  # gauges need no window: a first scrape counts
             running += new.total(RUNNING)
             waiting += new.total(WAITING)
@@ -188,42 +213,63 @@ class PodScrapeSource:
         if not names:
             raise MetricsUnavailable(Reason.NO_LATENCY_METRIC, f"leaders expose neither {ITL} nor {ITL_OLD}")
         itl_metric = ITL if ITL in names else ITL_OLD
-        window = max(d[3] for d in deltas)
         return DecodeObservation(
             at=now, window_s=window, itl=_merged(itl_metric, itl), itl_metric=itl_metric,
             ttft=_merged(TTFT, ttft), running=running, waiting=waiting, kv_usage=max(kv) if kv else None,
             drafts=drafts, accepted=accepted, generation_tokens=tokens, requests_finished=finished,
-            requests_failed=failed, groups=frozenset(d[0] for d in deltas) | frozenset(g for g, _ in fresh))
+            requests_failed=failed, groups=frozenset(d[0] for d in deltas) | frozenset(g for g, _ in fresh),
+            covered=frozenset(d[0] for d in deltas) - uncovered)
 
     def _scrape(self, targets: list[ScrapeTarget], now: float, start: float
-                ) -> tuple[list[tuple[str, Scrape, Scrape, float]], list[tuple[str, Scrape]], list[str]]:
+                ) -> tuple[list[tuple[str, Scrape, Scrape, float]], list[tuple[str, Scrape]], list[str], set[str],
+                           set[str], list[tuple[str, float]]]:
         """Scrape every target: (group, page, the page starting its window, seconds between) of
-        those with a window; (group, page) of those scraped the first time; the errors."""
+        those with a window; (group, page) of those scraped the first time; the errors; the
+        groups a target of which does not cover the window (module docstring); the groups a
+        target of which failed a scrape since the page starting its window (a gap); (group, span)
+        of the targets whose window starts at a page (not at a known zero), to compare with the
+        reading's window."""
         deltas: list[tuple[str, Scrape, Scrape, float]] = []
         fresh: list[tuple[str, Scrape]] = []
         errors = []
+        uncovered: set[str] = set()
+        gaps: set[str] = set()
+        short: list[tuple[str, float]] = []
+        """Pods with a page starting their window (not a known zero), and their spans."""
         for t in targets:
             try:
                 scrape = parse_scrape(self.fetch(t.url))
             except (requests.RequestException, ValueError) as exc:
                 errors.append(f"group {t.group}: {type(exc).__name__}: {str(exc)[:200]}")
+                uncovered.add(t.group)
                 if _refused(exc):  # not serving: its counters start again from zero
                     self._scrapes.pop(t.key, None)
-                    self._refused[t.key] = now
+                    self._refused.setdefault(t.key, now)
+                else:
+                    self._failed[t.key] = now
                 continue
             history = self._scrapes.get(t.key)
             if history is None:
                 history = self._scrapes[t.key] = Samples()
                 if t.key in self._refused:
-                    history.add(self._refused.pop(t.key), NOTHING_SERVED)
+                    # Nothing served since it first refused: zero counters from then, or from
+                    # the window's start if that is later (the window never grows past its length).
+                    history.add(max(self._refused.pop(t.key), start), NOTHING_SERVED)
             base = history.base(start)
             history.add(now, scrape)
             if base is not None:
                 history.forget_before(base[0])
                 deltas.append((t.group, scrape, base[1], now - base[0]))
+                if self._failed.get(t.key, base[0]) > base[0]:
+                    gaps.add(t.group)
+                if t.group in gaps or _reset([page for _, page in history]):
+                    uncovered.add(t.group)
+                elif base[1] is not NOTHING_SERVED or base[0] > start + 1e-6:
+                    short.append((t.group, now - base[0]))
             else:
                 fresh.append((t.group, scrape))
-        return deltas, fresh, errors
+                uncovered.add(t.group)
+        return deltas, fresh, errors, uncovered, gaps, short
 
     def _retire(self, live: set[str], start: float) -> list[tuple[str, Scrape, Scrape]]:
         """(who, last page, the page starting the window) of pods no longer scraped (deleted, scaled
@@ -233,6 +279,8 @@ class PodScrapeSource:
         retired = []
         for key in [k for k in self._refused if k not in live]:
             del self._refused[key]
+        for key in [k for k in self._failed if k not in live]:
+            del self._failed[key]
         for key, history in list(self._scrapes.items()):
             if key in live:
                 continue
@@ -279,6 +327,20 @@ def _refused(exc: BaseException) -> bool:
         if isinstance(e, requests.Timeout):
             return False
         todo += [*e.args, e.__cause__, e.__context__, getattr(e, "reason", None)]
+    return False
+
+
+COVERAGE_COUNTERS = (GENERATION_TOKENS,)
+"""Counters whose going down between two pages of a pod means its engine restarted (the window
+then lacks what it served before)."""
+
+
+def _reset(pages: list[Scrape]) -> bool:
+    """Some series of ``COVERAGE_COUNTERS`` went down between two successive ``pages``."""
+    for old, new in zip(pages, pages[1:]):
+        for key, value in new.scalars.items():
+            if key[0] in COVERAGE_COUNTERS and value < old.scalars.get(key, 0.0):
+                return True
     return False
 
 
@@ -366,8 +428,7 @@ class PrometheusSource:
         sel = ",".join(f'{k}="{v}"' for k, v in {"namespace": namespace, "deployment": deployment,
                                                   **self.match}.items())
         window = f"{max(1, int(window_s))}s"
-        groups = {(r.get("metric") or {}).get("group", "") for r in
-                  self._query(f"count by (group) ({RUNNING}{{{sel}}})", at)}
+        groups = self._groups(f"count by (group) ({RUNNING}{{{sel}}})", at)
         if not groups:
             raise MetricsUnavailable(Reason.NO_SERIES,
                                      f"Prometheus has no {RUNNING} series for {namespace}/{deployment}")
@@ -379,6 +440,10 @@ class PrometheusSource:
                                          f"no {ITL} or {ITL_OLD} series for {namespace}/{deployment}")
         self._same_layout(itl_metric, sel, at)
         kv = [self._value(s) for s in self._query(f"max({KV_USAGE}{{{sel}}})", at)]
+        counter = f"{GENERATION_TOKENS}_total{{{sel}}}"
+        covered = (self._groups(f"count by (group) ({counter})", at - window_s)
+                   & self._groups(f"count by (group) ({counter})", at)) \
+            - self._groups(f"count by (group) (resets({counter}[{window}]) > 0)", at)
         return DecodeObservation(
             at=at, window_s=window_s, itl=itl, itl_metric=itl_metric,
             ttft=self._histogram(TTFT, sel, window, at),
@@ -391,4 +456,8 @@ class PrometheusSource:
             requests_finished=self._scalar(f"sum(increase({REQUEST_SUCCESS}_total{{{sel}}}[{window}]))", at),
             requests_failed=self._scalar(
                 f'sum(increase({REQUEST_SUCCESS}_total{{{sel},finished_reason="{FAILED_REASON}"}}[{window}]))', at),
-            groups=frozenset(g for g in groups if g))
+            groups=frozenset(groups), covered=frozenset(covered & groups))
+
+    def _groups(self, promql: str, at: float) -> set[str]:
+        """The ``group`` labels of the series ``promql`` answers at ``at`` (unix seconds)."""
+        return {g for r in self._query(promql, at) if (g := (r.get("metric") or {}).get("group", ""))}

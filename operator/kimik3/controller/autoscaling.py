@@ -261,13 +261,18 @@ class Autoscaling:
         """MetricsAvailable for a reading: which serving groups it lacks and since when (kept in
         ``state.unmeasured_since``), so missing data never passes for low load unsaid."""
         unmeasured = fleet.serving - obs.groups
+        short = (fleet.serving & obs.groups) - obs.covered
         state.unmeasured_since = {g: state.unmeasured_since.get(g, now) for g in unmeasured}
-        if unmeasured:
+        if unmeasured or short:
             since = ", ".join(f"{g} (since {rfc3339(state.unmeasured_since[g])})"
                               for g in sorted(unmeasured, key=lambda g: (len(g), g)))
+            partly = ", ".join(sorted(short, key=lambda g: (len(g), g)))
+            lacks = "; ".join([f"no metrics from group(s) {since}"] * bool(unmeasured) + [
+                f"the counters of group(s) {partly} do not cover the window (a first sample, back after a gap, "
+                "or reset)"] * bool(short))
             return Verdict("True", Reason.GROUPS_UNMEASURED,
                            f"{obs.itl_metric} from {len(fleet.serving & obs.groups)} of {len(fleet.serving)} serving "
-                           f"group(s); no metrics from group(s) {since}: never scaling down on this reading")
+                           f"group(s); {lacks}: never scaling down on this reading")
         return Verdict("True", Reason.MEASURED, f"{obs.itl_metric} from {len(obs.groups)} group(s)"
                        if obs.has_traffic else "no traffic in the window (a valid reading)")
 

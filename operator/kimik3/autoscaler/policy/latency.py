@@ -20,6 +20,13 @@ sizes the demand it must keep (the unshrunk forecast, at least the demand now) a
    more cannot help: the policy holds and says so), hold while groups load (F10: they are
    neither added to on latency nor cancelled), hold while the quantile is over the scale-down
    level, else scale down once warmed, and never on a partial reading (``decide``).
+
+A reading is partial when a serving group's counters do not cover its window
+(``DecodeObservation.covered``: the group gave no metrics, its series just came back, it joined
+without a known zero, its engine restarted): its demand reads low. A partial reading may scale
+up; it never scales down, its scale-down recommendation is recorded as at least the groups there
+are (so no later scale-down counts on it: the scale-down window must pass on whole readings),
+the model does not learn from it and the forecast does not take its demand.
 """
 
 from __future__ import annotations
@@ -80,16 +87,21 @@ class LatencyPolicy:
         return max(self.settings.lead_s, self.arrivals.load_time_s or 0.0) + self.interval_s
 
     def decide(self, now: float, obs: DecodeObservation | None, fleet: FleetState) -> Decision:
-        decision = self._decide(now, obs, fleet)
-        unmeasured = sorted(fleet.serving - obs.groups, key=lambda g: (len(g), g)) if obs is not None else []
-        if unmeasured and decision.desired < fleet.current:
+        partial = fleet.serving - obs.covered if obs is not None else frozenset()
+        decision = self._decide(now, obs, fleet, bool(partial))
+        lower = decision.desired < fleet.current or (decision.reason == EventReason.HOLD and
+                                                     (decision.recommendation or 0) < fleet.current)
+        if obs is not None and partial and lower:
+            unmeasured, short = _named(fleet.serving - obs.groups), _named(partial & obs.groups)
+            why = "; ".join([f"group(s) {unmeasured} of {len(fleet.serving)} serving gave no metrics"] * bool(unmeasured)
+                            + [f"the counters of group(s) {short} of {len(fleet.serving)} serving do not cover "
+                               f"the {obs.window_s:.0f} s window"] * bool(short))
             return Decision(fleet.current, EventReason.METRICS_INCOMPLETE,
-                            f"group(s) {', '.join(unmeasured)} of {len(fleet.serving)} serving gave no metrics: "
-                            f"not scaling down on a partial reading ({decision.reason}: {decision.message})",
+                            f"{why}: not scaling down on a partial reading ({decision.reason}: {decision.message})",
                             decision.recommendation)
         return decision
 
-    def _decide(self, now: float, obs: DecodeObservation | None, fleet: FleetState) -> Decision:
+    def _decide(self, now: float, obs: DecodeObservation | None, fleet: FleetState, partial: bool) -> Decision:
         s = self.settings
         self.stabilization.start(now)
         arrived = self.arrivals.observe(now, fleet)
@@ -97,7 +109,9 @@ class LatencyPolicy:
             return Decision(fleet.current, EventReason.METRICS_UNAVAILABLE, "no reading: holding replicas")
         latency = obs.latency_quantile(s.metric, s.percentile)
         shifted = self.forecast.shift_at
-        rec, rec_down, why = self._recommend(now, obs, fleet, latency)
+        rec, rec_down, why = self._recommend(now, obs, fleet, latency, partial)
+        if partial:  # its demand reads low: no later scale-down may count on it
+            rec_down = max(rec_down, fleet.current)
         rec, _ = self.stabilization.record(now, rec, rec_down, obs.window_s)
         demand = self.reading.demand if self.reading is not None else None
         self.bursts.follow(now, arrived, rec, fleet.loading, demand,
@@ -138,8 +152,9 @@ class LatencyPolicy:
         return Decision(fleet.current, EventReason.HOLD, detail + kept, rec)
 
     def _recommend(self, now: float, obs: DecodeObservation, fleet: FleetState,
-                   latency: float | None) -> tuple[int, int, str]:
-        """(groups at the scale-up level, groups at the scale-down level, reason), unbounded."""
+                   latency: float | None, partial: bool) -> tuple[int, int, str]:
+        """(groups at the scale-up level, groups at the scale-down level, reason), unbounded;
+        ``partial``: some serving group's counters do not cover the window (module docstring)."""
         s, model, forecast = self.settings, self.model, self.forecast
         if not obs.has_traffic:
             n, why = self.stabilization.without_traffic(now, fleet.current)
@@ -149,11 +164,13 @@ class LatencyPolicy:
         self.reading = reading = read(obs, latency, model, serving, s.target_s, s.metric == "interTokenLatency")
         demand = reading.demand
         # The forecast first: it tells whether the demand jumped inside the window.
-        predicted = forecast.predict(now, demand, obs.window_s, self.lead_s) if demand > 0 else demand
-        # Learn only from windows of one fleet and one level of load (no group joined, no level
-        # shift of the demand inside the window), near the target (a saturated or an idle fleet
-        # would bend the line).
-        steady = self.arrivals.settled(now, obs.window_s) and forecast.settled(now, obs.window_s)
+        # A partial reading's demand is low by the groups it lacks: no trend, no lesson.
+        predicted = forecast.predict(now, demand, obs.window_s, self.lead_s) if demand > 0 and not partial \
+            else demand
+        # Learn only from whole windows of one fleet and one level of load (no group joined, no
+        # level shift of the demand inside the window), near the target (a saturated or an idle
+        # fleet would bend the line).
+        steady = self.arrivals.settled(now, obs.window_s) and forecast.settled(now, obs.window_s) and not partial
         near = latency is not None and LEARN_RANGE[0] * s.target_s <= latency <= LEARN_RANGE[1] * s.target_s
         if latency is not None and near and reading.per_group_c > 0 and steady:
             model.update(reading.per_group_c, latency, serving, reading.mean_latency)
@@ -181,6 +198,11 @@ class LatencyPolicy:
             n, reason = fleet.current + 1, "OverTarget"
             n_down = max(n_down, n)
         return n, n_down, reason
+
+
+def _named(groups: frozenset[str]) -> str:
+    """Group indexes in numeric order, comma separated."""
+    return ", ".join(sorted(groups, key=lambda g: (len(g), g)))
 
 
 def _detail(obs: DecodeObservation, latency: float | None, s: LatencyPolicySettings, rec: int, why: str) -> str:
