@@ -16,6 +16,7 @@ from kubernetes import client
 from xdist.scheduler import LoadScopeScheduling
 
 from kimik3.controller.kube import Kube
+from kimik3.kube.kinds import POD
 from kimik3_dev.devcluster.controlplane import ControlPlane
 from kimik3_dev.devcluster.install import install_apis
 from kimik3_dev.devcluster.operator_thread import OperatorThread
@@ -125,6 +126,16 @@ def operator(control_plane: ControlPlane) -> Iterator[OperatorThread]:
     tests/test_weights_gate.py to create the stager Jobs with its own image)."""
     with OperatorThread(str(control_plane.admin_kubeconfig)) as op:
         yield op
+
+
+@pytest.fixture
+def pods_made(kube: Kube, namespace: str) -> Iterator[None]:
+    """Deletes the pods a test made in ``namespace`` by hand (no kubelet, namespace controller or
+    garbage collector runs on this control plane): a later test on it must not see them (the
+    engine simulator's supervisor lists every pod of the cluster)."""
+    yield
+    for pod in kube.list(*POD.type_meta, namespace, ""):
+        kube.delete(*POD.type_meta, namespace, pod["metadata"]["name"])
 
 
 @pytest.fixture

@@ -11,6 +11,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
+
 from kimik3.controller.cache import ObjectCache
 from kimik3.controller.kube import Kube
 from kimik3.controller.reconcile import Reconciler
@@ -18,6 +20,8 @@ from kimik3.kube.kinds import CHILD_KINDS, KINDS, LEADER_WORKER_SET, NODE, POD, 
 from support.cluster import apply
 from support.lws_pods import group_pods
 from support.recipes import recipe
+
+pytestmark = pytest.mark.usefixtures("pods_made")  # the groups' pods made by hand below
 
 KUEUE = {"placement": {"mode": "kueue", "queueName": "default"}}
 PLURALS = {k.plural: k.kind for k in (*KINDS, POD, NODE)}

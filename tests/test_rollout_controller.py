@@ -33,6 +33,8 @@ NAME, FIRST = "k3-latency", "k3-latency-engine"
 UNREACHABLE = "http://127.0.0.1:9"  # the discard port: nothing answers
 
 
+pytestmark = pytest.mark.usefixtures("pods_made")  # the groups' pods this module makes by hand
+
 class Env:
     """A Reconciler on its own fake clock, in one namespace."""
 
