@@ -119,6 +119,7 @@ def test_simulate_replays_a_jsonl_trace_and_checks_the_goals_on_it(tmp_path: Pat
     data = json.loads((out / "autoscaler.json").read_text())
     ours = data["traces"]["agent"]["kimik3"]["seeds"]["0"]
     assert "agent seed 0: 1200 requests" in result.output
-    # 2 groups (the minimum) serve it: ours is the optimum, and the goal check, run on it, says so.
-    assert (ours["slo_attainment"], ours["gpu_hours_x_optimum"]) == (1.0, 1.0)
+    # The hindsight optimum holds 2 groups; ours scales down once, to 1, and keeps the SLO in every
+    # minute at 0.96x its GPU-hours: the goal check, run on this recorded trace, says all met.
+    assert (ours["slo_attainment"], ours["gpu_hours_x_optimum"], ours["scale_events"]) == (1.0, 0.9562, 1)
     assert data["goal_misses"] == [] and "goals: all met" in result.output
