@@ -152,10 +152,13 @@ class Reconciler:
         prepare = out.add(steps.observe(snap, has_domain, dt.datetime.now(dt.timezone.utc))).value
         apply_error = "; ".join(failed.values()) or None
         observed = Observed(
-            desired, next((s for s in snap.sets if s.name == rolled.value.fleet.target and not s.deleting), None),
-            rendered.objects, apply_error, None if self.compute_domains else COMPUTE_DOMAIN_SKIPPED,
-            scaled.report if scaled is not None else None, out.conditions.get(ConditionType.DEGRADED),
-            out.conditions.get(ConditionType.COMPUTE_DOMAIN_READY), rolled.value)
+            desired, target=next((s for s in snap.sets if s.name == rolled.value.fleet.target and not s.deleting),
+                                 None),
+            rendered=rendered.objects, apply_error=apply_error,
+            compute_domain_note=None if self.compute_domains else COMPUTE_DOMAIN_SKIPPED,
+            autoscaled=scaled.report if scaled is not None else None,
+            crash_looping=out.conditions.get(ConditionType.DEGRADED),
+            compute_domain=out.conditions.get(ConditionType.COMPUTE_DOMAIN_READY), rollout_step=rolled.value)
         status = out.add(steps.report(snap, admitted, observed, weights, prepare)).value
         self._post(obj, out.events)
         self._write_status(obj, status)
