@@ -29,6 +29,16 @@ def test_a_shared_sub_dict_is_written_out_at_each_place():
     assert yaml.safe_load(text) == obj
 
 
+def test_a_string_go_yaml_reads_as_a_number_is_quoted():
+    """Found by bench/scale.py: one of 500 rendered deployments had a hash annotation of digits
+    with one ``e`` (PyYAML writes it plain, go-yaml reads a float, kubectl refused the manifest)."""
+    obj = {"metadata": {"annotations": {"hash": "6115e40129", "plain": "585ebf0c59e2", "int": "42", "dot": "1.5"}}}
+    text = dump_yaml(obj)
+    assert "hash: '6115e40129'" in text and "plain: 585ebf0c59e2" in text
+    assert "int: '42'" in text and "dot: '1.5'" in text
+    assert yaml.safe_load(text) == obj
+
+
 def test_the_stream_keeps_key_order_and_separates_documents():
     shared = {"b": 1, "a": 2}
     text = dump_yaml_all([{"z": shared, "y": shared}, {"kind": "Second"}])

@@ -3,6 +3,7 @@ would, and objects written for people and tools as ``helm template`` would (``du
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -24,6 +25,21 @@ class ManifestDumper(yaml.SafeDumper):
 
     def ignore_aliases(self, data: Any) -> bool:
         return True
+
+
+GO_YAML_NUMBER = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
+"""A plain scalar the YAML reader of kubectl and the API server (go-yaml, YAML 1.1) takes for a
+number: PyYAML's own resolver wants a dot in a float, so it writes a hash such as ``123e4567``
+unquoted, and kubectl then refuses the manifest ("cannot unmarshal number into ... string")."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    """A string, single-quoted where go-yaml would read it as a number."""
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data,
+                                   style="'" if GO_YAML_NUMBER.fullmatch(data) else None)
+
+
+ManifestDumper.add_representer(str, _represent_str)
 
 
 def dump_yaml(obj: Any) -> str:
