@@ -10,8 +10,11 @@ each termination once, and not those of pods already being deleted (the group's 
 stopped because the LeaderWorkerSet deletes the group: the consequence, not the cause). Each
 failure belongs to the group that earned it: its LeaderWorkerSet (one per revision of the
 templates, ``controller.fleet``) and index. A failure is *charged* (``GroupFailures.charged``)
-while its LeaderWorkerSet is live and its group is not Ready: a group that came back, or a
-revision rolled away, no longer counts, and a new revision starts clean (issue 25 item 4). When a
+while its LeaderWorkerSet is live: a revision rolled away no longer counts, and a new revision
+starts clean (issue 25 item 4). Whether the group is Ready between failures is not asked: a
+pod without a readinessProbe (a worker; every pod under kwok without ``--readiness-probes``)
+is Ready from its start until its engine exits, so a crash-looping group looks Ready between
+crashes; like the kubelet's own back-off, a failure is forgotten only with time (the window). When a
 deployment's groups have ``FAILURES`` (3) charged failures within ``WINDOW_S`` (10 min):
 - ``Degraded=True`` reason ``GroupCrashLooping`` names the groups, how often they failed and the
   last exit codes (``verdict``);
@@ -87,7 +90,7 @@ class Crashes:
         codes = ", ".join(f"{f.exit_code} ({f.reason})" for f in failures[-5:])
         return Verdict("True", Reason.GROUP_CRASH_LOOPING,
                        f"group(s) {', '.join(f'{lws}/{g}' for lws, g in groups)} failed {len(failures)} times in the "
-                       f"last {WINDOW_S / 60:g} min and are not Ready (last exit codes: {codes}); each group of their "
+                       f"last {WINDOW_S / 60:g} min (last exit codes: {codes}); each group of their "
                        f"revision recreated now waits {backoff_s(len(failures)):g} s before starting vLLM (back-off, "
                        "doubling per failure up to 300 s; a new revision starts clean); see the EngineFailed Events")
 
@@ -125,9 +128,7 @@ class GroupFailures:
                 del self._by_deployment[(namespace, deployment)]
             return list(kept)
 
-    def charged(self, namespace: str, deployment: str, live: Iterable[str], ready: Iterable[tuple[str, int]]) -> Crashes:
-        """The failures of the window still charged: of a ``live`` LeaderWorkerSet, in a group not
-        among the ``ready`` ones ((LeaderWorkerSet, index))."""
-        names, up = set(live), {(lws, str(index)) for lws, index in ready}
-        return Crashes(tuple(f for f in self.recent(namespace, deployment)
-                             if f.leader_worker_set in names and (f.leader_worker_set, f.group) not in up))
+    def charged(self, namespace: str, deployment: str, live: Iterable[str]) -> Crashes:
+        """The failures of the window still charged: those of a ``live`` LeaderWorkerSet (by name)."""
+        names = set(live)
+        return Crashes(tuple(f for f in self.recent(namespace, deployment) if f.leader_worker_set in names))

@@ -115,10 +115,9 @@ def stage(snap: Snapshot, admitted: Admitted, staging: Staging) -> StepResult[We
 
 def guard(snap: Snapshot, failures: GroupFailures) -> StepResult[Crashes]:
     """Degraded while groups keep failing; the value: the failures still charged (of live
-    LeaderWorkerSets' groups that are not Ready), whose start back-off ``render_children`` gives
-    the launcher of the spec's templates alone (``controller.recreation``)."""
-    crashes = failures.charged(snap.owner.namespace, snap.owner.name, (s.name for s in snap.sets if not s.deleting),
-                               (key for key, g in snap.groups.items() if g.live_ready))
+    LeaderWorkerSets), whose start back-off ``render_children`` gives the launcher of the
+    spec's templates alone (``controller.recreation``)."""
+    crashes = failures.charged(snap.owner.namespace, snap.owner.name, (s.name for s in snap.sets if not s.deleting))
     verdict = crashes.verdict()
     if verdict is None:
         return StepResult(crashes)
