@@ -47,6 +47,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+THETA_PRIOR = 10.0
+"""``theta``'s prior weighs this many times the line's (``prior_weight``): on steady traffic the
+prompt and output rates move together, the split of the latency between the decode slope and
+the prefill share is barely measured, and the perf model's figure is the better guess of it."""
+
 LEARN_RANGE = (0.5, 1.5)
 """Observed latencies, as multiples of the target, the model learns from."""
 
@@ -202,11 +207,15 @@ class GroupLatencyModel:
                 b[i] += w * ri * y
                 for j, rj in enumerate((1.0, x)):
                     a[i][j] += w * ri * rj
-        # theta's prior: prior_weight pseudo-observations at a 10% prefill share of the seed line.
-        ref = 0.1 * (t0s + ks * self.seed_c)
-        a[2][2] += self.prior_weight * ref * ref
-        b[2] += self.prior_weight * ref * ref * ths
-        sol = _gauss(a, b)
+        if ths <= 0:  # prefill ignored: theta stays 0
+            sol = _solve_fixed(a, b, {2: 0.0})
+        else:
+            # theta's prior: prior_weight pseudo-observations of the regressor pi y at a 10% prefill
+            # share (pi = 0.1 / theta) of the seed line's latency at seed_c.
+            ref = 0.1 / ths * (t0s + ks * self.seed_c)
+            a[2][2] += THETA_PRIOR * self.prior_weight * ref * ref
+            b[2] += THETA_PRIOR * self.prior_weight * ref * ref * ths
+            sol = _gauss(a, b)
         if sol is None:
             return
         t0, k, theta = sol
