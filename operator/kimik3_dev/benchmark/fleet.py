@@ -272,6 +272,8 @@ class GatewayReading:
     requests: float
     output_tokens: float
     in_flight: float
+    prompt_tokens: float = 0.0
+    """The requests' prompt tokens (Dynamo's ISL)."""
 
 
 Frontend = Callable[[GatewayReading], None]
@@ -310,8 +312,9 @@ class FleetSim:
         self._arrivals = 0.0
         self._arrival_tokens = 0.0
         """Requests received at the gateway and their output tokens (for ``frontend``)."""
-        self._gateway: Samples[tuple[float, float]] = Samples()
-        self._gateway.add(0.0, (0.0, 0.0))
+        self._arrival_prompt = 0.0
+        self._gateway: Samples[tuple[float, float, float]] = Samples()
+        self._gateway.add(0.0, (0.0, 0.0, 0.0))
         self._gpu_s = 0.0
         self._gpu_mark = 0.0
         self._minute_tokens: dict[float, float] = {}
@@ -549,13 +552,14 @@ class FleetSim:
         assert self.frontend is not None
         base = self._gateway.base(now - window_s)
         assert base is not None
-        start, (requests, tokens) = base
+        start, (requests, tokens, prompt) = base
         serving = self._serving()
         for g in serving:
             self._advance(g, now)
         self.frontend(GatewayReading(now - start, self._arrivals - requests, self._arrival_tokens - tokens,
-                                     float(sum(len(g.running) + len(g.waiting) for g in serving))))
-        self._gateway.add(now, (self._arrivals, self._arrival_tokens))
+                                     float(sum(len(g.running) + len(g.waiting) for g in serving)),
+                                     self._arrival_prompt - prompt))
+        self._gateway.add(now, (self._arrivals, self._arrival_tokens, self._arrival_prompt))
         self._gateway.forget_before(start)
 
     def _decide(self, now: float) -> None:
@@ -644,6 +648,7 @@ class FleetSim:
                 self._minute_demand += req.output_tokens
                 self._arrivals += 1
                 self._arrival_tokens += req.output_tokens
+                self._arrival_prompt += req.prompt_tokens
                 self._route(req, req.arrival_s)
                 continue
             now, kind, _, payload = heapq.heappop(heap)
