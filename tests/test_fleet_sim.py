@@ -272,7 +272,8 @@ def test_benchmark_json_has_the_required_shape(setup, tmp_path):
     data = json.loads((tmp_path / "autoscaler.json").read_text())
     assert set(data) == {"run", "goal_misses", "traces"} and data["run"] == {"seeds": [0, 1]}
     assert set(data["traces"]) == {"step", "steady"}
-    figures = {"slo_attainment", "gpu_hours", "gpu_hours_x_optimum", "scale_events", "recovery_s", "worst_p90_itl_s"}
+    figures = {"slo_attainment", "gpu_hours", "gpu_hours_x_optimum", "scale_events", "recovery_s", "worst_p90_itl_s",
+               "worst_p90_ttft_s"}
     for trace, by_policy in data["traces"].items():
         assert set(by_policy) == set(benchmark.POLICIES)
         for name, entry in by_policy.items():
