@@ -1154,8 +1154,8 @@ class KimiK3DeploymentStatus(Model):
     """Each group once: its rack, trays, Kueue state with Kueue's message, and readiness (conditions only point here)."""
     rollout: RolloutStatus | None = None
     """Revisions of the groups and how far a rollout is."""
-    engine_overrides: list[EngineOverride] = Field(default_factory=list)
-    """Settings vLLM 0.33 will change or narrow without an error for this spec (also Warning Events EngineSettingOverridden and `kimik3 validate`): each with its fields, the value vLLM uses and the change that avoids it."""
+    engine_overrides: list[EngineOverride] | None = None
+    """Settings vLLM 0.33 will change or narrow without an error for the admitted spec (also Warning Events EngineSettingOverridden and `kimik3 validate`): each with its fields, the value vLLM uses and the change that avoids it; empty when none."""
 
     def condition(self, type_: str) -> Condition | None:
         """The condition of this type, or None."""
