@@ -75,10 +75,11 @@ UNAUTHORIZED_BODY = b'{"error":"Unauthorized"}'
 """vLLM 0.32's refusal: Starlette's ``JSONResponse(content={"error": "Unauthorized"}, status_code=401)``
 renders compact JSON, ``Content-Type: application/json`` (no charset), no ``WWW-Authenticate``."""
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
-_WORDS = ("kimi", "tensor", "rack", "tray", "draft", "accept", "token", "step", "expert", "route",
+WORDS = ("kimi", "tensor", "rack", "tray", "draft", "accept", "token", "step", "expert", "route",
           "latent", "delta", "spark", "mega", "kernel", "batch", "decode", "prefill", "cache", "group",
           "leader", "worker", "clique", "link", "fleet", "scale", "queue", "serve", "model", "layer",
           "shard", "block")
+"""The words the simulated model speaks, one token each (``kimik3_dev.sim.tokenizer`` is their tokenizer)."""
 
 
 def count_tokens(text: str) -> int:
@@ -88,7 +89,7 @@ def count_tokens(text: str) -> int:
 
 def token_text(index: int) -> str:
     """Text of the ``index``-th generated token (a space and a word)."""
-    return " " + _WORDS[(index * 7 + index // len(_WORDS)) % len(_WORDS)]
+    return " " + WORDS[(index * 7 + index // len(WORDS)) % len(WORDS)]
 
 
 @dataclass
