@@ -5,6 +5,9 @@ It speaks vLLM's interface: OpenAI ``POST /v1/completions`` and ``POST /v1/chat/
 ``data: [DONE]``; ``stream_options.include_usage`` / ``continuous_usage_stats``), ``GET /v1/models``,
 ``GET /health`` (503 while the simulated weights load, then 200) and ``GET /metrics`` with vLLM
 0.32's series (``kimik3_dev.sim.vllm_metrics``), one ``engine`` label value per data-parallel engine.
+The answers carry the fields of vLLM 0.32's protocol classes, as its serving code dumps them
+(``_full_response``, ``_stream_chunk``); the ``openai`` client and ``vllm bench serve`` accept them
+(tests/test_sim_clients.py, tests/conformance/test_sim_clients_vllm.py).
 
 Behind it, a continuous-batching scheduler per lockstep unit (``perfmodel.PerfParams``): requests
 wait (``max_num_seqs``), are prefilled in chunks inside the steps (``max_num_batched_tokens``),
