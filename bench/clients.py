@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
 import json
 import os
 import subprocess
@@ -37,6 +36,7 @@ import yaml  # noqa: E402
 
 from kimik3.admission import admit  # noqa: E402
 from kimik3.autoscaler import perfmodel as pm  # noqa: E402
+from kimik3.kube.times import rfc3339  # noqa: E402
 from kimik3_dev.doctor import PARSER_VENVS  # noqa: E402
 from kimik3_dev.sim.engine import EngineConfig, SimEngine  # noqa: E402
 from kimik3_dev.sim.vllm_bench import bench_serve  # noqa: E402
@@ -94,7 +94,7 @@ async def run(args: argparse.Namespace) -> dict:
                             text=True, check=False).stdout.strip()
     shape = config.shape
     return {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "date": rfc3339(),
         "commit": commit,
         "command": "python bench/clients.py " + " ".join(sys.argv[1:]),
         "engine": {"recipe": os.path.relpath(args.filename, REPO), "accelerator": shape.accelerator, "strategy": shape.strategy,
