@@ -1,7 +1,7 @@
 """The one front door: every KimiK3Deployment spec passes ``admit()`` before anything uses it.
 
 ``admit(spec_dict, policy)`` parses the spec (the schema of ``kimik3.api.v1alpha1``), runs every
-rule of every concern (one module each: ``shape``, ``memory``, ``megakernel``, ``speculative``,
+rule of every concern (one module each: ``shape``, ``memory``, ``batch``, ``megakernel``, ``speculative``,
 ``extra_args``, ``api_keys``, ``source``, ``autoscaling``, ``disruption``, ``placement``,
 ``rollout``) and returns one
 ``Admitted`` value: the parsed spec, its group plan, every duration in seconds and the settings
@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from kimik3.admission.api_keys import API_KEYS
 from kimik3.admission.autoscaling import AUTOSCALING
+from kimik3.admission.batch import BATCH
 from kimik3.admission.disruption import DISRUPTION
 from kimik3.admission.extra_args import EXTRA_ARGS
 from kimik3.admission.megakernel import MEGAKERNEL
@@ -41,7 +42,7 @@ from kimik3.topology.plan import GroupPlan, plan_group
 
 __all__ = ["PROGRESS_MARGIN_S", "TABLES", "AdmissionPolicy", "Admitted", "Seconds", "Table", "admit"]
 
-TABLES: tuple[Table, ...] = (SHAPE, MEMORY, MEGAKERNEL, SPECULATIVE, EXTRA_ARGS, API_KEYS, SOURCE, AUTOSCALING,
+TABLES: tuple[Table, ...] = (SHAPE, MEMORY, BATCH, MEGAKERNEL, SPECULATIVE, EXTRA_ARGS, API_KEYS, SOURCE, AUTOSCALING,
                              DISRUPTION, PLACEMENT, ROLLOUT)
 """Every concern's rules, in the order their problems are reported."""
 

@@ -256,6 +256,13 @@ class EngineSpec(Model):
 
     model_config = validated_by(
         rule(
+            "batched-tokens-cover-seqs",
+            "self.maxNumBatchedTokens >= self.maxNumSeqs",
+            "maxNumBatchedTokens must be >= maxNumSeqs: vLLM refuses to start otherwise (one step holds at least "
+            "one token per sequence); raise maxNumBatchedTokens or lower maxNumSeqs",
+            ".maxNumBatchedTokens",
+        ),
+        rule(
             "api-key-not-in-env",
             "!has(self.env) || !self.env.exists(e, e.name == 'VLLM_API_KEY')",
             "VLLM_API_KEY in env would be the API key in plain text in the CR: put the key in a Secret "
