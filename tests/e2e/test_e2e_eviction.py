@@ -57,8 +57,9 @@ def test_two_trays_of_two_groups_drained_at_once_take_one_group_down(dev_env: De
         refused = next(d for d in drains if d.attempts[0].status == 429)
         granted = next(d for d in drains if d.attempts[0].status == 201)
         assert refused.attempts[0].message.startswith(REFUSED), refused.attempts[0].message
-        assert re.search(r"The disruption budget k3 needs 5 healthy pods and has [56] currently$",
-                         refused.attempts[0].message), refused.attempts[0].message
+        # its cause: the budget's count, or (lost the race on the budget's status) no disruption left
+        assert re.search(r"The disruption budget k3 (needs 5 healthy pods and has [4-6] currently|does not allow "
+                         r"evicting pods currently)$", refused.attempts[0].message), refused.attempts[0].message
         # retried until granted; granted only after the first group was whole and Ready again
         assert refused.attempts[-1].status == 201 and len(refused.attempts) >= 2
         lost_at = next(at for at, n in down if n == MAY_GO)
