@@ -66,9 +66,9 @@ def _round(rest: Rest, load_time: float) -> dict:
             "first_evictions": sorted(d.attempts[0].status for d in drains),
             "refusal": next((a.message for d in drains for a in d.attempts if a.status == 429), None),
             "refusals_before_second": sum(a.status == 429 for a in second.attempts),
-            "first_granted_s": first.attempts[0].at, "first_group_lost_s": lost,
+            "first_granted_s": first.attempts[0].answered, "first_group_lost_s": lost,
             "first_group_back_s": next((at for at, n in down if at > lost and n == 0), None),
-            "second_granted_s": second.attempts[-1].at}
+            "second_granted_s": second.attempts[-1].answered}
 
 
 def main() -> None:

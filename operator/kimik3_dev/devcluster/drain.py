@@ -30,11 +30,12 @@ _MERGE = "application/merge-patch+json"
 
 @dataclass(frozen=True)
 class Attempt:
-    """One eviction call: ``at`` seconds after the drains started, the HTTP ``status`` (201
-    granted, 429 refused by a disruption budget) and the API server's ``message``."""
+    """One eviction call: sent ``at`` and ``answered`` seconds after the drains started, the HTTP
+    ``status`` (201 granted, 429 refused by a disruption budget) and the API server's ``message``."""
 
     pod: str
     at: float
+    answered: float
     status: int
     message: str
 
@@ -80,8 +81,9 @@ def drain(rest: Rest, node: str, namespace: str, clock: Callable[[], float], tim
     for pod in pods:
         name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
         while True:
+            at = round(clock(), 2)
             status, message = evict(rest, namespace, name)
-            out.attempts.append(Attempt(name, round(clock(), 2), status, message))
+            out.attempts.append(Attempt(name, at, round(clock(), 2), status, message))
             if status in (201, 404):
                 break
             if time.monotonic() + retry_s > deadline:
@@ -106,7 +108,7 @@ def measure_drains(rest: Rest, namespace: str, name: str, size: int, nodes: list
                    retry_s: float = KUBECTL_RETRY_S) -> tuple[list[Drain], list[tuple[float, Sample]]]:
     """Drain ``nodes`` at once (one thread each, their first evictions released together) while
     sampling the groups of deployment ``name`` (``size`` pods each) every 0.05 s; the drains, and
-    the distinct samples with the second each was first seen."""
+    the distinct samples, each with the second its read had ended by when it was first seen."""
     start = time.monotonic()
     clock = lambda: time.monotonic() - start  # noqa: E731
     together = threading.Barrier(len(nodes))
@@ -115,7 +117,11 @@ def measure_drains(rest: Rest, namespace: str, name: str, size: int, nodes: list
         together.wait()
         return drain(rest, node, namespace, clock, timeout_s, retry_s)
 
-    with Recorder(lambda: (round(clock(), 2), sample(rest, namespace, name, size))) as seen:
+    def seen_now() -> tuple[float, Sample]:
+        groups = sample(rest, namespace, name, size)
+        return round(clock(), 2), groups  # the time once read: the state held at or before it
+
+    with Recorder(seen_now) as seen:
         with ThreadPoolExecutor(len(nodes)) as pool:
             drains = list(pool.map(one, nodes))
     distinct: list[tuple[float, Sample]] = []
