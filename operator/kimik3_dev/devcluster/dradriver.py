@@ -48,6 +48,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from kimik3.controller.computedomains import DRIVER
 from kimik3.controller.kube import ApiError, Conflict, NotFound
 from kimik3.kube import nodes as knodes
 from kimik3.kube import pods as kpods
@@ -58,8 +59,6 @@ __all__ = ["CHANNEL_CLASS", "DAEMON_CLASS", "DAEMON_FAILED_LABEL", "DOMAIN_LABEL
            "PLUGIN_STOPPED_LABEL", "DraDriver", "channel_template", "daemon_set", "device_classes", "node_entries",
            "overall_status", "resource_slice"]
 
-DRIVER = "compute-domain.nvidia.com"
-"""The driver name of NVIDIA's ComputeDomain kubelet plugin (devices, DeviceClass selectors, opaque config)."""
 NAMESPACE = "nvidia-dra-driver-gpu"
 """The namespace NVIDIA's chart is installed in by its docs (the daemons and their template live there)."""
 DOMAIN_LABEL = "resource.nvidia.com/computeDomain"
@@ -287,9 +286,13 @@ class DraDriver:
             self._merge(f"{CD_PATH}/namespaces/{meta['namespace']}/computedomains/{meta['name']}",
                         {"metadata": {"finalizers": [*(meta.get("finalizers") or []), DOMAIN_LABEL],
                                       "resourceVersion": meta["resourceVersion"]}})
-        workload = channel_template(cd)
-        for obj, plural in ((workload, "resourceclaimtemplates"), (daemon_template(cd), "resourceclaimtemplates")):
-            self._create(f"{RESOURCE_PATH}/namespaces/{obj['metadata']['namespace']}/{plural}", obj)
+        for obj in (channel_template(cd), daemon_template(cd)):
+            path = f"{RESOURCE_PATH}/namespaces/{obj['metadata']['namespace']}/resourceclaimtemplates/{obj['metadata']['name']}"
+            if self.rest.get(path) is None:
+                # Server-side apply, not create: the API server then stores the opaque parameters
+                # re-encoded, so the later finalizer update passes the spec's immutability check
+                # (a create keeps the client's bytes, and the update's re-encoding differs).
+                self.rest.apply(path, obj)
         self._create(f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets", daemon_set(cd))
 
     def write_status(self, cd: dict[str, Any], daemons: list[dict[str, Any]], trays: dict[str, dict[str, Any]]) -> None:
