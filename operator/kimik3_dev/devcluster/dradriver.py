@@ -19,7 +19,7 @@ kube-controller-manager. What it does, by the driver part it stands in for:
 - the kubelet plugin's ``NodePrepareResources`` of a channel claim (the scheduler allocated it
   on a tray and reserved it for a pod): the node label ``resource.nvidia.com/computeDomain:
   <domain uid>``, which places the domain's daemon there; the label goes once no reserved
-  channel claim of that domain is left on the tray (``NodeUnprepareResources``). kwok (v0.8.0)
+  channel claim of that domain is left on the tray (``NodeUnprepareResources``). kwok (``KWOK_VERSION``)
   ignores a pod's claims and runs it once bound, where a kubelet would hold it in
   ContainerCreating until that tray's daemon is Ready;
 - the controller, per ComputeDomain: its finalizer; the ResourceClaimTemplate named
