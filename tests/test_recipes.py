@@ -19,6 +19,7 @@ from kimik3.admission import admit
 from kimik3.api.errors import SpecErrors
 from kimik3.autoscaler import perfmodel
 from kimik3.controller.kube import Invalid
+from kimik3.engine.overrides import describe
 from kimik3.kube.kinds import HTTP_ROUTE
 from kimik3.render.meta import engine_set_name
 from support.cluster import CD, CR, LWS, reconciled
@@ -76,8 +77,11 @@ def test_kimik3_validate_accepts_the_recipe(path):
                          capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
     placement = "a ComputeDomain and clique placement" if cd else "no ComputeDomain"
-    assert out.stdout.strip() == (f"{name}: valid: {nodes} node(s) x {gpus} {accelerator} GPUs per group, "
-                                  f"{placement}")
+    first, *warnings = out.stdout.strip().splitlines()
+    assert first == f"{name}: valid: {nodes} node(s) x {gpus} {accelerator} GPUs per group, {placement}"
+    # then the settings vLLM 0.33 will narrow (kimik3.engine.overrides), e.g. the megakernel's 64-token steps
+    [doc] = [d for d in documents(path) if d.get("kind") == "KimiK3Deployment"]
+    assert warnings == [f"  warning: {describe(o)}" for o in admit(doc["spec"]).overrides]
 
 
 def shape_of(path) -> tuple[Shape, int]:
