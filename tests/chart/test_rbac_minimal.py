@@ -29,6 +29,8 @@ Scenario (one fresh namespace each run), in order:
   follow LeaderWorkerSet  the CR turns Ready soon after the LWS reports its groups ready
   heal <Kind>          a deleted child is back within HEAL_WINDOW_S (the resync is minutes away)
   follow pods          a leader pod that appears shows up in the Ready message
+  channel devices      that pod's tray has no ResourceSlice of the ComputeDomain driver:
+                       ComputeDomainReady=False ResourceSliceMissing names it
   prepare failure      a pod Pending on its node with the kubelet's FailedPrepareDynamicResources
                        Event older than its bound: ComputeDomainReady=False PrepareFailed (F19 b)
   follow Workloads     (placement kueue) a group's Workload pending on quota shows as
@@ -158,6 +160,7 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("events", "list"): "prepare failure",
     ("workloads", "list"): "follow Workloads",
     ("nodes", "list"): "free block",
+    ("resourceslices", "list"): "channel devices",
     ("workloads", "delete"): "readmit split group",
     **{(resource, verb): "stage weights" for resource, verbs in (
         ("persistentvolumeclaims", ("get", "create", "patch")), ("jobs", ("get", "create", "patch")),
@@ -330,6 +333,8 @@ def scenario(kube: Kube, core: client.CoreV1Api, namespace: str, lease: str) -> 
     wait_for(lambda: pod not in {p.metadata.name for p in core.list_namespaced_pod(namespace).items}, 10,
              "the test pod gone")
     unprepared_pod(core, namespace)
+    expect("channel devices", lambda: condition(get(*CR, namespace, NAME), "ComputeDomainReady").get("reason")
+           == "ResourceSliceMissing", HEAL_WINDOW_S)
     expect("prepare failure", lambda: condition(get(*CR, namespace, NAME), "ComputeDomainReady").get("reason")
            == "PrepareFailed", PREPARE_WINDOW_S)
     core.delete_namespaced_pod(f"{ENGINE}-1", namespace, grace_period_seconds=0)

@@ -146,4 +146,9 @@ look-up, and one whose CRD is deleted is waited out (controller/lateapis.py).
 - apiGroups: [""]
   resources: ["nodes"]
   verbs: ["list"]
+# With ComputeDomains: the trays where engine pods run and the DRA driver publishes no channel
+# device (no ResourceSlice) are named in ComputeDomainReady=False ResourceSliceMissing.
+- apiGroups: ["resource.k8s.io"]
+  resources: ["resourceslices"]
+  verbs: ["list"]
 {{- end }}

@@ -127,6 +127,10 @@ class Reason(StrEnum):
     ALL_NODES_JOINED = "AllNodesJoined"
     NODES_MISSING = "NodesMissing"
     """The ComputeDomain lacks nodes that run engine pods (kimik3.controller.computedomains)."""
+    NODES_NOT_READY = "NodesNotReady"
+    """The DRA driver lists the daemon NotReady on a node that runs engine pods."""
+    RESOURCE_SLICE_MISSING = "ResourceSliceMissing"
+    """A node that runs engine pods publishes no ResourceSlice of the ComputeDomain driver."""
     PREPARE_FAILED = "PrepareFailed"
     """A pod's resource claims could not be prepared for longer than its bound (the kubelet's
     FailedPrepareDynamicResources Event quoted; kimik3.controller.computedomains)."""
@@ -180,8 +184,9 @@ REASONS: dict[ConditionType, tuple[Reason, ...]] = {
                              Reason.GROUP_CRASH_LOOPING),
     ConditionType.SCALING_LIMITED: (Reason.UNSCHEDULABLE, Reason.QUOTA_EXHAUSTED, Reason.NO_RACK_FITS, Reason.PREEMPTED,
                                     Reason.KUEUE_PENDING, Reason.ALL_GROUPS_PLACED),
-    ConditionType.COMPUTE_DOMAIN_READY: (Reason.ALL_NODES_JOINED, Reason.NODES_MISSING, Reason.PREPARE_FAILED,
-                                                 Reason.NOT_REPORTED),
+    ConditionType.COMPUTE_DOMAIN_READY: (Reason.ALL_NODES_JOINED, Reason.NODES_MISSING, Reason.NODES_NOT_READY,
+                                         Reason.RESOURCE_SLICE_MISSING, Reason.PREPARE_FAILED,
+                                         Reason.NOT_REPORTED),
     ConditionType.METRICS_AVAILABLE: (Reason.MEASURED, Reason.GROUPS_UNMEASURED, Reason.SCALED_TO_ZERO,
                                       Reason.NOT_YET_MEASURED, *METRICS_UNAVAILABLE),
     ConditionType.WEIGHTS_READY: (Reason.STAGED, Reason.DECLARED_READY, Reason.NOT_STAGED, Reason.STAGING,
@@ -221,7 +226,8 @@ class EventReason(StrEnum):
     ENGINE_SETTING_OVERRIDDEN = "EngineSettingOverridden"
     """Warning: vLLM 0.33 will change or narrow a setting of the spec without an error (fields, the value it uses, the change that avoids it; status.engineOverrides)."""
     COMPUTE_DOMAIN_NODES_MISSING = "ComputeDomainNodesMissing"
-    """Warning: ComputeDomainReady=False NodesMissing (nodes of engine pods not in the ComputeDomain)."""
+    """Warning: ComputeDomainReady=False NodesMissing, NodesNotReady or ResourceSliceMissing (nodes of
+    engine pods not in the ComputeDomain, not Ready in it, or without the driver's ResourceSlice)."""
     COMPUTE_DOMAIN_PREPARE_FAILED = "ComputeDomainPrepareFailed"
     """Warning: ComputeDomainReady=False PrepareFailed (the kubelet cannot prepare a pod's claims)."""
     TEARDOWN_STARTED = "TeardownStarted"

@@ -32,7 +32,7 @@ from kimik3.api.conditions import ConditionType, Event, EventReason, Reason, Ver
 from kimik3.api.v1alpha1 import KimiK3DeploymentStatus
 from kimik3.controller import launchers
 from kimik3.controller.autoscaling import Autoscaling, Scaled
-from kimik3.controller.computedomains import (PrepareFailure, compute_domain_verdict, prepare_failures,
+from kimik3.controller.computedomains import (SLICES_POLL_S, PrepareFailure, compute_domain_verdict, prepare_failures,
                                               unprepared_pods, verdict_event, with_prepare_failures)
 from kimik3.controller.fleet import fleet_replicas
 from kimik3.controller.groups import kueue_changes, stored_groups
@@ -235,12 +235,15 @@ def place(snap: Snapshot) -> StepResult[None]:
 def observe(snap: Snapshot, has_domain: bool, now: dt.datetime) -> StepResult[list[PrepareFailure]]:
     """ComputeDomainReady of the deployment's ComputeDomain when it has one (``has_domain``: the
     spec renders one; F19), with the pods the kubelet has failed to prepare past their bound
-    (F19 b) as the value; look again while a pod waits to be prepared."""
+    (F19 b) as the value; look again while a pod waits to be prepared, and every ``SLICES_POLL_S``
+    while the driver's ResourceSlices are read."""
     if not has_domain:
         return StepResult([])
     failures, again = prepare_failures(snap.pods, snap.prepare_events, now) if unprepared_pods(snap.pods) \
         else ([], None)
-    verdict = compute_domain_verdict(snap.compute_domain, snap.pods, failures)
+    verdict = compute_domain_verdict(snap.compute_domain, snap.pods, failures, snap.sliced)
+    if snap.sliced is not None:  # nothing the operator watches changes when a tray's slice goes
+        again = SLICES_POLL_S if again is None else min(again, SLICES_POLL_S)
     out: StepResult[list[PrepareFailure]] = StepResult(failures, requeue_after=again)
     if verdict is not None:
         out.conditions[ConditionType.COMPUTE_DOMAIN_READY] = verdict

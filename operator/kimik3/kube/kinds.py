@@ -65,11 +65,13 @@ ROLE = Kind("rbac.authorization.k8s.io", "v1", "Role", "roles")
 ROLE_BINDING = Kind("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings")
 LEASE = Kind("coordination.k8s.io", "v1", "Lease", "leases")
 """The operator's leader election (kimik3.controller.leadership), in the operator's own namespace."""
+RESOURCE_SLICE = Kind("resource.k8s.io", "v1", "ResourceSlice", "resourceslices")
+"""Cluster-scoped; the ComputeDomain driver's devices on each tray (``controller.computedomains``)."""
 NODE = Kind("", "v1", "Node", "nodes")
 """Cluster-scoped (``path()`` with no namespace); read by the dev kit's views, not by the operator."""
 
 KINDS: tuple[Kind, ...] = (KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, COMPUTE_DOMAIN, POD_MONITOR, HTTP_ROUTE,
-                           POD_DISRUPTION_BUDGET, CONFIG_MAP, SERVICE, POD, EVENT, LEASE, NODE, WORKLOAD,
+                           POD_DISRUPTION_BUDGET, CONFIG_MAP, SERVICE, POD, EVENT, LEASE, NODE, RESOURCE_SLICE, WORKLOAD,
                            JOB, PERSISTENT_VOLUME_CLAIM, SERVICE_ACCOUNT, ROLE, ROLE_BINDING)
 
 CHILD_KINDS: tuple[Kind, ...] = (COMPUTE_DOMAIN, CONFIG_MAP, LEADER_WORKER_SET, SERVICE, POD_DISRUPTION_BUDGET,
