@@ -4,7 +4,7 @@ once (rack, trays, Kueue state with Kueue's message, ready), short conditions th
 change of a group's Kueue state.
 
 No Kueue manager runs here (tests/e2e/test_e2e_kueue.py runs the real one): the test writes the
-Workloads, Nodes and pods as Kueue v0.17.0, the kubelet and kube-scheduler would (Workload
+Workloads, Nodes and pods as Kueue (``KUEUE_VERSION``), the kubelet and kube-scheduler would (Workload
 labels ``kueue.x-k8s.io/job-uid`` and annotation ``component-workload-index``; the clique Kueue's
 node labels; ``status.allocatable`` of each tray). The pure parts
 (``controller.groups``, ``topology.capacity``) are checked on their own first.
@@ -156,7 +156,7 @@ def test_free_trays_per_domain_count_allocations_readiness_and_the_product() -> 
 
 @pytest.fixture(scope="module")
 def kueue_crds(control_plane: Any) -> None:
-    """Kueue v0.17.0's CRDs (stored version v1beta2, no manager, no conversion webhook)."""
+    """The pinned Kueue's CRDs (stored version v1beta2, no manager, no conversion webhook)."""
     control_plane.apply_crds(kueue.crd_documents(None))
 
 

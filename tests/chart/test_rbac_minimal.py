@@ -209,7 +209,7 @@ NO_RACK_MESSAGE = 'couldn\'t assign flavors to pod set leader: topology "nvl72" 
 
 
 def put_workload(kube: Kube, namespace: str, lws_uid: str, name: str, group: str, condition: dict[str, str]) -> None:
-    """A group's Workload as Kueue v0.17 writes it (spec abridged; no Kueue runs here), with one condition."""
+    """A group's Workload as Kueue writes it (v0.17.0 to v0.19.2 alike; spec abridged, no Kueue runs here), with one condition."""
     kube.apply({
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
         "metadata": {"name": name, "namespace": namespace, "labels": {"kueue.x-k8s.io/job-uid": lws_uid},

@@ -1,4 +1,4 @@
-"""Kueue placement on ``kimik3 dev up`` with the real Kueue v0.17.0 manager: 2 NVL72 racks of 18
+"""Kueue placement on ``kimik3 dev up`` with the real Kueue manager (``KUEUE_VERSION``): 2 NVL72 racks of 18
 GB300 trays (144 GPUs), as a real GB300 NVL72 pair of racks looks to Kubernetes.
 
 - Packing: 9 TP8 groups (2 trays each) fill rack 0 exactly, the 10th goes to rack 1 (best fit,

@@ -31,7 +31,7 @@ PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_RESOURCE = "nvidia.com/gpu"
 
 KUEUE_QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
-"""On the LeaderWorkerSet: the LocalQueue its groups are submitted to (immutable in Kueue v0.17)."""
+"""On the LeaderWorkerSet: the LocalQueue its groups are submitted to (Kueue refuses a change while a group is Ready)."""
 KUEUE_PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 """On the LeaderWorkerSet: the WorkloadPriorityClass of its groups' Workloads."""
 KUEUE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
