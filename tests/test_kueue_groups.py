@@ -154,12 +154,6 @@ def test_free_trays_per_domain_count_allocations_readiness_and_the_product() -> 
 # -- with the operator on a real API server ------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def kueue_crds(control_plane: Any) -> None:
-    """The pinned Kueue's CRDs (stored version v1beta2, no manager, no conversion webhook)."""
-    control_plane.apply_crds(kueue.crd_documents(None))
-
-
 @pytest.fixture
 def racks(admin_api: client.ApiClient) -> Iterator[str]:
     """Two NVL72-like cliques of 2 GB300 trays each (Ready, 4 GPUs allocatable); removed afterwards."""
@@ -201,7 +195,7 @@ def events(admin_api: client.ApiClient, namespace: str, reason: str) -> list[str
 
 
 def test_operator_writes_groups_no_rack_fits_with_the_free_block_and_state_events(
-        operator, kube, admin_api, namespace, kueue_crds, racks) -> None:
+        operator, kube, admin_api, namespace, kueue_queue, racks) -> None:
     core = client.CoreV1Api(admin_api)
     apply(kube, recipe(replicas=2, scheduling={"placement": {"mode": "kueue", "queueName": "default"}}), namespace)
     reconciled(kube, namespace, "k3-latency")
@@ -319,7 +313,7 @@ def test_an_admitted_group_with_a_pod_off_its_trays_is_checked_again_soon() -> N
 
 
 def test_a_group_kueue_split_or_left_on_a_failed_tray_gets_a_fresh_workload(operator, kube, admin_api, namespace,
-                                                                           kueue_crds, racks) -> None:
+                                                                           kueue_queue, racks) -> None:
     """On a real API server: the operator deletes the split group's Workload (Kueue then deletes the
     group's pods and creates a fresh Workload, admitted whole) and says why; the same for a Workload
     that lists a failed tray, found by the operator's poll while a pod of the group is off its trays."""

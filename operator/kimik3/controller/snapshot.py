@@ -27,11 +27,12 @@ from kimik3.admission import Admitted
 from kimik3.controller.cache import ObjectCache
 from kimik3.controller.computedomains import PREPARE_EVENTS, unprepared_pods
 from kimik3.controller.fleet import EngineSet, engine_sets
-from kimik3.controller.kube import ApiError, Kube
+from kimik3.controller.kube import ApiError, Forbidden, Kube
 from kimik3.controller.nodes import Nodes
+from kimik3.controller.queues import QueueRead
 from kimik3.kube import pods as kpods
 from kimik3.kube.groups import Group, GroupKey, groups_of
-from kimik3.kube.kinds import COMPUTE_DOMAIN, CONFIG_MAP, EVENT, LEADER_WORKER_SET, NODE, POD, WORKLOAD, Kind
+from kimik3.kube.kinds import COMPUTE_DOMAIN, CONFIG_MAP, EVENT, LEADER_WORKER_SET, LOCAL_QUEUE, NODE, POD, WORKLOAD, Kind
 from kimik3.kube.labels import DEPLOYMENT_LABEL, KUEUE_JOB_UID_LABEL, LWS_NAME_LABEL, PRODUCT_LABEL
 from kimik3.kube.workloads import waiting
 from kimik3.render.meta import Owner
@@ -131,6 +132,22 @@ class Reader:
             log.warning("cannot list Kueue Workloads in %s (%s %s): is Kueue installed?", namespace,
                         exc.status, exc.reason)
             return None
+
+    def local_queue(self, admitted: Admitted, owner: Owner) -> QueueRead:
+        """The LocalQueue ``queueName`` of ``owner``'s namespace (placement ``kueue``), read from the
+        API server (not watched): whether Kueue's API is served, the read refused, or the object
+        (``controller.queues``). Any other error of the API server is raised."""
+        name = admitted.spec.scheduling.placement.queue_name or ""
+        self._count(LOCAL_QUEUE)
+        try:
+            obj = self.kube.request("GET", LOCAL_QUEUE.path(owner.namespace, name))
+        except Forbidden as exc:
+            return QueueRead(name, owner.namespace, refused=f"{exc.status} {exc.reason}: {exc.message}")
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            return QueueRead(name, owner.namespace, served=exc.is_status)
+        return QueueRead(name, owner.namespace, obj)
 
     def racks(self, pods: Iterable[dict[str, Any]], topology_key: str) -> dict[str, str]:
         names = [kpods.node_name(p) for p in pods]
