@@ -3,12 +3,14 @@
 
 On a real kube-apiserver of this module's own, first without Kueue's API (its CRDs not installed),
 then with it: no LocalQueue; a LocalQueue whose ClusterQueue Kueue says does not exist; one whose
-ClusterQueue is inactive. Each time the reconcile creates no LeaderWorkerSet and no ComputeDomain
-(so no engine pod can exist), and the CR says ``Ready=False`` and ``ScalingLimited=True`` with a
-reason naming the missing object, a message with the fix, and a Warning Event. Once Kueue reports
-the LocalQueue active the groups are created, and ScalingLimited never says "placed" for groups
-that do not exist yet. No Kueue manager runs: the test writes the LocalQueue's status as Kueue
-v0.19.2's LocalQueue controller does.
+ClusterQueue is inactive; one Kueue reports active while no Kueue webhook is registered (this API
+server has none: the dry run of the LeaderWorkerSet comes back unmarked). Each time the reconcile
+creates no LeaderWorkerSet and no ComputeDomain (so no engine pod can exist), and the CR says
+``Ready=False`` and ``ScalingLimited=True`` with a reason naming the missing object, a message with
+the fix, and a Warning Event. A LocalQueue Kueue has not reported on holds nothing back; the groups
+are then created, and ScalingLimited does not say "placed" for groups that do not exist yet. No
+Kueue manager runs: the test writes the LocalQueue's status as Kueue v0.19.2's LocalQueue
+controller does. The served path with Kueue's real webhooks: tests/e2e/test_e2e_kueue.py.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from kubernetes import client
 from kimik3.api.conditions import Reason
 from kimik3.controller.fleet import EngineSet
 from kimik3.controller.kube import Kube
-from kimik3.controller.queues import QueueRead, adds_groups, queue_verdict
+from kimik3.controller.queues import QueueRead, creating, kueue_marked, queue_verdict
 from kimik3.controller.reconcile import Reconciler
 from kimik3.kube.kinds import COMPUTE_DOMAIN, LOCAL_QUEUE
+from kimik3.kube.labels import KUEUE_SUSPENDING_PARENT_ANNOTATION
 from kimik3.render.meta import engine_set_name
 from kimik3_dev.devcluster import kueue
 from kimik3_dev.devcluster.controlplane import ControlPlane
@@ -57,6 +60,8 @@ def local_queue(active: dict[str, str] | None) -> dict[str, Any]:
      Reason.QUEUE_INACTIVE, "ClusterQueue gpus of LocalQueue tenant (namespace ns) is inactive (Kueue: m)"),
     (QueueRead(QUEUE, "ns", local_queue({"status": "False", "reason": "Stopped", "message": "LocalQueue is stopped"})),
      Reason.QUEUE_INACTIVE, "is not active (Kueue: Stopped: LocalQueue is stopped): e.g. remove its spec.stopPolicy"),
+    (QueueRead(QUEUE, "ns", local_queue({"status": "True", "reason": "Ready", "message": "m"}), marked=False),
+     Reason.KUEUE_WEBHOOK_MISSING, "came back without Kueue's kueue.x-k8s.io/pod-suspending-parent mark"),
 ])
 def test_a_queue_kueue_does_not_serve_is_named_with_the_fix(read: QueueRead, reason: Reason, says: str) -> None:
     verdict = queue_verdict(read)
@@ -64,20 +69,34 @@ def test_a_queue_kueue_does_not_serve_is_named_with_the_fix(read: QueueRead, rea
     assert verdict.message.startswith("no group is created: ") and says in verdict.message, verdict.message
 
 
-@pytest.mark.parametrize("active", [None, {"status": "True", "reason": "Ready", "message": "Can submit new workloads"}])
-def test_a_served_queue_or_one_kueue_has_not_reported_on_holds_nothing(active: dict[str, str] | None) -> None:
-    assert queue_verdict(QueueRead(QUEUE, "ns", local_queue(active))) is None
+ACTIVE = {"status": "True", "reason": "Ready", "message": "Can submit new workloads to localQueue"}
+
+
+@pytest.mark.parametrize(("active", "marked"), [(None, None), (ACTIVE, True), (ACTIVE, None)])
+def test_a_served_queue_or_one_kueue_has_not_reported_on_holds_nothing(active: dict[str, str] | None,
+                                                                      marked: bool | None) -> None:
+    assert queue_verdict(QueueRead(QUEUE, "ns", local_queue(active), marked=marked)) is None
 
 
 def test_only_an_apply_that_creates_groups_reads_the_queue() -> None:
     def lws(name: str, replicas: int) -> dict[str, Any]:
         return {"kind": "LeaderWorkerSet", "metadata": {"name": name}, "spec": {"replicas": replicas}}
     live = [EngineSet(lws("a", 2), "a", "h", 2, 2, False)]
-    assert not adds_groups(live, [lws("a", 2), {"kind": "Service", "metadata": {"name": "a"}}])
-    assert not adds_groups(live, [lws("a", 1)])  # fewer groups: nothing to create
-    assert adds_groups(live, [lws("a", 3)])
-    assert adds_groups(live, [lws("a", 2), lws("b", 1)])  # a rollout's new LeaderWorkerSet
-    assert adds_groups([], [lws("a", 1)])
+    assert creating(live, [lws("a", 2), {"kind": "Service", "metadata": {"name": "a"}}]) is None
+    assert creating(live, [lws("a", 1)]) is None  # fewer groups: nothing to create
+    assert creating(live, [lws("a", 3)]) == lws("a", 3)
+    assert creating(live, [lws("a", 2), lws("b", 1)]) == lws("b", 1)  # a rollout's new LeaderWorkerSet
+    assert creating([], [lws("a", 1)]) == lws("a", 1)
+
+
+def test_kueues_mark_on_every_pod_template() -> None:
+    mark = {"metadata": {"annotations": {KUEUE_SUSPENDING_PARENT_ANNOTATION: "leaderworkerset.x-k8s.io/leaderworkerset"}}}
+
+    def lws(leader: dict[str, Any] | None, worker: dict[str, Any]) -> dict[str, Any]:
+        optional = {"leaderTemplate": leader} if leader is not None else {}
+        return {"spec": {"leaderWorkerTemplate": {"workerTemplate": worker, **optional}}}
+    assert kueue_marked(lws(mark, mark)) and kueue_marked(lws(None, mark))
+    assert not kueue_marked(lws(mark, {"metadata": {}})) and not kueue_marked(lws({}, mark))
 
 
 # -- the operator on a real API server ----------------------------------------------------------
@@ -140,7 +159,15 @@ def test_no_engine_pod_while_kueue_does_not_serve_the_queue(control_plane: Contr
     held(kube, namespace, Reason.QUEUE_INACTIVE, "ClusterQueue gpus of LocalQueue", "is inactive",
          "kubectl describe clusterqueue gpus")
 
+    # Kueue reports the queue active, but no Kueue webhook is registered on this API server: the dry
+    # run of the LeaderWorkerSet comes back unmarked
     set_active(kube, namespace, "True", "Ready", "Can submit new workloads to localQueue")
+    held(kube, namespace, Reason.KUEUE_WEBHOOK_MISSING, "a dry run of the LeaderWorkerSet came back without Kueue's",
+         "Register Kueue's webhooks")
+
+    # a LocalQueue Kueue has not reported on (no manager): not held, the groups are created
+    kube.patch_merge(LOCAL_QUEUE.api_version, LOCAL_QUEUE.kind, namespace, QUEUE, {"status": {"conditions": []}},
+                     subresource="status")
     result = Reconciler(kube).reconcile(namespace, NAME)
     assert result.outcome == "applied"
     assert kube.get(*LWS, namespace, ENGINE)["spec"]["replicas"] == 2

@@ -33,8 +33,8 @@ ScalingLimited     True    Unschedulable (a group's pod has ``PodScheduled=False
                            trays), Preempted, KueuePending (a group's Workload is not admitted;
                            Kueue's message quoted once; each group's in status.groups); the queue
                            not served, no new group created (controller/queues.py): KueueNotInstalled,
-                           LocalQueueMissing, ClusterQueueMissing, QueueInactive, QueueUnreadable
-                           (the missing object and the fix in the message)
+                           LocalQueueMissing, ClusterQueueMissing, QueueInactive, QueueUnreadable,
+                           KueueWebhookMissing (the missing object and the fix in the message)
                    False   AllGroupsPlaced (every group the deployment wants exists, every pod placed)
                    Unknown GroupsNotCreated (fewer groups exist than wanted: nothing to say of the others)
 MetricsAvailable   True    Measured, ScaledToZero (no groups: nothing to measure)
@@ -139,6 +139,8 @@ class Reason(StrEnum):
     """Kueue says the LocalQueue cannot take Workloads (its ClusterQueue inactive, or stopped): no group is created."""
     QUEUE_UNREADABLE = "QueueUnreadable"
     """The operator may not read the LocalQueue (RBAC): no group is created until it can check it."""
+    KUEUE_WEBHOOK_MISSING = "KueueWebhookMissing"
+    """Kueue runs, but a dry run of the LeaderWorkerSet came back without its webhook's mark: no group is created."""
     ALL_GROUPS_PLACED = "AllGroupsPlaced"
     GROUPS_NOT_CREATED = "GroupsNotCreated"
     """Fewer groups exist than the deployment wants: nothing is placed or refused for the others yet."""
@@ -189,7 +191,7 @@ METRICS_UNAVAILABLE: tuple[Reason, ...] = (
 
 QUEUE_NOT_SERVED: tuple[Reason, ...] = (
     Reason.KUEUE_NOT_INSTALLED, Reason.LOCAL_QUEUE_MISSING, Reason.CLUSTER_QUEUE_MISSING, Reason.QUEUE_INACTIVE,
-    Reason.QUEUE_UNREADABLE)
+    Reason.QUEUE_UNREADABLE, Reason.KUEUE_WEBHOOK_MISSING)
 """Reasons of ``ScalingLimited=True`` (and ``Ready=False``) when placement kueue's queue is not served
 (``controller.queues``): the operator creates no group meanwhile."""
 
@@ -312,6 +314,8 @@ class EventReason(StrEnum):
     """Warning: ScalingLimited=True QueueInactive (no group created)."""
     QUEUE_UNREADABLE = Reason.QUEUE_UNREADABLE.value
     """Warning: ScalingLimited=True QueueUnreadable (no group created)."""
+    KUEUE_WEBHOOK_MISSING = Reason.KUEUE_WEBHOOK_MISSING.value
+    """Warning: ScalingLimited=True KueueWebhookMissing (no group created)."""
     # -- the autoscaler's decisions (``autoscaler.policy.Decision.reason``, also status.lastScale) --
     SCALE_UP = "ScaleUp"
     """Normal: more groups, for the measured decode latency."""

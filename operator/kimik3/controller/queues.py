@@ -5,7 +5,7 @@ queue: with no Kueue API the LeaderWorkerSet's pods are scheduled as if Kueue di
 gang, no quota, a group's pods free to land in two racks) while the CR says its groups are placed;
 with no LocalQueue, or one whose ClusterQueue is missing or inactive, Kueue keeps every pod gated
 for ever. So before an apply that would create groups (a new LeaderWorkerSet, or more replicas of
-a live one: ``adds_groups``) the reconcile reads the LocalQueue ``queueName``
+a live one: ``creating``) the reconcile reads the LocalQueue ``queueName``
 (``snapshot.Reader.local_queue``); ``queue_verdict`` says what is missing and the fix, and
 ``steps.gate`` holds the LeaderWorkerSet and the ComputeDomain back: no engine pod exists
 meanwhile. Groups already running stay (Kueue keeps their Workloads; their state is read from them).
@@ -16,8 +16,14 @@ the same in v0.17.0): condition ``Active``, False with reason ``ClusterQueueDoes
 (its ``spec.stopPolicy``). A LocalQueue with no ``Active`` condition yet (just created, or no
 Kueue manager running) is not held: Kueue's webhooks gate the pods and the Workloads say why.
 
-Not checked here: that Kueue's webhooks are registered for LeaderWorkerSets (without them the pods
-bypass Kueue although the API is served); docs/dev-cluster.md says how to see it.
+Kueue's webhooks: once Kueue reports the LocalQueue active (so a Kueue manager runs), the
+LeaderWorkerSet about to be applied is first applied as a dry run (``dryRun=All``: the API server
+runs the admission webhooks and stores nothing). Kueue's LeaderWorkerSet webhook marks each pod
+template it will manage (``KUEUE_SUSPENDING_PARENT_ANNOTATION``; its pod webhook then gates the
+pods); a dry run that comes back unmarked means no Kueue webhook will see the groups, whose pods
+would then be scheduled as if Kueue did not exist: ``KueueWebhookMissing``. A dry run the API server
+refuses (e.g. Kueue's webhook unreachable) is not judged here: the real apply fails the same way
+and ``ApplyFailed`` quotes it.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from typing import Any
 from kimik3.api.conditions import Reason, Verdict
 from kimik3.controller.fleet import EngineSet
 from kimik3.kube.kinds import LEADER_WORKER_SET, LOCAL_QUEUE
+from kimik3.kube.labels import KUEUE_SUSPENDING_PARENT_ANNOTATION
 from kimik3.kube.objects import condition
 
 POLL_S = 10.0
@@ -49,19 +56,29 @@ class QueueRead:
     """False: the API server does not serve ``kueue.x-k8s.io/v1beta2`` (a 404 with no Status body)."""
     refused: str = ""
     """The API server's refusal of the read (403: RBAC), "" when it answered."""
+    marked: bool | None = None
+    """The LeaderWorkerSet's dry run came back with Kueue's mark on every pod template; None: no dry
+    run (the LocalQueue is not reported active, or the API server refused the dry run)."""
 
 
-def adds_groups(sets: Sequence[EngineSet], objects: Sequence[dict[str, Any]]) -> bool:
-    """Whether applying ``objects`` would create groups: a LeaderWorkerSet that does not exist yet,
-    or one with more ``spec.replicas`` than the live set of that name."""
+def kueue_marked(lws: dict[str, Any]) -> bool:
+    """Every pod template of ``lws`` (as the API server returned it) carries Kueue's mark."""
+    template = lws["spec"]["leaderWorkerTemplate"]
+    pods = [template["workerTemplate"], *([template["leaderTemplate"]] if "leaderTemplate" in template else [])]
+    return all(KUEUE_SUSPENDING_PARENT_ANNOTATION in ((p.get("metadata") or {}).get("annotations") or {})
+               for p in pods)
+
+
+def creating(sets: Sequence[EngineSet], objects: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The first LeaderWorkerSet of ``objects`` whose apply would create groups (see ``adds_groups``), None if none."""
     live = {s.name: s for s in sets}
     for obj in objects:
         if obj["kind"] != LEADER_WORKER_SET.kind:
             continue
         current = live.get(obj["metadata"]["name"])
         if current is None or int(obj["spec"]["replicas"]) > current.replicas:
-            return True
-    return False
+            return obj
+    return None
 
 
 def queue_verdict(read: QueueRead) -> Verdict | None:
@@ -83,6 +100,13 @@ def queue_verdict(read: QueueRead) -> Verdict | None:
             "nvidia.com/gpu; the chart's kueue.tenants does), or set spec.scheduling.placement.queueName to a "
             "LocalQueue of this namespace"))
     active = condition(read.local_queue, "Active") or {}
+    if active.get("status") == "True" and read.marked is False:
+        return Verdict("True", Reason.KUEUE_WEBHOOK_MISSING, (
+            f"{HELD}: Kueue reports {where} active, but a dry run of the LeaderWorkerSet came back without "
+            f"Kueue's {KUEUE_SUSPENDING_PARENT_ANNOTATION} mark: no Kueue webhook would gate its pods, which "
+            "would be scheduled with no admission and could split a group across racks. Register Kueue's "
+            "webhooks (mleaderworkerset.kb.io and mpod.kb.io, its MutatingWebhookConfiguration) with the "
+            "LeaderWorkerSet integration on, and keep this namespace in its managedJobsNamespaceSelector"))
     if active.get("status") != "False":
         return None
     cluster_queue = (read.local_queue.get("spec") or {}).get("clusterQueue") or "?"
