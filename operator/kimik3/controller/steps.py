@@ -45,8 +45,9 @@ from kimik3.controller.rollout import RolloutStep, Rollouts, scale_down_held, st
 from kimik3.controller.snapshot import Snapshot
 from kimik3.controller.staging import Staging, Weights, with_weights
 from kimik3.controller.status import Observed, compute_status, stored_conditions
-from kimik3.kube.kinds import COMPUTE_DOMAIN, CONFIG_MAP, LEADER_WORKER_SET, WORKLOAD, Kind
+from kimik3.kube.kinds import COMPUTE_DOMAIN, CONFIG_MAP, LEADER_WORKER_SET, POD_DISRUPTION_BUDGET, WORKLOAD, Kind
 from kimik3.render.children import Rendered, render
+from kimik3.render.disruption import fleet_pods, over_fleet
 from kimik3.render.revision import TEMPLATE_HASH_ANNOTATION
 
 T = TypeVar("T")
@@ -161,10 +162,13 @@ def render_children(snap: Snapshot, admitted: Admitted, scaled: Scaled | None, c
 
 
 def roll(snap: Snapshot, admitted: Admitted, rendered: Rendered, rollouts: Rollouts) -> StepResult[RolloutStep]:
-    """The rendered LeaderWorkerSet replaced by the rollout's sets (old ones first, the target last)."""
+    """The rendered LeaderWorkerSet replaced by the rollout's sets (old ones first, the target last);
+    the disruption budget counts the pods of them all (``render.disruption.over_fleet``)."""
     index = next(i for i, c in enumerate(rendered.objects) if c["kind"] == LEADER_WORKER_SET.kind)
     rolled = rollouts.step(snap.obj, admitted, rendered.objects[index], snap.sets, snap.groups, snap.workloads)
-    objects = rendered.objects[:index] + rolled.fleet.apply + rendered.objects[index + 1:]
+    replicas, pods = int(rendered.objects[index]["spec"]["replicas"]), fleet_pods(rolled.fleet.apply, snap.pods)
+    objects = [over_fleet(c, admitted.spec, replicas, pods) if c["kind"] == POD_DISRUPTION_BUDGET.kind else c
+               for c in rendered.objects[:index] + rolled.fleet.apply + rendered.objects[index + 1:]]
     return StepResult(rolled, apply=objects, events=list(rolled.events), requeue_after=rolled.requeue_after)
 
 
