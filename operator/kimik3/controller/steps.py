@@ -11,7 +11,8 @@ writes: the applies between ``roll`` and ``retire``, the deletions, the status a
     scale    the replicas the autoscaler decides (``controller.autoscaling``)
     render   the children of the admitted spec (``render.children``)
     roll     the LeaderWorkerSets of the rollout: surge, canary, rollback (``controller.rollout``)
-    gate     what may be applied now: no engine before the weights
+    gate     what may be applied now: no engine before the weights, no new group while Kueue
+             does not serve the queue (``controller.queues``)
     -- the reconciler applies --
     retire   the LeaderWorkerSets the rollout is done with (``controller.fleet``)
     -- the reconciler reads the snapshot again (``Reader.refresh``) --
@@ -35,6 +36,8 @@ from kimik3.controller.autoscaling import Autoscaling, Scaled
 from kimik3.controller.computedomains import (SLICES_POLL_S, PrepareFailure, compute_domain_verdict, prepare_failures,
                                               unprepared_pods, verdict_event, with_prepare_failures)
 from kimik3.controller.fleet import fleet_replicas
+from kimik3.controller.queues import POLL_S as QUEUE_POLL_S
+from kimik3.controller.queues import QueueRead, queue_verdict
 from kimik3.controller.groups import kueue_changes, stored_groups
 from kimik3.controller.readmit import awaits_kueue, readmissions
 from kimik3.controller.recreation import Crashes, GroupFailures
@@ -169,16 +172,25 @@ def roll(snap: Snapshot, admitted: Admitted, rendered: Rendered, rollouts: Rollo
     return StepResult(rolled, apply=objects, events=list(rolled.events), requeue_after=rolled.requeue_after)
 
 
-def gate(snap: Snapshot, weights: Weights, objects: list[dict[str, Any]]) -> StepResult[bool]:
+def gate(snap: Snapshot, weights: Weights, objects: list[dict[str, Any]],
+         queue: QueueRead | None = None) -> StepResult[bool]:
     """No LeaderWorkerSet or ComputeDomain before the weights; and once staged, WeightsReady=True is
     written one reconcile before the first engine pod, so no reader ever sees a pod while the
-    status says Staging. The value: whether the engines are held back now."""
+    status says Staging. Under placement kueue, when the apply would create groups and ``queue``
+    (the LocalQueue as read) shows Kueue does not serve it, neither either, with ScalingLimited
+    saying what is missing (``controller.queues``; the status carries it). The value: whether the
+    engines are held back now."""
     announcing = weights.ready and any(c.type == ConditionType.WEIGHTS_READY and c.status == "False"
                                        for c in stored_conditions(snap.obj))
-    held = not weights.ready or announcing
+    unserved = queue_verdict(queue) if queue is not None else None
+    held = not weights.ready or announcing or unserved is not None
     kinds = (LEADER_WORKER_SET.kind, COMPUTE_DOMAIN.kind)
-    return StepResult(held, apply=[c for c in objects if not (held and c["kind"] in kinds)],
-                      requeue_after=ANNOUNCE_S if announcing else None)
+    out = StepResult(held, apply=[c for c in objects if not (held and c["kind"] in kinds)],
+                     requeue_after=ANNOUNCE_S if announcing else None)
+    if unserved is not None:
+        out.conditions[ConditionType.SCALING_LIMITED] = unserved
+        out.requeue_after = min(out.requeue_after if out.requeue_after is not None else QUEUE_POLL_S, QUEUE_POLL_S)
+    return out
 
 
 # ------------------------------------------------------------------------------------------ after the applies
