@@ -82,6 +82,8 @@ class Seconds:
     """``rollout.canary.analysis.interval``: time between canary checks; None without a canary."""
     canary_max_latency: float | None = None
     """``rollout.canary.analysis.maxLatency``, else ``autoscaling.target.value``; None without a canary."""
+    ttft_target: float | None = None
+    """``autoscaling.ttftTarget.value``: the time to first token held at its percentile; None without one."""
 
     @classmethod
     def of(cls, spec: KimiK3DeploymentSpec) -> Seconds:
@@ -100,6 +102,7 @@ class Seconds:
             canary_bake=duration_seconds(canary.bake) if canary else None,
             canary_interval=duration_seconds(canary.analysis.interval) if canary else None,
             canary_max_latency=duration_seconds(canary.analysis.max_latency or a.target.value) if canary else None,
+            ttft_target=duration_seconds(a.ttft_target.value) if a.ttft_target else None,
         )
 
 

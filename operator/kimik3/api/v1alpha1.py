@@ -509,6 +509,15 @@ class LatencyTarget(Model):
     """Target, e.g. 5ms (~200 tokens/s per user)."""
 
 
+class TTFTTarget(Model):
+    """The time-to-first-token objective (vLLM's vllm:time_to_first_token_seconds), kept beside the decode one."""
+
+    percentile: int = Field(default=90, ge=50, le=99)
+    """Percentile of the windowed histogram held under value."""
+    value: Duration
+    """Target, e.g. 2s: what users wait for the first token of a long prompt."""
+
+
 class MetricsSource(Model):
     """Where decode metrics are read."""
 
@@ -524,6 +533,8 @@ class AutoscalingSpec(Model):
     model_config = validated_by(
         rule("autoscaling-min-le-max", "self.minReplicas <= self.maxReplicas", "minReplicas must be <= maxReplicas",
              ".minReplicas"),
+        rule("ttft-target-positive", "!has(self.ttftTarget) || duration(self.ttftTarget.value) > duration('0s')",
+             "ttftTarget.value must be above 0 (e.g. 2s)", ".ttftTarget.value"),
     )
     enabled: bool = False
     """When true the operator owns the LeaderWorkerSet's replicas."""
@@ -533,6 +544,8 @@ class AutoscalingSpec(Model):
     """Most groups."""
     target: LatencyTarget = Field(default_factory=LatencyTarget)
     """Decode-latency objective."""
+    ttft_target: TTFTTarget | None = None
+    """Optional time-to-first-token objective; the autoscaler keeps both. Unset: decode latency only."""
     interval: Duration = "30s"
     """Time between decisions."""
     window: Duration = "2m"
@@ -958,6 +971,10 @@ class DecodeStatus(Model):
     """1 / time per output token at the same percentile (output tokens, whatever the metric)."""
     acceptance_length: float | None = None
     """Tokens per engine step: 1 + accepted / drafts (speculative decoding)."""
+    ttft_seconds: float | None = None
+    """Time to first token at ttftPercentile over the window, seconds: what the autoscaler holds under spec.autoscaling.ttftTarget.value. Unset when no first token came in the window."""
+    ttft_percentile: int | None = Field(default=None, ge=50, le=99)
+    """The percentile of ttftSeconds: spec.autoscaling.ttftTarget.percentile, else spec.autoscaling.target.percentile."""
     observed_at: str | None = None
     """RFC 3339 time of the measurement."""
 
