@@ -21,7 +21,7 @@ pidfile (``<state>/pids/``) and a log (``<state>/logs/``, etcd and kube-apiserve
    ``cluster.json``'s ``operator_identity``;
 6b. ``kimik3 dev stagers``: staging-Job pods run as local processes, model-cache claims
    provisioned on host folders (``stagers``);
-7. Prometheus (Debian's package) scraping the engine simulator's file_sd targets;
+7. Prometheus (Debian's package) scraping the engine simulator's file_sd targets (pod IP:port);
 8. the engine simulator, ``kimik3 dev sim --kubeconfig K --state-dir D``, when this checkout has it.
 
 Every wait is bounded; a failed step stops what was started and raises ``ComponentError``
@@ -393,7 +393,7 @@ class DevCluster:
                         time.sleep(0.1)
                     if not record.alive:
                         raise ComponentError("sim", "exited during start", record.log, self._retry)
-                    state["urls"]["sim-endpoints"] = str(self.state_dir / "sim" / "endpoints.json")
+                    state["urls"]["sim-services"] = str(self.state_dir / "sim" / "services.json")
 
     def _start_kueue(self, binary: Path, ports: tuple[int, int], ca: Path, rest: Rest, timeout: float,
                      out: Progress, state: dict[str, Any]) -> None:

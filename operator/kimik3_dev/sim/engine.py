@@ -1,4 +1,4 @@
-"""One simulated vLLM engine server (aiohttp on 127.0.0.1) for one engine group.
+"""One simulated vLLM engine server (aiohttp on a loopback address) for one engine group.
 
 It speaks vLLM's interface: OpenAI ``POST /v1/completions`` and ``POST /v1/chat/completions``
 (non-streaming, and ``"stream": true`` as server-sent events ``data: {...}`` ending with
@@ -41,6 +41,7 @@ import collections
 import contextlib
 import hashlib
 import hmac
+import ipaddress
 import json
 import logging
 import random
@@ -170,7 +171,8 @@ class _Unit:
 
 
 class SimEngine:
-    """A simulated vLLM server. ``await start()`` binds 127.0.0.1 (port 0 = any free port)."""
+    """A simulated vLLM server. ``await start(host, port)`` binds a loopback address (in the dev
+    cluster its leader pod's IP and rendered port, as vLLM listens in the pod)."""
 
     def __init__(self, config: EngineConfig):
         self.config = config
@@ -190,6 +192,7 @@ class SimEngine:
         self._responding = 0
         """Responses being written (a request's last tokens may be decoded and not yet sent)."""
         self.started_at: float | None = None
+        self.host = LOOPBACK
         self.port: int | None = None
         self._runner: web.AppRunner | None = None
         self._key_digests = [hashlib.sha256(k.encode("utf-8")).digest() for k in config.api_keys if k]
@@ -198,18 +201,27 @@ class SimEngine:
     # ---------------------------------------------------------------- lifecycle
     @property
     def url(self) -> str:
-        return f"http://{LOOPBACK}:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def ready(self) -> bool:
         """True once the load time has passed since start."""
         return self.started_at is not None and time.monotonic() >= self.started_at + self.config.load_time_s
 
-    async def start(self, port: int = 0) -> int:
-        """Serve on 127.0.0.1:``port`` (0: a free port); returns the port."""
+    async def start(self, port: int = 0, host: str = LOOPBACK) -> int:
+        """Serve on ``host``:``port`` (0: a free port); returns the port. Raises ValueError for a
+        host outside 127.0.0.0/8 (nothing else is ever bound or contacted here) and OSError when
+        the address is taken."""
+        if not ipaddress.ip_address(host).is_loopback:
+            raise ValueError(f"engine host {host} is not a loopback address (127.0.0.0/8)")
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((LOOPBACK, port))
+        try:
+            sock.bind((host, port))
+        except OSError:
+            sock.close()
+            raise
+        self.host = host
         self.port = sock.getsockname()[1]
         self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
         await self._runner.setup()
@@ -220,10 +232,17 @@ class SimEngine:
         return self.port
 
     async def drain(self, timeout_s: float) -> None:
-        """What a pod's deletion gives the engine: the Service already sends it nothing new; the
-        requests it holds finish and their responses are sent whole, for at most ``timeout_s``
-        (the pod's termination grace period), then it stops (``stop``) and aborts what is left."""
+        """What a pod's deletion gives the engine (vLLM's server on SIGTERM): the Service already
+        opens it no new connection; it stops listening and closes its idle keep-alive
+        connections (the others close after their response); the requests it holds finish and
+        their responses are sent whole, for at most ``timeout_s`` (the pod's termination grace
+        period), then it stops (``stop``) and aborts what is left."""
         deadline = time.monotonic() + timeout_s
+        if self._runner is not None:
+            for site in list(self._runner.sites):
+                await site.stop()
+            if self._runner.server is not None:
+                self._runner.server.pre_shutdown()
         while (self._responding or any(u.has_work() for u in self.units)) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         await self.stop()
