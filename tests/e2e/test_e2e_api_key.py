@@ -32,7 +32,8 @@ SECRET, SECRET_KEY = "k3-api-key", "api-key"
 
 
 def call(url: str, body: dict[str, Any] | None = None, authorization: str | None = None) -> tuple[int, Any]:
-    """(status, JSON body or None) of a GET (``body`` None) or POST to ``url`` on a loopback address."""
+    """(status, JSON body or None) of a GET (``body`` None) or POST to ``url`` on a loopback address;
+    (0, None) when the connection is refused or closed unanswered."""
     assert ipaddress.ip_address(urllib.parse.urlsplit(url).hostname).is_loopback, url
     headers = {"Content-Type": "application/json"}
     if authorization is not None:
@@ -43,6 +44,8 @@ def call(url: str, body: dict[str, Any] | None = None, authorization: str | None
             raw, status, ctype = resp.read(), resp.status, resp.headers.get_content_type()
     except urllib.error.HTTPError as exc:
         raw, status, ctype = exc.read(), exc.code, exc.headers.get_content_type()
+    except (urllib.error.URLError, ConnectionError):
+        return 0, None  # refused: the Service has no Ready endpoint yet
     return status, json.loads(raw) if raw and ctype == "application/json" else None
 
 
@@ -71,7 +74,12 @@ def test_api_key_from_a_secret_is_enforced_and_never_leaks(dev_env: DevEnv, ns: 
     assert [e for e in engine["env"] if e["name"] == "VLLM_API_KEY"] == [
         {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": SECRET, "key": SECRET_KEY}}}]
 
-    url, _ = resolve_url(dev_env.cluster.kubeconfig, dev_env.cluster.state_dir, "k3", ns)
+    def service() -> str | None:
+        try:  # the simulator plays the Service from its next look at the cluster
+            return resolve_url(dev_env.cluster.kubeconfig, dev_env.cluster.state_dir, "k3", ns)[0]
+        except LookupError:
+            return None
+    url = wait_for(service, WAIT_S, "the simulator to play the deployment's Service")
     wait_for(lambda: call(url + "/health")[0] == 200, WAIT_S, "the Service to reach the loaded engine")
     pod_url = f"http://{leader['status']['podIP']}:8000"
     assert call(pod_url + "/v1/completions", {"prompt": "hi"}) == (401, {"error": "Unauthorized"})  # the engine's own
