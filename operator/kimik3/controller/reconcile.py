@@ -136,9 +136,9 @@ class Reconciler:
         reader = self.last_reader = Reader(self.kube, self.cache, self.nodes, self.compute_domains)
         snap, out = reader.take(obj, admitted), Outcome()
         weights = out.add(steps.stage(snap, admitted, self.staging)).value
-        start_delay = out.add(steps.guard(snap, self.failures)).value
+        crashes = out.add(steps.guard(snap, self.failures)).value
         scaled = out.add(steps.scale(snap, admitted, self.autoscaling)).value
-        rendered = out.add(steps.render_children(snap, admitted, scaled, start_delay, self.compute_domains)).value
+        rendered = out.add(steps.render_children(snap, admitted, scaled, crashes, self.compute_domains)).value
         rolled = out.add(steps.roll(snap, admitted, rendered, self.rollouts))
         gated = out.add(steps.gate(snap, weights, rolled.apply))
         failed = self._apply_children(obj, gated.apply)
