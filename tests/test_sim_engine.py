@@ -269,24 +269,34 @@ def test_a_draining_engine_sends_every_response_whole_and_a_bad_release_is_slowe
     assert run(EngineConfig(shape=MK_DSPARK, error_rate=1.0), failing) == 1.0
 
 
-def test_a_draining_engine_finishes_what_it_holds_and_closes_idle_connections():
-    """vLLM's server on SIGTERM (what a pod's deletion gives it): it stops listening and closes its
-    idle keep-alive connections at once, while a request in flight finishes whole; a keep-alive
-    client thus never sends a new request into an engine about to stop."""
+def test_a_draining_engine_serves_its_connections_until_they_close():
+    """What a pod's deletion gives the engine: it stops listening, a request in flight finishes
+    whole, a request that still comes on a kept-alive connection is served with ``Connection:
+    close`` (its client then reconnects, through the Service, to another pod: none is lost), and it
+    stops once it holds no request and no connection."""
     async def body(engine, s):
         idle_reader, idle_writer = await asyncio.open_connection(engine.host, engine.port)
-        idle_writer.write(f"GET /health HTTP/1.1\r\nHost: {engine.host}\r\n\r\n".encode())
-        await idle_writer.drain()
-        assert (await idle_reader.readline()).startswith(b"HTTP/1.1 200")  # now idle, kept alive
+
+        async def health() -> bytes:
+            idle_writer.write(f"GET /health HTTP/1.1\r\nHost: {engine.host}\r\n\r\n".encode())
+            await idle_writer.drain()
+            head = b""
+            while not head.endswith(b"\r\n\r\n"):
+                head += await asyncio.wait_for(idle_reader.read(1), 5)
+            return head
+        assert b"Connection: close" not in await health()  # kept alive
         streaming = asyncio.create_task(_stream_items(s, engine.url, {"prompt": "one two", "max_tokens": 40,
                                                                        "stream": True}))
         await asyncio.sleep(0.05)
         drain = asyncio.create_task(engine.drain(10.0))
-        while await asyncio.wait_for(idle_reader.read(65536), 5):  # the idle connection is closed
-            pass
+        await asyncio.sleep(0.1)
         with pytest.raises(OSError):  # nothing listens any more
             await asyncio.open_connection(engine.host, engine.port)
+        head = await health()  # the kept-alive connection is still served, and closed after
+        assert head.startswith(b"HTTP/1.1 200") and b"Connection: close" in head
+        assert await asyncio.wait_for(idle_reader.read(), 5) == b""
         items = await asyncio.wait_for(streaming, 10)
+        await s.close()  # the client's pool lets its connections go
         await asyncio.wait_for(drain, 5)
         assert items[-1] == "[DONE]" and sum(len(c["choices"][0]["text"].split()) for c in items[:-1]) == 40
     run(EngineConfig(shape=MK_DSPARK, seed=5), body)

@@ -196,6 +196,8 @@ class SimEngine:
         self.port: int | None = None
         self._runner: web.AppRunner | None = None
         self._key_digests = [hashlib.sha256(k.encode("utf-8")).digest() for k in config.api_keys if k]
+        self._closing = False
+        """Draining: every response closes its connection (``drain``)."""
         self.app = self._make_app()
 
     # ---------------------------------------------------------------- lifecycle
@@ -232,18 +234,20 @@ class SimEngine:
         return self.port
 
     async def drain(self, timeout_s: float) -> None:
-        """What a pod's deletion gives the engine (vLLM's server on SIGTERM): the Service already
-        opens it no new connection; it stops listening and closes its idle keep-alive
-        connections (the others close after their response); the requests it holds finish and
-        their responses are sent whole, for at most ``timeout_s`` (the pod's termination grace
-        period), then it stops (``stop``) and aborts what is left."""
+        """What a pod's deletion gives the engine: the Service already opens it no new connection;
+        it stops listening, still serves what comes on the connections it has, each response
+        with ``Connection: close`` (so a keep-alive client moves to another pod with no request
+        lost), until it holds no request and no connection (a client closes its idle pooled
+        connections after its keep-alive timeout, aiohttp's 15 s), for at most ``timeout_s`` (the
+        pod's termination grace period); then it stops (``stop``) and aborts what is left."""
         deadline = time.monotonic() + timeout_s
+        self._closing = True
         if self._runner is not None:
             for site in list(self._runner.sites):
                 await site.stop()
-            if self._runner.server is not None:
-                self._runner.server.pre_shutdown()
-        while (self._responding or any(u.has_work() for u in self.units)) and time.monotonic() < deadline:
+        server = self._runner.server if self._runner is not None else None
+        while (self._responding or any(u.has_work() for u in self.units) or (server is not None and server.connections)) \
+                and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         await self.stop()
 
@@ -442,6 +446,12 @@ class SimEngine:
             return await handler(request)
 
         app = web.Application(middlewares=[authenticate] if self._key_digests else [])
+
+        async def close_when_draining(request: web.Request, response: web.StreamResponse) -> None:
+            if self._closing:
+                response.force_close()  # the connection closes after this response...
+                response.headers["Connection"] = "close"  # ...and says so: the client reconnects, through the Service
+        app.on_response_prepare.append(close_when_draining)
         app.router.add_get("/health", self._health)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/v1/models", self._models)
