@@ -43,7 +43,9 @@ kubelet would not start the container), with a warning naming the Secret, retrie
 The key is never logged nor written to a file.
 
 Readiness: the supervisor plays the kubelet's prober: each poll it sends the leader container's
-readinessProbe (``httpGet`` path and port, its ``timeoutSeconds``) to the leader pod's IP. With
+readinessProbe (``httpGet`` path and port, its ``timeoutSeconds``) to the leader pod's IP, Ready
+after one success and not Ready after ``failureThreshold`` failures in a row (a leader whose engine
+stopped: at once), as the kubelet counts. With
 ``readiness_probes`` (``dev up --readiness-probes``) kwok leaves a pod with a readinessProbe
 unready, and the supervisor sets the leader pod's ``Ready`` and ``ContainersReady`` conditions (and
 its container's ``ready``) to whether the probe answered 200, so the LeaderWorkerSet sees a group
@@ -110,6 +112,8 @@ API_TIMEOUT_S = 10.0
 """Bound on one list call to the API server, seconds."""
 DEFAULT_PROBE_TIMEOUT_S = 1.0
 """A probe's ``timeoutSeconds`` when the pod does not set it (the kubelet's default)."""
+DEFAULT_FAILURE_THRESHOLD = 3
+"""A probe's ``failureThreshold`` when the pod does not set it (the kubelet's default)."""
 TERMINATION_GRACE_S = 60.0
 """How long a removed group's engine finishes the requests it holds: the engine pods'
 terminationGracePeriodSeconds (``render/leaderworkerset.py``)."""
@@ -234,7 +238,9 @@ class Supervisor:
         self.services: dict[tuple[str, str, int], services.ServicePort] = {}
         """The stand-in of each (namespace, Service, port) kube-proxy would program."""
         self.probed: dict[str, bool] = {}
-        """The last readiness probe's answer (200 or not) per leader pod UID."""
+        """Whether the readiness probe counts each leader pod UID Ready (the kubelet's thresholds)."""
+        self._probe_failures: dict[str, int] = {}
+        """Readiness probe failures in a row per leader pod UID."""
         self._session: aiohttp.ClientSession | None = None
         self._launches: dict[str, launch.Launch] = {}
         """The launch of each leader pod UID that runs or waits for its group's other pods."""
@@ -280,13 +286,16 @@ class Supervisor:
         self._write_files(force=True)
 
     async def poll_once(self) -> None:
-        """One pass: list CRs, pods and Services, start/stop engines, probe the leaders, update
-        the Service stand-ins, rewrite the files."""
+        """One pass: list CRs, pods and Services, update the Service stand-ins, start/stop engines,
+        probe the leaders, rewrite the files."""
         crs, pods, svcs = await asyncio.gather(
             asyncio.to_thread(self.kube.list, *KIMIK3_DEPLOYMENT.type_meta, "", ""),
             asyncio.to_thread(self.kube.list, *POD.type_meta, "", ""),
             asyncio.to_thread(self.kube.list, *SERVICE.type_meta, "", ""),
         )
+        # The Services first: kwok may have given a deleted pod's IP to a new pod, whose engine
+        # starts below; no connection may reach it through a stand-in still showing the old pod.
+        await self._sync_services(svcs, pods)
         wanted, _ = self._wanted(crs, [p for p in pods if LWS_NAME_LABEL in kpods.labels(p)])
         for key, group in list(self.groups.items()):
             want = wanted.get(key)
@@ -299,13 +308,13 @@ class Supervisor:
             del self._launches[uid]
         for uid in [u for u in self.probed if u not in live]:
             del self.probed[uid]
+            self._probe_failures.pop(uid, None)
         for uid in [u for u in self._exits if u not in live]:
             self._exits.pop(uid).cancel()
         for key, want in wanted.items():
             if key not in self.groups:
                 await self._start_group(key, want)
         await self._probe(wanted)
-        await self._sync_services(svcs, pods)
         self.polls += 1
         self._write_files()
 
@@ -494,13 +503,20 @@ class Supervisor:
         """Send each running leader's readinessProbe to its pod IP; with ``readiness_probes``,
         write the answer into the pod's status as a kubelet does."""
         if self._session is None:
-            self._session = aiohttp.ClientSession()
+            # a connection per probe, as the kubelet's prober (no keep-alive): a kept connection
+            # would still reach a deleted pod's draining engine after kwok gave its IP to a new pod
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
         for key, want in wanted.items():
             probe = podenv.container(want.pod.get("spec") or {}, CONTAINER).get("readinessProbe")
             if not probe:
                 continue
             group = self.groups.get(key)
-            ready = group is not None and group.leader_uid == want.leader_uid and await self._http_probe(want, probe)
+            answered = group is not None and group.leader_uid == want.leader_uid and await self._http_probe(want, probe)
+            failures = 0 if answered else self._probe_failures.get(want.leader_uid, 0) + 1
+            self._probe_failures[want.leader_uid] = failures
+            # the kubelet's thresholds: Ready after one success, not Ready after failureThreshold failures in a row
+            ready = answered or (self.probed.get(want.leader_uid, False) and group is not None
+                                 and failures < int(probe.get("failureThreshold") or DEFAULT_FAILURE_THRESHOLD))
             self.probed[want.leader_uid] = ready
             if self.readiness_probes and kpods.is_ready(want.pod) != ready:
                 await asyncio.to_thread(self._set_ready, want.namespace, want.leader_pod, ready)
@@ -565,7 +581,11 @@ class Supervisor:
                     stand_in = services.ServicePort(*key)
                     await stand_in.start()
                     self.services[key] = stand_in
-                stand_in.backends = services.endpoints(svc, port, pods, self._endpoint_ready)
+                backends = services.endpoints(svc, port, pods, self._endpoint_ready)
+                if backends != stand_in.backends:
+                    log.info("service %s/%s port %d: endpoints %s", *key,
+                             ", ".join(f"{ip}:{n}" for ip, n in backends) or "none")
+                stand_in.backends = backends
         for key in [k for k in self.services if k not in seen]:
             await self.services.pop(key).stop()
 
