@@ -9,7 +9,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kimik3.autoscaler.histogram import Histogram, quantile
-from kimik3.autoscaler.observation import (ACCEPTED, DRAFTS, GENERATION_TOKENS, ITL, RUNNING, WAITING,
+from kimik3.autoscaler.observation import (ACCEPTED, DRAFTS, GENERATION_TOKENS, ITL, PREFIX_CACHE_HITS, PROMPT_TOKENS,
+                                           RUNNING, TTFT, WAITING,
                                            DecodeObservation)
 from kimik3.autoscaler.perfmodel import acceptance_length, decode_point, perf_params
 from kimik3.autoscaler.policy import Decision, FleetState
@@ -95,7 +96,11 @@ def test_groups_serve_vllm_pages_that_the_operators_own_source_reads(setup, monk
     sim = FleetSim(setup.cfg, Scripted({}), reqs, 150, 1, model=setup.model)
     sim.run()
     families = {f.name: f for f in text_string_to_metric_families(sim.page(sim.groups[0].url))}
-    assert set(families) == {ITL, RUNNING, WAITING, GENERATION_TOKENS, DRAFTS, ACCEPTED}
+    assert set(families) == {ITL, RUNNING, WAITING, GENERATION_TOKENS, DRAFTS, ACCEPTED, PROMPT_TOKENS,
+                             PREFIX_CACHE_HITS, TTFT}
+    assert families[PROMPT_TOKENS].samples[0].value == 4 * 16  # four prompts of 16 tokens
+    assert families[PREFIX_CACHE_HITS].samples[0].value == 0  # no prefix cache simulated
+    assert [x.value for x in families[TTFT].samples if x.name.endswith("_count")] == [4]
     for f in families.values():
         assert f.type == BY_NAME[f.name].kind
         assert {frozenset(x.labels) - {"le"} for x in f.samples} == {frozenset(BY_NAME[f.name].labels)}
@@ -267,7 +272,8 @@ def test_benchmark_json_has_the_required_shape(setup, tmp_path):
     data = json.loads((tmp_path / "autoscaler.json").read_text())
     assert set(data) == {"run", "goal_misses", "traces"} and data["run"] == {"seeds": [0, 1]}
     assert set(data["traces"]) == {"step", "steady"}
-    figures = {"slo_attainment", "gpu_hours", "gpu_hours_x_optimum", "scale_events", "recovery_s", "worst_p90_itl_s"}
+    figures = {"slo_attainment", "gpu_hours", "gpu_hours_x_optimum", "scale_events", "recovery_s", "worst_p90_itl_s",
+               "worst_p90_ttft_s"}
     for trace, by_policy in data["traces"].items():
         assert set(by_policy) == set(benchmark.POLICIES)
         for name, entry in by_policy.items():

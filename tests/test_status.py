@@ -74,7 +74,8 @@ def test_status_patch_is_camel_case_and_writes_sub_objects_whole() -> None:
     assert patch == {
         "observedGeneration": 3, "conditions": [], "readyReplicas": 1, "desiredReplicas": 2,
         "decode": {"metric": "interTokenLatency", "percentile": 95, "latencySeconds": None, "aboveTopBucket": None,
-                   "tokensPerSecondPerUser": None, "acceptanceLength": 4.2, "observedAt": "2026-11-29T08:00:00Z"},
+                   "tokensPerSecondPerUser": None, "acceptanceLength": 4.2, "ttftSeconds": None,
+                   "ttftPercentile": None, "observedAt": "2026-11-29T08:00:00Z"},
         "lastScale": {"time": "2026-11-29T08:00:00Z", "from": 1, "to": 2, "reason": "ScaleUp: latency over target"}}
     # What an earlier decision left in status.decode does not survive the patch; what the patch
     # leaves out (replicas, plan) stays as the CR holds it.

@@ -192,7 +192,7 @@ class ModelFeatures(Model):
     reasoning_parser: bool = True
     """--reasoning-parser kimi_k3."""
     prefix_caching: bool = True
-    """--enable-prefix-caching (off by default for K3 in vLLM)."""
+    """--enable-prefix-caching; false: --no-enable-prefix-caching (vLLM 0.33 turns it on for K3, a hybrid model, unless told)."""
     language_model_only: bool = True
     """--language-model-only: skip the vision tower."""
 
@@ -255,6 +255,13 @@ class EngineSpec(Model):
     """The vLLM engine: image, decode path, kernels and batch limits."""
 
     model_config = validated_by(
+        rule(
+            "batched-tokens-cover-seqs",
+            "self.maxNumBatchedTokens >= self.maxNumSeqs",
+            "maxNumBatchedTokens must be >= maxNumSeqs: vLLM refuses to start otherwise (one step holds at least "
+            "one token per sequence); raise maxNumBatchedTokens or lower maxNumSeqs",
+            ".maxNumBatchedTokens",
+        ),
         rule(
             "api-key-not-in-env",
             "!has(self.env) || !self.env.exists(e, e.name == 'VLLM_API_KEY')",
@@ -502,6 +509,15 @@ class LatencyTarget(Model):
     """Target, e.g. 5ms (~200 tokens/s per user)."""
 
 
+class TTFTTarget(Model):
+    """The time-to-first-token objective (vLLM's vllm:time_to_first_token_seconds), kept beside the decode one."""
+
+    percentile: int = Field(default=90, ge=50, le=99)
+    """Percentile of the windowed histogram held under value."""
+    value: Duration
+    """Target, e.g. 2s: what users wait for the first token of a long prompt."""
+
+
 class MetricsSource(Model):
     """Where decode metrics are read."""
 
@@ -517,6 +533,8 @@ class AutoscalingSpec(Model):
     model_config = validated_by(
         rule("autoscaling-min-le-max", "self.minReplicas <= self.maxReplicas", "minReplicas must be <= maxReplicas",
              ".minReplicas"),
+        rule("ttft-target-positive", "!has(self.ttftTarget) || duration(self.ttftTarget.value) > duration('0s')",
+             "ttftTarget.value must be above 0 (e.g. 2s)", ".ttftTarget.value"),
     )
     enabled: bool = False
     """When true the operator owns the LeaderWorkerSet's replicas."""
@@ -526,6 +544,8 @@ class AutoscalingSpec(Model):
     """Most groups."""
     target: LatencyTarget = Field(default_factory=LatencyTarget)
     """Decode-latency objective."""
+    ttft_target: TTFTTarget | None = None
+    """Optional time-to-first-token objective; the autoscaler keeps both. Unset: decode latency only."""
     interval: Duration = "30s"
     """Time between decisions."""
     window: Duration = "2m"
@@ -565,7 +585,8 @@ class PlacementSpec(Model):
     - ``exclusive`` (default; clusters without Kueue): LeaderWorkerSet's exclusive topology on
       ``topologyKey``, so each group of this deployment gets a whole rack (a TP8 group of GB300
       holds 2 of 18 trays and the rack's other 16 stay idle for this deployment).
-    - ``kueue`` (Kueue v0.17+ with topology-aware scheduling): the LeaderWorkerSet is submitted to
+    - ``kueue`` (Kueue v0.17.2 or later with topology-aware scheduling; v0.19.2 is the version
+      tested, docs/dev-cluster.md says why no older one): the LeaderWorkerSet is submitted to
       the LocalQueue ``queueName``; Kueue admits each group whole (gang) within the tenant's GPU
       quota and packs it best-fit into one ``topologyKey`` domain with other groups (9 TP8 groups
       of GB300 fill one rack), and preempts by ``priorityClass``.
@@ -580,7 +601,7 @@ class PlacementSpec(Model):
     mode: Literal["exclusive", "kueue"] = "exclusive"
     """exclusive: each group alone in one rack (LeaderWorkerSet exclusive topology); kueue: Kueue admits and packs groups."""
     queue_name: str | None = Field(default=None, min_length=1, max_length=63, pattern=DNS_LABEL_PATTERN)
-    """The LocalQueue (in this namespace) the groups are submitted to; label kueue.x-k8s.io/queue-name. Immutable under Kueue v0.17."""
+    """The LocalQueue (in this namespace) the groups are submitted to; label kueue.x-k8s.io/queue-name. Kueue refuses a change while any group is Ready (v0.18+; always in v0.17)."""
     priority_class: str | None = Field(default=None, min_length=1, max_length=253)
     """A WorkloadPriorityClass (kueue.x-k8s.io/v1beta2) for the groups' Workloads: a higher one may preempt lower ones when quota or racks run out."""
 
@@ -950,6 +971,10 @@ class DecodeStatus(Model):
     """1 / time per output token at the same percentile (output tokens, whatever the metric)."""
     acceptance_length: float | None = None
     """Tokens per engine step: 1 + accepted / drafts (speculative decoding)."""
+    ttft_seconds: float | None = None
+    """Time to first token at ttftPercentile over the window, seconds: what the autoscaler holds under spec.autoscaling.ttftTarget.value. Unset when no first token came in the window."""
+    ttft_percentile: int | None = Field(default=None, ge=50, le=99)
+    """The percentile of ttftSeconds: spec.autoscaling.ttftTarget.percentile, else spec.autoscaling.target.percentile."""
     observed_at: str | None = None
     """RFC 3339 time of the measurement."""
 
@@ -1114,6 +1139,19 @@ class RolloutStatus(Model):
     """While a rollout runs: its last progress (rollout.progressDeadline counts from it)."""
 
 
+class EngineOverride(Model):
+    """A setting vLLM 0.33 changes or narrows without an error, for this spec (``kimik3.engine.overrides``)."""
+
+    fields: list[str]
+    """The spec fields concerned, as paths (spec.engine.maxNumSeqs, ...)."""
+    vllm_uses: str
+    """What vLLM will run with instead, in vLLM's own terms (e.g. max_num_active_seqs 585)."""
+    message: str
+    """What is asked and what vLLM does instead, with the figures."""
+    avoid: str
+    """The change to the spec that avoids it."""
+
+
 class KimiK3DeploymentStatus(Model):
     """What the operator observed."""
 
@@ -1141,6 +1179,8 @@ class KimiK3DeploymentStatus(Model):
     """Each group once: its rack, trays, Kueue state with Kueue's message, and readiness (conditions only point here)."""
     rollout: RolloutStatus | None = None
     """Revisions of the groups and how far a rollout is."""
+    engine_overrides: list[EngineOverride] | None = None
+    """Settings vLLM 0.33 will change or narrow without an error for the admitted spec (also Warning Events EngineSettingOverridden and `kimik3 validate`): each with its fields, the value vLLM uses and the change that avoids it; empty when none."""
 
     def condition(self, type_: str) -> Condition | None:
         """The condition of this type, or None."""

@@ -27,6 +27,10 @@ KV_USAGE = "vllm:kv_cache_usage_perc"
 DRAFTS = "vllm:spec_decode_num_drafts"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 GENERATION_TOKENS = "vllm:generation_tokens"
+PROMPT_TOKENS = "vllm:prompt_tokens"
+"""Prompt tokens of the requests prefilled, those served from the prefix cache included."""
+PREFIX_CACHE_HITS = "vllm:prefix_cache_hits"
+"""Prompt tokens found in the prefix cache (not computed again)."""
 REQUEST_SUCCESS = "vllm:request_success"
 """Finished requests, by label ``finished_reason`` (stop, length, abort, error, repetition)."""
 FAILED_REASON = "error"
@@ -68,6 +72,10 @@ class DecodeObservation:
     accepted: float = 0.0
     generation_tokens: float = 0.0
     """Output tokens produced in the window."""
+    prompt_tokens: float = 0.0
+    """Prompt tokens of the requests prefilled in the window (``vllm:prompt_tokens``)."""
+    prefix_cache_hits: float = 0.0
+    """Of those, tokens served from the prefix cache (``vllm:prefix_cache_hits``): not computed."""
     requests_finished: float = 0.0
     """Requests that finished in the window, for any reason."""
     requests_failed: float = 0.0
@@ -85,6 +93,19 @@ class DecodeObservation:
     def acceptance_length(self) -> float:
         """Tokens per engine step: 1 + accepted / drafts (1.0 without speculative decoding)."""
         return 1.0 + self.accepted / self.drafts if self.drafts > 0 else 1.0
+
+    @property
+    def prefill_tokens_per_s(self) -> float:
+        """Prompt tokens/s the groups computed over the window: prompt tokens less the prefix
+        cache's hits (those cost no prefill step), summed over the groups."""
+        if self.window_s <= 0:
+            return 0.0
+        return max(0.0, self.prompt_tokens - self.prefix_cache_hits) / self.window_s
+
+    def ttft_quantile(self, q: float) -> float | None:
+        """Quantile ``q`` (0..1) of the time to first token over the window, seconds (None
+        without observations)."""
+        return quantile(q, self.ttft)
 
     @property
     def has_traffic(self) -> bool:

@@ -32,6 +32,13 @@ fit moves toward the fleet's line: each window gives two points at different eff
 of 0.98 per window (a memory of ~25 minutes at 30 s decisions), so the seed steers the first
 minutes only. Until the slope has moved, the policy's scale-down is anchored on the quantile it
 observes (policy/reaction.py).
+
+Prefill (``prefill_terms``): ``theta``, the seconds of a group's time per prompt token it
+computes, is ``1 /`` the perf model's prefill tokens/s of the group (its units'); ``d``, the decode
+part of a step, the perf model's step at the batch where the curve meets the target; vLLM's
+``max_num_batched_tokens`` (B) caps a step, so prefill takes at most ``B theta / (d + B theta)`` of
+a group's time (``GroupLatencyModel.max_prefill_share``). The TTFT model (policy/ttft.py) takes
+the same three numbers.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ import math
 from kimik3.admission import Admitted
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
 from kimik3.autoscaler.policy import GroupLatencyModel
+from kimik3.autoscaler.policy.ttft import TTFTModel
 from kimik3.autoscaler.perfmodel import EngineShape, decode_point, perf_params
 from kimik3.topology.plan import GroupPlan
 
@@ -110,8 +118,35 @@ def seed_model(admitted: Admitted) -> GroupLatencyModel:
         return GroupLatencyModel(t0=first[1], k=first[1], seed_c=1.0, seed_c_low=0.5)
     _, z, t0, k = best
     c_lo, c_hi = points[0][0], points[-1][0]
+    theta, _, _, share = prefill_terms(admitted)
     return GroupLatencyModel(t0=t0, k=k, z=z, w=W, forget=FORGET, prior_weight=PRIOR_WEIGHT,
-                             seed_c_low=c_lo + z * math.sqrt(c_lo), seed_c=c_hi + z * math.sqrt(c_hi))
+                             seed_c_low=c_lo + z * math.sqrt(c_lo), seed_c=c_hi + z * math.sqrt(c_hi),
+                             theta=theta, max_prefill_share=share)
+
+
+def prefill_terms(admitted: Admitted) -> tuple[float, float, int, float]:
+    """``(theta, d, B, max share)`` of the admitted spec's group (module docstring): seconds of
+    the group's time per prompt token computed, seconds of a step's decode part at the target,
+    ``max_num_batched_tokens``, and the share of its time prefill may take at most."""
+    spec, plan = admitted.spec, admitted.plan
+    params = perf_params(EngineShape.from_spec(spec, plan))
+    theta = 1.0 / (params.prefill_tokens_per_s * params.units)
+    per_step = spec.autoscaling.target.metric == "interTokenLatency"
+    curve = latency_quantile_curve(spec, plan, admitted.target_quantile, per_step)
+    target = admitted.seconds.latency_target
+    c = max([c for c, y, _ in curve if y <= target] or [curve[0][0]])
+    engines = params.engines_per_unit * params.units
+    step = decode_point(params, max(1, math.ceil(c / engines))).step_s
+    budget = spec.engine.max_num_batched_tokens
+    unit_theta = 1.0 / params.prefill_tokens_per_s
+    return theta, step, budget, budget * unit_theta / (step + budget * unit_theta)
+
+
+def seed_ttft(admitted: Admitted) -> TTFTModel:
+    """The starting TTFT model of the admitted spec's group (policy/ttft.py; its ``base`` is
+    learned from the first window)."""
+    theta, step, budget, _ = prefill_terms(admitted)
+    return TTFTModel(theta=theta, step_s=step, budget=budget)
 
 
 def _line(xs: list[float], ys: list[float]) -> tuple[float, float, float]:

@@ -42,8 +42,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from kimik3.api.conditions import Reason
 from kimik3.autoscaler.histogram import INF, Histogram, LayoutMismatch, merge
 from kimik3.autoscaler.observation import (ACCEPTED, DRAFTS, FAILED_REASON, GENERATION_TOKENS, ITL, ITL_OLD, KV_USAGE,
-                                           REQUEST_SUCCESS, RUNNING, TTFT, WAITING, DecodeObservation,
-                                           MetricsUnavailable)
+                                           PREFIX_CACHE_HITS, PROMPT_TOKENS, REQUEST_SUCCESS, RUNNING, TTFT, WAITING,
+                                           DecodeObservation, MetricsUnavailable)
 from kimik3.autoscaler.window import Samples
 
 HTTP_TIMEOUT_S = 5.0
@@ -176,7 +176,7 @@ class PodScrapeSource:
         itl: list[tuple[str, Histogram]] = []
         ttft: list[tuple[str, Histogram]] = []
         names = set()
-        drafts = accepted = tokens = running = waiting = finished = failed = 0.0
+        drafts = accepted = tokens = prompt = hits = running = waiting = finished = failed = 0.0
         kv: list[float] = []
         # A pod whose scrapes failed inside its span (a gap: its page starting the window may be
         # much older) counts at its rate over the window, and is not covered: the reading is partial.
@@ -204,6 +204,8 @@ class PodScrapeSource:
             drafts += share * _counter_delta(new, old, DRAFTS)
             accepted += share * _counter_delta(new, old, ACCEPTED)
             tokens += share * _counter_delta(new, old, GENERATION_TOKENS)
+            prompt += share * _counter_delta(new, old, PROMPT_TOKENS)
+            hits += share * _counter_delta(new, old, PREFIX_CACHE_HITS)
             finished += share * _counter_delta(new, old, REQUEST_SUCCESS)
             failed += share * _counter_delta(new, old, REQUEST_SUCCESS, ("finished_reason", FAILED_REASON))
         for _, new in [(d[0], d[1]) for d in deltas] + fresh:  # gauges need no window: a first scrape counts
@@ -216,7 +218,8 @@ class PodScrapeSource:
         return DecodeObservation(
             at=now, window_s=window, itl=_merged(itl_metric, itl), itl_metric=itl_metric,
             ttft=_merged(TTFT, ttft), running=running, waiting=waiting, kv_usage=max(kv) if kv else None,
-            drafts=drafts, accepted=accepted, generation_tokens=tokens, requests_finished=finished,
+            drafts=drafts, accepted=accepted, generation_tokens=tokens, prompt_tokens=prompt,
+            prefix_cache_hits=hits, requests_finished=finished,
             requests_failed=failed, groups=frozenset(d[0] for d in deltas) | frozenset(g for g, _ in fresh),
             covered=frozenset(d[0] for d in deltas) - uncovered)
 
@@ -453,6 +456,8 @@ class PrometheusSource:
             drafts=self._scalar(f"sum(increase({DRAFTS}_total{{{sel}}}[{window}]))", at),
             accepted=self._scalar(f"sum(increase({ACCEPTED}_total{{{sel}}}[{window}]))", at),
             generation_tokens=self._scalar(f"sum(increase({GENERATION_TOKENS}_total{{{sel}}}[{window}]))", at),
+            prompt_tokens=self._scalar(f"sum(increase({PROMPT_TOKENS}_total{{{sel}}}[{window}]))", at),
+            prefix_cache_hits=self._scalar(f"sum(increase({PREFIX_CACHE_HITS}_total{{{sel}}}[{window}]))", at),
             requests_finished=self._scalar(f"sum(increase({REQUEST_SUCCESS}_total{{{sel}}}[{window}]))", at),
             requests_failed=self._scalar(
                 f'sum(increase({REQUEST_SUCCESS}_total{{{sel},finished_reason="{FAILED_REASON}"}}[{window}]))', at),

@@ -289,8 +289,15 @@ class Autoscaling:
                 metrics.OBSERVED_LATENCY.remove(*key, *previous)
             self._latency_series[key] = series
             metrics.OBSERVED_LATENCY.labels(*key, *series).set(latency)
-            state.slo.append((now, latency <= admitted.seconds.latency_target))
+        ttft_target, ttft_limit = admitted.spec.autoscaling.ttft_target, admitted.seconds.ttft_target
+        ttft_percentile = ttft_target.percentile if ttft_target is not None else target.percentile
+        ttft = obs.ttft_quantile(ttft_percentile / 100)
+        if latency is not None:
+            state.slo.append((now, latency <= admitted.seconds.latency_target
+                              and (ttft_limit is None or ttft is None or ttft <= ttft_limit)))
         return DecodeStatus(metric=target.metric, percentile=target.percentile, latency_seconds=latency,
                             above_top_bucket=obs.above_top_bucket(q) or None,
                             tokens_per_second_per_user=obs.tokens_per_second_per_user(q),
-                            acceptance_length=round(obs.acceptance_length, 3), observed_at=rfc3339(now))
+                            acceptance_length=round(obs.acceptance_length, 3),
+                            ttft_seconds=ttft, ttft_percentile=ttft_percentile if ttft is not None else None,
+                            observed_at=rfc3339(now))

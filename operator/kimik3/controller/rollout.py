@@ -25,6 +25,7 @@ from kimik3.admission import Admitted
 from kimik3.api.conditions import ConditionType, Event, EventReason, Reason, Verdict, event_reason
 from kimik3.api.v1alpha1 import (CHECKS_KEPT, CanaryCheck, CanaryStatus, KimiK3DeploymentStatus, ProgressStatus,
                                  RevisionGroups, RollbackStatus, RolloutStatus)
+from kimik3.controller import metrics
 from kimik3.controller.canary import Analysis
 from kimik3.controller.fleet import EngineSet, FleetPlan, plan
 from kimik3.controller.waits import waiting_for
@@ -362,6 +363,7 @@ class Rollouts:
         check = self.analysis.check(meta["namespace"], meta["name"], admitted, canary.revision,
                                     [p for g in groups.values() for p in g.pods])
         canary.last_check, canary.message = rfc3339(now), check.message
+        metrics.CANARY_CHECKS.labels(meta["namespace"], meta["name"], check.result).inc()
         canary.history = [*canary.history, CanaryCheck(time=canary.last_check, result=check.result,
                                                        latency_seconds=check.latency_seconds,
                                                        error_rate=check.error_rate, requests=check.requests,

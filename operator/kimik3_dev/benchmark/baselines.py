@@ -97,6 +97,8 @@ class Profile:
     tpot_s: tuple[float, ...]
     tokens_per_s: tuple[float, ...]
     gpus: int
+    prefill_tokens_per_s: float = 0.0
+    """Prompt tokens/s the group prefills (the perf model's rate, its units together)."""
 
     @classmethod
     def from_shape(cls, shape: EngineShape, max_batch: int = 64, workload: str | float = DEFAULT_WORKLOAD) -> Profile:
@@ -107,7 +109,7 @@ class Profile:
             d = decode_point(params, max(1, b // engines) if engines > 1 else b, workload)
             tpot.append(d.tpot_s)
             tput.append(d.group_tokens_per_s)
-        return cls(tuple(tpot), tuple(tput), shape.gpus)
+        return cls(tuple(tpot), tuple(tput), shape.gpus, params.prefill_tokens_per_s * params.units)
 
     def concurrency_at(self, latency_s: float) -> float:
         """Requests per group at which the per-token latency reaches ``latency_s`` (linear between
@@ -434,6 +436,12 @@ class DynamoPlannerPolicy(_Bounds):
     interval_s: float = 180.0
     window_s: float = 180.0
     correction: bool = True
+    ttft_target_s: float | None = None
+    """The planner's TTFT target (seconds): with one, prefill is sized as Dynamo's planner sizes
+    its prefill workers, the predicted prompt tokens/s over the prefill throughput per GPU its
+    profile gives within the TTFT target (here the perf model's prefill rate, a prompt's
+    prefill being well inside 2 s up to ~100k tokens: ``Profile.prefill_tokens_per_s``); an
+    aggregated group does both, so the planner asks for the larger count."""
     _frontend: GatewayReading | None = None
 
     def __post_init__(self) -> None:
@@ -441,6 +449,7 @@ class DynamoPlannerPolicy(_Bounds):
             raise ValueError(f"predictor {self.predictor!r}: one of {', '.join(PREDICTORS)}")
         self._num_req = PREDICTORS[self.predictor]()
         self._osl = PREDICTORS[self.predictor]()
+        self._isl = PREDICTORS[self.predictor]()
         """Requests per interval and their mean output length, predicted separately (Dynamo's
         num_req and osl)."""
 
@@ -457,9 +466,12 @@ class DynamoPlannerPolicy(_Bounds):
         if f is not None and f.window_s > 0 and f.requests > 0:
             self._num_req.observe(f.requests * self.interval_s / f.window_s)
             self._osl.observe(f.output_tokens / f.requests)
+            self._isl.observe(f.prompt_tokens / f.requests)
             predicted = self._num_req.next() * self._osl.next() / self.interval_s
+            prefill = self._num_req.next() * self._isl.next() / self.interval_s
         else:
             predicted = tokens_per_s
+            prefill = obs.prefill_tokens_per_s
         corrected = self.target_s
         factor = 1.0
         step_mean = mean(obs.itl)
@@ -473,10 +485,12 @@ class DynamoPlannerPolicy(_Bounds):
             desired = self.max_replicas
         else:
             desired = math.ceil(predicted / per_gpu / self.profile.gpus - 1e-9)
+        if self.ttft_target_s is not None and self.profile.prefill_tokens_per_s > 0:
+            desired = max(desired, math.ceil(prefill / self.profile.prefill_tokens_per_s - 1e-9))
         desired = min(max(desired, self.min_replicas), self.max_replicas)
         return Decision(desired, "DynamoPlanner",
-                        f"predicted {predicted:.0f} tok/s ({self.predictor}), correction {factor:.2f}, "
-                        f"{per_gpu:.0f} tok/s/GPU")
+                        f"predicted {predicted:.0f} tok/s ({self.predictor}), {prefill:.0f} prompt tok/s, "
+                        f"correction {factor:.2f}, {per_gpu:.0f} tok/s/GPU")
 
 
 # ---------------------------------------------------------------- static / optimal ----------

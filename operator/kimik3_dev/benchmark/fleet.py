@@ -16,8 +16,11 @@ What is simulated
   batch only changes at events, so the latency of every token is known.
 - **Prefill** is chunked into the running batch, as vLLM does: admitting a request makes one
   step longer by ``prompt / prefill_rate`` (prompts of one step share it up to
-  ``max_num_batched_tokens``); the running requests' tokens of that step are slower, and the new
-  request's first token comes at its end (TTFT).
+  ``max_num_batched_tokens``; a longer prompt is cut into chunks of that many tokens, one step
+  each, as vLLM's chunked prefill does); the running requests' tokens of those steps are slower,
+  and the new request's first token comes at the end of its last chunk (TTFT). The decode
+  tokens' share of the step's token budget is not counted against it; there is no prefix cache
+  (``vllm:prefix_cache_hits`` stays 0).
 - **Batch limit**: at most ``max_num_seqs`` running per group; more wait in the group's queue
   (``vllm:num_requests_waiting``) and are admitted as requests finish.
 - **Routing**: each arrival goes to the ready group with the fewest running + waiting requests
@@ -49,14 +52,16 @@ What is measured
   the step's duration (so under DSpark it is ~AL x the per-token latency), into ``itl_buckets``;
   ``vllm:spec_decode_num_drafts`` (one draft per request per step) and
   ``..._num_accepted_tokens`` (AL - 1 per draft) when the shape speculates;
-  ``vllm:generation_tokens``; the ``num_requests_running`` / ``_waiting`` gauges. Steps are
+  ``vllm:generation_tokens``; ``vllm:prompt_tokens`` (counted at admission) and
+  ``vllm:prefix_cache_hits``; ``vllm:time_to_first_token_seconds`` (vLLM's buckets); the
+  ``num_requests_running`` / ``_waiting`` gauges. Steps are
   integrated over time, so counts are fractional. At each decision the operator's
   ``PodScrapeSource`` reads every page (``parse_scrape``), differences each group's histograms
   and counters against its scrape that starts the window and merges them
   (``autoscaler/histogram.py``): a bug in that path moves the benchmark's figures. A group is
   first scraped at the first decision after it serves (at t = 0 for the initial ones), and
   counts in the windows after that, as a newly started pod does. The pages carry the families
-  the fleet simulates and the autoscaler reads: TTFT is measured per minute, not exposed.
+  the fleet simulates and the autoscaler reads.
 
 ITL buckets
 ===========
@@ -81,8 +86,9 @@ from typing import Any
 import requests
 
 from kimik3.admission import Admitted
-from kimik3.autoscaler.observation import (ACCEPTED, DRAFTS, GENERATION_TOKENS, ITL, RUNNING, WAITING,
-                                           DecodeObservation, MetricsUnavailable)
+from kimik3.autoscaler.observation import (ACCEPTED, DRAFTS, GENERATION_TOKENS, ITL, PREFIX_CACHE_HITS,
+                                           PROMPT_TOKENS, RUNNING, TTFT, WAITING, DecodeObservation,
+                                           MetricsUnavailable)
 from kimik3.autoscaler.perfmodel import (DEFAULT_WORKLOAD, EngineShape, PerfParams, acceptance_length, decode_point,
                                          perf_params, ttft)
 from kimik3.autoscaler.policy import Decision, FleetState, Policy
@@ -90,7 +96,7 @@ from kimik3.autoscaler.sources import PodScrapeSource, ScrapeTarget
 from kimik3.autoscaler.window import Samples
 from kimik3.topology.capacity import Pool
 from kimik3_dev.benchmark.traces import Request
-from kimik3_dev.sim.vllm_metrics import HistogramTotals, exposition
+from kimik3_dev.sim.vllm_metrics import TIME_TO_FIRST_TOKEN_BUCKETS, HistogramTotals, exposition
 
 DEFAULT_LOAD_TIME_S = 900.0
 """Seconds from creating a group to serving: ~1.5 TB of weights (kimi-k3-and-vllm.md) read from a
@@ -208,6 +214,10 @@ class _Group:
     accepted: float = 0.0
     tokens: float = 0.0
     """vllm:spec_decode_num_drafts, ..._num_accepted_tokens, vllm:generation_tokens."""
+    prompt: float = 0.0
+    """vllm:prompt_tokens."""
+    ttft: HistogramTotals = field(default_factory=lambda: HistogramTotals(TIME_TO_FIRST_TOKEN_BUCKETS))
+    """vllm:time_to_first_token_seconds."""
 
     @property
     def url(self) -> str:
@@ -262,6 +272,8 @@ class GatewayReading:
     requests: float
     output_tokens: float
     in_flight: float
+    prompt_tokens: float = 0.0
+    """The requests' prompt tokens (Dynamo's ISL)."""
 
 
 Frontend = Callable[[GatewayReading], None]
@@ -300,8 +312,9 @@ class FleetSim:
         self._arrivals = 0.0
         self._arrival_tokens = 0.0
         """Requests received at the gateway and their output tokens (for ``frontend``)."""
-        self._gateway: Samples[tuple[float, float]] = Samples()
-        self._gateway.add(0.0, (0.0, 0.0))
+        self._arrival_prompt = 0.0
+        self._gateway: Samples[tuple[float, float, float]] = Samples()
+        self._gateway.add(0.0, (0.0, 0.0, 0.0))
         self._gpu_s = 0.0
         self._gpu_mark = 0.0
         self._minute_tokens: dict[float, float] = {}
@@ -430,25 +443,35 @@ class FleetSim:
         self._push(t, 2, (g.gid, g.version))
 
     def _admit(self, g: _Group, req: Request, now: float) -> None:
-        """Start ``req`` on ``g`` (a slot is free): its prefill joins (or extends) a prefill step."""
+        """Start ``req`` on ``g`` (a slot is free): its prefill joins (or extends) a prefill step,
+        in chunks of at most ``max_num_batched_tokens`` (one step each)."""
         m = self.m
-        if g.stall_end > now and g.stall_prompt_tokens + req.prompt_tokens <= self.cfg.max_num_batched_tokens:
-            # Same step: the step prefills both prompts (chunked prefill shares a step's token budget).
-            prev = m.prefill_step_s(g.stall_prompt_tokens, g.stall_decoders)
-            g.stall_prompt_tokens += req.prompt_tokens
-            g.stall_end += m.prefill_step_s(g.stall_prompt_tokens, g.stall_decoders) - prev
-        elif g.stall_end > now:  # another prefill step after the current one
-            g.stall_steps += 1
-            g.stall_prompt_tokens = req.prompt_tokens
-            g.stall_end += m.prefill_step_s(req.prompt_tokens, g.stall_decoders)
-        else:
-            g.stall_start = now
-            g.stall_decoders = len(g.running)
-            g.stall_steps = 1
-            g.stall_prompt_tokens = req.prompt_tokens
-            g.stall_end = now + m.prefill_step_s(req.prompt_tokens, g.stall_decoders)
+        budget = self.cfg.max_num_batched_tokens
+        left = req.prompt_tokens
+        while True:
+            chunk = min(left, budget)
+            left -= chunk
+            if g.stall_end > now and g.stall_prompt_tokens + chunk <= budget:
+                # Same step: the step prefills both prompts (chunked prefill shares a step's token budget).
+                prev = m.prefill_step_s(g.stall_prompt_tokens, g.stall_decoders)
+                g.stall_prompt_tokens += chunk
+                g.stall_end += m.prefill_step_s(g.stall_prompt_tokens, g.stall_decoders) - prev
+            elif g.stall_end > now:  # another prefill step after the current one
+                g.stall_steps += 1
+                g.stall_prompt_tokens = chunk
+                g.stall_end += m.prefill_step_s(chunk, g.stall_decoders)
+            else:
+                g.stall_start = now
+                g.stall_decoders = len(g.running)
+                g.stall_steps = 1
+                g.stall_prompt_tokens = chunk
+                g.stall_end = now + m.prefill_step_s(chunk, g.stall_decoders)
+            if left <= 0:
+                break
         ttft = g.stall_end - req.arrival_s
         self._minute_ttft.append(ttft)
+        g.ttft.observe(ttft)
+        g.prompt += req.prompt_tokens
         g.tokens += 1  # the first token, emitted by the prefill step
         finish = g.progress + m.al * g.stall_steps + max(0, req.output_tokens - 1)
         self._seq += 1
@@ -506,7 +529,8 @@ class FleetSim:
         if g.state == LOADING:
             raise requests.ConnectionError(ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"))
         values: dict[str, float | HistogramTotals] = {
-            RUNNING: float(len(g.running)), WAITING: float(len(g.waiting)), GENERATION_TOKENS: g.tokens, ITL: g.itl}
+            RUNNING: float(len(g.running)), WAITING: float(len(g.waiting)), GENERATION_TOKENS: g.tokens, ITL: g.itl,
+            PROMPT_TOKENS: g.prompt, PREFIX_CACHE_HITS: 0.0, TTFT: g.ttft}
         if self.cfg.shape.k:
             values |= {DRAFTS: g.drafts, ACCEPTED: g.accepted}
         return exposition(self.cfg.served_model_name, values)
@@ -528,13 +552,14 @@ class FleetSim:
         assert self.frontend is not None
         base = self._gateway.base(now - window_s)
         assert base is not None
-        start, (requests, tokens) = base
+        start, (requests, tokens, prompt) = base
         serving = self._serving()
         for g in serving:
             self._advance(g, now)
         self.frontend(GatewayReading(now - start, self._arrivals - requests, self._arrival_tokens - tokens,
-                                     float(sum(len(g.running) + len(g.waiting) for g in serving))))
-        self._gateway.add(now, (self._arrivals, self._arrival_tokens))
+                                     float(sum(len(g.running) + len(g.waiting) for g in serving)),
+                                     self._arrival_prompt - prompt))
+        self._gateway.add(now, (self._arrivals, self._arrival_tokens, self._arrival_prompt))
         self._gateway.forget_before(start)
 
     def _decide(self, now: float) -> None:
@@ -623,6 +648,7 @@ class FleetSim:
                 self._minute_demand += req.output_tokens
                 self._arrivals += 1
                 self._arrival_tokens += req.output_tokens
+                self._arrival_prompt += req.prompt_tokens
                 self._route(req, req.arrival_s)
                 continue
             now, kind, _, payload = heapq.heappop(heap)

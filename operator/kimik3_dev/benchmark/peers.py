@@ -46,8 +46,10 @@ CHOSEN: dict[str, Setting] = {
 
 
 def build(name: str, setting: Setting, target_s: float, profile: Profile, min_replicas: int,
-          max_replicas: int) -> Policy:
-    """Peer ``name`` with its user's ``setting`` (a ``GRID`` entry) for a per-token SLO ``target_s``."""
+          max_replicas: int, ttft_target_s: float | None = None) -> Policy:
+    """Peer ``name`` with its user's ``setting`` (a ``GRID`` entry) for a per-token SLO ``target_s``
+    (and a TTFT SLO ``ttft_target_s``, given to the peer that has such a signal: Dynamo's
+    planner sizes prefill on it)."""
     lo, hi = min_replicas, max_replicas
     if name == "hpa":
         return HPAPolicy(target_s=setting["target"] * target_s, min_replicas=lo, max_replicas=hi)
@@ -59,7 +61,8 @@ def build(name: str, setting: Setting, target_s: float, profile: Profile, min_re
                          max_replicas=hi)
     if name == "dynamo-planner":
         return DynamoPlannerPolicy(target_s=setting["itl"] * target_s, profile=profile,
-                                   predictor=setting["predictor"], min_replicas=lo, max_replicas=hi)
+                                   predictor=setting["predictor"], min_replicas=lo, max_replicas=hi,
+                                   ttft_target_s=ttft_target_s)
     raise KeyError(name)
 
 

@@ -1,4 +1,5 @@
-"""Request traces for the fleet simulator (issue 4, part 4): steady, diurnal, bursts and a step.
+"""Request traces for the fleet simulator (issue 4, part 4): steady, diurnal, bursts, a step, and
+agentic (long prompts).
 
 A ``Trace`` is a request rate per second (requests/s, one value per second of the trace) plus the
 moments where the rate jumps (for "time to recover"). ``Trace.requests(seed)`` draws the
@@ -30,7 +31,16 @@ bursts       2 h      8 requests/s, with 5 bursts to x2.5 (20 req/s) of 3-6 minu
                       within 20 s, at seeded random times at least 10 minutes apart
 step         2 h      4 requests/s, at 30 min x4 (16 req/s) within one minute, held for 60 min,
                       then back to 4 requests/s within one minute
+agentic      2 h      agentic / long-context traffic (issue 23): prompts lognormal with a
+                      median of 8k tokens and a heavy tail (sigma 1.1: 1% past ~100k, clipped at
+                      128k), outputs of ~250 tokens; 7 requests/s swinging +-30% over an hour
+                      (~4.9-9.1 req/s), ~80k prompt tokens/s at the mean
 ============ ======== =========================================================================
+
+The agentic shape (``AGENTIC_SHAPE``) is our assumption of what coding agents and long-context
+chat send (tool schemas, file contents and histories in every prompt, short answers); the
+Mooncake conversation trace, replayed beside it (bench/traces/), has a median prompt of ~6.9k
+tokens and a mean of 12k with outputs of ~340.
 """
 
 from __future__ import annotations
@@ -199,6 +209,19 @@ def step(base: float = 4.0, factor: float = 4.0, at_s: int = 1800, hold_s: int =
                  f"{base:g} req/s, x{factor:g} within {ramp_s} s at {at_s // 60} min for {hold_s // 60} min")
 
 
+AGENTIC_SHAPE = LengthShape(prompt_mean=8000 * math.exp(1.1 ** 2 / 2), output_mean=250.0, prompt_sigma=1.1,
+                            output_sigma=0.6, prompt_range=(256, 131_072), output_range=(8, 4_000))
+"""Agentic / long-context lengths: prompt median 8k tokens (mean ~14.6k before clipping), heavy
+tailed; outputs ~250 tokens."""
+
+
+def agentic(mean: float = 7.0, swing: float = 0.3, period_s: int = 3600, duration_s: int = 7200) -> Trace:
+    """``mean`` requests/s of ``AGENTIC_SHAPE`` lengths, ``x (1 + swing sin(2 pi t / period_s))``."""
+    return Trace("agentic", _from(lambda t: mean * (1 + swing * math.sin(2 * math.pi * t / period_s)), duration_s),
+                 (), f"{mean:g} req/s +-{swing * 100:g}% over {period_s // 60} min, prompts median 8k tokens "
+                     "(heavy tail to 128k), outputs ~250", shape=AGENTIC_SHAPE)
+
+
 def all_traces() -> list[Trace]:
-    """The benchmark's four traces at their documented sizes."""
-    return [steady(), diurnal(), bursts(), step()]
+    """The benchmark's synthetic traces at their documented sizes."""
+    return [steady(), diurnal(), bursts(), step(), agentic()]

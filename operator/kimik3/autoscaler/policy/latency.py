@@ -1,25 +1,29 @@
-"""kimik3's latency policy: how many groups keep the per-token latency under target, one decision
-at a time, from the parts of this package.
+"""kimik3's latency policy: how many groups keep the per-token latency (and the TTFT, when a
+target is set) under target, one decision at a time, from the parts of this package.
 
 Desired groups = the fewest ``n`` whose predicted quantile (model.py), with ``noise_z`` more
 standard deviations of the batch (a window's quantile at the target still leaves minutes over
-it), is ``<= headroom x T`` at the demand forecast a lead time ahead (forecast.py); scale-down
-sizes the demand it must keep (the unshrunk forecast, at least the demand now) at
-``scale_down_headroom x T``. A decision, in order:
+it), is ``<= headroom x T`` at the demand forecast a lead time ahead (forecast.py) and the prompt
+tokens/s that come with it (prefill, the second load dimension: output and prompt tokens keep
+the window's ratio), and, with a TTFT target, whose predicted TTFT quantile (ttft.py) is
+``<= headroom x`` that target: the larger of the two; scale-down sizes the demand it must keep
+(the unshrunk forecast, at least the demand now) at ``scale_down_headroom x`` the targets. A
+decision, in order:
 
 1. loading.py: which of the policy's scale-ups now serve (they time the load, hence the lead).
    No reading -> hold (never scale down).
 2. demand.py: the demand now (the queue's share; on a saturated fleet the panic path);
    forecast.py: a lead time ahead; the model learns from the window when the fleet and the
    demand held still through it and the quantile is near the target.
-3. Sizing (below), then reaction.py: one more group over target, the scale-down anchored on the
-   observed quantile.
+3. Sizing (below), then reaction.py: one more group over either target (the TTFT one only when
+   more groups can meet it: ttft.py), the scale-down anchored on the observed quantile.
 4. stabilization.py: bounded, recorded, the windows' levels; bursts.py: the burst hold raises
    the scale-down level.
 5. The verdict: scale up (not while groups cannot be placed: they are not capacity, and adding
    more cannot help: the policy holds and says so), hold while groups load (F10: they are
    neither added to on latency nor cancelled), hold while the quantile is over the scale-down
-   level, else scale down once warmed, and never on a partial reading (``decide``).
+   level (either target's), else scale down once warmed, and never on a partial reading
+   (``decide``).
 
 A reading is partial when a serving group's counters do not cover its window
 (``DecodeObservation.covered``: the group gave no metrics, its series just came back, it joined
@@ -44,6 +48,7 @@ from kimik3.autoscaler.policy.model import LEARN_RANGE, GroupLatencyModel
 from kimik3.autoscaler.policy.reaction import anchored_down, over_target, tolerated
 from kimik3.autoscaler.policy.settings import LatencyPolicySettings
 from kimik3.autoscaler.policy.stabilization import Stabilization
+from kimik3.autoscaler.policy.ttft import TTFTModel
 
 
 @dataclass
@@ -52,6 +57,8 @@ class LatencyPolicy:
 
     settings: LatencyPolicySettings
     model: GroupLatencyModel
+    ttft: TTFTModel | None = None
+    """The TTFT model (ttft.py), used when ``settings.ttft_target_s`` is set."""
     arrivals: GroupArrivals = field(init=False, default_factory=GroupArrivals)
     """Its scale-ups until they serve, the load time (loading.py)."""
     forecast: DemandForecast = field(init=False)
@@ -108,8 +115,9 @@ class LatencyPolicy:
         if obs is None:
             return Decision(fleet.current, EventReason.METRICS_UNAVAILABLE, "no reading: holding replicas")
         latency = obs.latency_quantile(s.metric, s.percentile)
+        ttft = obs.ttft_quantile(s.ttft_percentile) if s.ttft_target_s is not None else None
         shifted = self.forecast.shift_at
-        rec, rec_down, why = self._recommend(now, obs, fleet, latency, partial)
+        rec, rec_down, why = self._recommend(now, obs, fleet, latency, ttft, partial)
         if partial:  # its demand reads low: no later scale-down may count on it
             rec_down = max(rec_down, fleet.current)
         rec, _ = self.stabilization.record(now, rec, rec_down, obs.window_s)
@@ -122,13 +130,14 @@ class LatencyPolicy:
         up, down = self.stabilization.levels(now)
         if bursty:
             down = max(down, min(self.bursts.level(now, self.lead_s), s.max_replicas))
-        if up == fleet.current + 1 and (latency is None or latency <= tolerated(s.target_s)) \
+        ttft_held = ttft is None or s.ttft_target_s is None or ttft <= tolerated(s.ttft_target_s)
+        if up == fleet.current + 1 and (latency is None or latency <= tolerated(s.target_s)) and ttft_held \
                 and not self.stabilization.agreed(now, fleet.current, obs.window_s, self.interval_s):
             # One group more while the target holds (within the reaction's tolerance: a forecast,
             # or noise) costs a load time of GPU-hours: it waits until the readings of a whole
             # window agree. A surge (several groups) or a broken target does not wait.
             up = fleet.current
-        detail = _detail(obs, latency, s, rec, why)
+        detail = _detail(obs, latency, ttft, s, rec, why)
         if up > fleet.current:
             if fleet.unplaceable > 0:
                 return Decision(fleet.current, EventReason.UNPLACEABLE,
@@ -144,7 +153,8 @@ class LatencyPolicy:
                             f"{fleet.loading} group(s) still loading count as coming; {detail}", rec)
         # Scale down only once a whole window of recommendations allowed it (not on a restart),
         # and not while the observed quantile is over the scale-down level (the model may lag).
-        if down < fleet.current and latency is not None and latency > s.scale_down_headroom * s.target_s:
+        if down < fleet.current and ((latency is not None and latency > s.scale_down_headroom * s.target_s) or (
+                ttft is not None and s.ttft_target_s is not None and ttft > s.scale_down_headroom * s.ttft_target_s)):
             return Decision(fleet.current, EventReason.HOLD, detail, rec)
         if down < fleet.current and self.stabilization.warmed(now):
             return Decision(down, EventReason.SCALE_DOWN if down > 0 else EventReason.SCALED_TO_ZERO, detail, rec)
@@ -152,8 +162,9 @@ class LatencyPolicy:
         return Decision(fleet.current, EventReason.HOLD, detail + kept, rec)
 
     def _recommend(self, now: float, obs: DecodeObservation, fleet: FleetState,
-                   latency: float | None, partial: bool) -> tuple[int, int, str]:
+                   latency: float | None, ttft: float | None, partial: bool) -> tuple[int, int, str]:
         """(groups at the scale-up level, groups at the scale-down level, reason), unbounded;
+        ``ttft``: the window's TTFT quantile (None: no TTFT target, or no first token);
         ``partial``: some serving group's counters do not cover the window (module docstring)."""
         s, model, forecast = self.settings, self.model, self.forecast
         if not obs.has_traffic:
@@ -172,30 +183,60 @@ class LatencyPolicy:
         # fleet would bend the line).
         steady = self.arrivals.settled(now, obs.window_s) and forecast.settled(now, obs.window_s) and not partial
         near = latency is not None and LEARN_RANGE[0] * s.target_s <= latency <= LEARN_RANGE[1] * s.target_s
+        pi_now = reading.prefill_now / serving
         if latency is not None and near and reading.per_group_c > 0 and steady:
-            model.update(reading.per_group_c, latency, serving, reading.mean_latency)
+            model.update(reading.per_group_c, latency, serving, reading.mean_latency, pi_now)
+        if self.ttft is not None and ttft is not None and steady:
+            self.ttft.update(ttft, pi_now)
+        # Prompt tokens come with the output tokens at the window's ratio.
+        mix = reading.prefill / demand if demand > 0 else 0.0
         plan, plan_down = s.headroom * s.target_s, s.scale_down_headroom * s.target_s
         if model.latency(0.0, 1) >= plan:
             return s.max_replicas, s.max_replicas, "TargetBelowBatch1Latency"
         if demand <= 0 and obs.running + obs.waiting > 0:
             # Requests present but no finished tokens in the window: size by concurrency.
             total = obs.running + obs.waiting
-            n = next((n for n in range(1, s.max_replicas + 1) if model.latency(total / n, n) <= plan),
-                     s.max_replicas)
+            n = next((n for n in range(1, s.max_replicas + 1)
+                      if model.latency(total / n, n, 0.0, reading.prefill / n) <= plan), s.max_replicas)
             return n, n, "Concurrency"
         most = max(s.max_replicas, fleet.current)
-        up = model.groups_for(predicted, plan, most, s.noise_z)
+        up = model.groups_for(predicted, plan, most, s.noise_z, predicted * mix)
         keep = max(predicted, forecast.keep, demand)
-        down = model.groups_for(keep, plan_down, most, s.noise_z)
+        down = model.groups_for(keep, plan_down, most, s.noise_z, keep * mix)
         if up is None:
             n, reason = s.max_replicas, "Saturated"
         else:
-            n, reason = up, "Predicted" if up > (model.groups_for(demand, plan, most, s.noise_z) or most) else "Load"
+            now_n = model.groups_for(demand, plan, most, s.noise_z, reading.prefill)
+            n, reason = up, "Predicted" if up > (now_n or most) else "Load"
         n_down = max(n, down if down is not None else most)
         if latency is not None and steady and near:
-            n_down = anchored_down(n_down, serving, latency, model, demand, keep, s.noise_z, plan_down)
-        if over_target(latency, s.target_s, n, fleet, self.arrivals.joined(now, obs.window_s)):
+            n_down = anchored_down(n_down, serving, latency, model, demand, keep, s.noise_z, plan_down, mix)
+        joined = self.arrivals.joined(now, obs.window_s)
+        if over_target(latency, s.target_s, n, fleet, joined):
             n, reason = fleet.current + 1, "OverTarget"
+            n_down = max(n_down, n)
+        if s.ttft_target_s is not None and self.ttft is not None:
+            n, n_down, reason = self._ttft_sizing(n, n_down, reason, ttft, predicted * mix, keep * mix, fleet,
+                                                  joined, most)
+        return n, n_down, reason
+
+    def _ttft_sizing(self, n: int, n_down: int, reason: str, ttft: float | None, prefill: float,
+                     prefill_keep: float, fleet: FleetState, joined: bool, most: int) -> tuple[int, int, str]:
+        """``(n, n_down, reason)`` raised to what the TTFT target needs (ttft.py) at the forecast
+        ``prefill`` (and ``prefill_keep`` for scale-down) prompt tokens/s, and by one group when
+        the window's TTFT quantile ``ttft`` is over it although the model says enough. A target
+        more groups cannot meet (below the model's ``base``) adds none."""
+        s, model = self.settings, self.ttft
+        assert s.ttft_target_s is not None and model is not None
+        if not model.reachable(s.headroom * s.ttft_target_s):
+            return n, n_down, reason
+        up = model.groups_for(prefill, s.headroom * s.ttft_target_s, most) or most
+        down = model.groups_for(prefill_keep, s.scale_down_headroom * s.ttft_target_s, most) or most
+        if up > n:
+            n, reason = up, "TTFT"
+        n_down = max(n_down, down, n)
+        if over_target(ttft, s.ttft_target_s, n, fleet, joined):
+            n, reason = fleet.current + 1, "OverTTFTTarget"
             n_down = max(n_down, n)
         return n, n_down, reason
 
@@ -205,11 +246,15 @@ def _named(groups: frozenset[str]) -> str:
     return ", ".join(sorted(groups, key=lambda g: (len(g), g)))
 
 
-def _detail(obs: DecodeObservation, latency: float | None, s: LatencyPolicySettings, rec: int, why: str) -> str:
+def _detail(obs: DecodeObservation, latency: float | None, ttft: float | None, s: LatencyPolicySettings, rec: int,
+            why: str) -> str:
     """A decision's message: the quantile read (a lower bound when above the top bucket, F21a),
-    the requests running and waiting, and the recommendation."""
+    the TTFT quantile with a TTFT target, the requests running and waiting, and the
+    recommendation."""
     above = ">= " if obs.above_top_bucket(s.percentile) else ""
     detail = (f"p{int(s.percentile * 100)} {'ITL' if s.metric == 'interTokenLatency' else 'TPOT'} "
               f"{above}{latency * 1000:.2f} ms" + (" (above the histogram's top bucket)" if above else "")
               if latency is not None else "no latency samples")
+    if s.ttft_target_s is not None:
+        detail += f", p{int(s.ttft_percentile * 100)} TTFT " + (f"{ttft:.2f} s" if ttft is not None else "unmeasured")
     return detail + f", {obs.running:.0f} running, {obs.waiting:.0f} waiting, recommendation {rec} ({why})"

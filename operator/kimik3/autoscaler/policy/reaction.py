@@ -33,13 +33,13 @@ def over_target(latency: float | None, target_s: float, n: int, fleet: FleetStat
 
 
 def anchored_down(n_down: int, serving: int, latency: float, model: GroupLatencyModel, demand: float,
-                  keep: float, noise_z: float, plan_down: float) -> int:
+                  keep: float, noise_z: float, plan_down: float, mix: float = 0.0) -> int:
     """``n_down`` groups, raised (toward ``serving``, the groups serving now at quantile
     ``latency``) until the quantile predicted as the observed one plus the model's step from
     ``serving`` groups at ``demand`` to ``n_down`` at ``keep`` (with ``noise_z`` more standard
-    deviations) stays under ``plan_down`` seconds."""
+    deviations; ``mix`` prompt tokens computed per output token) stays under ``plan_down`` seconds."""
     if n_down < serving:
-        base = model.predict(demand, serving)
-        while n_down < serving and latency + model.predict(keep, n_down, noise_z) - base > plan_down:
+        base = model.predict(demand, serving, 0.0, demand * mix)
+        while n_down < serving and latency + model.predict(keep, n_down, noise_z, keep * mix) - base > plan_down:
             n_down += 1
     return n_down

@@ -14,6 +14,9 @@ class LatencyPolicySettings:
     target_s: float
     """Per-token latency target (seconds) at ``percentile``."""
     percentile: float = 0.9
+    ttft_target_s: float | None = None
+    """Time-to-first-token target (seconds) at ``ttft_percentile``; None: none (``autoscaling.ttftTarget``)."""
+    ttft_percentile: float = 0.9
     interval_s: float = 30.0
     """Seconds between decisions (``autoscaling.interval``; the API's default)."""
     window_s: float = 120.0
