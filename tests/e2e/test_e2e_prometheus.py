@@ -71,7 +71,13 @@ def test_prometheus_holds_the_simulated_engines_itl_with_podmonitor_labels(dev_e
     completion = wait_for(lambda: complete(f"http://{pod_ip}:{port}"), 60.0, "the leader pod's engine to answer")
     assert completion["usage"]["completion_tokens"] == 16
     # and through the deployment's Service (status.endpoint), as a client in the cluster reaches it
-    url, model = resolve_url(dev_env.cluster.kubeconfig, dev_env.cluster.state_dir, "k3", ns)
+    def through_service() -> tuple[str, str | None] | None:
+        try:  # the Service sends to the leader once the prober saw it loaded (the next poll)
+            found = resolve_url(dev_env.cluster.kubeconfig, dev_env.cluster.state_dir, "k3", ns)
+        except LookupError:
+            return None
+        return found if found[1] is not None else None
+    url, model = wait_for(through_service, 60.0, "the Service to serve the model")
     assert model == "kimi-k3"
     assert wait_for(lambda: complete(url), 60.0, "the Service to answer")["usage"]["completion_tokens"] == 16
 
