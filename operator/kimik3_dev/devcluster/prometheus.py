@@ -6,7 +6,7 @@ root; CI machines start without it). The package's own systemd service plays no 
 our own process with our config on a free 127.0.0.1 port and a storage dir under the state dir.
 
 Targets: the engine simulator writes a Prometheus file_sd file (``<state>/sim/targets.json``:
-``[{"targets": ["127.0.0.1:<port>"], "labels": {"namespace", "deployment", "group", "role"}}]``),
+``[{"targets": ["<leader pod IP>:<port>"], "labels": {"namespace", "deployment", "group", "role"}}]``),
 the labels a PodMonitor would give in a real cluster; Prometheus re-reads it when it changes.
 The operator's own ``/metrics`` is scraped too (job ``kimik3-operator``).
 
