@@ -1,14 +1,17 @@
-"""Prometheus from Debian's package, run by us on loopback with a generated configuration.
+"""Prometheus 2.42 run by us on loopback: its command line, and hand-written configurations.
 
-``ensure_installed()`` returns ``/usr/bin/prometheus``, installing Debian's ``prometheus``
-package first when it is missing (``apt-get update`` then ``apt-get install -y prometheus``, as
-root; CI machines start without it). The package's own systemd service plays no part: we start
-our own process with our config on a free 127.0.0.1 port and a storage dir under the state dir.
+The dev cluster's Prometheus is ``prometheus-<PROMETHEUS_VERSION>`` from ``tools/build-binaries.sh
+prometheus`` (built with Kubernetes service discovery, which Debian 12's ``prometheus`` package
+leaves out); it runs the configuration the Prometheus Operator generates (``promoperator``).
+``ensure_installed()`` returns Debian's ``/usr/bin/prometheus`` 2.42 (``apt-get install`` as root
+when missing): the ``process``-tier tests, which build no Go binary, scrape stand-in servers with
+it through ``write_config`` (file_sd; no API server there).
 
-Targets: the engine simulator writes a Prometheus file_sd file (``<state>/sim/targets.json``:
+Targets of ``write_config``: a Prometheus file_sd file (``<state>/sim/targets.json``:
 ``[{"targets": ["127.0.0.1:<port>"], "labels": {"namespace", "deployment", "group", "role"}}]``),
-the labels a PodMonitor would give in a real cluster; Prometheus re-reads it when it changes.
-The operator's own ``/metrics`` is scraped too (job ``kimik3-operator``).
+the labels the PodMonitor gives on a cluster; Prometheus re-reads it when it changes. Until the
+simulator serves engines at their pod IPs, the dev cluster scrapes its ``targets.json`` the same
+way (``engines_job``, through the Prometheus resource's ``additionalScrapeConfigs``).
 
 Metric names: Prometheus 2.42 asks for OpenMetrics without an ``escaping`` parameter, and
 ``prometheus_client`` (0.26 here, as in vLLM's own server) then writes sample names with
@@ -24,10 +27,11 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from kimik3.api.documents import dump_yaml
 
-__all__ = ["PROMETHEUS_BINARY", "SCRAPE_INTERVAL", "argv", "ensure_installed", "targets_file", "write_config"]
+__all__ = ["PROMETHEUS_BINARY", "SCRAPE_INTERVAL", "argv", "engines_job", "ensure_installed", "targets_file", "write_config"]
 
 PROMETHEUS_BINARY = Path("/usr/bin/prometheus")
 SCRAPE_INTERVAL = "5s"
@@ -83,22 +87,24 @@ def targets_file(state_dir: Path) -> Path:
     return state_dir / "sim" / "targets.json"
 
 
-def write_config(state_dir: Path, operator_metrics: str | None = None) -> Path:
-    """Write ``<state>/prometheus/prometheus.yml``; returns its path.
-
-    ``operator_metrics``: ``127.0.0.1:<port>`` of the operator's /metrics, or None. Creates the
-    simulator's targets file as ``[]`` when absent (Prometheus then watches it for changes).
-    """
+def engines_job(state_dir: Path) -> dict[str, Any]:
+    """The ``kimik3-engines`` scrape job over the simulator's file_sd targets file, which it creates
+    as ``[]`` when absent (Prometheus then watches it for changes)."""
     targets = targets_file(state_dir)
     targets.parent.mkdir(parents=True, exist_ok=True)
     if not targets.exists():
         targets.write_text("[]\n")
-    scrape = [{
-        "job_name": "kimik3-engines",
-        "metrics_path": "/metrics",
-        "file_sd_configs": [{"files": [str(targets)], "refresh_interval": SCRAPE_INTERVAL}],
-        "metric_relabel_configs": [VLLM_NAME_RELABEL],
-    }]
+    return {"job_name": "kimik3-engines", "metrics_path": "/metrics",
+            "file_sd_configs": [{"files": [str(targets)], "refresh_interval": SCRAPE_INTERVAL}],
+            "metric_relabel_configs": [VLLM_NAME_RELABEL]}
+
+
+def write_config(state_dir: Path, operator_metrics: str | None = None) -> Path:
+    """Write ``<state>/prometheus/prometheus.yml`` scraping ``engines_job``; returns its path.
+
+    ``operator_metrics``: ``127.0.0.1:<port>`` of the operator's /metrics, or None.
+    """
+    scrape = [engines_job(state_dir)]
     if operator_metrics:
         scrape.append({"job_name": "kimik3-operator", "static_configs": [{"targets": [operator_metrics]}]})
     config = {"global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": SCRAPE_INTERVAL,
