@@ -225,7 +225,8 @@ class ConfigReloader:
     """Poll the operator's Secret, write its configuration to ``path``, reload Prometheus at
     ``prometheus_url`` (``http://127.0.0.1:<port>``).
 
-    ``run_forever``: every ``POLL_S`` one GET of the Secret (an API error is logged and retried);
+    ``run_forever``: every ``POLL_S`` one GET of the Secret (an API error is logged and retried; a
+    configuration ``check_paths`` refuses is logged and not written);
     a new ``resourceVersion`` whose configuration differs from the file's is written atomically
     (temporary file, rename), then ``/-/reload`` is POSTed each round until Prometheus answers
     (it may not run yet: it then reads the file when it starts).
@@ -247,10 +248,10 @@ class ConfigReloader:
         secret = self.rest.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/{CONFIG_SECRET}")
         version = (secret or {}).get("metadata", {}).get("resourceVersion", "")
         if version != self._version:
+            self._version = version  # a refused configuration is not retried before the next one
             config = read_config(secret)
             if config is not None:
                 self.apply(config)
-            self._version = version
         self.reload()
 
     def apply(self, config: str) -> None:
@@ -292,4 +293,6 @@ class ConfigReloader:
                 self.poll()
             except (ApiError, OSError) as exc:
                 log.warning("Secret %s/%s: %s", NAMESPACE, CONFIG_SECRET, exc)
+            except ValueError as exc:  # check_paths: the file keeps the previous configuration
+                log.error("Secret %s/%s not written: %s", NAMESPACE, CONFIG_SECRET, exc)
             time.sleep(self.POLL_S)
