@@ -42,6 +42,16 @@ def test_a_canary_holds_the_new_set_beside_every_old_group():
     assert sizes(3, 1, 0, 2, [(1, 1)], canary=1, target_now=2) == (2, [1])
 
 
+def test_with_no_room_an_old_group_that_is_not_ready_gives_its_place():
+    """Issue 25 item 4: on a full cluster the surge group cannot be placed (SurgeBlocked). Old
+    groups that serve stay (maxUnavailable 0); those not Ready give their place to new groups."""
+    assert sizes(1, 1, 0, 0, [(1, 0)]) == (1, [1])  # room or not: without make_room the old group waits
+    assert sizes(1, 1, 0, 0, [(1, 0)], make_room=True) == (1, [0])
+    assert sizes(3, 1, 0, 0, [(3, 1)], make_room=True) == (3, [1])  # the serving one stays; two new take the others'
+    assert sizes(3, 1, 0, 0, [(3, 3)], make_room=True) == (1, [3])  # every old group serves: nothing goes
+    assert sizes(3, 1, 0, 1, [(2, 0)], canary=1, target_now=1, make_room=True) == (1, [0])
+
+
 def lws(name: str, template: str, replicas: int, minute: int = 0, deleting: bool = False) -> dict:
     meta = {"name": name, "uid": f"uid-{name}", "creationTimestamp": f"2026-12-01T00:{minute:02d}:00Z",
             "annotations": {TEMPLATE_HASH_ANNOTATION: template}}

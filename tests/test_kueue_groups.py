@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from prometheus_client import REGISTRY
 
 from kimik3.api.v1alpha1 import GroupStatus
 from kimik3.kube.groups import groups_of
@@ -200,6 +201,14 @@ def events(admin_api: client.ApiClient, namespace: str, reason: str) -> list[str
     return [e.message for e in client.CoreV1Api(admin_api).list_namespaced_event(namespace).items if e.reason == reason]
 
 
+def placed(namespace: str) -> dict[tuple[str, str], float]:
+    """kimik3_placement_groups of deployment k3-latency in ``namespace``: (rack, Kueue state) -> groups,
+    as the operator running in this process exports it."""
+    return {(s.labels["rack"], s.labels["kueue"]): s.value for family in REGISTRY.collect()
+            if family.name == "kimik3_placement_groups" for s in family.samples
+            if (s.labels["namespace"], s.labels["deployment"]) == (namespace, "k3-latency")}
+
+
 def test_operator_writes_groups_no_rack_fits_with_the_free_block_and_state_events(
         operator, kube, admin_api, namespace, kueue_crds, racks) -> None:
     core = client.CoreV1Api(admin_api)
@@ -229,6 +238,7 @@ def test_operator_writes_groups_no_rack_fits_with_the_free_block_and_state_event
                              "kueue": "Admitted", "ready": False}  # no pod reports Ready here (no kubelet)
         assert groups[1] == {"leaderWorkerSet": FIRST, "index": 1, "trays": [], "kueue": "Pending",
                              "message": TOPOLOGY_MESSAGE, "ready": False}
+        assert placed(namespace) == {(f"{racks}-a", "Admitted"): 1, ("", "Pending"): 1}  # the operator's gauge
         limited = condition(obj, "ScalingLimited")
         assert limited["message"] == (
             f"group 1 not admitted by Kueue (LocalQueue default); group 1: {TOPOLOGY_MESSAGE}; the largest free "
@@ -244,6 +254,7 @@ def test_operator_writes_groups_no_rack_fits_with_the_free_block_and_state_event
         obj = wait_for(lambda: (o := kube.get(*CR, namespace, "k3-latency"))["status"]["groups"][0].get("kueue")
                        == "Preempted" and o, 30, "group 0 Preempted in status.groups")
         assert obj["status"]["groups"][0]["message"] == PREEMPTED_MESSAGE
+        assert placed(namespace) == {(f"{racks}-a", "Preempted"): 1, ("", "Pending"): 1}  # Admitted's series gone
         assert condition(obj, "ScalingLimited")["reason"] == "NoRackFits"  # group 1 still has no rack: it leads
         assert "Preempted: group 0" in condition(obj, "ScalingLimited")["message"]
         wait_for(lambda: events(admin_api, namespace, "GroupPreempted"), 10, "a GroupPreempted Event")

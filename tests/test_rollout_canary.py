@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import copy
 
+from prometheus_client import REGISTRY
+
 from kimik3.admission import admit
 from kimik3.api.conditions import Reason
 from kimik3.controller.canary import Analysis, Check
@@ -52,6 +54,12 @@ def setup(image: str):
     cr = recipe(uid="u1", replicas=1, rollout={"canary": CANARY}, engine={"image": image})
     cr["metadata"]["generation"] = 2
     return cr, admit(cr["spec"]), by_kind(render_cr(cr).objects, "LeaderWorkerSet")
+
+
+def failed_checks(cr: dict) -> float:
+    """kimik3_canary_checks_total{result="Failed"} of ``cr`` in this process (0 before any)."""
+    labels = {"namespace": cr["metadata"]["namespace"], "deployment": cr["metadata"]["name"], "result": "Failed"}
+    return REGISTRY.get_sample_value("kimik3_canary_checks_total", labels) or 0.0
 
 
 def template_hash(lws: dict) -> str:
@@ -106,6 +114,7 @@ def test_a_slow_canary_is_rolled_back_and_held_back():
     a, b = template_hash(old_lws), template_hash(new_lws)
     clock, figures = Clock(), Figures([(False, 0.0104), (False, 0.0098)])
     rollouts = Rollouts(figures, clock)
+    failed_before = failed_checks(cr)
     # the change: one canary group in a new LeaderWorkerSet beside the old group
     step = rollouts.step(cr, admitted, new_lws, *old_group_only(old_lws))
     assert applied(step) == [(FIRST, 1, a), (canary, 1, b)] and step.fleet.delete == []
@@ -128,6 +137,7 @@ def test_a_slow_canary_is_rolled_back_and_held_back():
     step = rollouts.step(cr, admitted, new_lws, *both)
     # the second failure: the canary's LeaderWorkerSet goes; the old group never stopped
     assert step.rolled_back is not None and step.rolled_back.revision == NEW
+    assert failed_checks(cr) - failed_before == 2  # kimik3_canary_checks_total{result="Failed"}: each check once
     assert step.rolled_back.restored_revision == OLD
     assert applied(step) == [(FIRST, 1, a)] and step.fleet.delete == [canary]
     assert (step.verdict.status, step.verdict.reason) == ("False", Reason.ROLLED_BACK)

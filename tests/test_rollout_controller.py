@@ -1,6 +1,8 @@
 """Rollouts inside the reconcile, on a real kube-apiserver (issue 25): a canary whose metric
 source cannot be read is never promoted and the CR says why; a release that never pulls is
-rolled back at its progress deadline, its LeaderWorkerSet deleted, the CR quoting what it waited on.
+rolled back at its progress deadline, its LeaderWorkerSet deleted, the CR quoting what it waited
+on; a fix starts without the crash back-off its predecessor earned; with no room, an old group
+that is not Ready gives its place.
 
 A Reconciler is driven directly with a fake clock (the autoscaler's, which the rollouts share);
 no LWS controller runs here, so the test makes each group's pods as LWS v0.9 would
@@ -9,6 +11,7 @@ no LWS controller runs here, so the test makes each group's pods as LWS v0.9 wou
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -20,6 +23,7 @@ from kimik3.controller.reconcile import Reconciler
 from kimik3.kube.kinds import POD
 from kimik3.kube.labels import LWS_REVISION_LABEL
 from kimik3.kube.objects import is_deleting
+from kimik3.render.configmap import PLAN_KEY, mounted
 from kimik3.render.revision import TEMPLATE_HASH_ANNOTATION
 from support.cluster import CR, LWS, apply, condition, events
 from support.lws_pods import group_pods
@@ -129,3 +133,57 @@ def test_a_release_that_never_pulls_is_rolled_back_at_its_progress_deadline(kube
     assert cr["status"]["rollout"]["rolledBack"]["reason"] == "ProgressDeadlineExceeded"
     assert [e.type for e in events(admin_api, namespace, "ProgressDeadlineExceeded")] == ["Warning"]
     assert condition(env.tick(60), "Progressing")["reason"] == "ProgressDeadlineExceeded"  # the release stays refused
+
+
+def launcher_delay(kube: Kube, namespace: str, lws_name: str) -> float:
+    """``startDelaySeconds`` of the launcher ConfigMap the templates of LeaderWorkerSet ``lws_name`` mount."""
+    lws = kube.get(*LWS, namespace, lws_name)
+    assert lws is not None
+    configmap = kube.get("v1", "ConfigMap", namespace, mounted(lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]) or "")
+    assert configmap is not None
+    return float(json.loads(configmap["data"][PLAN_KEY])["startDelaySeconds"])
+
+
+@pytest.mark.tier("apiserver")
+def test_a_fix_is_not_held_by_the_crash_back_off_of_the_release_it_replaces(kube: Kube, namespace: str) -> None:
+    """Issue 25 item 4: a release that crash-loops earns a start back-off and Degraded; the fix
+    (another image: the same launcher plan, the same ConfigMap) starts without the back-off, and
+    Degraded clears once the release's LeaderWorkerSet is gone and every group is Ready."""
+    env = started(kube, namespace)
+    bad = env.release("vllm/vllm-openai:v0.33.8")
+    env.group(bad, "bad", False)
+    for i in range(4):  # what the pod watch would have recorded (controller.crashes)
+        env.rec.failures.record(namespace, NAME, f"bad-{i}", bad, "0", 1, "Error")
+    cr = env.tick(10)
+    assert (condition(cr, "Degraded")["status"], condition(cr, "Degraded")["reason"]) == ("True", "GroupCrashLooping")
+    assert f"group(s) {bad}/0 failed 4 times" in condition(cr, "Degraded")["message"]
+    assert launcher_delay(kube, namespace, bad) == 20  # 10 s at the 3rd failure, doubled at the 4th
+    fix = env.release("vllm/vllm-openai:v0.33.9")
+    assert fix != bad and launcher_delay(kube, namespace, fix) == 0  # the same ConfigMap, now without back-off
+    gone = kube.get(*LWS, namespace, bad)
+    assert gone is None or is_deleting(gone)  # its group never served: it goes at once
+    env.group(fix, "fix", True)
+    cr = env.tick(10)
+    assert condition(cr, "Degraded")["reason"] == "AsExpected", condition(cr, "Degraded")
+    assert condition(cr, "Ready")["status"] == "True"
+
+
+@pytest.mark.tier("apiserver")
+def test_on_a_full_cluster_an_old_group_that_is_not_ready_gives_its_place(kube: Kube, namespace: str) -> None:
+    """Issue 25 item 4: no rack for the new group (its pods Unschedulable) and the old group not
+    Ready: the old group is taken down (it served nothing) for the new one to be placed."""
+    env = started(kube, namespace)
+    env.group(FIRST, "old", False)
+    new = env.release("vllm/vllm-openai:v0.33.9")
+    lws = kube.get(*LWS, namespace, new)
+    for pod in group_pods(lws, namespace, 0):
+        created = kube.apply({"apiVersion": "v1", "kind": "Pod", **pod})
+        kube.patch_merge(*POD.type_meta, namespace, created["metadata"]["name"], {"status": {"phase": "Pending",
+                         "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                         "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."}]}},
+                         subresource="status")
+    cr = env.tick(10)
+    old = kube.get(*LWS, namespace, FIRST)
+    assert old is None or is_deleting(old), old["spec"]
+    assert kube.get(*LWS, namespace, new)["spec"]["replicas"] == 1
+    assert condition(cr, "Progressing")["reason"] in ("SurgeBlocked", "RolloutInProgress", "GroupsStarting")

@@ -57,7 +57,7 @@ def test_group_failing_three_times_is_degraded_and_started_with_back_off(kube, a
         degraded = wait_for(lambda: (lambda c: c if c.get("reason") == "GroupCrashLooping" else None)(
             condition(kube.get(*CR, namespace, NAME), "Degraded")), 15, "Degraded=True GroupCrashLooping")
         assert degraded["status"] == "True"
-        assert "group(s) 0 failed 3 times in the last 10 min" in degraded["message"]
+        assert f"group(s) {ENGINE}/0 failed 3 times in the last 10 min (last" in degraded["message"]
         assert "last exit codes: 1 (Error), 137 (OOMKilled), 1 (Error)" in degraded["message"]
         wait_for(lambda: plan(kube, namespace)["startDelaySeconds"] == 10, 15, "a 10 s start back-off in the plan")
         failing_pod(core, namespace, 5, 1, "Error")

@@ -22,6 +22,7 @@ from kimik3_dev.devcluster import kueue
 from kimik3_dev.devcluster.rbac import request_token, write_token_kubeconfig
 
 from support.cluster import CR, apply, make_namespace, metric, metric_samples, reconciled
+from support.grafana import metric_names, substitute, targets
 from support.recipes import recipe
 from support.rendering import launcher_name
 from support.waiting import wait_for
@@ -165,6 +166,15 @@ def test_rbac_has_no_wildcards_and_the_namespaced_install_no_cluster_scope(helm_
             if b["metadata"]["name"] != election} == {"team-a", "team-b"}
 
 
+def test_service_monitor_keeps_the_namespace_of_the_operators_series(helm_offline):
+    # kimik3_autoscaler_*{namespace, deployment} are about a deployment: without honorLabels the
+    # Prometheus Operator's target label namespace (the release's) would replace theirs, and the
+    # dashboard's $namespace would select nothing.
+    (monitor,) = by_kind(helm_offline.template(*VARIANTS["everything-on"]))["ServiceMonitor"]
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert (endpoint["port"], endpoint["path"], endpoint["honorLabels"]) == ("http-metrics", "/metrics", True)
+
+
 def test_network_policy_allows_only_probes_dns_api_server_and_metrics(helm_offline):
     assert "NetworkPolicy" not in by_kind(helm_offline.template())
     (policy,) = by_kind(helm_offline.template(*VARIANTS["everything-on"]))["NetworkPolicy"]
@@ -182,8 +192,8 @@ def test_dashboard_uses_real_metric_names(helm_offline):
     (cm,) = by_kind(helm_offline.template())["ConfigMap"]
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     dashboard = json.loads(cm["data"]["kimik3.json"])
-    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
-    used = {m for e in exprs for m in re.findall(r"\b((?:vllm:|kimik3_)[a-z_:]+)", e)}
+    anything = {"namespace": ".*", "deployment": ".*", "__rate_interval": "1m", "__range": "3h"}
+    used = {m for t in targets(dashboard) for m in metric_names(substitute(t.expr, anything))}
     # vLLM's series (shared/reference/kimi-k3-and-vllm.md, "Prometheus metrics of the vLLM server").
     vllm = {"vllm:inter_token_latency_seconds_bucket", "vllm:request_time_per_output_token_seconds_bucket",
             "vllm:time_to_first_token_seconds_bucket", "vllm:num_requests_running", "vllm:num_requests_waiting",
@@ -199,10 +209,11 @@ def test_dashboard_uses_real_metric_names(helm_offline):
     assert not unknown, f"dashboard queries series nobody exports: {sorted(unknown)}"
     titles = " | ".join(p["title"] for p in dashboard["panels"])
     for words in ("time per output token", "Tokens/s per user", "Acceptance length", "groups serving",
-                  "Scale decisions", "Desired vs ready groups", "SLO attainment", "Reconciles"):
+                  "Scale decisions", "Desired vs ready groups", "SLO attainment", "Reconciles", "Groups by revision",
+                  "Canary checks", "Groups per rack", "Kueue state"):
         assert words.lower() in titles.lower(), words
     assert {"vllm:inter_token_latency_seconds_bucket", "kimik3_reconciles_total", "kimik3_autoscaler_decisions_total",
-            "kimik3_autoscaler_desired_groups"} <= used
+            "kimik3_autoscaler_desired_groups", "kimik3_canary_checks_total", "kimik3_placement_groups"} <= used
 
 
 def test_leader_election_role_pdb_and_single_replica_fallback(helm_offline):

@@ -230,7 +230,7 @@ def test_group_crashing_at_start_is_degraded_and_recreated_with_back_off(dev_env
     degraded = wait_for(lambda: (c := dev_env.condition(ns, "Degraded")) and f"failed {len(times)} times" in
                         c["message"] and c, 10.0, f"Degraded counting {len(times)} failures")
     assert (degraded["status"], degraded["reason"]) == ("True", "GroupCrashLooping"), degraded
-    assert f"group(s) 0 failed {len(times)} times in the last 10 min (last exit codes: {codes})" \
+    assert f"group(s) k3-engine/0 failed {len(times)} times in the last 10 min (last exit codes: {codes})" \
         in degraded["message"], degraded["message"]
     launcher = launcher_name(dev_env.get_cr(ns))
     plan = json.loads(dev_env.rest.get(f"/api/v1/namespaces/{ns}/configmaps/{launcher}")["data"][PLAN_KEY])

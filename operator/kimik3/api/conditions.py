@@ -106,7 +106,8 @@ class Reason(StrEnum):
     ROLLED_BACK = "RolledBack"
     """The new revision failed its canary analysis: its LeaderWorkerSet is deleted; the old groups serve on."""
     SURGE_BLOCKED = "SurgeBlocked"
-    """A surge group cannot be placed (no rack free, or Kueue does not admit it); no old group is taken down."""
+    """A surge group cannot be placed (no rack free, or Kueue does not admit it); no serving old group is
+    taken down (one that is not Ready gives its place to a new group)."""
     METRIC_SOURCE_UNREADABLE = "MetricSourceUnreadable"
     """The canary analysis cannot read its metric source (the source and its error quoted): the
     rollout is paused, the canary is never promoted on no reading, no old group is replaced."""

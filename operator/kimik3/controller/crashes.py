@@ -26,6 +26,7 @@ from kimik3.controller.kube import Kube
 from kimik3.controller.recreation import GroupFailures
 from kimik3.kube import pods
 from kimik3.kube.kinds import KIMIK3_DEPLOYMENT
+from kimik3.kube.labels import LWS_NAME_LABEL
 
 __all__ = ["CrashReporter", "container_failures", "disruptions"]
 
@@ -87,7 +88,8 @@ class CrashReporter:
         new = 0
         if self.failures is not None and not meta.get("deletionTimestamp"):
             for _, reason, _, code, key in _terminations(pod):
-                self.failures.record(meta["namespace"], deployment, key, pods.group_index(pod) or "?", code, reason)
+                self.failures.record(meta["namespace"], deployment, key, pods.labels(pod).get(LWS_NAME_LABEL, "?"),
+                                     pods.group_index(pod) or "?", code, reason)
         incidents = [(EventReason.ENGINE_FAILED, metrics.ENGINE_FAILURES, *f) for f in container_failures(pod)]
         incidents += [(EventReason.ENGINE_DISRUPTED, metrics.ENGINE_DISRUPTIONS, *d) for d in disruptions(pod)]
         for event_reason, counter, token, reason, text in incidents:

@@ -85,13 +85,16 @@ def fleet_replicas(sets: list[EngineSet]) -> int | None:
 
 
 def sizes(replicas: int, surge: int, unavailable: int, target_ready: int, old: list[tuple[int, int]],
-          canary: int | None = None, target_now: int = 0) -> tuple[int, list[int]]:
+          canary: int | None = None, target_now: int = 0, make_room: bool = False) -> tuple[int, list[int]]:
     """Groups of the target and of each old set (``old``: (groups, Ready groups) of each now,
     oldest first) for ``replicas`` groups in all (see the module); ``canary``: the target held at
     that many groups beside every old group (old sets keep theirs, at most ``replicas`` in all),
     never below the ``target_now`` groups it has (a canary set on mid-rollout shrinks nothing).
     The old groups kept are their Ready ones first (oldest set first), then the others (newest
-    first): an edit during a rollout (F17) gives up a group still loading before a serving one."""
+    first): an edit during a rollout (F17) gives up a group still loading before a serving one.
+    ``make_room``: a target group has no room (SurgeBlocked): only the Ready old groups are kept,
+    so an old group that is not Ready gives its place to a target group (surge room is needed only
+    to keep serving groups serving)."""
     if surge >= 1 and replicas >= 1:
         unavailable = min(unavailable, replicas - 1)
     total = sum(groups for groups, _ in old)
@@ -100,7 +103,7 @@ def sizes(replicas: int, surge: int, unavailable: int, target_ready: int, old: l
     for i, (_, ready) in enumerate(old):
         kept[i] = min(ready, budget)
         budget -= kept[i]
-    for i in reversed(range(len(old))):
+    for i in [] if make_room else reversed(range(len(old))):
         more = min(old[i][0] - kept[i], budget)
         kept[i] += more
         budget -= more
@@ -153,13 +156,15 @@ def sized(rendered: dict[str, Any], name: str, replicas: int, fleet: int) -> dic
 
 
 def plan(rendered: dict[str, Any], sets: list[EngineSet], replicas: int, surge: int, unavailable: int,
-         canary: int | None = None, paused: bool = False, refused: str | None = None) -> FleetPlan:
+         canary: int | None = None, paused: bool = False, refused: str | None = None,
+         make_room: bool = False) -> FleetPlan:
     """The LeaderWorkerSets to apply and delete for the ``rendered`` one (its name is the base
     name, its templates the spec's) at ``replicas`` groups, given the deployment's ``sets``;
     ``canary``: groups the target is held at; ``paused``: no new target, every set frozen;
     ``refused``: a template hash rolled back: never created again, its sets drained like old ones
     as the restored set's groups turn Ready (a canary's surge groups go at once: every old group
-    still serves), the newest set of other templates being the target."""
+    still serves), the newest set of other templates being the target; ``make_room``: a target
+    group has no room, old groups that are not Ready give theirs up (``sizes``)."""
     base = rendered["metadata"]["name"]
     want = (rendered.get("metadata") or {}).get("annotations", {}).get(TEMPLATE_HASH_ANNOTATION) or ""
     live = [s for s in sets if not s.deleting]
@@ -178,7 +183,7 @@ def plan(rendered: dict[str, Any], sets: list[EngineSet], replicas: int, surge: 
         out.apply = [held(rendered, s, s.replicas, replicas) for s in olds]
         return out
     grow, keep = sizes(replicas, surge, unavailable, target.ready if target else 0,
-                       [(s.replicas, s.ready) for s in olds], canary, target.replicas if target else 0)
+                       [(s.replicas, s.ready) for s in olds], canary, target.replicas if target else 0, make_room)
     for old, groups in zip(olds, keep):
         if groups:
             out.apply.append(held(rendered, old, groups, replicas))

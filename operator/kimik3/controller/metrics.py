@@ -2,6 +2,8 @@
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from kimik3.kube.kinds import CHILD_KINDS
+
 RECONCILES = Counter("kimik3_reconciles", "Reconciles of KimiK3Deployments by result "
                      "(applied, apply-failed, invalid, tearing-down, deleted, gone, error)", ["result"])
 RECONCILE_SECONDS = Histogram("kimik3_reconcile_duration_seconds", "Wall time of one reconcile, seconds",
@@ -9,8 +11,14 @@ RECONCILE_SECONDS = Histogram("kimik3_reconcile_duration_seconds", "Wall time of
 CHILDREN_APPLIED = Counter("kimik3_children_applied", "Server-side applies of child objects by kind", ["kind"])
 APPLIES_SKIPPED = Counter("kimik3_applies_skipped", "Child applies skipped: the watched object is what was applied")
 APPLY_ERRORS = Counter("kimik3_apply_errors", "Failed applies of child objects by kind", ["kind"])
+for _child in CHILD_KINDS:  # each kind's series from the start (0): no failure is not no data
+    APPLY_ERRORS.labels(kind=_child.kind)
 GROUPS = Gauge("kimik3_groups", "Engine groups of each KimiK3Deployment: desired (the LeaderWorkerSet's "
                "replicas) and ready", ["namespace", "deployment", "state"])
+PLACED_GROUPS = Gauge("kimik3_placement_groups", "Engine groups of each KimiK3Deployment (status.groups) by rack "
+                      "(the NVLink domain of the group's trays; empty while unbound) and Kueue Workload state "
+                      "(Admitted, Pending, Preempted, Evicted; empty outside placement kueue)",
+                      ["namespace", "deployment", "rack", "kueue"])
 READY_LOST = Counter("kimik3_ready_lost", "Times a KimiK3Deployment's Ready condition went True -> False "
                      "(a pod, tray or engine of a group failed)", ["namespace", "deployment"])
 ENGINE_FAILURES = Counter("kimik3_engine_failures", "Engine container exits with a non-zero code seen on the "
@@ -20,6 +28,9 @@ ENGINE_DISRUPTIONS = Counter("kimik3_engine_disruptions", "Engine pods Kubernete
                              ["namespace", "deployment", "reason"])
 QUEUE_DEPTH = Gauge("kimik3_workqueue_depth", "KimiK3Deployments waiting to be reconciled")
 WATCH_EVENTS = Counter("kimik3_watch_events", "Watch events received by resource", ["resource"])
+CANARY_CHECKS = Counter("kimik3_canary_checks", "Canary analysis checks of a new revision by result (Passed, "
+                        "Failed, NoTraffic, NoReading, SourceUnreadable; status.rollout.canary.history)",
+                        ["namespace", "deployment", "result"])
 DESIRED_GROUPS = Gauge("kimik3_autoscaler_desired_groups", "Groups the autoscaler wants", ["namespace", "deployment"])
 CURRENT_GROUPS = Gauge("kimik3_autoscaler_ready_groups", "Groups serving at the last decision",
                        ["namespace", "deployment"])

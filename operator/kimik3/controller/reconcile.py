@@ -20,13 +20,14 @@ import contextlib
 import datetime as dt
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 from kimik3.admission import AdmissionPolicy, Admitted, admit
 from kimik3.api.conditions import ConditionType, Event, EventReason
 from kimik3.api.errors import SpecErrors
-from kimik3.api.v1alpha1 import KimiK3DeploymentStatus
+from kimik3.api.v1alpha1 import GroupStatus, KimiK3DeploymentStatus
 from kimik3.controller import metrics, steps
 from kimik3.controller.autoscaling import Autoscaling
 from kimik3.controller.cache import ObjectCache, desired_hash
@@ -104,6 +105,8 @@ class Reconciler:
         self.last_reader: Reader | None = None
         """The reads of the last reconcile (``Reader.reads``: by phase and kind)."""
         self._posted: dict[tuple[str, str], set[str]] = {}
+        self._placed: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        """(rack, Kueue state) label pairs of ``kimik3_placement_groups`` set last, per deployment."""
 
     # -- entry point -------------------------------------------------------------------------
     def reconcile(self, namespace: str, name: str) -> Result:
@@ -116,6 +119,7 @@ class Reconciler:
                 for state in ("desired", "ready"):
                     with contextlib.suppress(KeyError):
                         metrics.GROUPS.remove(namespace, name, state)
+                self._placement_changed(namespace, name, [])
                 return Result("gone", None)
             result = self._teardown(obj) if is_deleting(obj) else self._apply(obj)
         except NotLeading:  # not an error: the replica that leads reconciles it
@@ -136,9 +140,9 @@ class Reconciler:
         reader = self.last_reader = Reader(self.kube, self.cache, self.nodes, self.compute_domains)
         snap, out = reader.take(obj, admitted), Outcome()
         weights = out.add(steps.stage(snap, admitted, self.staging)).value
-        start_delay = out.add(steps.guard(snap, self.failures)).value
+        crashes = out.add(steps.guard(snap, self.failures)).value
         scaled = out.add(steps.scale(snap, admitted, self.autoscaling)).value
-        rendered = out.add(steps.render_children(snap, admitted, scaled, start_delay, self.compute_domains)).value
+        rendered = out.add(steps.render_children(snap, admitted, scaled, crashes, self.compute_domains)).value
         rolled = out.add(steps.roll(snap, admitted, rendered, self.rollouts))
         gated = out.add(steps.gate(snap, weights, rolled.apply))
         failed = self._apply_children(obj, gated.apply)
@@ -163,6 +167,7 @@ class Reconciler:
         self._post(obj, out.events)
         self._write_status(obj, status)
         self._readiness_changed(obj, status, desired)
+        self._placement_changed(snap.owner.namespace, snap.owner.name, status.groups or [])
         if apply_error:
             log.warning("reconcile of %s/%s: %s; retrying with back-off", snap.owner.namespace, snap.owner.name,
                         apply_error[:300])
@@ -278,6 +283,19 @@ class Reconciler:
             self._post(obj, [Event("Warning", EventReason.GROUPS_NOT_READY, now.message, once=False)])
         elif before == "False" and now.status == "True":
             self._post(obj, [Event("Normal", EventReason.GROUPS_READY, now.message, once=False)])
+
+    def _placement_changed(self, namespace: str, name: str, groups: list[GroupStatus]) -> None:
+        """``kimik3_placement_groups``: the groups of ``status.groups`` counted by (rack, Kueue
+        state), an unset field as the empty label; pairs counted before and not now are removed."""
+        counts = Counter((g.rack or "", g.kueue or "") for g in groups)
+        for rack, kueue in self._placed.get((namespace, name), set()) - set(counts):
+            metrics.PLACED_GROUPS.remove(namespace, name, rack, kueue)
+        for (rack, kueue), n in counts.items():
+            metrics.PLACED_GROUPS.labels(namespace, name, rack, kueue).set(n)
+        if counts:
+            self._placed[(namespace, name)] = set(counts)
+        else:
+            self._placed.pop((namespace, name), None)
 
     # -- delete ------------------------------------------------------------------------------
     def _teardown(self, obj: dict[str, Any]) -> Result:

@@ -25,6 +25,7 @@ from kimik3.admission import Admitted
 from kimik3.api.conditions import ConditionType, Event, EventReason, Reason, Verdict, event_reason
 from kimik3.api.v1alpha1 import (CHECKS_KEPT, CanaryCheck, CanaryStatus, KimiK3DeploymentStatus, ProgressStatus,
                                  RevisionGroups, RollbackStatus, RolloutStatus)
+from kimik3.controller import metrics
 from kimik3.controller.canary import Analysis
 from kimik3.controller.fleet import EngineSet, FleetPlan, plan
 from kimik3.controller.waits import waiting_for
@@ -129,13 +130,15 @@ def progressing(admitted: Admitted, sets: list[EngineSet], status: RolloutStatus
                 desired: int, blocked: str | None = None) -> Verdict | None:
     """Progressing while a rollout is under way (failure case F18: True until every group runs
     the new revision; old groups never count as updated), None when none is. ``blocked``
-    (``surge_blocked``): a target group waits for room, so no old group goes (SurgeBlocked)."""
+    (``surge_blocked``): a target group waits for room, so no serving old group goes (SurgeBlocked);
+    old groups that are not Ready give their place (``fleet.sizes`` ``make_room``)."""
     if status is None or not rolling(sets):
         return None
     if blocked and admitted.spec.rollout.unavailable == 0:
         return Verdict("True", Reason.SURGE_BLOCKED,
-                       f"{blocked}; no old group is taken down (maxUnavailable 0) and the rollout goes on once it "
-                       f"is placed; {figures(admitted, status, desired)}")
+                       f"{blocked}; no old group is taken down (maxUnavailable 0) while it serves (an old group that "
+                       f"is not Ready gives its place) and the rollout goes on once it is placed; "
+                       f"{figures(admitted, status, desired)}")
     return Verdict("True", Reason.ROLLOUT_IN_PROGRESS, f"rolling out: {figures(admitted, status, desired)}")
 
 
@@ -226,9 +229,10 @@ class Rollouts:
         self.clock = clock
 
     def step(self, obj: dict[str, Any], admitted: Admitted, rendered: dict[str, Any], sets: list[EngineSet],
-             groups: Mapping[GroupKey, Group]) -> RolloutStep:
+             groups: Mapping[GroupKey, Group], workloads: list[dict[str, Any]] | None = None) -> RolloutStep:
         """The LeaderWorkerSets to apply and delete for the rendered one ``rendered`` (base name,
-        the spec's templates and replicas), given the deployment's ``sets`` and their ``groups``."""
+        the spec's templates and replicas), given the deployment's ``sets``, their ``groups`` and
+        under placement kueue their ``workloads`` (a target group Kueue does not admit has no room)."""
         stored = (obj.get("status") or {}).get("rollout") or {}
         rolled_back = RollbackStatus.model_validate(stored["rolledBack"]) if stored.get("rolledBack") else None
         replicas = int(rendered["spec"]["replicas"])
@@ -249,21 +253,24 @@ class Rollouts:
             return step
         if not changing or any(s.template_hash == want for s in running[:-1]):  # a revert to serving templates
             return RolloutStep(plan(rendered, sets, replicas, surge, unavailable))  # needs no canary, no deadline
-        step = self._change(obj, admitted, rendered, sets, groups)
+        target = next((s for s in reversed(running) if s.template_hash == want), None)
+        room = surge_blocked([p for g in groups.values() for p in g.pods], workloads, target) is not None
+        step = self._change(obj, admitted, rendered, sets, groups, room)
         progress = ProgressStatus.model_validate(stored["progress"]) if stored.get("progress") else None
         return step if step.rolled_back is not None else self._deadline(admitted, rendered, sets, groups, step,
                                                                         progress)
 
     def _change(self, obj: dict[str, Any], admitted: Admitted, rendered: dict[str, Any], sets: list[EngineSet],
-                groups: Mapping[GroupKey, Group]) -> RolloutStep:
-        """A change of the templates rolling out: surge, or a canary that bakes before it is promoted."""
+                groups: Mapping[GroupKey, Group], make_room: bool) -> RolloutStep:
+        """A change of the templates rolling out: surge, or a canary that bakes before it is
+        promoted; ``make_room``: a new group has no room, old groups not Ready give theirs up."""
         stored = (obj.get("status") or {}).get("rollout") or {}
         canary = CanaryStatus.model_validate(stored["canary"]) if stored.get("canary") else None
         replicas = int(rendered["spec"]["replicas"])
         surge, unavailable = _budget(admitted, replicas)
         want, r = _hash(rendered), admitted.spec.rollout
         if r.canary is None:
-            return RolloutStep(plan(rendered, sets, replicas, surge, unavailable))
+            return RolloutStep(plan(rendered, sets, replicas, surge, unavailable, make_room=make_room))
         if canary is None or canary.template_hash != want:
             canary = CanaryStatus(template_hash=want or "")
             step_events = [Event("Normal", EventReason.CANARY_STARTED, f"{r.canary.groups} canary group(s) of the new "
@@ -271,9 +278,9 @@ class Rollouts:
         else:
             step_events = []
         if canary.promoted:
-            step = RolloutStep(plan(rendered, sets, replicas, surge, unavailable), canary=canary)
+            step = RolloutStep(plan(rendered, sets, replicas, surge, unavailable, make_room=make_room), canary=canary)
         else:
-            step = self._bake(obj, admitted, rendered, sets, groups, canary)
+            step = self._bake(obj, admitted, rendered, sets, groups, canary, make_room)
         step.events = step_events + step.events
         return step
 
@@ -309,7 +316,7 @@ class Rollouts:
                                Reason.PROGRESS_DEADLINE_EXCEEDED, why)
 
     def _bake(self, obj: dict[str, Any], admitted: Admitted, rendered: dict[str, Any], sets: list[EngineSet],
-              groups: Mapping[GroupKey, Group], canary: CanaryStatus) -> RolloutStep:
+              groups: Mapping[GroupKey, Group], canary: CanaryStatus, make_room: bool) -> RolloutStep:
         r, seconds = admitted.spec.rollout, admitted.seconds
         assert r.canary is not None and seconds.canary_interval is not None and seconds.canary_bake is not None
         now = self.clock()
@@ -335,12 +342,13 @@ class Rollouts:
         verdict = bake_verdict(admitted, canary, len(members), None if since is None else now - since)
         if verdict is None:
             canary.promoted = True
-            step = RolloutStep(plan(rendered, sets, replicas, surge, unavailable), canary=canary)
+            step = RolloutStep(plan(rendered, sets, replicas, surge, unavailable, make_room=make_room), canary=canary)
             step.events.append(Event("Normal", EventReason.CANARY_PROMOTED, f"revision {canary.revision} baked "
                                      f"{r.canary.bake}: {canary.checks} check(s), {canary.failed_checks} failed; "
                                      f"{canary.message}; rolling out to every group"))
             return step
-        step = RolloutStep(plan(rendered, sets, replicas, surge, unavailable, canary=r.canary.groups), canary=canary,
+        step = RolloutStep(plan(rendered, sets, replicas, surge, unavailable, canary=r.canary.groups,
+                                make_room=make_room), canary=canary,
                            verdict=verdict, events=events)
         step.requeue_after = seconds.canary_interval
         return step
@@ -355,6 +363,7 @@ class Rollouts:
         check = self.analysis.check(meta["namespace"], meta["name"], admitted, canary.revision,
                                     [p for g in groups.values() for p in g.pods])
         canary.last_check, canary.message = rfc3339(now), check.message
+        metrics.CANARY_CHECKS.labels(meta["namespace"], meta["name"], check.result).inc()
         canary.history = [*canary.history, CanaryCheck(time=canary.last_check, result=check.result,
                                                        latency_seconds=check.latency_seconds,
                                                        error_rate=check.error_rate, requests=check.requests,

@@ -37,13 +37,14 @@ from kimik3.controller.computedomains import (PrepareFailure, compute_domain_ver
 from kimik3.controller.fleet import fleet_replicas
 from kimik3.controller.groups import kueue_changes, stored_groups
 from kimik3.controller.readmit import awaits_kueue, readmissions
-from kimik3.controller.recreation import GroupFailures
+from kimik3.controller.recreation import Crashes, GroupFailures
 from kimik3.controller.rollout import RolloutStep, Rollouts, scale_down_held, step_event
 from kimik3.controller.snapshot import Snapshot
 from kimik3.controller.staging import Staging, Weights, with_weights
 from kimik3.controller.status import Observed, compute_status, stored_conditions
 from kimik3.kube.kinds import COMPUTE_DOMAIN, CONFIG_MAP, LEADER_WORKER_SET, WORKLOAD, Kind
 from kimik3.render.children import Rendered, render
+from kimik3.render.revision import TEMPLATE_HASH_ANNOTATION
 
 T = TypeVar("T")
 
@@ -112,13 +113,15 @@ def stage(snap: Snapshot, admitted: Admitted, staging: Staging) -> StepResult[We
                       requeue_after=weights.requeue_after)
 
 
-def guard(snap: Snapshot, failures: GroupFailures) -> StepResult[float]:
-    """Degraded while groups keep failing, and the launcher's start back-off (seconds) as the value."""
-    ns, name = snap.owner.namespace, snap.owner.name
-    verdict = failures.verdict(ns, name)
+def guard(snap: Snapshot, failures: GroupFailures) -> StepResult[Crashes]:
+    """Degraded while groups keep failing; the value: the failures still charged (of live
+    LeaderWorkerSets), whose start back-off ``render_children`` gives the launcher of the
+    spec's templates alone (``controller.recreation``)."""
+    crashes = failures.charged(snap.owner.namespace, snap.owner.name, (s.name for s in snap.sets if not s.deleting))
+    verdict = crashes.verdict()
     if verdict is None:
-        return StepResult(failures.start_delay_s(ns, name))
-    return StepResult(failures.start_delay_s(ns, name), conditions={ConditionType.DEGRADED: verdict},
+        return StepResult(crashes)
+    return StepResult(crashes, conditions={ConditionType.DEGRADED: verdict},
                       events=[Event("Warning", event_reason(verdict.reason), verdict.message)])
 
 
@@ -139,18 +142,25 @@ def scale(snap: Snapshot, admitted: Admitted, autoscaling: Autoscaling) -> StepR
     return StepResult(scaled, events=events, requeue_after=scaled.requeue_after)
 
 
-def render_children(snap: Snapshot, admitted: Admitted, scaled: Scaled | None, start_delay_s: float,
+def render_children(snap: Snapshot, admitted: Admitted, scaled: Scaled | None, crashes: Crashes,
                     compute_domains: bool) -> StepResult[Rendered]:
-    """The children of the spec at the autoscaler's replicas; render's warnings as Events."""
-    rendered = render(admitted, snap.owner, replicas=None if scaled is None else scaled.replicas,
-                      compute_domains=compute_domains, start_delay_s=start_delay_s)
+    """The children of the spec at the autoscaler's replicas; render's warnings as Events. The
+    launcher carries the start back-off its own templates' groups earned (the LeaderWorkerSets of
+    the rendered template hash): a new revision starts clean."""
+    replicas = None if scaled is None else scaled.replicas
+    rendered = render(admitted, snap.owner, replicas=replicas, compute_domains=compute_domains)
+    lws = next(c for c in rendered.objects if c["kind"] == LEADER_WORKER_SET.kind)
+    want = lws["metadata"]["annotations"].get(TEMPLATE_HASH_ANNOTATION)
+    delay = crashes.start_delay_s(s.name for s in snap.sets if s.template_hash == want and not s.deleting)
+    if delay > 0:
+        rendered = render(admitted, snap.owner, replicas=replicas, compute_domains=compute_domains, start_delay_s=delay)
     return StepResult(rendered, events=list(rendered.warnings))
 
 
 def roll(snap: Snapshot, admitted: Admitted, rendered: Rendered, rollouts: Rollouts) -> StepResult[RolloutStep]:
     """The rendered LeaderWorkerSet replaced by the rollout's sets (old ones first, the target last)."""
     index = next(i for i, c in enumerate(rendered.objects) if c["kind"] == LEADER_WORKER_SET.kind)
-    rolled = rollouts.step(snap.obj, admitted, rendered.objects[index], snap.sets, snap.groups)
+    rolled = rollouts.step(snap.obj, admitted, rendered.objects[index], snap.sets, snap.groups, snap.workloads)
     objects = rendered.objects[:index] + rolled.fleet.apply + rendered.objects[index + 1:]
     return StepResult(rolled, apply=objects, events=list(rolled.events), requeue_after=rolled.requeue_after)
 
