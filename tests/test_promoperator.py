@@ -40,6 +40,7 @@ def test_the_prometheus_object_names_the_dev_api_server_with_host_files_and_no_p
     assert spec["apiserverConfig"] == {"host": "https://127.0.0.1:6443", "tlsConfig": {"caFile": "/s/pki/ca.crt"},
                                        "authorization": {"type": "Bearer", "credentialsFile": "/s/tok"}}
     assert (spec["version"], spec["replicas"], spec["replicaExternalLabelName"]) == ("v2.42.0", 0, "")
+    assert spec["serviceDiscoveryRole"] == "EndpointSlice"
     for selector in ("podMonitorSelector", "podMonitorNamespaceSelector", "serviceMonitorSelector",
                      "serviceMonitorNamespaceSelector"):
         assert spec[selector] == {}  # every monitor of every namespace
@@ -69,6 +70,13 @@ def test_read_config_is_none_until_the_operator_wrote_the_key():
     assert promoperator.read_config(secret("global: {}\n")) == "global: {}\n"
 
 
+def test_the_pods_environment_is_expanded_as_the_sidecar_does_and_an_unknown_name_refused():
+    assert promoperator.expand("regex: $(SHARD);|.+;.+\nreplica: $(POD_NAME)\nreplacement: $1\n") == \
+        "regex: 0;|.+;.+\nreplica: prometheus-kimik3-dev-0\nreplacement: $1\n"
+    with pytest.raises(ValueError, match=r"\$\(NODE_NAME\)"):
+        promoperator.expand("x: $(NODE_NAME)")
+
+
 def test_a_path_inside_the_operators_pod_is_refused_naming_the_line():
     with pytest.raises(ValueError, match=r"rule_files: /etc/prometheus/rules/x.*host path"):
         promoperator.check_paths("global: {}\nrule_files: /etc/prometheus/rules/x/*.yaml\n")
@@ -83,9 +91,9 @@ def test_the_reloader_writes_each_new_configuration_once_and_leaves_a_refused_on
     assert rest.paths == ["/api/v1/namespaces/monitoring/secrets/prometheus-kimik3-dev"]
     assert not reloader.path.exists() and reloader.written is None
 
-    rest.answer = secret("scrape_configs: []\n", "7")
+    rest.answer = secret("scrape_configs: []\nregex: $(SHARD);\n", "7")
     reloader.poll()
-    assert reloader.path.read_text() == "scrape_configs: []\n" and reloader.reloaded is False
+    assert reloader.path.read_text() == "scrape_configs: []\nregex: 0;\n" and reloader.reloaded is False
     reloader.reloaded = True
     reloader.poll()  # same resourceVersion: nothing written, no reload due
     assert reloader.reloaded is True
@@ -93,5 +101,5 @@ def test_the_reloader_writes_each_new_configuration_once_and_leaves_a_refused_on
     rest.answer = secret("rule_files: [/etc/prometheus/rules/a.yaml]\n", "8")
     with pytest.raises(ValueError):
         reloader.poll()
-    assert reloader.path.read_text() == "scrape_configs: []\n"
+    assert reloader.path.read_text() == "scrape_configs: []\nregex: 0;\n"
     assert not list(reloader.path.parent.glob("*.tmp"))

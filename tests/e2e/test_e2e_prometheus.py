@@ -38,6 +38,11 @@ def _relabel(job: dict, target_label: str) -> dict:
     return found
 
 
+def _keeps(job: dict) -> dict[tuple[str, ...], str]:
+    """source labels -> regex of the job's ``keep`` relabelings."""
+    return {tuple(r["source_labels"]): r["regex"] for r in job["relabel_configs"] if r.get("action") == "keep"}
+
+
 def test_prometheus_runs_the_operators_generated_config_and_scrapes_the_operator(dev_env: DevEnv) -> None:
     """The file Prometheus runs is the Prometheus Operator's Secret, decompressed; the operator's
     /metrics comes through additionalScrapeConfigs (job kimik3-operator) at the Prometheus
@@ -71,11 +76,15 @@ def test_the_rendered_podmonitor_becomes_a_pod_discovery_job_with_its_relabeling
     assert _relabel(job, "deployment")["source_labels"] == ["__meta_kubernetes_pod_label_inference_kimik3_io_deployment"]
     assert _relabel(job, "group")["source_labels"] == [
         "__meta_kubernetes_pod_label_leaderworkerset_sigs_k8s_io_group_index"]
-    keeps = [r for r in job["relabel_configs"] if r.get("action") == "keep"]
-    assert {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": "http", "action": "keep"} in keeps
-    assert {"source_labels": ["__address__"], "regex": promoperator.LOOPBACK_ONLY["regex"], "action": "keep"} in keeps
-    assert {"source_labels": ["__name__"], "regex": "vllm_(.+)", "target_label": "__name__",
-            "replacement": "vllm:$1", "action": "replace"} in job["metric_relabel_configs"]
+    keeps = _keeps(job)
+    assert keeps[("__meta_kubernetes_pod_container_port_name",)] == "http"
+    assert keeps[("__meta_kubernetes_pod_label_leaderworkerset_sigs_k8s_io_worker_index",
+                  "__meta_kubernetes_pod_labelpresent_leaderworkerset_sigs_k8s_io_worker_index")] == "(0);true"
+    assert keeps[("__address__",)] == promoperator.LOOPBACK_ONLY["regex"]
+    assert keeps[("__tmp_hash", "__tmp_disable_sharding")] == "0;|.+;.+"  # $(SHARD) expanded
+    (rename,) = job["metric_relabel_configs"]
+    assert (rename["source_labels"], rename["regex"], rename["target_label"], rename["replacement"]) == \
+        (["__name__"], "vllm_(.+)", "__name__", "vllm:$1")
 
 
 def test_the_charts_servicemonitor_becomes_an_endpointslice_job(dev_env: DevEnv, ns: str) -> None:
@@ -93,7 +102,7 @@ def test_the_charts_servicemonitor_becomes_an_endpointslice_job(dev_env: DevEnv,
     (sd,) = job["kubernetes_sd_configs"]
     assert (sd["role"], sd["namespaces"]["names"], sd["api_server"]) == ("endpointslice", [ns], dev_env.state["server"])
     assert (job["scrape_interval"], job["scrape_timeout"], job["metrics_path"]) == ("30s", "10s", "/metrics")
-    keeps = {tuple(r["source_labels"]): r["regex"] for r in job["relabel_configs"] if r.get("action") == "keep"}
+    keeps = _keeps(job)
     selector = monitor["spec"]["selector"]["matchLabels"]
     assert selector["app.kubernetes.io/component"] == "metrics"
     for label, value in selector.items():

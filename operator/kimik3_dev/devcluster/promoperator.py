@@ -25,10 +25,11 @@ that Secret to a file and calls Prometheus' ``/-/reload``. In the dev cluster:
   the API server refuses in Endpoints/EndpointSlices, so the chart's ServiceMonitor cannot
   discover it here.
 - ``ConfigReloader`` (``kimik3 dev config-reloader``, started by ``dev up``): polls the Secret,
-  writes the decompressed configuration to ``config_file`` as is (no path rewritten: every file
-  the configuration names -- CA, token -- is a host path given in ``apiserverConfig``; ``check_paths``
-  refuses one under the container's ``/etc/prometheus``) and POSTs ``/-/reload`` until Prometheus
-  accepts it.
+  writes the decompressed configuration to ``config_file`` with the sidecar's one rewrite, its
+  pod's environment expanded (``expand``: ``$(SHARD)`` -> ``0``, ``$(POD_NAME)``), and no path
+  rewritten (every file it names -- CA, token -- is a host path given in ``apiserverConfig``;
+  ``check_paths`` refuses one under the container's ``/etc/prometheus``), then POSTs
+  ``/-/reload`` until Prometheus answers.
 
 The Prometheus resource's default scrape class (applied to every monitor, the operator's rendered
 PodMonitor unchanged) keeps only targets in 127.0.0.0/8 (``LOOPBACK_ONLY``) and renames vLLM's
@@ -41,6 +42,7 @@ from __future__ import annotations
 import gzip
 import logging
 import os
+import re
 import time
 import urllib.error
 import urllib.request
@@ -63,6 +65,7 @@ __all__ = [
     "ConfigReloader",
     "argv",
     "check_paths",
+    "expand",
     "config_file",
     "crd_paths",
     "install_identity",
@@ -87,6 +90,9 @@ DISCOVERY_ROLE = "kimik3-dev-prometheus"
 ADDITIONAL_SECRET = "additional-scrape-configs"
 OPERATOR_JOB = "kimik3-operator"
 """``job`` label of the kimik3 operator's own /metrics (``operator_job``)."""
+POD_ENVIRONMENT = {"SHARD": "0", "POD_NAME": f"prometheus-{PROMETHEUS_NAME}-0"}
+"""What the config-reloader sidecar of the StatefulSet's first pod expands in the configuration
+(``$(SHARD)`` in the sharding relabeling, ``$(POD_NAME)``): the one shard, the one replica."""
 CONTAINER_CONFIG_DIR = "/etc/prometheus/"
 """Where the operator's own pods mount files; a path under it in the configuration means a file
 only a pod would have (``check_paths``)."""
@@ -164,6 +170,7 @@ def prometheus_resource(server: str, ca_file: Path, token_file: Path, version: s
             "replicaExternalLabelName": "",  # else $(POD_NAME), which a pod's environment would expand
             "apiserverConfig": {"host": server, "tlsConfig": {"caFile": str(ca_file)},
                                 "authorization": {"type": "Bearer", "credentialsFile": str(token_file)}},
+            "serviceDiscoveryRole": "EndpointSlice",  # not the Endpoints API, deprecated since Kubernetes 1.33
             "podMonitorSelector": {}, "podMonitorNamespaceSelector": {},
             "serviceMonitorSelector": {}, "serviceMonitorNamespaceSelector": {},
             "additionalScrapeConfigs": {"name": ADDITIONAL_SECRET, "key": "scrape-configs.yaml"},
@@ -211,6 +218,17 @@ def read_config(secret: dict[str, Any] | None) -> str | None:
     return gzip.decompress(base64.b64decode(data[CONFIG_KEY])).decode()
 
 
+def expand(config: str) -> str:
+    """``config`` with ``$(NAME)`` replaced by ``POD_ENVIRONMENT[NAME]``, as the config-reloader
+    sidecar expands its pod's environment; ``ValueError`` naming a ``$(NAME)`` not in it."""
+    def value(match: re.Match[str]) -> str:
+        if match[1] not in POD_ENVIRONMENT:
+            raise ValueError(f"the generated configuration refers to $({match[1]}), which the dev cluster does "
+                             f"not define (it plays a pod with {sorted(POD_ENVIRONMENT)})")
+        return POD_ENVIRONMENT[match[1]]
+    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", value, config)
+
+
 def check_paths(config: str) -> None:
     """Raise ``ValueError`` when ``config`` names a file under ``CONTAINER_CONFIG_DIR``: a file a pod
     of the operator's StatefulSet would mount, absent on this host (e.g. a CA given as a Secret
@@ -255,8 +273,9 @@ class ConfigReloader:
         self.reload()
 
     def apply(self, config: str) -> None:
-        """Write ``config`` when it differs from the file's, and mark a reload due. ``ValueError``
-        from ``check_paths``."""
+        """Write ``config``, expanded (``expand``), when it differs from the file's, and mark a reload
+        due. ``ValueError`` from ``expand`` or ``check_paths``."""
+        config = expand(config)
         if config == self.written:
             return
         check_paths(config)
