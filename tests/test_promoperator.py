@@ -47,7 +47,8 @@ def test_the_prometheus_object_names_the_dev_api_server_with_host_files_and_no_p
     (scrape_class,) = spec["scrapeClasses"]
     assert scrape_class["default"] is True
     assert scrape_class["metricRelabelings"] == [promoperator.VLLM_NAME_RELABEL]
-    assert promoperator.object_path(obj) == "/apis/monitoring.coreos.com/v1/namespaces/monitoring/prometheuses/kimik3-dev"
+    assert promoperator.object_path(obj) == \
+        "/apis/monitoring.coreos.com/v1/namespaces/monitoring/prometheuses/kimik3-dev"
 
 
 @pytest.mark.parametrize(("address", "kept"), [("127.12.0.5:8000", True), ("127.0.0.1:9000", True),

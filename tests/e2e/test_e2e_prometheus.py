@@ -73,7 +73,8 @@ def test_the_rendered_podmonitor_becomes_a_pod_discovery_job_with_its_relabeling
     assert sd["authorization"]["credentials_file"] == str(dev_env.cluster.state_dir / "prometheus" / "apiserver.token")
     assert job["scrape_interval"] == "15s" and job["metrics_path"] == "/metrics"
     assert _relabel(job, "namespace")["source_labels"] == ["__meta_kubernetes_namespace"]
-    assert _relabel(job, "deployment")["source_labels"] == ["__meta_kubernetes_pod_label_inference_kimik3_io_deployment"]
+    assert _relabel(job, "deployment")["source_labels"] == [
+        "__meta_kubernetes_pod_label_inference_kimik3_io_deployment"]
     assert _relabel(job, "group")["source_labels"] == [
         "__meta_kubernetes_pod_label_leaderworkerset_sigs_k8s_io_group_index"]
     keeps = _keeps(job)

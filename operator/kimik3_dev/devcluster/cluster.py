@@ -86,7 +86,8 @@ BINARIES: dict[str, str] = {
 }
 CONTROL_PLANE = ("etcd", "kube-apiserver")
 """Started by ``ControlPlane``, not from a recorded command line: ``stop_component`` refuses them."""
-STOP_ORDER = ["sim", "config-reloader", "prometheus", "prometheus-operator", "stagers", "operator", "kwok", "kueue-manager", "lws-manager", "kube-scheduler",
+STOP_ORDER = ["sim", "config-reloader", "prometheus", "prometheus-operator", "stagers", "operator", "kwok",
+              "kueue-manager", "lws-manager", "kube-scheduler",
               "kube-controller-manager", "kube-apiserver", "etcd"]
 """Components in stop order (the reverse of start order); unknown pidfiles go first."""
 BUILD_TIMEOUT_S = 3600.0
@@ -394,7 +395,8 @@ class DevCluster:
                           timeout: float, out: Progress, state: dict[str, Any]) -> None:
         """The Prometheus Operator, its Prometheus object, the config-reloader, then Prometheus on the
         configuration the operator generated (``promoperator``)."""
-        with out.step(f"starting the Prometheus Operator {PROMETHEUS_OPERATOR_VERSION} and Prometheus {PROMETHEUS_VERSION}"):
+        with out.step(f"starting the Prometheus Operator {PROMETHEUS_OPERATOR_VERSION} and Prometheus "
+                      f"{PROMETHEUS_VERSION}"):
             token_file = self.state_dir / "prometheus" / "apiserver.token"
             promoperator.install_identity(rest, token_file, rbac.TOKEN_LIFETIME_S)
             po_port, prom_port = free_port(), free_port()
