@@ -72,7 +72,8 @@ def test_completion_not_streaming_counts_tokens():
         assert doc["object"] == "text_completion" and doc["model"] == "kimi-k3"
         assert doc["id"].startswith("cmpl-")
         assert doc["usage"] == {"prompt_tokens": count_tokens(prompt), "completion_tokens": 40,
-                                "total_tokens": count_tokens(prompt) + 40, "prompt_tokens_details": None}
+                                "total_tokens": count_tokens(prompt) + 40, "prompt_tokens_details": None,
+                                "completion_tokens_details": None}
         choice = doc["choices"][0]
         assert choice["finish_reason"] == "length" and len(choice["text"].split()) == 40
         # token ids as prompt, and the served model name or no model at all

@@ -50,6 +50,9 @@ def test_per_user_speed_matches_the_model():
     assert model.tpot_s * 0.5 < summary["itl_p50_s"] < model.step_s * 1.5
     assert summary["itl_p90_s"] >= summary["itl_p50_s"]
     assert 0 < summary["ttft_p50_s"] < 0.2
+    # TPOT per request (as vllm bench serve computes it): the model's at batch 1
+    assert summary["tpot_p50_s"] == pytest.approx(model.tpot_s, rel=0.25)
+    assert summary["tpot_p90_s"] >= summary["tpot_p50_s"]
 
 
 def test_more_users_get_fewer_tokens_per_second_each():

@@ -259,7 +259,7 @@ def field_expectations(case: Case, defaults: dict[str, Any]) -> dict[str, tuple[
         "enable_auto_tool_choice": ("--enable-auto-tool-choice", f.tool_calling),
         "tool_call_parser": ("--tool-call-parser", "kimi_k3" if f.tool_calling else d["tool_call_parser"]),
         "reasoning_parser": ("--reasoning-parser", "kimi_k3" if f.reasoning_parser else d["reasoning_parser"]),
-        "enable_prefix_caching": ("--enable-prefix-caching", True if f.prefix_caching else d["enable_prefix_caching"]),
+        "enable_prefix_caching": ("--enable-prefix-caching", f.prefix_caching),
         "language_model_only": ("--language-model-only", f.language_model_only),
         "speculative_config": ("--speculative-config", expected_speculative_config(case)),
     }

@@ -250,6 +250,8 @@ def test_f7_dspark_with_pipeline_parallelism_refused_at_admission(spec, path):
 # check of vLLM 0.33.0 that rejects the same arguments.
 MEGAKERNEL = {"decodeBackend": "latency_specialized"}
 REFUSED = [
+    ("batched-below-seqs", {"engine": {"maxNumSeqs": 1024, "maxNumBatchedTokens": 512}},
+     "spec.engine.maxNumBatchedTokens", "must be greater than or equal to max_num_seqs"),
     ("cudagraph-piecewise", {"engine": {**MEGAKERNEL, "cudagraphMode": "PIECEWISE"}},
      "spec.engine.cudagraphMode", "FULL decode CUDA graphs"),
     ("v1-model-runner", {"engine": {**MEGAKERNEL, "env": [{"name": "VLLM_USE_V2_MODEL_RUNNER", "value": "0"}]}},

@@ -1,10 +1,11 @@
 """The one front door: every KimiK3Deployment spec passes ``admit()`` before anything uses it.
 
 ``admit(spec_dict, policy)`` parses the spec (the schema of ``kimik3.api.v1alpha1``), runs every
-rule of every concern (one module each: ``shape``, ``memory``, ``megakernel``, ``speculative``,
+rule of every concern (one module each: ``shape``, ``memory``, ``batch``, ``megakernel``, ``speculative``,
 ``extra_args``, ``api_keys``, ``source``, ``autoscaling``, ``disruption``, ``placement``,
 ``rollout``) and returns one
-``Admitted`` value: the parsed spec, its group plan and every duration in seconds. It raises
+``Admitted`` value: the parsed spec, its group plan, every duration in seconds and the settings
+vLLM 0.33 will override without an error (warnings, ``kimik3.engine.overrides``). It raises
 ``SpecErrors`` with every problem found, each with its field path, so ``kimik3 validate`` and the
 controller report them all at once.
 
@@ -23,6 +24,7 @@ from pydantic import ValidationError
 
 from kimik3.admission.api_keys import API_KEYS
 from kimik3.admission.autoscaling import AUTOSCALING
+from kimik3.admission.batch import BATCH
 from kimik3.admission.disruption import DISRUPTION
 from kimik3.admission.extra_args import EXTRA_ARGS
 from kimik3.admission.megakernel import MEGAKERNEL
@@ -34,12 +36,13 @@ from kimik3.admission.shape import SHAPE
 from kimik3.admission.source import SOURCE
 from kimik3.admission.speculative import SPECULATIVE
 from kimik3.api.errors import SpecError, SpecErrors, from_validation_error
-from kimik3.api.v1alpha1 import KimiK3DeploymentSpec, duration_seconds
+from kimik3.api.v1alpha1 import EngineOverride, KimiK3DeploymentSpec, duration_seconds
+from kimik3.engine.overrides import engine_overrides
 from kimik3.topology.plan import GroupPlan, plan_group
 
 __all__ = ["PROGRESS_MARGIN_S", "TABLES", "AdmissionPolicy", "Admitted", "Seconds", "Table", "admit"]
 
-TABLES: tuple[Table, ...] = (SHAPE, MEMORY, MEGAKERNEL, SPECULATIVE, EXTRA_ARGS, API_KEYS, SOURCE, AUTOSCALING,
+TABLES: tuple[Table, ...] = (SHAPE, MEMORY, BATCH, MEGAKERNEL, SPECULATIVE, EXTRA_ARGS, API_KEYS, SOURCE, AUTOSCALING,
                              DISRUPTION, PLACEMENT, ROLLOUT)
 """Every concern's rules, in the order their problems are reported."""
 
@@ -112,6 +115,8 @@ class Admitted:
     """The parallel plan of one engine group."""
     seconds: Seconds
     """The spec's durations in seconds."""
+    overrides: tuple[EngineOverride, ...] = ()
+    """Settings vLLM 0.33 will change or narrow without an error (``kimik3.engine.overrides``): warnings, not refusals."""
 
     @property
     def target_quantile(self) -> float:
@@ -130,4 +135,5 @@ def admit(spec: dict[str, Any], policy: AdmissionPolicy = AdmissionPolicy()) -> 
     errors: list[SpecError] = [e for table in TABLES for e in table.errors(candidate)]
     if errors:
         raise SpecErrors(errors)
-    return Admitted(parsed, plan_group(parsed), Seconds.of(parsed))
+    plan = plan_group(parsed)
+    return Admitted(parsed, plan, Seconds.of(parsed), tuple(engine_overrides(parsed, plan)))

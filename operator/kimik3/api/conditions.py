@@ -218,6 +218,8 @@ class EventReason(StrEnum):
     """Warning: the groups need a ComputeDomain but the operator runs with --no-compute-domains."""
     DISRUPTION_BUDGET_SKIPPED = "DisruptionBudgetSkipped"
     """Warning: no PodDisruptionBudget is rendered for this spec (the message says why)."""
+    ENGINE_SETTING_OVERRIDDEN = "EngineSettingOverridden"
+    """Warning: vLLM 0.33 will change or narrow a setting of the spec without an error (fields, the value it uses, the change that avoids it; status.engineOverrides)."""
     COMPUTE_DOMAIN_NODES_MISSING = "ComputeDomainNodesMissing"
     """Warning: ComputeDomainReady=False NodesMissing (nodes of engine pods not in the ComputeDomain)."""
     COMPUTE_DOMAIN_PREPARE_FAILED = "ComputeDomainPrepareFailed"

@@ -192,7 +192,7 @@ class ModelFeatures(Model):
     reasoning_parser: bool = True
     """--reasoning-parser kimi_k3."""
     prefix_caching: bool = True
-    """--enable-prefix-caching (off by default for K3 in vLLM)."""
+    """--enable-prefix-caching; false: --no-enable-prefix-caching (vLLM 0.33 turns it on for K3, a hybrid model, unless told)."""
     language_model_only: bool = True
     """--language-model-only: skip the vision tower."""
 
@@ -255,6 +255,13 @@ class EngineSpec(Model):
     """The vLLM engine: image, decode path, kernels and batch limits."""
 
     model_config = validated_by(
+        rule(
+            "batched-tokens-cover-seqs",
+            "self.maxNumBatchedTokens >= self.maxNumSeqs",
+            "maxNumBatchedTokens must be >= maxNumSeqs: vLLM refuses to start otherwise (one step holds at least "
+            "one token per sequence); raise maxNumBatchedTokens or lower maxNumSeqs",
+            ".maxNumBatchedTokens",
+        ),
         rule(
             "api-key-not-in-env",
             "!has(self.env) || !self.env.exists(e, e.name == 'VLLM_API_KEY')",
@@ -1114,6 +1121,19 @@ class RolloutStatus(Model):
     """While a rollout runs: its last progress (rollout.progressDeadline counts from it)."""
 
 
+class EngineOverride(Model):
+    """A setting vLLM 0.33 changes or narrows without an error, for this spec (``kimik3.engine.overrides``)."""
+
+    fields: list[str]
+    """The spec fields concerned, as paths (spec.engine.maxNumSeqs, ...)."""
+    vllm_uses: str
+    """What vLLM will run with instead, in vLLM's own terms (e.g. max_num_active_seqs 585)."""
+    message: str
+    """What is asked and what vLLM does instead, with the figures."""
+    avoid: str
+    """The change to the spec that avoids it."""
+
+
 class KimiK3DeploymentStatus(Model):
     """What the operator observed."""
 
@@ -1141,6 +1161,8 @@ class KimiK3DeploymentStatus(Model):
     """Each group once: its rack, trays, Kueue state with Kueue's message, and readiness (conditions only point here)."""
     rollout: RolloutStatus | None = None
     """Revisions of the groups and how far a rollout is."""
+    engine_overrides: list[EngineOverride] | None = None
+    """Settings vLLM 0.33 will change or narrow without an error for the admitted spec (also Warning Events EngineSettingOverridden and `kimik3 validate`): each with its fields, the value vLLM uses and the change that avoids it; empty when none."""
 
     def condition(self, type_: str) -> Condition | None:
         """The condition of this type, or None."""

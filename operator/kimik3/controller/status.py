@@ -283,6 +283,7 @@ def compute_status(snap: Snapshot, admitted: Admitted, observed: Observed) -> Ki
         last_scale=autoscaled.last_scale if autoscaled else None,
         groups=group_statuses(snap.groups, snap.workloads, snap.sets, observed.target, observed.desired, snap.racks),
         rollout=rollout,
+        engine_overrides=list(admitted.overrides),
     )
 
 

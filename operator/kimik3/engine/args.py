@@ -142,8 +142,9 @@ def common_args(spec: KimiK3DeploymentSpec) -> list[str]:
         args += ["--enable-auto-tool-choice", "--tool-call-parser", "kimi_k3"]
     if f.reasoning_parser:
         args += ["--reasoning-parser", "kimi_k3"]
-    if f.prefix_caching:
-        args.append("--enable-prefix-caching")
+    # vLLM 0.33 turns prefix caching on by default for hybrid generative models (K3's KDA layers:
+    # ModelConfig.is_prefix_caching_supported), so off must be said (tests/conformance).
+    args.append("--enable-prefix-caching" if f.prefix_caching else "--no-enable-prefix-caching")
     if f.language_model_only:
         args.append("--language-model-only")
     sc = speculative_config(spec)

@@ -14,6 +14,7 @@ from typing import Any
 
 from kimik3.admission import Admitted
 from kimik3.api.conditions import Event, EventReason
+from kimik3.engine.overrides import describe
 from kimik3.kube.kinds import COMPUTE_DOMAIN, HTTP_ROUTE, POD_DISRUPTION_BUDGET, POD_MONITOR, Kind
 from kimik3.render.computedomain import compute_domain
 from kimik3.render.configmap import launcher_configmap
@@ -69,6 +70,7 @@ def render(admitted: Admitted, owner: Owner, replicas: int | None = None, comput
         absent.append(POD_DISRUPTION_BUDGET)
         if why:
             warnings.append(Event("Warning", EventReason.DISRUPTION_BUDGET_SKIPPED, why))
+    warnings += [Event("Warning", EventReason.ENGINE_SETTING_OVERRIDDEN, describe(o)) for o in admitted.overrides]
     if spec.monitoring.enabled:
         objects.append(pod_monitor(owner, spec))
     else:

@@ -36,6 +36,9 @@ import traceback
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
+K3_MAX_MODEL_LEN = 1048576
+"""Kimi K3's context length, tokens (its published config): vLLM's max_model_len when --max-model-len is unset."""
+
 
 def jsonable(value, depth: int = 0):
     """A JSON value for a parsed option: dataclass/pydantic configs become dicts of their fields."""
@@ -119,6 +122,9 @@ def config_checks(serve: Serve, argv: list[str], env: dict[str, str], sm100_fami
     parsed arguments; a rejection is reported with the check's name and vLLM's message:
     - ``CacheConfig``: kv-cache / mamba cache dtypes and memory settings (pydantic validators);
     - ``ObservabilityConfig``: --custom-histogram-buckets;
+    - ``SchedulerConfig``: the batch limits (--max-num-batched-tokens against --max-num-seqs and
+      the context length, ``verify_max_model_len``), at Kimi K3's context length when
+      --max-model-len is unset;
     - ``SpeculativeConfig.fields``: every --speculative-config key is a SpeculativeConfig field and
       its value passes that field's type (method, sample methods, counts...);
     - ``SpeculativeConfig``: the whole config, built as vLLM builds it, for methods that need no
@@ -142,7 +148,7 @@ def config_checks(serve: Serve, argv: list[str], env: dict[str, str], sm100_fami
             problems.append({"check": name, "error": f"{type(exc).__name__}: {exc}"})
             return None
 
-    from vllm.config import CacheConfig, ParallelConfig, SpeculativeConfig
+    from vllm.config import CacheConfig, ParallelConfig, SchedulerConfig, SpeculativeConfig
     try:
         from vllm.config import ObservabilityConfig
     except ImportError:
@@ -154,6 +160,10 @@ def config_checks(serve: Serve, argv: list[str], env: dict[str, str], sm100_fami
         use_replayssm=getattr(e, "use_replayssm", False), enable_prefix_caching=bool(e.enable_prefix_caching)))
     if ObservabilityConfig is not None and getattr(e, "custom_histogram_buckets", None) is not None:
         attempt("ObservabilityConfig", lambda: ObservabilityConfig(custom_histogram_buckets=e.custom_histogram_buckets))
+    scheduler_kwargs = {} if e.enable_chunked_prefill is None else {"enable_chunked_prefill": e.enable_chunked_prefill}
+    attempt("SchedulerConfig", lambda: SchedulerConfig(
+        max_num_seqs=e.max_num_seqs, max_num_batched_tokens=e.max_num_batched_tokens,
+        max_model_len=e.max_model_len or K3_MAX_MODEL_LEN, is_encoder_decoder=False, **scheduler_kwargs))
     parallel = attempt("ParallelConfig", lambda: ParallelConfig(
         tensor_parallel_size=e.tensor_parallel_size, pipeline_parallel_size=e.pipeline_parallel_size,
         enable_expert_parallel=e.enable_expert_parallel, enable_dbo=e.enable_dbo,
@@ -234,7 +244,7 @@ def specialized_decode_checks(e, parallel, cache, spec_obj, sc, env, sm100_famil
                                     num_experts=896, num_experts_per_token=16, num_expert_group=1, topk_group=1,
                                     moe_router_activation_func="sigmoid")
     model = types.SimpleNamespace(hf_text_config=k3_text, dtype=torch.bfloat16, enable_sleep_mode=e.enable_sleep_mode,
-                                  max_model_len=e.max_model_len or 1048576)
+                                  max_model_len=e.max_model_len or K3_MAX_MODEL_LEN)
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:

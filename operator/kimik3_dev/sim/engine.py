@@ -5,6 +5,9 @@ It speaks vLLM's interface: OpenAI ``POST /v1/completions`` and ``POST /v1/chat/
 ``data: [DONE]``; ``stream_options.include_usage`` / ``continuous_usage_stats``), ``GET /v1/models``,
 ``GET /health`` (503 while the simulated weights load, then 200) and ``GET /metrics`` with vLLM
 0.32's series (``kimik3_dev.sim.vllm_metrics``), one ``engine`` label value per data-parallel engine.
+The answers carry the fields of vLLM 0.32's protocol classes, as its serving code dumps them
+(``_full_response``, ``_stream_chunk``); the ``openai`` client and ``vllm bench serve`` accept them
+(tests/test_sim_clients.py, tests/conformance/test_sim_clients_vllm.py).
 
 Behind it, a continuous-batching scheduler per lockstep unit (``perfmodel.PerfParams``): requests
 wait (``max_num_seqs``), are prefilled in chunks inside the steps (``max_num_batched_tokens``),
@@ -75,10 +78,11 @@ UNAUTHORIZED_BODY = b'{"error":"Unauthorized"}'
 """vLLM 0.32's refusal: Starlette's ``JSONResponse(content={"error": "Unauthorized"}, status_code=401)``
 renders compact JSON, ``Content-Type: application/json`` (no charset), no ``WWW-Authenticate``."""
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
-_WORDS = ("kimi", "tensor", "rack", "tray", "draft", "accept", "token", "step", "expert", "route",
+WORDS = ("kimi", "tensor", "rack", "tray", "draft", "accept", "token", "step", "expert", "route",
           "latent", "delta", "spark", "mega", "kernel", "batch", "decode", "prefill", "cache", "group",
           "leader", "worker", "clique", "link", "fleet", "scale", "queue", "serve", "model", "layer",
           "shard", "block")
+"""The words the simulated model speaks, one token each (``kimik3_dev.sim.tokenizer`` is their tokenizer)."""
 
 
 def count_tokens(text: str) -> int:
@@ -88,7 +92,7 @@ def count_tokens(text: str) -> int:
 
 def token_text(index: int) -> str:
     """Text of the ``index``-th generated token (a space and a word)."""
-    return " " + _WORDS[(index * 7 + index // len(_WORDS)) % len(_WORDS)]
+    return " " + WORDS[(index * 7 + index // len(WORDS)) % len(WORDS)]
 
 
 @dataclass
@@ -532,20 +536,8 @@ class SimEngine:
                     return _error(503, "The engine stopped.", "ServiceUnavailableError")
                 start, n, reason = item
                 text.extend(token_text(i) for i in range(start, start + n))
-            usage = _usage(n_prompt, req.generated)
-            if chat:
-                choice = {"index": 0, "message": {"role": "assistant", "content": "".join(text), "refusal": None,
-                                                  "annotations": None, "audio": None, "function_call": None,
-                                                  "tool_calls": [], "reasoning": None},
-                          "logprobs": None, "finish_reason": reason, "stop_reason": None}
-                obj = "chat.completion"
-            else:
-                choice = {"index": 0, "text": "".join(text), "logprobs": None, "finish_reason": reason,
-                          "stop_reason": None, "prompt_logprobs": None}
-                obj = "text_completion"
-            return web.json_response({"id": rid, "object": obj, "created": created,
-                                      "model": self.config.served_model_name, "choices": [choice], "usage": usage,
-                                      "system_fingerprint": None})
+            return web.json_response(_full_response(rid, created, self.config.served_model_name, chat,
+                                                    "".join(text), reason, n_prompt, req.generated))
         finally:
             self._responding -= 1
             if not req.done:
@@ -554,47 +546,101 @@ class SimEngine:
 
     async def _stream(self, request: web.Request, req: SimRequest, rid: str, created: int, chat: bool,
                       n_prompt: int, include_usage: bool, continuous: bool) -> web.StreamResponse:
+        """Server-sent events as vLLM 0.32 writes them (``_stream_chunk``): one chunk per engine step
+        that emitted tokens (a DSpark step carries 1 + accepted tokens); chat opens with a chunk
+        carrying the role, sent with the first tokens (vLLM sends it on the first engine output,
+        so it marks the first token for a client); with ``include_usage``, a last chunk with no
+        choices and the usage; then ``data: [DONE]``."""
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
                                            "Cache-Control": "no-cache"})
         await resp.prepare(request)
         model = self.config.served_model_name
-        obj = "chat.completion.chunk" if chat else "text_completion"
 
-        def chunk(choices: list[dict[str, Any]], usage: dict[str, Any] | None) -> bytes:
-            doc: dict[str, Any] = {"id": rid, "object": obj, "created": created, "model": model, "choices": choices}
-            if usage is not None:
-                doc["usage"] = usage
-            return b"data: " + json.dumps(doc, separators=(",", ":")).encode() + b"\n\n"
+        async def send(doc: dict[str, Any]) -> None:
+            await resp.write(b"data: " + json.dumps(doc, separators=(",", ":")).encode() + b"\n\n")
 
-        if chat:
-            first = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                     "finish_reason": None}
-            await resp.write(chunk([first], _usage(n_prompt, 0) if include_usage and continuous else None))
         reason = None
         while reason is None:
             item = await req.out.get()
             if item is None:
                 break
             start, n, reason = item
+            if chat and start == 0:
+                await send(_chat_role_chunk(rid, created, model, n_prompt if include_usage and continuous else None))
             text = "".join(token_text(i) for i in range(start, start + n))
-            if chat:
-                choice: dict[str, Any] = {"index": 0, "delta": {"content": text}, "logprobs": None,
-                                          "finish_reason": reason}
-            else:
-                choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
-            if reason is not None:
-                choice["stop_reason"] = None
-            await resp.write(chunk([choice], _usage(n_prompt, req.generated) if include_usage and continuous else None))
+            usage = (n_prompt, start + n) if include_usage and continuous else None
+            await send(_stream_chunk(rid, created, model, chat, text, reason, usage))
         if include_usage and reason is not None:
-            await resp.write(chunk([], _usage(n_prompt, req.generated)))
+            await send({"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
+                        "created": created, "model": model, "choices": [],
+                        "usage": _usage(n_prompt, req.generated)})
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
 
 
-def _usage(prompt: int, completion: int) -> dict[str, Any]:
+# The answers below follow vLLM 0.32's protocol classes field for field, in their order
+# (vllm/entrypoints/openai/{completion,chat_completion}/protocol.py, UsageInfo in
+# vllm/entrypoints/serve/engine/protocol.py) as its serving code writes them: a whole response with
+# ``model_dump()`` (every field, None included), a stream chunk with ``model_dump_json(exclude_unset=True)``
+# (the fields the serving code passed, None included), the last usage chunk without None fields.
+
+
+def _usage(prompt: int, completion: int, *, details: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``UsageInfo``: the three counts, then ``details`` (the None-valued fields a dump carries)."""
     return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion,
-            "prompt_tokens_details": None}
+            **dict.fromkeys(details)}
+
+
+def _full_response(rid: str, created: int, model: str, chat: bool, text: str, reason: str,
+                   prompt: int, completion: int) -> dict[str, Any]:
+    """A whole ``CompletionResponse`` / ``ChatCompletionResponse`` (``"stream": false``)."""
+    usage = _usage(prompt, completion, details=("prompt_tokens_details", "completion_tokens_details"))
+    if chat:
+        message = {"role": "assistant", "content": text, "refusal": None, "annotations": None, "audio": None,
+                   "function_call": None, "reasoning": None}  # tool_calls: dropped when empty
+        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": reason, "stop_reason": None,
+                  "token_ids": None, "routed_experts": None}
+        return {"id": rid, "object": "chat.completion", "created": created, "model": model, "choices": [choice],
+                "service_tier": None, "system_fingerprint": None, "usage": usage, "prompt_logprobs": None,
+                "prompt_token_ids": None, "prompt_text": None, "kv_transfer_params": None,
+                "ec_transfer_params": None, "metrics": None}
+    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason, "stop_reason": None,
+              "token_ids": None, "prompt_logprobs": None, "prompt_token_ids": None, "routed_experts": None}
+    return {"id": rid, "object": "text_completion", "created": created, "model": model, "choices": [choice],
+            "service_tier": None, "system_fingerprint": None, "usage": usage, "kv_transfer_params": None,
+            "ec_transfer_params": None, "metrics": None}
+
+
+def _chat_role_chunk(rid: str, created: int, model: str, continuous_prompt: int | None) -> dict[str, Any]:
+    """The first chat chunk: the role and empty content (with ``continuous_usage_stats``: usage of
+    ``continuous_prompt`` prompt tokens and none generated)."""
+    doc: dict[str, Any] = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+                           "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                        "logprobs": None, "finish_reason": None}]}
+    if continuous_prompt is not None:
+        doc["usage"] = _usage(continuous_prompt, 0, details=("completion_tokens_details",))
+    doc["prompt_token_ids"] = doc["prompt_text"] = None
+    return doc
+
+
+def _stream_chunk(rid: str, created: int, model: str, chat: bool, text: str, reason: str | None,
+                  usage: tuple[int, int] | None) -> dict[str, Any]:
+    """One chunk of generated text; ``stop_reason`` only on the last chat chunk (on every
+    completions chunk); ``usage`` (prompt, completion tokens so far) with ``continuous_usage_stats``."""
+    if chat:
+        choice: dict[str, Any] = {"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": reason}
+        if reason is not None:
+            choice["stop_reason"] = None
+        choice["token_ids"] = None
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason, "stop_reason": None,
+                  "prompt_token_ids": None, "token_ids": None}
+    doc: dict[str, Any] = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
+                           "created": created, "model": model, "choices": [choice]}
+    if usage is not None:
+        doc["usage"] = _usage(*usage, details=("completion_tokens_details",) if chat else ())
+    return doc
 
 
 def _error(status: int, message: str, kind: str = "BadRequestError", param: str | None = None) -> web.Response:

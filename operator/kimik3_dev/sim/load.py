@@ -299,7 +299,9 @@ def _pct(values: list[float], q: float) -> float | None:
 
 def summarize(results: list[RequestResult], phases: list[Phase] | None = None) -> dict[str, dict[str, Any]]:
     """Per phase (in order) and ``total``: requests, errors, tokens/s per user (mean, P50, P10),
-    ITL per token (P50, P90, seconds), TTFT (P50, P90, seconds), output tokens/s of the phase."""
+    ITL per token (P50, P90, seconds), TTFT (P50, P90, seconds), TPOT (P50, P90, seconds: per
+    request, the inverse of its tokens/s, i.e. (last chunk - first chunk) / (output tokens - 1),
+    as ``vllm bench serve`` computes it), output tokens/s of the phase."""
     order = [p.name for p in phases] if phases else []
     for r in results:
         if r.phase not in order:
@@ -311,6 +313,7 @@ def summarize(results: list[RequestResult], phases: list[Phase] | None = None) -
         tps = [r.tokens_per_s for r in ok if r.tokens_per_s]
         itl = [x for r in ok for x in r.itl_per_token]
         ttft = [r.ttft for r in ok if r.ttft is not None]
+        tpot = [1.0 / x for x in tps]
         errors: dict[str, int] = {}
         for r in rs:
             if not r.ok:
@@ -322,6 +325,7 @@ def summarize(results: list[RequestResult], phases: list[Phase] | None = None) -
             "tokens_per_s_per_user_p50": _pct(tps, 50), "tokens_per_s_per_user_p10": _pct(tps, 10),
             "itl_p50_s": _pct(itl, 50), "itl_p90_s": _pct(itl, 90),
             "ttft_p50_s": _pct(ttft, 50), "ttft_p90_s": _pct(ttft, 90),
+            "tpot_p50_s": _pct(tpot, 50), "tpot_p90_s": _pct(tpot, 90),
         }
     return out
 
