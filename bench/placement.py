@@ -1,5 +1,5 @@
 """Placement benchmark: 50 TP8 engine groups on the dev cluster (kwok GB300 NVL72 racks, the real
-LeaderWorkerSet and Kueue v0.17.0 managers), placement ``exclusive`` against ``kueue`` in one run.
+LeaderWorkerSet and Kueue managers at their pinned versions), ``exclusive`` against ``kueue`` in one run.
 
     source tools/env.sh && python bench/placement.py [--groups 50] [--racks 6] [--step 10]
 

@@ -17,6 +17,7 @@ from xdist.scheduler import LoadScopeScheduling
 
 from kimik3.controller.kube import Kube
 from kimik3.kube.kinds import POD
+from kimik3_dev.devcluster import kueue
 from kimik3_dev.devcluster.controlplane import ControlPlane
 from kimik3_dev.devcluster.install import install_apis
 from kimik3_dev.devcluster.operator_thread import OperatorThread
@@ -142,3 +143,13 @@ def pods_made(kube: Kube, namespace: str) -> Iterator[None]:
 def kube(admin_api: client.ApiClient) -> Kube:
     """The operator's own API wrapper, as admin (of whichever control plane ``admin_api`` is)."""
     return Kube(admin_api)
+
+
+@pytest.fixture
+def kueue_queue(control_plane: ControlPlane, kube: Kube, namespace: str) -> str:
+    """Kueue's API served (the pinned Kueue's CRDs, stored version v1beta2; no manager, no webhook)
+    and the LocalQueue ``default`` in ``namespace``, as a tenant's admin makes it (no status: Kueue
+    never reports on it here, so it holds no group back, ``controller.queues``). Its name."""
+    control_plane.apply_crds(kueue.crd_documents(None))
+    kube.apply(kueue.local_queue(namespace))
+    return kueue.LOCAL_QUEUE

@@ -1,12 +1,15 @@
-"""``kimik3.controller.computedomains.prepare_failures`` on the Event shapes the API serves (F19 b):
+"""``kimik3.controller.computedomains``: ``prepare_failures`` on the Event shapes the API serves (F19 b):
 the kubelet's aggregated core/v1 Event (firstTimestamp, lastTimestamp, count) and an
-events.k8s.io one read through core/v1 (eventTime, series.lastObservedTime); the bound per pod."""
+events.k8s.io one read through core/v1 (eventTime, series.lastObservedTime); the bound per pod;
+the ComputeDomainReady verdict on the status as NVIDIA's driver writes it, and the simulated
+driver's rules (``kimik3_dev.devcluster.dradriver``)."""
 
 from __future__ import annotations
 
 import datetime as dt
 
-from kimik3.controller.computedomains import PREPARE_POLL_S, prepare_bound_s, prepare_failures
+from kimik3.controller.computedomains import PREPARE_POLL_S, compute_domain_verdict, prepare_bound_s, prepare_failures
+from kimik3_dev.devcluster.dradriver import node_entries, overall_status, prepared_trays
 from kimik3.kube.times import rfc3339
 
 NOW = dt.datetime(2026, 12, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
@@ -52,3 +55,55 @@ def test_pods_past_their_bound_are_named_leaders_first_with_the_latest_message()
 def test_a_pending_pod_without_events_is_looked_at_again_at_the_kubelets_pace():
     assert prepare_failures([pod("p", "u", 0)], [], NOW) == ([], PREPARE_POLL_S)
     assert prepare_failures([pod("p", "u", 0, phase="Running")], [], NOW) == ([], None)
+
+
+# -- the verdict as NVIDIA's driver writes the status, and the simulated driver's rules -------------
+
+
+def domain(*nodes: tuple[str, str], overall: str = "Ready") -> dict:
+    return {"metadata": {"name": "k3"}, "status": {"status": overall, "nodes": [
+        {"name": n, "ipAddress": "10.0.0.1", "cliqueID": "c.0", "index": i, "status": s}
+        for i, (n, s) in enumerate(nodes)]}}
+
+
+def test_verdict_names_a_not_ready_daemon_and_a_tray_without_slice():
+    pods = [pod("a", "1", 0, node="tray-a", phase="Running"), pod("b", "2", 1, node="tray-b", phase="Running")]
+    healthy = compute_domain_verdict(domain(("tray-a", "Ready"), ("tray-b", "Ready")), pods, [], {"tray-a", "tray-b"})
+    assert (healthy.status, healthy.reason) == ("True", "AllNodesJoined") and "NotReady" not in healthy.message
+    sick = compute_domain_verdict(domain(("tray-a", "Ready"), ("tray-b", "NotReady"), overall="NotReady"), pods, [])
+    assert (sick.status, sick.reason) == ("False", "NodesNotReady")
+    assert "NotReady on tray-b" in sick.message and "tray-a" not in sick.message
+    unsliced = compute_domain_verdict(domain(("tray-a", "Ready"), ("tray-b", "Ready")), pods, [], {"tray-b"})
+    assert (unsliced.status, unsliced.reason) == ("False", "ResourceSliceMissing")
+    assert "on tray-a," in unsliced.message and "tray-b" not in unsliced.message
+
+
+def test_driver_overall_status_follows_num_nodes_and_every_listed_daemon():
+    assert overall_status(0, []) == "Ready"  # numNodes 0 (as rendered): Ready with no node listed
+    assert overall_status(0, [{"status": "Ready"}, {"status": "NotReady"}]) == "NotReady"
+    assert overall_status(2, [{"status": "Ready"}]) == "NotReady"
+    assert overall_status(2, [{"status": "Ready"}, {"status": "Ready"}]) == "Ready"
+
+
+def test_driver_lists_running_daemons_with_stable_indices_per_clique():
+    def daemon(node: str, ip: str, ready: bool = True) -> dict:
+        return {"metadata": {"name": f"d-{node}"}, "spec": {"nodeName": node}, "status": {
+            "podIP": ip, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+    trays = {n: {"metadata": {"name": n, "labels": {"nvidia.com/gpu.clique": "u.0"}}} for n in ("t0", "t1", "t2")}
+    trays["t2"]["metadata"]["labels"]["imex-daemon-failed.kimik3.dev"] = "true"
+    previous = [{"name": "t1", "cliqueID": "u.0", "index": 0}]
+    entries = node_entries(previous, [daemon("t0", "10.0.0.1"), daemon("t1", "10.0.0.2"), daemon("t2", "10.0.0.3"),
+                                      {"metadata": {"name": "pending"}, "spec": {}, "status": {}}], trays)
+    assert [(e["name"], e["index"], e["status"]) for e in entries] == [
+        ("t0", 1, "Ready"), ("t1", 0, "Ready"), ("t2", 2, "NotReady")]
+
+
+def test_driver_prepares_trays_of_reserved_channel_claims_only():
+    def claim(node: str, reserved: bool, kind: str = "ComputeDomainChannelConfig") -> dict:
+        return {"spec": {"devices": {"config": [{"opaque": {"driver": "compute-domain.nvidia.com", "parameters": {
+            "kind": kind, "domainID": "uid-1"}}}]}},
+                "status": {"allocation": {"nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                    {"key": "metadata.name", "operator": "In", "values": [node]}]}]}},
+                    "reservedFor": [{"name": "p"}] if reserved else []}}
+    assert prepared_trays([claim("t0", True), claim("t1", False), claim("t2", True, "ComputeDomainDaemonConfig")]) \
+        == {"t0": "uid-1"}

@@ -4,7 +4,7 @@ once (rack, trays, Kueue state with Kueue's message, ready), short conditions th
 change of a group's Kueue state.
 
 No Kueue manager runs here (tests/e2e/test_e2e_kueue.py runs the real one): the test writes the
-Workloads, Nodes and pods as Kueue v0.17.0, the kubelet and kube-scheduler would (Workload
+Workloads, Nodes and pods as Kueue (``KUEUE_VERSION``), the kubelet and kube-scheduler would (Workload
 labels ``kueue.x-k8s.io/job-uid`` and annotation ``component-workload-index``; the clique Kueue's
 node labels; ``status.allocatable`` of each tray). The pure parts
 (``controller.groups``, ``topology.capacity``) are checked on their own first.
@@ -155,12 +155,6 @@ def test_free_trays_per_domain_count_allocations_readiness_and_the_product() -> 
 # -- with the operator on a real API server ------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def kueue_crds(control_plane: Any) -> None:
-    """Kueue v0.17.0's CRDs (stored version v1beta2, no manager, no conversion webhook)."""
-    control_plane.apply_crds(kueue.crd_documents(None))
-
-
 @pytest.fixture
 def racks(admin_api: client.ApiClient) -> Iterator[str]:
     """Two NVL72-like cliques of 2 GB300 trays each (Ready, 4 GPUs allocatable); removed afterwards."""
@@ -210,7 +204,7 @@ def placed(namespace: str) -> dict[tuple[str, str], float]:
 
 
 def test_operator_writes_groups_no_rack_fits_with_the_free_block_and_state_events(
-        operator, kube, admin_api, namespace, kueue_crds, racks) -> None:
+        operator, kube, admin_api, namespace, kueue_queue, racks) -> None:
     core = client.CoreV1Api(admin_api)
     apply(kube, recipe(replicas=2, scheduling={"placement": {"mode": "kueue", "queueName": "default"}}), namespace)
     reconciled(kube, namespace, "k3-latency")
@@ -330,7 +324,7 @@ def test_an_admitted_group_with_a_pod_off_its_trays_is_checked_again_soon() -> N
 
 
 def test_a_group_kueue_split_or_left_on_a_failed_tray_gets_a_fresh_workload(operator, kube, admin_api, namespace,
-                                                                           kueue_crds, racks) -> None:
+                                                                           kueue_queue, racks) -> None:
     """On a real API server: the operator deletes the split group's Workload (Kueue then deletes the
     group's pods and creates a fresh Workload, admitted whole) and says why; the same for a Workload
     that lists a failed tray, found by the operator's poll while a pod of the group is off its trays."""

@@ -22,6 +22,7 @@ from kimik3.controller.kube import Invalid
 from kimik3.engine.overrides import describe
 from kimik3.kube.kinds import HTTP_ROUTE
 from kimik3.render.meta import engine_set_name
+from kimik3_dev.devcluster import kueue
 from support.cluster import CD, CR, LWS, reconciled
 from support.files import header
 from support.recipes import RECIPE_FILES as RECIPES
@@ -248,13 +249,16 @@ def loopback_prometheus(cr: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
-def test_recipe_is_applied_and_reconciled(operator, kube, admin_api, namespace, path):
+def test_recipe_is_applied_and_reconciled(operator, kube, admin_api, namespace, kueue_queue, path):
     name, nodes, gpus, accelerator, with_cd, with_route = SHAPES[path.name]
     docs = documents(path)
     for doc in docs:
         if doc["kind"] == "Namespace":
             assert doc["metadata"]["name"] == recipe(path)["metadata"]["namespace"]
     cr = loopback_prometheus(recipe(path, namespace=namespace))
+    placement = cr["spec"].get("scheduling", {}).get("placement", {})
+    if placement.get("mode") == "kueue":  # the LocalQueue the recipe's header asks for (controller/queues.py)
+        kube.apply(kueue.local_queue(namespace, kueue.CLUSTER_QUEUE, placement["queueName"]))
     if cr["spec"].get("service", {}).get("apiKeySecret"):
         ref = cr["spec"]["service"]["apiKeySecret"]
         client.CoreV1Api(admin_api).create_namespaced_secret(namespace, {

@@ -21,7 +21,7 @@ from support.cluster import apply
 from support.lws_pods import group_pods
 from support.recipes import recipe
 
-pytestmark = pytest.mark.usefixtures("pods_made")  # the groups' pods made by hand below
+pytestmark = pytest.mark.usefixtures("pods_made", "kueue_queue")  # pods made by hand below; Kueue served
 
 KUEUE = {"placement": {"mode": "kueue", "queueName": "default"}}
 PLURALS = {k.plural: k.kind for k in (*KINDS, POD, NODE)}

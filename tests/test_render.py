@@ -12,7 +12,9 @@ import json
 import pytest
 
 from kimik3.admission import admit
+from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
 from kimik3.engine.args import rank_args
+from kimik3.render.disruption import fleet_pods, over_fleet
 from support.recipes import recipe
 from support.rendering import by_kind, render_cr
 
@@ -202,22 +204,44 @@ def test_service_selects_the_group_leaders_of_every_leaderworkerset_of_the_deplo
 
 # ---------------------------------------------------------------- disruption budget (F3) ---
 
-@pytest.mark.parametrize("name,spec,pods", [
-    pytest.param(DEP16_RECIPE, {}, 12, id="dep16-size4-75pct"),
-    pytest.param(TP8_RECIPE, {"engine": {"decodeBackend": "stock"}, "topology": {"tensorParallelSize": 32}}, 24,
+@pytest.mark.parametrize("name,spec,may_go", [
+    pytest.param(DEP16_RECIPE, {}, 1, id="dep16-size4-75pct"),
+    pytest.param(TP8_RECIPE, {"engine": {"decodeBackend": "stock"}, "topology": {"tensorParallelSize": 32}}, 1,
                  id="tp32-size8-75pct"),
-    pytest.param(DEP16_RECIPE, {"disruptionBudget": {"minAvailable": 2}}, 8, id="dep16-two-groups"),
-    pytest.param(DEP16_RECIPE, {"disruptionBudget": {"minAvailable": "50%"}}, 8, id="dep16-50pct"),
+    pytest.param(DEP16_RECIPE, {"disruptionBudget": {"minAvailable": 2}}, 2, id="dep16-two-groups"),
+    pytest.param(DEP16_RECIPE, {"disruptionBudget": {"minAvailable": "50%"}}, 2, id="dep16-50pct"),
 ])
-def test_budget_counts_whole_groups(name, spec, pods):
+def test_budget_lets_at_most_the_groups_that_may_go_lose_a_pod(name, spec, may_go):
+    """4 groups: every pod but one per group that may go must stay (each evicted pod downs one group)."""
     out = render_cr(recipe(name, uid=UID, replicas=4, **spec))
     pdb = by_kind(out.objects, "PodDisruptionBudget")
     lws = by_kind(out.objects, "LeaderWorkerSet")
-    assert pdb["spec"]["minAvailable"] == pods
-    assert pods % lws["spec"]["leaderWorkerTemplate"]["size"] == 0
+    assert pdb["spec"]["minAvailable"] == 4 * lws["spec"]["leaderWorkerTemplate"]["size"] - may_go
     assert pdb["spec"]["selector"] == {"matchLabels": {DEPLOYMENT: lws["metadata"]["labels"][DEPLOYMENT]},
                                        "matchExpressions": [{"key": LWS_NAME, "operator": "Exists"}]}
+    assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
     assert PDB not in absent(out) and out.warnings == []
+
+
+def _pod(terminating: bool = False) -> dict:
+    return {"metadata": {"deletionTimestamp": "2026-12-04T00:00:00Z"} if terminating else {}}
+
+
+@pytest.mark.parametrize("sets,live,pods", [
+    pytest.param([(4, 2)], 8, 8, id="at-rest"),
+    pytest.param([(4, 2)], 5, 8, id="group-recreating-counts-its-missing-pods"),
+    pytest.param([(4, 2), (1, 2)], 8, 10, id="surge-counts-both-revisions"),
+    pytest.param([(3, 2)], 8, 8, id="scale-down-counts-pods-still-running"),
+])
+def test_budget_counts_the_fleet(sets, live, pods):
+    cr = recipe(TP8_RECIPE, uid=UID, replicas=4)
+    out = render_cr(cr)
+    engine_sets = [{"spec": {"replicas": r, "leaderWorkerTemplate": {"size": s}}} for r, s in sets]
+    live_pods = [_pod() for _ in range(live)] + [_pod(terminating=True)] * 2
+    assert fleet_pods(engine_sets, live_pods) == pods
+    spec = KimiK3DeploymentSpec.model_validate(cr["spec"])
+    budget = over_fleet(by_kind(out.objects, "PodDisruptionBudget"), spec, 4, pods)
+    assert budget["spec"]["minAvailable"] == pods - 1  # 75% of 4 groups stay: 1 may go
 
 
 @pytest.mark.parametrize("replicas,spec", [(1, {}), (0, {}), (2, {}), (4, {"disruptionBudget": {"minAvailable": 4}})])
@@ -248,7 +272,7 @@ def test_zero_groups_release_the_compute_domain(how):
 def test_autoscaler_replicas_override_the_spec():
     out = render_cr(recipe(DEP16_RECIPE, uid=UID, replicas=1), replicas=4)
     assert by_kind(out.objects, "LeaderWorkerSet")["spec"]["replicas"] == 4
-    assert by_kind(out.objects, "PodDisruptionBudget")["spec"]["minAvailable"] == 12
+    assert by_kind(out.objects, "PodDisruptionBudget")["spec"]["minAvailable"] == 4 * 4 - 1  # 16 pods, 1 group of 4 may go
 
 
 def test_monitoring_disabled_means_no_pod_monitor():

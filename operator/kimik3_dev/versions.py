@@ -29,8 +29,10 @@ KWOK_VERSION="v0.8.0"
 # it serves, with the same API group/version.
 LWS_VERSION="v0.9.0"
 # Kueue (sigs.k8s.io/kueue): gang admission and topology-aware placement of engine groups
-# (kimik3_dev.devcluster.kueue; shared/reference/kueue.md): the only version the proxy lists (2026-12-01).
-KUEUE_VERSION="v0.17.0"
+# (kimik3_dev.devcluster.kueue; docs/dev-cluster.md "Which Kueue"). The proxy lists only v0.17.0
+# but serves this exact version (2026-12-04); v0.17.0/.1 over-count a rack's room for a group's
+# leader (kubernetes-sigs/kueue#10783), so a group can wait for a failed tray with other racks empty.
+KUEUE_VERSION="v0.19.2"
 # helm (helm.sh/helm/v3), `go install`ed: renders the chart for the tests and the dev cluster's RBAC.
 HELM_VERSION="v3.21.4"
 

@@ -21,7 +21,9 @@ Scenario (one fresh namespace each run), in order:
   lead                 the operator holds its Lease and has renewed it once
   reconcile            the CR gets the teardown finalizer
   apply <Kind>         each child exists (ComputeDomain, ConfigMap, LeaderWorkerSet, Service,
-                       PodDisruptionBudget, PodMonitor, HTTPRoute; two groups, monitoring, a route)
+                       PodDisruptionBudget, PodMonitor, HTTPRoute; two groups, monitoring, a route;
+                       placement kueue: the ComputeDomain and the groups only once the LocalQueue
+                       was read)
   status               status.observedGeneration is written
   event                the Applied Event is recorded
   stage weights        a second CR with a model cache staged from the hub gets its claim, the
@@ -29,6 +31,8 @@ Scenario (one fresh namespace each run), in order:
   follow LeaderWorkerSet  the CR turns Ready soon after the LWS reports its groups ready
   heal <Kind>          a deleted child is back within HEAL_WINDOW_S (the resync is minutes away)
   follow pods          a leader pod that appears shows up in the Ready message
+  channel devices      that pod's tray has no ResourceSlice of the ComputeDomain driver:
+                       ComputeDomainReady=False ResourceSliceMissing names it
   prepare failure      a pod Pending on its node with the kubelet's FailedPrepareDynamicResources
                        Event older than its bound: ComputeDomainReady=False PrepareFailed (F19 b)
   follow Workloads     (placement kueue) a group's Workload pending on quota shows as
@@ -71,6 +75,7 @@ from kimik3.controller.kube import ApiError, Kube
 from kimik3.controller.lateapis import PERIOD_S
 from kimik3.controller.steps import RESYNC_READY_S, RESYNC_STARTING_S
 from kimik3.kube.kinds import LEASE
+from kimik3_dev.devcluster import kueue
 from kimik3_dev.devcluster.controlplane import ControlPlane
 from kimik3_dev.devcluster.rbac import request_token, write_token_kubeconfig
 from kimik3_dev.devcluster.thirdparty import thirdparty_crd_paths
@@ -157,7 +162,9 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("events", "create"): "event",
     ("events", "list"): "prepare failure",
     ("workloads", "list"): "follow Workloads",
+    ("localqueues", "get"): "apply ComputeDomain",  # no group (nor its ComputeDomain) before the queue is checked
     ("nodes", "list"): "free block",
+    ("resourceslices", "list"): "channel devices",
     ("workloads", "delete"): "readmit split group",
     **{(resource, verb): "stage weights" for resource, verbs in (
         ("persistentvolumeclaims", ("get", "create", "patch")), ("jobs", ("get", "create", "patch")),
@@ -194,10 +201,14 @@ def expect(behaviour: str, fn: Callable[[], Any], timeout: float) -> Any:
         raise Broken(behaviour, str(exc)) from None
 
 
+QUEUE = "tenant"
+"""The scenario's LocalQueue (no Kueue manager runs here: it never gets a status, so it does not hold groups)."""
+
+
 def cr_body(namespace: str) -> dict[str, Any]:
     body = recipe(name=NAME, namespace=namespace, replicas=2, disruptionBudget={"minAvailable": 1})
     body["spec"]["service"] = {"httpRoute": {"parentRefs": [{"name": "gw"}]}}
-    body["spec"]["scheduling"] = {"placement": {"mode": "kueue", "queueName": "tenant"}}
+    body["spec"]["scheduling"] = {"placement": {"mode": "kueue", "queueName": QUEUE}}
     return body
 
 
@@ -209,7 +220,7 @@ NO_RACK_MESSAGE = 'couldn\'t assign flavors to pod set leader: topology "nvl72" 
 
 
 def put_workload(kube: Kube, namespace: str, lws_uid: str, name: str, group: str, condition: dict[str, str]) -> None:
-    """A group's Workload as Kueue v0.17 writes it (spec abridged; no Kueue runs here), with one condition."""
+    """A group's Workload as Kueue writes it (v0.17.0 to v0.19.2 alike; spec abridged, no Kueue runs here), with one condition."""
     kube.apply({
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
         "metadata": {"name": name, "namespace": namespace, "labels": {"kueue.x-k8s.io/job-uid": lws_uid},
@@ -288,6 +299,7 @@ def scenario(kube: Kube, core: client.CoreV1Api, namespace: str, lease: str) -> 
         spec = (get(LEASE.api_version, LEASE.kind, RELEASE_NAMESPACE, lease) or {}).get("spec") or {}
         return bool(spec.get("holderIdentity")) and spec.get("renewTime") != spec.get("acquireTime")
     expect("lead", renewed, LEASE_RENEWED_S)
+    kube.apply(kueue.local_queue(namespace, kueue.CLUSTER_QUEUE, QUEUE))  # as a tenant's admin makes it
     apply(kube, cr_body(namespace))
     expect("reconcile", lambda: "inference.kimik3.io/teardown" in (get(*CR, namespace, NAME)["metadata"]
                                                                       .get("finalizers") or []), 15)
@@ -330,6 +342,8 @@ def scenario(kube: Kube, core: client.CoreV1Api, namespace: str, lease: str) -> 
     wait_for(lambda: pod not in {p.metadata.name for p in core.list_namespaced_pod(namespace).items}, 10,
              "the test pod gone")
     unprepared_pod(core, namespace)
+    expect("channel devices", lambda: condition(get(*CR, namespace, NAME), "ComputeDomainReady").get("reason")
+           == "ResourceSliceMissing", HEAL_WINDOW_S)
     expect("prepare failure", lambda: condition(get(*CR, namespace, NAME), "ComputeDomainReady").get("reason")
            == "PrepareFailed", PREPARE_WINDOW_S)
     core.delete_namespaced_pod(f"{ENGINE}-1", namespace, grace_period_seconds=0)

@@ -1,4 +1,4 @@
-"""Kueue placement on ``kimik3 dev up`` with the real Kueue v0.17.0 manager: 2 NVL72 racks of 18
+"""Kueue placement on ``kimik3 dev up`` with the real Kueue manager (``KUEUE_VERSION``): 2 NVL72 racks of 18
 GB300 trays (144 GPUs), as a real GB300 NVL72 pair of racks looks to Kubernetes.
 
 - Packing: 9 TP8 groups (2 trays each) fill rack 0 exactly, the 10th goes to rack 1 (best fit,
@@ -11,6 +11,9 @@ GB300 trays (144 GPUs), as a real GB300 NVL72 pair of racks looks to Kubernetes.
 - Priority: ``dev up --tenant low=72:100 --tenant high=72:1000``; low fills both racks (borrowing
   high's idle quota through their Cohort); high's new group preempts one of low's groups (both CRs
   and their Events say so); the preempted group comes back once high's group is gone.
+- No silent fallback: with Kueue's mutating webhooks unregistered, a deployment whose LocalQueue
+  Kueue reports active creates no group and says ``KueueWebhookMissing``; once they are back, its
+  groups are admitted and placed by Kueue.
 """
 
 from __future__ import annotations
@@ -255,3 +258,40 @@ def test_a_high_priority_tenants_group_preempts_a_low_priority_group_that_comes_
                    for e in env.events("low"))
     finally:
         env.delete_deployment("low", WAIT_S)
+
+
+KUEUE_MUTATING = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+
+
+def test_without_kueues_webhooks_no_group_is_created_and_the_cr_says_why(kueue_env: DevEnv, tenant: str) -> None:
+    """The fallback the issue saw: Kueue's API served and its manager running, but its webhooks not
+    registered, so LeaderWorkerSet pods would be scheduled with no admission. The operator's dry run
+    of the LeaderWorkerSet comes back without Kueue's mark: nothing is created until they are back."""
+    env = kueue_env
+    local = kueue.local_queue(tenant)
+    env.rest.apply(kueue.object_path(local), local)
+    wait_for(lambda: ((env.rest.get(kueue.object_path(local)) or {}).get("status") or {}).get("conditions"),
+             WAIT_S, "Kueue reports the LocalQueue")  # active: the dry run is what tells the webhooks missing
+    name = f"{kueue.WEBHOOK_PREFIX}mutating-webhook-configuration"
+    saved = env.rest.get(f"{KUEUE_MUTATING}/{name}")
+    assert saved is not None
+    env.rest.delete(f"{KUEUE_MUTATING}/{name}")
+    try:
+        env.apply(packed(env, tenant, replicas=2))
+        limited = wait_for(lambda: (c := env.condition(tenant, "ScalingLimited")) and c["reason"] == "KueueWebhookMissing"
+                           and c, WAIT_S, "ScalingLimited=True KueueWebhookMissing")
+        assert limited["status"] == "True" and "dry run of the LeaderWorkerSet came back without" in limited["message"]
+        ready = env.condition(tenant, "Ready")
+        assert ready is not None and (ready["status"], ready["reason"]) == ("False", "KueueWebhookMissing")
+        assert env.rest.items(f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{tenant}/leaderworkersets") == []
+        assert env.pods(tenant) == []
+        assert any(e["reason"] == "KueueWebhookMissing" and e["type"] == "Warning" for e in env.events(tenant))
+    finally:
+        meta = saved["metadata"]
+        env.rest.create(KUEUE_MUTATING, {**saved, "metadata": {"name": meta["name"], "labels": meta.get("labels", {})}})
+    groups = wait_for(lambda: env.ready_groups(tenant, 2, 2), WAIT_S, "2 groups Ready once the webhooks are back")
+    assert all(len(env.cliques(pods)) == 1 for pods in groups.values())
+    wait_for(lambda: (env.condition(tenant, "ScalingLimited") or {}).get("reason") == "AllGroupsPlaced", WAIT_S,
+             "ScalingLimited=False AllGroupsPlaced")
+    workloads = env.rest.items(f"/apis/{kueue.API_VERSION}/namespaces/{tenant}/workloads")
+    assert len(workloads) == 2 and all(admitted(w) for w in workloads)

@@ -97,7 +97,7 @@ def test_dev_up_runs_the_operator_as_the_chart_service_account(dev_env: DevEnv) 
     (operator,) = [r for r in dev_env.cluster.running() if r.name == "operator"]
     assert operator.argv[operator.argv.index("--kubeconfig") + 1] == identity["kubeconfig"]
     assert identity["kubeconfig"] != str(dev_env.cluster.kubeconfig)
-    assert "--no-compute-domains" in operator.argv
+    assert "--no-compute-domains" not in operator.argv  # GB300: the simulated DRA driver runs
     # The cluster's RBAC is what the chart renders; the token is the ServiceAccount's own.
     rendered = {d["kind"]: d for d in chart_rbac()}
     role = dev_env.rest.get(f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{RELEASE}")

@@ -107,6 +107,11 @@ create (seen here: "cannot create resource computedomains"); nothing is ever upd
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads"]
   verbs: ["list", "delete"]
+# Kueue placement: the deployment's LocalQueue, read before a group is created; no group while it
+# is missing, its ClusterQueue missing or inactive, or Kueue not installed (controller/queues.py).
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["localqueues"]
+  verbs: ["get"]
 # Weight staging (spec.model.source.cache with hub): the model cache's and compile cache's claims
 # (read first, created once by server-side apply, never changed or deleted: they outlive
 # deployments); one Job per repository and revision, read for its progress annotation and
@@ -145,5 +150,10 @@ look-up, and one whose CRD is deleted is waited out (controller/lateapis.py).
 # nodes are listed to name the largest free block of trays in ScalingLimited NoRackFits.
 - apiGroups: [""]
   resources: ["nodes"]
+  verbs: ["list"]
+# With ComputeDomains: the trays where engine pods run and the DRA driver publishes no channel
+# device (no ResourceSlice) are named in ComputeDomainReady=False ResourceSliceMissing.
+- apiGroups: ["resource.k8s.io"]
+  resources: ["resourceslices"]
   verbs: ["list"]
 {{- end }}

@@ -10,7 +10,9 @@ writers set are kept as they are; the operator writes only these.
 type               status  reasons
 =================  ======  =====================================================================
 Ready              True    AllGroupsReady, ScaledToZero (replicas 0)
-                   False   GroupsNotReady (the message says what the groups wait for), InvalidSpec
+                   False   GroupsNotReady (the message says what the groups wait for), InvalidSpec;
+                           under placement kueue, a queue reason of ScalingLimited (below) while
+                           groups are held back for it
 Progressing        True    GroupsStarting, ApplyFailed (retried with back-off),
                            RolloutInProgress (two LeaderWorkerSets live; the figures per revision),
                            CanaryAnalysis (canary groups bake; the last check's figures),
@@ -29,8 +31,12 @@ ScalingLimited     True    Unschedulable (a group's pod has ``PodScheduled=False
                            ``Unschedulable``: no rack or node can hold it); under placement
                            kueue: QuotaExhausted, NoRackFits (with the largest free block of
                            trays), Preempted, KueuePending (a group's Workload is not admitted;
-                           Kueue's message quoted once; each group's in status.groups)
-                   False   AllGroupsPlaced
+                           Kueue's message quoted once; each group's in status.groups); the queue
+                           not served, no new group created (controller/queues.py): KueueNotInstalled,
+                           LocalQueueMissing, ClusterQueueMissing, QueueInactive, QueueUnreadable,
+                           KueueWebhookMissing (the missing object and the fix in the message)
+                   False   AllGroupsPlaced (every group the deployment wants exists, every pod placed)
+                   Unknown GroupsNotCreated (fewer groups exist than wanted: nothing to say of the others)
 MetricsAvailable   True    Measured, ScaledToZero (no groups: nothing to measure)
                    False   NoTargets, WarmingUp, ScrapeFailed, NoLatencyMetric, NoSeries,
                            PrometheusUnreachable, PrometheusError (the autoscaler holds replicas)
@@ -123,10 +129,28 @@ class Reason(StrEnum):
     """Kueue evicted a group for a higher-priority Workload; it comes back when room returns."""
     KUEUE_PENDING = "KueuePending"
     """Kueue has not admitted a group for another reason (its message quoted)."""
+    KUEUE_NOT_INSTALLED = "KueueNotInstalled"
+    """Placement kueue, but the API server does not serve Kueue's API: no group is created."""
+    LOCAL_QUEUE_MISSING = "LocalQueueMissing"
+    """The LocalQueue ``queueName`` does not exist in the namespace: no group is created."""
+    CLUSTER_QUEUE_MISSING = "ClusterQueueMissing"
+    """The LocalQueue's ClusterQueue does not exist (Kueue says so on the LocalQueue): no group is created."""
+    QUEUE_INACTIVE = "QueueInactive"
+    """Kueue says the LocalQueue cannot take Workloads (its ClusterQueue inactive, or stopped): no group is created."""
+    QUEUE_UNREADABLE = "QueueUnreadable"
+    """The operator may not read the LocalQueue (RBAC): no group is created until it can check it."""
+    KUEUE_WEBHOOK_MISSING = "KueueWebhookMissing"
+    """Kueue runs, but a dry run of the LeaderWorkerSet came back without its webhook's mark: no group is created."""
     ALL_GROUPS_PLACED = "AllGroupsPlaced"
+    GROUPS_NOT_CREATED = "GroupsNotCreated"
+    """Fewer groups exist than the deployment wants: nothing is placed or refused for the others yet."""
     ALL_NODES_JOINED = "AllNodesJoined"
     NODES_MISSING = "NodesMissing"
     """The ComputeDomain lacks nodes that run engine pods (kimik3.controller.computedomains)."""
+    NODES_NOT_READY = "NodesNotReady"
+    """The DRA driver lists the daemon NotReady on a node that runs engine pods."""
+    RESOURCE_SLICE_MISSING = "ResourceSliceMissing"
+    """A node that runs engine pods publishes no ResourceSlice of the ComputeDomain driver."""
     PREPARE_FAILED = "PrepareFailed"
     """A pod's resource claims could not be prepared for longer than its bound (the kubelet's
     FailedPrepareDynamicResources Event quoted; kimik3.controller.computedomains)."""
@@ -169,9 +193,15 @@ METRICS_UNAVAILABLE: tuple[Reason, ...] = (
     Reason.PROMETHEUS_UNREACHABLE, Reason.PROMETHEUS_ERROR, Reason.BUCKET_LAYOUTS_DIFFER)
 """Reasons of ``MetricsAvailable=False``: why the metric source has no reading."""
 
+QUEUE_NOT_SERVED: tuple[Reason, ...] = (
+    Reason.KUEUE_NOT_INSTALLED, Reason.LOCAL_QUEUE_MISSING, Reason.CLUSTER_QUEUE_MISSING, Reason.QUEUE_INACTIVE,
+    Reason.QUEUE_UNREADABLE, Reason.KUEUE_WEBHOOK_MISSING)
+"""Reasons of ``ScalingLimited=True`` (and ``Ready=False``) when placement kueue's queue is not served
+(``controller.queues``): the operator creates no group meanwhile."""
+
 REASONS: dict[ConditionType, tuple[Reason, ...]] = {
     ConditionType.READY: (Reason.ALL_GROUPS_READY, Reason.SCALED_TO_ZERO, Reason.GROUPS_NOT_READY,
-                          Reason.INVALID_SPEC),
+                          Reason.INVALID_SPEC, *QUEUE_NOT_SERVED),
     ConditionType.PROGRESSING: (Reason.GROUPS_STARTING, Reason.STABLE, Reason.APPLY_FAILED, Reason.INVALID_SPEC,
                                 Reason.ROLLOUT_IN_PROGRESS, Reason.CANARY_ANALYSIS, Reason.PAUSED,
                                 Reason.ROLLED_BACK, Reason.SURGE_BLOCKED, Reason.METRIC_SOURCE_UNREADABLE,
@@ -179,9 +209,11 @@ REASONS: dict[ConditionType, tuple[Reason, ...]] = {
     ConditionType.DEGRADED: (Reason.AS_EXPECTED, Reason.APPLY_FAILED, Reason.INVALID_SPEC,
                              Reason.GROUP_CRASH_LOOPING),
     ConditionType.SCALING_LIMITED: (Reason.UNSCHEDULABLE, Reason.QUOTA_EXHAUSTED, Reason.NO_RACK_FITS, Reason.PREEMPTED,
-                                    Reason.KUEUE_PENDING, Reason.ALL_GROUPS_PLACED),
-    ConditionType.COMPUTE_DOMAIN_READY: (Reason.ALL_NODES_JOINED, Reason.NODES_MISSING, Reason.PREPARE_FAILED,
-                                                 Reason.NOT_REPORTED),
+                                    Reason.KUEUE_PENDING, *QUEUE_NOT_SERVED, Reason.ALL_GROUPS_PLACED,
+                                    Reason.GROUPS_NOT_CREATED),
+    ConditionType.COMPUTE_DOMAIN_READY: (Reason.ALL_NODES_JOINED, Reason.NODES_MISSING, Reason.NODES_NOT_READY,
+                                         Reason.RESOURCE_SLICE_MISSING, Reason.PREPARE_FAILED,
+                                         Reason.NOT_REPORTED),
     ConditionType.METRICS_AVAILABLE: (Reason.MEASURED, Reason.GROUPS_UNMEASURED, Reason.SCALED_TO_ZERO,
                                       Reason.NOT_YET_MEASURED, *METRICS_UNAVAILABLE),
     ConditionType.WEIGHTS_READY: (Reason.STAGED, Reason.DECLARED_READY, Reason.NOT_STAGED, Reason.STAGING,
@@ -221,7 +253,8 @@ class EventReason(StrEnum):
     ENGINE_SETTING_OVERRIDDEN = "EngineSettingOverridden"
     """Warning: vLLM 0.33 will change or narrow a setting of the spec without an error (fields, the value it uses, the change that avoids it; status.engineOverrides)."""
     COMPUTE_DOMAIN_NODES_MISSING = "ComputeDomainNodesMissing"
-    """Warning: ComputeDomainReady=False NodesMissing (nodes of engine pods not in the ComputeDomain)."""
+    """Warning: ComputeDomainReady=False NodesMissing, NodesNotReady or ResourceSliceMissing (nodes of
+    engine pods not in the ComputeDomain, not Ready in it, or without the driver's ResourceSlice)."""
     COMPUTE_DOMAIN_PREPARE_FAILED = "ComputeDomainPrepareFailed"
     """Warning: ComputeDomainReady=False PrepareFailed (the kubelet cannot prepare a pod's claims)."""
     TEARDOWN_STARTED = "TeardownStarted"
@@ -279,6 +312,18 @@ class EventReason(StrEnum):
     """Warning: ScalingLimited=True Preempted."""
     KUEUE_PENDING = Reason.KUEUE_PENDING.value
     """Warning: ScalingLimited=True KueuePending."""
+    KUEUE_NOT_INSTALLED = Reason.KUEUE_NOT_INSTALLED.value
+    """Warning: ScalingLimited=True KueueNotInstalled (no group created)."""
+    LOCAL_QUEUE_MISSING = Reason.LOCAL_QUEUE_MISSING.value
+    """Warning: ScalingLimited=True LocalQueueMissing (no group created)."""
+    CLUSTER_QUEUE_MISSING = Reason.CLUSTER_QUEUE_MISSING.value
+    """Warning: ScalingLimited=True ClusterQueueMissing (no group created)."""
+    QUEUE_INACTIVE = Reason.QUEUE_INACTIVE.value
+    """Warning: ScalingLimited=True QueueInactive (no group created)."""
+    QUEUE_UNREADABLE = Reason.QUEUE_UNREADABLE.value
+    """Warning: ScalingLimited=True QueueUnreadable (no group created)."""
+    KUEUE_WEBHOOK_MISSING = Reason.KUEUE_WEBHOOK_MISSING.value
+    """Warning: ScalingLimited=True KueueWebhookMissing (no group created)."""
     # -- the autoscaler's decisions (``autoscaler.policy.Decision.reason``, also status.lastScale) --
     SCALE_UP = "ScaleUp"
     """Normal: more groups, for the measured decode latency."""

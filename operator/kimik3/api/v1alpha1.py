@@ -572,7 +572,8 @@ class PlacementSpec(Model):
     - ``exclusive`` (default; clusters without Kueue): LeaderWorkerSet's exclusive topology on
       ``topologyKey``, so each group of this deployment gets a whole rack (a TP8 group of GB300
       holds 2 of 18 trays and the rack's other 16 stay idle for this deployment).
-    - ``kueue`` (Kueue v0.17+ with topology-aware scheduling): the LeaderWorkerSet is submitted to
+    - ``kueue`` (Kueue v0.17.2 or later with topology-aware scheduling; v0.19.2 is the version
+      tested, docs/dev-cluster.md says why no older one): the LeaderWorkerSet is submitted to
       the LocalQueue ``queueName``; Kueue admits each group whole (gang) within the tenant's GPU
       quota and packs it best-fit into one ``topologyKey`` domain with other groups (9 TP8 groups
       of GB300 fill one rack), and preempts by ``priorityClass``.
@@ -587,7 +588,7 @@ class PlacementSpec(Model):
     mode: Literal["exclusive", "kueue"] = "exclusive"
     """exclusive: each group alone in one rack (LeaderWorkerSet exclusive topology); kueue: Kueue admits and packs groups."""
     queue_name: str | None = Field(default=None, min_length=1, max_length=63, pattern=DNS_LABEL_PATTERN)
-    """The LocalQueue (in this namespace) the groups are submitted to; label kueue.x-k8s.io/queue-name. Immutable under Kueue v0.17."""
+    """The LocalQueue (in this namespace) the groups are submitted to; label kueue.x-k8s.io/queue-name. Kueue refuses a change while any group is Ready (v0.18+; always in v0.17)."""
     priority_class: str | None = Field(default=None, min_length=1, max_length=253)
     """A WorkloadPriorityClass (kueue.x-k8s.io/v1beta2) for the groups' Workloads: a higher one may preempt lower ones when quota or racks run out."""
 

@@ -8,9 +8,14 @@ for 20 minutes while the engine served (failure case F19 a), so:
 - ``Ready`` comes from the groups (the LeaderWorkerSet's ready groups, i.e. the leaders'
   ``/health``), never from the ComputeDomain;
 - ``ComputeDomainReady`` reports the domain: True ``AllNodesJoined`` when every node that runs a
-  pod of the deployment is listed Ready; False ``NodesMissing`` naming the nodes seen and the
-  nodes missing, with the driver's own status; Unknown ``NotReported`` before the driver wrote a
-  status or while no pod is on a node;
+  pod of the deployment is listed Ready; False ``ResourceSliceMissing`` naming each such tray
+  that publishes no device of the driver (``DRIVER``: no ResourceSlice, its kubelet plugin is
+  down: a pod recreated there cannot get its channel), ``NodesNotReady`` naming each such tray
+  whose daemon the driver lists NotReady, ``NodesMissing`` naming the nodes seen and the nodes
+  missing, each with the driver's own status; Unknown ``NotReported`` before the driver wrote a
+  status or while no pod is on a node. The driver's overall ``status.status`` is Ready with
+  ``numNodes: 0`` (what the operator renders) once every listed daemon is Ready (its
+  ``calculateGlobalStatus``, v25.12.0), and only quoted here: the nodes decide;
 - the operator never deletes and recreates a ComputeDomain that pods use (reconcile.py, F4).
 
 A group recreated while its ComputeDomain is NotReady can have pods the kubelet cannot start:
@@ -38,10 +43,19 @@ from kimik3.api.v1alpha1 import GroupStatus
 from kimik3.kube import pods as kpods
 from kimik3.kube.times import parse_rfc3339, rfc3339
 
-__all__ = ["FAILED_PREPARE", "KUBELET_RETRY_S", "PREPARE_EVENTS", "PREPARE_POLL_S", "PrepareFailure",
+__all__ = ["DRIVER", "FAILED_PREPARE", "KUBELET_RETRY_S", "PREPARE_EVENTS", "PREPARE_POLL_S", "SLICES_OF_DRIVER", "SLICES_POLL_S", "PrepareFailure",
            "compute_domain_verdict", "prepare_bound_s", "prepare_failures", "unprepared_pods", "verdict_event",
            "with_prepare_failures"]
 
+DRIVER = "compute-domain.nvidia.com"
+"""The DRA driver name of NVIDIA's ComputeDomain kubelet plugin: its ResourceSlices (``spec.driver``)
+carry each tray's IMEX channel device."""
+SLICES_OF_DRIVER = f"spec.driver={DRIVER}"
+"""Field selector of those ResourceSlices."""
+SLICES_POLL_S = 30.0
+"""Seconds between two lists of those ResourceSlices while engine pods run on trays: the operator
+watches no ResourceSlice (cluster-scoped, one list per deployment is cheaper than a watch of
+every tray's), so a tray whose slice went is named within this bound."""
 FAILED_PREPARE = "FailedPrepareDynamicResources"
 """Reason of the kubelet's Warning Event when it cannot prepare a pod's resource claims
 (kubelet ``events.FailedPrepareDynamicResources``, Kubernetes 1.34+)."""
@@ -150,9 +164,12 @@ def with_prepare_failures(groups: list[GroupStatus], failures: list[PrepareFailu
 
 
 def compute_domain_verdict(domain: dict[str, Any] | None, pods: list[dict[str, Any]],
-                           failures: list[PrepareFailure] | None = None) -> Verdict | None:
+                           failures: list[PrepareFailure] | None = None,
+                           sliced: set[str] | None = None) -> Verdict | None:
     """The ``ComputeDomainReady`` verdict of ``domain`` (None when the deployment has none) for
-    the deployment's ``pods``; ``failures`` (``prepare_failures``) make it ``PrepareFailed``."""
+    the deployment's ``pods``; ``failures`` (``prepare_failures``) make it ``PrepareFailed``;
+    ``sliced``: the nodes with a ResourceSlice of ``DRIVER`` (None: not known, e.g. no
+    permission to list them)."""
     if domain is None:
         return None
     name = domain["metadata"]["name"]
@@ -165,13 +182,27 @@ def compute_domain_verdict(domain: dict[str, Any] | None, pods: list[dict[str, A
                        f"group {f.group}: {f.text()}{more}; ComputeDomain {name} is "
                        f"{status.get('status') or 'not reported'}. The operator recreates nothing: the kubelet "
                        "retries and the pod starts once its claim is prepared")
+    unsliced = [n for n in expected if sliced is not None and n not in sliced]
+    overall = status.get("status") or "not reported"
+    if unsliced:
+        return Verdict("False", Reason.RESOURCE_SLICE_MISSING,
+                       f"ComputeDomain {name} ({overall}): no ResourceSlice of {DRIVER} on {', '.join(unsliced)}, "
+                       "where engine pods run: the DRA kubelet plugin there is down, and a pod recreated on "
+                       "that tray cannot get its IMEX channel. Check the driver's kubelet plugin on it")
     if not expected or not status:
         return Verdict("Unknown", Reason.NOT_REPORTED,
                        f"ComputeDomain {name}: " + ("no engine pod is on a node yet" if not expected else
                                                     "the DRA driver has not reported its status yet"))
-    seen = sorted({n["name"] for n in status.get("nodes") or [] if n.get("name") and n.get("status", "Ready") == "Ready"})
-    missing = [n for n in expected if n not in seen]
-    overall = status.get("status") or "unknown"
+    listed = {n["name"]: n.get("status", "Ready") for n in status.get("nodes") or [] if n.get("name")}
+    seen = sorted(n for n, state in listed.items() if state == "Ready")
+    not_ready = [n for n in expected if listed.get(n, "Ready") != "Ready"]
+    missing = [n for n in expected if n not in listed]
+    if not_ready:
+        return Verdict("False", Reason.NODES_NOT_READY,
+                       f"ComputeDomain {name} ({overall}): the IMEX daemon is NotReady on {', '.join(not_ready)}"
+                       + (f"; not listed: {', '.join(missing)}" if missing else "")
+                       + ". Readiness still comes from the groups' /health; the ComputeDomain is not recreated "
+                       "while pods use it")
     if not missing:
         return Verdict("True", Reason.ALL_NODES_JOINED,
                        f"ComputeDomain {name} ({overall}): {len(expected)}/{len(expected)} nodes of the engine pods joined")
@@ -182,7 +213,9 @@ def compute_domain_verdict(domain: dict[str, Any] | None, pods: list[dict[str, A
 
 
 VERDICT_EVENTS: dict[Reason, EventReason] = {Reason.PREPARE_FAILED: EventReason.COMPUTE_DOMAIN_PREPARE_FAILED,
-                                             Reason.NODES_MISSING: EventReason.COMPUTE_DOMAIN_NODES_MISSING}
+                                             Reason.NODES_MISSING: EventReason.COMPUTE_DOMAIN_NODES_MISSING,
+                                             Reason.NODES_NOT_READY: EventReason.COMPUTE_DOMAIN_NODES_MISSING,
+                                             Reason.RESOURCE_SLICE_MISSING: EventReason.COMPUTE_DOMAIN_NODES_MISSING}
 """The Warning Event of each ``ComputeDomainReady=False`` reason."""
 
 

@@ -159,13 +159,17 @@ class Kube:
         except NotFound:
             return None
 
-    def apply(self, obj: dict[str, Any], force: bool = True) -> dict[str, Any]:
-        """Server-side apply ``obj`` as ``field_manager`` (strict field validation)."""
+    def apply(self, obj: dict[str, Any], force: bool = True, dry_run: bool = False) -> dict[str, Any]:
+        """Server-side apply ``obj`` as ``field_manager`` (strict field validation). ``dry_run``:
+        the API server (admission webhooks included) returns the object as it would store it, and
+        stores nothing."""
         meta = obj["metadata"]
         path = _path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
         query = [("fieldManager", self.field_manager), ("fieldValidation", "Strict")]
         if force:
             query.append(("force", "true"))
+        if dry_run:
+            query.append(("dryRun", "All"))
         return cast(dict[str, Any], self.request("PATCH", path, body=obj, query=query,
                                                  content_type="application/apply-patch+yaml"))
 

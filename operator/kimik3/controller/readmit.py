@@ -1,6 +1,7 @@
 """Placement kueue: a group whose tray failed is admitted again by Kueue, whole, into one rack.
 
-Seen on the dev cluster (bench/soak.py, tray faults; Kueue v0.17.0, kubernetes-sigs/kueue#6957).
+Seen on the dev cluster (bench/soak.py, tray faults; Kueue v0.17.0, kubernetes-sigs/kueue#6957; the
+replacement search below reads the same in v0.19.2).
 When a tray of an admitted group fails, Kueue's node controller lists it in the Workload's
 ``status.unhealthyNodes`` (at once when no pod of the group still runs there, feature gate
 ``TASReplaceNodeOnPodTermination``; else after ``NodeFailureDelay``, 30 s), and its scheduler looks

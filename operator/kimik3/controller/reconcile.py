@@ -34,6 +34,7 @@ from kimik3.controller.cache import ObjectCache, desired_hash
 from kimik3.controller.canary import Analysis
 from kimik3.controller.kube import ApiError, Kube, NotLeading
 from kimik3.controller.nodes import Nodes
+from kimik3.controller.queues import creating
 from kimik3.controller.recreation import GroupFailures
 from kimik3.controller.rollout import Rollouts
 from kimik3.controller.snapshot import Reader
@@ -144,7 +145,9 @@ class Reconciler:
         scaled = out.add(steps.scale(snap, admitted, self.autoscaling)).value
         rendered = out.add(steps.render_children(snap, admitted, scaled, crashes, self.compute_domains)).value
         rolled = out.add(steps.roll(snap, admitted, rendered, self.rollouts))
-        gated = out.add(steps.gate(snap, weights, rolled.apply))
+        new_groups = creating(snap.sets, rolled.apply) if admitted.spec.scheduling.placement.mode == "kueue" else None
+        queue = reader.local_queue(admitted, snap.owner, new_groups) if new_groups is not None else None
+        gated = out.add(steps.gate(snap, weights, rolled.apply, queue))
         failed = self._apply_children(obj, gated.apply)
         desired = int(next(c for c in rendered.objects if c["kind"] == LEADER_WORKER_SET.kind)["spec"]["replicas"])
         if LEADER_WORKER_SET.kind not in failed and not gated.value:
@@ -162,6 +165,7 @@ class Reconciler:
             compute_domain_note=None if self.compute_domains else COMPUTE_DOMAIN_SKIPPED,
             autoscaled=scaled.report if scaled is not None else None,
             crash_looping=out.conditions.get(ConditionType.DEGRADED),
+            queue=out.conditions.get(ConditionType.SCALING_LIMITED),
             compute_domain=out.conditions.get(ConditionType.COMPUTE_DOMAIN_READY), rollout_step=rolled.value)
         status = out.add(steps.report(snap, admitted, observed, weights, prepare)).value
         self._post(obj, out.events)

@@ -25,14 +25,18 @@ from typing import Any
 
 from kimik3.admission import Admitted
 from kimik3.controller.cache import ObjectCache
-from kimik3.controller.computedomains import PREPARE_EVENTS, unprepared_pods
+from kimik3.controller.computedomains import PREPARE_EVENTS, SLICES_OF_DRIVER, unprepared_pods
 from kimik3.controller.fleet import EngineSet, engine_sets
-from kimik3.controller.kube import ApiError, Kube
+from kimik3.controller.kube import ApiError, Forbidden, Kube
 from kimik3.controller.nodes import Nodes
+from kimik3.controller.queues import QueueRead, kueue_marked
 from kimik3.kube import pods as kpods
 from kimik3.kube.groups import Group, GroupKey, groups_of
-from kimik3.kube.kinds import COMPUTE_DOMAIN, CONFIG_MAP, EVENT, LEADER_WORKER_SET, NODE, POD, WORKLOAD, Kind
+from kimik3.kube.kinds import (COMPUTE_DOMAIN, CONFIG_MAP, EVENT, LEADER_WORKER_SET, LOCAL_QUEUE, NODE, POD,
+                               RESOURCE_SLICE, WORKLOAD,
+                               Kind)
 from kimik3.kube.labels import DEPLOYMENT_LABEL, KUEUE_JOB_UID_LABEL, LWS_NAME_LABEL, PRODUCT_LABEL
+from kimik3.kube.objects import condition
 from kimik3.kube.workloads import waiting
 from kimik3.render.meta import Owner
 from kimik3.topology.capacity import Domain, domains, largest_free_block
@@ -67,6 +71,9 @@ class Snapshot:
     free_block: Domain | None = None
     """After the applies, while Kueue finds no rack for a group: the NVLink domain with the most
     free trays for one of its pods (None when the nodes cannot be listed)."""
+    sliced: set[str] | None = None
+    """After the applies, with a ComputeDomain and pods on nodes: the nodes with a ResourceSlice of
+    the ComputeDomain driver (None: not read, or not readable)."""
 
     @property
     def set_uids(self) -> dict[str, str]:
@@ -132,6 +139,32 @@ class Reader:
                         exc.status, exc.reason)
             return None
 
+    def local_queue(self, admitted: Admitted, owner: Owner, lws: dict[str, Any]) -> QueueRead:
+        """The LocalQueue ``queueName`` of ``owner``'s namespace (placement ``kueue``), read from the
+        API server (not watched): whether Kueue's API is served, the read refused, or the object;
+        once Kueue reports it active, whether a dry run of ``lws`` (the LeaderWorkerSet about to
+        create groups) comes back with Kueue's mark (``controller.queues``). Any other error of the
+        read is raised; a refused dry run leaves ``marked`` None."""
+        name = admitted.spec.scheduling.placement.queue_name or ""
+        self._count(LOCAL_QUEUE)
+        try:
+            obj = self.kube.request("GET", LOCAL_QUEUE.path(owner.namespace, name))
+        except Forbidden as exc:
+            return QueueRead(name, owner.namespace, refused=f"{exc.status} {exc.reason}: {exc.message}")
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            return QueueRead(name, owner.namespace, served=exc.is_status)
+        if (condition(obj, "Active") or {}).get("status") != "True":
+            return QueueRead(name, owner.namespace, obj)
+        self._count(LEADER_WORKER_SET)
+        try:
+            return QueueRead(name, owner.namespace, obj, marked=kueue_marked(self.kube.apply(lws, dry_run=True)))
+        except ApiError as exc:
+            log.info("dry run of LeaderWorkerSet %s/%s refused (%s %s): the apply will say why", owner.namespace,
+                     lws["metadata"]["name"], exc.status, exc.reason)
+            return QueueRead(name, owner.namespace, obj)
+
     def racks(self, pods: Iterable[dict[str, Any]], topology_key: str) -> dict[str, str]:
         names = [kpods.node_name(p) for p in pods]
         self._count(NODE)
@@ -169,7 +202,19 @@ class Reader:
                             owner.name, exc.status, exc.reason)
         return Snapshot(snap.obj, owner, pods, groups, sets, workloads,
                         self.racks(pods, admitted.spec.scheduling.topology_key), cd, snap.launchers, events,
-                        self.free_block(admitted, workloads))
+                        self.free_block(admitted, workloads),
+                        self.sliced() if cd is not None and any(kpods.node_name(p) for p in pods) else None)
+
+    def sliced(self) -> set[str] | None:
+        """The nodes with a ResourceSlice of the ComputeDomain driver; None when they cannot be
+        listed (a namespace-scoped install: the verdict then goes without)."""
+        self._count(RESOURCE_SLICE)
+        try:
+            slices = self.kube.list(*RESOURCE_SLICE.type_meta, "", "", field_selector=SLICES_OF_DRIVER)
+        except ApiError as exc:
+            log.info("ResourceSlices of the ComputeDomain driver unknown: %s %s", exc.status, exc.reason)
+            return None
+        return {n for s in slices if (n := (s.get("spec") or {}).get("nodeName"))}
 
     def free_block(self, admitted: Admitted, workloads: list[dict[str, Any]] | None) -> Domain | None:
         """When Kueue says no rack fits a group: the NVLink domain with the most free trays for one

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from kimik3.admission import Admitted
-from kimik3.api.conditions import ConditionStatus, ConditionType, Reason, Verdict
+from kimik3.api.conditions import QUEUE_NOT_SERVED, ConditionStatus, ConditionType, Reason, Verdict
 from kimik3.api.v1alpha1 import (Condition, DecodeStatus, KimiK3DeploymentStatus, PlanStatus, RolloutStatus,
                                  ScaleEvent)
 from kimik3.controller.fleet import EngineSet
@@ -133,7 +133,7 @@ def scaling_limited_message(unplaced: dict[str, tuple[str, str]], kueue_admitted
 
 
 PLACEMENT_REASONS = (Reason.UNSCHEDULABLE, Reason.QUOTA_EXHAUSTED, Reason.NO_RACK_FITS, Reason.PREEMPTED,
-                     Reason.KUEUE_PENDING, Reason.ALL_GROUPS_PLACED)
+                     Reason.KUEUE_PENDING, *QUEUE_NOT_SERVED, Reason.ALL_GROUPS_PLACED, Reason.GROUPS_NOT_CREATED)
 """ScalingLimited reasons this module writes (another writer's reason is left alone)."""
 KUEUE_REASONS: dict[str, Reason] = {"quota": Reason.QUOTA_EXHAUSTED, "topology": Reason.NO_RACK_FITS,
                                     "preempted": Reason.PREEMPTED, "pending": Reason.KUEUE_PENDING}
@@ -169,11 +169,14 @@ def kueue_limit(workloads: list[dict[str, Any]], queue: str | None, free_block: 
     return Verdict("True", KUEUE_REASONS[first.why], message)
 
 
-def _ready(ready: int, desired_groups: int, pods: list[dict[str, Any]], admitted: Admitted) -> Verdict:
+def _ready(ready: int, desired_groups: int, pods: list[dict[str, Any]], admitted: Admitted,
+           queue: Verdict | None = None) -> Verdict:
     if desired_groups == 0:
         return Verdict("True", Reason.SCALED_TO_ZERO, "replicas is 0: no groups run and no GPUs are held")
     if ready >= desired_groups:
         return Verdict("True", Reason.ALL_GROUPS_READY, f"{ready}/{desired_groups} groups ready")
+    if queue is not None:
+        return Verdict("False", queue.reason, f"{ready}/{desired_groups} groups ready; {queue.message}")
     detail = waiting_for(pods, admitted, desired_groups)
     if not detail:
         detail = ("every pod is Ready; waiting for the LeaderWorkerSet to count the groups ready" if pods
@@ -203,6 +206,8 @@ class Observed:
     """ComputeDomainReady (``controller.computedomains``; never changes Ready)."""
     rollout_step: RolloutStep | None = None
     """What ``controller.rollout.Rollouts`` decided (canary, rollback, pause)."""
+    queue: Verdict | None = None
+    """Placement kueue: why no group is created (``controller.queues``), None when nothing is held for it."""
 
 
 def _progressing(snap: Snapshot, admitted: Admitted, observed: Observed, ready: Verdict,
@@ -229,9 +234,14 @@ def _progressing(snap: Snapshot, admitted: Admitted, observed: Observed, ready: 
     return Verdict("True", Reason.GROUPS_STARTING, ready.message)
 
 
-def _scaling_limited(snap: Snapshot, admitted: Admitted, previous: Condition | None) -> Verdict | None:
-    """ScalingLimited from Kueue's Workloads, else from pods the scheduler cannot place; False
-    ``AllGroupsPlaced`` when neither (unless another writer's reason holds it); None: left as it is."""
+def _scaling_limited(snap: Snapshot, admitted: Admitted, observed: Observed,
+                     previous: Condition | None) -> Verdict | None:
+    """ScalingLimited: the queue Kueue does not serve (no group created), else from Kueue's
+    Workloads, else from pods the scheduler cannot place; when neither, False ``AllGroupsPlaced``
+    once every group the deployment wants exists, else Unknown ``GroupsNotCreated`` (unless
+    another writer's reason holds it); None: left as it is."""
+    if observed.queue is not None:
+        return observed.queue
     kueue_wait = kueue_limit(snap.workloads or [], admitted.spec.scheduling.placement.queue_name, snap.free_block,
                              admitted.plan.nodes_per_group)
     if kueue_wait is not None:
@@ -239,9 +249,15 @@ def _scaling_limited(snap: Snapshot, admitted: Admitted, previous: Condition | N
     unplaced = unschedulable_groups(snap.pods)
     if unplaced:
         return Verdict("True", Reason.UNSCHEDULABLE, scaling_limited_message(unplaced, bool(snap.workloads)))
-    if previous is None or previous.reason in PLACEMENT_REASONS:
-        return Verdict("False", Reason.ALL_GROUPS_PLACED, "the scheduler has placed every pod of every group")
-    return None
+    if previous is not None and previous.reason not in PLACEMENT_REASONS:
+        return None
+    created = max(len(snap.groups), sum(int(((s.lws.get("status") or {}).get("replicas")) or 0)
+                                        for s in snap.sets if not s.deleting))
+    if created < observed.desired:
+        return Verdict("Unknown", Reason.GROUPS_NOT_CREATED, (
+            f"{created} of {observed.desired} groups exist; the others are not created yet "
+            f"({'no LeaderWorkerSet exists' if not snap.sets else 'waiting for the LeaderWorkerSet controller'})"))
+    return Verdict("False", Reason.ALL_GROUPS_PLACED, "the scheduler has placed every pod of every group")
 
 
 def compute_status(snap: Snapshot, admitted: Admitted, observed: Observed) -> KimiK3DeploymentStatus:
@@ -253,12 +269,12 @@ def compute_status(snap: Snapshot, admitted: Admitted, observed: Observed) -> Ki
     gen = obj["metadata"].get("generation")
     running = [s for s in snap.sets if not s.deleting]
     ready = sum(int(((s.lws.get("status") or {}).get("readyReplicas")) or 0) for s in running)
-    ready_v = _ready(ready, observed.desired, snap.pods, admitted)
+    ready_v = _ready(ready, observed.desired, snap.pods, admitted, observed.queue)
     rollout = rollout_status(snap.sets, observed.target, snap.groups) if running else None
     conditions = set_condition(stored_conditions(obj), ConditionType.READY, ready_v, gen)
     conditions = set_condition(conditions, ConditionType.PROGRESSING,
                                _progressing(snap, admitted, observed, ready_v, rollout), gen)
-    limited = _scaling_limited(snap, admitted, next((c for c in conditions
+    limited = _scaling_limited(snap, admitted, observed, next((c for c in conditions
                                                      if c.type == ConditionType.SCALING_LIMITED), None))
     degraded = (Verdict("True", Reason.APPLY_FAILED, observed.apply_error) if observed.apply_error
                 else observed.crash_looping or Verdict("False", Reason.AS_EXPECTED, "children applied"))

@@ -11,7 +11,8 @@ writes: the applies between ``roll`` and ``retire``, the deletions, the status a
     scale    the replicas the autoscaler decides (``controller.autoscaling``)
     render   the children of the admitted spec (``render.children``)
     roll     the LeaderWorkerSets of the rollout: surge, canary, rollback (``controller.rollout``)
-    gate     what may be applied now: no engine before the weights
+    gate     what may be applied now: no engine before the weights, no new group while Kueue
+             does not serve the queue (``controller.queues``)
     -- the reconciler applies --
     retire   the LeaderWorkerSets the rollout is done with (``controller.fleet``)
     -- the reconciler reads the snapshot again (``Reader.refresh``) --
@@ -32,9 +33,11 @@ from kimik3.api.conditions import ConditionType, Event, EventReason, Reason, Ver
 from kimik3.api.v1alpha1 import KimiK3DeploymentStatus
 from kimik3.controller import launchers
 from kimik3.controller.autoscaling import Autoscaling, Scaled
-from kimik3.controller.computedomains import (PrepareFailure, compute_domain_verdict, prepare_failures,
+from kimik3.controller.computedomains import (SLICES_POLL_S, PrepareFailure, compute_domain_verdict, prepare_failures,
                                               unprepared_pods, verdict_event, with_prepare_failures)
 from kimik3.controller.fleet import fleet_replicas
+from kimik3.controller.queues import POLL_S as QUEUE_POLL_S
+from kimik3.controller.queues import QueueRead, queue_verdict
 from kimik3.controller.groups import kueue_changes, stored_groups
 from kimik3.controller.readmit import awaits_kueue, readmissions
 from kimik3.controller.recreation import Crashes, GroupFailures
@@ -42,8 +45,9 @@ from kimik3.controller.rollout import RolloutStep, Rollouts, scale_down_held, st
 from kimik3.controller.snapshot import Snapshot
 from kimik3.controller.staging import Staging, Weights, with_weights
 from kimik3.controller.status import Observed, compute_status, stored_conditions
-from kimik3.kube.kinds import COMPUTE_DOMAIN, CONFIG_MAP, LEADER_WORKER_SET, WORKLOAD, Kind
+from kimik3.kube.kinds import COMPUTE_DOMAIN, CONFIG_MAP, LEADER_WORKER_SET, POD_DISRUPTION_BUDGET, WORKLOAD, Kind
 from kimik3.render.children import Rendered, render
+from kimik3.render.disruption import fleet_pods, over_fleet
 from kimik3.render.revision import TEMPLATE_HASH_ANNOTATION
 
 T = TypeVar("T")
@@ -158,23 +162,35 @@ def render_children(snap: Snapshot, admitted: Admitted, scaled: Scaled | None, c
 
 
 def roll(snap: Snapshot, admitted: Admitted, rendered: Rendered, rollouts: Rollouts) -> StepResult[RolloutStep]:
-    """The rendered LeaderWorkerSet replaced by the rollout's sets (old ones first, the target last)."""
+    """The rendered LeaderWorkerSet replaced by the rollout's sets (old ones first, the target last);
+    the disruption budget counts the pods of them all (``render.disruption.over_fleet``)."""
     index = next(i for i, c in enumerate(rendered.objects) if c["kind"] == LEADER_WORKER_SET.kind)
     rolled = rollouts.step(snap.obj, admitted, rendered.objects[index], snap.sets, snap.groups, snap.workloads)
-    objects = rendered.objects[:index] + rolled.fleet.apply + rendered.objects[index + 1:]
+    replicas, pods = int(rendered.objects[index]["spec"]["replicas"]), fleet_pods(rolled.fleet.apply, snap.pods)
+    objects = [over_fleet(c, admitted.spec, replicas, pods) if c["kind"] == POD_DISRUPTION_BUDGET.kind else c
+               for c in rendered.objects[:index] + rolled.fleet.apply + rendered.objects[index + 1:]]
     return StepResult(rolled, apply=objects, events=list(rolled.events), requeue_after=rolled.requeue_after)
 
 
-def gate(snap: Snapshot, weights: Weights, objects: list[dict[str, Any]]) -> StepResult[bool]:
+def gate(snap: Snapshot, weights: Weights, objects: list[dict[str, Any]],
+         queue: QueueRead | None = None) -> StepResult[bool]:
     """No LeaderWorkerSet or ComputeDomain before the weights; and once staged, WeightsReady=True is
     written one reconcile before the first engine pod, so no reader ever sees a pod while the
-    status says Staging. The value: whether the engines are held back now."""
+    status says Staging. Under placement kueue, when the apply would create groups and ``queue``
+    (the LocalQueue as read) shows Kueue does not serve it, neither either, with ScalingLimited
+    saying what is missing (``controller.queues``; the status carries it). The value: whether the
+    engines are held back now."""
     announcing = weights.ready and any(c.type == ConditionType.WEIGHTS_READY and c.status == "False"
                                        for c in stored_conditions(snap.obj))
-    held = not weights.ready or announcing
+    unserved = queue_verdict(queue) if queue is not None else None
+    held = not weights.ready or announcing or unserved is not None
     kinds = (LEADER_WORKER_SET.kind, COMPUTE_DOMAIN.kind)
-    return StepResult(held, apply=[c for c in objects if not (held and c["kind"] in kinds)],
-                      requeue_after=ANNOUNCE_S if announcing else None)
+    out = StepResult(held, apply=[c for c in objects if not (held and c["kind"] in kinds)],
+                     requeue_after=ANNOUNCE_S if announcing else None)
+    if unserved is not None:
+        out.conditions[ConditionType.SCALING_LIMITED] = unserved
+        out.requeue_after = min(out.requeue_after if out.requeue_after is not None else QUEUE_POLL_S, QUEUE_POLL_S)
+    return out
 
 
 # ------------------------------------------------------------------------------------------ after the applies
@@ -231,12 +247,15 @@ def place(snap: Snapshot) -> StepResult[None]:
 def observe(snap: Snapshot, has_domain: bool, now: dt.datetime) -> StepResult[list[PrepareFailure]]:
     """ComputeDomainReady of the deployment's ComputeDomain when it has one (``has_domain``: the
     spec renders one; F19), with the pods the kubelet has failed to prepare past their bound
-    (F19 b) as the value; look again while a pod waits to be prepared."""
+    (F19 b) as the value; look again while a pod waits to be prepared, and every ``SLICES_POLL_S``
+    while the driver's ResourceSlices are read."""
     if not has_domain:
         return StepResult([])
     failures, again = prepare_failures(snap.pods, snap.prepare_events, now) if unprepared_pods(snap.pods) \
         else ([], None)
-    verdict = compute_domain_verdict(snap.compute_domain, snap.pods, failures)
+    verdict = compute_domain_verdict(snap.compute_domain, snap.pods, failures, snap.sliced)
+    if snap.sliced is not None:  # nothing the operator watches changes when a tray's slice goes
+        again = SLICES_POLL_S if again is None else min(again, SLICES_POLL_S)
     out: StepResult[list[PrepareFailure]] = StepResult(failures, requeue_after=again)
     if verdict is not None:
         out.conditions[ConditionType.COMPUTE_DOMAIN_READY] = verdict

@@ -53,6 +53,8 @@ HTTP_ROUTE = Kind("gateway.networking.k8s.io", "v1", "HTTPRoute", "httproutes")
 POD_DISRUPTION_BUDGET = Kind("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets")
 WORKLOAD = Kind("kueue.x-k8s.io", "v1beta2", "Workload", "workloads")
 """Kueue: one per group of a LeaderWorkerSet it manages (placement ``kueue``); read, never written."""
+LOCAL_QUEUE = Kind("kueue.x-k8s.io", "v1beta2", "LocalQueue", "localqueues")
+"""Kueue: the queue a ``kueue`` deployment submits its groups to (``queueName``); read before a group is created."""
 CONFIG_MAP = Kind("", "v1", "ConfigMap", "configmaps")
 SERVICE = Kind("", "v1", "Service", "services")
 POD = Kind("", "v1", "Pod", "pods")
@@ -65,11 +67,14 @@ ROLE = Kind("rbac.authorization.k8s.io", "v1", "Role", "roles")
 ROLE_BINDING = Kind("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings")
 LEASE = Kind("coordination.k8s.io", "v1", "Lease", "leases")
 """The operator's leader election (kimik3.controller.leadership), in the operator's own namespace."""
+RESOURCE_SLICE = Kind("resource.k8s.io", "v1", "ResourceSlice", "resourceslices")
+"""Cluster-scoped; the ComputeDomain driver's devices on each tray (``controller.computedomains``)."""
 NODE = Kind("", "v1", "Node", "nodes")
 """Cluster-scoped (``path()`` with no namespace); read by the dev kit's views, not by the operator."""
 
 KINDS: tuple[Kind, ...] = (KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, COMPUTE_DOMAIN, POD_MONITOR, HTTP_ROUTE,
-                           POD_DISRUPTION_BUDGET, CONFIG_MAP, SERVICE, POD, EVENT, LEASE, NODE, WORKLOAD,
+                           POD_DISRUPTION_BUDGET, CONFIG_MAP, SERVICE, POD, EVENT, LEASE, NODE, RESOURCE_SLICE, WORKLOAD,
+                           LOCAL_QUEUE,
                            JOB, PERSISTENT_VOLUME_CLAIM, SERVICE_ACCOUNT, ROLE, ROLE_BINDING)
 
 CHILD_KINDS: tuple[Kind, ...] = (COMPUTE_DOMAIN, CONFIG_MAP, LEADER_WORKER_SET, SERVICE, POD_DISRUPTION_BUDGET,

@@ -31,8 +31,11 @@ PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_RESOURCE = "nvidia.com/gpu"
 
 KUEUE_QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
-"""On the LeaderWorkerSet: the LocalQueue its groups are submitted to (immutable in Kueue v0.17)."""
+"""On the LeaderWorkerSet: the LocalQueue its groups are submitted to (Kueue refuses a change while a group is Ready)."""
 KUEUE_PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+KUEUE_SUSPENDING_PARENT_ANNOTATION = "kueue.x-k8s.io/pod-suspending-parent"
+"""On a LeaderWorkerSet's pod templates: written by Kueue's LeaderWorkerSet webhook when Kueue manages
+the set (v0.17.0 to v0.19.2, ``leaderworkerset_webhook.go``); Kueue's pod webhook gates pods that carry it."""
 """On the LeaderWorkerSet: the WorkloadPriorityClass of its groups' Workloads."""
 KUEUE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 """Pod template annotation: every pod of the podset inside one domain of this node label."""

@@ -1,8 +1,8 @@
 """What a Kueue Workload (``kueue.x-k8s.io/v1beta2``, one per group of a LeaderWorkerSet under
 placement ``kueue``) says about its group: admitted, or why it waits.
 
-Sources: Kueue v0.17.0's Workload conditions (``QuotaReserved``, ``Admitted``, ``Evicted``,
-``Preempted``) and the messages its scheduler writes, e.g. ``couldn't assign flavors to pod set
+Sources, read in Kueue v0.17.0 and unchanged in v0.19.2: its Workload conditions (``QuotaReserved``,
+``Admitted``, ``Evicted``, ``Preempted``) and the messages its scheduler writes, e.g. ``couldn't assign flavors to pod set
 leader: insufficient unused quota for nvidia.com/gpu in flavor gb300, 8 more needed`` or
 ``... topology "nvl72" doesn't allow to fit any of 2 pod(s)`` (kueue.md).
 """

@@ -5,7 +5,7 @@ largest free block of trays when Kueue says no rack fits), and the kit's fleet s
 autoscaler benchmark place groups with it instead of arithmetic of their own. Pure functions and
 values, no API calls.
 
-What it follows, read in Kueue v0.17.0 (``pkg/cache/scheduler/tas_flavor_snapshot.go``) for a
+What it follows, read in Kueue v0.17.0 and again in v0.19.2 (``pkg/cache/scheduler/tas_flavor_snapshot.go``) for a
 group whose leader and workers must share one domain of the topology key:
 
 - a node counts when it is Ready and schedulable and carries the topology key; its room is its

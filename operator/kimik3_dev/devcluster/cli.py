@@ -7,6 +7,7 @@
   kimik3 dev fault ...             inject a fault: a tray NotReady, an engine pod crashed, a component down
   kimik3 dev stagers               staging-Job pods as local processes (started by ``up``)
   kimik3 dev config-reloader       the Prometheus Operator's Secret -> Prometheus' config file (started by ``up``)
+  kimik3 dev dra-driver            NVIDIA's ComputeDomain DRA driver, simulated (started by ``up`` on NVL72 racks)
   kimik3 dev sim / dev load        the engine simulator and its load generator (kimik3_dev.sim.cli)
 
 Heavy imports happen inside the commands, so ``kimik3 --help`` stays fast. The engine
@@ -59,11 +60,15 @@ def _mib(n: int) -> str:
               help="A tenant namespace with its own Kueue ClusterQueue of GPUS (in one Cohort that lends idle "
                    "quota), its LocalQueue 'default' and, with PRIORITY, the WorkloadPriorityClass NAME "
                    "(placement.priorityClass: NAME; higher preempts lower). Repeatable.")
+@click.option("--compute-domains/--no-compute-domains", default=None,
+              help="Run the simulated NVIDIA DRA driver and the operator with ComputeDomains (default: on for the "
+                   "NVL72 profiles gb300 and gb200, off otherwise).")
 @click.option("--readiness-probes", is_flag=True,
               help="Group leaders turn Ready only once their simulated engine has loaded (as on GPUs), not at once: "
                    "rehearse rollouts with it.")
 def up(state_dir: str, racks: int, trays_per_rack: int, profile: str, load_time: str, timeout_s: float,
-       sim: bool, prometheus: bool, tenants: tuple[str, ...], readiness_probes: bool) -> None:
+       sim: bool, prometheus: bool, tenants: tuple[str, ...], compute_domains: bool | None,
+       readiness_probes: bool) -> None:
     """Start etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok with the racks,
     the LeaderWorkerSet manager, the operator, Prometheus and the engine simulator."""
     from kimik3_dev.devcluster.cluster import DevCluster, UpOptions
@@ -80,7 +85,7 @@ def up(state_dir: str, racks: int, trays_per_rack: int, profile: str, load_time:
     try:
         state = cluster.up(UpOptions(shape=shape, load_time=load_time, sim=sim, prometheus=prometheus,
                                      readiness_probes=readiness_probes, wait_timeout_s=timeout_s,
-                                     tenants=parsed), Progress())
+                                     tenants=parsed, compute_domains=compute_domains), Progress())
     except ComponentError as exc:
         click.echo(f"\ndev up failed: {exc}", err=True)
         sys.exit(1)
@@ -199,6 +204,22 @@ def config_reloader(state_dir: str, kubeconfig: str, prometheus_url: str) -> Non
     api = k8s_config.new_client_from_config(config_file=kubeconfig)
     promoperator.ConfigReloader(Rest(api), promoperator.config_file(Path(state_dir).resolve()),
                                 prometheus_url.rstrip("/")).run_forever()
+
+
+@dev.command("dra-driver")
+@click.option("--kubeconfig", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="An admin kubeconfig of the dev cluster.")
+def dra_driver(kubeconfig: str) -> None:
+    """NVIDIA's ComputeDomain DRA driver as the API sees it: DeviceClasses, per-tray ResourceSlices,
+    claim templates, daemons, status (kimik3_dev.devcluster.dradriver; started by `dev up`)."""
+    import logging
+
+    from kubernetes import config as k8s_config
+
+    from kimik3_dev.devcluster.dradriver import DraDriver
+    from kimik3_dev.devcluster.rest import Rest
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    DraDriver(Rest(k8s_config.new_client_from_config(config_file=kubeconfig))).run_forever()
 
 
 @dev.group()

@@ -16,7 +16,10 @@ pidfile (``<state>/pids/``) and a log (``<state>/logs/``, etcd and kube-apiserve
    ``gpus`` holding every GPU of the cluster (tenants get LocalQueues from ``dev apply``); with
    ``UpOptions.tenants`` (``--tenant NAME=GPUS[:PRIORITY]``) a ClusterQueue per tenant in one Cohort,
    its LocalQueue and WorkloadPriorityClass (``kueue.Tenant``);
-6. the operator: ``kimik3 run --no-compute-domains`` (no DRA driver runs here), as the chart's
+5b. on NVL72 racks (``UpOptions.compute_domains``), ``kimik3 dev dra-driver``: NVIDIA's ComputeDomain
+   DRA driver simulated (``dradriver``: DeviceClasses, per-tray ResourceSlices, claim templates,
+   daemons, status); the real scheduler allocates the claims;
+6. the operator: ``kimik3 run`` (``--no-compute-domains`` when no driver runs), as the chart's
    ServiceAccount ``kimik3-system/kimik3-operator`` with the chart's RBAC (``rbac``), recorded in
    ``cluster.json``'s ``operator_identity``;
 6b. ``kimik3 dev stagers``: staging-Job pods run as local processes, model-cache claims
@@ -86,8 +89,8 @@ BINARIES: dict[str, str] = {
 }
 CONTROL_PLANE = ("etcd", "kube-apiserver")
 """Started by ``ControlPlane``, not from a recorded command line: ``stop_component`` refuses them."""
-STOP_ORDER = ["sim", "config-reloader", "prometheus", "prometheus-operator", "stagers", "operator", "kwok",
-              "kueue-manager", "lws-manager", "kube-scheduler",
+STOP_ORDER = ["sim", "config-reloader", "prometheus", "prometheus-operator", "stagers", "operator", "dra-driver",
+              "kwok", "kueue-manager", "lws-manager", "kube-scheduler",
               "kube-controller-manager", "kube-apiserver", "etcd"]
 """Components in stop order (the reverse of start order); unknown pidfiles go first."""
 BUILD_TIMEOUT_S = 3600.0
@@ -117,6 +120,9 @@ class UpOptions:
     tenants: tuple[Tenant, ...] = ()
     """Tenants with their own GPU quota and priority (``kueue.Tenant``; with ``kueue`` only)."""
     wait_timeout_s: float = 120.0
+    compute_domains: bool | None = None
+    """Run the simulated DRA driver (``dradriver``) and the operator with ComputeDomains; None: on
+    for the profiles with multi-node NVLink (gb300, gb200), off otherwise."""
     die_with_parent: bool = False
     """Kill every process when the calling thread exits (test fixtures); False for ``dev up``."""
 
@@ -337,7 +343,21 @@ class DevCluster:
                     out.note(f"tenant {tenant.name}: ClusterQueue {tenant.name} with {tenant.gpus} GPUs in Cohort "
                              f"{kueue.COHORT}, LocalQueue {tenant.name}/{kueue.LOCAL_QUEUE}{priority}")
 
-        with out.step("starting the operator (kimik3 run --no-compute-domains) as the chart's ServiceAccount"):
+        domains = PROFILES[shape.profile].multi_node_nvlink if opts.compute_domains is None else opts.compute_domains
+        state["compute_domains"] = domains
+        if domains:
+            with out.step("starting the simulated NVIDIA DRA driver for ComputeDomains (kimik3 dev dra-driver)"):
+                record = self._spawn("dra-driver", _cli("dev", "dra-driver", "--kubeconfig", str(self.kubeconfig)),
+                                     env=_cli_env())
+
+                def slices_published() -> bool | str:
+                    found = len(rest.items("/apis/resource.k8s.io/v1/resourceslices"))
+                    return True if found >= shape.nodes else f"{found}/{shape.nodes} ResourceSlices"
+                wait_for("dra-driver", slices_published, timeout, process=record, retry=self._retry, tick=out.tick)
+                out.note(f"DeviceClasses compute-domain-default-channel.nvidia.com, compute-domain-daemon.nvidia.com; "
+                         f"{shape.nodes} ResourceSlices (channel-0, daemon-0 per tray)")
+        with out.step("starting the operator (kimik3 run" + ("" if domains else " --no-compute-domains")
+                      + ") as the chart's ServiceAccount"):
             # The chart's own ServiceAccount and RBAC (`helm template` of charts/kimik3-operator), a
             # TokenRequest token: the operator here has exactly the permissions a Helm install gives it.
             try:
@@ -350,7 +370,7 @@ class DevCluster:
                      f"token until {identity.expires}); kubeconfig {identity.kubeconfig}")
             op_port = free_port()
             record = self._spawn("operator", _cli("run", "--kubeconfig", str(identity.kubeconfig),
-                                                  "--no-compute-domains",
+                                                  *([] if domains else ["--no-compute-domains"]),
                                                   "--health-port", str(op_port), "--health-host", "127.0.0.1"),
                                  env=_cli_env())
             self._wait_http("operator", f"http://127.0.0.1:{op_port}/readyz", record, timeout, out)
@@ -363,8 +383,9 @@ class DevCluster:
                 time.sleep(0.1)
             if not record.alive:
                 raise ComponentError("stagers", "exited during start", record.log, self._retry)
-            out.note("no NVIDIA DRA driver here: ComputeDomains are skipped (said in each CR's "
-                     "status.plan.computeDomainNote and a Warning event)")
+            if not domains:
+                out.note("no DRA driver: ComputeDomains are skipped (said in each CR's "
+                         "status.plan.computeDomainNote and a Warning event)")
 
         if opts.prometheus:
             self._start_prometheus(cp, bins, rest, f"127.0.0.1:{op_port}", timeout, out, state)
