@@ -73,7 +73,7 @@ def test_load_step_scales_up_through_prometheus_then_back_down(dev_env, ns):
 
 def _answering(dev_env, ns):
     try:
-        url, model = resolve_url(dev_env.cluster.state_dir, "k3", ns)
+        url, model = resolve_url(dev_env.cluster.kubeconfig, dev_env.cluster.state_dir, "k3", ns)
         return (url, model) if requests.get(f"{url}/health", timeout=2).status_code == 200 else None
     except Exception:  # noqa: BLE001 - not there yet
         return None

@@ -1,13 +1,17 @@
-"""The dev Prometheus (Debian's package) runs the configuration the real Prometheus Operator
-generates (``kimik3_dev.devcluster.promoperator``): the operator's rendered PodMonitor and the
-chart's ServiceMonitor become scrape jobs with their relabelings; the operator's /metrics is
-scraped through a ScrapeConfig; the engines on loopback."""
+"""The dev Prometheus runs the configuration the real Prometheus Operator generates
+(``kimik3_dev.devcluster.promoperator``): the operator's rendered PodMonitor and the chart's
+ServiceMonitor become scrape jobs with their relabelings; Prometheus discovers the engines through
+the API server and scrapes them at their leader pods' IPs, where they also answer completions (and
+through the deployment's Service); the operator's /metrics is a static target."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import urllib.error
 import urllib.parse
 import urllib.request
+from typing import Any
 
 import pytest
 import yaml
@@ -16,6 +20,7 @@ from devenv import DevEnv
 from kimik3_dev.devcluster import promoperator
 from kimik3_dev.devcluster.rbac import render_chart
 from kimik3_dev.devcluster.readiness import http_get
+from kimik3_dev.sim.load import resolve_url
 from support.waiting import wait_for
 
 
@@ -122,20 +127,36 @@ def test_prometheus_holds_the_simulated_engines_itl_with_podmonitor_labels(dev_e
     target = wait_for(lambda: next((t for t in _targets(dev_env) if t["labels"].get("namespace") == ns), None), 60.0,
                       "an engine target of the deployment")
     labels = target["labels"]
-    assert (labels["job"], labels["deployment"], labels["group"], labels["role"]) == \
-        ("kimik3-engines", "k3", "0", "leader")
-    assert target["scrapeUrl"].startswith("http://127.0.0.1:")
+    # the job and labels the real Prometheus Operator gives the PodMonitor's targets
+    assert target["scrapePool"] == f"podMonitor/{ns}/k3/0"
+    assert (labels["job"], labels["deployment"], labels["group"], labels["role"], labels["endpoint"]) == \
+        (f"{ns}/k3", "k3", "0", "leader", "http")
+    # the engine is where vLLM would be: the leader pod's IP (from the API server, one of the
+    # cluster's own 127.N.0.0/16) and the container's API port
+    leader = next(p for p in dev_env.pods(ns) if p["metadata"]["name"] == labels["pod"])
+    pod_ip = leader["status"]["podIP"]
+    assert ipaddress.ip_address(pod_ip) in ipaddress.ip_network(dev_env.state["pod_network"])
+    assert pod_ip != "127.0.0.1"
+    port = next(p["containerPort"] for c in leader["spec"]["containers"] for p in c.get("ports") or []
+                if p["name"] == "http")
+    assert target["scrapeUrl"] == f"http://{pod_ip}:{port}/metrics"
 
-    endpoints = dev_env.cluster.state_dir / "sim" / "endpoints.json"
-    url = wait_for(lambda: (
-        (e := json.loads(endpoints.read_text()).get(f"{ns}/k3")) and e["groups"].get("0", {}).get("ready")
-        and e["url"]), 60.0, "the deployment's group ready on the simulator")
-    assert url.startswith("http://127.0.0.1:")
     body = json.dumps({"model": "kimi-k3", "prompt": "hello", "max_tokens": 16}).encode()
-    request = urllib.request.Request(url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as resp:
-        completion = json.loads(resp.read())
+
+    def complete(url: str) -> dict[str, Any] | None:
+        request = urllib.request.Request(url + "/v1/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as resp:
+                return json.loads(resp.read())
+        except (urllib.error.URLError, ConnectionError):
+            return None  # loading (503) or the Service without a Ready endpoint yet
+    completion = wait_for(lambda: complete(f"http://{pod_ip}:{port}"), 60.0, "the leader pod's engine to answer")
     assert completion["usage"]["completion_tokens"] == 16
+    # and through the deployment's Service (status.endpoint), as a client in the cluster reaches it
+    url, model = resolve_url(dev_env.cluster.kubeconfig, dev_env.cluster.state_dir, "k3", ns)
+    assert model == "kimi-k3"
+    assert wait_for(lambda: complete(url), 60.0, "the Service to answer")["usage"]["completion_tokens"] == 16
 
     query = ('sum(vllm:inter_token_latency_seconds_count{namespace="%s",deployment="k3",group="0",role="leader"})'
              % ns)

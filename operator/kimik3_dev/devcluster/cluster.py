@@ -11,7 +11,8 @@ pidfile (``<state>/pids/``) and a log (``<state>/logs/``, etcd and kube-apiserve
    and Probe;
 4. the LeaderWorkerSet manager with its webhooks on 127.0.0.1 (``lws``), then the Kueue
    manager likewise (``kueue``; ``UpOptions.kueue``);
-5. ``racks x trays`` Node objects and kwok as their kubelet (``racks``, ``kwok``); with
+5. ``racks x trays`` Node objects and kwok as their kubelet (``racks``, ``kwok``), pod IPs from a
+   127.N.0.0/16 of this cluster's own (``podnet``, recorded as ``cluster.json``'s ``pod_network``); with
    Kueue, its Topology (clique, then node), a ResourceFlavor for the profile and the ClusterQueue
    ``gpus`` holding every GPU of the cluster (tenants get LocalQueues from ``dev apply``); with
    ``UpOptions.tenants`` (``--tenant NAME=GPUS[:PRIORITY]``) a ClusterQueue per tenant in one Cohort,
@@ -56,7 +57,7 @@ from kimik3.kube import nodes as knodes
 from kimik3.kube.accelerators import PROFILES
 from kimik3.kube.times import rfc3339
 from kimik3_dev import command
-from kimik3_dev.devcluster import kubecomponents, kueue, kwok, lws, processes, prometheus, promoperator, rbac
+from kimik3_dev.devcluster import kubecomponents, kueue, kwok, lws, podnet, processes, prometheus, promoperator, rbac
 from kimik3_dev.devcluster.controlplane import ControlPlane, ControlPlaneError, bin_dir
 from kimik3_dev.devcluster.install import apply_admission_policies, own_manifests
 from kimik3_dev.devcluster.kueue import Tenant
@@ -317,15 +318,17 @@ class DevCluster:
             for node in node_manifests(shape):
                 rest.create("/api/v1/nodes", node)
             kwok_port = free_port()
-            record = self._spawn("kwok", kwok.argv(bins["kwok"], self.kubeconfig, kwok.write_config(self.state_dir, readiness_probes=opts.readiness_probes),
-                                                   kwok_port))
+            pod_network = str(podnet.claim(self.state_dir))
+            state["pod_network"] = pod_network
+            config = kwok.write_config(self.state_dir, pod_network, readiness_probes=opts.readiness_probes)
+            record = self._spawn("kwok", kwok.argv(bins["kwok"], self.kubeconfig, config, kwok_port))
 
             def nodes_ready() -> bool | str:
                 nodes = rest.items("/api/v1/nodes", RACK_LABEL)
                 ready = sum(1 for n in nodes if knodes.is_ready(n))
                 return True if ready == shape.nodes else f"{ready}/{shape.nodes} nodes Ready"
             wait_for("kwok", nodes_ready, timeout, process=record, retry=self._retry, tick=out.tick)
-            out.note(f"{shape.nodes} nodes Ready, {shape.gpus} GPUs"
+            out.note(f"{shape.nodes} nodes Ready, {shape.gpus} GPUs, pod IPs from {pod_network}"
                      + (f", cliques {shape.cluster_uuid}.0..{shape.racks - 1}" if shape.clique(0) else ""))
             if opts.kueue:
                 profile = PROFILES[shape.profile]
@@ -410,7 +413,7 @@ class DevCluster:
                         time.sleep(0.1)
                     if not record.alive:
                         raise ComponentError("sim", "exited during start", record.log, self._retry)
-                    state["urls"]["sim-endpoints"] = str(self.state_dir / "sim" / "endpoints.json")
+                    state["urls"]["sim-services"] = str(self.state_dir / "sim" / "services.json")
 
     def _start_prometheus(self, cp: ControlPlane, bins: dict[str, Path], rest: Rest, operator_metrics: str,
                           timeout: float, out: Progress, state: dict[str, Any]) -> None:
@@ -425,8 +428,7 @@ class DevCluster:
                              env={**os.environ, "KUBECONFIG": str(self.kubeconfig)})
             self._wait_http("prometheus-operator", f"http://127.0.0.1:{po_port}/healthz", po, timeout, out)
             state["urls"]["prometheus-operator"] = f"http://127.0.0.1:{po_port}"
-            for obj in (promoperator.additional_scrape_configs([promoperator.operator_job(operator_metrics),
-                                                                prometheus.engines_job(self.state_dir)]),
+            for obj in (promoperator.additional_scrape_configs([promoperator.operator_job(operator_metrics)]),
                         promoperator.prometheus_resource(cp.server, cp.ca_file, token_file, PROMETHEUS_VERSION,
                                                          prometheus.SCRAPE_INTERVAL)):
                 rest.apply(promoperator.object_path(obj), obj)
@@ -541,5 +543,6 @@ class DevCluster:
                 out.note(f"stopped {name}")
         for sub in ("etcd-data", "prometheus/data", "stopped"):
             shutil.rmtree(self.state_dir / sub, ignore_errors=True)
+        podnet.release(self.state_dir)
         self.state_file.unlink(missing_ok=True)
         return stopped

@@ -187,9 +187,8 @@ def operator_job(target: str) -> dict[str, Any]:
 
 
 def additional_scrape_configs(jobs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The Secret of ``additionalScrapeConfigs``: scrape jobs the operator appends as they are
-    (``operator_job``; until kwok hands pods loopback addresses and the simulator serves engines
-    there, also the simulator's file_sd job, ``prometheus.engines_job``)."""
+    """The Secret of ``additionalScrapeConfigs``: scrape jobs (Prometheus' own format) the operator
+    appends as they are (``operator_job``)."""
     return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": ADDITIONAL_SECRET, "namespace": NAMESPACE},
             "stringData": {"scrape-configs.yaml": dump_yaml(jobs)}}
 
