@@ -148,18 +148,20 @@ def test_engines_follow_groups_at_their_pod_ips_behind_the_service(admin_api, na
     core = client.CoreV1Api(admin_api)
     with SupervisorThread(admin_api, tmp_path) as st:
         sup = st.supervisor
-        targets = tmp_path / "sim" / "targets.json"
-        wait_for(lambda: read(targets) == [], what="an empty targets file at start")
+        wait_for(lambda: sup.polls >= 1 and not any(ns == namespace for ns, _, _ in sup.groups),
+                 what="a first look at the cluster, no engine of the namespace")
         group0 = make_group(core, namespace, cr, 0, pod_ips)
         group1 = make_group(core, namespace, cr, 1, pod_ips, ("Running", "Pending"))  # worker not running: no engine
         leader0_ip = core.read_namespaced_pod(group0[0], namespace).status.pod_ip
 
-        mine = lambda: [t for t in read(targets) or [] if t["labels"]["namespace"] == namespace]  # noqa: E731
-        entries = wait_for(lambda: len(mine()) == 1 and mine(), what="one target")
-        assert entries[0]["labels"] == {"namespace": namespace, "deployment": "k3-latency", "group": "0",
-                                        "pod": "k3-latency-engine-0", "role": "leader"}
+        def mine() -> dict[str, str]:
+            """group index -> the address its engine serves at (Prometheus finds it by the pod's)."""
+            return {gi: f"{g.engine.host}:{g.engine.port}" for (ns, _, gi), g in sorted(sup.groups.items())
+                    if ns == namespace}
+        entries = wait_for(lambda: len(mine()) == 1 and mine(), what="one engine")
+        assert sup.groups[(namespace, "k3-latency", "0")].leader_pod == "k3-latency-engine-0"
         # vLLM's place: the leader pod's IP (from the API server) and the rendered --port
-        assert entries[0]["targets"] == [f"{leader0_ip}:8000"]
+        assert entries == {"0": f"{leader0_ip}:8000"}
         engine0 = f"http://{leader0_ip}:8000"
         service = wait_for(lambda: service_url(tmp_path, namespace), what="the Service's stand-in")
         # loading: /health 503; the prober's answer is not 200, so the Service has no endpoint
@@ -186,9 +188,9 @@ def test_engines_follow_groups_at_their_pod_ips_behind_the_service(admin_api, na
 
         # group 1's worker runs: a second engine; the Service spreads connections over both once loaded
         set_phase(core, namespace, group1[1], "Running")
-        wait_for(lambda: len(mine()) == 2, what="two targets")
-        assert sorted(t["labels"]["group"] for t in mine()) == ["0", "1"]
-        engine1 = f"http://{mine()[1]['targets'][0]}"
+        wait_for(lambda: len(mine()) == 2, what="two engines")
+        assert sorted(mine()) == ["0", "1"]
+        engine1 = f"http://{mine()['1']}"
         wait_for(lambda: http(engine1 + "/health")[0] == 200, what="group 1 loaded")
         key = (namespace, "k3-latency", 8000)
         wait_for(lambda: len(sup.services[key].backends) == 2, what="two endpoints")
@@ -202,15 +204,15 @@ def test_engines_follow_groups_at_their_pod_ips_behind_the_service(admin_api, na
         spread = [after - was for after, was in zip(served(), before)]
         assert sum(spread) == 20 and min(spread) >= 1, spread  # all on one of two: p = 2 x 2^-20
 
-        # scale-down: group 1's pods go, its engine stops and its target disappears
+        # scale-down: group 1's pods go, its engine stops
         delete_pods(core, namespace, group1)
-        wait_for(lambda: len(mine()) == 1, what="group 1 target removed")
+        wait_for(lambda: len(mine()) == 1, what="group 1's engine stopped")
         wait_for(lambda: http(engine1 + "/health")[0] == 0, what="nothing listens at group 1's pod IP")
 
         # group 0 recreated (new leader UID, new pod IP): a new engine with a new load time
         old_uid = sup.groups[(namespace, "k3-latency", "0")].leader_uid
         delete_pods(core, namespace, group0)
-        wait_for(lambda: not mine(), what="group 0 target removed")
+        wait_for(lambda: not mine(), what="group 0's engine stopped")
         make_group(core, namespace, cr, 0, pod_ips)
         new = wait_for(lambda: sup.groups.get((namespace, "k3-latency", "0")), what="group 0 back")
         assert new.leader_uid != old_uid and new.engine.host != leader0_ip
@@ -245,7 +247,7 @@ def test_engines_follow_groups_at_their_pod_ips_behind_the_service(admin_api, na
                                                                            "k3-latency")
         core.delete_namespaced_service("k3-latency", namespace)
         wait_for(lambda: not mine() and service_url(tmp_path, namespace) is None, what="all gone")
-    assert read(targets) == [] and read(tmp_path / "sim" / "services.json") == {}  # stopping empties the files
+    assert read(tmp_path / "sim" / "services.json") == {}  # stopping empties the file
 
 
 def test_api_key_from_the_leaders_secret_as_a_kubelet_reads_it(admin_api, namespace, pod_ips, tmp_path, caplog):

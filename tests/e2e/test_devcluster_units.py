@@ -161,17 +161,15 @@ def test_lws_config_turns_off_cert_management_and_leader_election(tmp_path: Path
     assert "--leader-elect=false" in lws.argv(Path("/b/lws"), Path("/k"), path)
 
 
-def test_prometheus_config_uses_file_sd_on_the_simulator_targets(tmp_path: Path) -> None:
-    path = prometheus.write_config(tmp_path, operator_metrics="127.0.0.1:8080")
+def test_the_hand_written_prometheus_config_scrapes_static_targets_with_their_labels(tmp_path: Path) -> None:
+    path = prometheus.write_config(tmp_path, [("127.0.0.1:8080", {"namespace": "ns", "group": "0"})])
     config = yaml.safe_load(path.read_text())
     assert config["global"]["scrape_interval"] == "5s"
-    engines, operator = config["scrape_configs"]
-    assert engines["file_sd_configs"] == [{"files": [str(tmp_path / "sim" / "targets.json")], "refresh_interval": "5s"}]
-    assert operator["static_configs"] == [{"targets": ["127.0.0.1:8080"]}]
+    (engines,) = config["scrape_configs"]
+    assert engines["static_configs"] == [{"targets": ["127.0.0.1:8080"], "labels": {"namespace": "ns", "group": "0"}}]
     # prometheus_client escapes ':' in OpenMetrics samples for Prometheus 2.42: renamed back
     assert engines["metric_relabel_configs"] == [{"source_labels": ["__name__"], "regex": "vllm_(.+)",
                                                   "target_label": "__name__", "replacement": "vllm:$1"}]
-    assert (tmp_path / "sim" / "targets.json").read_text() == "[]\n"
     argv = prometheus.argv(Path("/usr/bin/prometheus"), path, tmp_path, 9090)
     assert "--web.listen-address=127.0.0.1:9090" in argv
     assert f"--storage.tsdb.path={tmp_path / 'prometheus' / 'data'}" in argv

@@ -35,8 +35,7 @@ def _workload(value: str | None) -> str | float | None:
 @click.option("--kubeconfig", required=True, envvar="KUBECONFIG", type=click.Path(exists=True, dir_okay=False),
               help="Kubeconfig of the cluster to watch.")
 @click.option("--state-dir", required=True, type=click.Path(file_okay=False),
-              help="Writes <state-dir>/sim/targets.json (Prometheus file_sd) and services.json (where each "
-                   "Service's stand-in listens).")
+              help="Writes <state-dir>/sim/services.json (where each Service's stand-in listens).")
 @click.option("--load-time", default="20s", show_default=True, envvar="KIMIK3_SIM_LOAD_TIME",
               help="Simulated model load time of a new group before /health turns 200 (e.g. 20s, 35m).")
 @click.option("--poll-interval", default="2s", show_default=True, help="Time between two looks at the cluster.")

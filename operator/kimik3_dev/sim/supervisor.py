@@ -20,13 +20,10 @@ Running) stops its engine; a group recreated under a new leader pod UID restarts
 load time. kwok may give a new pod the address of a deleted one whose engine still drains: the
 new engine then starts once that drain ends (a kubelet would not reuse an address so soon).
 
-It writes, atomically (temp file + rename), under ``<state-dir>/sim/``:
-
-- ``targets.json``: Prometheus file_sd, one entry per engine:
-  ``{"targets": ["POD_IP:PORT"], "labels": {"namespace", "deployment", "group", "pod", "role": "leader",
-  "revision"}}`` (``revision``: the leader's LeaderWorkerSet revision label, when it has one)
-  (the labels a PodMonitor on the leader pods gives in a real cluster);
-- ``services.json``: where each Service's stand-in listens (``kimik3_dev.sim.services``).
+It writes, atomically (temp file + rename), under ``<state-dir>/sim/``,
+``services.json``: where each Service's stand-in listens (``kimik3_dev.sim.services``).
+Prometheus finds the engines itself, as on a cluster: Kubernetes service discovery of the leader
+pods through the PodMonitor the operator renders (``kimik3_dev.devcluster.promoperator``).
 
 Services: every poll it also lists the Services and plays kube-proxy for them
 (``kimik3_dev.sim.services``): connections to a Service spread over the Ready pods it selects, at
@@ -199,7 +196,7 @@ class _Wanted:
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write ``data`` as JSON to ``path`` through a temp file in the same folder and a rename, so a
-    reader (Prometheus' file_sd) never sees a half-written file."""
+    reader (``kimik3 dev load``, a test) never sees a half-written file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -226,7 +223,6 @@ class Supervisor:
 
         self.kube = Kube(api_client, timeout_s=API_TIMEOUT_S)
         self.sim_dir = Path(state_dir) / "sim"
-        self.targets_path = self.sim_dir / "targets.json"
         self.services_path = self.sim_dir / services.FILE
         self.load_time_s = load_time_s
         self.poll_interval_s = poll_interval_s
@@ -249,7 +245,7 @@ class Supervisor:
         self._unresolved: dict[tuple[str, str, str], str] = {}
         self._exits: dict[str, asyncio.Task] = {}
         """Per leader pod UID of a release that crashes at start (``EXIT_CODE_ENV``): its exit, pending."""
-        self._last_written: tuple[str, str] | None = None
+        self._last_written: str | None = None
         self.polls = 0
 
     # ---------------------------------------------------------------- main loop
@@ -590,16 +586,6 @@ class Supervisor:
             await self.services.pop(key).stop()
 
     # ---------------------------------------------------------------- files
-    def targets(self) -> list[dict[str, Any]]:
-        """The file_sd document: one target per running engine (its pod IP and port), sorted."""
-        out = []
-        for (ns, name, gi), g in sorted(self.groups.items()):
-            out.append({"targets": [f"{g.engine.host}:{g.engine.port}"],
-                        "labels": {"namespace": ns, "deployment": name, "group": gi.rsplit("/", 1)[-1],
-                                   "pod": g.leader_pod,
-                                   "role": "leader", **({"revision": g.revision} if g.revision else {})}})
-        return out
-
     def service_addresses(self) -> dict[str, dict[str, str]]:
         """``services.json``: ``{"namespace/name": {"<port>": "127.0.0.1:PORT"}}``."""
         out: dict[str, dict[str, str]] = {}
@@ -608,11 +594,10 @@ class Supervisor:
         return out
 
     def _write_files(self, force: bool = False) -> None:
-        targets, addresses = self.targets(), self.service_addresses()
-        key = (json.dumps(targets, sort_keys=True), json.dumps(addresses, sort_keys=True))
+        addresses = self.service_addresses()
+        key = json.dumps(addresses, sort_keys=True)
         if not force and key == self._last_written:
             return
-        write_json_atomic(self.targets_path, targets)
         write_json_atomic(self.services_path, addresses)
         self._last_written = key
 
