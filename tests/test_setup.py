@@ -23,7 +23,8 @@ VENV = CACHE / f"venv-{hashlib.sha256((REPO / 'pyproject.toml').read_bytes()).he
 BINARIES = [f"etcd-{versions.ETCD_VERSION}", *(f"kube-{c}-{versions.KUBERNETES_VERSION}" for c in
             ("apiserver", "controller-manager", "scheduler")), f"kwok-{versions.KWOK_VERSION}",
             f"lws-manager-{versions.LWS_VERSION}", f"kueue-manager-{versions.KUEUE_VERSION}",
-            f"helm-{versions.HELM_VERSION}"]
+            f"helm-{versions.HELM_VERSION}", f"prometheus-operator-{versions.PROMETHEUS_OPERATOR_VERSION}",
+            f"prometheus-{versions.PROMETHEUS_VERSION}"]
 
 pytestmark = pytest.mark.tier("process")  # bash, tools/env.sh and the build scripts
 

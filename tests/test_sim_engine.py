@@ -14,7 +14,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kimik3.autoscaler import perfmodel as pm
 from kimik3_dev.sim.engine import EngineConfig, SimEngine, count_tokens
-from kimik3_dev.sim.supervisor import _Group
 from kimik3.autoscaler.perfmodel import EngineShape
 
 MK_DSPARK = EngineShape(decode_backend="latency_specialized", spec_method="dspark", num_speculative_tokens=7)
@@ -271,20 +270,36 @@ def test_a_draining_engine_sends_every_response_whole_and_a_bad_release_is_slowe
     assert run(EngineConfig(shape=MK_DSPARK, error_rate=1.0), failing) == 1.0
 
 
-def test_a_removed_group_drains_only_once_the_requests_the_front_sent_have_arrived():
-    """The e2e rollout lost one request of 1023 as an "empty stream": the front had picked a group
-    that went away before the request reached its engine, whose drain saw no work and stopped.
-    A group's drain now waits for what the front is still forwarding to it."""
+def test_a_draining_engine_serves_its_connections_until_they_close():
+    """What a pod's deletion gives the engine: it stops listening, a request in flight finishes
+    whole, a request that still comes on a kept-alive connection is served with ``Connection:
+    close`` (its client then reconnects, through the Service, to another pod: none is lost), and it
+    stops once it holds no request and no connection."""
     async def body(engine, s):
-        group = _Group("ns", "k3", "0", "k3-engine-0", "uid", engine, "2026-12-01T00:00:00Z")
-        group.forwarding = 1  # picked by the front, not yet at the engine
-        drain = asyncio.create_task(group.drain(10.0))
-        await asyncio.sleep(0.3)
-        assert not drain.done()
-        items = await _stream_items(s, engine.url, {"prompt": "one two", "max_tokens": 20, "stream": True})
-        group.forwarding = 0
+        idle_reader, idle_writer = await asyncio.open_connection(engine.host, engine.port)
+
+        async def health() -> bytes:
+            idle_writer.write(f"GET /health HTTP/1.1\r\nHost: {engine.host}\r\n\r\n".encode())
+            await idle_writer.drain()
+            head = b""
+            while not head.endswith(b"\r\n\r\n"):
+                head += await asyncio.wait_for(idle_reader.read(1), 5)
+            return head
+        assert b"Connection: close" not in await health()  # kept alive
+        streaming = asyncio.create_task(_stream_items(s, engine.url, {"prompt": "one two", "max_tokens": 40,
+                                                                       "stream": True}))
+        await asyncio.sleep(0.05)
+        drain = asyncio.create_task(engine.drain(10.0))
+        await asyncio.sleep(0.1)
+        with pytest.raises(OSError):  # nothing listens any more
+            await asyncio.open_connection(engine.host, engine.port)
+        head = await health()  # the kept-alive connection is still served, and closed after
+        assert head.startswith(b"HTTP/1.1 200") and b"Connection: close" in head
+        assert await asyncio.wait_for(idle_reader.read(), 5) == b""
+        items = await asyncio.wait_for(streaming, 10)
+        await s.close()  # the client's pool lets its connections go
         await asyncio.wait_for(drain, 5)
-        assert items[-1] == "[DONE]" and sum(len(c["choices"][0]["text"].split()) for c in items[:-1]) == 20
+        assert items[-1] == "[DONE]" and sum(len(c["choices"][0]["text"].split()) for c in items[:-1]) == 40
     run(EngineConfig(shape=MK_DSPARK, seed=5), body)
 
 

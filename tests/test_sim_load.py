@@ -9,12 +9,15 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from kubernetes import client
 
 from kimik3_dev.sim import load
 from kimik3.autoscaler import perfmodel as pm
 from kimik3_dev.sim.cli import load_command
 from kimik3_dev.sim.engine import EngineConfig, SimEngine
 from kimik3.autoscaler.perfmodel import EngineShape
+from kimik3.kube.kinds import GROUP, PLURAL, VERSION
+from support.recipes import recipe
 
 RECIPE_SHAPE = EngineShape(decode_backend="latency_specialized", spec_method="dspark", num_speculative_tokens=7)
 
@@ -68,14 +71,22 @@ def test_more_users_get_fewer_tokens_per_second_each():
     assert twelve == pytest.approx(pm.decode_point(EngineShape(), 12).tokens_per_s_per_user, rel=0.35)
 
 
-def test_dev_load_command_prints_what_users_see(tmp_path: Path):
-    with EngineThread(EngineConfig(shape=RECIPE_SHAPE, seed=13)) as engine:
-        # resolved from the simulator's endpoints.json, as `kimik3 dev sim` writes it
+def test_dev_load_command_prints_what_users_see(tmp_path: Path, control_plane, admin_api, namespace):
+    kubeconfig = str(control_plane.admin_kubeconfig)
+    with EngineThread(EngineConfig(shape=RECIPE_SHAPE, served_model_name="k3-served", seed=13)) as engine:
+        # found as a client finds it: the CR's status.endpoint (its Service), reached through the
+        # Service's stand-in that `kimik3 dev sim` records in services.json; the model from /v1/models
+        objects = client.CustomObjectsApi(admin_api)
+        objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, recipe(namespace=namespace))
+        objects.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, "k3-latency", {
+            "status": {"endpoint": f"http://k3-latency.{namespace}.svc:8000/v1"}})
         (tmp_path / "sim").mkdir()
-        (tmp_path / "sim" / "endpoints.json").write_text(json.dumps(
-            {"inference/k3-latency": {"url": engine.url, "model": "kimi-k3", "groups": {}}}))
+        (tmp_path / "sim" / "services.json").write_text(json.dumps(
+            {f"{namespace}/k3-latency": {"8000": engine.url.removeprefix("http://")}}))
+        assert load.resolve_url(kubeconfig, tmp_path, f"{namespace}/k3-latency") == (engine.url, "k3-served")
         result = CliRunner().invoke(load_command, [
-            "k3-latency", "--state-dir", str(tmp_path), "--shape", "step", "--concurrency", "1",
+            "k3-latency", "-n", namespace, "--state-dir", str(tmp_path), "--kubeconfig", kubeconfig,
+            "--shape", "step", "--concurrency", "1",
             "--duration", "2s", "--prompt-tokens", "100", "--output-tokens", "40", "--seed", "3"])
         assert result.exit_code == 0, result.output
         lines = result.output.splitlines()
@@ -96,8 +107,11 @@ def test_dev_load_command_prints_what_users_see(tmp_path: Path):
         assert doc["summary"]["total"]["errors"] == 0 and doc["summary"]["total"]["ok"] >= 1
         assert all(r["output_tokens"] == 8 for r in doc["requests"])
 
-    unknown = CliRunner().invoke(load_command, ["nope", "--state-dir", str(tmp_path)])
+    unknown = CliRunner().invoke(load_command, ["nope", "--state-dir", str(tmp_path), "--kubeconfig", kubeconfig])
     assert unknown.exit_code != 0 and "not found" in unknown.output
+    (tmp_path / "sim" / "services.json").write_text("{}")  # the simulator plays no such Service
+    with pytest.raises(LookupError, match="is `.* dev sim` running"):
+        load.resolve_url(kubeconfig, tmp_path, "k3-latency", namespace)
 
 
 def test_errors_are_counted_not_hidden():

@@ -1,18 +1,23 @@
 """The simulator's supervisor against a real kube-apiserver: engines follow the groups' pods.
 
-No operator runs here: the tests create what it would render (the launcher ConfigMap, from
-``render``) and the pods LeaderWorkerSet would make from the rendered LeaderWorkerSet
-(``support.lws_pods``); the engines are configured from those, not from the CR.
+No operator runs here: the tests create what it would render (the launcher ConfigMap and the
+client Service, from ``render``) and the pods LeaderWorkerSet would make from the rendered
+LeaderWorkerSet (``support.lws_pods``), with the IPs and Ready conditions kwok would give them
+(from a loopback /16 of the test's own: ``podnet``); the engines are configured from those, not
+from the CR, and listen on the leader pods' IPs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
+import os
 import threading
 import urllib.error
 import urllib.request
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +25,8 @@ import pytest
 from kubernetes import client
 
 from kimik3.kube.kinds import GROUP, PLURAL, VERSION
+from kimik3_dev.devcluster import podnet, processes
+from kimik3_dev.sim import services
 from kimik3_dev.sim.supervisor import LOAD_TIME_ANNOTATION, Supervisor
 from support.lws_pods import group_pods
 from support.recipes import recipe
@@ -70,9 +77,21 @@ def http(url: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
         return 0, None
 
 
+@pytest.fixture
+def pod_ips(tmp_path: Path) -> Iterator[Iterator[ipaddress.IPv4Address]]:
+    """Pod IPs of a loopback /16 claimed for this test (as a dev cluster claims its own), so
+    engines of tests running side by side never share an address."""
+    owner = tmp_path / "podnet"
+    processes.write_record(owner, processes.ProcessRecord("pytest", os.getpid(), 0, ["pytest"], ""))
+    network = podnet.claim(owner)
+    yield network.hosts()
+    podnet.release(owner)
+
+
 def deploy(admin_api: client.ApiClient, namespace: str, **spec: Any) -> list[dict[str, Any]]:
-    """The TP8 recipe's CR (``spec`` keys replaced) and the launcher ConfigMap the operator would
-    render for it (with --no-compute-domains, as in the dev cluster); the rendered objects."""
+    """The TP8 recipe's CR (``spec`` keys replaced) and the launcher ConfigMap and client Service
+    the operator would render for it (with --no-compute-domains, as in the dev cluster); the
+    rendered objects."""
     body = recipe(namespace=namespace)
     body["metadata"]["annotations"] = {LOAD_TIME_ANNOTATION: LOAD_TIME}
     body["spec"] |= spec
@@ -80,6 +99,7 @@ def deploy(admin_api: client.ApiClient, namespace: str, **spec: Any) -> list[dic
                                                                                  body)
     objects = render_cr(created, compute_domains=False).objects
     client.CoreV1Api(admin_api).create_namespaced_config_map(namespace, by_kind(objects, "ConfigMap"))
+    client.CoreV1Api(admin_api).create_namespaced_service(namespace, by_kind(objects, "Service"))
     return objects
 
 
@@ -89,19 +109,23 @@ def cr(admin_api: client.ApiClient, namespace: str) -> list[dict[str, Any]]:
 
 
 def make_group(core: client.CoreV1Api, namespace: str, objects: list[dict[str, Any]], group: int,
-               phases: tuple[str, str] = ("Running", "Running")) -> list[str]:
+               ips: Iterator[ipaddress.IPv4Address], phases: tuple[str, str] = ("Running", "Running")) -> list[str]:
     """A TP8 group on GB300 as LeaderWorkerSet makes it from the rendered LeaderWorkerSet: leader +
-    one worker pod, in ``phases``."""
+    one worker pod, in ``phases``, each with the next of ``ips``."""
     names = []
     for pod, phase in zip(group_pods(by_kind(objects, "LeaderWorkerSet"), namespace, group), phases):
         core.create_namespaced_pod(namespace, pod)
+        core.patch_namespaced_pod_status(pod["metadata"]["name"], namespace, {"status": {"podIP": str(next(ips))}})
         set_phase(core, namespace, pod["metadata"]["name"], phase)
         names.append(pod["metadata"]["name"])
     return names
 
 
 def set_phase(core: client.CoreV1Api, namespace: str, name: str, phase: str) -> None:
-    core.patch_namespaced_pod_status(name, namespace, {"status": {"phase": phase}})
+    """``phase``, and Ready once Running (what kwok's fast stages write)."""
+    ready = "True" if phase == "Running" else "False"
+    core.patch_namespaced_pod_status(name, namespace, {"status": {"phase": phase, "conditions": [
+        {"type": "Ready", "status": ready}, {"type": "ContainersReady", "status": ready}]}})
 
 
 def delete_pods(core: client.CoreV1Api, namespace: str, names: list[str]) -> None:
@@ -115,83 +139,95 @@ def read(path: Path) -> Any:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def test_engines_follow_groups_and_files_tell_prometheus(admin_api, namespace, cr, tmp_path):
+def service_url(state_dir: Path, namespace: str) -> str | None:
+    """The base URL of the stand-in for the deployment's client Service (port 8000)."""
+    return services.service_address(state_dir, f"http://k3-latency.{namespace}.svc:8000/v1")
+
+
+def test_engines_follow_groups_at_their_pod_ips_behind_the_service(admin_api, namespace, cr, pod_ips, tmp_path):
     core = client.CoreV1Api(admin_api)
     with SupervisorThread(admin_api, tmp_path) as st:
         sup = st.supervisor
-        targets, endpoints = tmp_path / "sim" / "targets.json", tmp_path / "sim" / "endpoints.json"
-        wait_for(lambda: read(targets) == [], what="an empty targets file at start")
-        group0 = make_group(core, namespace, cr, 0)
-        group1 = make_group(core, namespace, cr, 1, ("Running", "Pending"))  # worker not running: no engine
+        wait_for(lambda: sup.polls >= 1 and not any(ns == namespace for ns, _, _ in sup.groups),
+                 what="a first look at the cluster, no engine of the namespace")
+        group0 = make_group(core, namespace, cr, 0, pod_ips)
+        group1 = make_group(core, namespace, cr, 1, pod_ips, ("Running", "Pending"))  # worker not running: no engine
+        leader0_ip = core.read_namespaced_pod(group0[0], namespace).status.pod_ip
 
-        mine = lambda: [t for t in read(targets) or [] if t["labels"]["namespace"] == namespace]  # noqa: E731
-        entries = wait_for(lambda: len(mine()) == 1 and mine(), what="one target")
-        assert entries[0]["labels"] == {"namespace": namespace, "deployment": "k3-latency", "group": "0",
-                                        "pod": "k3-latency-engine-0", "role": "leader"}
-        host, port = entries[0]["targets"][0].split(":")
-        assert host == "127.0.0.1"
-        engine0 = f"http://127.0.0.1:{port}"
-        ep = read(endpoints)[f"{namespace}/k3-latency"]
-        assert ep["model"] == "kimi-k3" and ep["groups"]["0"]["url"] == engine0
-        assert ep["groups"]["0"]["ready"] is False
-        # loading: /health 503, and the front (client Service stand-in) has no ready endpoint
+        def mine() -> dict[str, str]:
+            """group index -> the address its engine serves at (Prometheus finds it by the pod's)."""
+            return {gi: f"{g.engine.host}:{g.engine.port}" for (ns, _, gi), g in sorted(sup.groups.items())
+                    if ns == namespace}
+        entries = wait_for(lambda: len(mine()) == 1 and mine(), what="one engine")
+        assert sup.groups[(namespace, "k3-latency", "0")].leader_pod == "k3-latency-engine-0"
+        # vLLM's place: the leader pod's IP (from the API server) and the rendered --port
+        assert entries == {"0": f"{leader0_ip}:8000"}
+        engine0 = f"http://{leader0_ip}:8000"
+        service = wait_for(lambda: service_url(tmp_path, namespace), what="the Service's stand-in")
+        # loading: /health 503; the prober's answer is not 200, so the Service has no endpoint
+        # and refuses the connection
         assert http(engine0 + "/health")[0] == 503
-        assert http(ep["url"] + "/v1/completions", {"prompt": "x", "max_tokens": 2})[0] == 503
+        assert http(service + "/v1/completions", {"prompt": "x", "max_tokens": 2})[0] == 0
         wait_for(lambda: http(engine0 + "/health")[0] == 200, what="group 0 loaded")
-        status, doc = http(ep["url"] + "/v1/completions", {"model": "kimi-k3", "prompt": "hi", "max_tokens": 3})
+        wait_for(lambda: http(service + "/v1/completions", {"prompt": "x", "max_tokens": 1})[0] == 200,
+                 what="the Service sends to the loaded leader")
+        status, doc = http(engine0 + "/v1/completions", {"model": "kimi-k3", "prompt": "hi", "max_tokens": 3})
         assert status == 200 and doc["usage"]["completion_tokens"] == 3
-        # streaming passes through the front as server-sent events
-        req = urllib.request.Request(ep["url"] + "/v1/chat/completions", headers={"Content-Type": "application/json"},
+        # streaming passes through the Service as server-sent events
+        req = urllib.request.Request(service + "/v1/chat/completions", headers={"Content-Type": "application/json"},
                                      data=json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 9,
                                                       "stream": True}).encode())
         with urllib.request.urlopen(req, timeout=10) as r:
             assert r.headers["Content-Type"].startswith("text/event-stream")
             events = [line.decode().strip() for line in r if line.strip()]
         assert events[-1] == "data: [DONE]" and len(events) >= 3
-        wait_for(lambda: read(endpoints)[f"{namespace}/k3-latency"]["groups"]["0"]["ready"], what="ready in file")
         # the engine is configured from the leader's rendered argv: TP8 megakernel + DSpark 7
         group = sup.groups[(namespace, "k3-latency", "0")]
         assert group.engine.config.shape.k == 7 and group.engine.config.shape.decode_backend == "latency_specialized"
         assert group.engine.config.shape.tensor_parallel_size == 8
 
-        # group 1's worker runs: a second engine; the front now round-robins over both once loaded
+        # group 1's worker runs: a second engine; the Service spreads connections over both once loaded
         set_phase(core, namespace, group1[1], "Running")
-        wait_for(lambda: len(mine()) == 2, what="two targets")
-        assert sorted(t["labels"]["group"] for t in mine()) == ["0", "1"]
-        groups = lambda: read(endpoints)[f"{namespace}/k3-latency"]["groups"].values()  # noqa: E731
-        wait_for(lambda: len(groups()) == 2 and all(g["ready"] for g in groups()), what="both groups ready")
-        for _ in range(4):
-            assert http(ep["url"] + "/v1/completions", {"prompt": "x", "max_tokens": 2})[0] == 200
-        served = [sup.groups[(namespace, "k3-latency", g)].engine.metrics.by_reason["length"][0]._value.get()
-                  for g in ("0", "1")]
-        assert served == [4, 2]  # group 0: 2 before + 2 of the 4 round-robin requests
+        wait_for(lambda: len(mine()) == 2, what="two engines")
+        assert sorted(mine()) == ["0", "1"]
+        engine1 = f"http://{mine()['1']}"
+        wait_for(lambda: http(engine1 + "/health")[0] == 200, what="group 1 loaded")
+        key = (namespace, "k3-latency", 8000)
+        wait_for(lambda: len(sup.services[key].backends) == 2, what="two endpoints")
 
-        # scale-down: group 1's pods go, its engine stops and its target disappears
-        engine1 = f"http://{mine()[1]['targets'][0]}"
+        def served() -> list[float]:
+            return [sup.groups[(namespace, "k3-latency", g)].engine.metrics.by_reason["length"][0]._value.get()
+                    for g in ("0", "1")]
+        before = served()
+        for _ in range(20):  # one connection each (urllib): kube-proxy picks an endpoint per connection
+            assert http(service + "/v1/completions", {"prompt": "x", "max_tokens": 2})[0] == 200
+        spread = [after - was for after, was in zip(served(), before)]
+        assert sum(spread) == 20 and min(spread) >= 1, spread  # all on one of two: p = 2 x 2^-20
+
+        # scale-down: group 1's pods go, its engine stops
         delete_pods(core, namespace, group1)
-        wait_for(lambda: len(mine()) == 1, what="group 1 target removed")
-        assert http(engine1 + "/health")[0] == 0  # nothing listens any more
+        wait_for(lambda: len(mine()) == 1, what="group 1's engine stopped")
+        wait_for(lambda: http(engine1 + "/health")[0] == 0, what="nothing listens at group 1's pod IP")
 
-        # group 0 recreated (new leader UID): a new engine with a new load time
-        old_uid = read(endpoints)[f"{namespace}/k3-latency"]["groups"]["0"]["leaderUid"]
+        # group 0 recreated (new leader UID, new pod IP): a new engine with a new load time
+        old_uid = sup.groups[(namespace, "k3-latency", "0")].leader_uid
         delete_pods(core, namespace, group0)
-        wait_for(lambda: not mine(), what="group 0 target removed")
-        make_group(core, namespace, cr, 0)
-        wait_for(lambda: mine(), what="group 0 back")
-        new = read(endpoints)[f"{namespace}/k3-latency"]["groups"]["0"]
-        assert new["leaderUid"] != old_uid
-        assert http(new["url"] + "/health")[0] == 503  # loading again
-        wait_for(lambda: http(new["url"] + "/health")[0] == 200, what="group 0 reloaded")
+        wait_for(lambda: not mine(), what="group 0's engine stopped")
+        make_group(core, namespace, cr, 0, pod_ips)
+        new = wait_for(lambda: sup.groups.get((namespace, "k3-latency", "0")), what="group 0 back")
+        assert new.leader_uid != old_uid and new.engine.host != leader0_ip
+        assert http(new.engine.url + "/health")[0] == 503  # loading again
+        wait_for(lambda: http(new.engine.url + "/health")[0] == 200, what="group 0 reloaded")
 
         # an edit of the CR alone (nothing rendered it: the operator refused it, or has not run)
         # changes nothing: the engine keeps what its pod was started with
-        engine = sup.groups[(namespace, "k3-latency", "0")].engine
+        engine = new.engine
         client.CustomObjectsApi(admin_api).patch_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, "k3-latency", {"spec": {"speculativeDecoding": {"numSpeculativeTokens": 3}}})
         sup_polls = sup.polls
         wait_for(lambda: sup.polls >= sup_polls + 2, what="two more polls")
         assert sup.groups[(namespace, "k3-latency", "0")].engine is engine and engine.config.shape.k == 7
-        assert http(new["url"] + "/health")[0] == 200
+        assert http(engine.url + "/health")[0] == 200
 
         # what the operator renders for that edit (a new plan, the groups recreated) reaches the engine
         edited = render_cr(client.CustomObjectsApi(admin_api).get_namespaced_custom_object(
@@ -201,22 +237,23 @@ def test_engines_follow_groups_and_files_tell_prometheus(admin_api, namespace, c
         assert cm["metadata"]["name"] != old_cm  # one launcher ConfigMap per plan: the new plan's is new
         core.create_namespaced_config_map(namespace, cm)
         delete_pods(core, namespace, [p.metadata.name for p in core.list_namespaced_pod(namespace).items])
-        make_group(core, namespace, edited, 0)
+        make_group(core, namespace, edited, 0, pod_ips)
         k3 = wait_for(lambda: (g := sup.groups.get((namespace, "k3-latency", "0"))) is not None
                       and g.engine is not engine and g.engine.config.shape.k, what="group 0 on the new plan")
         assert k3 == 3
 
-        # deleting the CR stops everything of it
+        # deleting the CR stops its engines; deleting the Service (the garbage collector's part) its stand-in
         client.CustomObjectsApi(admin_api).delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
                                                                            "k3-latency")
-        wait_for(lambda: not mine() and f"{namespace}/k3-latency" not in read(endpoints), what="all gone")
-    assert read(targets) == [] and read(endpoints) == {}  # stopping the supervisor empties the files
+        core.delete_namespaced_service("k3-latency", namespace)
+        wait_for(lambda: not mine() and service_url(tmp_path, namespace) is None, what="all gone")
+    assert read(tmp_path / "sim" / "services.json") == {}  # stopping empties the file
 
 
-def test_api_key_from_the_leaders_secret_as_a_kubelet_reads_it(admin_api, namespace, tmp_path, caplog):
+def test_api_key_from_the_leaders_secret_as_a_kubelet_reads_it(admin_api, namespace, pod_ips, tmp_path, caplog):
     """A leader pod whose engine container has VLLM_API_KEY from a Secret (what the renderer writes
     for spec.service.apiKeySecret): no engine while the Secret is missing (a kubelet would not
-    start the container); once it exists, the engine and the front (which passes Authorization on)
+    start the container); once it exists, the engine and the Service (which passes every byte on)
     refuse /v1 without the key (401, vLLM's body) and serve it with ``Bearer <key>``; /health stays
     open. The key never reaches the supervisor's log or its files."""
     import base64
@@ -226,21 +263,22 @@ def test_api_key_from_the_leaders_secret_as_a_kubelet_reads_it(admin_api, namesp
     core = client.CoreV1Api(admin_api)
     key = "sk-sup-" + secrets.token_hex(12)
     objects = deploy(admin_api, namespace, service={"apiKeySecret": {"name": "k3-api-key", "key": "api-key"}})
-    make_group(core, namespace, objects, 0)
+    leader = make_group(core, namespace, objects, 0, pod_ips)[0]
+    engine = f"http://{core.read_namespaced_pod(leader, namespace).status.pod_ip}:8000"
     caplog.set_level(logging.DEBUG)
     with SupervisorThread(admin_api, tmp_path) as st:
-        endpoints = tmp_path / "sim" / "endpoints.json"
         wait_for(lambda: st.supervisor.polls >= 3, what="three polls")
-        assert (read(endpoints) or {}).get(f"{namespace}/k3-latency", {}).get("groups") == {}  # no engine
+        assert (namespace, "k3-latency", "0") not in st.supervisor.groups  # no engine
         assert any('secret "k3-api-key" not found' in r.getMessage() for r in caplog.records)
         core.create_namespaced_secret(namespace, {"metadata": {"name": "k3-api-key"},
                                                   "data": {"api-key": base64.b64encode(key.encode()).decode()}})
-        group = wait_for(lambda: read(endpoints)[f"{namespace}/k3-latency"]["groups"].get("0"), what="the engine")
-        assert group["apiKeyRequired"] is True
-        wait_for(lambda: http(group["url"] + "/health")[0] == 200, what="loaded")
-        front = read(endpoints)[f"{namespace}/k3-latency"]["url"]
+        group = wait_for(lambda: st.supervisor.groups.get((namespace, "k3-latency", "0")), what="the engine")
+        assert group.engine.requires_api_key and group.engine.url == engine
+        wait_for(lambda: http(engine + "/health")[0] == 200, what="loaded")
+        service = wait_for(lambda: service_url(tmp_path, namespace), what="the Service's stand-in")
+        wait_for(lambda: st.supervisor.services[(namespace, "k3-latency", 8000)].backends, what="an endpoint")
         body = {"model": "kimi-k3", "prompt": "hi", "max_tokens": 3}
-        for url in (group["url"], front):
+        for url in (engine, service):
             assert http(url + "/v1/completions", body) == (401, {"error": "Unauthorized"})
             req = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
                                          headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"})

@@ -20,7 +20,7 @@ LINE = re.compile(r'(?P<name>[A-Z][A-Z0-9_]*)="(?P<value>[^"$`\\\s]+)"')
 """The one assignment form both languages read the same way (no expansion, no spaces, no escapes)."""
 PINS = {name: value for name, value in vars(versions).items() if name.isupper()}
 SINGLE_HOME = ("KUBERNETES_VERSION", "ETCD_VERSION", "KWOK_VERSION", "LWS_VERSION", "KUEUE_VERSION", "HELM_VERSION",
-               "PROMETHEUS_OPERATOR_VERSION", "GATEWAY_API_VERSION")
+               "PROMETHEUS_OPERATOR_VERSION", "PROMETHEUS_VERSION", "GATEWAY_API_VERSION")
 """Pins that no other source file of the kit or the shell scripts may spell out (go.mod aside)."""
 
 
@@ -103,6 +103,23 @@ def test_go_mod_of_etcd_requires_the_pinned_release():
     etcd = {m: v for m, v in requires.items() if m.startswith("go.etcd.io/etcd/")}
     assert "go.etcd.io/etcd/server/v3" in etcd
     assert set(etcd.values()) == {versions.ETCD_VERSION}, etcd
+
+
+def test_go_mod_of_the_prometheus_operator_requires_the_pinned_release_and_its_api_modules():
+    requires, _ = go_mod((REPO / "tools" / "prometheus-operator" / "go.mod").read_text())
+    ours = {m: v for m, v in requires.items() if m.startswith("github.com/prometheus-operator/prometheus-operator")}
+    assert set(ours) == {"github.com/prometheus-operator/prometheus-operator",
+                         "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring",
+                         "github.com/prometheus-operator/prometheus-operator/pkg/client"}
+    assert set(ours.values()) == {versions.PROMETHEUS_OPERATOR_VERSION}, ours
+
+
+def test_go_mod_of_prometheus_requires_the_go_module_version_of_the_pinned_release():
+    """Prometheus 2.<minor>.<patch> is published as Go module version v0.<minor>.<patch>."""
+    requires, replaces = go_mod((REPO / "tools" / "prometheus" / "go.mod").read_text())
+    major, minor, patch = versions.PROMETHEUS_VERSION.removeprefix("v").split(".")
+    assert major == "2" and requires["github.com/prometheus/prometheus"] == f"v0.{minor}.{patch}"
+    assert "k8s.io/klog/v2" in replaces  # prometheus' own replace of klog, which a requiring module must repeat
 
 
 def test_go_mod_reader_sees_one_line_forms_and_skips_comments():

@@ -5,12 +5,14 @@
 # binary it builds; the Go toolchain's output goes to <binary>.log beside it, named on failure).
 #
 #   tools/build-binaries.sh [component ...]     components: etcd kube-apiserver kube-controller-manager
-#                                               kube-scheduler kwok lws kueue helm (default: all)
+#                                               kube-scheduler kwok lws kueue helm prometheus-operator
+#                                               prometheus (default: all)
 #
 # Versions: operator/kimik3_dev/versions.py (KUBERNETES_VERSION, ETCD_VERSION, KWOK_VERSION,
-# LWS_VERSION, KUEUE_VERSION, HELM_VERSION); tools/kubernetes/go.mod and tools/etcd/go.mod require
+# LWS_VERSION, KUEUE_VERSION, HELM_VERSION, PROMETHEUS_OPERATOR_VERSION, PROMETHEUS_VERSION); tools/kubernetes/go.mod and tools/etcd/go.mod require
 # the same (tests/test_versions.py). kwok and helm are `go install`s of published main packages (no tools
-# module needed); lws and kueue are built inside their downloaded modules.
+# module needed); lws and kueue are built inside their downloaded modules; the Prometheus Operator from
+# tools/prometheus-operator/go.mod, Prometheus from tools/prometheus/go.mod.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=../operator/kimik3_dev/versions.py
@@ -61,7 +63,7 @@ module_dir() {  # module_dir <component> <module> <version>: the module's direct
 }
 
 components=("$@")
-[ ${#components[@]} -eq 0 ] && components=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok lws kueue helm)
+[ ${#components[@]} -eq 0 ] && components=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok lws kueue helm prometheus-operator prometheus)
 for c in "${components[@]}"; do
   case "$c" in
     etcd) build etcd "etcd-${ETCD_VERSION}" "$here/etcd" go.etcd.io/etcd/server/v3 "-s -w" ;;
@@ -77,6 +79,18 @@ for c in "${components[@]}"; do
     kueue) [ -x "$bin/kueue-manager-${KUEUE_VERSION}" ] && continue
       dir="$(module_dir kueue sigs.k8s.io/kueue "$KUEUE_VERSION")"
       build kueue "kueue-manager-${KUEUE_VERSION}" "$dir" ./cmd/kueue "-s -w" ;;
+    # Its module's go.mod replaces two of its own packages by directories the module zip lacks, so
+    # neither `go install` nor a build inside the download works: tools/prometheus-operator/go.mod
+    # requires it (and those two modules) at the pinned version, with upstream's dependency versions.
+    prometheus-operator) build prometheus-operator "prometheus-operator-${PROMETHEUS_OPERATOR_VERSION}" \
+      "$here/prometheus-operator" github.com/prometheus-operator/prometheus-operator/cmd/operator \
+      "-s -w -X github.com/prometheus/common/version.Version=${PROMETHEUS_OPERATOR_VERSION#v}" ;;
+    # Debian's prometheus package is built without Kubernetes service discovery; this is the same
+    # release built from its Go module (github.com/prometheus/prometheus v0.<minor>.<patch> is
+    # Prometheus 2.<minor>.<patch>) with every discovery plugin; no web UI assets (the API serves).
+    prometheus) build prometheus "prometheus-${PROMETHEUS_VERSION}" "$here/prometheus" \
+      github.com/prometheus/prometheus/cmd/prometheus \
+      "-s -w -X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION#v}" ;;
     helm) install helm "helm-${HELM_VERSION}" "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}" helm ;;
     *) echo "unknown component: $c" >&2; exit 2 ;;
   esac

@@ -38,8 +38,12 @@ HELM_VERSION="v3.21.4"
 
 # -- Third-party CRDs read out of their Go modules (kimik3_dev.devcluster.thirdparty) -------------
 # Prometheus Operator (PodMonitor, ServiceMonitor): the only version the proxy lists (2026-11-29).
-# The dev cluster's Prometheus itself is Debian's package, not pinned here.
+# Also run by `kimik3 dev up` (tools/build-binaries.sh prometheus-operator; tools/prometheus-operator/go.mod).
 PROMETHEUS_OPERATOR_VERSION="v0.85.0"
+# The dev cluster's Prometheus (tools/build-binaries.sh prometheus; tools/prometheus/go.mod requires
+# github.com/prometheus/prometheus v0.42.0, the Go module version of 2.42.0): the release of Debian
+# 12's package, which is built without Kubernetes service discovery.
+PROMETHEUS_VERSION="v2.42.0"
 # Gateway API, standard channel (HTTPRoute): the newest release that builds with Go 1.26.
 GATEWAY_API_VERSION="v1.6.3"
 

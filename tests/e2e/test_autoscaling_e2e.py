@@ -35,6 +35,7 @@ def test_load_step_scales_up_through_prometheus_then_back_down(dev_env, ns):
         "metricsSource": {"type": "prometheus", "prometheusUrl": prom},
         "target": {"metric": "timePerOutputToken", "percentile": 90, "value": "7ms"},
         "interval": "10s", "window": "30s", "scaleDownStabilization": "60s"}
+    cr["spec"]["monitoring"] = {"interval": "5s"}  # the PodMonitor's: ~6 scrapes a window, not the default 2
     dev_env.apply(cr)
     url, model = wait_for(lambda: _answering(dev_env, ns), 180, "the simulated engine's endpoint")
 
@@ -42,7 +43,7 @@ def test_load_step_scales_up_through_prometheus_then_back_down(dev_env, ns):
     load = threading.Thread(target=lambda: asyncio.run(_load_until(url, model, stop)), daemon=True)
     load.start()
     try:
-        # Prometheus (5 s scrapes) -> a 30 s window -> a decision every 10 s: more groups.
+        # Prometheus (5 s scrapes, the PodMonitor's interval) -> a 30 s window -> a decision every 10 s: more groups.
         scaled = wait_for(lambda: _status_if(dev_env, ns, lambda s: (s.get("desiredReplicas") or 0) >= 2), 180,
                           "a scale-up decision")
         assert scaled["lastScale"]["from"] == 1 and scaled["lastScale"]["to"] >= 2
@@ -73,7 +74,7 @@ def test_load_step_scales_up_through_prometheus_then_back_down(dev_env, ns):
 
 def _answering(dev_env, ns):
     try:
-        url, model = resolve_url(dev_env.cluster.state_dir, "k3", ns)
+        url, model = resolve_url(dev_env.cluster.kubeconfig, dev_env.cluster.state_dir, "k3", ns)
         return (url, model) if requests.get(f"{url}/health", timeout=2).status_code == 200 else None
     except Exception:  # noqa: BLE001 - not there yet
         return None

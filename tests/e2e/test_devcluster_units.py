@@ -5,6 +5,7 @@ background processes, failure messages, the status overview, and the operator's
 from __future__ import annotations
 
 import base64
+import os
 import sys
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ from kimik3.kube.groups import groups_of
 from kimik3.controller.fleet import engine_sets
 from kimik3.admission import admit
 from kimik3.controller.status import scaling_limited_message, status_patch, unschedulable_groups
-from kimik3_dev.devcluster import kwok, lws, processes, prometheus
+from kimik3_dev.devcluster import kwok, lws, podnet, processes, prometheus
 from kimik3_dev.devcluster.overview import render
 from kimik3_dev.devcluster.racks import KWOK_ANNOTATION, RACK_LABEL, RackShape, node_manifests
 from kimik3_dev.devcluster.readiness import ComponentError, http_get, wait_for
@@ -68,13 +69,38 @@ def test_rack_shape_refuses_impossible_shapes() -> None:
         RackShape(racks=0)
 
 
+# -- pod networks --------------------------------------------------------------------------------
+def _live_cluster(state_dir: Path) -> Path:
+    """A state dir with a pidfile of this (live) test process, as a running cluster has."""
+    processes.write_record(state_dir, processes.ProcessRecord("etcd", os.getpid(), 0, ["etcd"], ""))
+    return state_dir
+
+
+def test_each_live_cluster_gets_its_own_loopback_16_and_a_dead_ones_is_reused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(podnet, "CLAIMS_DIR", tmp_path / "claims")
+    a, b, c = (_live_cluster(tmp_path / n) for n in ("a", "b", "c"))
+    assert str(podnet.claim(a)) == "127.1.0.0/16"
+    assert str(podnet.claim(b)) == "127.2.0.0/16"
+    assert str(podnet.claim(a)) == "127.1.0.0/16"  # its own claim again, not a new one
+    podnet.release(a)
+    assert str(podnet.claim(c)) == "127.1.0.0/16"
+    # b's processes are gone (crashed, no `dev down`): its network is free
+    (tmp_path / "b" / "pids" / "etcd.json").unlink()
+    assert str(podnet.claim(tmp_path / "d")) == "127.2.0.0/16"
+    monkeypatch.setattr(podnet, "SECOND_OCTETS", range(1, 2))
+    with pytest.raises(podnet.NetworkExhausted, match="kimik3 dev down"):
+        podnet.claim(a)
+
+
 # -- kwok, LWS, Prometheus configuration ---------------------------------------------------------
 @pytest.mark.tier("process")  # `go mod download` of the module
 def test_kwok_config_uses_kwok_own_stages_with_a_graceful_pod_delete(tmp_path: Path) -> None:
-    path = kwok.write_config(tmp_path)
+    path = kwok.write_config(tmp_path, "127.3.0.0/16")
     docs = list(yaml.safe_load_all(path.read_text()))
     config, stages = docs[0], docs[1:]
     assert config["kind"] == "KwokConfiguration"
+    assert config["options"]["cidr"] == "127.3.0.0/16"
     assert config["options"]["manageNodesWithAnnotationSelector"] == "kwok.x-k8s.io/node=fake"
     assert config["options"]["nodeLeaseParallelism"] == 4
     assert [s["metadata"]["name"] for s in stages] == [
@@ -135,17 +161,15 @@ def test_lws_config_turns_off_cert_management_and_leader_election(tmp_path: Path
     assert "--leader-elect=false" in lws.argv(Path("/b/lws"), Path("/k"), path)
 
 
-def test_prometheus_config_uses_file_sd_on_the_simulator_targets(tmp_path: Path) -> None:
-    path = prometheus.write_config(tmp_path, operator_metrics="127.0.0.1:8080")
+def test_the_hand_written_prometheus_config_scrapes_static_targets_with_their_labels(tmp_path: Path) -> None:
+    path = prometheus.write_config(tmp_path, [("127.0.0.1:8080", {"namespace": "ns", "group": "0"})])
     config = yaml.safe_load(path.read_text())
     assert config["global"]["scrape_interval"] == "5s"
-    engines, operator = config["scrape_configs"]
-    assert engines["file_sd_configs"] == [{"files": [str(tmp_path / "sim" / "targets.json")], "refresh_interval": "5s"}]
-    assert operator["static_configs"] == [{"targets": ["127.0.0.1:8080"]}]
+    (engines,) = config["scrape_configs"]
+    assert engines["static_configs"] == [{"targets": ["127.0.0.1:8080"], "labels": {"namespace": "ns", "group": "0"}}]
     # prometheus_client escapes ':' in OpenMetrics samples for Prometheus 2.42: renamed back
     assert engines["metric_relabel_configs"] == [{"source_labels": ["__name__"], "regex": "vllm_(.+)",
                                                   "target_label": "__name__", "replacement": "vllm:$1"}]
-    assert (tmp_path / "sim" / "targets.json").read_text() == "[]\n"
     argv = prometheus.argv(Path("/usr/bin/prometheus"), path, tmp_path, 9090)
     assert "--web.listen-address=127.0.0.1:9090" in argv
     assert f"--storage.tsdb.path={tmp_path / 'prometheus' / 'data'}" in argv

@@ -4,17 +4,19 @@ A Secret in the namespace, the GB300 recipe with ``spec.service.apiKeySecret`` n
 operator renders ``VLLM_API_KEY`` from ``secretKeyRef`` into the leader pods (it never reads the
 Secret); the engine simulator, standing in for the engine container, resolves it from the pod
 like a kubelet (``kimik3_dev.sim.podenv``) and enforces it like vLLM 0.32 (checked against a real vLLM
-server by tests/conformance/test_launcher_conformance.py). Requests go only to 127.0.0.1: the
-deployment's endpoint (the simulator's stand-in for the client Service, from
-``<state>/sim/endpoints.json``); pod IPs are fake and never contacted.
+server by tests/conformance/test_launcher_conformance.py). Requests go only to loopback: the
+deployment's endpoint (its Service, played by the simulator as kube-proxy would:
+``kimik3_dev.sim.services``) and the leader pod's IP.
 """
 
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import secrets
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any
 
@@ -23,14 +25,16 @@ from devenv import WAIT_S, DevEnv
 
 from kimik3.cli import main
 from kimik3_dev.devcluster.readiness import http_get
+from kimik3_dev.sim.load import resolve_url
 from support.waiting import wait_for
 
 SECRET, SECRET_KEY = "k3-api-key", "api-key"
 
 
 def call(url: str, body: dict[str, Any] | None = None, authorization: str | None = None) -> tuple[int, Any]:
-    """(status, JSON body or None) of a GET (``body`` None) or POST to ``url`` on 127.0.0.1."""
-    assert url.startswith("http://127.0.0.1:"), url
+    """(status, JSON body or None) of a GET (``body`` None) or POST to ``url`` on a loopback address;
+    (0, None) when the connection is refused or closed unanswered."""
+    assert ipaddress.ip_address(urllib.parse.urlsplit(url).hostname).is_loopback, url
     headers = {"Content-Type": "application/json"}
     if authorization is not None:
         headers["Authorization"] = authorization
@@ -40,6 +44,8 @@ def call(url: str, body: dict[str, Any] | None = None, authorization: str | None
             raw, status, ctype = resp.read(), resp.status, resp.headers.get_content_type()
     except urllib.error.HTTPError as exc:
         raw, status, ctype = exc.read(), exc.code, exc.headers.get_content_type()
+    except (urllib.error.URLError, ConnectionError):
+        return 0, None  # refused: the Service has no Ready endpoint yet
     return status, json.loads(raw) if raw and ctype == "application/json" else None
 
 
@@ -68,12 +74,15 @@ def test_api_key_from_a_secret_is_enforced_and_never_leaks(dev_env: DevEnv, ns: 
     assert [e for e in engine["env"] if e["name"] == "VLLM_API_KEY"] == [
         {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": SECRET, "key": SECRET_KEY}}}]
 
-    endpoints = dev_env.cluster.state_dir / "sim" / "endpoints.json"
-    entry = wait_for(lambda: (
-        (e := json.loads(endpoints.read_text()).get(f"{ns}/k3")) and e["groups"].get("0", {}).get("ready") and e),
-        WAIT_S, "the group ready on the simulator")
-    assert entry["groups"]["0"]["apiKeyRequired"] is True
-    url = entry["url"]
+    def service() -> str | None:
+        try:  # the simulator plays the Service from its next look at the cluster
+            return resolve_url(dev_env.cluster.kubeconfig, dev_env.cluster.state_dir, "k3", ns)[0]
+        except LookupError:
+            return None
+    url = wait_for(service, WAIT_S, "the simulator to play the deployment's Service")
+    wait_for(lambda: call(url + "/health")[0] == 200, WAIT_S, "the Service to reach the loaded engine")
+    pod_url = f"http://{leader['status']['podIP']}:8000"
+    assert call(pod_url + "/v1/completions", {"prompt": "hi"}) == (401, {"error": "Unauthorized"})  # the engine's own
     completion = {"model": "kimi-k3", "prompt": "hello", "max_tokens": 16}
     unauthorized = (401, {"error": "Unauthorized"})  # real vLLM 0.32's refusal
     assert call(url + "/v1/completions", completion) == unauthorized

@@ -3,8 +3,8 @@
 Only API-server pods serve /metrics (group leaders); headless workers do not (kimi-k3-and-vllm.md).
 Relabelings give every series the labels the autoscaler's PromQL selects on: ``deployment``,
 ``group``, ``role`` and ``revision`` (the LeaderWorkerSet revision a group runs: a canary's
-series apart from the old groups'; prometheus-operator adds ``namespace`` and ``pod``), the same
-labels the local cluster's file_sd targets carry.
+series apart from the old groups'; prometheus-operator adds ``namespace`` and ``pod``). The dev
+cluster's Prometheus runs what the real Prometheus Operator makes of it (``kimik3_dev.devcluster.promoperator``).
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@
   kimik3 dev down                  stop everything ``up`` started
   kimik3 dev fault ...             inject a fault: a tray NotReady, an engine pod crashed, a component down
   kimik3 dev stagers               staging-Job pods as local processes (started by ``up``)
+  kimik3 dev config-reloader       the Prometheus Operator's Secret -> Prometheus' config file (started by ``up``)
   kimik3 dev dra-driver            NVIDIA's ComputeDomain DRA driver, simulated (started by ``up`` on NVL72 racks)
   kimik3 dev sim / dev load        the engine simulator and its load generator (kimik3_dev.sim.cli)
 
@@ -183,6 +184,26 @@ def stagers(state_dir: str, kubeconfig: str) -> None:
     cluster = yaml.safe_load(Path(kubeconfig).read_text())["clusters"][0]["cluster"]
     api = k8s_config.new_client_from_config(config_file=kubeconfig)
     StagerRunner(api, Path(state_dir).resolve(), cluster["server"], Path(cluster["certificate-authority"])).run_forever()
+
+
+@dev.command("config-reloader")
+@_state_dir_option
+@click.option("--kubeconfig", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="An admin kubeconfig of the dev cluster.")
+@click.option("--prometheus-url", required=True, help="Prometheus' base URL, e.g. http://127.0.0.1:9090.")
+def config_reloader(state_dir: str, kubeconfig: str, prometheus_url: str) -> None:
+    """Write the Prometheus Operator's generated configuration to <state-dir>/prometheus/prometheus.yml
+    and reload Prometheus on each change (the config-reloader sidecar's part; started by `dev up`)."""
+    import logging
+
+    from kubernetes import config as k8s_config
+
+    from kimik3_dev.devcluster import promoperator
+    from kimik3_dev.devcluster.rest import Rest
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    api = k8s_config.new_client_from_config(config_file=kubeconfig)
+    promoperator.ConfigReloader(Rest(api), promoperator.config_file(Path(state_dir).resolve()),
+                                prometheus_url.rstrip("/")).run_forever()
 
 
 @dev.command("dra-driver")

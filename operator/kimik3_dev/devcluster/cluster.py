@@ -7,10 +7,12 @@ pidfile (``<state>/pids/``) and a log (``<state>/logs/``, etcd and kube-apiserve
 1. etcd + kube-apiserver (``ControlPlane``, ServiceAccount admission on);
 2. kube-controller-manager + kube-scheduler (``kubecomponents``);
 3. the CRDs: LeaderWorkerSet (+ DisaggregatedSet), ComputeDomain, PodMonitor, ServiceMonitor,
-   Gateway API, KimiK3Deployment;
+   Gateway API, KimiK3Deployment; with Prometheus, the Prometheus Operator's Prometheus, PrometheusRule
+   and Probe;
 4. the LeaderWorkerSet manager with its webhooks on 127.0.0.1 (``lws``), then the Kueue
    manager likewise (``kueue``; ``UpOptions.kueue``);
-5. ``racks x trays`` Node objects and kwok as their kubelet (``racks``, ``kwok``); with
+5. ``racks x trays`` Node objects and kwok as their kubelet (``racks``, ``kwok``), pod IPs from a
+   127.N.0.0/16 of this cluster's own (``podnet``, recorded as ``cluster.json``'s ``pod_network``); with
    Kueue, its Topology (clique, then node), a ResourceFlavor for the profile and the ClusterQueue
    ``gpus`` holding every GPU of the cluster (tenants get LocalQueues from ``dev apply``); with
    ``UpOptions.tenants`` (``--tenant NAME=GPUS[:PRIORITY]``) a ClusterQueue per tenant in one Cohort,
@@ -23,7 +25,10 @@ pidfile (``<state>/pids/``) and a log (``<state>/logs/``, etcd and kube-apiserve
    ``cluster.json``'s ``operator_identity``;
 6b. ``kimik3 dev stagers``: staging-Job pods run as local processes, model-cache claims
    provisioned on host folders (``stagers``);
-7. Prometheus (Debian's package) scraping the engine simulator's file_sd targets;
+7. the Prometheus Operator (out of cluster, ``promoperator``), a ``Prometheus`` object for it, the
+   kit's config-reloader (``kimik3 dev config-reloader``: the operator's generated configuration ->
+   a file -> ``/-/reload``) and Prometheus (2.42, built with Kubernetes SD) running that configuration:
+   Kubernetes service discovery against the API server, the engines scraped by pod IP;
 8. the engine simulator, ``kimik3 dev sim --kubeconfig K --state-dir D``, when this checkout has it.
 
 Every wait is bounded; a failed step stops what was started and raises ``ComponentError``
@@ -52,7 +57,7 @@ from kimik3.kube import nodes as knodes
 from kimik3.kube.accelerators import PROFILES
 from kimik3.kube.times import rfc3339
 from kimik3_dev import command
-from kimik3_dev.devcluster import kubecomponents, kueue, kwok, lws, processes, prometheus, rbac
+from kimik3_dev.devcluster import kubecomponents, kueue, kwok, lws, podnet, processes, prometheus, promoperator, rbac
 from kimik3_dev.devcluster.controlplane import ControlPlane, ControlPlaneError, bin_dir
 from kimik3_dev.devcluster.install import apply_admission_policies, own_manifests
 from kimik3_dev.devcluster.kueue import Tenant
@@ -64,7 +69,7 @@ from kimik3_dev.devcluster.rest import Rest
 from kimik3_dev.devcluster.thirdparty import thirdparty_crd_paths
 from kimik3_dev.devcluster.workloads import ensure_namespace
 from kimik3_dev.versions import (ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION, KUEUE_VERSION, KWOK_VERSION,
-                                 LWS_VERSION)
+                                 LWS_VERSION, PROMETHEUS_OPERATOR_VERSION, PROMETHEUS_VERSION)
 
 __all__ = ["BINARIES", "DEFAULT_STATE_DIR", "DevCluster", "UpOptions", "sim_command_available"]
 
@@ -80,10 +85,13 @@ BINARIES: dict[str, str] = {
     "lws": f"lws-manager-{LWS_VERSION}",
     "kueue": f"kueue-manager-{KUEUE_VERSION}",
     "helm": f"helm-{HELM_VERSION}",  # renders the chart's RBAC for the operator's identity
+    "prometheus-operator": f"prometheus-operator-{PROMETHEUS_OPERATOR_VERSION}",
+    "prometheus": f"prometheus-{PROMETHEUS_VERSION}",  # with Kubernetes SD, which Debian's package lacks
 }
 CONTROL_PLANE = ("etcd", "kube-apiserver")
 """Started by ``ControlPlane``, not from a recorded command line: ``stop_component`` refuses them."""
-STOP_ORDER = ["sim", "prometheus", "stagers", "operator", "dra-driver", "kwok", "kueue-manager", "lws-manager", "kube-scheduler",
+STOP_ORDER = ["sim", "config-reloader", "prometheus", "prometheus-operator", "stagers", "operator", "dra-driver",
+              "kwok", "kueue-manager", "lws-manager", "kube-scheduler",
               "kube-controller-manager", "kube-apiserver", "etcd"]
 """Components in stop order (the reverse of start order); unknown pidfiles go first."""
 BUILD_TIMEOUT_S = 3600.0
@@ -260,11 +268,14 @@ class DevCluster:
 
         kueue_ports = (free_port(), free_port())  # webhooks (and CRD conversion), health
         with out.step("installing CRDs (LeaderWorkerSet, ComputeDomain, PodMonitor, HTTPRoute, KimiK3Deployment"
-                      + (", Kueue" if opts.kueue else "") + ") and admission policies"):
+                      + (", Kueue" if opts.kueue else "") + (", Prometheus" if opts.prometheus else "")
+                      + ") and admission policies"):
             own_crds, own_policies = own_manifests()  # crds/: our CRD and ValidatingAdmissionPolicies
             paths: list[Any] = list(dict.fromkeys([*thirdparty_crd_paths().values(), *lws.crd_paths(), *own_crds]))
             if opts.kueue:
                 paths += kueue.crd_documents((kueue_ports[0], ca))
+            if opts.prometheus:
+                paths += promoperator.crd_paths()
             try:
                 names = cp.apply_crds(paths, timeout_s=timeout)
                 with cp.api_client("admin") as api:
@@ -307,15 +318,17 @@ class DevCluster:
             for node in node_manifests(shape):
                 rest.create("/api/v1/nodes", node)
             kwok_port = free_port()
-            record = self._spawn("kwok", kwok.argv(bins["kwok"], self.kubeconfig, kwok.write_config(self.state_dir, readiness_probes=opts.readiness_probes),
-                                                   kwok_port))
+            pod_network = str(podnet.claim(self.state_dir))
+            state["pod_network"] = pod_network
+            config = kwok.write_config(self.state_dir, pod_network, readiness_probes=opts.readiness_probes)
+            record = self._spawn("kwok", kwok.argv(bins["kwok"], self.kubeconfig, config, kwok_port))
 
             def nodes_ready() -> bool | str:
                 nodes = rest.items("/api/v1/nodes", RACK_LABEL)
                 ready = sum(1 for n in nodes if knodes.is_ready(n))
                 return True if ready == shape.nodes else f"{ready}/{shape.nodes} nodes Ready"
             wait_for("kwok", nodes_ready, timeout, process=record, retry=self._retry, tick=out.tick)
-            out.note(f"{shape.nodes} nodes Ready, {shape.gpus} GPUs"
+            out.note(f"{shape.nodes} nodes Ready, {shape.gpus} GPUs, pod IPs from {pod_network}"
                      + (f", cliques {shape.cluster_uuid}.0..{shape.racks - 1}" if shape.clique(0) else ""))
             if opts.kueue:
                 profile = PROFILES[shape.profile]
@@ -378,18 +391,7 @@ class DevCluster:
                          "status.plan.computeDomainNote and a Warning event)")
 
         if opts.prometheus:
-            with out.step("starting Prometheus (Debian package)"):
-                try:
-                    binary = prometheus.ensure_installed(processes.log_path(self.state_dir, "apt-get-prometheus"))
-                except prometheus.PrometheusInstallError as exc:
-                    raise ComponentError("prometheus", str(exc), processes.log_path(self.state_dir,
-                                         "apt-get-prometheus"), "sudo apt-get install -y prometheus") from exc
-                prom_port = free_port()
-                config = prometheus.write_config(self.state_dir, operator_metrics=f"127.0.0.1:{op_port}")
-                record = self._spawn("prometheus", prometheus.argv(binary, config, self.state_dir, prom_port))
-                self._wait_http("prometheus", f"http://127.0.0.1:{prom_port}/-/ready", record, timeout, out)
-                state["urls"]["prometheus"] = f"http://127.0.0.1:{prom_port}"
-                out.note(f"file_sd targets: {prometheus.targets_file(self.state_dir)}")
+            self._start_prometheus(cp, bins, rest, f"127.0.0.1:{op_port}", timeout, out, state)
 
         if opts.sim:
             with out.step("starting the engine simulator (kimik3 dev sim)"):
@@ -411,7 +413,42 @@ class DevCluster:
                         time.sleep(0.1)
                     if not record.alive:
                         raise ComponentError("sim", "exited during start", record.log, self._retry)
-                    state["urls"]["sim-endpoints"] = str(self.state_dir / "sim" / "endpoints.json")
+                    state["urls"]["sim-services"] = str(self.state_dir / "sim" / "services.json")
+
+    def _start_prometheus(self, cp: ControlPlane, bins: dict[str, Path], rest: Rest, operator_metrics: str,
+                          timeout: float, out: Progress, state: dict[str, Any]) -> None:
+        """The Prometheus Operator, its Prometheus object, the config-reloader, then Prometheus on the
+        configuration the operator generated (``promoperator``)."""
+        with out.step(f"starting the Prometheus Operator {PROMETHEUS_OPERATOR_VERSION} and Prometheus "
+                      f"{PROMETHEUS_VERSION}"):
+            token_file = self.state_dir / "prometheus" / "apiserver.token"
+            promoperator.install_identity(rest, token_file, rbac.TOKEN_LIFETIME_S)
+            po_port, prom_port = free_port(), free_port()
+            po = self._spawn("prometheus-operator", promoperator.argv(bins["prometheus-operator"], po_port),
+                             env={**os.environ, "KUBECONFIG": str(self.kubeconfig)})
+            self._wait_http("prometheus-operator", f"http://127.0.0.1:{po_port}/healthz", po, timeout, out)
+            state["urls"]["prometheus-operator"] = f"http://127.0.0.1:{po_port}"
+            for obj in (promoperator.additional_scrape_configs([promoperator.operator_job(operator_metrics)]),
+                        promoperator.prometheus_resource(cp.server, cp.ca_file, token_file, PROMETHEUS_VERSION,
+                                                         prometheus.SCRAPE_INTERVAL)):
+                rest.apply(promoperator.object_path(obj), obj)
+            url = f"http://127.0.0.1:{prom_port}"
+            config = promoperator.config_file(self.state_dir)
+            config.unlink(missing_ok=True)
+            reloader = self._spawn("config-reloader", _cli("dev", "config-reloader", "--state-dir", str(self.state_dir),
+                                                           "--kubeconfig", str(self.kubeconfig),
+                                                           "--prometheus-url", url), env=_cli_env())
+            wait_for("prometheus-operator", lambda: config.exists() or
+                     f"no configuration in Secret {promoperator.NAMESPACE}/{promoperator.CONFIG_SECRET} yet",
+                     timeout, process=po, retry=self._retry, tick=out.tick)
+            if not reloader.alive:
+                raise ComponentError("config-reloader", "exited during start", reloader.log, self._retry)
+            record = self._spawn("prometheus", prometheus.argv(bins["prometheus"], config, self.state_dir, prom_port))
+            self._wait_http("prometheus", f"{url}/-/ready", record, timeout, out)
+            state["urls"]["prometheus"] = url
+            out.note(f"Prometheus {url} runs the configuration the Prometheus Operator generated from "
+                     f"Prometheus {promoperator.NAMESPACE}/{promoperator.PROMETHEUS_NAME} (Secret "
+                     f"{promoperator.CONFIG_SECRET} -> {config})")
 
     def _start_kueue(self, binary: Path, ports: tuple[int, int], ca: Path, rest: Rest, timeout: float,
                      out: Progress, state: dict[str, Any]) -> None:
@@ -506,5 +543,6 @@ class DevCluster:
                 out.note(f"stopped {name}")
         for sub in ("etcd-data", "prometheus/data", "stopped"):
             shutil.rmtree(self.state_dir / sub, ignore_errors=True)
+        podnet.release(self.state_dir)
         self.state_file.unlink(missing_ok=True)
         return stopped

@@ -5,7 +5,9 @@
    the engine simulator, all on 127.0.0.1;
 2. ``kimik3 dev apply`` of the recipe (default: GB300 TP8 over 2 trays, megakernel + DSpark);
 3. waits for the CR to be Ready, prints ``kimik3 dev status`` (groups Running on trays of one rack);
-4. sends a completion to the deployment's endpoint on the simulator and prints the answer;
+4. sends a completion to the deployment's endpoint (its ``status.endpoint``: the client Service,
+   played by the simulator as kube-proxy would, spreading connections over the Ready leader pods'
+   IPs) and prints the answer;
 5. asks Prometheus for the deployment's ITL series and prints what it holds.
 
 The cluster stays up afterwards for kubectl and ``kimik3 dev load``; ``kimik3 dev down`` stops it.
@@ -13,7 +15,6 @@ The cluster stays up afterwards for kubectl and ``kimik3 dev load``; ``kimik3 de
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from kimik3.kube.objects import is_true
 from kimik3.controller.kube import Kube
 from kimik3_dev.devcluster import cli as dev_cli
 from kimik3_dev.devcluster.cluster import DevCluster
+from kimik3_dev.sim import load
 
 ITL_SERIES = "vllm:inter_token_latency_seconds_count"
 
@@ -78,20 +80,16 @@ def run_demo(recipe: Path, state_dir: Path, timeout_s: float) -> int:
     dev_cli.dev.main(["status", "--state-dir", str(state_dir)], standalone_mode=False)
 
     state = cluster.state() or {}
-    endpoints_file = Path(state.get("urls", {}).get("sim-endpoints", state_dir / "sim" / "endpoints.json"))
 
     def endpoint() -> str | None:
         try:
-            entry = json.loads(endpoints_file.read_text()).get(f"{ns}/{name}")
-        except (OSError, ValueError):
-            return None
-        url = entry.get("url") if isinstance(entry, dict) else entry
-        try:
-            return url if url and requests.get(f"{url}/health", timeout=2).status_code == 200 else None
-        except requests.RequestException:
+            url, _ = load.resolve_url(cluster.kubeconfig, state_dir, f"{ns}/{name}")
+            return url if requests.get(f"{url}/health", timeout=2).status_code == 200 else None
+        except (LookupError, requests.RequestException):
             return None
 
-    _step("a completion through the deployment's endpoint (the engine simulator stands in for vLLM)")
+    _step(f"a completion through the deployment's endpoint {obj['status'].get('endpoint')} "
+          "(the engine simulator stands in for vLLM and kube-proxy)")
     url = _wait("the simulated engine to finish loading (dev up --load-time, /health 503 until then)", endpoint,
                 timeout_s)
     served = cr["spec"]["model"].get("servedModelName", "kimi-k3")

@@ -18,6 +18,13 @@ from kimik3_dev.devcluster.controlplane import SERVICE_CLUSTER_IP_RANGE
 
 __all__ = ["ComponentSpec", "controller_manager", "scheduler"]
 
+DISABLED_CONTROLLERS = ("endpoints-controller", "endpointslice-controller", "endpointslice-mirroring-controller")
+"""Controllers the dev controller-manager does not run. Pod IPs here are loopback addresses
+(``kimik3_dev.devcluster.podnet``), which the API server refuses in Endpoints and EndpointSlices
+("may not be in the loopback range", ``ValidateEndpointIP``): those controllers would only fail
+every write and fill the namespaces with warning Events. Nothing here reads EndpointSlices (the
+operator does not; no kube-proxy runs): the engine simulator plays the Service from its selector,
+its targetPort and the Ready pods it selects (``kimik3_dev.sim.services``)."""
 CONTROLLER_MANAGER_QPS = 100
 """API requests/s of the controller-manager (default 20): StatefulSet pods of several groups
 are created in one burst; 100/200 keeps a 3-group scale-up under a second here."""
@@ -54,6 +61,7 @@ def controller_manager(state_dir: Path, binary: Path, port: int) -> ComponentSpe
         f"--cluster-signing-key-file={pki / 'ca.key'}",
         f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
         "--use-service-account-credentials=false",
+        "--controllers=" + ",".join(["*", *(f"-{c}" for c in DISABLED_CONTROLLERS)]),
         f"--kube-api-qps={CONTROLLER_MANAGER_QPS}",
         f"--kube-api-burst={2 * CONTROLLER_MANAGER_QPS}",
         "--profiling=false",

@@ -2,7 +2,10 @@
 
 kwok does not schedule (kube-scheduler does); it keeps the managed Node objects Ready (node
 leases renewed every ``NODE_LEASE_S / 4`` s by kwok), moves bound pods to Running/Ready with a
-fake pod IP from ``POD_CIDR`` and finishes deleted pods. Nothing ever connects to those IPs.
+pod IP from the cluster's pod network (``write_config``'s ``pod_network``: a 127.N.0.0/16 of its
+own, ``kimik3_dev.devcluster.podnet``) and finishes deleted pods. The engine simulator serves each
+group's engine on its leader pod's IP (``kimik3_dev.sim.supervisor``). kwok hands out the network's
+addresses in order from .0.1 and gives a deleted pod's address to a later pod.
 
 Its behaviour comes from Stage objects: the ``kwok`` binary has none built in (``kwokctl``
 writes them into its config). We write a config file (``<state>/kwok/kwok.yaml``) with the
@@ -47,8 +50,6 @@ KWOK_MODULE = "sigs.k8s.io/kwok"
 NODE_LEASE_S = 40
 """Node lease duration, s (kubelet's default); the controller-manager marks a node NotReady
 after ``--node-monitor-grace-period`` (50 s) without a renewal."""
-POD_CIDR = "10.244.0.0/16"
-"""Fake pod IPs (never routed, never connected to)."""
 NODE_IP = "10.243.0.1"
 """Fake node InternalIP reported on every node (never connected to)."""
 POD_DELETE_DELAY_MS = 1000
@@ -110,13 +111,15 @@ def stages(module_dir: Path | None = None, readiness_probes: bool = False) -> li
     return out
 
 
-def write_config(state_dir: Path, module_dir: Path | None = None, readiness_probes: bool = False) -> Path:
-    """Write ``<state>/kwok/kwok.yaml`` (a KwokConfiguration plus the stages); returns its path."""
+def write_config(state_dir: Path, pod_network: str, module_dir: Path | None = None,
+                 readiness_probes: bool = False) -> Path:
+    """Write ``<state>/kwok/kwok.yaml`` (a KwokConfiguration plus the stages), pods' IPs from
+    ``pod_network`` (a CIDR, e.g. ``127.1.0.0/16``); returns its path."""
     config = {
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
         "kind": "KwokConfiguration",
         "options": {
-            "cidr": POD_CIDR,
+            "cidr": pod_network,
             "nodeIP": NODE_IP,
             "manageNodesWithAnnotationSelector": f"{KWOK_ANNOTATION[0]}={KWOK_ANNOTATION[1]}",
             "nodeLeaseDurationSeconds": NODE_LEASE_S,

@@ -1,7 +1,8 @@
 """``kimik3 dev status``: racks, groups, where each group landed, and each CR's status.
 
-``gather(rest, state_dir)`` reads the cluster (nodes, pods, KimiK3Deployments) and the engine
-simulator's ``<state>/sim/endpoints.json``; ``render(overview)`` turns it into text. Both are
+``gather(rest, state_dir)`` reads the cluster (nodes, pods, KimiK3Deployments) and where the engine
+simulator's stand-in for each CR's Service listens (``<state>/sim/services.json``, matched to the
+CR's ``status.endpoint``: ``kimik3_dev.sim.services``); ``render(overview)`` turns it into text. Both are
 plain data in, plain data out; the shape of ``gather``'s result:
 
 - ``racks``: ``[{name, clique, nodes, ready, gpus, gpus_used, gpus_free}]`` (GPUs = count of
@@ -18,7 +19,6 @@ plain data in, plain data out; the shape of ``gather``'s result:
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from kimik3.kube.labels import CLIQUE_LABEL, DEPLOYMENT_LABEL, GPU_RESOURCE, LWS
 from kimik3_dev.devcluster import kueue
 from kimik3_dev.devcluster.racks import RACK_LABEL
 from kimik3_dev.devcluster.rest import Rest
+from kimik3_dev.sim import services
 
 __all__ = ["gather", "render"]
 
@@ -39,12 +40,14 @@ def _waiting(pod: dict[str, Any]) -> str:
     return kpods.scheduling_problem(pod) or ("" if kpods.is_ready(pod) else kpods.phase(pod) or "Pending")
 
 
-def _sim_url(entry: Any) -> str | None:
-    """The simulator's base URL from one ``endpoints.json`` entry (a URL string, or an object
-    with ``url``)."""
-    if isinstance(entry, dict):
-        return entry.get("url")
-    return entry if isinstance(entry, str) else None
+def _sim_url(state_dir: Path | None, endpoint: str | None) -> str | None:
+    """The base URL of the simulator's stand-in for the Service ``endpoint`` names, None without one."""
+    if state_dir is None or not endpoint:
+        return None
+    try:
+        return services.service_address(state_dir, endpoint)
+    except ValueError:
+        return None
 
 
 def _rack_of(node: dict[str, Any]) -> tuple[str, str]:
@@ -77,12 +80,6 @@ def gather(rest: Rest, state_dir: Path | None = None) -> dict[str, Any]:
     nodes = rest.items(NODE.path())
     pods = rest.items(POD.path())
     crs = rest.items(KIMIK3_DEPLOYMENT.path())
-    endpoints: dict[str, str] = {}
-    if state_dir is not None:
-        try:
-            endpoints = json.loads((Path(state_dir) / "sim" / "endpoints.json").read_text())
-        except (OSError, ValueError):
-            endpoints = {}
 
     node_rack = {n["metadata"]["name"]: _rack_of(n) for n in nodes}
     used: dict[str, int] = defaultdict(int)
@@ -139,7 +136,7 @@ def gather(rest: Rest, state_dir: Path | None = None) -> dict[str, Any]:
             "namespace": meta["namespace"], "name": meta["name"],
             "replicas": (cr.get("spec") or {}).get("replicas"),
             "groups": status.get("replicas"), "ready": status.get("readyReplicas"),
-            "endpoint": status.get("endpoint"), "sim_endpoint": _sim_url(endpoints.get(f"{meta['namespace']}/{meta['name']}")),
+            "endpoint": status.get("endpoint"), "sim_endpoint": _sim_url(state_dir, status.get("endpoint")),
             "conditions": [{k: c.get(k, "") for k in ("type", "status", "reason", "message")}
                            for c in status.get("conditions", [])],
         })

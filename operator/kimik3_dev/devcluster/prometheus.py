@@ -1,14 +1,11 @@
-"""Prometheus from Debian's package, run by us on loopback with a generated configuration.
+"""Prometheus 2.42 run by us on loopback: its command line, and a hand-written configuration.
 
-``ensure_installed()`` returns ``/usr/bin/prometheus``, installing Debian's ``prometheus``
-package first when it is missing (``apt-get update`` then ``apt-get install -y prometheus``, as
-root; CI machines start without it). The package's own systemd service plays no part: we start
-our own process with our config on a free 127.0.0.1 port and a storage dir under the state dir.
-
-Targets: the engine simulator writes a Prometheus file_sd file (``<state>/sim/targets.json``:
-``[{"targets": ["127.0.0.1:<port>"], "labels": {"namespace", "deployment", "group", "role"}}]``),
-the labels a PodMonitor would give in a real cluster; Prometheus re-reads it when it changes.
-The operator's own ``/metrics`` is scraped too (job ``kimik3-operator``).
+The dev cluster's Prometheus is ``prometheus-<PROMETHEUS_VERSION>`` from ``tools/build-binaries.sh
+prometheus`` (built with Kubernetes service discovery, which Debian 12's ``prometheus`` package
+leaves out); it runs the configuration the Prometheus Operator generates (``promoperator``).
+``ensure_installed()`` returns Debian's ``/usr/bin/prometheus`` 2.42 (``apt-get install`` as root
+when missing) for the ``process``-tier tests, which build no Go binary and run no API server: they
+scrape stand-in servers at static targets (``write_config``).
 
 Metric names: Prometheus 2.42 asks for OpenMetrics without an ``escaping`` parameter, and
 ``prometheus_client`` (0.26 here, as in vLLM's own server) then writes sample names with
@@ -27,7 +24,7 @@ from pathlib import Path
 
 from kimik3.api.documents import dump_yaml
 
-__all__ = ["PROMETHEUS_BINARY", "SCRAPE_INTERVAL", "argv", "ensure_installed", "targets_file", "write_config"]
+__all__ = ["PROMETHEUS_BINARY", "SCRAPE_INTERVAL", "VLLM_NAME_RELABEL", "argv", "ensure_installed", "write_config"]
 
 PROMETHEUS_BINARY = Path("/usr/bin/prometheus")
 SCRAPE_INTERVAL = "5s"
@@ -78,33 +75,17 @@ def ensure_installed(log: Path | None = None) -> Path:
     return PROMETHEUS_BINARY
 
 
-def targets_file(state_dir: Path) -> Path:
-    """``<state>/sim/targets.json``, written by the engine simulator."""
-    return state_dir / "sim" / "targets.json"
-
-
-def write_config(state_dir: Path, operator_metrics: str | None = None) -> Path:
-    """Write ``<state>/prometheus/prometheus.yml``; returns its path.
-
-    ``operator_metrics``: ``127.0.0.1:<port>`` of the operator's /metrics, or None. Creates the
-    simulator's targets file as ``[]`` when absent (Prometheus then watches it for changes).
-    """
-    targets = targets_file(state_dir)
-    targets.parent.mkdir(parents=True, exist_ok=True)
-    if not targets.exists():
-        targets.write_text("[]\n")
-    scrape = [{
-        "job_name": "kimik3-engines",
-        "metrics_path": "/metrics",
-        "file_sd_configs": [{"files": [str(targets)], "refresh_interval": SCRAPE_INTERVAL}],
-        "metric_relabel_configs": [VLLM_NAME_RELABEL],
-    }]
-    if operator_metrics:
-        scrape.append({"job_name": "kimik3-operator", "static_configs": [{"targets": [operator_metrics]}]})
+def write_config(directory: Path, targets: list[tuple[str, dict[str, str]]]) -> Path:
+    """Write ``<directory>/prometheus/prometheus.yml``, one job ``engines`` scraping ``targets``
+    (``(host:port, labels)``: e.g. the labels the PodMonitor gives on a cluster) every
+    ``SCRAPE_INTERVAL``, vLLM's names restored (``VLLM_NAME_RELABEL``); returns its path."""
+    job = {"job_name": "engines", "metrics_path": "/metrics",
+           "static_configs": [{"targets": [address], "labels": labels} for address, labels in targets],
+           "metric_relabel_configs": [VLLM_NAME_RELABEL]}
     config = {"global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": SCRAPE_INTERVAL,
                          "scrape_timeout": "4s"},
-              "scrape_configs": scrape}
-    path = state_dir / "prometheus" / "prometheus.yml"
+              "scrape_configs": [job]}
+    path = directory / "prometheus" / "prometheus.yml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(dump_yaml(config))
     return path

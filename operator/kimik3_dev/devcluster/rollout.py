@@ -158,12 +158,13 @@ class Rollout:
 
 def serving(rest: Rest, state_dir: Path, namespace: str, name: str, groups: int, size: int,
             timeout_s: float) -> tuple[str, str | None]:
-    """(front URL, served model) once ``groups`` groups are Ready and the front answers /health."""
+    """(Service URL, served model) once ``groups`` groups are Ready and the deployment's Service
+    (``resolve_url``) answers /health."""
     def answering() -> tuple[str, str | None] | None:
         if sum(1 for g in sample(rest, namespace, name, size) if g[3]) < groups:
             return None
         try:
-            url, model = resolve_url(state_dir, name, namespace)
+            url, model = resolve_url(Path(state_dir) / "admin.kubeconfig", state_dir, name, namespace)
             return (url, model) if requests.get(f"{url}/health", timeout=2).status_code == 200 else None
         except Exception:  # noqa: BLE001 - not there yet
             return None

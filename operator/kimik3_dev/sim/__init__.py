@@ -4,8 +4,8 @@
   published GB300 figures (reused by the fleet/trace simulator).
 - ``engine``: one simulated vLLM server (OpenAI API, ``/health``, vLLM 0.32's ``/metrics``).
 - ``vllm_metrics``: our definitions of vLLM 0.32's metric names, label names and buckets.
-- ``supervisor``: starts/stops one engine per running LeaderWorkerSet group; writes Prometheus
-  file_sd targets and the deployments' loopback endpoints.
+- ``supervisor``: starts/stops one engine per running LeaderWorkerSet group at its leader pod's
+  IP and port, and plays kube-proxy for the Services (``services``).
 - ``load``: the request generator that prints what users see.
 - ``cli``: the ``sim`` and ``load`` click commands.
 

@@ -35,7 +35,7 @@ def _workload(value: str | None) -> str | float | None:
 @click.option("--kubeconfig", required=True, envvar="KUBECONFIG", type=click.Path(exists=True, dir_okay=False),
               help="Kubeconfig of the cluster to watch.")
 @click.option("--state-dir", required=True, type=click.Path(file_okay=False),
-              help="Writes <state-dir>/sim/targets.json (Prometheus file_sd) and endpoints.json.")
+              help="Writes <state-dir>/sim/services.json (where each Service's stand-in listens).")
 @click.option("--load-time", default="20s", show_default=True, envvar="KIMIK3_SIM_LOAD_TIME",
               help="Simulated model load time of a new group before /health turns 200 (e.g. 20s, 35m).")
 @click.option("--poll-interval", default="2s", show_default=True, help="Time between two looks at the cluster.")
@@ -48,8 +48,8 @@ def _workload(value: str | None) -> str | float | None:
 @click.option("-v", "--verbose", is_flag=True)
 def sim_command(kubeconfig: str, state_dir: str, load_time: str, poll_interval: str, workload: str,
                 seed: int | None, readiness_probes: bool, verbose: bool) -> None:
-    """Run one simulated vLLM engine (on 127.0.0.1) per running engine group of every
-    KimiK3Deployment, until SIGTERM or Ctrl-C."""
+    """Run one simulated vLLM engine (on its leader pod's IP and port) per running engine group of
+    every KimiK3Deployment, and a stand-in for each Service, until SIGTERM or Ctrl-C."""
     from kimik3_dev.sim.supervisor import run_supervisor
 
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
@@ -72,7 +72,9 @@ def sim_command(kubeconfig: str, state_dir: str, load_time: str, poll_interval: 
 @click.argument("deployment", required=False)
 @click.option("-n", "--namespace", default=None, help="Namespace of DEPLOYMENT (or write namespace/name).")
 @click.option("--state-dir", default=".state/dev", show_default=True, type=click.Path(file_okay=False),
-              help="Where `kimik3 dev sim` writes sim/endpoints.json.")
+              help="The dev cluster's state dir (`kimik3 dev sim` writes sim/services.json there).")
+@click.option("--kubeconfig", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="Kubeconfig to read DEPLOYMENT's status.endpoint with [default: <state-dir>/admin.kubeconfig].")
 @click.option("--url", default=None, help="Base URL to load instead of a deployment (e.g. http://127.0.0.1:8000).")
 @click.option("--model", default=None, help="Model name to send (default: the deployment's served name).")
 @click.option("--shape", type=click.Choice(["steady", "step", "burst"]), default="steady", show_default=True,
@@ -94,7 +96,8 @@ def sim_command(kubeconfig: str, state_dir: str, load_time: str, poll_interval: 
               help="Send the API key held by environment variable VAR as 'Authorization: Bearer' "
                    "(a deployment with spec.service.apiKeySecret; the key stays off the command line).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary and every request as JSON.")
-def load_command(deployment: str | None, namespace: str | None, state_dir: str, url: str | None, model: str | None,
+def load_command(deployment: str | None, namespace: str | None, state_dir: str, kubeconfig: str | None,
+                 url: str | None, model: str | None,
                  shape: str, phases_file: str | None, rate: float | None, concurrency: int | None, duration: str,
                  prompt_tokens: int, output_tokens: int, stream: bool, chat: bool, max_requests: int, drain: str,
                  workload: str | None, seed: int | None, api_key_env: str | None, as_json: bool) -> None:
@@ -102,21 +105,22 @@ def load_command(deployment: str | None, namespace: str | None, state_dir: str, 
     tokens/s per user, P50/P90 inter-token latency per token, TTFT, errors."""
     from kimik3_dev.sim import load
 
-    if url is None:
-        if not deployment:
-            raise click.UsageError("give a DEPLOYMENT (name or namespace/name) or --url")
-        try:
-            url, served = load.resolve_url(state_dir, deployment, namespace)
-        except LookupError as exc:
-            raise click.ClickException(str(exc)) from None
-        model = model or served
-    if rate is not None and concurrency is not None:
-        raise click.UsageError("give --rate or --concurrency, not both")
     api_key = None
     if api_key_env is not None:
         api_key = os.environ.get(api_key_env)
         if not api_key:
             raise click.UsageError(f"--api-key-env {api_key_env}: that environment variable is unset or empty")
+    if url is None:
+        if not deployment:
+            raise click.UsageError("give a DEPLOYMENT (name or namespace/name) or --url")
+        try:
+            url, served = load.resolve_url(kubeconfig or Path(state_dir) / "admin.kubeconfig", state_dir, deployment,
+                                           namespace, api_key)
+        except LookupError as exc:
+            raise click.ClickException(str(exc)) from None
+        model = model or served
+    if rate is not None and concurrency is not None:
+        raise click.UsageError("give --rate or --concurrency, not both")
     try:
         if phases_file:
             phases = load.load_phases(phases_file, prompt_tokens=prompt_tokens, output_tokens=output_tokens)

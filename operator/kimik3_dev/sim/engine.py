@@ -1,4 +1,4 @@
-"""One simulated vLLM engine server (aiohttp on 127.0.0.1) for one engine group.
+"""One simulated vLLM engine server (aiohttp on a loopback address) for one engine group.
 
 It speaks vLLM's interface: OpenAI ``POST /v1/completions`` and ``POST /v1/chat/completions``
 (non-streaming, and ``"stream": true`` as server-sent events ``data: {...}`` ending with
@@ -44,6 +44,7 @@ import collections
 import contextlib
 import hashlib
 import hmac
+import ipaddress
 import json
 import logging
 import random
@@ -174,7 +175,8 @@ class _Unit:
 
 
 class SimEngine:
-    """A simulated vLLM server. ``await start()`` binds 127.0.0.1 (port 0 = any free port)."""
+    """A simulated vLLM server. ``await start(host, port)`` binds a loopback address (in the dev
+    cluster its leader pod's IP and rendered port, as vLLM listens in the pod)."""
 
     def __init__(self, config: EngineConfig):
         self.config = config
@@ -194,26 +196,38 @@ class SimEngine:
         self._responding = 0
         """Responses being written (a request's last tokens may be decoded and not yet sent)."""
         self.started_at: float | None = None
+        self.host = LOOPBACK
         self.port: int | None = None
         self._runner: web.AppRunner | None = None
         self._key_digests = [hashlib.sha256(k.encode("utf-8")).digest() for k in config.api_keys if k]
+        self._closing = False
+        """Draining: every response closes its connection (``drain``)."""
         self.app = self._make_app()
 
     # ---------------------------------------------------------------- lifecycle
     @property
     def url(self) -> str:
-        return f"http://{LOOPBACK}:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def ready(self) -> bool:
         """True once the load time has passed since start."""
         return self.started_at is not None and time.monotonic() >= self.started_at + self.config.load_time_s
 
-    async def start(self, port: int = 0) -> int:
-        """Serve on 127.0.0.1:``port`` (0: a free port); returns the port."""
+    async def start(self, port: int = 0, host: str = LOOPBACK) -> int:
+        """Serve on ``host``:``port`` (0: a free port); returns the port. Raises ValueError for a
+        host outside 127.0.0.0/8 (nothing else is ever bound or contacted here) and OSError when
+        the address is taken."""
+        if not ipaddress.ip_address(host).is_loopback:
+            raise ValueError(f"engine host {host} is not a loopback address (127.0.0.0/8)")
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((LOOPBACK, port))
+        try:
+            sock.bind((host, port))
+        except OSError:
+            sock.close()
+            raise
+        self.host = host
         self.port = sock.getsockname()[1]
         self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
         await self._runner.setup()
@@ -224,11 +238,20 @@ class SimEngine:
         return self.port
 
     async def drain(self, timeout_s: float) -> None:
-        """What a pod's deletion gives the engine: the Service already sends it nothing new; the
-        requests it holds finish and their responses are sent whole, for at most ``timeout_s``
-        (the pod's termination grace period), then it stops (``stop``) and aborts what is left."""
+        """What a pod's deletion gives the engine: the Service already opens it no new connection;
+        it stops listening, still serves what comes on the connections it has, each response
+        with ``Connection: close`` (so a keep-alive client moves to another pod with no request
+        lost), until it holds no request and no connection (a client closes its idle pooled
+        connections after its keep-alive timeout, aiohttp's 15 s), for at most ``timeout_s`` (the
+        pod's termination grace period); then it stops (``stop``) and aborts what is left."""
         deadline = time.monotonic() + timeout_s
-        while (self._responding or any(u.has_work() for u in self.units)) and time.monotonic() < deadline:
+        self._closing = True
+        if self._runner is not None:
+            for site in list(self._runner.sites):
+                await site.stop()
+        server = self._runner.server if self._runner is not None else None
+        while (self._responding or any(u.has_work() for u in self.units) or (server is not None and server.connections)) \
+                and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         await self.stop()
 
@@ -427,6 +450,12 @@ class SimEngine:
             return await handler(request)
 
         app = web.Application(middlewares=[authenticate] if self._key_digests else [])
+
+        async def close_when_draining(request: web.Request, response: web.StreamResponse) -> None:
+            if self._closing:
+                response.force_close()  # the connection closes after this response...
+                response.headers["Connection"] = "close"  # ...and says so: the client reconnects, through the Service
+        app.on_response_prepare.append(close_when_draining)
         app.router.add_get("/health", self._health)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/v1/models", self._models)

@@ -92,6 +92,8 @@ class Launch:
     """``kimik3.kube.accelerators`` profile of the node the pod asks for."""
     start_delay_s: float = 0.0
     """The plan's ``startDelaySeconds``: how long the launcher waits before starting vLLM."""
+    port: int = 8000
+    """``--port``: where vLLM listens in the pod (checked to be the container's API port)."""
 
 
 def launch(pod: dict[str, Any], read_configmap: Callable[[str], dict[str, Any] | None]) -> Launch:
@@ -132,7 +134,7 @@ def launch(pod: dict[str, Any], read_configmap: Callable[[str], dict[str, Any] |
         raise LaunchUnresolved(f"vLLM would listen on port {served_port}, the pod's {API_PORT_NAME} port is {port}: "
                                "no probe, Service or scrape would reach it")
     return Launch(tuple(argv), len(plan["ranks"]), ACCELERATOR_BY_PRODUCT[product],
-                  float(plan.get("startDelaySeconds") or 0))
+                  float(plan.get("startDelaySeconds") or 0), served_port)
 
 
 class _Parser(argparse.ArgumentParser):

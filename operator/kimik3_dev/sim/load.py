@@ -110,24 +110,47 @@ def load_phases(path: str | Path, *, prompt_tokens: int = 512, output_tokens: in
     return out
 
 
-def resolve_url(state_dir: str | Path, deployment: str, namespace: str | None = None) -> tuple[str, str | None]:
-    """(base URL, served model name) of a deployment from the simulator's ``endpoints.json``.
-    ``deployment`` is ``name`` (with ``namespace``) or ``namespace/name``."""
-    path = Path(state_dir) / "sim" / "endpoints.json"
+def resolve_url(kubeconfig: str | Path, state_dir: str | Path, deployment: str, namespace: str | None = None,
+                api_key: str | None = None) -> tuple[str, str | None]:
+    """(base URL, served model name) of a deployment, found as a client in the cluster finds it:
+    the KimiK3Deployment's ``status.endpoint`` (its client Service, read from the API server with
+    ``kubeconfig``), reached through the simulator's stand-in for that Service
+    (``kimik3_dev.sim.services``), and the model the engines behind it serve (``GET /v1/models``,
+    with ``api_key`` when given; None when they do not answer). ``deployment`` is ``name`` (with
+    ``namespace``, else searched in every namespace) or ``namespace/name``. Raises LookupError
+    saying what is missing."""
+    import requests
+
+    from kimik3.controller.kube import Kube
+    from kimik3.kube.kinds import KIMIK3_DEPLOYMENT
+    from kimik3_dev.sim import services
+    from kubernetes import config as k8s_config
+
+    if "/" in deployment:
+        namespace, deployment = deployment.split("/", 1)
+    with k8s_config.new_client_from_config(config_file=str(kubeconfig)) as api:
+        crs = Kube(api).list(*KIMIK3_DEPLOYMENT.type_meta, namespace or "", "")
+    matches = [c for c in crs if c["metadata"]["name"] == deployment]
+    if len(matches) != 1:
+        known = ", ".join(sorted(f"{c['metadata']['namespace']}/{c['metadata']['name']}" for c in crs)) or "none"
+        raise LookupError(f"{KIMIK3_DEPLOYMENT.kind} {deployment!r} {'not found' if not matches else 'is ambiguous'}"
+                          f"{f' in namespace {namespace}' if namespace else ''}; known: {known}")
+    cr = matches[0]
+    who = f"{cr['metadata']['namespace']}/{deployment}"
+    endpoint = (cr.get("status") or {}).get("endpoint")
+    if not endpoint:
+        raise LookupError(f"{who} has no status.endpoint yet: the operator has not reconciled it")
+    url = services.service_address(state_dir, endpoint)
+    if url is None:
+        raise LookupError(f"nothing serves {who}'s Service ({endpoint}) here: is `{command()} dev sim` running with "
+                          f"--state-dir {state_dir}?")
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        endpoints = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise LookupError(f"{path} does not exist: is `{command()} dev sim` running with --state-dir {state_dir}?") from None
-    key = deployment if "/" in deployment else None
-    if key is None:
-        matches = [k for k in endpoints if k.split("/", 1)[1] == deployment and (namespace is None or k.startswith(namespace + "/"))]
-        if len(matches) != 1:
-            raise LookupError(f"deployment {deployment!r} {'not found' if not matches else 'is ambiguous'} in {path}; "
-                              f"known: {', '.join(sorted(endpoints)) or 'none'}")
-        key = matches[0]
-    if key not in endpoints:
-        raise LookupError(f"deployment {key!r} not found in {path}; known: {', '.join(sorted(endpoints)) or 'none'}")
-    return endpoints[key]["url"], endpoints[key].get("model")
+        models = requests.get(f"{url}/v1/models", headers=headers, timeout=10)
+        model = models.json()["data"][0]["id"] if models.status_code == 200 else None
+    except (requests.RequestException, ValueError, KeyError, IndexError):
+        model = None
+    return url, model
 
 
 @dataclass

@@ -3,9 +3,11 @@
 Every ``poll_interval`` seconds (2 s by default) it lists, through the core's client (``Kube``),
 the KimiK3Deployments and the pods of their LeaderWorkerSets (labels
 ``inference.kimik3.io/deployment=<cr>`` and ``leaderworkerset.sigs.k8s.io/name``; during a
-rollout a deployment has two: ``group_order``), and for every group (label ``group-index``)
+rollout a deployment has two), and for every group (label ``group-index``)
 whose pods all exist (as many as the launch plan has ranks), are not terminating and are
-``Running`` it keeps one ``SimEngine`` on a free 127.0.0.1 port, configured from what the
+``Running``, and whose leader has an IP (``status.podIP``: kwok hands out loopback addresses,
+``kimik3_dev.devcluster.podnet``), it keeps one ``SimEngine`` listening where vLLM would: on the
+leader pod's IP and the rendered ``--port`` (the container's API port), configured from what the
 operator rendered for the group's leader pod, as vLLM would be: the ``vllm serve`` argv the
 in-pod launcher builds from the launcher ConfigMap's plan and the pod's env
 (``kimik3_dev.sim.launch``), read once per leader pod UID, when its engine starts (a kubelet
@@ -15,18 +17,18 @@ operator's argument builder changes what the simulated engine does; an edit the 
 ConfigMap missing, a plan the launcher refuses, ``--port`` not the pod's) gets no engine, with a
 warning, retried every poll. A group that goes away (scale-down, deletion, a pod no longer
 Running) stops its engine; a group recreated under a new leader pod UID restarts it, with a new
-load time. Pod IPs are never used: they are fake under kwok.
+load time. kwok may give a new pod the address of a deleted one whose engine still drains: the
+new engine then starts once that drain ends (a kubelet would not reuse an address so soon).
 
-It writes, atomically (temp file + rename), under ``<state-dir>/sim/``:
+It writes, atomically (temp file + rename), under ``<state-dir>/sim/``,
+``services.json``: where each Service's stand-in listens (``kimik3_dev.sim.services``).
+Prometheus finds the engines itself, as on a cluster: Kubernetes service discovery of the leader
+pods through the PodMonitor the operator renders (``kimik3_dev.devcluster.promoperator``).
 
-- ``targets.json``: Prometheus file_sd, one entry per engine:
-  ``{"targets": ["127.0.0.1:PORT"], "labels": {"namespace", "deployment", "group", "pod", "role": "leader",
-  "revision"}}`` (``revision``: the leader's LeaderWorkerSet revision label, when it has one)
-  (the labels a PodMonitor on the leader pods gives in a real cluster);
-- ``endpoints.json``: ``{"ns/name": {"url": "http://127.0.0.1:FRONT", "model": served name,
-  "groups": {"0": {"url", "pod", "leaderUid", "ready", "startedAt", "apiKeyRequired"}}}}``. ``url`` is a small
-  round-robin front per deployment that stands in for the client Service: it forwards to the
-  groups whose engine is ready (past its load time), like a Service to Ready leader pods.
+Services: every poll it also lists the Services and plays kube-proxy for them
+(``kimik3_dev.sim.services``): connections to a Service spread over the Ready pods it selects, at
+its targetPort, as the API server says. The client Service the operator renders selects the
+group leaders, so a client of the Service reaches the engines at their pod IPs.
 
 API key: when the leader pod's engine container has ``VLLM_API_KEY`` in its env (a ``value``, or
 ``valueFrom.secretKeyRef`` as ``render/leaderworkerset.py`` writes it for ``spec.service.apiKeySecret``),
@@ -35,15 +37,21 @@ a kubelet does (``kimik3_dev.sim.podenv``): once, when the engine starts for tha
 later change of the Secret reaches a group only when its pods are recreated), by reading the
 Secret from the API server; a missing Secret or key leaves the group without an engine (the
 kubelet would not start the container), with a warning naming the Secret, retried every poll.
-The key is never logged nor written to a file; ``endpoints.json`` says ``"apiKeyRequired"`` per group.
+The key is never logged nor written to a file.
 
-Readiness (``readiness_probes``, ``dev up --readiness-probes``): kwok leaves a pod with a
-readinessProbe unready, and the supervisor plays the kubelet's prober: each poll it sets the
-leader pod's ``Ready`` and ``ContainersReady`` conditions (and its container's ``ready``) to
-whether its engine answers /health 200, so the LeaderWorkerSet sees a group Ready only after its
-load time. A group that goes away (its pods deleted) drains: its engine gets no new request and
-finishes those it holds, for at most ``TERMINATION_GRACE_S``, as vLLM behind a Service does
-through a pod's termination grace period.
+Readiness: the supervisor plays the kubelet's prober: each poll it sends the leader container's
+readinessProbe (``httpGet`` path and port, its ``timeoutSeconds``) to the leader pod's IP, Ready
+after one success and not Ready after ``failureThreshold`` failures in a row (a leader whose engine
+stopped: at once), as the kubelet counts. With
+``readiness_probes`` (``dev up --readiness-probes``) kwok leaves a pod with a readinessProbe
+unready, and the supervisor sets the leader pod's ``Ready`` and ``ContainersReady`` conditions (and
+its container's ``ready``) to whether the probe answered 200, so the LeaderWorkerSet sees a group
+Ready only after its load time. Without it kwok marks every pod Ready at once and the API server
+cannot tell a loading engine from a loaded one; the Service stand-in then also requires the
+probe's last answer, which is what the Ready condition would have said. A group that goes away
+(its pods deleted) drains: the Service opens it no new connection, and its engine finishes the
+requests it holds, for at most ``TERMINATION_GRACE_S``, as vLLM does through a pod's termination
+grace period (``SimEngine.drain``).
 
 A bad release, to rehearse a rollback: the engine container's env (``spec.engine.env``, so it
 is part of the group templates and rolls out like a new image) may carry
@@ -68,10 +76,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import json
 import logging
 import os
-import socket
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -79,10 +87,9 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from aiohttp import web
 
 from kimik3.api.v1alpha1 import ModelSpec, duration_seconds
-from kimik3.kube.kinds import CONFIG_MAP, GROUP, KIMIK3_DEPLOYMENT, POD
+from kimik3.kube.kinds import CONFIG_MAP, GROUP, KIMIK3_DEPLOYMENT, POD, SERVICE
 from kimik3.kube import pods as kpods
 from kimik3.kube.labels import DEPLOYMENT_LABEL, LWS_NAME_LABEL, LWS_REVISION_LABEL
 from kimik3.kube.objects import is_deleting
@@ -90,8 +97,8 @@ from kimik3.engine.args import API_KEY_ENV
 from kimik3.kube.times import rfc3339
 from kimik3.render.leaderworkerset import CONTAINER
 from kimik3.render.meta import engine_set_name
-from kimik3_dev.sim import launch, podenv
-from kimik3_dev.sim.engine import LOOPBACK, SimEngine
+from kimik3_dev.sim import launch, podenv, services
+from kimik3_dev.sim.engine import SimEngine
 
 log = logging.getLogger(__name__)
 
@@ -100,8 +107,10 @@ WORKLOAD_ANNOTATION = f"{GROUP}/sim-workload"
 DEFAULT_POLL_INTERVAL_S = 2.0
 API_TIMEOUT_S = 10.0
 """Bound on one list call to the API server, seconds."""
-PROXY_TIMEOUT_S = 3600.0
-"""Bound on one request through a deployment's front, seconds."""
+DEFAULT_PROBE_TIMEOUT_S = 1.0
+"""A probe's ``timeoutSeconds`` when the pod does not set it (the kubelet's default)."""
+DEFAULT_FAILURE_THRESHOLD = 3
+"""A probe's ``failureThreshold`` when the pod does not set it (the kubelet's default)."""
 TERMINATION_GRACE_S = 60.0
 """How long a removed group's engine finishes the requests it holds: the engine pods'
 terminationGracePeriodSeconds (``render/leaderworkerset.py``)."""
@@ -157,48 +166,6 @@ class _Group:
     started_at: str
     revision: str = ""
     """The leader pod's LeaderWorkerSet revision label (the PodMonitor's ``revision`` label)."""
-    forwarding: int = 0
-    """Requests the front has sent this group and not finished relaying (a request picked just
-    before the group went away may not have reached its engine yet)."""
-
-    async def drain(self, timeout_s: float) -> None:
-        """The engine's drain (``SimEngine.drain``) once every request the front sent has reached
-        it, all within ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        while self.forwarding and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        await self.engine.drain(max(0.0, deadline - time.monotonic()))
-
-
-@dataclass
-class _Front:
-    """The stand-in for a deployment's client Service: round-robin over its ready groups."""
-
-    namespace: str
-    deployment: str
-    groups: dict[str, _Group] = field(default_factory=dict)
-    port: int = 0
-    runner: web.AppRunner | None = None
-    session: aiohttp.ClientSession | None = None
-    rr: int = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://{LOOPBACK}:{self.port}"
-
-    @property
-    def served_model_name(self) -> str | None:
-        """The name the deployment's engines serve (``--served-model-name``; the lowest group's
-        while a rollout mixes two), None while none runs."""
-        ordered = sorted(self.groups.items(), key=lambda kv: group_order(kv[0]))
-        return ordered[0][1].engine.config.served_model_name if ordered else None
-
-
-def group_order(group: str) -> tuple[str, int]:
-    """Sort key of a group id: the first LeaderWorkerSet's groups (``"0"``, ``"1"``...) by index,
-    then a rollout's new one's (``"<LeaderWorkerSet>/<index>"``)."""
-    lws, _, index = group.rpartition("/")
-    return lws, int(index) if index.isdigit() else 0
 
 
 @dataclass(frozen=True)
@@ -214,6 +181,8 @@ class _Wanted:
     """The leader pod, camelCase (as the API server serves it)."""
     running: int = 1
     """Pods of the group that exist, are not terminating and are Running."""
+    pod_ip: str = ""
+    """The leader pod's ``status.podIP``."""
     load_time_s: float = 0.0
     workload: str | float = "chat"
     variant: str = ModelSpec.model_fields["variant"].default
@@ -225,16 +194,9 @@ class _Wanted:
         return podenv.env_entry(self.pod.get("spec") or {}, API_KEY_ENV, CONTAINER)
 
 
-def _listen_socket() -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((LOOPBACK, 0))
-    return sock
-
-
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write ``data`` as JSON to ``path`` through a temp file in the same folder and a rename, so a
-    reader (Prometheus' file_sd) never sees a half-written file."""
+    reader (``kimik3 dev load``, a test) never sees a half-written file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -261,8 +223,7 @@ class Supervisor:
 
         self.kube = Kube(api_client, timeout_s=API_TIMEOUT_S)
         self.sim_dir = Path(state_dir) / "sim"
-        self.targets_path = self.sim_dir / "targets.json"
-        self.endpoints_path = self.sim_dir / "endpoints.json"
+        self.services_path = self.sim_dir / services.FILE
         self.load_time_s = load_time_s
         self.poll_interval_s = poll_interval_s
         self.workload = workload
@@ -270,7 +231,13 @@ class Supervisor:
         self.readiness_probes = readiness_probes
         self._draining: set[asyncio.Task] = set()
         self.groups: dict[tuple[str, str, str], _Group] = {}
-        self.fronts: dict[tuple[str, str], _Front] = {}
+        self.services: dict[tuple[str, str, int], services.ServicePort] = {}
+        """The stand-in of each (namespace, Service, port) kube-proxy would program."""
+        self.probed: dict[str, bool] = {}
+        """Whether the readiness probe counts each leader pod UID Ready (the kubelet's thresholds)."""
+        self._probe_failures: dict[str, int] = {}
+        """Readiness probe failures in a row per leader pod UID."""
+        self._session: aiohttp.ClientSession | None = None
         self._launches: dict[str, launch.Launch] = {}
         """The launch of each leader pod UID that runs or waits for its group's other pods."""
         self._unlaunched: dict[tuple[str, str, str], tuple[str, str]] = {}
@@ -278,7 +245,7 @@ class Supervisor:
         self._unresolved: dict[tuple[str, str, str], str] = {}
         self._exits: dict[str, asyncio.Task] = {}
         """Per leader pod UID of a release that crashes at start (``EXIT_CODE_ENV``): its exit, pending."""
-        self._last_written: tuple[str, str] | None = None
+        self._last_written: str | None = None
         self.polls = 0
 
     # ---------------------------------------------------------------- main loop
@@ -299,47 +266,51 @@ class Supervisor:
             await self.close()
 
     async def close(self) -> None:
-        """Stop every engine and front; write empty target and endpoint files."""
+        """Stop every engine and Service stand-in; write empty target and service files."""
+        for port in list(self.services.values()):
+            await port.stop()
+        self.services.clear()
         for group in list(self.groups):
             await self._stop_group(group)
         for task in [*self._draining, *self._exits.values()]:
             task.cancel()
         await asyncio.gather(*self._draining, *self._exits.values(), return_exceptions=True)
         self._exits.clear()
-        for front in list(self.fronts):
-            await self._stop_front(front)
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
         self._write_files(force=True)
 
     async def poll_once(self) -> None:
-        """One pass: list CRs and LWS pods, start/stop engines and fronts, rewrite the files."""
-        crs, pods = await asyncio.gather(
+        """One pass: list CRs, pods and Services, update the Service stand-ins, start/stop engines,
+        probe the leaders, rewrite the files."""
+        crs, pods, svcs = await asyncio.gather(
             asyncio.to_thread(self.kube.list, *KIMIK3_DEPLOYMENT.type_meta, "", ""),
-            asyncio.to_thread(self.kube.list, *POD.type_meta, "", LWS_NAME_LABEL),
+            asyncio.to_thread(self.kube.list, *POD.type_meta, "", ""),
+            asyncio.to_thread(self.kube.list, *SERVICE.type_meta, "", ""),
         )
-        wanted, deployments = self._wanted(crs, pods)
+        # The Services first: kwok may have given a deleted pod's IP to a new pod, whose engine
+        # starts below; no connection may reach it through a stand-in still showing the old pod.
+        await self._sync_services(svcs, pods)
+        wanted, _ = self._wanted(crs, [p for p in pods if LWS_NAME_LABEL in kpods.labels(p)])
         for key, group in list(self.groups.items()):
             want = wanted.get(key)
             if want is None or want.leader_uid != group.leader_uid or \
                     want.running < self._launches[group.leader_uid].group_size:
-                log.info("group %s/%s/%s gone or recreated: stopping its engine on port %s",
-                         *key, group.engine.port)
+                log.info("group %s/%s/%s gone or recreated: its engine on %s drains", *key, group.engine.url)
                 await self._stop_group(key)
-        for front in list(self.fronts):
-            if front not in deployments:
-                await self._stop_front(front)
-        for deployment in deployments:
-            if deployment not in self.fronts:
-                await self._start_front(deployment)
         live = {w.leader_uid for w in wanted.values()}
         for uid in [u for u in self._launches if u not in live]:
             del self._launches[uid]
+        for uid in [u for u in self.probed if u not in live]:
+            del self.probed[uid]
+            self._probe_failures.pop(uid, None)
         for uid in [u for u in self._exits if u not in live]:
             self._exits.pop(uid).cancel()
         for key, want in wanted.items():
             if key not in self.groups:
                 await self._start_group(key, want)
-        if self.readiness_probes:
-            await self._probe(wanted)
+        await self._probe(wanted)
         self.polls += 1
         self._write_files()
 
@@ -378,9 +349,12 @@ class Supervisor:
                 leader = self._leader(running)
                 if leader is None or len(running) < len([p for p in members if not kpods.is_terminating(p)]):
                     continue
+                pod_ip = (leader.get("status") or {}).get("podIP")
+                if not pod_ip:
+                    continue  # no address yet: nothing could reach the engine
                 wanted[(ns, name, gi)] = _Wanted(
                     ns, name, gi, leader["metadata"]["name"], leader["metadata"]["uid"], leader, len(running),
-                    load_time, workload, variant)
+                    pod_ip, load_time, workload, variant)
         return wanted, deployments
 
     @staticmethod
@@ -471,14 +445,21 @@ class Supervisor:
         if api_keys is None:
             return
         engine = SimEngine(dataclasses.replace(config, api_keys=api_keys))
-        await engine.start()
+        try:
+            await engine.start(started_with.port, want.pod_ip)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            if self._unlaunched.get(key) != (want.leader_uid, "address in use"):
+                log.info("group %s/%s/%s (leader %s): %s:%d is still held (a deleted pod's engine drains there): "
+                         "the engine starts once it is free", *key, want.leader_pod, want.pod_ip, started_with.port)
+                self._unlaunched[key] = (want.leader_uid, "address in use")
+            return
+        self._unlaunched.pop(key, None)
         started = rfc3339()
         group = _Group(want.namespace, want.deployment, want.group, want.leader_pod, want.leader_uid, engine, started,
                        kpods.labels(want.pod).get(LWS_REVISION_LABEL, ""))
         self.groups[key] = group
-        front = self.fronts.get((want.namespace, want.deployment))
-        if front is not None:
-            front.groups[want.group] = group
         log.info("group %s/%s/%s (leader %s): engine on %s (%s), ready in %.0f s%s",
                  *key, want.leader_pod, engine.url, " ".join(started_with.argv), config.load_time_s,
                  f", API key ({API_KEY_ENV}) required on /v1" if engine.requires_api_key else "")
@@ -506,26 +487,63 @@ class Supervisor:
             log.info("pod %s/%s: exit not written (%s)", want.namespace, want.leader_pod, exc)
 
     async def _stop_group(self, key: tuple[str, str, str]) -> None:
-        """The front sends the group nothing more; its engine drains in the background."""
+        """The group's engine drains in the background (the Service stand-ins drop its pod as
+        soon as the API server shows it gone or terminating)."""
         group = self.groups.pop(key)
-        front = self.fronts.get(key[:2])
-        if front is not None and front.groups.get(key[2]) is group:
-            del front.groups[key[2]]
-        task = asyncio.create_task(group.drain(TERMINATION_GRACE_S))
+        task = asyncio.create_task(group.engine.drain(TERMINATION_GRACE_S))
         self._draining.add(task)
         task.add_done_callback(self._draining.discard)
 
     # ---------------------------------------------------------------- the kubelet's readiness prober
     async def _probe(self, wanted: dict[tuple[str, str, str], _Wanted]) -> None:
-        """Each leader pod with a readinessProbe is Ready exactly while its engine is loaded."""
+        """Send each running leader's readinessProbe to its pod IP; with ``readiness_probes``,
+        write the answer into the pod's status as a kubelet does."""
+        if self._session is None:
+            # a connection per probe, as the kubelet's prober (no keep-alive): a kept connection
+            # would still reach a deleted pod's draining engine after kwok gave its IP to a new pod
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
         for key, want in wanted.items():
-            container = podenv.container(want.pod.get("spec") or {}, CONTAINER)
-            if not container.get("readinessProbe"):
+            probe = podenv.container(want.pod.get("spec") or {}, CONTAINER).get("readinessProbe")
+            if not probe:
                 continue
             group = self.groups.get(key)
-            ready = group is not None and group.leader_uid == want.leader_uid and group.engine.ready
-            if kpods.is_ready(want.pod) != ready:
+            answered = group is not None and group.leader_uid == want.leader_uid and await self._http_probe(want, probe)
+            failures = 0 if answered else self._probe_failures.get(want.leader_uid, 0) + 1
+            self._probe_failures[want.leader_uid] = failures
+            # the kubelet's thresholds: Ready after one success, not Ready after failureThreshold failures in a row
+            ready = answered or (self.probed.get(want.leader_uid, False) and group is not None
+                                 and failures < int(probe.get("failureThreshold") or DEFAULT_FAILURE_THRESHOLD))
+            self.probed[want.leader_uid] = ready
+            if self.readiness_probes and kpods.is_ready(want.pod) != ready:
                 await asyncio.to_thread(self._set_ready, want.namespace, want.leader_pod, ready)
+
+    async def _http_probe(self, want: _Wanted, probe: dict[str, Any]) -> bool:
+        """Whether ``probe``'s ``httpGet`` at the pod's IP answers 2xx/3xx within its timeout, as
+        the kubelet's prober counts success."""
+        action = probe.get("httpGet") or {}
+        port = action.get("port")
+        if not isinstance(port, int) and not str(port).isdigit():
+            port = next((p.get("containerPort") for p in podenv.container(want.pod.get("spec") or {}, CONTAINER)
+                         .get("ports") or [] if p.get("name") == port), None)
+        if port is None:
+            return False
+        url = f"http://{want.pod_ip}:{port}{action.get('path', '/')}"
+        timeout = aiohttp.ClientTimeout(total=float(probe.get("timeoutSeconds") or DEFAULT_PROBE_TIMEOUT_S))
+        assert self._session is not None
+        try:
+            async with self._session.get(url, timeout=timeout, allow_redirects=False) as resp:
+                return 200 <= resp.status < 400
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            return False
+
+    def _endpoint_ready(self, pod: dict[str, Any]) -> bool:
+        """Ready as the EndpointSlice controller reads it; without ``readiness_probes`` (kwok marks
+        pods Ready at once) a probed container counts only once its probe answered."""
+        if not kpods.is_ready(pod):
+            return False
+        if self.readiness_probes or not podenv.container(pod.get("spec") or {}, CONTAINER).get("readinessProbe"):
+            return True
+        return self.probed.get(pod["metadata"].get("uid", ""), False)
 
     def _set_ready(self, namespace: str, pod: str, ready: bool) -> None:
         now = rfc3339()
@@ -544,92 +562,43 @@ class Supervisor:
         self.kube.request("PATCH", POD.path(namespace, pod) + "/status", body,
                           content_type="application/strategic-merge-patch+json")
 
-    # ---------------------------------------------------------------- fronts (Service stand-ins)
-    async def _start_front(self, key: tuple[str, str]) -> None:
-        front = _Front(key[0], key[1])
-        for (ns, name, gi), group in self.groups.items():
-            if (ns, name) == key:
-                front.groups[gi] = group
-        app = web.Application()
-
-        async def forward(request: web.Request) -> web.StreamResponse:
-            return await self._forward(front, request)
-
-        app.router.add_route("*", "/{tail:.*}", forward)
-        front.runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
-        await front.runner.setup()
-        sock = _listen_socket()
-        front.port = sock.getsockname()[1]
-        await web.SockSite(front.runner, sock).start()
-        front.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=PROXY_TIMEOUT_S))
-        self.fronts[key] = front
-        log.info("deployment %s/%s: front (client Service stand-in) on %s", *key, front.url)
-
-    async def _stop_front(self, key: tuple[str, str]) -> None:
-        front = self.fronts.pop(key)
-        if front.session is not None:
-            await front.session.close()
-        if front.runner is not None:
-            await front.runner.cleanup()
-
-    async def _forward(self, front: _Front, request: web.Request) -> web.StreamResponse:
-        ready = [g for _, g in sorted(front.groups.items(), key=lambda kv: group_order(kv[0])) if g.engine.ready]
-        if not ready:
-            return web.json_response({"error": {
-                "message": f"no ready engine group behind {front.namespace}/{front.deployment}",
-                "type": "ServiceUnavailableError", "param": None, "code": 503}}, status=503)
-        group = ready[front.rr % len(ready)]
-        front.rr += 1
-        assert front.session is not None
-        # a Service passes every byte; the front passes the headers the engine reads
-        headers = {k: v for k, v in request.headers.items() if k.lower() in ("content-type", "accept", "authorization")}
-        group.forwarding += 1
-        try:
-            async with front.session.request(request.method, group.engine.url + request.path_qs,
-                                             data=await request.read(), headers=headers) as upstream:
-                resp = web.StreamResponse(status=upstream.status)
-                if "Content-Type" in upstream.headers:
-                    resp.headers["Content-Type"] = upstream.headers["Content-Type"]
-                await resp.prepare(request)
-                async for chunk in upstream.content.iter_any():
-                    await resp.write(chunk)
-                await resp.write_eof()
-                return resp
-        finally:
-            group.forwarding -= 1
+    # ---------------------------------------------------------------- Services (kube-proxy's part)
+    async def _sync_services(self, svcs: list[dict[str, Any]], pods: list[dict[str, Any]]) -> None:
+        """A stand-in per port of every Service kube-proxy would program, its endpoints from the
+        pods as listed this poll."""
+        seen = set()
+        for svc in svcs:
+            meta = svc["metadata"]
+            for port in services.programmed_ports(svc):
+                key = (meta["namespace"], meta["name"], int(port["port"]))
+                seen.add(key)
+                stand_in = self.services.get(key)
+                if stand_in is None:
+                    stand_in = services.ServicePort(*key)
+                    await stand_in.start()
+                    self.services[key] = stand_in
+                backends = services.endpoints(svc, port, pods, self._endpoint_ready)
+                if backends != stand_in.backends:
+                    log.info("service %s/%s port %d: endpoints %s", *key,
+                             ", ".join(f"{ip}:{n}" for ip, n in backends) or "none")
+                stand_in.backends = backends
+        for key in [k for k in self.services if k not in seen]:
+            await self.services.pop(key).stop()
 
     # ---------------------------------------------------------------- files
-    def targets(self) -> list[dict[str, Any]]:
-        """The file_sd document: one target per running engine, sorted."""
-        out = []
-        for (ns, name, gi), g in sorted(self.groups.items()):
-            out.append({"targets": [f"{LOOPBACK}:{g.engine.port}"],
-                        "labels": {"namespace": ns, "deployment": name, "group": gi.rsplit("/", 1)[-1],
-                                   "pod": g.leader_pod,
-                                   "role": "leader", **({"revision": g.revision} if g.revision else {})}})
-        return out
-
-    def endpoints(self) -> dict[str, Any]:
-        """The endpoints document: a URL per deployment (its front) and each group's engine."""
-        out: dict[str, Any] = {}
-        for (ns, name), front in sorted(self.fronts.items()):
-            out[f"{ns}/{name}"] = {
-                "url": front.url,
-                "model": front.served_model_name,
-                "groups": {gi: {"url": g.engine.url, "pod": g.leader_pod, "leaderUid": g.leader_uid,
-                                "ready": g.engine.ready, "startedAt": g.started_at,
-                                "apiKeyRequired": g.engine.requires_api_key}
-                           for gi, g in sorted(front.groups.items(), key=lambda kv: group_order(kv[0]))},
-            }
+    def service_addresses(self) -> dict[str, dict[str, str]]:
+        """``services.json``: ``{"namespace/name": {"<port>": "127.0.0.1:PORT"}}``."""
+        out: dict[str, dict[str, str]] = {}
+        for (ns, name, port), stand_in in sorted(self.services.items()):
+            out.setdefault(f"{ns}/{name}", {})[str(port)] = stand_in.address
         return out
 
     def _write_files(self, force: bool = False) -> None:
-        targets, endpoints = self.targets(), self.endpoints()
-        key = (json.dumps(targets, sort_keys=True), json.dumps(endpoints, sort_keys=True))
+        addresses = self.service_addresses()
+        key = json.dumps(addresses, sort_keys=True)
         if not force and key == self._last_written:
             return
-        write_json_atomic(self.targets_path, targets)
-        write_json_atomic(self.endpoints_path, endpoints)
+        write_json_atomic(self.services_path, addresses)
         self._last_written = key
 
 
