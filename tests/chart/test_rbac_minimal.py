@@ -30,9 +30,10 @@ Scenario (one fresh namespace each run), in order:
                        stager ServiceAccount, and two Jobs with their Roles and RoleBindings
   follow LeaderWorkerSet  the CR turns Ready soon after the LWS reports its groups ready
   heal <Kind>          a deleted child is back within HEAL_WINDOW_S (the resync is minutes away)
-  follow pods          a leader pod that appears shows up in the Ready message
+  follow pods          a leader pod that appears (bound to a tray) shows up in the Ready message
   channel devices      that pod's tray has no ResourceSlice of the ComputeDomain driver:
-                       ComputeDomainReady=False ResourceSliceMissing names it
+                       ComputeDomainReady=False ResourceSliceMissing names it (checked before any
+                       FailedPrepareDynamicResources Event: a due PrepareFailed outranks it)
   prepare failure      a pod Pending on its node with the kubelet's FailedPrepareDynamicResources
                        Event older than its bound: ComputeDomainReady=False PrepareFailed (F19 b)
   follow Workloads     (placement kueue) a group's Workload pending on quota shows as
@@ -335,15 +336,17 @@ def scenario(kube: Kube, core: client.CoreV1Api, namespace: str, lease: str) -> 
     core.create_namespaced_pod(namespace, {"metadata": {"name": pod, "labels": {
         "leaderworkerset.sigs.k8s.io/name": ENGINE, "leaderworkerset.sigs.k8s.io/group-index": "0",
         "leaderworkerset.sigs.k8s.io/worker-index": "0", "app.kubernetes.io/managed-by": "kimik3-operator",
-        "inference.kimik3.io/deployment": NAME}}, "spec": {"containers": [{"name": "engine", "image": "x"}]}})
+        "inference.kimik3.io/deployment": NAME}}, "spec": {"nodeName": f"tray-{namespace}",
+                                                             "containers": [{"name": "engine", "image": "x"}]}})
     expect("follow pods", lambda: pod in condition(get(*CR, namespace, NAME), "Ready").get("message", ""),
            HEAL_WINDOW_S)
+    # before any FailedPrepareDynamicResources Event: PrepareFailed, once due, outranks ResourceSliceMissing
+    expect("channel devices", lambda: condition(get(*CR, namespace, NAME), "ComputeDomainReady").get("reason")
+           == "ResourceSliceMissing", HEAL_WINDOW_S)
     core.delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
     wait_for(lambda: pod not in {p.metadata.name for p in core.list_namespaced_pod(namespace).items}, 10,
              "the test pod gone")
     unprepared_pod(core, namespace)
-    expect("channel devices", lambda: condition(get(*CR, namespace, NAME), "ComputeDomainReady").get("reason")
-           == "ResourceSliceMissing", HEAL_WINDOW_S)
     expect("prepare failure", lambda: condition(get(*CR, namespace, NAME), "ComputeDomainReady").get("reason")
            == "PrepareFailed", PREPARE_WINDOW_S)
     core.delete_namespaced_pod(f"{ENGINE}-1", namespace, grace_period_seconds=0)
