@@ -102,23 +102,49 @@ def sets(*names: str) -> list:
 def test_each_group_once_with_rack_trays_kueue_state_and_readiness() -> None:
     pods = [pod(0, 1, "a-1", "A", ready=True), pod(0, 0, "a-0", "A", ready=True), pod(1, 0), pod(1, 1)]
     (one,) = sets(FIRST)
-    groups = group_statuses(groups_of(pods, 2), [workload(0, ADMITTED), workload(1, NO_RACK)], [one], one, 3, {"a-0": "A", "a-1": "A"})
+    groups = group_statuses(groups_of(pods, 2, {"a-0": "A", "a-1": "A"}), [workload(0, ADMITTED), workload(1, NO_RACK)], [one], one, 3)
     assert groups == [
-        GroupStatus(leader_worker_set=FIRST, index=0, rack="A", trays=["a-0", "a-1"], kueue="Admitted", ready=True),
+        GroupStatus(leader_worker_set=FIRST, index=0, rack="A", racks=["A"], trays=["a-0", "a-1"], kueue="Admitted",
+                    ready=True),
         GroupStatus(leader_worker_set=FIRST, index=1, kueue="Pending", message=TOPOLOGY_MESSAGE),
         GroupStatus(leader_worker_set=FIRST, index=2),  # desired, no pods or Workload yet
     ]
     # a rollout: the new LeaderWorkerSet's group 0 beside the old one's, its Workload told by its uid
     old, new = sets(FIRST, "k3-latency-engine-b")
-    both = group_statuses(groups_of([pod(0, 0, "a-0", "A", ready=True), pod(0, 0, "b-0", name="k3-latency-engine-b")], 1), [workload(0, ADMITTED), workload(0, NO_RACK, uid="u-k3-latency-engine-b")], [old, new], new, 1, {"a-0": "A"})
+    both = group_statuses(groups_of([pod(0, 0, "a-0", "A", ready=True), pod(0, 0, "b-0", name="k3-latency-engine-b")], 1, {"a-0": "A"}), [workload(0, ADMITTED), workload(0, NO_RACK, uid="u-k3-latency-engine-b")], [old, new], new, 1)
     assert [(g.leader_worker_set, g.index, g.rack, g.kueue, g.ready) for g in both] == [
         (FIRST, 0, "A", "Admitted", True), ("k3-latency-engine-b", 0, None, "Pending", False)]
     # exclusive placement: no Workloads, no Kueue state; the scheduler's message of an Unschedulable pod
     unschedulable = pod(0, 0)
     unschedulable["status"]["conditions"].append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                                                   "message": "0/36 nodes are available"})
-    assert group_statuses(groups_of([unschedulable], 2), None, [one], one, 1, {}) == [
+    assert group_statuses(groups_of([unschedulable], 2), None, [one], one, 1) == [
         GroupStatus(leader_worker_set=FIRST, index=0, message="0/36 nodes are available")]
+
+
+def test_a_group_lists_the_rack_of_every_pod_and_one_in_two_racks_is_split() -> None:
+    """The racks of every live bound pod, each once, the leader's first; a group in two is split:
+    not serving, no single rack in its status, its message naming both racks."""
+    racks = {"a-0": "A", "a-1": "A", "a-2": "A", "b-0": "B", "b-1": "B"}
+    whole = groups_of([pod(0, 0, "a-0", ready=True), pod(0, 1, "a-1", ready=True)], 2, racks)[(FIRST, 0)]
+    assert (whole.racks, whole.split, whole.ready, whole.serving) == (("A",), False, True, True)
+    # TP16 as the issue met it: the leader in rack B, three workers in rack A
+    members = [pod(0, 0, "b-0", ready=True)] + [pod(0, w, f"a-{w - 1}", ready=True) for w in (1, 2, 3)]
+    split = groups_of(members, 4, racks)[(FIRST, 0)]
+    assert (split.racks, split.split, split.ready, split.serving) == (("B", "A"), True, True, False)
+    # unbound pods, trays of unknown rack and terminating pods add no rack
+    leaving = {**pod(0, 1, "b-1"), "metadata": {**pod(0, 1, "b-1")["metadata"], "deletionTimestamp": "x"}}
+    assert groups_of([pod(0, 0, "a-0"), leaving, pod(0, 2, "z-9"), pod(0, 3)], 4, racks)[(FIRST, 0)].racks == ("A",)
+    assert groups_of(members, 4)[(FIRST, 0)].racks == ()  # racks unknown: nothing judged
+    (one,) = sets(FIRST)
+    (entry,) = group_statuses({(FIRST, 0): split}, None, [one], one, 1)
+    assert (entry.rack, entry.racks, entry.ready) == (None, ["B", "A"], False)
+    assert entry.trays == ["b-0", "a-0", "a-1", "a-2"]
+    assert entry.message == f"group 0 of LeaderWorkerSet {FIRST} has pods in racks B and A: it cannot run as one engine " \
+                            "(one NVLink domain per group)"
+    # the rollout's count: a split group is never a serving group of its LeaderWorkerSet
+    (counted,) = engine_sets([{"metadata": {"name": FIRST, "uid": "u"}, "spec": {"replicas": 1}}], {(FIRST, 0): split})
+    assert counted.ready == 0
 
 
 def test_an_event_for_each_change_of_a_groups_kueue_state() -> None:
@@ -293,25 +319,25 @@ def test_readmission_deletes_a_split_or_failed_tray_groups_admitted_workload_onl
     failed tray, is deleted (never toggled: Kueue skips an admitted Workload with unhealthy nodes)."""
     split = [pod(0, 0, "a-0"), pod(0, 1, "b-0")]
     whole = [pod(0, 0, "a-0"), pod(0, 1, "a-1")]
-    (step,) = readmissions([workload(0, ADMITTED)], split, RACKS, SETS)
+    (step,) = readmissions([workload(0, ADMITTED)], groups_of(split, 2, RACKS), SETS)
     assert (step.workload, step.uid) == ("leaderworkerset-k3-latency-engine-0-x", "uid-0")
     assert step.event[:2] == ("Warning", "GroupSplitAcrossRacks") and not step.event.once
     assert step.event[2].startswith("group 0: Kueue placed its pods in racks a and b")
-    assert readmissions([workload(0, ADMITTED)], whole, RACKS, SETS) == []
+    assert readmissions([workload(0, ADMITTED)], groups_of(whole, 2, RACKS), SETS) == []
     failed = {**workload(0, ADMITTED), "status": {"conditions": [ADMITTED], **UNHEALTHY}}
-    (step,) = readmissions([failed], [pod(0, 0), pod(0, 1)], RACKS, SETS)
+    (step,) = readmissions([failed], groups_of([pod(0, 0), pod(0, 1)], 2, RACKS), SETS)
     assert step.event[:2] == ("Warning", "GroupTrayFailed") and "its tray a-1 failed" in step.event[2]
     # not admitted (Kueue evicted it, or a fresh one waits), or already being deleted: left to Kueue
-    assert readmissions([workload(0, EVICTED_NODES)], split, RACKS, SETS) == []
-    assert readmissions([{**failed, "status": {"conditions": [NO_RACK], **UNHEALTHY}}], [], RACKS, SETS) == []
+    assert readmissions([workload(0, EVICTED_NODES)], groups_of(split, 2, RACKS), SETS) == []
+    assert readmissions([{**failed, "status": {"conditions": [NO_RACK], **UNHEALTHY}}], groups_of([], 2, RACKS), SETS) == []
     deleting = {**failed, "metadata": {**failed["metadata"], "deletionTimestamp": "2026-12-01T00:00:00Z"}}
-    assert readmissions([deleting], split, RACKS, SETS) == []
+    assert readmissions([deleting], groups_of(split, 2, RACKS), SETS) == []
     # a terminating pod in the other rack does not split the group
     leaving = {**pod(0, 1, "b-0"), "metadata": {**pod(0, 1, "b-0")["metadata"], "deletionTimestamp": "x"}}
-    assert readmissions([workload(0, ADMITTED)], [pod(0, 0, "a-0"), leaving], RACKS, SETS) == []
+    assert readmissions([workload(0, ADMITTED)], groups_of([pod(0, 0, "a-0"), leaving], 2, RACKS), SETS) == []
     # a rollout: the old set's group 0 in rack a and the new set's group 0 in rack b are two groups
     beside = [pod(0, 0, "a-0"), pod(0, 1, "a-1"), pod(0, 0, "b-0", name="k3-latency-engine-b")]
-    assert readmissions([workload(0, ADMITTED)], beside, RACKS, SETS) == []
+    assert readmissions([workload(0, ADMITTED)], groups_of(beside, 2, RACKS), SETS) == []
 
 
 def test_an_admitted_group_with_a_pod_off_its_trays_is_checked_again_soon() -> None:

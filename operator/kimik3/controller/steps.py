@@ -236,7 +236,7 @@ def place(snap: Snapshot) -> StepResult[None]:
     deleted, for Kueue to admit the group again whole; look again soon while that goes on or an
     admitted group has a pod not yet on a tray (Workloads are not watched)."""
     workloads, names = snap.workloads or [], snap.set_uids
-    steps = readmissions(workloads, snap.pods, snap.racks, names)
+    steps = readmissions(workloads, snap.groups, names)
     out: StepResult[None] = StepResult(None, delete=[
         Deletion(WORKLOAD, s.workload, s.uid, s.event) for s in steps])
     if steps or awaits_kueue(workloads, snap.pods, names):
