@@ -56,6 +56,10 @@ ComputeDomainReady True    AllNodesJoined (every node of the engine pods is in t
                            PrepareFailed (a pod the kubelet cannot start: FailedPrepareDynamicResources
                            past its bound; pod, node and the kubelet's message: F19 b)
                    Unknown NotReported
+PlacementConflict  True    PlacementModesMixed (a deployment of placement kueue and one of placement
+                           exclusive share a node pool: each other deployment named with its
+                           mode and racks, the fix; set only once a clash was seen)
+                   False   OnePlacementMode (the clash is gone)
 =================  ======  =====================================================================
 
 Events on the KimiK3Deployment have one of the ``EventReason`` reasons; a condition reason that is
@@ -91,6 +95,8 @@ class ConditionType(StrEnum):
     """The target and the drafter are where the engines load them (a cache: staged and verified)."""
     COMPUTE_DOMAIN_READY = "ComputeDomainReady"
     """The DRA driver lists every node of the engine pods in the ComputeDomain (reported only)."""
+    PLACEMENT_CONFLICT = "PlacementConflict"
+    """Another deployment of the other placement mode shares the node pool (controller.placementmix)."""
 
 
 class Reason(StrEnum):
@@ -167,6 +173,11 @@ class Reason(StrEnum):
     """A pod's resource claims could not be prepared for longer than its bound (the kubelet's
     FailedPrepareDynamicResources Event quoted; kimik3.controller.computedomains)."""
     NOT_REPORTED = "NotReported"
+    PLACEMENT_MODES_MIXED = "PlacementModesMixed"
+    """A deployment of placement kueue and one of placement exclusive (exclusive topology) share a
+    node pool: the other deployments named, their racks, the fix (kimik3.controller.placementmix)."""
+    ONE_PLACEMENT_MODE = "OnePlacementMode"
+    """No deployment of the other placement mode shares the node pool (any more)."""
     MEASURED = "Measured"
     NOT_YET_MEASURED = "NotYetMeasured"
     NO_TARGETS = "NoTargets"
@@ -226,6 +237,7 @@ REASONS: dict[ConditionType, tuple[Reason, ...]] = {
     ConditionType.COMPUTE_DOMAIN_READY: (Reason.ALL_NODES_JOINED, Reason.NODES_MISSING, Reason.NODES_NOT_READY,
                                          Reason.RESOURCE_SLICE_MISSING, Reason.PREPARE_FAILED,
                                          Reason.NOT_REPORTED),
+    ConditionType.PLACEMENT_CONFLICT: (Reason.PLACEMENT_MODES_MIXED, Reason.ONE_PLACEMENT_MODE),
     ConditionType.METRICS_AVAILABLE: (Reason.MEASURED, Reason.GROUPS_UNMEASURED, Reason.SCALED_TO_ZERO,
                                       Reason.NOT_YET_MEASURED, *METRICS_UNAVAILABLE),
     ConditionType.WEIGHTS_READY: (Reason.STAGED, Reason.DECLARED_READY, Reason.NOT_STAGED, Reason.STAGING,
@@ -316,6 +328,8 @@ class EventReason(StrEnum):
     whole (controller.readmit)."""
     GROUP_TRAY_FAILED = "GroupTrayFailed"
     """Warning: a tray of an admitted group failed; its Workload is deleted to re-admit it whole (controller.readmit)."""
+    PLACEMENT_MODES_MIXED = Reason.PLACEMENT_MODES_MIXED.value
+    """Warning: PlacementConflict=True (the other deployment and its mode named), once per generation."""
     UNSCHEDULABLE = Reason.UNSCHEDULABLE.value
     """Warning: ScalingLimited=True Unschedulable, posted as the condition says it."""
     QUOTA_EXHAUSTED = Reason.QUOTA_EXHAUSTED.value

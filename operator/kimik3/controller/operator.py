@@ -272,6 +272,7 @@ def build_registry(cfg: OperatorConfig, queue: WorkQueue, cache: ObjectCache, cr
         namespace = body.metadata.namespace or ""
         if event.get("type") is None:  # listed (start, or re-list after a lost watch / 410 Gone)
             cache.forget_applied(namespace, body.metadata.name)
+        cache.update(event.get("type"), dict(event.get("object") or body))  # every CR, for controller/placementmix.py
         queue.add((namespace, body.metadata.name))
 
     watch_children(registry, queue, cache, crashes)

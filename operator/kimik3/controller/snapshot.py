@@ -11,7 +11,7 @@ reconcile (``controller.steps``) reads the snapshot; none lists the API server i
 what the applies can have changed: the pods and the LeaderWorkerSets (and the Workloads when a
 LeaderWorkerSet was created or deleted), plus what the status needs only in some states (the
 kubelet's prepare Events while a pod waits on its node, the free trays while Kueue finds no
-rack). Reads go through the watch cache where a watch keeps one (``controller.cache``), else to
+rack), and every KimiK3Deployment (``controller.placementmix`` compares their placement modes). Reads go through the watch cache where a watch keeps one (``controller.cache``), else to
 the API server; ``Reader.reads`` counts both, per kind and phase (tests/test_reconcile_reads.py).
 """
 
@@ -32,9 +32,8 @@ from kimik3.controller.nodes import Nodes
 from kimik3.controller.queues import QueueRead, kueue_marked
 from kimik3.kube import pods as kpods
 from kimik3.kube.groups import Group, GroupKey, groups_of
-from kimik3.kube.kinds import (COMPUTE_DOMAIN, CONFIG_MAP, EVENT, LEADER_WORKER_SET, LOCAL_QUEUE, NODE, POD,
-                               RESOURCE_SLICE, WORKLOAD,
-                               Kind)
+from kimik3.kube.kinds import (COMPUTE_DOMAIN, CONFIG_MAP, EVENT, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, LOCAL_QUEUE,
+                               NODE, POD, RESOURCE_SLICE, WORKLOAD, Kind)
 from kimik3.kube.labels import DEPLOYMENT_LABEL, KUEUE_JOB_UID_LABEL, LWS_NAME_LABEL, PRODUCT_LABEL
 from kimik3.kube.objects import condition
 from kimik3.kube.workloads import waiting
@@ -74,6 +73,9 @@ class Snapshot:
     sliced: set[str] | None = None
     """After the applies, with a ComputeDomain and pods on nodes: the nodes with a ResourceSlice of
     the ComputeDomain driver (None: not read, or not readable)."""
+    deployments: list[dict[str, Any]] | None = None
+    """After the applies: every KimiK3Deployment the operator sees, this one included (for
+    ``controller.placementmix``; None: not readable)."""
 
     @property
     def set_uids(self) -> dict[str, str]:
@@ -215,7 +217,20 @@ class Reader:
                             owner.name, exc.status, exc.reason)
         return Snapshot(snap.obj, owner, pods, groups, sets, workloads, racks, cd, snap.launchers, events,
                         self.free_block(admitted, workloads),
-                        self.sliced() if cd is not None and any(kpods.node_name(p) for p in pods) else None)
+                        self.sliced() if cd is not None and any(kpods.node_name(p) for p in pods) else None,
+                        self.deployments())
+
+    def deployments(self) -> list[dict[str, Any]] | None:
+        """Every KimiK3Deployment the operator sees: through the watch cache (the namespaces it
+        watches), else listed in all namespaces; None when the list is refused (logged)."""
+        self._count(KIMIK3_DEPLOYMENT)
+        if self.cache is not None:
+            return self.cache.of_kind(*KIMIK3_DEPLOYMENT.type_meta)
+        try:
+            return self.kube.list(*KIMIK3_DEPLOYMENT.type_meta, "", "")
+        except ApiError as exc:
+            log.info("cannot list KimiK3Deployments (%s %s): placement modes not compared", exc.status, exc.reason)
+            return None
 
     def sliced(self) -> set[str] | None:
         """The nodes with a ResourceSlice of the ComputeDomain driver; None when they cannot be

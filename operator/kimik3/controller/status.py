@@ -249,6 +249,8 @@ class Observed:
     """What ``controller.rollout.Rollouts`` decided (canary, rollback, pause)."""
     queue: Verdict | None = None
     """Placement kueue: why no group is created (``controller.queues``), None when nothing is held for it."""
+    placement_conflict: Verdict | None = None
+    """PlacementConflict (``controller.placementmix``), None: the condition stays as it is."""
 
 
 def _progressing(snap: Snapshot, admitted: Admitted, observed: Observed, ready: Verdict,
@@ -353,7 +355,8 @@ def compute_status(snap: Snapshot, admitted: Admitted, observed: Observed) -> Ki
                 else observed.crash_looping or Verdict("False", Reason.AS_EXPECTED, "children applied"))
     for type_, verdict in ((ConditionType.SCALING_LIMITED, limited), (ConditionType.DEGRADED, degraded),
                            (ConditionType.METRICS_AVAILABLE, autoscaled.metrics if autoscaled else None),
-                           (ConditionType.COMPUTE_DOMAIN_READY, observed.compute_domain)):
+                           (ConditionType.COMPUTE_DOMAIN_READY, observed.compute_domain),
+                           (ConditionType.PLACEMENT_CONFLICT, observed.placement_conflict)):
         if verdict is not None:
             conditions = set_condition(conditions, type_, verdict, gen)
     note, owner = observed.compute_domain_note, snap.owner

@@ -36,6 +36,7 @@ from kimik3.controller.autoscaling import Autoscaling, Scaled
 from kimik3.controller.computedomains import (SLICES_POLL_S, PrepareFailure, compute_domain_verdict, prepare_failures,
                                               unprepared_pods, verdict_event, with_prepare_failures)
 from kimik3.controller.fleet import fleet_replicas
+from kimik3.controller.placementmix import Placements, clashes, event_message, placement, verdict
 from kimik3.controller.queues import POLL_S as QUEUE_POLL_S
 from kimik3.controller.queues import QueueRead, queue_verdict
 from kimik3.controller.groups import kueue_changes, stored_groups
@@ -262,6 +263,23 @@ def observe(snap: Snapshot, has_domain: bool, now: dt.datetime) -> StepResult[li
     event = verdict_event(verdict)
     if event is not None:
         out.events.append(event)
+    return out
+
+
+def collide(snap: Snapshot, admitted: Admitted, placements: Placements) -> StepResult[None]:
+    """PlacementConflict when a deployment of the other placement mode shares the node pool
+    (``controller.placementmix``: each named, a Warning Event), False once a clash written
+    before is gone; nothing when the deployments cannot be read or none ever clashed."""
+    if snap.deployments is None:
+        return StepResult(None)
+    placements.forget(snap.deployments)
+    me = placement(snap.owner.namespace, snap.owner.name, admitted, snap.racks.values())
+    found = clashes(me, (p for p in map(placements.of, snap.deployments) if p is not None))
+    if not found and not any(c.type == ConditionType.PLACEMENT_CONFLICT for c in stored_conditions(snap.obj)):
+        return StepResult(None)
+    out: StepResult[None] = StepResult(None, conditions={ConditionType.PLACEMENT_CONFLICT: verdict(me, found)})
+    if found:
+        out.events.append(Event("Warning", EventReason.PLACEMENT_MODES_MIXED, event_message(me, found)))
     return out
 
 
