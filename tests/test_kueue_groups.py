@@ -437,7 +437,8 @@ def test_a_kueue_and_an_exclusive_deployment_on_one_pool_each_name_the_other(
         operator, kube, admin_api, namespace, kueue_queue, racks) -> None:
     """k3-latency (placement exclusive, GB300) holds rack a; k3-packed (placement kueue, GB300) is
     applied beside it: each CR's PlacementConflict names the other, with its racks, and an Event
-    says so; once k3-packed is gone, k3-latency says OnePlacementMode."""
+    says so (k3-latency reconciled at once for it); once k3-packed is gone, k3-latency no longer
+    names it."""
     core = client.CoreV1Api(admin_api)
     apply(kube, recipe(replicas=1), namespace)
     reconciled(kube, namespace, "k3-latency")
@@ -458,8 +459,7 @@ def test_a_kueue_and_an_exclusive_deployment_on_one_pool_each_name_the_other(
     assert f"{namespace}/k3-latency (placement exclusive) has groups in racks {racks}-a" in mixed["message"]
     assert f"{namespace}/k3-latency (placement exclusive)" in " ".join(events(admin_api, namespace,
                                                                             "PlacementModesMixed"))
-    # k3-latency learns it at its next reconcile (here: a change of its LeaderWorkerSet's status)
-    nudge(kube, namespace, 0)
+    # k3-packed's reconcile found k3-latency's condition silent about it: k3-latency is reconciled too
     latency = wait_for(lambda: (o := kube.get(*CR, namespace, "k3-latency")) and
                        condition(o, "PlacementConflict").get("status") == "True" and o, 30,
                        "k3-latency: PlacementConflict=True")
@@ -467,7 +467,7 @@ def test_a_kueue_and_an_exclusive_deployment_on_one_pool_each_name_the_other(
     assert condition(latency, "PlacementConflict")["message"].startswith("placement exclusive on the node pool")
     kube.delete(*CR, namespace, "k3-packed")
     wait_for(lambda: kube.get(*CR, namespace, "k3-packed") is None, 30, "k3-packed gone")
-    nudge(kube, namespace, 1)
+    nudge(kube, namespace, 0)  # k3-latency learns it at its next reconcile (here: its LeaderWorkerSet's status)
 
     def let_go() -> dict | None:  # other modules' kueue CRs may still be left in the control plane
         said = condition(kube.get(*CR, namespace, "k3-latency"), "PlacementConflict")

@@ -5,7 +5,8 @@ other, with their racks; other pairs are not. Pure functions over admitted recip
 from __future__ import annotations
 
 from kimik3.admission import admit
-from kimik3.controller.placementmix import Placements, clashes, event_message, overlap, placement, status_racks, verdict
+from kimik3.controller.placementmix import (Placements, clashes, event_message, names, overlap, placement, status_racks,
+                                           verdict)
 from support.recipes import recipe
 
 KUEUE = {"placement": {"mode": "kueue", "queueName": "inference"}}
@@ -77,3 +78,13 @@ def test_placements_are_derived_once_per_generation_with_racks_from_the_status()
     kept.forget([])  # deleted: what was kept goes, so the same generation is derived again
     cr["spec"]["replicas"] = 1
     assert (kept.of(cr) or first).mode == "exclusive"
+
+
+def test_a_cr_names_another_only_when_its_true_condition_says_so() -> None:
+    """What decides whether the other deployment of a clash is reconciled at once (steps.collide)."""
+    packed, alone = placed("packed", scheduling=KUEUE), placed("alone")
+    said = verdict(alone, [packed])
+    cr = {"status": {"conditions": [{"type": "PlacementConflict", "status": said.status, "message": said.message}]}}
+    assert names(cr, packed) and not names(cr, alone)
+    cr["status"]["conditions"][0]["status"] = "False"
+    assert not names(cr, packed) and not names({}, packed)

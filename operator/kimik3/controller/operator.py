@@ -135,6 +135,8 @@ class WorkQueue:
                     raise NotLeading("lost the Lease before this key's turn")
                 result = await asyncio.to_thread(reconciler.reconcile, *key)
                 requeue, failed = result.requeue_after, result.retry
+                for other in result.wake:  # their PlacementConflict is out of date (controller/placementmix.py)
+                    self.add(other)
             except NotLeading:  # the next leader reconciles it; here it waits for leadership again
                 requeue = 0.0
             except Exception:  # the queue retries with backoff; the error is counted and logged

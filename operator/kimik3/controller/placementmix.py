@@ -16,8 +16,11 @@ values). The Kueue side's ClusterQueue may narrow its nodes further (its Resourc
 nodeLabels); the operator does not read it and counts the pools as overlapping. Condition
 ``PlacementConflict`` (True ``PlacementModesMixed``) names each other deployment, its mode, the
 racks of its groups in its status and the racks both hold now, and the fix; a Warning Event says
-it once per generation. Each deployment of the pair says it at its own reconcile (the other's
-within its resync, ``steps.RESYNC_READY_S``, at the latest).
+it once per generation. Each deployment of the pair says it at its own reconcile: a reconcile
+that finds its clashes differ from what another CR's condition says of it (``names``) has that
+deployment reconciled too (``reconcile.Result.wake``), so both CRs say it within seconds, and a
+clash that ends (a mode changed) is taken back from both. A deleted deployment's partner learns
+it at its next reconcile (its resync, ``steps.RESYNC_READY_S``, at the latest).
 
 ``Placements`` derives each deployment's ``Placement`` once per generation (admission runs on its
 spec); the rest are pure functions.
@@ -32,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kimik3.admission import AdmissionPolicy, Admitted, admit
-from kimik3.api.conditions import Reason, Verdict
+from kimik3.api.conditions import ConditionType, Reason, Verdict
 from kimik3.api.errors import SpecErrors
 from kimik3.api.v1alpha1 import GroupStatus
 from kimik3.render.leaderworkerset import node_selector
@@ -112,6 +115,13 @@ def verdict(me: Placement, found: list[Placement]) -> Verdict:
         f"it, so Kueue may admit {kueue_side} groups into racks they cannot enter (they wait Unschedulable with "
         "their quota held). Use placement kueue for every deployment of this node pool, or give the two modes "
         "disjoint node pools (spec.scheduling.nodeSelector on a label that splits the racks)"))
+
+
+def names(obj: dict[str, Any], other: Placement) -> bool:
+    """CR ``obj``'s stored PlacementConflict is True and names deployment ``other``."""
+    said = next((c for c in (obj.get("status") or {}).get("conditions") or []
+                 if c.get("type") == ConditionType.PLACEMENT_CONFLICT), {})
+    return said.get("status") == "True" and f"{other.ref} (placement " in (said.get("message") or "")
 
 
 def event_message(me: Placement, found: list[Placement]) -> str:

@@ -80,6 +80,9 @@ class Result:
     retry: bool = False
     """A child could not be applied (e.g. the LeaderWorkerSet webhooks are down): the work queue
     retries with its exponential back-off (1 s .. 5 min) instead of waiting for ``requeue_after``."""
+    wake: tuple[tuple[str, str], ...] = ()
+    """Other deployments (namespace, name) to reconcile now: their PlacementConflict does not say
+    what this reconcile found of them (``controller.placementmix``)."""
 
 
 class Reconciler:
@@ -160,7 +163,7 @@ class Reconciler:
         self._delete(obj, out.add(steps.prune(snap, rendered, not failed)).delete)
         self._delete(obj, out.add(steps.place(snap)).delete)
         prepare = out.add(steps.observe(snap, has_domain, dt.datetime.now(dt.timezone.utc))).value
-        out.add(steps.collide(snap, admitted, self.placements))
+        wake = tuple(out.add(steps.collide(snap, admitted, self.placements)).value)
         apply_error = "; ".join(failed.values()) or None
         observed = Observed(
             desired, target=next((s for s in snap.sets if s.name == rolled.value.fleet.target and not s.deleting),
@@ -180,8 +183,8 @@ class Reconciler:
         if apply_error:
             log.warning("reconcile of %s/%s: %s; retrying with back-off", snap.owner.namespace, snap.owner.name,
                         apply_error[:300])
-            return Result("apply-failed", None, retry=True)
-        return Result("applied", out.requeue_after)
+            return Result("apply-failed", None, retry=True, wake=wake)
+        return Result("applied", out.requeue_after, wake=wake)
 
     def _admit(self, obj: dict[str, Any]) -> Admitted | None:
         """The admitted spec; None when refused (the status and an Event name every problem)."""
