@@ -297,15 +297,25 @@ def test_a_group_split_across_racks_is_never_ready_or_placed() -> None:
     assert limited is not None and limited.message.endswith(
         f"its pods do carry the exclusive affinity on {CLIQUE}, so a tray's label changed after its pod was bound: "
         "delete pod k3-latency-engine-0, and the LeaderWorkerSet recreates the whole group inside one rack")
-    # placement kueue: the operator re-admits it (controller.readmit), and says so
+    # placement kueue, its pods marked by Kueue's webhook: the operator re-admits it (controller.readmit)
     kueue = cr()
     kueue["spec"]["scheduling"] = {"placement": {"mode": "kueue", "queueName": "default"}}
     admitted = admit(kueue["spec"])
     limited = status_of(kueue, admitted, one_set(2, 2, pods), pods, 2, racks=RACKS, workloads=[]).condition(
         "ScalingLimited")
     assert limited is not None and limited.reason == "GroupSplitAcrossRacks"
-    assert limited.message.endswith("the operator deletes each such group's Kueue Workload so that Kueue admits the "
-                                    "group again whole, into one rack with room (Event GroupSplitAcrossRacks)")
+    assert limited.message.endswith(
+        "pod k3-latency-engine-0 lacks Kueue's kueue.x-k8s.io/pod-suspending-parent mark, so Kueue never admitted the "
+        "group and its pods were scheduled without it: register Kueue's webhooks (mleaderworkerset.kb.io and "
+        "mpod.kb.io) with the LeaderWorkerSet integration on, then delete pod k3-latency-engine-0: the "
+        "LeaderWorkerSet recreates the whole group and Kueue admits it whole")
+    for p in pods:
+        p["metadata"]["annotations"] = {"kueue.x-k8s.io/pod-suspending-parent": "leaderworkerset.x-k8s.io/v1"}
+    limited = status_of(kueue, admitted, one_set(2, 2, pods), pods, 2, racks=RACKS, workloads=[]).condition(
+        "ScalingLimited")
+    assert limited is not None and limited.message.endswith(
+        "the operator deletes each such group's Kueue Workload so that Kueue admits the group again whole, into one "
+        "rack with room (Event GroupSplitAcrossRacks)")
     # the same pods in one rack: placed, and Ready
     whole = status_of(obj, admit(obj["spec"]), one_set(2, 2, pods), pods, 2, racks={**RACKS, "b-0": "A"})
     assert (whole.condition("ScalingLimited") or Condition(type="x", status="Unknown", reason="x")).reason == \

@@ -28,7 +28,7 @@ from kimik3.controller.rollout import progressing as rollout_progressing
 from kimik3.controller.waits import KUEUE_GATE_PREFIX, waiting_for
 from kimik3.kube import pods as kpods
 from kimik3.kube.groups import Group
-from kimik3.kube.labels import DEPLOYMENT_LABEL, LWS_NAME_LABEL
+from kimik3.kube.labels import DEPLOYMENT_LABEL, KUEUE_SUSPENDING_PARENT_ANNOTATION, LWS_NAME_LABEL
 from kimik3.kube.pods import (domain_affinity_keys, group_index, is_unschedulable, scheduling_gates,
                               unschedulable_message)
 from kimik3.kube.times import rfc3339
@@ -181,20 +181,29 @@ def split_groups(groups: Iterable[Group]) -> list[Group]:
 
 def split_verdict(split: list[Group], admitted: Admitted) -> Verdict:
     """``ScalingLimited=True GroupSplitAcrossRacks`` for the ``split`` groups (non-empty): each
-    group and its racks, and what to do. Placement kueue: the operator deletes the group's
-    Workload for Kueue to admit it again whole (``controller.readmit``). Placement exclusive: the
-    LeaderWorkerSet's pod webhook gives each pod an affinity to its group's NVLink domain (the
-    exclusive-topology annotation); a leader pod without one on the topology key means the webhook
-    did not run, else a tray's label changed after binding: either way deleting the leader pod
-    makes the LeaderWorkerSet recreate the whole group (RecreateGroupOnPodRestart)."""
+    group and its racks, and what to do about the first. Placement kueue, its pods carrying
+    Kueue's mark (``KUEUE_SUSPENDING_PARENT_ANNOTATION``: Kueue manages them): the operator
+    deletes its Workload once admitted, for Kueue to admit it again whole (``controller.readmit``);
+    unmarked: Kueue's webhooks never saw the group. Placement exclusive: the LeaderWorkerSet's pod
+    webhook gives each pod an affinity to its group's NVLink domain (the exclusive-topology
+    annotation); a leader pod without one on the topology key means the webhook did not run, else
+    a tray's label changed after binding. Deleting the leader pod makes the LeaderWorkerSet
+    recreate the whole group (RecreateGroupOnPodRestart)."""
     key = admitted.spec.scheduling.topology_key
     text = "; ".join(map(split_message, split)) + f" (racks: the trays' {key} label); not counted Ready"
-    if admitted.spec.scheduling.placement.mode == "kueue":
-        return Verdict("True", Reason.GROUP_SPLIT_ACROSS_RACKS, text + (
-            "; the operator deletes each such group's Kueue Workload so that Kueue admits the group again whole, "
-            "into one rack with room (Event GroupSplitAcrossRacks)"))
-    leader = split[0].live[0] if split[0].live else split[0].pods[0]
+    leader = split[0].live[0]
     name = leader["metadata"]["name"]
+    if admitted.spec.scheduling.placement.mode == "kueue":
+        if KUEUE_SUSPENDING_PARENT_ANNOTATION in (leader["metadata"].get("annotations") or {}):
+            return Verdict("True", Reason.GROUP_SPLIT_ACROSS_RACKS, text + (
+                "; the operator deletes each such group's Kueue Workload so that Kueue admits the group again "
+                "whole, into one rack with room (Event GroupSplitAcrossRacks)"))
+        return Verdict("True", Reason.GROUP_SPLIT_ACROSS_RACKS, text + (
+            f"; pod {name} lacks Kueue's {KUEUE_SUSPENDING_PARENT_ANNOTATION} mark, so Kueue never admitted the "
+            "group and its pods were scheduled without it: register Kueue's webhooks (mleaderworkerset.kb.io and "
+            f"mpod.kb.io) with the LeaderWorkerSet integration on, then delete pod {name}: the LeaderWorkerSet "
+            "recreates the whole group and Kueue admits it whole"))
+    leader = split[0].live[0]
     if key not in domain_affinity_keys(leader):
         return Verdict("True", Reason.GROUP_SPLIT_ACROSS_RACKS, text + (
             f"; pod {name} has no pod affinity on {key}: LeaderWorkerSet's pod webhook did not add the exclusive "
