@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from kimik3_dev.benchmark import tracefile
+from kimik3_dev.sim.tracefile import TraceFileError
 from kimik3_dev.benchmark.simulate import simulate_command
-from kimik3_dev.benchmark.traces import Request
+from kimik3_dev.benchmark.traces import Request, recorded
 
 AZURE = """TIMESTAMP,ContextTokens,GeneratedTokens
 2023-11-16 18:15:50.6805900,374,44
@@ -24,7 +24,7 @@ output of 0 tokens (a failed request in the recording)."""
 def test_an_azure_trace_replays_its_arrivals_and_lengths(tmp_path: Path) -> None:
     path = tmp_path / "azure_conv.csv"
     path.write_text(AZURE)
-    trace = tracefile.load(path, compression=2.0)
+    trace = recorded(path, compression=2.0)
     expected = [Request(0.0, 4808, 10), Request(2.0, 374, 44), Request(9.75, 3662, 1)]
     assert trace.name == "azure_conv"
     assert [(round(r.arrival_s, 6), r.prompt_tokens, r.output_tokens) for r in trace.requests(0)] == \
@@ -37,7 +37,7 @@ def test_copies_superpose_shifted_replays_placed_by_the_seed(tmp_path: Path) -> 
     path = tmp_path / "burstgpt.csv"
     path.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
                     + "".join(f"{5 * i},ChatGPT,{100 + i},{20 + i},{120 + 2 * i},Conversation log\n" for i in range(12)))
-    trace = tracefile.load(path, copies=3)
+    trace = recorded(path, copies=3)
     a, b = trace.requests(0), trace.requests(1)
     assert len(a) == len(b) == 36
     assert sorted((r.prompt_tokens, r.output_tokens) for r in a) == sorted(
@@ -55,8 +55,8 @@ def test_copies_superpose_shifted_replays_placed_by_the_seed(tmp_path: Path) -> 
 def test_a_bad_trace_file_names_the_problem(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "bad.csv"
     path.write_text(text)
-    with pytest.raises(tracefile.TraceFileError) as refused:
-        tracefile.load(path)
+    with pytest.raises(TraceFileError) as refused:
+        recorded(path)
     assert message in str(refused.value)
 
 
@@ -90,14 +90,14 @@ a blank line."""
 def test_a_mooncake_trace_replays_its_arrivals_and_lengths(tmp_path: Path) -> None:
     path = tmp_path / "mooncake.jsonl"
     path.write_text(MOONCAKE)
-    trace = tracefile.load(path, compression=0.5)
+    trace = recorded(path, compression=0.5)
     assert [(r.arrival_s, r.prompt_tokens, r.output_tokens) for r in trace.requests(0)] == [
         (0.0, 6955, 52), (2.5, 31243, 7), (5.0, 71, 380)]
     assert trace.duration_s == 5 + 60 and trace.name == "mooncake"
     bad = tmp_path / "bad.txt"
     bad.write_text('{"timestamp": 0, "input_length": 5, "output_length": 1}\n{"timestamp": 9, "input_length": 5}\n')
-    with pytest.raises(tracefile.TraceFileError) as refused:
-        tracefile.load(bad)
+    with pytest.raises(TraceFileError) as refused:
+        recorded(bad)
     assert f"{bad}, line 2: no output_length (want a JSON object with timestamp in ms" in str(refused.value)
 
 
@@ -109,7 +109,7 @@ def test_simulate_replays_a_jsonl_trace_and_checks_the_goals_on_it(tmp_path: Pat
     path = tmp_path / "agent.jsonl"
     path.write_text("".join(json.dumps({"timestamp": 250 * i, "input_length": 4000 + (i % 9) * 3000,
                                         "output_length": 60 + (i % 4) * 40}) + "\n" for i in range(1200)))
-    trace = tracefile.load(path)
+    trace = recorded(path)
     requests = trace.requests(0)
     assert len(requests) == 1200 and requests[7] == Request(1.75, 4000 + 7 * 3000, 60 + 3 * 40)
     out = tmp_path / "out"
