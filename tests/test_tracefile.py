@@ -1,14 +1,16 @@
-"""Recorded traces: ``kimik3 simulate --trace-file`` replays a CSV's arrivals and lengths."""
+"""Recorded traces: ``kimik3 simulate --trace-file`` replays a CSV's or a Mooncake file's arrivals, lengths
+and prefix blocks."""
 
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from kimik3_dev.sim.tracefile import TraceFileError
+from kimik3_dev.sim.tracefile import TraceFileError, read, replay_seconds, reuse_ceiling, superpose
 from kimik3_dev.benchmark.simulate import simulate_command
 from kimik3_dev.benchmark.traces import Request, recorded
 
@@ -126,3 +128,29 @@ def test_simulate_replays_a_jsonl_trace_and_checks_the_goals_on_it(tmp_path: Pat
     assert data["goal_misses"] == ["agent seed 0: kimik3 missed GPU-hours 1.46x the optimum's, over the goal "
                                    "(<= 1.10x) by 0.36x (met: SLO 100.0%)"]
     assert "goals missed:\n  agent seed 0: kimik3 missed GPU-hours 1.46x" in result.output
+
+
+PREFIXED = """{"timestamp": 1000, "input_length": 1800, "output_length": 3, "hash_ids": [1, 2, 3, 7]}
+{"timestamp": 0, "input_length": 1536, "output_length": 2, "hash_ids": [1, 2, 3]}
+{"timestamp": 2000, "input_length": 700, "output_length": 1, "hash_ids": [9, 10]}
+"""
+"""Mooncake lines with hash_ids (out of order): the second request shares the first's 3 blocks."""
+
+
+def test_a_mooncake_trace_with_hash_ids_keeps_its_blocks_and_reuse_ceiling(tmp_path: Path) -> None:
+    path = tmp_path / "prefixed.jsonl"
+    path.write_text(PREFIXED)
+    replay = read(path, compression=2.0)
+    assert replay == (Request(0.0, 1536, 2, (1, 2, 3)), Request(0.5, 1800, 3, (1, 2, 3, 7)),
+                      Request(1.0, 700, 1, (9, 10)))
+    assert reuse_ceiling(replay) == 3 / 9  # 9 blocks, 3 of them seen before (1, 2, 3 again)
+    assert recorded(path, compression=2.0).replay == replay
+    # copies: shifted, each with ids of its own (ids + copy x 11), so the ceiling stays the recording's
+    copies = superpose(replay, 3, replay_seconds(replay), random.Random(0))
+    assert len(copies) == 9 and reuse_ceiling(copies) == 3 / 9
+    assert sorted(r.hash_ids for r in copies if r.prompt_tokens == 700) == [(9, 10), (20, 21), (31, 32)]
+    assert reuse_ceiling([Request(0.0, 10, 1)]) is None  # no hash ids: no ceiling
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": "abc"}\n')
+    with pytest.raises(TraceFileError, match='line 1: hash_ids is "abc", not a list of integers'):
+        read(bad)

@@ -190,7 +190,7 @@ def _csv(path: Path) -> list[tuple[float, int, int, tuple[int, ...]]]:
                     f"{path}: no {field} column; the header has {', '.join(reader.fieldnames or []) or 'nothing'}, "
                     f"accepted names are {', '.join(names)} (case and spaces ignored)")
             cols[field] = found
-        rows = []
+        rows: list[tuple[float, int, int, tuple[int, ...]]] = []
         for row in reader:
             line = reader.line_num
             try:
