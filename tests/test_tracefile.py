@@ -110,10 +110,11 @@ def test_simulate_replays_a_jsonl_trace_and_checks_the_goals_on_it(tmp_path: Pat
     (a miss's line: ``test_goals_hold_on_every_trace_recorded_ones_included`` in test_fleet_sim.py)."""
     path = tmp_path / "agent.jsonl"
     path.write_text("".join(json.dumps({"timestamp": 250 * i, "input_length": 4000 + (i % 9) * 3000,
-                                        "output_length": 60 + (i % 4) * 40}) + "\n" for i in range(1200)))
+                                        "output_length": 60 + (i % 4) * 40, "hash_ids": [i % 4]}) + "\n"
+                            for i in range(1200)))
     trace = recorded(path)
     requests = trace.requests(0)
-    assert len(requests) == 1200 and requests[7] == Request(1.75, 4000 + 7 * 3000, 60 + 3 * 40)
+    assert len(requests) == 1200 and requests[7] == Request(1.75, 4000 + 7 * 3000, 60 + 3 * 40, (3,))
     out = tmp_path / "out"
     result = CliRunner().invoke(simulate_command, ["--trace-file", str(path), "-o", str(out), "--no-plots",
                                                    "--seed", "0", "--policy", "kimik3"])
@@ -121,6 +122,8 @@ def test_simulate_replays_a_jsonl_trace_and_checks_the_goals_on_it(tmp_path: Pat
     data = json.loads((out / "autoscaler.json").read_text())
     ours = data["traces"]["agent"]["kimik3"]["seeds"]["0"]
     assert "agent seed 0: 1200 requests" in result.output
+    # 1200 blocks of 4 ids: all but the first 4 seen before
+    assert "agent: prefix reuse ceiling 99.7% (share of its 512-token blocks seen before in the trace)" in result.output
     # The hindsight optimum holds 2 groups; ours, whose model stretches the decode by the prompts'
     # 43% share of a group's time (policy/model.py), adds a third and keeps the SLO in every minute
     # at 1.46x its GPU-hours: the goal check, run on this recorded trace, says what it missed.
