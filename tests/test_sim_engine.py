@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kimik3.autoscaler import perfmodel as pm
-from kimik3_dev.sim.engine import WORDS, EngineConfig, SimEngine, count_tokens
+from kimik3_dev.sim.engine import WORDS, EngineConfig, SimEngine, token_ids
 from kimik3.autoscaler.perfmodel import EngineShape
 
 MK_DSPARK = EngineShape(decode_backend="latency_specialized", spec_method="dspark", num_speculative_tokens=7)
@@ -70,8 +70,8 @@ def test_completion_not_streaming_counts_tokens():
             doc = await r.json()
         assert doc["object"] == "text_completion" and doc["model"] == "kimi-k3"
         assert doc["id"].startswith("cmpl-")
-        assert doc["usage"] == {"prompt_tokens": count_tokens(prompt), "completion_tokens": 40,
-                                "total_tokens": count_tokens(prompt) + 40, "prompt_tokens_details": None,
+        assert doc["usage"] == {"prompt_tokens": len(token_ids(prompt)), "completion_tokens": 40,
+                                "total_tokens": len(token_ids(prompt)) + 40, "prompt_tokens_details": None,
                                 "completion_tokens_details": None}
         choice = doc["choices"][0]
         assert choice["finish_reason"] == "length" and len(choice["text"].split()) == 40

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from kimik3_dev.sim import load, tracefile
 from kimik3.autoscaler import perfmodel as pm
 from kimik3_dev.sim.cli import load_command
-from kimik3_dev.sim.engine import EngineConfig, SimEngine, count_tokens
+from kimik3_dev.sim.engine import EngineConfig, SimEngine, token_ids
 from kimik3.autoscaler.perfmodel import EngineShape
 from kimik3.kube.kinds import GROUP, PLURAL, VERSION
 from support.recipes import recipe
@@ -149,7 +149,7 @@ def test_a_trace_replays_its_arrivals_lengths_and_shared_prefixes(tmp_path: Path
     requests = tracefile.read(path, compression=2.0)
     rng = random.Random(0)
     prompts = [load.trace_prompt(r, rng) for r in requests]
-    assert [count_tokens(p) for p in prompts] == [1536, 1800, 700]
+    assert [len(token_ids(p)) for p in prompts] == [1536, 1800, 700]
     assert prompts[1].startswith(prompts[0] + " ") and not prompts[2].startswith(prompts[0][:100])
     with EngineThread(EngineConfig(shape=EngineShape(), seed=14)) as engine:
         results = asyncio.run(load.run_trace(engine.url, requests, seed=5, drain_s=10))

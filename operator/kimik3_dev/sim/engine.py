@@ -106,11 +106,6 @@ def token_ids(text: str) -> list[int]:
             for tok in _TOKEN_RE.findall(text)]
 
 
-def count_tokens(text: str) -> int:
-    """Simulated prompt tokens of ``text``: words and punctuation marks (at least 1)."""
-    return max(1, len(token_ids(text)))
-
-
 def chat_token_ids(messages: list[Any]) -> list[int]:
     """Simulated prompt token ids of chat ``messages``: per message its template
     (``CHAT_TOKENS_PER_MESSAGE`` ids, the last its role's) and its content (the text, or the texts
