@@ -89,14 +89,17 @@ KV_BYTES_PER_TOKEN       13824 B      24 MLA layers x (512 latent + 64 rope) x 1
 KDA_STATE_BYTES_PER_SEQ  2.3e8 B      assumption: 69 KDA layers x 64 heads x 128 x 128 x 4 B (fp32), / TP
 KDA_CONV_KERNEL          4            assumption: KDA's short convolutions over q, k, v (kernel 4, as in Kimi
                                       Linear), BF16 conv state of (kernel - 1) columns each
-KV_BLOCK_ALIGNMENT       128 tokens   gateway-and-routing.md: the K3 recipe's prefix-match unit on Blackwell
-                                      (the MLA decode kernels' block granularity there)
+KV_BLOCK_ALIGNMENT       128 tokens   gateway-and-routing.md: the K3 recipe's prefix-match unit on Blackwell,
+                                      taken as vLLM's kernel block alignment (assumption: the Blackwell MLA
+                                      backend's supported block sizes were not read)
 ======================== ============ ===================================================================
 
 The prefix cache (``kv_cache_blocks``)
 ======================================
 With ``--enable-prefix-caching`` vLLM caches a hybrid model like K3 in ``mamba_cache_mode="align"``
-(vLLM 0.28+: ``vllm/model_executor/models/config.py``, ``HybridAttentionMambaModelConfig``): every
+(read in vLLM's source: ``HybridAttentionMambaModelConfig.verify_and_update_config``, whose
+block-size part later releases keep in ``vllm/platforms/interface.py``; not checked against the
+0.33 wheel here, nor its log line "Setting attention block size to N tokens" on a GPU): every
 layer gets pages of one size, the attention block size is raised until one attention page holds a
 KDA layer's whole state, ``block = alignment x ceil(kda_page / (alignment x mla_page_per_token))``,
 and the KDA state is kept at each block boundary (``mamba_block_size = block_size``). So a cached
