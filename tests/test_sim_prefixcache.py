@@ -48,12 +48,15 @@ def test_a_lookup_never_matches_the_prompts_last_token():
         PrefixCache(capacity=1, block_size=0)
 
 
-@pytest.mark.parametrize("tp,block_size,blocks", [(8, 1024, 896), (16, 512, 5622)])
-def test_blocks_per_engine_from_the_perf_model(tp, block_size, blocks):
+@pytest.mark.parametrize("tp,k,block_size,blocks", [(8, 0, 1024, 896), (8, 7, 1024, 896), (16, 0, 512, 5622),
+                                                     (16, 7, 512, 5622)])
+def test_blocks_per_engine_from_the_perf_model(tp, k, block_size, blocks):
     """GB300 (288 GB), mxfp4 (1680 GB of weights), gpu_memory_utilization 0.9: TP8 leaves
     259.2 - 210 = 49.2 GB per GPU; a KDA layer's state per GPU (64/8 heads x 128 x 128 x 4 B +
-    conv 3 x 8 x 128 x 3 x 2 B = 542,720 B) needs 128 x ceil(542,720 / (128 x 576)) = 1024 tokens
-    of MLA page; a block is 93 pages of 1024 x 576 B = 54,853,632 B -> 896 blocks."""
-    kv = pm.kv_cache_blocks(pm.perf_params(pm.EngineShape(tensor_parallel_size=tp)))
+    conv 3 x 8 x 128 x 3 x 2 B = 542,720 B; with 7 drafts the conv state keeps 3 + 7 columns:
+    585,728 B) needs 128 x ceil(state / (128 x 576)) = 1024 tokens of MLA page; a block is 93
+    pages of 1024 x 576 B = 54,853,632 B -> 896 blocks."""
+    shape = pm.EngineShape(tensor_parallel_size=tp, spec_method="dspark" if k else "none", num_speculative_tokens=k)
+    kv = pm.kv_cache_blocks(pm.perf_params(shape))
     assert (kv.block_size, kv.blocks) == (block_size, blocks)
     assert kv.block_bytes == 93 * block_size * 576 and kv.tokens == blocks * block_size

@@ -87,22 +87,23 @@ P_OTHER_METHODS          eagle3 0.70, mtp 0.80, ngram 0.50: assumed per-position
 KV_BYTES_PER_TOKEN       13824 B      24 MLA layers x (512 latent + 64 rope) x 1 byte (fp8), replicated
                                       on every TP rank (vLLM's MLA cache); KDA state is per sequence
 KDA_STATE_BYTES_PER_SEQ  2.3e8 B      assumption: 69 KDA layers x 64 heads x 128 x 128 x 4 B (fp32), / TP
-KDA_CONV_KERNEL          4            assumption: KDA's short convolutions over q, k, v (kernel 4, as in Kimi
-                                      Linear), BF16 conv state of (kernel - 1) columns each
-KV_BLOCK_ALIGNMENT       128 tokens   gateway-and-routing.md: the K3 recipe's prefix-match unit on Blackwell,
-                                      taken as vLLM's kernel block alignment (assumption: the Blackwell MLA
-                                      backend's supported block sizes were not read)
+KDA_CONV_KERNEL          4            assumption: KDA's short convolution kernel (``short_conv_kernel_size``, vLLM's
+                                      default in ``kda_state_shape``; the K3 config's value was not read)
+KV_BLOCK_ALIGNMENT       128 tokens   vLLM 0.33.0 ``Platform._align_hybrid_block_size``: a hybrid MLA model's
+                                      block size is a multiple of 128 (TRTLLM/FlashInfer MLA decode kernels);
+                                      the K3 recipe's prefix-match unit on Blackwell (gateway-and-routing.md)
 ======================== ============ ===================================================================
 
 The prefix cache (``kv_cache_blocks``)
 ======================================
 With ``--enable-prefix-caching`` vLLM caches a hybrid model like K3 in ``mamba_cache_mode="align"``
-(read in vLLM's source: ``HybridAttentionMambaModelConfig.verify_and_update_config``, whose
-block-size part later releases keep in ``vllm/platforms/interface.py``; not checked against the
-0.33 wheel here, nor its log line "Setting attention block size to N tokens" on a GPU): every
-layer gets pages of one size, the attention block size is raised until one attention page holds a
-KDA layer's whole state, ``block = alignment x ceil(kda_page / (alignment x mla_page_per_token))``,
-and the KDA state is kept at each block boundary (``mamba_block_size = block_size``). So a cached
+(read in the vLLM 0.33.0 wheel: ``Platform._align_hybrid_block_size`` in ``vllm/platforms/interface.py``,
+the KDA state from ``MambaStateShapeCalculator.kda_state_shape``/``kda_state_dtype`` in
+``vllm/model_executor/layers/mamba/mamba_utils.py``; not seen on a GPU, where vLLM logs "Setting
+attention block size to N tokens"): every layer gets pages of one size, the attention block size
+is raised until one attention page holds a KDA layer's whole state,
+``block = alignment x ceil(kda_page / (alignment x mla_page_per_token))``, and the KDA state is
+kept at each block boundary (``mamba_block_size = block_size``). So a cached
 block of ``block`` tokens costs one page in each of the 93 layers: the MLA layers' latent cache of
 its tokens and the KDA layers' state at its end (padded to the page). vLLM's allocator groups the
 layers into equal-sized groups (24 + 69 -> 4 groups of 24, one padded slot): ignored here.
@@ -458,15 +459,18 @@ def kv_cache_blocks(params: PerfParams) -> KVBlocks:
 
     Per GPU (every TP rank holds the whole MLA latent cache and 1/TP of each KDA state):
     ``kda_page = 64/TP heads x 128 x 128 x 4 B (FP32 recurrent state) + 3 (q, k, v) x 64/TP x 128
-    channels x (KDA_CONV_KERNEL - 1) x 2 B (BF16 conv state)``; ``mla_page_per_token = 576 B`` (FP8);
+    channels x (KDA_CONV_KERNEL - 1 + k) x 2 B (BF16 conv state, k = speculative tokens)``;
+    ``mla_page_per_token = 576 B`` (FP8);
     ``block_size = KV_BLOCK_ALIGNMENT x ceil(kda_page / (KV_BLOCK_ALIGNMENT x 576))`` (vLLM's align
     mode); ``block_bytes = 93 layers x block_size x 576``; ``blocks = free KV bytes per GPU //
     block_bytes``, the free bytes being ``PerfParams.kv_free_bytes`` over the unit's engines (HBM x
     gpu_memory_utilization - the GPU's share of the weights). GB300 TP8 mxfp4 at 0.9: 1024-token
-    blocks of 54.9 MB, 896 of them (~0.92M tokens); TP16: 512-token blocks."""
+    blocks of 54.9 MB, 896 of them (~0.92M tokens), with or without DSpark's 7 drafts; TP16:
+    512-token blocks."""
     tp = max(1, params.shape.tensor_parallel_size)
     heads = max(1, KDA_HEADS // tp)
-    kda_page = heads * KDA_HEAD_DIM * KDA_HEAD_DIM * 4 + 3 * heads * KDA_HEAD_DIM * (KDA_CONV_KERNEL - 1) * 2
+    conv_columns = KDA_CONV_KERNEL - 1 + params.shape.k
+    kda_page = heads * KDA_HEAD_DIM * KDA_HEAD_DIM * 4 + 3 * heads * KDA_HEAD_DIM * conv_columns * 2
     unit = KV_BLOCK_ALIGNMENT * MLA_BYTES_PER_TOKEN_LAYER
     block_size = KV_BLOCK_ALIGNMENT * -(-kda_page // unit)
     block_bytes = NUM_LAYERS * block_size * MLA_BYTES_PER_TOKEN_LAYER

@@ -22,8 +22,8 @@ of ``perfmodel.kv_cache_blocks`` blocks (the group's GPUs, memory and K3's layer
 blocks on TP8). When a request is scheduled, the leading blocks of its prompt's token ids found
 there are not prefilled (the step time counts only the rest); its blocks are cached as its
 prefill computes them and stay cached, least recently freed evicted first, once it ends. Like
-vLLM, ``vllm:prefix_cache_queries`` counts the prompt tokens of each scheduled request and
-``vllm:prefix_cache_hits`` the tokens found cached.
+vLLM 0.33 (``KVCacheManager.record_prefix_cache_stats``), ``vllm:prefix_cache_queries`` counts the
+prompt tokens of each scheduled request and ``vllm:prefix_cache_hits`` the tokens found cached.
 
 API key (``EngineConfig.api_keys``, from the pod's ``VLLM_API_KEY``: ``kimik3_dev.sim.podenv``): like
 vLLM 0.32's ``AuthenticationMiddleware`` (vllm/entrypoints/serve/middleware/authenticate.py; the

@@ -1,4 +1,5 @@
-"""One engine's prefix cache, kept the way vLLM's (v1 ``KVCacheManager``, ``BlockPool``) keeps it.
+"""One engine's prefix cache, kept the way vLLM's (v1 ``KVCacheManager``, ``BlockPool``; read in the
+vLLM 0.33.0 wheel) keeps it.
 
 A prompt is cut into full blocks of ``block_size`` token ids (a partial last block is never
 cached); block i is named by a chained hash, ``sha256(hash of block i-1 || its token ids)``, so
@@ -11,7 +12,8 @@ The cache holds ``capacity`` blocks. A block used by a running request is pinned
 count); a block no request uses stays cached and is evictable, least recently freed first, and a
 request frees its blocks last-first, so a prefix's tail is evicted before its head (vLLM's free
 block queue). A lookup matches the longest run of leading hashes held; it never matches the
-prompt's last token (vLLM recomputes it for the logits: ``max_cache_hit_length = num_tokens - 1``).
+prompt's last token (vLLM recomputes it for the logits: ``KVCacheManager.get_computed_blocks``,
+``max_cache_hit_length = num_tokens - 1``).
 
 Simplifications (not vLLM): only prompt blocks are cached (vLLM also caches blocks that generated
 tokens fill); the capacity counts cached full blocks only, not a running request's partial block
