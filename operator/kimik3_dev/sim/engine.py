@@ -173,8 +173,6 @@ class SimRequest:
     first_token_ts: float = 0.0
     last_token_ts: float = 0.0
     prefilled: int = 0
-    cached_tokens: int = 0
-    """Prompt tokens found in the prefix cache when scheduled (not prefilled)."""
     held_blocks: int = 0
     """Leading ``block_hashes`` pinned in the engine's prefix cache."""
     generated: int = 0
@@ -389,9 +387,9 @@ class SimEngine:
         prompt counts as prefilled (vLLM's ``get_computed_blocks`` and its prefix-cache stats)."""
         hits = eng.cache.match(r.block_hashes, r.prompt_tokens)
         r.held_blocks = eng.cache.acquire(r.block_hashes[:hits])
-        r.cached_tokens = r.prefilled = r.held_blocks * eng.cache.block_size
+        r.prefilled = r.held_blocks * eng.cache.block_size  # found cached: not prefilled
         self.metrics["prefix_cache_queries"][eng.index].inc(r.prompt_tokens)
-        self.metrics["prefix_cache_hits"][eng.index].inc(r.cached_tokens)
+        self.metrics["prefix_cache_hits"][eng.index].inc(r.prefilled)
         r.scheduled_ts = max(clock, r.arrival)
         eng.running.append(r)
 
@@ -584,7 +582,7 @@ class SimEngine:
             prompt = prompt[0]
         if isinstance(prompt, str):
             ids = token_ids(prompt)
-        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and 0 <= t < 2**63 for t in prompt):
             ids = prompt
         else:
             return _error(400, "prompt must be a string or a list of token ids (one prompt).", param="prompt")

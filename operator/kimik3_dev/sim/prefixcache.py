@@ -5,7 +5,7 @@ A prompt is cut into full blocks of ``block_size`` token ids (a partial last blo
 cached); block i is named by a chained hash, ``sha256(hash of block i-1 || its token ids)``, so
 equal hashes mean equal prefixes up to and including that block (vLLM: ``hash_block_tokens`` in
 ``vllm/v1/core/kv_cache_utils.py``, sha256 of the parent hash and the block's token ids; ours
-packs the ids as 4-byte integers instead of pickling a tuple, and the first block's parent is
+packs the ids as 8-byte integers instead of pickling a tuple, and the first block's parent is
 empty rather than a per-process random seed).
 
 The cache holds ``capacity`` blocks. A block used by a running request is pinned (a reference
@@ -30,11 +30,12 @@ from collections.abc import Sequence
 
 
 def block_hashes(token_ids: Sequence[int], block_size: int) -> list[bytes]:
-    """The chained hashes of the full ``block_size``-token blocks of ``token_ids`` (32 bytes each)."""
+    """The chained hashes of the full ``block_size``-token blocks of ``token_ids`` (ids in
+    [-2**63, 2**63); 32 bytes each)."""
     out: list[bytes] = []
     parent = b""
     for start in range(0, len(token_ids) - block_size + 1, block_size):
-        parent = hashlib.sha256(parent + array("I", token_ids[start:start + block_size]).tobytes()).digest()
+        parent = hashlib.sha256(parent + array("q", token_ids[start:start + block_size]).tobytes()).digest()
         out.append(parent)
     return out
 
