@@ -18,7 +18,7 @@ def test_block_hashes_chain_full_blocks_only():
     assert b[0] == a[0] and b[1] != a[1]
     # the same block of ids after another prefix is another block (the hash chains the parent)
     assert block_hashes([7, 7, 7, 7, 4, 5, 6, 7], 4)[1] != a[1]
-    # the simulated tokenizer's ids of words outside its vocabulary reach past 2**32
+    # words outside the simulated vocabulary get hashed ids above it (up to 2**32 + 32), hashed as well
     assert len(block_hashes(token_ids("alpha beta gamma delta"), 2)) == 2
     assert max(token_ids("alpha beta gamma delta")) >= len(WORDS) + 1
 
