@@ -131,7 +131,8 @@ def test_a_group_lists_the_rack_of_every_pod_and_one_in_two_racks_is_split() -> 
     # TP16 as the issue met it: the leader in rack B, three workers in rack A
     members = [pod(0, 0, "b-0", ready=True)] + [pod(0, w, f"a-{w - 1}", ready=True) for w in (1, 2, 3)]
     split = groups_of(members, 4, racks)[(FIRST, 0)]
-    assert (split.racks, split.split, split.ready, split.serving) == (("B", "A"), True, True, False)
+    assert (split.racks, split.split, split.ready, split.serving, split.live_ready) == (("B", "A"), True, True, False,
+                                                                                       False)
     # unbound pods, trays of unknown rack and terminating pods add no rack
     leaving = {**pod(0, 1, "b-1"), "metadata": {**pod(0, 1, "b-1")["metadata"], "deletionTimestamp": "x"}}
     assert groups_of([pod(0, 0, "a-0"), leaving, pod(0, 2, "z-9"), pod(0, 3)], 4, racks)[(FIRST, 0)].racks == ("A",)

@@ -41,7 +41,8 @@ class Group:
     live: tuple[dict[str, Any], ...]
     """The pods not terminating; a group with none is gone (a retired LeaderWorkerSet's)."""
     live_ready: bool
-    """At least ``nodes_per_group`` live pods, every one Ready (the rollout's view of the group)."""
+    """At least ``nodes_per_group`` live pods, every one Ready, inside one NVLink domain (not
+    ``split``): the rollout's view of the group."""
     revision: str | None
     """The live leader's ``leaderworkerset.sigs.k8s.io/template-revision-hash`` (None before it exists)."""
     racks: tuple[str, ...] = ()
@@ -80,9 +81,10 @@ def groups_of(pods: Iterable[dict[str, Any]], nodes_per_group: int,
         members = sorted(members, key=lambda p: kpods.worker_index(p) or 0)
         live = [p for p in members if not kpods.is_terminating(p)]
         leader = next((p for p in live if kpods.is_leader(p)), None)
+        domains = tuple(dict.fromkeys(racks[n] for n in map(kpods.node_name, live) if n in racks))
+        live_ready = len(live) >= nodes_per_group and all(map(kpods.is_ready, live)) and len(domains) < 2
         out[key] = Group(key[0], key[1], tuple(members),
                          len(members) >= nodes_per_group and all(map(kpods.is_ready, members)),
-                         tuple(live), len(live) >= nodes_per_group and all(map(kpods.is_ready, live)),
-                         kpods.labels(leader).get(LWS_REVISION_LABEL) if leader is not None else None,
-                         tuple(dict.fromkeys(racks[n] for n in map(kpods.node_name, live) if n in racks)))
+                         tuple(live), live_ready,
+                         kpods.labels(leader).get(LWS_REVISION_LABEL) if leader is not None else None, domains)
     return out
