@@ -10,7 +10,7 @@ A group's NVLink domains (``Group.racks``) are the racks of *every* live pod bou
 first pod's: a multi-node engine spans one NVLink domain or none, so a group whose pods sit in two
 racks (``Group.split``) cannot serve as one engine, whatever placed it (Kueue's tray replacement,
 kueue#6957; a LeaderWorkerSet whose pod webhook did not inject its exclusive-topology affinity;
-a tray relabelled after binding). Such a group is never ``serving``.
+a tray relabelled after binding). Such a group is never ``serving`` nor ``live_ready``.
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ class Group:
     racks: tuple[str, ...] = ()
     """The NVLink domains (values of the topology key's node label) of its live pods bound to a
     tray whose label is known, each once, in worker order (the leader's first); () before any is
-    bound or when the nodes cannot be read."""
+    bound, when the nodes cannot be read, and for groups no NVLink domain bounds
+    (``controller.snapshot.domains_of_groups``)."""
 
     @property
     def split(self) -> bool:
