@@ -4,14 +4,16 @@ A ``Snapshot`` holds what one reconcile of a KimiK3Deployment reads: its pods, i
 LeaderWorkerSets (``controller.fleet.EngineSet``), under placement ``kueue`` the Workloads Kueue
 made for its groups, the NVLink domain (rack) of every tray its pods are bound to, its
 ComputeDomain and its launcher ConfigMaps; and the facts derived from them once: each engine group
-(``Group``: LeaderWorkerSet, index, pods, revision, readiness, the rack of every pod, trays). Every step of the
-reconcile (``controller.steps``) reads the snapshot; none lists the API server itself.
+(``Group``: LeaderWorkerSet, index, pods, revision, readiness, the rack of every pod, trays).
+Every step of the reconcile (``controller.steps``) reads the snapshot; none lists the API server
+itself.
 
 ``Reader.take`` reads it before the applies; ``Reader.refresh`` reads again, after them, only
-what the applies can have changed: the pods and the LeaderWorkerSets (and the Workloads when a
-LeaderWorkerSet was created or deleted), plus what the status needs only in some states (the
-kubelet's prepare Events while a pod waits on its node, the free trays while Kueue finds no
-rack), and every KimiK3Deployment (``controller.placementmix`` compares their placement modes). Reads go through the watch cache where a watch keeps one (``controller.cache``), else to
+what the applies can have changed: the pods, their trays' racks and the LeaderWorkerSets (and the
+Workloads when a LeaderWorkerSet was created or deleted), plus what the status needs only in some
+states (the kubelet's prepare Events while a pod waits on its node, the free trays while Kueue
+finds no rack), and every KimiK3Deployment (``controller.placementmix`` compares their placement
+modes). Reads go through the watch cache where a watch keeps one (``controller.cache``), else to
 the API server; ``Reader.reads`` counts both, per kind and phase (tests/test_reconcile_reads.py).
 """
 

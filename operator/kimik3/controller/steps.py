@@ -36,7 +36,7 @@ from kimik3.controller.autoscaling import Autoscaling, Scaled
 from kimik3.controller.computedomains import (SLICES_POLL_S, PrepareFailure, compute_domain_verdict, prepare_failures,
                                               unprepared_pods, verdict_event, with_prepare_failures)
 from kimik3.controller.fleet import fleet_replicas
-from kimik3.controller.placementmix import Placements, clashes, event_message, names, placement, verdict
+from kimik3.controller import placementmix
 from kimik3.controller.queues import POLL_S as QUEUE_POLL_S
 from kimik3.controller.queues import QueueRead, queue_verdict
 from kimik3.controller.groups import kueue_changes, stored_groups
@@ -267,7 +267,8 @@ def observe(snap: Snapshot, has_domain: bool, now: dt.datetime) -> StepResult[li
     return out
 
 
-def collide(snap: Snapshot, admitted: Admitted, placements: Placements) -> StepResult[list[tuple[str, str]]]:
+def collide(snap: Snapshot, admitted: Admitted,
+            placements: placementmix.Placements) -> StepResult[list[tuple[str, str]]]:
     """PlacementConflict when a deployment of the other placement mode shares the node pool
     (``controller.placementmix``: each named, a Warning Event), False once a clash written
     before is gone; nothing when the deployments cannot be read or none ever clashed. The value:
@@ -276,16 +277,16 @@ def collide(snap: Snapshot, admitted: Admitted, placements: Placements) -> StepR
     if snap.deployments is None:
         return StepResult([])
     placements.forget(snap.deployments)
-    me = placement(snap.owner.namespace, snap.owner.name, admitted, snap.racks.values())
+    me = placementmix.placement(snap.owner.namespace, snap.owner.name, admitted, snap.racks.values())
     others = [(obj, p) for obj in snap.deployments if not is_deleting(obj)
               and (p := placements.of(obj)) is not None and p.ref != me.ref]
-    found = clashes(me, (p for _, p in others))
-    stale = [(p.namespace, p.name) for obj, p in others if (p in found) != names(obj, me)]
+    found = placementmix.clashes(me, (p for _, p in others))
+    stale = [(p.namespace, p.name) for obj, p in others if (p in found) != placementmix.names(obj, me)]
     if not found and not any(c.type == ConditionType.PLACEMENT_CONFLICT for c in stored_conditions(snap.obj)):
         return StepResult(stale)
-    out = StepResult(stale, conditions={ConditionType.PLACEMENT_CONFLICT: verdict(me, found)})
+    out = StepResult(stale, conditions={ConditionType.PLACEMENT_CONFLICT: placementmix.verdict(me, found)})
     if found:
-        out.events.append(Event("Warning", EventReason.PLACEMENT_MODES_MIXED, event_message(me, found)))
+        out.events.append(Event("Warning", EventReason.PLACEMENT_MODES_MIXED, placementmix.event_message(me, found)))
     return out
 
 
