@@ -107,7 +107,9 @@ class GpuTime:
     def clear(self) -> None:
         """This replica stopped leading: every gauge goes, as by ``remove`` (the new leader
         exports them from its first reconcile; a stale count here would bill twice)."""
-        for namespace, deployment in {k[:2] for k in self._gpus}:
+        with self._lock:
+            deployments = {k[:2] for k in self._gpus}
+        for namespace, deployment in deployments:
             self.remove(namespace, deployment)
 
     def collect(self) -> Iterator[Metric]:
