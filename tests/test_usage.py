@@ -47,9 +47,12 @@ def pod(group: int, worker: int, revision: str, gpus: int = 4, node: str = "tray
 def test_gpus_held_count_every_bound_pod_and_serving_only_those_of_ready_groups():
     pods = [pod(0, 0, "a"), pod(0, 1, "a"),                      # group 0: Ready, 8 GPUs of revision a
             pod(1, 0, "b"), pod(1, 1, "b", ready=False),         # group 1: loading, 8 GPUs of b held
-            pod(2, 0, "b", node=""), pod(2, 1, "b", node=""),    # group 2: waiting for trays: none held
+            pod(2, 0, "b", node="", ready=False), pod(2, 1, "b", node="", ready=False),  # group 2: waiting for trays: none held
             pod(3, 0, "b", ready=False, phase="Failed"), pod(3, 1, "b")]  # group 3: a finished pod frees its GPUs
-    assert gpus_by_revision(groups_of(pods, 2).values()) == {("a", HELD): 8, ("a", SERVING): 8, ("b", HELD): 12}
+    assert gpus_by_revision(groups_of(pods, 2).values()) == {("a", HELD): 8, ("a", SERVING): 8, ("b", HELD): 12,
+                                                             ("b", SERVING): 0}
+    # a revision whose pods wait for trays is there at 0: its counter starts from a scraped zero
+    assert gpus_by_revision(groups_of(pods[4:6], 2).values()) == {("b", HELD): 0, ("b", SERVING): 0}
 
 
 def exported(collector: GpuTime) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
