@@ -238,3 +238,54 @@ def test_kimik3_usage_names_an_unreachable_prometheus_and_a_bad_range():
     assert result.exit_code == 2 and "--start must be before --end" in result.output
     result = CliRunner().invoke(main, ["usage", "--prometheus", "http://127.0.0.1:9", "--end", "2999-01-01"])
     assert result.exit_code == 2 and "is in the future" in result.output
+
+
+# ---------------------------------------------------------------- the reconcile exports them -
+
+
+@pytest.mark.usefixtures("pods_made")
+def test_the_reconcile_exports_each_revisions_gpus_from_its_pods_and_drops_them_when_the_cr_is_gone(
+        kube, namespace):
+    """On a real kube-apiserver, a Reconciler driven by hand (no LWS controller: the group's pods
+    made as LWS v0.9 would, ``support.lws_pods``): the revision is exported at 0 while its pods
+    wait for trays, holds every GPU once they are bound, serves them once the group is Ready, and
+    its gauges go when the CR is gone."""
+    from kimik3.controller import metrics
+    from kimik3.controller.reconcile import Reconciler
+    from kimik3.kube.kinds import POD
+    from support.cluster import CR, LWS, apply
+    from support.lws_pods import group_pods
+    from support.recipes import recipe
+
+    rec = Reconciler(kube)
+    apply(kube, recipe(replicas=1, autoscaling={"enabled": False}), namespace)
+    name = recipe()["metadata"]["name"]
+    for _ in range(3):  # the finalizer, WeightsReady announced, then the engines
+        rec.reconcile(namespace, name)
+    (lws,) = kube.list(*LWS, namespace, "")
+    pods = group_pods(lws, namespace, 0)
+    per_pod = int(pods[0]["spec"]["containers"][0]["resources"]["limits"][GPU_RESOURCE])
+    for pod in pods:
+        pod["metadata"]["labels"][LWS_REVISION_LABEL] = "r1"
+        kube.apply({"apiVersion": "v1", "kind": "Pod", **pod})
+
+    def gauges() -> dict[tuple[str, str], float]:
+        rec.reconcile(namespace, name)
+        return {(dict(k[1])["revision"], dict(k[1])["state"]): v for k, v in exported(metrics.GPU_TIME).items()
+                if k[0] == "kimik3_gpus" and dict(k[1])["namespace"] == namespace}
+
+    assert gauges() == {("r1", HELD): 0, ("r1", SERVING): 0}
+    for n, pod in enumerate(pods):
+        kube.request("POST", f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}/binding", {
+            "apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod["metadata"]["name"]},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": f"tray-{n}"}})
+    assert gauges() == {("r1", HELD): per_pod * len(pods), ("r1", SERVING): 0}
+    for pod in pods:
+        kube.patch_merge(*POD.type_meta, namespace, pod["metadata"]["name"], {"status": {
+            "phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}, subresource="status")
+    assert gauges() == {("r1", HELD): per_pod * len(pods), ("r1", SERVING): per_pod * len(pods)}
+    # gone (its finalizer lifted: no garbage collector runs here to take the children first)
+    kube.patch_merge(*CR, namespace, name, {"metadata": {"finalizers": None}})
+    kube.delete(*CR, namespace, name)
+    assert kube.get(*CR, namespace, name) is None
+    assert gauges() == {}
