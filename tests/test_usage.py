@@ -238,6 +238,9 @@ def test_kimik3_usage_names_an_unreachable_prometheus_and_a_bad_range():
     assert result.exit_code == 2 and "--start must be before --end" in result.output
     result = CliRunner().invoke(main, ["usage", "--prometheus", "http://127.0.0.1:9", "--end", "2999-01-01"])
     assert result.exit_code == 2 and "is in the future" in result.output
+    result = CliRunner().invoke(main, ["usage", "--prometheus", "http://127.0.0.1:9", "--start",
+                                       "2026-12-04T10:10", "--end", "2026-12-04T10:50"])
+    assert result.exit_code == 2 and "no whole UTC hour between --start and --end" in result.output
 
 
 # ---------------------------------------------------------------- the reconcile exports them -

@@ -306,14 +306,16 @@ def usage(prometheus_url: str, start: Any, end: Any, hours: int, fmt: str, names
     start_s = unix(start) if start is not None else end_s - end_s % report.HOUR_S - hours * report.HOUR_S
     if start_s >= end_s:
         raise click.BadParameter("--start must be before --end", param_hint="--start")
+    whole = report.hour_starts(start_s, end_s)
+    if not whole:
+        raise click.BadParameter("no whole UTC hour between --start and --end (both are rounded down to the hour)",
+                                 param_hint="--start/--end")
     try:
-        usages = report.read(PrometheusClient(prometheus_url), start_s, end_s, namespace)
+        usages = report.read(PrometheusClient(prometheus_url), whole, namespace)
     except MetricsUnavailable as exc:
         raise click.ClickException(f"Prometheus at {prometheus_url}: {exc.message}") from None
-    hours_ = report.hour_starts(start_s, end_s)
     if fmt == "json":
-        click.echo(report.json_text(usages, hours_[0] if hours_ else start_s,
-                                    hours_[-1] + report.HOUR_S if hours_ else end_s))
+        click.echo(report.json_text(usages, whole))
     elif fmt == "csv":
         click.echo(report.csv_text(usages), nl=False)
     else:

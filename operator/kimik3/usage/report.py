@@ -136,12 +136,9 @@ def queries(namespace: str | None = None) -> list[str]:
     return [name + selector for name in names]
 
 
-def read(client: PrometheusClient, start: float, end: float, namespace: str | None = None) -> list[Usage]:
-    """Usage of the whole hours from ``start`` to ``end`` (``hour_starts``). Raises
+def read(client: PrometheusClient, hours: list[float], namespace: str | None = None) -> list[Usage]:
+    """Usage of the consecutive ``hours`` (their starts, ``hour_starts``; at least one). Raises
     ``MetricsUnavailable`` when Prometheus cannot answer."""
-    hours = hour_starts(start, end)
-    if not hours:
-        return []
     answers = {}
     for promql in queries(namespace):
         answers[promql.split("{")[0]] = client.query_range(promql, hours[0] + HOUR_S, hours[-1] + HOUR_S, HOUR_S)
@@ -155,14 +152,17 @@ COLUMNS = ("hour", "namespace", "deployment", "revisions", "prompt_tokens", "cac
 """Columns of every format, in order (``requests``: every outcome, unknown ones included)."""
 
 
+def _utc(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def record(usage: Usage) -> dict[str, Any]:
     """One row as plain values: the hour in RFC 3339 (UTC), counts rounded to whole numbers,
     GPU-hours to 3 decimals, shares to 4; None where nothing was measured."""
     def maybe(value: float | None, digits: int) -> float | None:
         return None if value is None else round(value, digits)
-    hour = dt.datetime.fromtimestamp(usage.hour, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     values: dict[str, Any] = {
-        "hour": hour, "namespace": usage.namespace, "deployment": usage.deployment,
+        "hour": _utc(usage.hour), "namespace": usage.namespace, "deployment": usage.deployment,
         "revisions": " ".join(sorted(r for r in usage.revisions if r)),
         "prompt_tokens": round(usage.prompt_tokens), "cached_prompt_tokens": round(usage.cached_prompt_tokens),
         "generation_tokens": round(usage.generation_tokens), "requests": round(sum(usage.requests.values())),
@@ -179,11 +179,11 @@ def record(usage: Usage) -> dict[str, Any]:
     return {c: values[c] for c in COLUMNS}
 
 
-def json_text(usages: list[Usage], start: float, end: float) -> str:
-    """The billing export: ``{"start", "end" (RFC 3339), "rows": [record, ...]}``."""
-    def when(t: float) -> str:
-        return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return json.dumps({"start": when(start), "end": when(end), "rows": [record(u) for u in usages]}, indent=2)
+def json_text(usages: list[Usage], hours: list[float]) -> str:
+    """The billing export: ``{"start", "end" (RFC 3339: the first hour's start, the last's end),
+    "rows": [record, ...]}``."""
+    return json.dumps({"start": _utc(hours[0]), "end": _utc(hours[-1] + HOUR_S), "rows": [record(u) for u in usages]},
+                      indent=2)
 
 
 def csv_text(usages: list[Usage]) -> str:
