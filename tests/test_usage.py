@@ -166,6 +166,12 @@ def test_rows_add_revisions_and_turn_gpu_seconds_into_hours_and_minutes_into_att
     assert report.record(other)["gpu_hours_held"] == 0 and report.record(other)["serving_share"] is None
 
 
+def test_a_malformed_answer_is_named_not_billed():
+    from kimik3.autoscaler.observation import MetricsUnavailable
+    with pytest.raises(MetricsUnavailable, match=r"malformed point \[7200, 'many'\]"):
+        report.rows({RULES["generation_tokens"].record(): [{"metric": T, "values": [[7200, "many"]]}]})
+
+
 def test_whole_hours_only():
     assert report.hour_starts(H0 + 1800, H0 + 3 * 3600 + 1) == [H0, H0 + 3600, H0 + 7200]
     assert report.hour_starts(H0, H0 + 3599) == []

@@ -362,8 +362,9 @@ def _counter_delta(new: Scrape, old: Scrape, name: str, label: tuple[str, str] |
 
 
 class PrometheusClient:
-    """Instant PromQL queries over Prometheus' HTTP API (``/api/v1/query``) at ``url``; every
-    failure raises ``MetricsUnavailable`` (reason PrometheusUnreachable or PrometheusError)."""
+    """PromQL over Prometheus' HTTP API at ``url``: instant (``query``) and range (``query_range``)
+    queries; every failure raises ``MetricsUnavailable`` (reason PrometheusUnreachable or
+    PrometheusError). The autoscaler's ``PrometheusSource`` and ``kimik3 usage`` ask through it."""
 
     def __init__(self, url: str, session: requests.Session | None = None):
         self.url = url.rstrip("/")

@@ -22,7 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kimik3.autoscaler.observation import FINISHED_REASONS
+from kimik3.api.conditions import Reason
+from kimik3.autoscaler.observation import FINISHED_REASONS, MetricsUnavailable
 from kimik3.autoscaler.sources import PrometheusClient
 from kimik3.kube.groups import HELD, SERVING
 from kimik3.usage.rules import RULES, SLO_MEASURED, SLO_WITHIN, slo_record
@@ -88,8 +89,11 @@ def _points(matrix: Matrix) -> Iterable[tuple[dict[str, str], float, float]]:
     the hour's end)."""
     for series in matrix:
         labels = series.get("metric") or {}
-        for at, value in series.get("values") or []:
-            yield labels, float(at) - HOUR_S, float(value)
+        for point in series.get("values") or []:
+            try:
+                yield labels, float(point[0]) - HOUR_S, float(point[1])
+            except (IndexError, TypeError, ValueError):
+                raise MetricsUnavailable(Reason.PROMETHEUS_ERROR, f"malformed point {str(point)[:200]}") from None
 
 
 def rows(answers: Mapping[str, Matrix]) -> list[Usage]:
