@@ -247,6 +247,8 @@ def test_kimik3_usage_names_an_unreachable_prometheus_and_a_bad_range():
     result = CliRunner().invoke(main, ["usage", "--prometheus", "http://127.0.0.1:9", "--start",
                                        "2026-12-04T10:10", "--end", "2026-12-04T10:50"])
     assert result.exit_code == 2 and "no whole UTC hour between --start and --end" in result.output
+    result = CliRunner().invoke(main, ["usage", "--prometheus", "http://127.0.0.1:9", "--start", "yesterday"])
+    assert result.exit_code == 2 and "'yesterday' is not an RFC 3339 time" in result.output
 
 
 # ---------------------------------------------------------------- the reconcile exports them -

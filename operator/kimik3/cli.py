@@ -277,33 +277,42 @@ def rules(output: Path | None) -> None:
 @main.command()
 @click.option("--prometheus", "prometheus_url", required=True, envvar="KIMIK3_PROMETHEUS_URL",
               help="Prometheus' base URL (e.g. http://prometheus.monitoring:9090), loading `kimik3 rules`.")
-@click.option("--start", type=click.DateTime(["%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M", "%Y-%m-%d"]), default=None,
-              help="First hour (UTC; rounded down to its hour). Default: --hours before --end.")
-@click.option("--end", type=click.DateTime(["%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M", "%Y-%m-%d"]), default=None,
-              help="End (UTC, exclusive; rounded down to its hour). Default: the start of the current hour.")
+@click.option("--start", default=None, metavar="TIME",
+              help="First hour (RFC 3339, e.g. 2026-12-04T10:00:00Z; UTC without an offset; rounded down to its "
+                   "hour). Default: --hours before --end.")
+@click.option("--end", default=None, metavar="TIME",
+              help="End (exclusive; rounded down to its hour). Default: the start of the current hour.")
 @click.option("--hours", type=click.IntRange(1, 24 * 62), default=24, show_default=True,
               help="Hours before --end, when --start is not given.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("-n", "--namespace", default=None, help="One tenant only.")
-def usage(prometheus_url: str, start: Any, end: Any, hours: int, fmt: str, namespace: str | None) -> None:
+def usage(prometheus_url: str, start: str | None, end: str | None, hours: int, fmt: str,
+          namespace: str | None) -> None:
     """Usage per tenant (namespace), deployment and whole UTC hour: prompt, cached and generated
     tokens, requests by outcome, GPU-hours held and serving, minutes within the latency (and
     TTFT) target. Reads the recording rules of `kimik3 rules` from Prometheus."""
-    import datetime as dt
     import time
 
     from kimik3.autoscaler.observation import MetricsUnavailable
     from kimik3.autoscaler.sources import PrometheusClient
+    from kimik3.kube.times import rfc3339, rfc3339_seconds
     from kimik3.usage import report
 
-    def unix(value: dt.datetime) -> float:
-        return value.replace(tzinfo=dt.timezone.utc).timestamp()
+    def unix(value: str, option: str) -> float:
+        try:
+            seconds = rfc3339_seconds(value)
+        except ValueError:
+            seconds = None
+        if seconds is None:
+            raise click.BadParameter(f"{value!r} is not an RFC 3339 time (e.g. 2026-12-04T10:00:00Z)",
+                                     param_hint=option)
+        return seconds
     now = time.time()
-    end_s = unix(end) if end is not None else now
+    end_s = now if end is None else unix(end, "--end")
     if end_s > now:
-        raise click.BadParameter(f"{end:%Y-%m-%dT%H:%MZ} is in the future: give an end no later than now",
+        raise click.BadParameter(f"{rfc3339(end_s)} is in the future: give an end no later than now",
                                  param_hint="--end")
-    start_s = unix(start) if start is not None else end_s - end_s % report.HOUR_S - hours * report.HOUR_S
+    start_s = end_s - end_s % report.HOUR_S - hours * report.HOUR_S if start is None else unix(start, "--start")
     if start_s >= end_s:
         raise click.BadParameter("--start must be before --end", param_hint="--start")
     whole = report.hour_starts(start_s, end_s)

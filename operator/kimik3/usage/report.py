@@ -15,7 +15,6 @@ verdict on its last window with traffic), ``*_minutes_measured`` those with a re
 from __future__ import annotations
 
 import csv
-import datetime as dt
 import io
 import json
 from collections.abc import Iterable, Mapping
@@ -26,6 +25,7 @@ from kimik3.api.conditions import Reason
 from kimik3.autoscaler.observation import FINISHED_REASONS, MetricsUnavailable
 from kimik3.autoscaler.sources import PrometheusClient
 from kimik3.kube.groups import HELD, SERVING
+from kimik3.kube.times import rfc3339
 from kimik3.usage.rules import RULES, SLO_MEASURED, SLO_WITHIN, slo_record
 
 HOUR_S = 3600
@@ -156,17 +156,13 @@ COLUMNS = ("hour", "namespace", "deployment", "revisions", "prompt_tokens", "cac
 """Columns of every format, in order (``requests``: every outcome, unknown ones included)."""
 
 
-def _utc(t: float) -> str:
-    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def record(usage: Usage) -> dict[str, Any]:
     """One row as plain values: the hour in RFC 3339 (UTC), counts rounded to whole numbers,
     GPU-hours to 3 decimals, shares to 4; None where nothing was measured."""
     def maybe(value: float | None, digits: int) -> float | None:
         return None if value is None else round(value, digits)
     values: dict[str, Any] = {
-        "hour": _utc(usage.hour), "namespace": usage.namespace, "deployment": usage.deployment,
+        "hour": rfc3339(usage.hour), "namespace": usage.namespace, "deployment": usage.deployment,
         "revisions": " ".join(sorted(r for r in usage.revisions if r)),
         "prompt_tokens": round(usage.prompt_tokens), "cached_prompt_tokens": round(usage.cached_prompt_tokens),
         "generation_tokens": round(usage.generation_tokens), "requests": round(sum(usage.requests.values())),
@@ -186,7 +182,7 @@ def record(usage: Usage) -> dict[str, Any]:
 def json_text(usages: list[Usage], hours: list[float]) -> str:
     """The billing export: ``{"start", "end" (RFC 3339: the first hour's start, the last's end),
     "rows": [record, ...]}``."""
-    return json.dumps({"start": _utc(hours[0]), "end": _utc(hours[-1] + HOUR_S), "rows": [record(u) for u in usages]},
+    return json.dumps({"start": rfc3339(hours[0]), "end": rfc3339(hours[-1] + HOUR_S), "rows": [record(u) for u in usages]},
                       indent=2)
 
 
