@@ -119,8 +119,8 @@ def verdict(me: Placement, found: list[Placement]) -> Verdict:
 
 def names(obj: dict[str, Any], other: Placement) -> bool:
     """CR ``obj``'s stored PlacementConflict is True and names deployment ``other``."""
-    said = next((c for c in (obj.get("status") or {}).get("conditions") or []
-                 if c.get("type") == ConditionType.PLACEMENT_CONFLICT), {})
+    said: dict[str, Any] = next((c for c in (obj.get("status") or {}).get("conditions") or []
+                                 if c.get("type") == ConditionType.PLACEMENT_CONFLICT), {})
     return said.get("status") == "True" and f"{other.ref} (placement " in (said.get("message") or "")
 
 
