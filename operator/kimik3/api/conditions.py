@@ -29,8 +29,9 @@ Degraded           True    ApplyFailed, InvalidSpec, GroupCrashLooping (groups f
                    False   AsExpected
 ScalingLimited     True    GroupSplitAcrossRacks (a group's pods are in more than one NVLink domain,
                            whatever the placement: the group, its racks and the fix; the group
-                           is not counted Ready); Unschedulable (a group's pod has ``PodScheduled=False`` reason
-                           ``Unschedulable``: no rack or node can hold it); under placement
+                           is not counted Ready); Unschedulable (a group's pod has
+                           ``PodScheduled=False`` reason ``Unschedulable``: no rack or node can
+                           hold it); under placement
                            kueue: QuotaExhausted, NoRackFits (with the largest free block of
                            trays), Preempted, KueuePending (a group's Workload is not admitted;
                            Kueue's message quoted once; each group's in status.groups); the queue
@@ -39,8 +40,8 @@ ScalingLimited     True    GroupSplitAcrossRacks (a group's pods are in more tha
                            KueueWebhookMissing (the missing object and the fix in the message)
                    False   AllGroupsPlaced (every group the deployment wants exists, every pod bound
                            to a tray, each group inside one rack)
-                   Unknown GroupsNotCreated (fewer groups exist than wanted: nothing to say of the others),
-                           GroupsNotPlaced (every group exists, a pod is bound to no tray and
+                   Unknown GroupsNotCreated (fewer groups exist than wanted: nothing to say of
+                           the others), GroupsNotPlaced (every group exists, a pod is bound to no tray and
                            nothing else says why: the pod and its scheduling gates named)
 MetricsAvailable   True    Measured, ScaledToZero (no groups: nothing to measure)
                    False   NoTargets, WarmingUp, ScrapeFailed, NoLatencyMetric, NoSeries,
