@@ -7,7 +7,7 @@ pidfile (``<state>/pids/``) and a log (``<state>/logs/``, etcd and kube-apiserve
 1. etcd + kube-apiserver (``ControlPlane``, ServiceAccount admission on);
 2. kube-controller-manager + kube-scheduler (``kubecomponents``);
 3. the CRDs: LeaderWorkerSet (+ DisaggregatedSet), ComputeDomain, PodMonitor, ServiceMonitor,
-   Gateway API, KimiK3Deployment; with Prometheus, the Prometheus Operator's Prometheus, PrometheusRule
+   Gateway API, InferencePool, KimiK3Deployment; with Prometheus, the Prometheus Operator's Prometheus, PrometheusRule
    and Probe;
 4. the LeaderWorkerSet manager with its webhooks on 127.0.0.1 (``lws``), then the Kueue
    manager likewise (``kueue``; ``UpOptions.kueue``);
@@ -267,7 +267,7 @@ class DevCluster:
         started = {sched.name: (sched, self._spawn(sched.name, sched.argv))}
 
         kueue_ports = (free_port(), free_port())  # webhooks (and CRD conversion), health
-        with out.step("installing CRDs (LeaderWorkerSet, ComputeDomain, PodMonitor, HTTPRoute, KimiK3Deployment"
+        with out.step("installing CRDs (LeaderWorkerSet, ComputeDomain, PodMonitor, HTTPRoute, InferencePool, KimiK3Deployment"
                       + (", Kueue" if opts.kueue else "") + (", Prometheus" if opts.prometheus else "")
                       + ") and admission policies"):
             own_crds, own_policies = own_manifests()  # crds/: our CRD and ValidatingAdmissionPolicies
