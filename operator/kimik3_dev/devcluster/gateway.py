@@ -52,7 +52,7 @@ from kimik3_dev.devcluster.rest import Rest
 from kimik3_dev.versions import ENVOY_VERSION, INFERENCE_EXTENSION_VERSION
 
 __all__ = ["DESTINATION_HEADER", "EPP_CONFIG", "SERVED_HEADER", "Gateway", "envoy_config", "epp_argv",
-           "pool_endpoints", "pool_path", "start", "stop"]
+           "pool_endpoints", "pool_gauge", "pool_path", "start", "stop"]
 
 POOL_API = "/apis/inference.networking.k8s.io/v1"
 EPP_BINARY = f"epp-{INFERENCE_EXTENSION_VERSION}"
@@ -245,7 +245,9 @@ class Gateway:
     envoy: ProcessRecord
 
 
-def _metric(text: str, name: str, pool: str) -> float | None:
+def pool_gauge(text: str, name: str, pool: str) -> float | None:
+    """The value of the picker's per-pool gauge ``name`` (``name="<pool>"`` label) in its ``/metrics``
+    ``text``, None when absent (e.g. ``inference_pool_ready_pods``: pods with fresh metrics)."""
     found = re.search(rf'^{re.escape(name)}\{{[^}}]*name="{re.escape(pool)}"[^}}]*\}} (\S+)$', text, re.M)
     return float(found.group(1)) if found else None
 
@@ -286,7 +288,7 @@ def start(state_dir: Path, kubeconfig: Path, rest: Rest, namespace: str, pool: s
         status, body = http_get(f"{metrics_url}/metrics")
         if status != 200:
             return f"metrics HTTP {status}"
-        ready = _metric(body.decode(), "inference_pool_ready_pods", pool)
+        ready = pool_gauge(body.decode(), "inference_pool_ready_pods", pool)
         return True if ready is not None else f"no inference_pool_ready_pods{{name={pool!r}}} yet (pool not read)"
     wait_for(epp.name, pool_read, timeout_s, process=epp)
 
