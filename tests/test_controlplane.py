@@ -70,6 +70,7 @@ def test_server_reports_built_version(admin_api: client.ApiClient) -> None:
         ("ServiceMonitor", "servicemonitors.monitoring.coreos.com"),
         ("HTTPRoute", "httproutes.gateway.networking.k8s.io"),
         ("InferencePool", "inferencepools.inference.networking.k8s.io"),
+        ("InferenceObjective", "inferenceobjectives.inference.networking.x-k8s.io"),
     ],
 )
 def test_thirdparty_crd_is_established(admin_api: client.ApiClient, kind: str, crd_name: str) -> None:

@@ -68,8 +68,7 @@ def test_envoy_forwards_to_the_leader_the_picker_chooses_and_honours_its_failure
         for name, mode in (("k3-close", "FailClose"), ("k3-open", "FailOpen")):
             pool = _pool(ns, name, port, mode)
             dev_env.rest.create(f"{gateway.POOL_API}/namespaces/{ns}/inferencepools", pool)
-            started.append(gateway.start(dev_env.cluster.state_dir, dev_env.cluster.kubeconfig, dev_env.rest, ns,
-                                         name, timeout_s=WAIT_S, die_with_parent=True))
+            started.append(dev_env.cluster.start_gateway(ns, name, timeout_s=WAIT_S))
         close, open_ = started
         assert (close.failure_mode, open_.failure_mode) == ("FailClose", "FailOpen")
 
@@ -93,9 +92,13 @@ def test_envoy_forwards_to_the_leader_the_picker_chooses_and_honours_its_failure
                           if f'model_name="{model}"' in labels)
             assert counted == REQUESTS
 
-        # The picker gone: FailClose drops the request, FailOpen forwards it to a leader of Envoy's picking.
+        # The picker gone (killed, as a crash): once Envoy's health check marks it unhealthy, FailClose
+        # drops the request and FailOpen forwards it to a leader of Envoy's picking.
         for gw in started:
             processes.stop(dev_env.cluster.state_dir, gw.epp.name, kill=True)
+        for gw in started:
+            wait_for(lambda gw=gw: gateway.picker_health(gw.envoy_admin_url) != "healthy", 30,
+                     f"Envoy of {gw.pool} to mark the killed picker unhealthy")
         refused = _complete(close, model, "after the picker")
         assert refused.status_code == 500, (refused.status_code, refused.text[:300])
         assert gateway.SERVED_HEADER not in refused.headers or not refused.headers[gateway.SERVED_HEADER]
@@ -103,6 +106,8 @@ def test_envoy_forwards_to_the_leader_the_picker_chooses_and_honours_its_failure
             resp = _complete(open_, model, f"after the picker {i}")
             assert resp.status_code == 200, (resp.status_code, resp.text[:300])
             assert resp.headers[gateway.SERVED_HEADER] in endpoints
+        stats = requests.get(f"{open_.envoy_admin_url}/stats?filter=ext_proc.failure_mode_allowed", timeout=5).text
+        assert re.search(r"^http\.pool\.ext_proc\.failure_mode_allowed: 3$", stats, re.M), stats
     finally:
         for gw in started:
             gateway.stop(dev_env.cluster.state_dir, gw)

@@ -19,7 +19,14 @@ local processes, programmed the way a Gateway controller programs them.
 The pool's ``spec.endpointPickerRef.failureMode`` sets the ext_proc filter's ``failure_mode_allow``:
 ``FailClose`` (the CRD's default) drops a request the picker cannot answer (Envoy's 500);
 ``FailOpen`` lets it through without a picked endpoint, to a fallback cluster of the pool's Ready
-endpoints at start (the API: "forward the request to an endpoint of its picking").
+endpoints at start (the API: "forward the request to an endpoint of its picking"). Envoy 1.40 honours
+``failure_mode_allow`` only when the ext_proc stream fails before it starts, not once a
+``FULL_DUPLEX_STREAMED`` stream (the only body mode the picker's responses fit: streamed body
+mutations) has sent the request (measured: its ``ext_proc.failure_mode_allowed`` counter stays 0,
+the client gets 500). So the picker's cluster has no panic routing (``healthy_panic_threshold`` 0)
+and one failed gRPC health check (every ``EPP_HEALTH_CHECK_INTERVAL_S``) marks it unhealthy: from
+then on a stream cannot start and ``FailOpen`` applies; a request between the picker's death and
+that check gets 500 in either mode.
 
 Why not a Gateway controller: Envoy Gateway v1.9.1 (served by the module proxy) translates an
 InferencePool backend only through an extension server (``ExtensionManager.backendResources``; its
@@ -52,7 +59,7 @@ from kimik3_dev.devcluster.rest import Rest
 from kimik3_dev.versions import ENVOY_VERSION, INFERENCE_EXTENSION_VERSION
 
 __all__ = ["DESTINATION_HEADER", "EPP_CONFIG", "SERVED_HEADER", "Gateway", "envoy_config", "epp_argv",
-           "pool_endpoints", "pool_gauge", "pool_path", "start", "stop"]
+           "picker_health", "pool_endpoints", "pool_gauge", "pool_path", "start", "stop"]
 
 POOL_API = "/apis/inference.networking.k8s.io/v1"
 EPP_BINARY = f"epp-{INFERENCE_EXTENSION_VERSION}"
@@ -91,7 +98,8 @@ DEFAULT_FAILURE_MODE = "FailClose"
 EXT_PROC_TIMEOUT_S = 10
 """ext_proc gRPC stream timeout (the upstream e2e Envoy's)."""
 EPP_HEALTH_CHECK_INTERVAL_S = 2
-"""Envoy's gRPC health check of the picker, seconds (upstream: 10 s; shorter for a quick start)."""
+"""Envoy's gRPC health check of the picker, seconds (upstream's e2e Envoy: 10 s, 3 failures to mark it
+unhealthy; here one failure: ``FailOpen`` applies only once the picker is marked unhealthy)."""
 REQUEST_TIMEOUT_S = 86400
 """Route timeout and idle timeout for a completion, seconds (upstream e2e Envoy's)."""
 
@@ -160,7 +168,8 @@ def envoy_config(listen_port: int, admin_port: int, epp_port: int, mode: str,
 
     ``epp_port``: the picker's ext_proc gRPC port on 127.0.0.1 (TLS, certificate not verified, as
     upstream's e2e Envoy); ``mode``: the pool's failure mode; ``fallback``: the endpoints a
-    ``FailOpen`` request goes to when the picker set none (ignored for ``FailClose``).
+    ``FailOpen`` request goes to when the picker set none (ignored for ``FailClose``). The picker's
+    cluster: TLS without verification, a gRPC health check, no panic routing (module docstring).
     Request flow: a ``header_mutation`` filter drops any client-sent ``DESTINATION_HEADER`` (only
     the picker chooses), ext_proc (headers, then the body streamed full-duplex, as upstream) lets the
     picker set it and clear the route cache, then the route that requires the header forwards to the
@@ -204,7 +213,8 @@ def envoy_config(listen_port: int, admin_port: int, epp_port: int, mode: str,
          "original_dst_lb_config": {"use_http_header": True, "http_header_name": DESTINATION_HEADER}},
         _static_cluster(
             "epp", [("127.0.0.1", epp_port)],
-            health_checks=[{"timeout": "2s", "interval": f"{EPP_HEALTH_CHECK_INTERVAL_S}s", "unhealthy_threshold": 3,
+            common_lb_config={"healthy_panic_threshold": {"value": 0}},
+            health_checks=[{"timeout": "2s", "interval": f"{EPP_HEALTH_CHECK_INTERVAL_S}s", "unhealthy_threshold": 1,
                             "healthy_threshold": 1, "reuse_connection": True,
                             "grpc_health_check": {"service_name": "envoy.service.ext_proc.v3.ExternalProcessor"},
                             "tls_options": {"alpn_protocols": ["h2"]}}],
@@ -250,6 +260,14 @@ def pool_gauge(text: str, name: str, pool: str) -> float | None:
     ``text``, None when absent (e.g. ``inference_pool_ready_pods``: pods with fresh metrics)."""
     found = re.search(rf'^{re.escape(name)}\{{[^}}]*name="{re.escape(pool)}"[^}}]*\}} (\S+)$', text, re.M)
     return float(found.group(1)) if found else None
+
+
+def picker_health(envoy_admin_url: str) -> str:
+    """The health flags Envoy's admin ``/clusters`` gives the picker's endpoint: ``healthy``, or e.g.
+    ``/failed_active_hc`` once its gRPC health check failed; ``absent`` when not listed."""
+    _, body = http_get(f"{envoy_admin_url}/clusters")
+    flags = re.search(r"^epp::127\.0\.0\.1:\d+::health_flags::(\S+)$", body.decode(), re.M)
+    return flags.group(1) if flags else "absent"
 
 
 def start(state_dir: Path, kubeconfig: Path, rest: Rest, namespace: str, pool: str, *,
@@ -307,10 +325,8 @@ def start(state_dir: Path, kubeconfig: Path, rest: Rest, namespace: str, pool: s
     wait_for(envoy.name, envoy_live, timeout_s, process=envoy)
 
     def picker_healthy() -> bool | str:
-        _, body = http_get(f"{admin_url}/clusters")
-        flags = re.search(r"^epp::127\.0\.0\.1:\d+::health_flags::(\S+)$", body.decode(), re.M)
-        return True if flags and flags.group(1) == "healthy" else \
-            f"cluster epp health_flags {flags.group(1) if flags else 'absent'} (gRPC health check of the picker)"
+        flags = picker_health(admin_url)
+        return True if flags == "healthy" else f"cluster epp health_flags {flags} (gRPC health check of the picker)"
     wait_for(envoy.name, picker_healthy, timeout_s, process=envoy)
     return Gateway(namespace, pool, mode, f"http://127.0.0.1:{listen_port}", admin_url, metrics_url, grpc_port,
                    epp, envoy)
