@@ -46,7 +46,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -253,6 +254,8 @@ class Gateway:
     epp_grpc_port: int
     epp: ProcessRecord
     envoy: ProcessRecord
+    start_s: dict[str, float] = field(default_factory=dict)
+    """Seconds from spawn to ready: ``epp`` (the pool read), ``envoy`` (live, the picker healthy)."""
 
 
 def pool_gauge(text: str, name: str, pool: str) -> float | None:
@@ -297,6 +300,7 @@ def start(state_dir: Path, kubeconfig: Path, rest: Rest, namespace: str, pool: s
     config_file = base / "epp-config.yaml"
     config_file.write_text(EPP_CONFIG)
     grpc_port, health_port, metrics_port = free_port(), free_port(), free_port()
+    started = time.monotonic()
     epp = processes.spawn(state_dir, _component("epp", namespace, pool),
                           epp_argv(binary["epp"], namespace, pool, config_file, grpc_port, health_port, metrics_port),
                           env={**os.environ, "KUBECONFIG": str(kubeconfig)}, die_with_parent=die_with_parent)
@@ -309,10 +313,12 @@ def start(state_dir: Path, kubeconfig: Path, rest: Rest, namespace: str, pool: s
         ready = pool_gauge(body.decode(), "inference_pool_ready_pods", pool)
         return True if ready is not None else f"no inference_pool_ready_pods{{name={pool!r}}} yet (pool not read)"
     wait_for(epp.name, pool_read, timeout_s, process=epp)
+    start_s = {"epp": time.monotonic() - started}
 
     listen_port, admin_port = free_port(), free_port()
     envoy_file = base / "envoy.json"
     envoy_file.write_text(json.dumps(envoy_config(listen_port, admin_port, grpc_port, mode, fallback), indent=1))
+    started = time.monotonic()
     envoy = processes.spawn(state_dir, _component("envoy", namespace, pool),
                             [str(binary["envoy"]), "-c", str(envoy_file), "--concurrency", "1",
                              "--disable-hot-restart", "--log-level", "warn"],
@@ -328,8 +334,9 @@ def start(state_dir: Path, kubeconfig: Path, rest: Rest, namespace: str, pool: s
         flags = picker_health(admin_url)
         return True if flags == "healthy" else f"cluster epp health_flags {flags} (gRPC health check of the picker)"
     wait_for(envoy.name, picker_healthy, timeout_s, process=envoy)
+    start_s["envoy"] = time.monotonic() - started
     return Gateway(namespace, pool, mode, f"http://127.0.0.1:{listen_port}", admin_url, metrics_url, grpc_port,
-                   epp, envoy)
+                   epp, envoy, start_s)
 
 
 def stop(state_dir: Path, gateway: Gateway, kill: bool = False) -> None:
