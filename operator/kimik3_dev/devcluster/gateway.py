@@ -99,8 +99,9 @@ DEFAULT_FAILURE_MODE = "FailClose"
 EXT_PROC_TIMEOUT_S = 10
 """ext_proc gRPC stream timeout (the upstream e2e Envoy's)."""
 EPP_HEALTH_CHECK_INTERVAL_S = 2
-"""Envoy's gRPC health check of the picker, seconds (upstream's e2e Envoy: 10 s, 3 failures to mark it
-unhealthy; here one failure: ``FailOpen`` applies only once the picker is marked unhealthy)."""
+"""Envoy's gRPC health check of the picker, seconds, also while no request flows (Envoy's default then is
+60 s); upstream's e2e Envoy: 10 s, 3 failures to mark it unhealthy; here one failure: ``FailOpen``
+applies only once the picker is marked unhealthy."""
 REQUEST_TIMEOUT_S = 86400
 """Route timeout and idle timeout for a completion, seconds (upstream e2e Envoy's)."""
 
@@ -215,7 +216,9 @@ def envoy_config(listen_port: int, admin_port: int, epp_port: int, mode: str,
         _static_cluster(
             "epp", [("127.0.0.1", epp_port)],
             common_lb_config={"healthy_panic_threshold": {"value": 0}},
-            health_checks=[{"timeout": "2s", "interval": f"{EPP_HEALTH_CHECK_INTERVAL_S}s", "unhealthy_threshold": 1,
+            health_checks=[{"timeout": "2s", "interval": f"{EPP_HEALTH_CHECK_INTERVAL_S}s",
+                            "no_traffic_interval": f"{EPP_HEALTH_CHECK_INTERVAL_S}s",
+                            "no_traffic_healthy_interval": f"{EPP_HEALTH_CHECK_INTERVAL_S}s", "unhealthy_threshold": 1,
                             "healthy_threshold": 1, "reuse_connection": True,
                             "grpc_health_check": {"service_name": "envoy.service.ext_proc.v3.ExternalProcessor"},
                             "tls_options": {"alpn_protocols": ["h2"]}}],
