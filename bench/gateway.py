@@ -94,7 +94,8 @@ def main(groups: int, starts: int, count: int) -> None:
                         "metadata": {"name": "k3", "namespace": NAMESPACE},
                         "spec": {"selector": {"matchLabels": {DEPLOYMENT_LABEL: "k3",
                                                               LWS_WORKER_INDEX_LABEL: LEADER_WORKER_INDEX}},
-                                 "targetPorts": [{"number": port}], "endpointPickerRef": {"name": "k3-epp"}}}
+                                 "targetPorts": [{"number": port}],
+                                 "endpointPickerRef": {"name": "k3-epp", "port": {"number": 9002}}}}
                 rest.create(f"{gateway.POOL_API}/namespaces/{NAMESPACE}/inferencepools", pool)
                 start_s: dict[str, list[float]] = {"epp": [], "envoy": []}
                 for i in range(starts):
