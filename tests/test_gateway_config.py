@@ -73,3 +73,11 @@ def test_envoy_accepts_the_generated_bootstrap(tmp_path: Path, mode: str) -> Non
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0 and f"configuration '{config}' OK" in proc.stdout + proc.stderr, \
         proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_the_cli_asks_for_namespace_slash_pool() -> None:
+    from click.testing import CliRunner
+
+    from kimik3_dev.devcluster.cli import dev
+    result = CliRunner().invoke(dev, ["gateway", "k3"])
+    assert result.exit_code == 2 and "'k3': give NAMESPACE/POOL, e.g. default/k3" in result.output
