@@ -6,7 +6,7 @@ deployment's leader pods (the engine simulator serves each engine at its leader'
 A completion through Envoy is answered by a leader the picker chose (the response's
 ``x-gateway-destination-endpoint-served`` names it; the picker's metrics count the request and list
 exactly the leaders), and killing the picker shows each failure mode: ``FailClose`` refuses,
-``FailOpen`` still serves from a leader.
+``FailOpen`` still serves from a leader; started again, the picker serves again.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from devenv import DevEnv
 
 from kimik3.kube import pods as kpods
 from kimik3.kube.labels import DEPLOYMENT_LABEL, LEADER_WORKER_INDEX, LWS_WORKER_INDEX_LABEL
-from kimik3_dev.devcluster import gateway, processes
+from kimik3_dev.devcluster import gateway
 from kimik3_dev.devcluster.rollout import serving
 from support.waiting import wait_for
 
@@ -95,7 +95,7 @@ def test_envoy_forwards_to_the_leader_the_picker_chooses_and_honours_its_failure
         # The picker gone (killed, as a crash): once Envoy's health check marks it unhealthy, FailClose
         # drops the request and FailOpen forwards it to a leader of Envoy's picking.
         for gw in started:
-            processes.stop(dev_env.cluster.state_dir, gw.epp.name, kill=True)
+            dev_env.cluster.stop_component(gw.epp.name, kill=True)  # `kimik3 dev fault stop --kill`
         for gw in started:
             wait_for(lambda gw=gw: gateway.picker_health(gw.envoy_admin_url) != "healthy", 30,
                      f"Envoy of {gw.pool} to mark the killed picker unhealthy")
@@ -108,6 +108,15 @@ def test_envoy_forwards_to_the_leader_the_picker_chooses_and_honours_its_failure
             assert resp.headers[gateway.SERVED_HEADER] in endpoints
         stats = requests.get(f"{open_.envoy_admin_url}/stats?filter=ext_proc.failure_mode_allowed", timeout=5).text
         assert re.search(r"^http\.pool\.ext_proc\.failure_mode_allowed: 3$", stats, re.M), stats
+
+        # The picker back (`kimik3 dev fault start`, same ports): Envoy's health check finds it, FailClose serves.
+        dev_env.cluster.start_component(close.epp.name)
+        wait_for(lambda: gateway.picker_health(close.envoy_admin_url) == "healthy", 60,
+                 "Envoy to find the restarted picker healthy")
+        wait_for(lambda: gateway.pool_gauge(_metrics(close), "inference_pool_ready_pods", close.pool) == GROUPS,
+                 WAIT_S, "the restarted picker to count its ready pods")
+        resp = _complete(close, model, "with the picker back")
+        assert resp.status_code == 200 and resp.headers[gateway.SERVED_HEADER] in endpoints, resp.status_code
     finally:
         for gw in started:
             gateway.stop(dev_env.cluster.state_dir, gw)
