@@ -5,7 +5,7 @@ deployment's leader pods (the engine simulator serves each engine at its leader'
 
 A completion through Envoy is answered by a leader the picker chose (the response's
 ``x-gateway-destination-endpoint-served`` names it; the picker's metrics count the request and list
-exactly the leaders), and killing the picker shows each failure mode: ``FailClose`` refuses,
+exactly the leaders; a long prompt sent again lands on the same leader, the prefix-cache scorer), and killing the picker shows each failure mode: ``FailClose`` refuses,
 ``FailOpen`` still serves from a leader; started again, the picker serves again.
 """
 
@@ -88,9 +88,13 @@ def test_envoy_forwards_to_the_leader_the_picker_chooses_and_honours_its_failure
                 assert resp.json()["choices"][0]["text"]
                 served.append(resp.headers[gateway.SERVED_HEADER])
             assert set(served) <= endpoints, (served, endpoints)
+            # The prefix-cache scorer (weight 3 of 7): a long prompt sent again goes where it went first.
+            shared = f"{gw.pool}: a long system prompt and tool schemas shared by every turn. " * 40
+            again = {_complete(gw, model, shared).headers[gateway.SERVED_HEADER] for _ in range(6)}
+            assert len(again) == 1 and again <= endpoints, again
             counted = sum(v for labels, v in _samples(_metrics(gw), "inference_objective_request_total")
                           if f'model_name="{model}"' in labels)
-            assert counted == REQUESTS
+            assert counted == REQUESTS + 6
 
         # The picker gone (killed, as a crash): once Envoy's health check marks it unhealthy, FailClose
         # drops the request and FailOpen forwards it to a leader of Envoy's picking.
