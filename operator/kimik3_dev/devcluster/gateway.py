@@ -1,7 +1,7 @@
 """The dev cluster's inference gateway for one InferencePool: the endpoint picker and Envoy, run as
 local processes, programmed the way a Gateway controller programs them.
 
-``start(cluster_dir, kubeconfig, namespace, pool)`` reads InferencePool ``namespace/pool``
+``start(state_dir, kubeconfig, rest, namespace, pool)`` reads InferencePool ``namespace/pool``
 (``inference.networking.k8s.io/v1``) from the API server and starts:
 
 1. the endpoint picker (EPP) of ``sigs.k8s.io/gateway-api-inference-extension`` at
