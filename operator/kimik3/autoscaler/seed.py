@@ -38,7 +38,10 @@ computes, is ``1 /`` the perf model's prefill tokens/s of the group (its units')
 part of a step, the perf model's step at the batch where the curve meets the target; vLLM's
 ``max_num_batched_tokens`` (B) caps a step, so prefill takes at most ``B theta / (d + B theta)`` of
 a group's time (``GroupLatencyModel.max_prefill_share``). The TTFT model (policy/ttft.py) takes
-the same three numbers.
+the same three numbers. The chunk steps (the model's mixture): the mean chunk starts at ``B``
+(the model learns it from the prompts it sees), the tokens per request per step at the perf
+model's acceptance length (1 for a per-step target), the share they may hold at ``1 -`` the
+target's percentile.
 """
 
 from __future__ import annotations
@@ -118,10 +121,12 @@ def seed_model(admitted: Admitted) -> GroupLatencyModel:
         return GroupLatencyModel(t0=first[1], k=first[1], seed_c=1.0, seed_c_low=0.5)
     _, z, t0, k = best
     c_lo, c_hi = points[0][0], points[-1][0]
-    theta, _, _, share = prefill_terms(admitted)
+    theta, _, budget, share = prefill_terms(admitted)
+    al = 1.0 if per_step else decode_point(perf_params(EngineShape.from_spec(admitted.spec, admitted.plan)), 1).tokens_per_step
     return GroupLatencyModel(t0=t0, k=k, z=z, w=W, forget=FORGET, prior_weight=PRIOR_WEIGHT,
                              seed_c_low=c_lo + z * math.sqrt(c_lo), seed_c=c_hi + z * math.sqrt(c_hi),
-                             theta=theta, max_prefill_share=share)
+                             theta=theta, max_prefill_share=share, q=admitted.target_quantile, budget=budget,
+                             al=al, chunk_theta=theta, chunk_tokens=float(budget))
 
 
 def prefill_terms(admitted: Admitted) -> tuple[float, float, int, float]:
