@@ -52,7 +52,7 @@ from kimik3.admission import Admitted
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
 from kimik3.autoscaler.policy import GroupLatencyModel
 from kimik3.autoscaler.policy.ttft import TTFTModel
-from kimik3.autoscaler.perfmodel import EngineShape, decode_point, perf_params
+from kimik3.autoscaler.perfmodel import EngineShape, decode_point, perf_params, step_time
 from kimik3.topology.plan import GroupPlan
 
 LOW = 0.6
@@ -126,7 +126,8 @@ def seed_model(admitted: Admitted) -> GroupLatencyModel:
     return GroupLatencyModel(t0=t0, k=k, z=z, w=W, forget=FORGET, prior_weight=PRIOR_WEIGHT,
                              seed_c_low=c_lo + z * math.sqrt(c_lo), seed_c=c_hi + z * math.sqrt(c_hi),
                              theta=theta, max_prefill_share=share, q=admitted.target_quantile, budget=budget,
-                             al=al, chunk_theta=theta, chunk_tokens=float(budget))
+                             al=al, chunk_theta=theta, chunk_step_s=chunk_step_overhead(admitted),
+                             chunk_tokens=float(budget))
 
 
 def prefill_terms(admitted: Admitted) -> tuple[float, float, int, float]:
@@ -145,6 +146,19 @@ def prefill_terms(admitted: Admitted) -> tuple[float, float, int, float]:
     budget = spec.engine.max_num_batched_tokens
     unit_theta = 1.0 / params.prefill_tokens_per_s
     return theta, step, budget, budget * unit_theta / (step + budget * unit_theta)
+
+
+def chunk_step_overhead(admitted: Admitted) -> float:
+    """Seconds a step that carries a full chunk (``max_num_batched_tokens``) takes beyond its
+    decode part at the target's batch and the chunk's own ``B / prefill_rate``: the perf model's
+    ``step_time`` with the chunk less those two (the experts' weights the prompt tokens stream)."""
+    spec, plan = admitted.spec, admitted.plan
+    params = perf_params(EngineShape.from_spec(spec, plan))
+    theta, step, budget, _ = prefill_terms(admitted)
+    curve = latency_quantile_curve(spec, plan, admitted.target_quantile)
+    c = max([c for c, y, _ in curve if y <= admitted.seconds.latency_target] or [curve[0][0]])
+    seqs = max(1, math.ceil(c / (params.engines_per_unit * params.units))) * params.engines_per_unit
+    return step_time(params, seqs, budget) - step_time(params, seqs) - budget / params.prefill_tokens_per_s
 
 
 def seed_ttft(admitted: Admitted) -> TTFTModel:

@@ -78,12 +78,17 @@ latency.py). Without prompt tokens in the windows ``theta`` stays at its seed.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from statistics import NormalDist
 
 THETA_PRIOR = 10.0
 """``theta``'s prior weighs this many times the line's (``prior_weight``): on steady traffic the
 prompt and output rates move together, the split of the latency between the decode slope and
 the prefill share is barely measured, and the perf model's figure is the better guess of it."""
+
+_NORMAL = NormalDist()
+"""The standard normal: the decode steps' quantile under the chunk steps (``deeper``)."""
 
 LEARN_RANGE = (0.5, 1.5)
 """Observed latencies, as multiples of the target, the model learns from."""
@@ -145,6 +150,10 @@ class GroupLatencyModel:
     chunk_theta: float = 0.0
     """Seconds a step takes per prompt token of its chunk (the perf model's ``1 / prefill_rate``;
     0: no chunk steps modelled)."""
+    chunk_step_s: float = 0.0
+    """Seconds a step that carries a chunk takes beyond its decode part and its chunk's
+    ``chunk_theta`` per token (the perf model: the experts' weights the prompt tokens stream,
+    whatever the chunk's size)."""
     chunk_tokens: float = 8192.0
     """Mean prompt tokens a chunk step computes (seed: ``budget``; then from the windows' mean
     computed prompt, ``observe_prompts``)."""
@@ -165,27 +174,45 @@ class GroupLatencyModel:
         return c + self.w / max(n, 1)
 
     def stretch(self, pi: float) -> float:
-        """``1 / (1 - pi theta)``: how much a group computing ``pi`` prompt tokens/s slows its
-        mean per-token latency; infinite at or past ``max_prefill_share``."""
-        rho = max(pi, 0.0) * self.theta
+        """``1 / (1 - pi (theta + chunk_step_s / chunk_tokens))``: how much a group computing ``pi``
+        prompt tokens/s slows its mean per-token latency; infinite at or past ``max_prefill_share``."""
+        rho = max(pi, 0.0) * (self.theta + self._overhead())
         return math.inf if rho >= self.max_prefill_share or rho >= 1.0 else 1.0 / (1.0 - rho)
+
+    def deeper(self, c: float, pi: float) -> float:
+        """Standard deviations of the batch between the decode steps' ``q`` quantile and their
+        ``q / (1 - s)`` one, which is the group's ``q`` quantile while chunk steps hold a token
+        share ``s < 1 - q`` (``chunk_share``; 0 without chunk steps or at ``s >= 1 - q``)."""
+        share = self.chunk_share(c, pi)
+        if share <= 0 or share >= 1 - self.q:
+            return 0.0
+        return _NORMAL.inv_cdf(self.q / (1 - share)) - _NORMAL.inv_cdf(self.q)
+
+    def _overhead(self) -> float:
+        """Seconds of a chunk step's fixed part per prompt token: ``chunk_step_s / chunk_tokens``."""
+        return self.chunk_step_s / self.chunk_tokens if self.chunk_tokens > 0 else 0.0
 
     def chunk_share(self, c: float, pi: float) -> float:
         """Share of a group's tokens emitted by steps that carry a prompt chunk, at a mean of
-        ``c`` requests and ``pi`` prompt tokens/s: ``(pi / chunk_tokens) d / (1 - pi theta)``
-        with ``d = al (t0 + k c)`` (module docstring); 1 when prefill saturates the group."""
+        ``c`` requests and ``pi`` prompt tokens/s: ``(pi / C) d / (1 - rho)`` with ``C`` the mean
+        chunk, ``d = al (t0 + k c)`` and ``rho = (pi / C) chunk_extra`` (module docstring); 1 when
+        prefill saturates the group."""
         if pi <= 0 or self.chunk_tokens <= 0 or self.chunk_theta <= 0:
             return 0.0
-        rho = pi * self.chunk_theta
+        rho = pi / self.chunk_tokens * self.chunk_extra()
         if math.isinf(self.stretch(pi)) or rho >= 1:
             return 1.0
         step = self.al * (self.t0 + self.k * max(c, 0.0))
         return min(1.0, pi / self.chunk_tokens * step / (1 - rho))
 
+    def chunk_extra(self) -> float:
+        """Seconds a chunk adds to the step that carries it: ``chunk_step_s + chunk_tokens
+        chunk_theta``."""
+        return self.chunk_step_s + self.chunk_tokens * self.chunk_theta
+
     def chunk_latency(self) -> float:
-        """Seconds per token a chunk step adds to the decode step it carries: ``chunk_tokens
-        chunk_theta / al``."""
-        return self.chunk_tokens * self.chunk_theta / self.al
+        """Seconds per token a chunk step adds to the decode step it carries: ``chunk_extra / al``."""
+        return self.chunk_extra() / self.al
 
     def latency(self, c: float, n: int = 1, extra_z: float = 0.0, pi: float = 0.0) -> float:
         """The target's quantile at ``c`` requests per group, ``n`` groups, each computing ``pi``
@@ -195,9 +222,9 @@ class GroupLatencyModel:
         if math.isinf(self.stretch(pi)):
             return math.inf
         line = self.t0 + self.k * self.quantile_batch(c, n, extra_z)
-        decode = line * self.stretch(pi)
-        if self.chunk_share(c, pi) >= 1 - self.q:
-            return max(decode, line + self.chunk_latency())
+        decode = (self.t0 + self.k * self.quantile_batch(c, n, extra_z + self.deeper(c, pi))) * self.stretch(pi)
+        if c >= self.chunk_reach(pi):
+            return max(line * self.stretch(pi), line + self.chunk_latency())
         return decode
 
     def mean_latency(self, c: float, n: int = 1, pi: float = 0.0) -> float:
@@ -205,22 +232,36 @@ class GroupLatencyModel:
 
     def capacity(self, latency_s: float, n: int = 1, pi: float = 0.0) -> float:
         """Largest concurrency per group whose quantile stays <= ``latency_s`` while each group
-        computes ``pi`` prompt tokens/s (0 if none): the decode line's, short of the batch where
-        chunk steps reach ``1 - q`` of the tokens, unless the chunk step itself is under
-        ``latency_s`` (then the line's under ``latency_s`` less the chunk)."""
+        computes ``pi`` prompt tokens/s (0 if none): on the decode steps short of the batch where
+        chunk steps reach ``1 - q`` of the tokens (``chunk_reach``), past it only if the chunk step
+        itself is under ``latency_s``. Each piece rises with ``c``: found by bisection."""
         if math.isinf(self.stretch(pi)):
             return 0.0
-        line = self._line_capacity(latency_s / self.stretch(pi), n)
-        if pi <= 0 or self.chunk_theta <= 0:
-            return line
-        rho = pi * self.chunk_theta
-        reach = ((1 - self.q) * self.chunk_tokens * (1 - rho) / (pi * self.al) - self.t0) / self.k \
-            if self.k > 0 else math.inf
-        chunk = self._line_capacity(min(latency_s - self.chunk_latency(), latency_s / self.stretch(pi)), n)
-        return max(min(line, max(reach, 0.0)), chunk)
+        top = self._line_capacity(latency_s, n)  # the unstretched line: no piece is faster
+        if math.isinf(top):
+            return math.inf
+        reach = min(self.chunk_reach(pi), top)
+        best = _largest(lambda c: self.latency(c, n, 0.0, pi) <= latency_s, 0.0, reach)
+        if reach < top and self.latency(reach, n, 0.0, pi) <= latency_s:
+            best = max(best, _largest(lambda c: self.latency(c, n, 0.0, pi) <= latency_s, reach, top))
+        return best
+
+    def chunk_reach(self, pi: float) -> float:
+        """Mean requests per group at which chunk steps reach ``1 - q`` of a group's tokens while it
+        computes ``pi`` prompt tokens/s (``chunk_share`` solved for ``c``; infinite without chunk
+        steps, 0 when they hold that share at any batch)."""
+        if pi <= 0 or self.chunk_theta <= 0 or self.chunk_tokens <= 0:
+            return math.inf
+        rho = pi / self.chunk_tokens * self.chunk_extra()
+        if rho >= 1 or math.isinf(self.stretch(pi)):
+            return 0.0
+        step = (1 - self.q) * self.chunk_tokens * (1 - rho) / pi  # the decode step at that share
+        if self.k <= 0:
+            return math.inf if step > self.al * self.t0 else 0.0
+        return max(0.0, (step / self.al - self.t0) / self.k)
 
     def _line_capacity(self, latency_s: float, n: int) -> float:
-        """Largest ``c`` whose decode line's quantile is <= ``latency_s``."""
+        """Largest ``c`` whose decode line's quantile ``t0 + k (c + z sqrt(c / n))`` is <= ``latency_s``."""
         if latency_s <= self.t0:
             return 0.0
         if self.k <= 0:
@@ -287,10 +328,13 @@ class GroupLatencyModel:
         # chunk steps: it says nothing of the line.
         line = self.t0 + self.k * self.quantile_batch(c, n)
         decode, chunk = line * self.stretch(pi), line + self.chunk_latency()
+        xq = self.quantile_batch(c, n, self.deeper(c, pi))
         on_chunk = pi > 0 and chunk > decode and y > (decode + chunk) / 2
-        rows = [] if on_chunk else [((1.0, self.quantile_batch(c, n), max(pi, 0.0) * y), y)]
+        # t (1 - pi overhead) = t0 + k x + theta pi t: the chunk steps' fixed part is the perf model's.
+        known = 1 - max(pi, 0.0) * self._overhead()
+        rows = [] if on_chunk else [((1.0, xq, max(pi, 0.0) * y), y * known)]
         if mean is not None and mean > 0 and math.isfinite(mean):
-            rows.append(((1.0, self.mean_batch(c, n), max(pi, 0.0) * mean), mean))
+            rows.append(((1.0, self.mean_batch(c, n), max(pi, 0.0) * mean), mean * known))
         if not rows:
             return
         assert self._a is not None and self._b is not None
@@ -387,3 +431,16 @@ def _gauss(a: list[list[float]], b: list[float]) -> list[float] | None:
     for r in range(n - 1, -1, -1):
         x[r] = (a[r][n] - sum(a[r][c] * x[c] for c in range(r + 1, n))) / a[r][r]
     return x
+
+
+def _largest(holds: Callable[[float], bool], lo: float, hi: float, steps: int = 60) -> float:
+    """Largest ``c`` in ``[lo, hi]`` for which ``holds(c)``, ``holds`` true up to a point and false
+    after it (``lo`` if it fails already there)."""
+    if not holds(lo):
+        return lo
+    if holds(hi):
+        return hi
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if holds(mid) else (lo, mid)
+    return lo
