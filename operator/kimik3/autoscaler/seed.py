@@ -38,10 +38,12 @@ computes, is ``1 /`` the perf model's prefill tokens/s of the group (its units')
 part of a step, the perf model's step at the batch where the curve meets the target; vLLM's
 ``max_num_batched_tokens`` (B) caps a step, so prefill takes at most ``B theta / (d + B theta)`` of
 a group's time (``GroupLatencyModel.max_prefill_share``). The TTFT model (policy/ttft.py) takes
-the same three numbers. The chunk steps (the model's mixture): the mean chunk starts at ``B``
-(the model learns it from the prompts it sees), the tokens per request per step at the perf
-model's acceptance length (1 for a per-step target), the share they may hold at ``1 -`` the
-target's percentile.
+the same three numbers. The chunk steps (the model's mixture): a chunk's tokens at ``theta``
+each, the step's fixed part for carrying one (``chunk_step_overhead``: ``step_time`` with a full
+chunk less the decode step and the chunk's tokens, 18.9 ms on the latency recipe at its target's
+batch), the mean chunk at ``B`` until the model has seen prompts, the tokens per request per step
+at the perf model's acceptance length (1 for a per-step target), the share they may hold before
+they set the quantile at ``1 -`` the target's percentile.
 """
 
 from __future__ import annotations

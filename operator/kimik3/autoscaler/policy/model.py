@@ -17,48 +17,56 @@ linear in load but rises as ``1 / (1 - rho)`` and is infinite past ``n = D k`` (
 
 Prefill, the second load dimension. With chunked prefill (vLLM's default) the prompt tokens a
 group computes share its steps with decoding: the perf model's step is
-``a + m coverage + b n + p / prefill_rate`` (perfmodel.step_time). A group computing ``pi`` prompt
-tokens/s (prompt tokens less the prefix cache's hits: those cost no step) spends a share
-``rho = pi theta`` of its time on prefill, ``theta`` seconds per prompt token (seed: the perf
-model's ``1 / prefill_rate``). Its per-token latency is then a mixture of two kinds of step, each
-emitting one token per running request (``al`` tokens under speculative decoding):
+``a + m coverage(n + p) + b n + p / prefill_rate`` (perfmodel.step_time). A group computing ``pi``
+prompt tokens/s (prompt tokens less the prefix cache's hits: those cost no step) emits its
+tokens from two kinds of step, each one token per running request (``al`` under speculative
+decoding):
 
-- decode-only steps, on the line ``line(c, n) = t0 + k (c + z sqrt(c / n))`` stretched by
-  ``1 / (1 - pi theta)``: a step that carries no chunk is no slower, but its batch is larger by
-  the requests that came while chunk steps ran (the decoders stalled meanwhile); the stretch is
-  that growth as Little's law gives it for the mean, and ``theta`` is learned (below) so that
-  it fits the quantile too;
-- chunk steps, which carry one chunk of a prompt: vLLM's scheduler gives a step at most
+- chunk steps, which carry a chunk of a prompt: vLLM's scheduler gives a step at most
   ``max_num_batched_tokens`` (``budget``, B) tokens, so a prompt of ``L`` computed tokens takes
   ``ceil(L / B)`` steps; the mean chunk is ``C = L / max(1, L / B + 1/2)`` (``E[ceil(L / B)]``
   is ``L / B + 1/2`` within 2% for the agentic trace's lognormal prompts, 1 for prompts under
-  ``B / 2``), and such a step lasts the decode step plus ``C chunk_theta`` (the perf model's
-  ``p / prefill_rate`` term of ``step_time``), per token
-  ``chunk(c, n) = line(c, n) + C chunk_theta / al``.
+  ``B / 2``). A chunk adds ``chunk_extra = chunk_step_s + C chunk_theta`` to its step: the
+  chunk's tokens at the perf model's ``1 / prefill_rate`` and a fixed part, the experts' weights
+  the prompt tokens stream (``coverage`` jumps to ~1 for any chunk: 18.9 ms of the latency
+  recipe's 129 ms for a full chunk at the target's batch). Per token a chunk step takes
+  ``chunk(c, n) = line(c, n) + chunk_extra / al``.
+- decode-only steps, on the line ``line(c, n) = t0 + k (c + z sqrt(c / n))``.
 
-A group makes ``pi / C`` chunk steps per second and ``(1 - rho) / d`` decode-only ones (here
-``rho = pi chunk_theta``; ``d = al (t0 + k c)``, the decode step at its mean batch), each with
-the same batch, so chunk steps hold a token share ``s = (pi / C) d / (1 - rho)``. The target's
-token-weighted quantile ``q`` (P90) is the decode line while ``s < 1 - q``, else the chunk
-step's time (the slowest tenth of the tokens are then all chunk-step tokens)::
+A group makes ``pi / C`` chunk steps per second, which take a share ``rho = (pi / C) chunk_extra``
+of its time, and ``(1 - rho) / d`` decode-only ones (``d = al (t0 + k c)``, the decode step at
+its mean batch), each with the same batch, so chunk steps hold a token share
+``s = (pi / C) d / (1 - rho)``. The target's token-weighted quantile ``q`` (P90) is the decode
+steps' own ``q / (1 - s)`` quantile while ``s < 1 - q`` (the chunk steps' tokens are the slowest:
+they take the top ``s`` of the ranks), taken on the line as ``deeper`` more standard deviations
+of the batch (a normal's: ``Phi^-1(q / (1 - s)) - Phi^-1(q)``), and the chunk step's time once
+``s >= 1 - q`` (the slowest tenth of the tokens are then all chunk-step tokens)::
 
-    quantile(c, n, pi) = line(c, n) / (1 - pi theta)                   s(c, pi) <  1 - q
-                       = max(line(c, n) / (1 - pi theta), chunk(c, n)) s(c, pi) >= 1 - q
+    quantile(c, n, pi) = line(c + deeper sqrt(c / n), n) / (1 - pi theta')   s(c, pi) <  1 - q
+                       = max(line(c, n) / (1 - pi theta'), chunk(c, n))       s(c, pi) >= 1 - q
 
-Over time, prefill still stretches the mean per-token latency by ``1 / (1 - rho)`` (every step's
-decode part plus the prompts' ``rho``), and Little's law keeps its form with ``t0`` and ``k`` so
-stretched. vLLM caps a step at ``B`` tokens, so a group prefills at most ``B / (d + B theta)``
-prompt tokens/s: ``rho`` past ``max_prefill_share`` (``B theta / (d + B theta)``) is saturation,
-whatever the decode load. More groups lower ``pi`` per group, hence ``s``: the capacity per group
-is the batch whose quantile holds the target (``capacity``): below the batch where ``s`` reaches
-``1 - q`` while the chunk step is over the target, anywhere the chunk step is under it.
+(the first never above the second: the decode steps are the faster ones).
+
+The decode steps are stretched by ``1 / (1 - pi theta')``, ``theta' = theta + chunk_step_s / C``
+(``rho`` with a learned ``theta`` in place of ``chunk_theta``): a step that carries no chunk is
+no slower, but its batch is larger by the requests that came while chunk steps ran (the
+decoders stalled meanwhile); the stretch is that growth as Little's law gives it for the mean
+(which it is exactly: ``mean = line_mean + s chunk_extra / al = line_mean / (1 - rho)``), and
+``theta`` is learned (below) so that it fits the quantile too. Little's law keeps its form with
+``t0`` and ``k`` so stretched. vLLM caps a step at ``B`` tokens: a prefill share past
+``max_prefill_share`` is saturation, whatever the decode load. More groups lower ``pi`` per
+group, hence ``s``: the capacity per group (``capacity``) is the batch whose quantile holds the
+target: below the batch where ``s`` reaches ``1 - q`` (``chunk_reach``) while the chunk step is
+over the target, past it where the chunk step is under it.
 
 Assumed: prompts are routed like requests (each group computes ``1 / n`` of them); each chunk
-step carries one prompt's chunk (vLLM packs several short prompts into one step's budget when they
-wait together: fewer, longer chunk steps than assumed, so ``s`` is over-stated at high prefill
-load); a chunk step's decoders are the group's mean batch; under ``1 - q`` the decode steps'
-quantile is the line's (not their own ``q / (1 - s)`` quantile: the learned stretch carries
-that); the chunk steps of one window are spread evenly over its minutes.
+step carries one prompt's chunk (vLLM packs several short prompts into one step's budget when
+they wait together: fewer, longer chunk steps than assumed, so ``s`` is over-stated at high
+prefill load); a chunk step's decoders are the group's mean batch; the decode steps' batch is
+normal enough for ``deeper``; the chunk steps of one window are spread evenly over its minutes.
+Measured against the fleet simulator on the agentic trace (static fleets of 4-7 groups, seed 0)
+the share is under-stated by 1.2-1.6x (the real batch, swollen after long prompts' runs of chunk
+steps, is larger than Little's law's mean), which ``theta`` and the line learn only in part.
 
 Learned online: each window gives ``c`` by Little's law (demand.py), the quantile at
 ``c + z sqrt(c / n)`` and the mean at ``c + w / n`` (two points at different effective batches:
@@ -68,9 +76,11 @@ linearly) regularised toward the seed, the quantile left out when it lies nearer
 step's time than the decode line's (the chunk steps set it: it says nothing of the line). Of the
 chunk term the mean chunk ``C`` is learned, from the windows' mean computed prompt
 (``observe_prompts``, the same forgetting factor; ``al`` is each window's acceptance length);
-``chunk_theta`` stays the perf model's: a window whose quantile is a chunk step (~25 ms per
-token for 6k-token chunks on the latency recipe) lies far outside the range the model learns
-from. The fit takes only windows near the target (0.5-1.5 T:
+``chunk_theta`` and ``chunk_step_s`` stay the perf model's: a window whose quantile is a chunk
+step (~28 ms per token for 6k-token chunks on the latency recipe) lies far outside the range the
+model learns from. The decode points are read through the known part of the stretch,
+``y (1 - pi chunk_step_s / C) = t0 + k x + theta (pi y)``, the quantile's ``x`` with its
+``deeper``. The fit takes only windows near the target (0.5-1.5 T:
 ``LEARN_RANGE``) in which no group joined and the demand did not jump (the policy's gate,
 latency.py). Without prompt tokens in the windows ``theta`` stays at its seed.
 """
@@ -106,19 +116,22 @@ class GroupLatencyModel:
     quantile the target is written in (P90) sits ``z`` standard deviations above the mean, and the
     token-weighted mean at ``c + w / n`` (a token is more likely emitted in a large batch: the
     mean of the token-weighted batch of a Poisson total shared by ``n`` is ``c + 1 / n``). Prefill
-    takes a share ``pi theta`` of the group's time and stretches the decode steps; its chunk
-    steps, a token share ``chunk_share(c, pi)``, take the quantile once it reaches ``1 - q``::
+    takes a share ``pi theta'`` of the group's time (``theta' = theta + chunk_step_s /
+    chunk_tokens``) and stretches the decode steps; its chunk steps, a token share
+    ``s = chunk_share(c, pi)``, push the quantile deeper into the decode steps' (``deeper``) and
+    take it once ``s`` reaches ``1 - q``::
 
         line(c, n) = t0 + k (c + z sqrt(c / n))
-        quantile(c, n, pi) = line / (1 - pi theta)                         share < 1 - q
-                           = max(that, line + chunk_tokens chunk_theta / al)   share >= 1 - q
-        mean(c, n, pi) = (t0 + k (c + w / n)) / (1 - pi theta)
+        chunk(c, n, pi) = max(line / (1 - pi theta'), line + chunk_extra / al)
+        quantile(c, n, pi) = min(line(c + deeper sqrt(c / n), n) / (1 - pi theta'), chunk)   s < 1 - q
+                           = chunk                                                          s >= 1 - q
+        mean(c, n, pi) = (t0 + k (c + w / n)) / (1 - pi theta')
 
     ``z = w = 0`` is a plain line in ``c``; ``theta = 0`` ignores prefill, ``chunk_theta = 0``
-    the chunk steps. Fitted online: exponentially weighted least squares of ``t = t0 + k x +
-    theta pi t`` on the effective batch ``x`` and the prefill ``pi t`` (the mean, and the quantile
-    unless it lies nearer the chunk step's time than the line's), with forgetting factor
-    ``forget`` per window, a prior of ``prior_weight``
+    the chunk steps. Fitted online: exponentially weighted least squares of ``t (1 - pi
+    chunk_step_s / chunk_tokens) = t0 + k x + theta pi t`` on the effective batch ``x`` and the
+    prefill ``pi t`` (the mean, and the quantile unless it lies nearer the chunk step's time than
+    the line's), with forgetting factor ``forget`` per window, a prior of ``prior_weight``
     pseudo-observations on the seed line at effective batches ``seed_c_low`` and ``seed_c`` (the
     range the seed was fitted on), so the prior pins both intercept and slope where the policy
     works, and as many on ``theta`` at a 10% prefill share."""
@@ -186,7 +199,7 @@ class GroupLatencyModel:
         share = self.chunk_share(c, pi)
         if share <= 0 or share >= 1 - self.q:
             return 0.0
-        return _NORMAL.inv_cdf(self.q / (1 - share)) - _NORMAL.inv_cdf(self.q)
+        return _NORMAL.inv_cdf(min(self.q / (1 - share), 1 - 1e-12)) - _NORMAL.inv_cdf(self.q)
 
     def _overhead(self) -> float:
         """Seconds of a chunk step's fixed part per prompt token: ``chunk_step_s / chunk_tokens``."""
@@ -222,10 +235,12 @@ class GroupLatencyModel:
         if math.isinf(self.stretch(pi)):
             return math.inf
         line = self.t0 + self.k * self.quantile_batch(c, n, extra_z)
-        decode = (self.t0 + self.k * self.quantile_batch(c, n, extra_z + self.deeper(c, pi))) * self.stretch(pi)
+        chunk = max(line * self.stretch(pi), line + self.chunk_latency())
         if c >= self.chunk_reach(pi):
-            return max(line * self.stretch(pi), line + self.chunk_latency())
-        return decode
+            return chunk
+        # Deeper into the decode steps, never past the chunk steps' time (they are slower).
+        return min((self.t0 + self.k * self.quantile_batch(c, n, extra_z + self.deeper(c, pi))) * self.stretch(pi),
+                   chunk)
 
     def mean_latency(self, c: float, n: int = 1, pi: float = 0.0) -> float:
         return (self.t0 + self.k * self.mean_batch(c, n)) * self.stretch(pi)
