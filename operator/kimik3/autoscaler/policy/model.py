@@ -64,9 +64,9 @@ step carries one prompt's chunk (vLLM packs several short prompts into one step'
 they wait together: fewer, longer chunk steps than assumed, so ``s`` is over-stated at high
 prefill load); a chunk step's decoders are the group's mean batch; the decode steps' batch is
 normal enough for ``deeper``; the chunk steps of one window are spread evenly over its minutes.
-Measured against the fleet simulator on the agentic trace (static fleets of 4-7 groups, seed 0)
-the share is under-stated by 1.2-1.6x (the real batch, swollen after long prompts' runs of chunk
-steps, is larger than Little's law's mean), which ``theta`` and the line learn only in part.
+Against the fleet simulator on the agentic trace the share comes out low: after a long prompt's
+run of chunk steps the decode batch is swollen by the requests that arrived meanwhile, larger
+than Little's law's mean, which ``theta`` and the line learn only in part.
 
 Learned online: each window gives ``c`` by Little's law (demand.py), the quantile at
 ``c + z sqrt(c / n)`` and the mean at ``c + w / n`` (two points at different effective batches:
