@@ -306,7 +306,8 @@ def drain(argv: list[str], deregister_s: float, timeout_s: float, poll_s: float,
             log(f"drain: {what} stopped answering after {waited:.1f} s ({reason}): this rank stops")
             return f"the leader went after {waited:.1f} s"
         time.sleep(min(poll_s, max(0.0, bound_s - (time.monotonic() - start))))
-    log(f"drain: {what} still answers after {bound_s:g} s (probes.drainTimeout and the deregistration): this rank stops")
+    log(f"drain: {what} still answers after {bound_s:g} s (the deregistration and probes.drainTimeout): "
+        "this rank stops")
     return f"the leader still answered after {bound_s:g} s"
 
 
