@@ -272,38 +272,40 @@ def test_a_draining_engine_sends_every_response_whole_and_a_bad_release_is_slowe
 
 
 def test_a_draining_engine_serves_through_its_prestop_then_finishes_in_flight_requests_after_sigterm():
-    """A pod's deletion, as the rendered pod plays it: through the preStop hook (0.5 s here) the
-    engine serves as before, each response closing its connection; after SIGTERM nothing listens,
-    a request on a kept-alive connection is refused with 503 (vLLM 0.33 refuses new requests once
-    it shuts down), and the generation in flight finishes whole within --shutdown-timeout."""
+    """A pod's deletion, as the rendered pod plays it: nothing listens any more; through the preStop
+    hook (0.5 s here) a request on a kept-alive connection is served, its connection closed after;
+    after SIGTERM a request on a kept-alive connection is refused with 503 (vLLM 0.33 refuses new
+    requests once it shuts down), and the generation in flight finishes whole within
+    --shutdown-timeout."""
     async def body(engine, s):
-        kept_reader, kept_writer = await asyncio.open_connection(engine.host, engine.port)
+        async def kept_connection() -> Callable[[], Awaitable[bytes]]:
+            reader, writer = await asyncio.open_connection(engine.host, engine.port)
 
-        async def completion() -> bytes:
-            payload = json.dumps({"prompt": "x", "max_tokens": 2}).encode()
-            kept_writer.write(f"POST /v1/completions HTTP/1.1\r\nHost: {engine.host}\r\nContent-Type: "
-                              f"application/json\r\nContent-Length: {len(payload)}\r\n\r\n".encode() + payload)
-            await kept_writer.drain()
-            head = await asyncio.wait_for(kept_reader.readuntil(b"\r\n\r\n"), 5)
-            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                          if line.lower().startswith(b"content-length:"))
-            await asyncio.wait_for(kept_reader.readexactly(length), 5)
-            return head
-        assert b"Connection: close" not in await completion()
+            async def completion() -> bytes:
+                payload = json.dumps({"prompt": "x", "max_tokens": 2}).encode()
+                writer.write(f"POST /v1/completions HTTP/1.1\r\nHost: {engine.host}\r\nContent-Type: "
+                             f"application/json\r\nContent-Length: {len(payload)}\r\n\r\n".encode() + payload)
+                await writer.drain()
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+                length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length:"))
+                await asyncio.wait_for(reader.readexactly(length), 5)
+                return head
+            return completion
+        first, second = await kept_connection(), await kept_connection()
+        assert b"Connection: close" not in await first()
+        assert b"Connection: close" not in await second()
         streaming = asyncio.create_task(_stream_items(s, engine.url, {"prompt": "one two", "max_tokens": 400,
                                                                        "stream": True}))
         await asyncio.sleep(0.05)
         drain = asyncio.create_task(engine.drain(0.5, 10.0, 60.0))
         await asyncio.sleep(0.1)
-        async with aiohttp.ClientSession() as fresh:  # the preStop: still served, the connection closed after
-            async with fresh.post(engine.url + "/v1/completions", json={"prompt": "x", "max_tokens": 2}) as r:
-                assert r.status == 200 and r.headers["Connection"] == "close"
-        assert b"Connection: close" in await completion()
-        kept_reader, kept_writer = await asyncio.open_connection(engine.host, engine.port)  # still listening
-        await asyncio.sleep(0.6)  # SIGTERM came
         with pytest.raises(OSError):  # nothing listens any more
             await asyncio.open_connection(engine.host, engine.port)
-        assert (await completion()).startswith(b"HTTP/1.1 503")  # refused, as vLLM does once it shuts down
+        head = await first()  # the preStop: still served, the connection closed after
+        assert head.startswith(b"HTTP/1.1 200") and b"Connection: close" in head
+        await asyncio.sleep(0.6)  # SIGTERM came
+        assert (await second()).startswith(b"HTTP/1.1 503")  # refused, as vLLM does once it shuts down
         items = await asyncio.wait_for(streaming, 20)
         assert items[-1] == "[DONE]" and sum(len(c["choices"][0]["text"].split()) for c in items[:-1]) == 400
         await asyncio.wait_for(drain, 5)

@@ -242,23 +242,23 @@ class SimEngine:
     async def drain(self, deregister_s: float, shutdown_timeout_s: float, grace_s: float) -> None:
         """What a pod's deletion gives the engine, step by step as in the pod
         (``kimik3.render.leaderworkerset``; seconds from the deletion):
-        1. the preStop hook, ``deregister_s``: it serves as before while its readiness fails (the
-           Service already opens it no new connection), each response with ``Connection: close``
-           so a keep-alive client comes back through the Service (a simulator kindness standing
-           in for the gateway's per-request routing: vLLM keeps such a connection open);
-        2. SIGTERM, as vLLM 0.33 takes it: it stops listening, refuses new requests on the
-           connections it has (503), and lets those in flight finish for up to
-           ``shutdown_timeout_s`` (``--shutdown-timeout``; 0: none);
+        1. the preStop hook, ``deregister_s``: nothing sends it new connections any more (the
+           Service drops a terminating pod at once, and kwok removes the pod object, so the
+           endpoint picker drops it too), so it stops listening (kwok may give the address to a new
+           pod); it serves what comes on the connections it has, each response with ``Connection:
+           close`` so a keep-alive client comes back through the Service (a simulator kindness
+           standing in for the gateway's per-request routing: vLLM keeps such a connection open);
+        2. SIGTERM, as vLLM 0.33 takes it: it refuses new requests (503) and lets those in flight
+           finish for up to ``shutdown_timeout_s`` (``--shutdown-timeout``; 0: none);
         3. then, or at ``grace_s`` (``terminationGracePeriodSeconds``: SIGKILL), it stops
            (``stop``), aborting what is left."""
-        start = time.monotonic()
-        kill_at = start + grace_s
+        kill_at = time.monotonic() + grace_s
         self._closing = True
-        await asyncio.sleep(max(0.0, min(deregister_s, grace_s)))
-        self._shutting_down = True
         if self._runner is not None:
             for site in list(self._runner.sites):
                 await site.stop()
+        await asyncio.sleep(max(0.0, min(deregister_s, grace_s)))
+        self._shutting_down = True
         until = min(time.monotonic() + shutdown_timeout_s, kill_at)
         while (self._responding or any(u.has_work() for u in self.units)) and time.monotonic() < until:
             await asyncio.sleep(0.05)

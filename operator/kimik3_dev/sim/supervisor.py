@@ -53,8 +53,9 @@ probe is the launcher's ``ready PORT`` (an exec probe: ``kimik3.engine.launcher`
 what it does in the pod: vLLM's ``/health`` on PORT until the pod's drain began. A group that
 goes away (its pods deleted) drains as its leader pod says (``launch.Exit``: the preStop hook's
 wait, vLLM's ``--shutdown-timeout``, the pod's ``terminationGracePeriodSeconds``): the Service
-opens it no new connection, and its engine serves through the preStop, then finishes the requests
-it holds after SIGTERM (``SimEngine.drain``).
+opens it no new connection, its engine stops listening (kwok may give the address to a new pod)
+and serves the connections it has through the preStop, then finishes the requests it holds after
+SIGTERM (``SimEngine.drain``).
 
 A bad release, to rehearse a rollback: the engine container's env (``spec.engine.env``, so it
 is part of the group templates and rolls out like a new image) may carry
