@@ -296,7 +296,8 @@ def drain(argv: list[str], deregister_s: float, timeout_s: float, poll_s: float,
             "to stop sending here, then SIGTERM: vLLM finishes the requests in flight (--shutdown-timeout)")
         time.sleep(deregister_s)
         return f"left the endpoints for {deregister_s:g} s"
-    what, host, port, probe = endpoint
+    what, name, port, probe = endpoint
+    host = resolve(name) or name  # once: a terminating leader may leave its DNS record before it exits
     bound_s = deregister_s + timeout_s
     start = time.monotonic()
     log(f"drain: keeping this rank up while {what} at {host}:{port} answers (at most {bound_s:g} s)")
