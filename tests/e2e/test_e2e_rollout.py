@@ -302,8 +302,8 @@ DRAIN_PERIOD_S = 1
 DEREGISTER_S = DRAIN_PERIOD_S * 3 + 5
 LONG_TOKENS = 4000
 SLOWDOWN = 3
-"""KIMIK3_SIM_SLOWDOWN of the drain test: a 4,000-token generation takes ~26 s (8.6 s at full
-speed, on this machine), so it is still running when SIGTERM comes, DEREGISTER_S after the deletion."""
+"""KIMIK3_SIM_SLOWDOWN of the drain test: every step 3x as long, so a 4,000-token generation is
+still running when SIGTERM comes, DEREGISTER_S after the deletion (the test checks it was)."""
 
 
 def test_a_scale_down_from_three_groups_to_one_lets_every_request_finish(env, ns):
