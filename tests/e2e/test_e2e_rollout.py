@@ -138,6 +138,7 @@ def test_a_release_twice_as_slow_fails_its_canary_and_is_rolled_back(env, ns):
         "interval": "15s", "failureLimit": 2, "maxLatency": "4.5ms"}}},
         autoscaling={"metricsSource": {"type": "prometheus", "prometheusUrl": prometheus}})
     cr["spec"]["engine"]["extraArgs"] = ["--custom-histogram-buckets", json.dumps({"inter_token_latency": FINE_ITL})]
+    cr["spec"]["monitoring"] = {"interval": "5s"}  # the PodMonitor's: 3 scrapes a 15 s check window, not 1
     env.apply(cr)
     url, model = serve(env, ns, 1)
     ((_, uid, old, _, _),) = snapshot(env, ns)
