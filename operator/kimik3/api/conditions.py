@@ -53,7 +53,10 @@ WeightsReady       True    Staged (revisions, commits, size, when verified), Dec
                    False   Staging (bytes and files done of total, ETA), StagingFailed (the
                            hub's or the storage's error quoted); no engine pod exists meanwhile
 ComputeDomainReady True    AllNodesJoined (every node of the engine pods is in the ComputeDomain)
-                   False   NodesMissing (nodes seen and missing; never decides Ready: F19),
+                   False   ResourceSliceMissing (a tray of an engine pod publishes no ResourceSlice of
+                           the driver: its kubelet plugin is down, so its daemon cannot start; checked first),
+                           NodesNotReady (the driver lists a tray's IMEX daemon NotReady),
+                           NodesMissing (nodes seen and missing; none decides Ready: F19),
                            PrepareFailed (a pod the kubelet cannot start: FailedPrepareDynamicResources
                            past its bound; pod, node and the kubelet's message: F19 b)
                    Unknown NotReported
