@@ -16,14 +16,13 @@ from dataclasses import dataclass, field
 from kimik3.api.conditions import Reason
 from kimik3.api.v1alpha1 import LatencyMetric
 from kimik3.autoscaler.histogram import Histogram, above_top, quantile
+from kimik3.engine.metrics import KV_USAGE, WAITING
 
 ITL = "vllm:inter_token_latency_seconds"
 ITL_OLD = "vllm:time_per_output_token_seconds"
 """Deprecated in vLLM 0.11 and removed in 2026; read only when ITL is absent (failure case F8)."""
 TTFT = "vllm:time_to_first_token_seconds"
 RUNNING = "vllm:num_requests_running"
-WAITING = "vllm:num_requests_waiting"
-KV_USAGE = "vllm:kv_cache_usage_perc"
 DRAFTS = "vllm:spec_decode_num_drafts"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 GENERATION_TOKENS = "vllm:generation_tokens"
