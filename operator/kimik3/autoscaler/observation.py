@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from kimik3.api.conditions import Reason
 from kimik3.api.v1alpha1 import LatencyMetric
 from kimik3.autoscaler.histogram import Histogram, above_top, quantile
-from kimik3.engine.metrics import KV_USAGE, WAITING
 
 ITL = "vllm:inter_token_latency_seconds"
 ITL_OLD = "vllm:time_per_output_token_seconds"
