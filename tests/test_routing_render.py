@@ -84,11 +84,12 @@ def test_picker_configuration_is_the_recipes_scoring():
     plugins = {p["type"]: p.get("parameters") for p in config["plugins"]}
     assert set(plugins) == {"queue-scorer", "kv-cache-utilization-scorer", "prefix-cache-scorer", "max-score-picker"}
     prefix = plugins["prefix-cache-scorer"]
-    # 128-token prefix blocks (the K3 recipe) at the picker's 4 characters per token
-    assert prefix == {"autoTune": False, "blockSize": 512, "maxPrefixBlocksToMatch": 8192}
-    # the longest prefix considered covers K3's whole context
+    # until the engines report their block (autoTune): 128 tokens, the alignment of every K3 block,
+    # at the picker's 4 characters per token; the longest prefix considered is K3's whole context
+    assert prefix == {"autoTune": True, "blockSize": 512, "maxPrefixBlocksToMatch": 8192}
     assert prefix["maxPrefixBlocksToMatch"] * prefix["blockSize"] // 4 == 1_048_576
     (profile,) = config["schedulingProfiles"]
+    assert [p["type"] for p in config["plugins"]][-1] == "max-score-picker"
     assert {p["pluginRef"]: p.get("weight") for p in profile["plugins"]} == {
         "queue-scorer": 2, "kv-cache-utilization-scorer": 2, "prefix-cache-scorer": 3, "max-score-picker": None}
 
@@ -132,3 +133,11 @@ def test_the_client_service_stays_beside_the_pool():
     service = one(render_cr(routed()), "Service", "k3-routed")
     assert service["spec"]["selector"] == LEADERS
 
+
+
+def test_a_shorter_context_bounds_the_prefix_considered():
+    cr = routed()
+    cr["spec"]["model"]["maxModelLen"] = 131072
+    config = yaml.safe_load(one(render_cr(cr), "ConfigMap", "k3-routed-epp")["data"]["epp-config.yaml"])
+    (prefix,) = [p["parameters"] for p in config["plugins"] if p["type"] == "prefix-cache-scorer"]
+    assert prefix["maxPrefixBlocksToMatch"] == 1024  # 131072 / 128

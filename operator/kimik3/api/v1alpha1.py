@@ -48,6 +48,8 @@ MEMORY_FLOOR_GB_CEL = _cel_map(MODEL_MEMORY_FLOOR_GB)
 RACK_GPUS_CEL = _cel_map({k: p.gpus_per_node * p.nvlink_domain_nodes for k, p in PROFILES.items()
                           if p.multi_node_nvlink})
 """GPUs of one NVLink domain spanning trays (an NVL72 rack), for the accelerators that have one."""
+K3_CONTEXT_TOKENS = 1_048_576
+"""Kimi K3's context, tokens (``--max-model-len 1048576``): the most ``model.maxModelLen`` allows."""
 MEGAKERNEL_ACCELERATORS = [k for k, p in PROFILES.items() if p.megakernel_capable]
 """Accelerators vLLM 0.33's specialised decode path runs on (the SM100/SM103 family)."""
 
@@ -208,7 +210,7 @@ class ModelSpec(Model):
     """Weight format: mxfp4 (moonshotai/Kimi-K3, ~1680 GB of GPU memory) or nvfp4 (RedHatAI/Kimi-K3-NVFP4, ~1650 GB)."""
     served_model_name: str = Field(default="kimi-k3", min_length=1, max_length=128)
     """Name clients put in the OpenAI "model" field; also the model_name label of the metrics."""
-    max_model_len: int | None = Field(default=None, ge=1024, le=1048576)
+    max_model_len: int | None = Field(default=None, ge=1024, le=K3_CONTEXT_TOKENS)
     """Context length in tokens (Kimi K3: up to 1048576). Unset: the model's own."""
     source: ModelSource
     """Where the weights come from."""

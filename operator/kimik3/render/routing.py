@@ -10,7 +10,7 @@ Service, ConfigMap, ServiceAccount, Role and RoleBinding are laid out as the rel
 
 - the pool selects the group leaders only (worker index 0: the workers of a multi-node group
   serve no HTTP), on the engine's port (``spec.service.port``);
-- the scorers are configured for Kimi K3 (``PREFIX_BLOCK_CHARACTERS``, ``MAX_PREFIX_BLOCKS``)
+- the prefix scorer is configured for Kimi K3 (``PREFIX_BLOCK_CHARACTERS``, ``max_prefix_blocks``)
   instead of the defaults, which assume a 16-token vLLM block and 16K characters of prefix;
 - the KV-cache metric is vLLM 0.33's name (the picker's default is the pre-0.10 name);
 - the Role reads only this deployment's InferencePool by name (the picker watches it with a
@@ -28,7 +28,8 @@ from typing import Any
 
 import yaml
 
-from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
+from kimik3.api.v1alpha1 import K3_CONTEXT_TOKENS, KimiK3DeploymentSpec
+from kimik3.engine.kvcache import KV_BLOCK_ALIGNMENT
 from kimik3.engine.metrics import KV_USAGE
 from kimik3.kube.kinds import (CONFIG_MAP, DEPLOYMENT, INFERENCE_OBJECTIVE, INFERENCE_POOL, POD, ROLE, ROLE_BINDING,
                                SERVICE, SERVICE_ACCOUNT, Kind)
@@ -46,21 +47,15 @@ HEALTH_SERVICE = "inference-extension"
 CONFIG_FILE = "epp-config.yaml"
 CONFIG_DIR = "/config"
 
-PREFIX_MATCH_TOKENS = 128
-"""Tokens per prefix block the K3 recipe matches in on Blackwell (vllm-project/recipes PR #861,
-recorded in the project's reference notes on routing): the unit in which a group's vLLM finds a
-cached prefix, so a request's prefix counts only in whole blocks of it."""
 CHARACTERS_PER_TOKEN = 4
 """The picker hashes the prompt's characters, not tokens (it does not tokenize): v1.2.1's prefix
-scorer converts an engine block of N tokens into N x 4 characters (``averageCharactersPerToken``)."""
-PREFIX_BLOCK_CHARACTERS = PREFIX_MATCH_TOKENS * CHARACTERS_PER_TOKEN
-"""``blockSize`` of the prefix-cache scorer: 128 tokens x 4 characters = 512 characters."""
-CONTEXT_TOKENS = 1_048_576
-"""Kimi K3's context (``--max-model-len 1048576``)."""
-MAX_PREFIX_BLOCKS = -(-CONTEXT_TOKENS // PREFIX_MATCH_TOKENS)
-"""``maxPrefixBlocksToMatch``: 8192 blocks of 128 tokens cover a whole 1M-token context, so two
-prompts that share less than the whole context are told apart (the default, 256 blocks of 64
-characters, looks at the first ~4K tokens only)."""
+scorer turns an engine block of N tokens into N x 4 characters (``averageCharactersPerToken``)."""
+PREFIX_BLOCK_CHARACTERS = KV_BLOCK_ALIGNMENT * CHARACTERS_PER_TOKEN
+"""``blockSize`` of the prefix-cache scorer until the engines report theirs: 128 tokens (the
+alignment every K3 cache block is a multiple of, ``engine.kvcache``) x 4 characters = 512. With
+``autoTune`` the picker then hashes in the engines' own block (``vllm:cache_config_info``'s
+``block_size``, e.g. 1024 tokens at GB300 TP8) and sizes its index per engine from their
+``num_gpu_blocks``: the unit in which vLLM finds a cached prefix."""
 SCORER_WEIGHTS: dict[str, int] = {"queue-scorer": 2, "kv-cache-utilization-scorer": 2, "prefix-cache-scorer": 3}
 """Weights of the scorers (plugin type -> weight), as the v1.2.1 chart's default configuration has them."""
 PICKER = "max-score-picker"
@@ -77,12 +72,19 @@ def picker_labels(owner: Owner) -> dict[str, str]:
     return {**owner.labels(), "app.kubernetes.io/component": "endpoint-picker"}
 
 
-def picker_config() -> dict[str, Any]:
+def max_prefix_blocks(spec: KimiK3DeploymentSpec) -> int:
+    """``maxPrefixBlocksToMatch``: enough blocks of the finest block the picker may hash in (128
+    tokens) to cover the deployment's whole context (``model.maxModelLen``, else K3's 1,048,576
+    tokens: 8192 blocks), so two prompts that share less than all of it are told apart. The
+    picker's default, 256 blocks of 64 characters, looks at the first ~4K tokens only."""
+    return -(-(spec.model.max_model_len or K3_CONTEXT_TOKENS) // KV_BLOCK_ALIGNMENT)
+
+
+def picker_config(spec: KimiK3DeploymentSpec) -> dict[str, Any]:
     """The ``EndpointPickerConfig`` (v1.2.1 ``apix/config/v1alpha1``): the three scorers and the picker,
-    one scheduling profile. The prefix scorer's ``autoTune`` is off: with it on, the picker takes
-    the block size from the engines' ``vllm:cache_config_info`` (their KV-cache block) instead of
-    the recipe's prefix-match unit."""
-    prefix = {"autoTune": False, "blockSize": PREFIX_BLOCK_CHARACTERS, "maxPrefixBlocksToMatch": MAX_PREFIX_BLOCKS}
+    one scheduling profile; the prefix scorer's block and reach as ``PREFIX_BLOCK_CHARACTERS`` and
+    ``max_prefix_blocks`` say."""
+    prefix = {"autoTune": True, "blockSize": PREFIX_BLOCK_CHARACTERS, "maxPrefixBlocksToMatch": max_prefix_blocks(spec)}
     plugins: list[dict[str, Any]] = [{"type": kind} for kind in SCORER_WEIGHTS]
     for plugin in plugins:
         if plugin["type"] == "prefix-cache-scorer":
@@ -138,7 +140,7 @@ def endpoint_picker(owner: Owner, spec: KimiK3DeploymentSpec) -> list[dict[str, 
                "roleRef": {"apiGroup": ROLE.group, "kind": ROLE.kind, "name": name},
                "subjects": [{"kind": SERVICE_ACCOUNT.kind, "name": name, "namespace": owner.namespace}]}
     config = {"apiVersion": CONFIG_MAP.api_version, "kind": CONFIG_MAP.kind, "metadata": owner.metadata(name),
-              "data": {CONFIG_FILE: yaml.safe_dump(picker_config(), sort_keys=False)}}
+              "data": {CONFIG_FILE: yaml.safe_dump(picker_config(spec), sort_keys=False)}}
     health = {"grpc": {"port": GRPC_HEALTH_PORT, "service": HEALTH_SERVICE}}
     container = {
         "name": "epp", "image": spec.routing.endpoint_picker.image, "args": picker_args(owner),
