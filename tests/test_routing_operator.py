@@ -112,6 +112,7 @@ def test_routing_on_creates_the_pool_and_the_picker_and_reports_why_traffic_does
     assert backends(kube, namespace, "k3-routed") == [("", "Service", "k3-routed", 8000)]
     assert kube.get(*SERVICE.type_meta, namespace, "k3-routed") is not None  # the client Service stays
     wait_for(lambda: not condition(kube.get(*CR, namespace, "k3-routed"), "RoutingReady"), 30, "RoutingReady removed")
+    assert kube.get(*CR, namespace, "k3-routed")["status"]["routing"] == {"backend": "Service", "parents": []}
 
 
 @pytest.fixture

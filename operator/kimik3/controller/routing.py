@@ -17,7 +17,7 @@
   as admitting, and the message says so. Unknown ``GatewayUnreadable`` when the operator may
   not read the Gateway.
 - ``status.routing``: the backend the route uses and the pool's ``status.parents`` as the
-  gateways wrote them.
+  gateways wrote them; once routing is turned off, the Service as the backend.
 """
 
 from __future__ import annotations
@@ -109,11 +109,12 @@ def parents(pool: dict[str, Any] | None) -> list[PoolParentStatus]:
     return out
 
 
-def routing_status(spec: KimiK3DeploymentSpec, owner: Owner, pools_served: bool,
-                   pool: dict[str, Any] | None) -> RoutingStatus | None:
-    """``status.routing``; None with routing off."""
+def routing_status(spec: KimiK3DeploymentSpec, owner: Owner, pools_served: bool, pool: dict[str, Any] | None,
+                   reported: bool = False) -> RoutingStatus | None:
+    """``status.routing``; with routing off None (left out of the status), unless the status still
+    holds one (``reported``: routing was just turned off), which then says the Service is the backend."""
     if not spec.routing.enabled:
-        return None
+        return RoutingStatus(backend="Service") if reported else None
     if not pools_served:
         return RoutingStatus(backend="Service")
     return RoutingStatus(backend="InferencePool", inference_pool=owner.name, endpoint_picker=picker_name(owner),

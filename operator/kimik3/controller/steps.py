@@ -275,7 +275,9 @@ def route(snap: Snapshot, admitted: Admitted) -> StepResult[RoutingStatus | None
     ``status.routing`` as the value (``controller.routing``); look again every ``GATEWAY_POLL_S``
     while a Gateway does not admit the route (Gateways are not watched)."""
     spec, owner = admitted.spec, snap.owner
-    out: StepResult[RoutingStatus | None] = StepResult(routing_status(spec, owner, snap.pools_served, snap.pool))
+    reported = bool((snap.obj.get("status") or {}).get("routing"))
+    out: StepResult[RoutingStatus | None] = StepResult(routing_status(spec, owner, snap.pools_served, snap.pool,
+                                                                      reported))
     routing = routing_verdict(spec, owner, snap.pools_served, snap.picker, snap.pool)
     gateway = gateway_verdict(owner.namespace, snap.gateways)
     if routing is not None:
