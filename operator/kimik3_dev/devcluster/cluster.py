@@ -430,7 +430,8 @@ class DevCluster:
             state["urls"]["prometheus-operator"] = f"http://127.0.0.1:{po_port}"
             for obj in (promoperator.additional_scrape_configs([promoperator.operator_job(operator_metrics)]),
                         promoperator.prometheus_resource(cp.server, cp.ca_file, token_file, PROMETHEUS_VERSION,
-                                                         prometheus.SCRAPE_INTERVAL)):
+                                                         prometheus.SCRAPE_INTERVAL),
+                        promoperator.usage_rule()):
                 rest.apply(promoperator.object_path(obj), obj)
             url = f"http://127.0.0.1:{prom_port}"
             config = promoperator.config_file(self.state_dir)
