@@ -1,4 +1,5 @@
-"""GatewayReady from the Gateways as read (``kimik3.controller.routing.gateway_verdict``): which
+"""RoutingReady from what the reconcile read (``kimik3.controller.routing.routing_verdict``), and
+GatewayReady from the Gateways as read (``kimik3.controller.routing.gateway_verdict``): which
 listener admits an HTTPRoute from the deployment's namespace (Gateway API allowedRoutes: namespaces
 from Same by default, All, Selector; kinds), a sectionName narrowing it to one listener, and what a
 Gateway that cannot be read says. The API-server side is tests/test_routing_operator.py."""
@@ -9,8 +10,11 @@ from typing import Any
 
 import pytest
 
+from kimik3.admission import admit
 from kimik3.api.v1alpha1 import GatewayParentRef
-from kimik3.controller.routing import GatewayRead, gateway_verdict
+from kimik3.controller.routing import GatewayRead, gateway_verdict, routing_verdict
+from kimik3.render.meta import Owner
+from support.recipes import recipe
 
 NS = "serving"
 PROGRAMMED = {"conditions": [{"type": "Programmed", "status": "True", "reason": "Programmed"}]}
@@ -76,3 +80,32 @@ def test_missing_unprogrammed_and_unreadable_gateways():
     both = gateway_verdict(NS, [GatewayRead(ref, "infra", refused="403 Forbidden: no"), GatewayRead(ref, NS, None)])
     assert both is not None and both.reason == "GatewayNotFound"
     assert gateway_verdict(NS, []) is None
+
+
+def test_routing_ready_from_the_pool_kind_the_picker_and_the_gateways():
+    owner = Owner("k3", NS, "uid")
+    spec = admit(recipe(routing={"enabled": True, "endpointPicker": {"failureMode": "FailClose"}})["spec"]).spec
+    assert routing_verdict(admit(recipe()["spec"]).spec, owner, True, None, None) is None  # routing off
+    fallback = routing_verdict(spec, owner, False, None, None)
+    assert fallback is not None and (fallback.status, fallback.reason) == ("False", "InferencePoolNotServed")
+    starting = routing_verdict(spec, owner, True, {"status": {"conditions": [
+        {"type": "Available", "status": "False", "reason": "MinimumReplicasUnavailable", "message": "0 available"}]}},
+        None)
+    assert starting is not None and starting.reason == "EndpointPickerNotReady"
+    assert starting.message == ("endpoint picker Deployment k3-epp has no available replica (Available=False "
+                                "MinimumReplicasUnavailable: 0 available): meanwhile the gateway refuses requests "
+                                "(FailClose)")
+    no_crd = routing_verdict(spec, owner, True, None, None, objectives_served=False)
+    assert no_crd is not None and no_crd.message.endswith(
+        "the API server does not serve inference.networking.x-k8s.io/v1alpha2 InferenceObjective, without which the "
+        "picker exits at start: install the Gateway API Inference Extension's CRDs (v1.2.1)")
+    available = {"status": {"availableReplicas": 1}}
+    routed = routing_verdict(spec, owner, True, available, {"status": {"parents": [{
+        "parentRef": {"name": "edge"}, "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted"}]}]}})
+    assert routed is not None and (routed.status, routed.reason) == ("True", "Routed")
+    refused = routing_verdict(spec, owner, True, available, {"status": {"parents": [{
+        "parentRef": {"name": "edge"}, "conditions": [
+            {"type": "Accepted", "status": "False", "reason": "NotAllowedByListeners", "message": "no"}]}]}})
+    assert refused is not None and refused.reason == "PoolNotAccepted"
+    assert refused.message == ("Gateway serving/edge (its controller): InferencePool k3 Accepted=False "
+                               "NotAllowedByListeners: no")

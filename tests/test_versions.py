@@ -137,7 +137,7 @@ def test_the_core_keeps_its_vllm_pins_as_constants_equal_to_the_file():
 
 def test_the_cores_endpoint_picker_image_is_the_pinned_inference_extension_release():
     """The picker's flags and configuration (kimik3.render.routing) are read in that release's source."""
-    assert ENDPOINT_PICKER_IMAGE.endswith(f"/epp:{versions.GATEWAY_API_INFERENCE_EXTENSION_VERSION}")
+    assert ENDPOINT_PICKER_IMAGE.endswith(f"/epp:{versions.INFERENCE_EXTENSION_VERSION}")
 
 
 def test_the_chart_announces_the_pinned_engine_image():

@@ -49,7 +49,7 @@ GATEWAY_API_VERSION="v1.6.3"
 # Gateway API Inference Extension (InferencePool, inference.networking.k8s.io/v1): the last release whose
 # cmd/epp holds the prefix-cache, KV-cache and queue scorers; the proxy serves this exact version
 # (2026-12-04). The core's ENDPOINT_PICKER_IMAGE (kimik3.api.v1alpha1) is its picker's image.
-GATEWAY_API_INFERENCE_EXTENSION_VERSION="v1.2.1"
+INFERENCE_EXTENSION_VERSION="v1.2.1"
 
 # -- vLLM ------------------------------------------------------------------------------------------
 # The engine the operator renders arguments for (first release with the megakernel decode path),

@@ -5,7 +5,8 @@
   does not serve InferencePool (the route then goes to the Service: nothing is refused, the
   requests are spread per connection instead of by prefix and load); False
   ``EndpointPickerNotReady`` while the picker's Deployment has no available replica (what the
-  gateway does meanwhile is the pool's failure mode); False ``PoolNotAccepted`` when a gateway
+  gateway does meanwhile is the pool's failure mode; a missing InferenceObjective CRD, without
+  which the picker cannot start, is named); False ``PoolNotAccepted`` when a gateway
   wrote a False ``Accepted`` or ``ResolvedRefs`` on the pool (its message quoted); else True.
 - ``GatewayReady`` (``spec.service.httpRoute``): each Gateway the route names is read; False
   ``GatewayNotFound``, ``GatewayNotProgrammed`` (its ``Programmed`` condition not True), or
@@ -28,7 +29,7 @@ from typing import Any
 from kimik3.api.conditions import Reason, Verdict
 from kimik3.api.v1alpha1 import (Condition, GatewayParentRef, KimiK3DeploymentSpec, PoolParentRef, PoolParentStatus,
                                  RoutingStatus)
-from kimik3.kube.kinds import HTTP_ROUTE, INFERENCE_POOL
+from kimik3.kube.kinds import HTTP_ROUTE, INFERENCE_OBJECTIVE, INFERENCE_POOL
 from kimik3.kube.objects import condition
 from kimik3.render.meta import Owner
 from kimik3.render.routing import picker_name
@@ -52,9 +53,11 @@ class GatewayRead:
 
 
 def routing_verdict(spec: KimiK3DeploymentSpec, owner: Owner, pools_served: bool, picker: dict[str, Any] | None,
-                    pool: dict[str, Any] | None) -> Verdict | None:
+                    pool: dict[str, Any] | None, objectives_served: bool = True) -> Verdict | None:
     """RoutingReady (module docstring); None with routing off. ``picker`` is the picker's Deployment
-    and ``pool`` the InferencePool as read after the applies (None when absent)."""
+    and ``pool`` the InferencePool as read after the applies (None when absent); ``objectives_served``:
+    whether the API server serves InferenceObjective, without which the picker v1.2.1 exits at start
+    (its manager caches them: "no matches for kind InferenceObjective")."""
     if not spec.routing.enabled:
         return None
     if not pools_served:
@@ -69,8 +72,11 @@ def routing_verdict(spec: KimiK3DeploymentSpec, owner: Owner, pools_served: bool
         effect = ("the gateway sends requests to leaders of its own choosing (FailOpen)" if mode == "FailOpen"
                   else "the gateway refuses requests (FailClose)")
         why = "not created yet" if picker is None else _deployment_problem(picker)
+        crd = ("" if objectives_served else f"; the API server does not serve {INFERENCE_OBJECTIVE.api_version} "
+               f"{INFERENCE_OBJECTIVE.kind}, without which the picker exits at start: install the Gateway API "
+               "Inference Extension's CRDs (v1.2.1)")
         return Verdict("False", Reason.ENDPOINT_PICKER_NOT_READY,
-                       f"endpoint picker Deployment {name} has no available replica ({why}): meanwhile {effect}")
+                       f"endpoint picker Deployment {name} has no available replica ({why}): meanwhile {effect}{crd}")
     for parent in parents(pool):
         for c in parent.conditions:
             if c.type in REFUSING and c.status == "False":

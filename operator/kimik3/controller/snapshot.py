@@ -36,8 +36,8 @@ from kimik3.controller.queues import QueueRead, kueue_marked
 from kimik3.controller.routing import GatewayRead
 from kimik3.kube import pods as kpods
 from kimik3.kube.groups import Group, GroupKey, groups_of
-from kimik3.kube.kinds import (COMPUTE_DOMAIN, CONFIG_MAP, DEPLOYMENT, EVENT, GATEWAY, INFERENCE_POOL, LEADER_WORKER_SET,
-                               LOCAL_QUEUE, NODE, POD, RESOURCE_SLICE, WORKLOAD, Kind)
+from kimik3.kube.kinds import (COMPUTE_DOMAIN, CONFIG_MAP, DEPLOYMENT, EVENT, GATEWAY, INFERENCE_OBJECTIVE, INFERENCE_POOL,
+                               LEADER_WORKER_SET, LOCAL_QUEUE, NODE, POD, RESOURCE_SLICE, WORKLOAD, Kind)
 from kimik3.kube.labels import DEPLOYMENT_LABEL, KUEUE_JOB_UID_LABEL, LWS_NAME_LABEL, PRODUCT_LABEL
 from kimik3.kube.objects import condition
 from kimik3.kube.workloads import waiting
@@ -87,6 +87,9 @@ class Snapshot:
     """After the applies, with ``spec.routing``: the endpoint picker's Deployment."""
     gateways: list[GatewayRead] = field(default_factory=list)
     """After the applies, with ``spec.service.httpRoute``: each Gateway the route names, as read."""
+    objectives_served: bool = True
+    """After the applies, while the picker has no available replica: whether the API server serves
+    InferenceObjective (the picker exits at start without it); True when not asked."""
 
     @property
     def set_uids(self) -> dict[str, str]:
@@ -199,13 +202,15 @@ class Reader:
     def pools_served(self, admitted: Admitted) -> bool:
         """With ``spec.routing``, whether discovery lists InferencePool (True without routing: not asked;
         True when discovery cannot be read, so the apply says what is wrong)."""
-        if not admitted.spec.routing.enabled:
-            return True
-        self._count(INFERENCE_POOL)
+        return self.served(INFERENCE_POOL) if admitted.spec.routing.enabled else True
+
+    def served(self, kind: Kind) -> bool:
+        """Whether discovery lists ``kind`` (True when discovery cannot be read: said in the log)."""
+        self._count(kind)
         try:
-            return served(self.kube, INFERENCE_POOL)
+            return served(self.kube, kind)
         except ApiError as exc:
-            log.warning("discovery of %s: %s %s", INFERENCE_POOL.api_version, exc.status, exc.reason)
+            log.warning("discovery of %s: %s %s", kind.api_version, exc.status, exc.reason)
             return True
 
     def gateways(self, admitted: Admitted, owner: Owner) -> list[GatewayRead]:
@@ -245,12 +250,13 @@ class Reader:
                             owner.name, exc.status, exc.reason)
         routed = admitted.spec.routing.enabled and snap.pools_served
         picker = self.named(DEPLOYMENT, owner, picker_name(owner)) if routed else None
+        waiting = routed and not int(((picker or {}).get("status") or {}).get("availableReplicas") or 0)
         return Snapshot(snap.obj, owner, pods, groups, sets, workloads,
                         self.racks(pods, admitted.spec.scheduling.topology_key), cd, snap.launchers, events,
                         self.free_block(admitted, workloads),
                         self.sliced() if cd is not None and any(kpods.node_name(p) for p in pods) else None,
                         snap.pools_served, self.child(INFERENCE_POOL, owner) if routed else None, picker,
-                        self.gateways(admitted, owner))
+                        self.gateways(admitted, owner), self.served(INFERENCE_OBJECTIVE) if waiting else True)
 
     def sliced(self) -> set[str] | None:
         """The nodes with a ResourceSlice of the ComputeDomain driver; None when they cannot be

@@ -278,7 +278,7 @@ def route(snap: Snapshot, admitted: Admitted) -> StepResult[RoutingStatus | None
     reported = bool((snap.obj.get("status") or {}).get("routing"))
     out: StepResult[RoutingStatus | None] = StepResult(routing_status(spec, owner, snap.pools_served, snap.pool,
                                                                       reported))
-    routing = routing_verdict(spec, owner, snap.pools_served, snap.picker, snap.pool)
+    routing = routing_verdict(spec, owner, snap.pools_served, snap.picker, snap.pool, snap.objectives_served)
     gateway = gateway_verdict(owner.namespace, snap.gateways)
     if routing is not None:
         out.conditions[ConditionType.ROUTING_READY] = routing

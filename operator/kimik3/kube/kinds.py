@@ -56,7 +56,8 @@ GATEWAY = Kind("gateway.networking.k8s.io", "v1", "Gateway", "gateways")
 INFERENCE_POOL = Kind("inference.networking.k8s.io", "v1", "InferencePool", "inferencepools")
 """Gateway API Inference Extension: the group leaders as one backend, scored by an endpoint picker."""
 INFERENCE_OBJECTIVE = Kind("inference.networking.x-k8s.io", "v1alpha2", "InferenceObjective", "inferenceobjectives")
-"""Gateway API Inference Extension: read by the endpoint picker (its Role grants it), never by the operator."""
+"""Gateway API Inference Extension: read by the endpoint picker (its Role grants it); the operator only asks
+discovery whether it is served (the picker v1.2.1 cannot start without it)."""
 DEPLOYMENT = Kind("apps", "v1", "Deployment", "deployments")
 """The endpoint picker (``render.routing``)."""
 WORKLOAD = Kind("kueue.x-k8s.io", "v1beta2", "Workload", "workloads")

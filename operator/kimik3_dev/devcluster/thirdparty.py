@@ -19,13 +19,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimik3_dev.versions import (GATEWAY_API_INFERENCE_EXTENSION_VERSION, GATEWAY_API_VERSION, LWS_VERSION,
+from kimik3_dev.versions import (GATEWAY_API_VERSION, INFERENCE_EXTENSION_VERSION, LWS_VERSION,
                                  PROMETHEUS_OPERATOR_VERSION)
 
 __all__ = [
     "COMPUTE_DOMAIN_CRD",
-    "GATEWAY_API_INFERENCE_EXTENSION_MODULE",
     "GATEWAY_API_MODULE",
+    "INFERENCE_EXTENSION_MODULE",
     "LWS_MODULE",
     "PROMETHEUS_OPERATOR_MODULE",
     "ThirdPartyCRDError",
@@ -40,7 +40,7 @@ PROMETHEUS_OPERATOR_MODULE = "github.com/prometheus-operator/prometheus-operator
 """Prometheus Operator (monitoring.coreos.com/v1), root module."""
 GATEWAY_API_MODULE = "sigs.k8s.io/gateway-api"
 """Gateway API (gateway.networking.k8s.io/v1), standard channel."""
-GATEWAY_API_INFERENCE_EXTENSION_MODULE = "sigs.k8s.io/gateway-api-inference-extension"
+INFERENCE_EXTENSION_MODULE = "sigs.k8s.io/gateway-api-inference-extension"
 """Gateway API Inference Extension (InferencePool, inference.networking.k8s.io/v1)."""
 
 # ComputeDomain (resource.nvidia.com/v1beta1) from NVIDIA's DRA driver for GPUs. Neither
@@ -88,8 +88,8 @@ _MODULE_CRDS: dict[str, _ModuleCRD] = {
         GATEWAY_API_MODULE, GATEWAY_API_VERSION, "config/crd/standard/gateway.networking.k8s.io_httproutes.yaml"
     ),
     "InferencePool": _ModuleCRD(
-        GATEWAY_API_INFERENCE_EXTENSION_MODULE,
-        GATEWAY_API_INFERENCE_EXTENSION_VERSION,
+        INFERENCE_EXTENSION_MODULE,
+        INFERENCE_EXTENSION_VERSION,
         "config/crd/bases/inference.networking.k8s.io_inferencepools.yaml",
     ),
 }
