@@ -45,6 +45,21 @@ def said(kube: Kube, namespace: str, name: str, type_: str, status: str, reason:
     return wait_for(check, timeout, f"{type_}={status} {reason} on {namespace}/{name}")
 
 
+@pytest.fixture
+def deployed(kube: Kube, namespace: str):
+    """Apply a CR; delete it at the end and wait for the operator's teardown, so that no CR of this
+    module is left reconciled (and failing its applies) in a namespace that stays Terminating."""
+    names: list[str] = []
+
+    def deploy(body: dict[str, Any]) -> dict[str, Any]:
+        names.append(body["metadata"]["name"])
+        return apply(kube, body, namespace)
+    yield deploy
+    for name in names:
+        kube.delete(*CR, namespace, name)
+    wait_for(lambda: all(kube.get(*CR, namespace, n) is None for n in names), 60, "the test's CRs torn down")
+
+
 def status_patch(kube: Kube, kind, namespace: str, name: str, status: dict[str, Any]) -> None:
     kube.patch_merge(*kind.type_meta, namespace, name, {"status": status}, subresource="status")
 
@@ -59,8 +74,9 @@ def cond(type_: str, status: str, reason: str, message: str = "") -> dict[str, s
     return {"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": rfc3339()}
 
 
-def test_routing_on_creates_the_pool_and_the_picker_and_reports_why_traffic_does_not_flow(operator, kube, namespace):
-    created = apply(kube, routed("k3-routed", {"name": "absent-gw"}), namespace)
+def test_routing_on_creates_the_pool_and_the_picker_and_reports_why_traffic_does_not_flow(operator, kube, namespace,
+                                                                                         deployed):
+    created = deployed(routed("k3-routed", {"name": "absent-gw"}))
     reconciled(kube, namespace, "k3-routed")
     pool = wait_for(lambda: kube.get(*INFERENCE_POOL.type_meta, namespace, "k3-routed"), 30, "the InferencePool")
     assert pool["spec"]["selector"]["matchLabels"] == {"inference.kimik3.io/deployment": "k3-routed",
@@ -127,8 +143,8 @@ def without_pool_crd(control_plane, admin_api):
 
 
 def test_without_the_pool_crd_the_service_path_and_a_condition_then_the_pool_once_installed(
-        operator, control_plane, kube, namespace, without_pool_crd):
-    apply(kube, routed("k3-fallback", {"name": "gw"}), namespace)
+        operator, control_plane, kube, namespace, without_pool_crd, deployed):
+    deployed(routed("k3-fallback", {"name": "gw"}))
     reconciled(kube, namespace, "k3-fallback")
     fallback = said(kube, namespace, "k3-fallback", "RoutingReady", "False", "InferencePoolNotServed")
     assert fallback["message"].startswith("the API server does not serve inference.networking.k8s.io/v1 InferencePool: "
@@ -153,10 +169,11 @@ def gateway(name: str, allowed: dict[str, Any]) -> dict[str, Any]:
                 {"name": "http", "port": 80, "protocol": "HTTP", "allowedRoutes": allowed}]}}
 
 
-def test_a_gateway_whose_listener_does_not_admit_the_namespace_shows_in_status(operator, admin_api, kube, namespace):
+def test_a_gateway_whose_listener_does_not_admit_the_namespace_shows_in_status(operator, admin_api, kube, namespace,
+                                                                              deployed):
     with fresh_namespace(admin_api, "gw") as infra:
         apply(kube, gateway("edge", {"namespaces": {"from": "Same"}}), infra)
-        apply(kube, routed("k3-gw", {"name": "edge", "namespace": infra}), namespace)
+        deployed(routed("k3-gw", {"name": "edge", "namespace": infra}))
         said(kube, namespace, "k3-gw", "GatewayReady", "False", "GatewayNotProgrammed")
         status_patch(kube, GATEWAY, infra, "edge", {"conditions": [cond("Accepted", "True", "Accepted"),
                                                                    cond("Programmed", "True", "Programmed")]})
