@@ -49,6 +49,8 @@ MEMORY_FLOOR_GB_CEL = _cel_map(MODEL_MEMORY_FLOOR_GB)
 RACK_GPUS_CEL = _cel_map({k: p.gpus_per_node * p.nvlink_domain_nodes for k, p in PROFILES.items()
                           if p.multi_node_nvlink})
 """GPUs of one NVLink domain spanning trays (an NVL72 rack), for the accelerators that have one."""
+K3_CONTEXT_TOKENS = 1_048_576
+"""Kimi K3's context, tokens (``--max-model-len 1048576``): the most ``model.maxModelLen`` allows."""
 MEGAKERNEL_ACCELERATORS = [k for k, p in PROFILES.items() if p.megakernel_capable]
 """Accelerators vLLM 0.33's specialised decode path runs on (the SM100/SM103 family)."""
 
@@ -209,7 +211,7 @@ class ModelSpec(Model):
     """Weight format: mxfp4 (moonshotai/Kimi-K3, ~1680 GB of GPU memory) or nvfp4 (RedHatAI/Kimi-K3-NVFP4, ~1650 GB)."""
     served_model_name: str = Field(default="kimi-k3", min_length=1, max_length=128)
     """Name clients put in the OpenAI "model" field; also the model_name label of the metrics."""
-    max_model_len: int | None = Field(default=None, ge=1024, le=1048576)
+    max_model_len: int | None = Field(default=None, ge=1024, le=K3_CONTEXT_TOKENS)
     """Context length in tokens (Kimi K3: up to 1048576). Unset: the model's own."""
     source: ModelSource
     """Where the weights come from."""
@@ -916,6 +918,30 @@ _SPEC_RULES = [
     ),
 ]
 
+# ---------------------------------------------------------------- routing -------------------
+
+ENDPOINT_PICKER_IMAGE = "registry.k8s.io/gateway-api-inference-extension/epp:v1.2.1"
+"""The Gateway API Inference Extension's endpoint picker, v1.2.1: the last release whose ``cmd/epp``
+holds the prefix-cache, KV-cache-utilization and queue scorers (later releases moved them out)."""
+
+
+class EndpointPickerSpec(Model):
+    """The endpoint picker (EPP) the gateway asks, over ext_proc, which group leader gets each request."""
+
+    image: str = Field(default=ENDPOINT_PICKER_IMAGE, min_length=1, max_length=512)
+    """Image of the picker; the default is the upstream v1.2.1 image whose flags and configuration the operator renders."""
+    failure_mode: Literal["FailOpen", "FailClose"] = "FailOpen"
+    """What the gateway does while the picker does not answer (InferencePool endpointPickerRef.failureMode). FailOpen (default): requests still go to some leader of the pool, chosen by the gateway without the picker's prefix and load scores, so a picker restart costs cache hits, not availability. FailClose: requests are refused (5xx) until the picker answers: choose it when a request that misses its cached prefix is worse than an error."""
+
+
+class RoutingSpec(Model):
+    """Prefix- and load-aware routing: an InferencePool (Gateway API Inference Extension v1) of the group leaders and its endpoint picker; the HTTPRoute (spec.service.httpRoute) then points at the pool instead of the Service."""
+
+    enabled: bool = False
+    """Render the InferencePool and the endpoint picker. On a cluster without the InferencePool CRD the deployment keeps the Service path and the RoutingReady condition says so."""
+    endpoint_picker: EndpointPickerSpec = Field(default_factory=EndpointPickerSpec)
+    """The picker's image and failure mode."""
+
 
 class KimiK3DeploymentSpec(Model):
     """What to serve and how: model, engine, speculative decoding, topology, replicas."""
@@ -945,6 +971,8 @@ class KimiK3DeploymentSpec(Model):
     """Start-up budget and health probes."""
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
     """How template changes reach the groups: surge (default), canary analysis, rollback, pause."""
+    routing: RoutingSpec = Field(default_factory=RoutingSpec)
+    """Requests routed by prefix and load through an InferencePool and its endpoint picker (off by default)."""
 
 
 # ---------------------------------------------------------------- status --------------------
@@ -1166,6 +1194,38 @@ class EngineOverride(Model):
     avoid: str
     """The change to the spec that avoids it."""
 
+class PoolParentRef(Model):
+    """A Gateway an InferencePool is attached to (the InferencePool's status.parents[].parentRef)."""
+
+    group: str | None = None
+    kind: str | None = None
+    name: str
+    namespace: str | None = None
+
+
+class PoolParentStatus(Model):
+    """What one gateway says of the InferencePool (mirrored from its status.parents)."""
+
+    parent_ref: PoolParentRef
+    """The Gateway."""
+    controller_name: str | None = None
+    """The gateway controller that wrote this entry."""
+    conditions: list[Condition] = Field(default_factory=list)
+    """Accepted, ResolvedRefs, ... as that gateway wrote them."""
+
+
+class RoutingStatus(Model):
+    """Where requests go (spec.routing.enabled)."""
+
+    backend: Literal["InferencePool", "Service"]
+    """What the HTTPRoute sends traffic to: the InferencePool, or the Service when the cluster does not serve the InferencePool kind."""
+    inference_pool: str | None = None
+    """The InferencePool (named like the deployment); unset on the Service path."""
+    endpoint_picker: str | None = None
+    """The picker's Deployment and Service; unset on the Service path."""
+    parents: list[PoolParentStatus] = Field(default_factory=list)
+    """The InferencePool's status.parents: each gateway that took the pool, with its conditions."""
+
 
 class KimiK3DeploymentStatus(Model):
     """What the operator observed."""
@@ -1194,6 +1254,8 @@ class KimiK3DeploymentStatus(Model):
     """Each group once: its rack, trays, Kueue state with Kueue's message, and readiness (conditions only point here)."""
     rollout: RolloutStatus | None = None
     """Revisions of the groups and how far a rollout is."""
+    routing: RoutingStatus | None = None
+    """With spec.routing.enabled: the backend the route uses and what the gateways say of the InferencePool."""
     engine_overrides: list[EngineOverride] | None = None
     """Settings vLLM 0.33 will change or narrow without an error for the admitted spec (also Warning Events EngineSettingOverridden and `kimik3 validate`): each with its fields, the value vLLM uses and the change that avoids it; empty when none."""
 

@@ -42,8 +42,8 @@ from kimik3.controller.snapshot import Reader
 from kimik3.controller.staging import DEFAULT_STAGER_IMAGE, Staging
 from kimik3.controller.status import Observed, invalid_status, lws_selector, merge_patch, status_patch, stored_conditions
 from kimik3.controller.steps import Deletion, Outcome
-from kimik3.kube.kinds import (CHILD_KINDS, CHILD_NEEDS, COMPUTE_DOMAIN, GROUP, HTTP_ROUTE, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET,
-                               POD, POD_MONITOR, SERVED_BY, Kind, kind_of)
+from kimik3.kube.kinds import (CHILD_KINDS, CHILD_NEEDS, COMPUTE_DOMAIN, GROUP, HTTP_ROUTE, INFERENCE_POOL, KIMIK3_DEPLOYMENT,
+                               LEADER_WORKER_SET, POD, POD_MONITOR, SERVED_BY, Kind, kind_of)
 from kimik3.kube.groups import gpus_by_revision
 from kimik3.kube.labels import DEPLOYMENT_LABEL
 from kimik3.kube.objects import is_deleting
@@ -58,6 +58,7 @@ log = logging.getLogger("kimik3.reconcile")
 UNSERVED_FIX: dict[Kind, str] = {
     POD_MONITOR: "or set spec.monitoring.enabled: false",
     HTTP_ROUTE: "or remove spec.service.httpRoute",
+    INFERENCE_POOL: "or set spec.routing.enabled: false",
     COMPUTE_DOMAIN: "or run the operator with --no-compute-domains (chart value computeDomains: false)",
 }
 """The spec's (or the operator's) way around a child kind the cluster does not serve."""
@@ -165,6 +166,7 @@ class Reconciler:
         self._delete(obj, out.add(steps.prune(snap, rendered, not failed)).delete)
         self._delete(obj, out.add(steps.place(snap)).delete)
         prepare = out.add(steps.observe(snap, has_domain, dt.datetime.now(dt.timezone.utc))).value
+        routing = out.add(steps.route(snap, admitted)).value
         wake = tuple(out.add(steps.collide(snap, admitted, self.placements)).value)
         apply_error = "; ".join(failed.values()) or None
         observed = Observed(
@@ -176,6 +178,8 @@ class Reconciler:
             crash_looping=out.conditions.get(ConditionType.DEGRADED),
             queue=out.conditions.get(ConditionType.SCALING_LIMITED),
             compute_domain=out.conditions.get(ConditionType.COMPUTE_DOMAIN_READY), rollout_step=rolled.value,
+            routing=routing, routing_ready=out.conditions.get(ConditionType.ROUTING_READY),
+            gateway=out.conditions.get(ConditionType.GATEWAY_READY),
             placement_conflict=out.conditions.get(ConditionType.PLACEMENT_CONFLICT))
         status = out.add(steps.report(snap, admitted, observed, weights, prepare)).value
         self._post(obj, out.events)
