@@ -41,8 +41,8 @@ from kimik3.controller.snapshot import Reader
 from kimik3.controller.staging import DEFAULT_STAGER_IMAGE, Staging
 from kimik3.controller.status import Observed, invalid_status, lws_selector, merge_patch, status_patch, stored_conditions
 from kimik3.controller.steps import Deletion, Outcome
-from kimik3.kube.kinds import (CHILD_KINDS, CHILD_NEEDS, COMPUTE_DOMAIN, GROUP, HTTP_ROUTE, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET,
-                               POD, POD_MONITOR, SERVED_BY, Kind, kind_of)
+from kimik3.kube.kinds import (CHILD_KINDS, CHILD_NEEDS, COMPUTE_DOMAIN, CONFIG_MAP, GROUP, HTTP_ROUTE, KIMIK3_DEPLOYMENT,
+                               LEADER_WORKER_SET, POD, POD_MONITOR, SERVED_BY, Kind, kind_of)
 from kimik3.kube.labels import DEPLOYMENT_LABEL
 from kimik3.kube.objects import is_deleting
 from kimik3.render.children import COMPUTE_DOMAIN_SKIPPED
@@ -95,7 +95,9 @@ class Reconciler:
         self.policy = policy
         self.autoscaling = autoscaling or Autoscaling()
         """Decode-latency autoscaler state of every deployment with spec.autoscaling.enabled."""
-        self.rollouts = Rollouts(Analysis(self.autoscaling.scrape_url, self.autoscaling.clock), self.autoscaling.clock)
+        self.rollouts = Rollouts(Analysis(self.autoscaling.scrape_url, self.autoscaling.clock,
+                                          config_maps=lambda ns, name: kube.get(*CONFIG_MAP.type_meta, ns, name)),
+                                 self.autoscaling.clock)
         """Pause, canary analysis, progress deadline and rollback (``controller.rollout``), on the autoscaler's clock."""
         self.cache = cache
         """What the watches saw; without it every read goes to the API server."""
