@@ -1103,7 +1103,7 @@ class ParityStatus(Model):
     """Output parity of the canary with an old group (spec.rollout.canary.parity), as of the last round."""
 
     result: ParityResult
-    """Passed / Failed against maxMismatchRate; Skipped: parity cannot hold for this change (the model or drafter changed, lossy speculative sampling, an API key the operator does not hold, parity off), the message says why; Unanswered: a group did not answer the prompts (retried at the next check)."""
+    """Passed / Failed against maxMismatchRate; Skipped: parity cannot hold for this change (the model or drafter changed, an API key the operator does not hold, parity off), the message says why; Unanswered: a group did not answer the prompts (retried at the next check)."""
     rounds: int = 0
     """Rounds compared over the bake (one per analysis check)."""
     passed_rounds: int = 0

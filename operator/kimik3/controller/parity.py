@@ -16,10 +16,12 @@ exact under greedy decoding. vLLM 0.33's rejection sampler (``vllm/v1/sample/rej
 ``rejection_greedy_sample_kernel``) keeps a draft token only where it equals the target's argmax
 and otherwise emits the argmax, the bonus token being the target's own: so with
 ``rejection_sample_method`` ``standard`` or ``block`` and either ``draft_sample_method`` the
-output is the target's greedy output. Not exact, and so skipped (``lossy``): ``temperature > 0``
-(sampled: never sent here), ``rejection_sample_method: synthetic`` (drafts accepted at fixed rates
-whatever the target says: benchmarks only) and ``fly`` (FLy's entropy-gated deferral, "lossy" in
-vLLM's own words, accepts drafts the target's argmax refuses).
+output is the target's greedy output. Not exact: ``temperature > 0`` (sampled: never sent here),
+``rejection_sample_method: synthetic`` (drafts accepted at fixed rates whatever the target says:
+benchmarks only) and ``fly`` (FLy's entropy-gated deferral, "lossy" in vLLM's own words, accepts
+drafts the target's argmax refuses); the API admits neither (``speculativeDecoding.
+rejectionSampleMethod`` is ``standard`` or ``block``, and ``engine.extraArgs`` may not set
+``--speculative-config``), so every configuration it can express keeps parity exact.
 
 Why a threshold above 0: two healthy groups of one revision still differ where kernels are not
 batch-invariant (reductions whose order follows the batch), from some token on. The threshold is
@@ -27,9 +29,9 @@ set from what two groups of one revision show (``spec.rollout.canary.parity.maxM
 ``dev up`` the simulator's benign divergence, ``kimik3_dev.sim.divergence``).
 
 Skipped (``skip_reason``) when parity cannot hold: the model or drafter path or revision differ
-between the two groups' launch plans (their launcher ConfigMaps, ``render.configmap``), lossy
-speculative sampling, ``spec.service.apiKeySecret`` set (the operator holds no key; the engines
-would refuse it), parity disabled.
+between the two groups' launch plans (their launcher ConfigMaps, ``render.configmap``),
+``spec.service.apiKeySecret`` set (the operator holds no key; the engines would refuse it), parity
+disabled.
 """
 
 from __future__ import annotations
@@ -151,20 +153,6 @@ def served_model(plan: dict[str, Any]) -> tuple[str | None, ...]:
     return (args[0] if args else None, flag("--revision"), spec.get("model"), spec.get("revision"))
 
 
-LOSSY_REJECTION = ("synthetic", "fly")
-"""vLLM 0.33 ``rejection_sample_method`` values whose accepted tokens are not the target's argmax
-under greedy decoding (module docstring)."""
-
-
-def lossy(plan: dict[str, Any]) -> str | None:
-    """The lossy rejection method a launch plan's ``--speculative-config`` asks for, or None."""
-    args = ((plan.get("ranks") or [{}])[0].get("args") or [])
-    if "--speculative-config" not in args[:-1]:
-        return None
-    method = json.loads(args[args.index("--speculative-config") + 1]).get("rejection_sample_method")
-    return method if method in LOSSY_REJECTION else None
-
-
 def skip_reason(admitted: Admitted, canary_plan: dict[str, Any] | None, old_plan: dict[str, Any] | None) -> str | None:
     """Why parity cannot hold between a canary of launch plan ``canary_plan`` and an old group of
     ``old_plan`` (None when it must hold)."""
@@ -181,10 +169,6 @@ def skip_reason(admitted: Admitted, canary_plan: dict[str, Any] | None, old_plan
         names = ("model", "model revision", "drafter", "drafter revision")
         changed = "; ".join(f"{n} {o} -> {c}" for n, o, c in zip(names, old, new) if o != c)
         return f"parity skipped: the model revision changes ({changed}): two models' greedy outputs need not match"
-    method = lossy(canary_plan) or lossy(old_plan)
-    if method:
-        return (f"parity skipped: speculativeDecoding rejection_sample_method {method} is lossy (vLLM accepts drafts "
-                "the target's greedy choice refuses), so greedy outputs need not match")
     return None
 
 
