@@ -308,6 +308,11 @@ def _env_release(env: DevEnv, ns: str, image: str, **sim: str) -> None:
         "image": image, "env": [{"name": k, "value": v} for k, v in sim.items()]}}})
 
 
+def _events(env: DevEnv, ns: str, reason: str) -> list[str]:
+    """The messages of the Events of ``reason`` in ``ns``."""
+    return [e.get("message", "") for e in env.events(ns) if e.get("reason") == reason]
+
+
 def _canary(env: DevEnv, ns: str) -> dict[str, Any]:
     return (((env.get_cr(ns) or {}).get("status") or {}).get("rollout") or {}).get("canary") or {}
 
@@ -321,7 +326,8 @@ def test_a_corrupting_release_is_rolled_back_by_output_parity_and_a_healthy_one_
     env.apply(cr)
     url, model = serve(env, ns, 1)
     ((_, uid, old, _, _),) = snapshot(env, ns)
-    with Load(url, model) as load, Recorder(lambda: snapshot(env, ns), period_s=0.2) as rec:
+    with Load(url, model) as load, Recorder(lambda: snapshot(env, ns), period_s=0.2) as rec, \
+            Recorder(lambda: _canary(env, ns) or None, period_s=0.1) as canaries:
         _env_release(env, ns, NEW_IMAGE, KIMIK3_SIM_CORRUPT_RATE="0.6")
         rolled_back = wait_for(lambda: _rolled_back(env, ns), WAIT_S, "output parity to roll the release back")
         wait_for(lambda: [g[:3] for g in snapshot(env, ns)] == [(0, uid, old)] or None, WAIT_S,
@@ -329,8 +335,7 @@ def test_a_corrupting_release_is_rolled_back_by_output_parity_and_a_healthy_one_
         message = rolled_back["rolledBack"]["message"]
         progressing = _progressing(env, ns)
         _env_release(env, ns, "vllm/vllm-openai:v0.33.2")  # a healthy release: benign divergence only
-        promoted = wait_for(lambda: (c := _canary(env, ns)).get("promoted") and c, WAIT_S + 60,
-                            "the healthy canary to be promoted")
+        wait_for(lambda: _events(env, ns, "CanaryPromoted"), WAIT_S + 60, "the healthy canary to be promoted")
         wait_for(lambda: _progressing(env, ns).get("status") == "False" and len(snapshot(env, ns)) == 1
                  and all(g[2] != old and g[3] for g in snapshot(env, ns)), WAIT_S + 4 * LOAD_S, "the rollout to finish")
     summary = summarize(load.results)["total"]
@@ -349,12 +354,13 @@ def test_a_corrupting_release_is_rolled_back_by_output_parity_and_a_healthy_one_
     before_healthy = [s for s in rec.values if not any(g[2] not in (old, None) and g[4] != FIRST and g[3] for g in s)]
     assert all(any(g[1] == uid for g in s) for s in before_healthy[:len(corrupt_samples)]), "the old group restarted"
     # the healthy release: parity passed under benign divergence, then promoted
-    parity = promoted["parity"]
+    parity = canaries.values[-1]["parity"]  # the healthy canary's last status before the rollout settled
     assert parity["result"] == "Passed" and parity["passedRounds"] >= 1 and parity["maxMismatchRate"] == 0.25, parity
     assert parity["mismatchRate"] <= 0.25 and parity["prompts"] == 16, parity
-    events = {e.get("reason") for e in env.events(ns)}
-    assert {"RolledBack", "CanaryPromoted"} <= events, events
-    print(f"\nrolled back: {message}\npromoted: {parity['message']}")
+    (promoted,) = _events(env, ns, "CanaryPromoted")
+    assert " between canary group(s) " in promoted and "(limit parity.maxMismatchRate 25.0%)" in promoted, promoted
+    assert _events(env, ns, "RolledBack")
+    print(f"\nrolled back: {message}\npromoted: {promoted}")
 
 
 def test_a_canary_without_any_traffic_gets_its_checks_from_probe_requests(env, ns):
@@ -365,13 +371,16 @@ def test_a_canary_without_any_traffic_gets_its_checks_from_probe_requests(env, n
                     autoscaling=POD_SCRAPE)
     env.apply(cr)
     serve(env, ns, 1)
-    _image(env, ns, NEW_IMAGE)
-    promoted = wait_for(lambda: (c := _canary(env, ns)).get("promoted") and c, WAIT_S + 60,
-                        "the canary to be promoted on probe requests")
-    results = [h["result"] for h in promoted["history"]]
+    with Recorder(lambda: _canary(env, ns) or None, period_s=0.1) as canaries:
+        _image(env, ns, NEW_IMAGE)
+        wait_for(lambda: _events(env, ns, "CanaryPromoted"), WAIT_S + 60, "the canary to be promoted on probe requests")
+    last = canaries.values[-1]  # the canary's last status before the rollout settled
+    results = [h["result"] for h in last["history"]]
     first = results.index("NoTraffic")  # after the pod scrape's first reading (NoReading: WarmingUp)
-    assert set(results[:first]) <= {"NoReading"} and results[first + 1:] == ["Passed"] * 2, results
-    assert promoted["probing"] and promoted["probeRequests"] == 8 * (len(results) - first), promoted
-    assert all(h["requests"] == 8 for h in promoted["history"][first + 1:]), promoted["history"]  # each window: 8 probes
-    assert promoted["parity"]["result"] == "Skipped" and "parity.enabled is false" in promoted["parity"]["message"]
-    print(f"\nno traffic: checks {results}, {promoted['probeRequests']} probe requests")
+    assert set(results[:first]) <= {"NoReading"} and set(results[first + 1:]) == {"Passed"}, results
+    assert last["probing"] and last["probeRequests"] == 8 * (len(results) - first), last
+    assert all(h["requests"] == 8 for h in last["history"][first + 1:]), last["history"]  # each window: the 8 probes
+    assert last["parity"]["result"] == "Skipped" and "parity.enabled is false" in last["parity"]["message"]
+    (promoted,) = _events(env, ns, "CanaryPromoted")
+    assert ": 2 check(s), 0 failed;" in promoted, promoted  # minChecks, both windows filled by probes
+    print(f"\nno traffic: checks {results}, {last['probeRequests']} probe requests; {promoted}")

@@ -365,9 +365,10 @@ class Rollouts:
         if verdict is None:
             canary.promoted = True
             step = RolloutStep(plan(rendered, sets, replicas, surge, unavailable, make_room=make_room), canary=canary)
+            parity = f"; {canary.parity.message}" if canary.parity is not None else ""
             step.events.append(Event("Normal", EventReason.CANARY_PROMOTED, f"revision {canary.revision} baked "
                                      f"{r.canary.bake}: {canary.checks} check(s), {canary.failed_checks} failed; "
-                                     f"{canary.message}; rolling out to every group"))
+                                     f"{canary.message}{parity}; rolling out to every group"))
             return step
         step = RolloutStep(plan(rendered, sets, replicas, surge, unavailable, canary=r.canary.groups,
                                 make_room=make_room), canary=canary,
