@@ -3,7 +3,6 @@ conversion under speculative decoding, and robustness to bad answers."""
 
 from __future__ import annotations
 
-import http.server
 import subprocess
 import threading
 import time
@@ -19,6 +18,7 @@ from kimik3.autoscaler.observation import ITL, DecodeObservation, MetricsUnavail
 from kimik3.autoscaler.sources import PodScrapeSource, PrometheusSource, ScrapeTarget, parse_scrape
 from kimik3_dev.devcluster import prometheus
 from kimik3_dev.devcluster.processes import free_port
+from support.metrics_server import MetricsServer
 from support.waiting import wait_for
 
 ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
@@ -82,35 +82,6 @@ def test_buckets_are_summed_over_engines_before_the_quantile():
     assert quantile(0.9, total) == pytest.approx(0.32)
     assert quantile(0.9, merge((f"engine {e}", h) for e, h in enumerate(series[:3]))) <= 0.01  # without the slow one
     assert quantile(0.8, total) <= 0.01
-
-
-class MetricsServer:
-    """Serves a settable /metrics text on 127.0.0.1 (a stand-in leader pod)."""
-
-    def __init__(self) -> None:
-        self.text = ""
-        self.status = 200
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
-                body = outer.text.encode()
-                self.send_response(outer.status)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
-        # A short poll: close() (shutdown) waits for it, 0.5 s by default, once per server.
-        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
 
 
 @pytest.fixture

@@ -24,7 +24,8 @@ from kimik3.controller.reconcile import Reconciler
 from kimik3_dev.devcluster.controlplane import ControlPlane
 from kimik3_dev.devcluster.install import install_apis
 from kimik3.kube.times import rfc3339
-from test_autoscaler_metrics import MetricsServer, exposition
+from test_autoscaler_metrics import exposition
+from support.metrics_server import MetricsServer
 from support.cluster import CD, CR, LWS, condition, events
 from support.recipes import recipe
 
@@ -213,6 +214,26 @@ def test_decode_status_holds_the_target_metric_at_the_target_percentile(env):
     later = tick(e, 5)  # before the next decision (interval 30 s): nothing measured, nothing changes
     assert later["status"]["decode"] == decode
     assert condition(later, "MetricsAvailable") == metrics_available
+
+
+def test_each_window_with_traffic_says_whether_it_met_the_latency_and_ttft_targets(env):
+    """kimik3_latency_within_target (the SLO minutes of docs/billing.md): 1 for a window within
+    the per-token target, 0 for one above it; the ttft series only where a TTFT target is set,
+    and none at all for a window without traffic."""
+    e = env
+    started(e, target={"metric": "interTokenLatency", "percentile": 90, "value": "30ms"})
+
+    def within(target: str) -> float | None:
+        return REGISTRY.get_sample_value("kimik3_latency_within_target", {
+            "namespace": e["ns"], "deployment": "k3-latency", "target": target})
+    serve(e, 3000, 0.021, running=8, tokens=3000)  # every step 10-25 ms: under 30 ms
+    tick(e)
+    assert (within("latency"), within("ttft")) == (1.0, None)
+    serve(e, 6000, 0.04, running=8, tokens=6000)   # 3000 more steps of 25-50 ms: P90 above 30 ms
+    tick(e)
+    assert within("latency") == 0.0
+    tick(e, 90)  # nothing served in the last window (1 min): no reading
+    assert within("latency") is None
 
 
 def test_one_reconcile_admits_once_and_hands_the_same_value_on(env, monkeypatch):

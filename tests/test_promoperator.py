@@ -22,15 +22,20 @@ def secret(config: str, version: str = "1") -> dict:
 
 
 class FakeRest(Rest):
-    """GET of the one Secret path only; the answer is set by the test."""
+    """GET of the one Secret path and list of the rule-file ConfigMaps only; the answers are set by the test."""
 
     def __init__(self) -> None:
         self.answer: dict | None = None
+        self.configmaps: list[dict] = []
         self.paths: list[str] = []
 
     def get(self, path: str) -> dict | None:
         self.paths.append(path)
         return self.answer
+
+    def items(self, path: str, selector: str = "") -> list[dict]:
+        assert (path, selector) == ("/api/v1/namespaces/monitoring/configmaps", "prometheus-name=kimik3-dev")
+        return self.configmaps
 
 
 def test_the_prometheus_object_names_the_dev_api_server_with_host_files_and_no_pod():
@@ -42,8 +47,8 @@ def test_the_prometheus_object_names_the_dev_api_server_with_host_files_and_no_p
     assert (spec["version"], spec["replicas"], spec["replicaExternalLabelName"]) == ("v2.42.0", 0, "")
     assert spec["serviceDiscoveryRole"] == "EndpointSlice"
     for selector in ("podMonitorSelector", "podMonitorNamespaceSelector", "serviceMonitorSelector",
-                     "serviceMonitorNamespaceSelector"):
-        assert spec[selector] == {}  # every monitor of every namespace
+                     "serviceMonitorNamespaceSelector", "ruleSelector", "ruleNamespaceSelector"):
+        assert spec[selector] == {}  # every monitor and rule of every namespace
     (scrape_class,) = spec["scrapeClasses"]
     assert scrape_class["default"] is True
     assert scrape_class["metricRelabelings"] == [promoperator.VLLM_NAME_RELABEL]
@@ -99,8 +104,47 @@ def test_the_reloader_writes_each_new_configuration_once_and_leaves_a_refused_on
     reloader.poll()  # same resourceVersion: nothing written, no reload due
     assert reloader.reloaded is True
 
-    rest.answer = secret("rule_files: [/etc/prometheus/rules/a.yaml]\n", "8")
+    rest.answer = secret("tls_config: {ca_file: /etc/prometheus/certs/ca.crt}\n", "8")
     with pytest.raises(ValueError):
         reloader.poll()
     assert reloader.path.read_text() == "scrape_configs: []\nregex: 0;\n"
     assert not list(reloader.path.parent.glob("*.tmp"))
+
+
+def test_rule_files_of_the_operators_configmaps_are_written_on_the_host_and_the_paths_point_there(tmp_path):
+    """The sidecar's other half: the rule-file ConfigMaps the StatefulSet would mount under
+    /etc/prometheus/rules/<ConfigMap>/ are written under <state>/prometheus/rules/<ConfigMap>/, the
+    configuration's rule_files point there, and a changed or removed file makes a reload due."""
+    rest = FakeRest()
+    reloader = promoperator.ConfigReloader(rest, tmp_path / "prometheus" / "prometheus.yml", "http://127.0.0.1:1")
+    reloader.reload = lambda: False
+    rules = tmp_path / "prometheus" / "rules"
+    cm = {"metadata": {"name": "prometheus-kimik3-dev-rulefiles-0"},
+          "data": {"monitoring-kimik3-usage-uid.yaml": "groups: []\n"}}
+    other = {"metadata": {"name": "unrelated"}, "data": {"x.yaml": "no"}}
+    rest.configmaps = [cm, other]
+    rest.answer = secret("rule_files:\n- /etc/prometheus/rules/prometheus-kimik3-dev-rulefiles-0/*.yaml\n")
+    reloader.poll()
+    assert reloader.path.read_text() == f"rule_files:\n- {rules}/prometheus-kimik3-dev-rulefiles-0/*.yaml\n"
+    assert sorted(p.relative_to(rules).as_posix() for p in rules.rglob("*") if p.is_file()) == [
+        "prometheus-kimik3-dev-rulefiles-0/monitoring-kimik3-usage-uid.yaml"]
+    reloader.reloaded = True
+    reloader.poll()  # nothing changed: no reload due
+    assert reloader.reloaded is True
+    cm["data"] = {"monitoring-kimik3-usage-uid.yaml": "groups: [{name: g, rules: []}]\n"}
+    reloader.poll()
+    assert reloader.reloaded is False
+    assert (rules / "prometheus-kimik3-dev-rulefiles-0" / "monitoring-kimik3-usage-uid.yaml").read_text() == \
+        "groups: [{name: g, rules: []}]\n"
+    reloader.reloaded = True
+    rest.configmaps = []
+    reloader.poll()
+    assert reloader.reloaded is False and not [p for p in rules.rglob("*") if p.is_file()]
+
+
+def test_dev_up_applies_the_usage_rules_as_the_chart_ships_them():
+    from kimik3.usage.rules import rule_groups
+    rule = promoperator.usage_rule()
+    assert rule["spec"] == rule_groups()
+    assert promoperator.object_path(rule) == \
+        "/apis/monitoring.coreos.com/v1/namespaces/monitoring/prometheusrules/kimik3-usage"

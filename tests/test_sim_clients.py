@@ -18,14 +18,14 @@ import pytest
 from kimik3.autoscaler import perfmodel as pm
 from kimik3.autoscaler.perfmodel import EngineShape
 from kimik3_dev.sim.engine import CHAT_REPLY_HEADER_TOKENS, CHAT_TOKENS_PER_MESSAGE, EngineConfig, SimEngine, \
-    count_tokens, token_text
+    token_ids, token_text
 
 pytestmark = pytest.mark.tier("process")  # the client runs `uname -p` for its platform headers
 
 MK_DSPARK = EngineShape(decode_backend="latency_specialized", spec_method="dspark", num_speculative_tokens=7)
 PROMPT = "Write a haiku about racks of GPUs, please."
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": PROMPT}]
-CHAT_PROMPT_TOKENS = CHAT_REPLY_HEADER_TOKENS + sum(CHAT_TOKENS_PER_MESSAGE + count_tokens(m["content"])
+CHAT_PROMPT_TOKENS = CHAT_REPLY_HEADER_TOKENS + sum(CHAT_TOKENS_PER_MESSAGE + len(token_ids(m["content"]))
                                                     for m in MESSAGES)
 
 
@@ -55,7 +55,7 @@ def test_completion_not_streamed():
         (choice,) = done.choices
         assert choice.index == 0 and choice.text == expected_text(40) and choice.finish_reason == "length"
         assert (done.usage.prompt_tokens, done.usage.completion_tokens, done.usage.total_tokens) == (
-            count_tokens(PROMPT), 40, count_tokens(PROMPT) + 40)
+            len(token_ids(PROMPT)), 40, len(token_ids(PROMPT)) + 40)
         # without max_tokens: the simulated end of sequence, finish_reason "stop"
         done = await client.completions.create(model="kimi-k3", prompt=PROMPT)
         assert done.choices[0].finish_reason == "stop" and done.usage.completion_tokens == 20
@@ -74,7 +74,7 @@ def test_completion_streamed():
         # every content chunk: one choice, no usage; the last one: no choice, the usage
         assert all(len(c.choices) == 1 and c.usage is None for c in content)
         assert last.choices == [] and (last.usage.prompt_tokens, last.usage.completion_tokens,
-                                       last.usage.total_tokens) == (count_tokens(PROMPT), 50, count_tokens(PROMPT) + 50)
+                                       last.usage.total_tokens) == (len(token_ids(PROMPT)), 50, len(token_ids(PROMPT)) + 50)
         assert "".join(c.choices[0].text for c in content) == expected_text(50)
         assert [c.choices[0].finish_reason for c in content] == [None] * (len(content) - 1) + ["length"]
         # DSpark: one chunk per engine step, several tokens in most

@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kimik3.autoscaler import perfmodel as pm
-from kimik3_dev.sim.engine import EngineConfig, SimEngine, count_tokens
+from kimik3_dev.sim.engine import WORDS, EngineConfig, SimEngine, token_ids
 from kimik3.autoscaler.perfmodel import EngineShape
 
 MK_DSPARK = EngineShape(decode_backend="latency_specialized", spec_method="dspark", num_speculative_tokens=7)
@@ -70,8 +70,8 @@ def test_completion_not_streaming_counts_tokens():
             doc = await r.json()
         assert doc["object"] == "text_completion" and doc["model"] == "kimi-k3"
         assert doc["id"].startswith("cmpl-")
-        assert doc["usage"] == {"prompt_tokens": count_tokens(prompt), "completion_tokens": 40,
-                                "total_tokens": count_tokens(prompt) + 40, "prompt_tokens_details": None,
+        assert doc["usage"] == {"prompt_tokens": len(token_ids(prompt)), "completion_tokens": 40,
+                                "total_tokens": len(token_ids(prompt)) + 40, "prompt_tokens_details": None,
                                 "completion_tokens_details": None}
         choice = doc["choices"][0]
         assert choice["finish_reason"] == "length" and len(choice["text"].split()) == 40
@@ -306,3 +306,36 @@ def test_a_draining_engine_serves_its_connections_until_they_close():
 async def _stream_items(s, url, req):
     async with s.post(url + "/v1/completions", json=req) as r:
         return await sse(r)
+
+
+def test_a_repeated_prompt_hits_its_full_blocks_and_skips_their_prefill():
+    """TP8: 1024-token blocks (``perfmodel.kv_cache_blocks``). A 20,000-token prompt sent twice: the
+    second finds its 19 full blocks (19,456 tokens) cached and prefills the other 544 in one step;
+    the counters say so, in tokens, as vLLM's do."""
+    words = [WORDS[(i * 7 + i // 5) % len(WORDS)] for i in range(20_000)]
+    prompt = " ".join(words)
+
+    async def body(engine, s):
+        ttft = []
+        for _ in range(2):
+            before = value(await metric_families(engine, s), "vllm:time_to_first_token_seconds_sum")
+            async with s.post(engine.url + "/v1/completions", json={"prompt": prompt, "max_tokens": 1}) as r:
+                assert r.status == 200 and (await r.json())["usage"]["prompt_tokens"] == 20_000
+            ttft.append(value(await metric_families(engine, s), "vllm:time_to_first_token_seconds_sum") - before)
+        fams = await metric_families(engine, s)
+        return ttft, {name: value(fams, name, engine="0") for name in
+                      ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:prompt_tokens_total")}
+
+    cfg = EngineConfig(shape=EngineShape(), seed=4)
+    params = pm.perf_params(cfg.shape)
+    (first, second), counters = run(cfg, body)
+    assert counters == {"vllm:prefix_cache_queries_total": 40_000.0, "vllm:prefix_cache_hits_total": 19_456.0,
+                        "vllm:prompt_tokens_total": 40_000.0}
+    cold = sum(pm.step_time(params, 0, chunk) for chunk in (8192, 8192, 3616))
+    warm = pm.step_time(params, 0, 544)
+    assert first == pytest.approx(cold, abs=0.05) and second == pytest.approx(warm, abs=0.05)
+    assert second < first / 2
+
+    # --no-enable-prefix-caching: the same two requests find nothing
+    (_, again), off = run(EngineConfig(shape=EngineShape(), enable_prefix_caching=False), body)
+    assert off["vllm:prefix_cache_hits_total"] == 0.0 and again == pytest.approx(cold, abs=0.05)

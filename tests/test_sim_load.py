@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import threading
 from pathlib import Path
 
@@ -11,10 +12,12 @@ import pytest
 from click.testing import CliRunner
 from kubernetes import client
 
-from kimik3_dev.sim import load
+from prometheus_client.parser import text_string_to_metric_families
+
+from kimik3_dev.sim import load, tracefile
 from kimik3.autoscaler import perfmodel as pm
 from kimik3_dev.sim.cli import load_command
-from kimik3_dev.sim.engine import EngineConfig, SimEngine
+from kimik3_dev.sim.engine import EngineConfig, SimEngine, token_ids
 from kimik3.autoscaler.perfmodel import EngineShape
 from kimik3.kube.kinds import GROUP, PLURAL, VERSION
 from support.recipes import recipe
@@ -134,3 +137,36 @@ def test_shapes_and_phase_files(tmp_path: Path):
     assert phases[1] == load.Phase(60, None, 4, 512, 32, "phase-1")
     with pytest.raises(ValueError):
         load.builtin_phases("steady", 10, rate=1, concurrency=1)
+
+
+def test_a_trace_replays_its_arrivals_lengths_and_shared_prefixes(tmp_path: Path):
+    """Mooncake lines with hash_ids: the second request shares the first's 3 blocks of 512 tokens;
+    the TP8 engine caches 1024-token blocks, so it finds 1024 of them (the first's one full block)."""
+    path = tmp_path / "prefixed.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 1536, "output_length": 2, "hash_ids": [1, 2, 3]}\n'
+                    '{"timestamp": 1000, "input_length": 1800, "output_length": 3, "hash_ids": [1, 2, 3, 7]}\n'
+                    '{"timestamp": 2000, "input_length": 700, "output_length": 1, "hash_ids": [9, 10]}\n')
+    requests = tracefile.read(path, compression=2.0)
+    rng = random.Random(0)
+    prompts = [load.trace_prompt(r, rng) for r in requests]
+    assert [len(token_ids(p)) for p in prompts] == [1536, 1800, 700]
+    assert prompts[1].startswith(prompts[0] + " ") and not prompts[2].startswith(prompts[0][:100])
+    with EngineThread(EngineConfig(shape=EngineShape(), seed=14)) as engine:
+        results = asyncio.run(load.run_trace(engine.url, requests, seed=5, drain_s=10))
+        result = CliRunner().invoke(load_command, ["--url", engine.url, "--trace-file", str(path),
+                                                   "--time-compression", "4", "--copies", "2", "--seed", "6"])
+        families = {f.name: f for f in text_string_to_metric_families(engine.metrics.render()[0].decode())}
+    assert [(r.phase, r.ok, r.output_tokens) for r in sorted(results, key=lambda r: r.start)] == [
+        ("trace", True, 2), ("trace", True, 3), ("trace", True, 1)]
+    starts = sorted(r.start for r in results)
+    assert [s - starts[0] for s in starts] == pytest.approx([0.0, 0.5, 1.0], abs=0.1)
+    assert result.exit_code == 0, result.output
+    assert "6 requests of prefixed.jsonl" in result.output
+    assert "prefix reuse ceiling: 33.3% of the trace's 512-token blocks were seen before in it" in result.output
+    counters = {s.name: s.value for f in families.values() for s in f.samples if s.name.startswith("vllm:prefix_cache")}
+    # the first run: 4036 prompt tokens looked up, 1024 found; then the CLI's 2 copies: the
+    # recording's prompts again (1024 of the 1536 found, the last token is always computed, and
+    # 1024 of the 1800; the 700-token prompt has no full block), and a copy with ids of its own,
+    # shifted so that its 1800-token request comes first: the 1536-token one finds its block
+    assert counters == {"vllm:prefix_cache_queries_total": 3 * 4036.0,
+                        "vllm:prefix_cache_hits_total": 1024.0 + (1024 + 1024) + 1024}

@@ -29,6 +29,7 @@ from kimik3_dev.devcluster.processes import free_port
 from kimik3_dev.devcluster.rbac import (CHART_DIR, RELEASE, RELEASE_NAMESPACE, HelmMissingError, helm_binary, helm_env,
                                    render_chart)
 from kimik3_dev.devcluster import kueue
+from kimik3_dev.devcluster import promoperator
 from kimik3_dev.devcluster.thirdparty import thirdparty_crd_paths
 from support.cluster import http_status, serving_control_plane
 from support.waiting import WaitTimeout, wait_for
@@ -133,8 +134,10 @@ class OperatorProcess:
 
 
 def install_for_the_chart(cp: ControlPlane) -> None:
-    """What the chart does not install itself: the third-party CRDs and the release's namespace."""
-    cp.apply_crds([*thirdparty_crd_paths().values(), *kueue.crd_documents(None)])
+    """What the chart does not install itself: the third-party CRDs (the Prometheus Operator's
+    PrometheusRule too) and the release's namespace."""
+    rules_crd = [p for p in promoperator.crd_paths() if p.name == "monitoring.coreos.com_prometheusrules.yaml"]
+    cp.apply_crds([*thirdparty_crd_paths().values(), *rules_crd, *kueue.crd_documents(None)])
     with cp.api_client("admin") as api:
         client.CoreV1Api(api).create_namespace({"metadata": {"name": RELEASE_NAMESPACE}})
 

@@ -34,7 +34,8 @@ VARIANTS = {
     "default": [],
     "namespaced": ["--set", "watchNamespaces={kimik3-wa,kimik3-wb}"],
     "no-dra-driver": ["--set", "computeDomains=false"],
-    "everything-on": ["--set", "metrics.serviceMonitor.enabled=true", "--set", "networkPolicy.enabled=true",
+    "everything-on": ["--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.prometheusRule.enabled=true",
+                      "--set", "networkPolicy.enabled=true",
                       "--set", "networkPolicy.apiServerCIDRs={10.0.0.1/32}", "--set", "verbose=true",
                       "--set", "image.digest=sha256:" + "0" * 64],
     "no-crd-no-dashboard": ["--set", "crds.install=false", "--set", "grafanaDashboard.enabled=false",
@@ -177,6 +178,16 @@ def test_service_monitor_keeps_the_namespace_of_the_operators_series(helm_offlin
     assert (endpoint["port"], endpoint["path"], endpoint["honorLabels"]) == ("http-metrics", "/metrics", True)
 
 
+def test_prometheus_rule_ships_the_usage_rules_of_kimik3_rules(helm_offline):
+    from kimik3.usage.rules import rule_groups
+    assert "PrometheusRule" not in by_kind(helm_offline.template())
+    (rule,) = by_kind(helm_offline.template(*VARIANTS["everything-on"], "--set",
+                                            "metrics.prometheusRule.labels.release=prom"))["PrometheusRule"]
+    assert rule["spec"] == rule_groups()
+    assert (rule["metadata"]["name"], rule["metadata"]["labels"]["release"]) == (f"{RELEASE}-usage",
+                                                                              "prom")
+
+
 def test_network_policy_allows_only_probes_dns_api_server_and_metrics(helm_offline):
     assert "NetworkPolicy" not in by_kind(helm_offline.template())
     (policy,) = by_kind(helm_offline.template(*VARIANTS["everything-on"]))["NetworkPolicy"]
@@ -285,7 +296,7 @@ def test_template_is_accepted_by_the_api_server_with_strict_validation(helm, kub
                   "Role": "roles", "RoleBinding": "rolebindings", "CustomResourceDefinition": "customresourcedefinitions",
                   "PodDisruptionBudget": "poddisruptionbudgets",
                   "ServiceMonitor": "servicemonitors", "NetworkPolicy": "networkpolicies",
-                  "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+                  "PrometheusRule": "prometheusrules", "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
                   "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
                   "Topology": "topologies", "ResourceFlavor": "resourceflavors", "ClusterQueue": "clusterqueues",
                   "LocalQueue": "localqueues", "WorkloadPriorityClass": "workloadpriorityclasses"}[kind]
@@ -303,7 +314,8 @@ def test_template_is_accepted_by_the_api_server_with_strict_validation(helm, kub
         "no-dra-driver": {"ServiceAccount", "ConfigMap", "CustomResourceDefinition", "ClusterRole",
                           "ClusterRoleBinding", "Service", "Deployment"},
         "everything-on": {"ServiceAccount", "ConfigMap", "CustomResourceDefinition", "ClusterRole",
-                          "ClusterRoleBinding", "Service", "Deployment", "ServiceMonitor", "NetworkPolicy"},
+                          "ClusterRoleBinding", "Service", "Deployment", "ServiceMonitor", "NetworkPolicy",
+                          "PrometheusRule"},
         "no-crd-no-dashboard": {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment"},
         "kueue": {"ServiceAccount", "ConfigMap", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
                   "Service", "Deployment", "Topology", "ResourceFlavor", "WorkloadPriorityClass", "ClusterQueue",

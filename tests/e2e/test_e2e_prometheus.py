@@ -54,8 +54,12 @@ def test_prometheus_runs_the_operators_generated_config_and_scrapes_the_operator
     resource's 5 s."""
     secret = dev_env.rest.get(f"/api/v1/namespaces/{promoperator.NAMESPACE}/secrets/{promoperator.CONFIG_SECRET}")
     generated = promoperator.read_config(secret)
-    assert generated is not None and "/etc/prometheus" not in generated
-    assert promoperator.config_file(dev_env.cluster.state_dir).read_text() == generated
+    assert generated is not None
+    # only the rule files' folder is a pod's path: the reloader writes them on the host and points there
+    assert "/etc/prometheus" not in generated.replace(promoperator.CONTAINER_RULES_DIR, "")
+    config = promoperator.config_file(dev_env.cluster.state_dir)
+    assert config.read_text() == generated.replace(promoperator.CONTAINER_RULES_DIR,
+                                                   f"{promoperator.rules_dir(config)}/")
     job = _loaded_job(dev_env, promoperator.OPERATOR_JOB)
     assert job is not None and job["scrape_interval"] == "5s"
     target = wait_for(lambda: next(
@@ -174,3 +178,32 @@ def test_prometheus_holds_the_simulated_engines_itl_with_podmonitor_labels(dev_e
         return float(result[0]["value"][1]) if result and float(result[0]["value"][1]) > 0 else None
     count = wait_for(itl_count, 60.0, "Prometheus to hold the ITL series")
     assert count >= 1  # the engine observed inter-token latency for the 16 tokens (once per step)
+
+
+def test_the_usage_rules_are_loaded_by_the_prometheus_operator_and_record_gpu_time(dev_env: DevEnv, ns: str) -> None:
+    """Issue 28: the PrometheusRule ``dev up`` applies (the chart's usage rules) is rendered by the
+    real Prometheus Operator into its rule-file ConfigMap, written by the reloader and loaded by
+    Prometheus (its /api/v1/rules); a deployment's GPU time then appears in the recorded series."""
+    from kimik3.usage.rules import GROUP_NAME, rule_groups
+
+    def loaded() -> list[str] | None:
+        status, raw = http_get(dev_env.state["urls"]["prometheus"] + "/api/v1/rules?type=record")
+        groups = [g for g in json.loads(raw)["data"]["groups"] if g["name"] == GROUP_NAME] if status == 200 else []
+        return [r["name"] for g in groups for r in g["rules"]] or None
+    names = wait_for(loaded, 60.0, "Prometheus to load the usage rules")
+    assert names == [r["record"] for r in rule_groups()["groups"][0]["rules"]]
+
+    cr = dev_env.deployment(ns, replicas=1)
+    cr["metadata"]["annotations"] = {"inference.kimik3.io/sim-load-time": "1s"}  # simulator-only override
+    dev_env.apply(cr)
+    query = 'sum(namespace_deployment_revision_state:kimik3_gpu_seconds:increase1h{namespace="%s",state="held"})' % ns
+
+    def gpu_seconds() -> float | None:
+        status, raw = http_get(dev_env.state["urls"]["prometheus"] + "/api/v1/query?" + urllib.parse.urlencode(
+            {"query": query}))
+        result = json.loads(raw)["data"]["result"] if status == 200 else []
+        return float(result[0]["value"][1]) if result and float(result[0]["value"][1]) > 0 else None
+    held = wait_for(gpu_seconds, 90.0, "the recorded GPU-seconds held of the deployment")
+    gpus = sum(int(c["resources"]["limits"]["nvidia.com/gpu"]) for p in dev_env.pods(ns)
+               for c in p["spec"]["containers"] if "nvidia.com/gpu" in (c.get("resources") or {}).get("limits", {}))
+    assert 0 < held <= gpus * 120  # held for at most the two minutes since the apply

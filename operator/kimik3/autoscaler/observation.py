@@ -33,6 +33,8 @@ PREFIX_CACHE_HITS = "vllm:prefix_cache_hits"
 """Prompt tokens found in the prefix cache (not computed again)."""
 REQUEST_SUCCESS = "vllm:request_success"
 """Finished requests, by label ``finished_reason`` (stop, length, abort, error, repetition)."""
+FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
+"""Values of ``vllm:request_success``'s ``finished_reason`` label (vLLM's FinishReason)."""
 FAILED_REASON = "error"
 """The ``finished_reason`` of a request the engine failed (``abort`` is the client's doing)."""
 

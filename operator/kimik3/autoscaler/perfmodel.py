@@ -87,7 +87,26 @@ P_OTHER_METHODS          eagle3 0.70, mtp 0.80, ngram 0.50: assumed per-position
 KV_BYTES_PER_TOKEN       13824 B      24 MLA layers x (512 latent + 64 rope) x 1 byte (fp8), replicated
                                       on every TP rank (vLLM's MLA cache); KDA state is per sequence
 KDA_STATE_BYTES_PER_SEQ  2.3e8 B      assumption: 69 KDA layers x 64 heads x 128 x 128 x 4 B (fp32), / TP
+KDA_CONV_KERNEL          4            assumption: KDA's short convolution kernel (``short_conv_kernel_size``, vLLM's
+                                      default in ``kda_state_shape``; the K3 config's value was not read)
+KV_BLOCK_ALIGNMENT       128 tokens   vLLM 0.33.0 ``Platform._align_hybrid_block_size``: a hybrid MLA model's
+                                      block size is a multiple of 128 (TRTLLM/FlashInfer MLA decode kernels);
+                                      the K3 recipe's prefix-match unit on Blackwell (gateway-and-routing.md)
 ======================== ============ ===================================================================
+
+The prefix cache (``kv_cache_blocks``)
+======================================
+With ``--enable-prefix-caching`` vLLM caches a hybrid model like K3 in ``mamba_cache_mode="align"``
+(read in the vLLM 0.33.0 wheel: ``Platform._align_hybrid_block_size`` in ``vllm/platforms/interface.py``,
+the KDA state from ``MambaStateShapeCalculator.kda_state_shape``/``kda_state_dtype`` in
+``vllm/model_executor/layers/mamba/mamba_utils.py``; not seen on a GPU, where vLLM logs "Setting
+attention block size to N tokens"): every layer gets pages of one size, the attention block size
+is raised until one attention page holds a KDA layer's whole state,
+``block = alignment x ceil(kda_page / (alignment x mla_page_per_token))``, and the KDA state is
+kept at each block boundary (``mamba_block_size = block_size``). So a cached
+block of ``block`` tokens costs one page in each of the 93 layers: the MLA layers' latent cache of
+its tokens and the KDA layers' state at its end (padded to the page). vLLM's allocator groups the
+layers into equal-sized groups (24 + 69 -> 4 groups of 24, one padded slot): ignored here.
 
 Shapes without a published figure (TP other than 8/16, PP > 1, DEP, TP-DP, other accelerators)
 use the nearest TP figure by GPU count (log-interpolated between 8 and 16 GPUs, clamped outside),
@@ -156,8 +175,17 @@ COMPUTE_FACTOR: dict[str, float] = {"gb300": 1.0, "gb200": 1.0, "b300": 1.0, "b2
 LATENCY_FACTOR: dict[str, float] = {"gb300": 1.0, "gb200": 1.0, "b300": 1.0, "b200": 1.0, "h200": 1.3}
 DP_EP_LATENCY_FACTOR = 1.2
 P_OTHER_METHODS: dict[str, float] = {"eagle3": 0.70, "mtp": 0.80, "ngram": 0.50}
-KV_BYTES_PER_TOKEN = 24 * (512 + 64) * 1
-KDA_STATE_BYTES_PER_SEQ = 69 * 64 * 128 * 128 * 4
+MLA_LAYERS = 24
+KDA_LAYERS = 69
+MLA_BYTES_PER_TOKEN_LAYER = (512 + 64) * 1
+"""One MLA layer's cache of one token: 512 latent + 64 rope values, 1 byte each (FP8 KV cache)."""
+KV_BYTES_PER_TOKEN = MLA_LAYERS * MLA_BYTES_PER_TOKEN_LAYER
+KDA_HEADS = 64
+KDA_HEAD_DIM = 128
+KDA_CONV_KERNEL = 4
+KDA_STATE_BYTES_PER_SEQ = KDA_LAYERS * KDA_HEADS * KDA_HEAD_DIM * KDA_HEAD_DIM * 4
+KV_BLOCK_ALIGNMENT = 128
+"""Tokens a prefix-cache block size is a multiple of (the recipe's prefix-match unit on Blackwell)."""
 MODEL_WEIGHT_GB: dict[str, float] = {"mxfp4": 1680.0, "nvfp4": 1650.0}
 """GPU memory one copy of the weights takes (recipes' floor, kimi-k3-and-vllm.md)."""
 
@@ -408,6 +436,46 @@ def perf_params(shape: EngineShape) -> PerfParams:
         kv_free_bytes=kv_free,
         notes=tuple(notes),
     )
+
+
+@dataclass(frozen=True)
+class KVBlocks:
+    """The prefix cache of one engine (one DP rank) as vLLM lays it out (module docstring)."""
+
+    block_size: int
+    """Tokens per block: the unit prompt blocks are hashed and cached in."""
+    block_bytes: int
+    """Bytes one cached block takes on each GPU of the engine (a page in each of the 93 layers)."""
+    blocks: int
+    """Blocks the engine holds: its free KV memory per GPU / ``block_bytes``."""
+
+    @property
+    def tokens(self) -> int:
+        return self.blocks * self.block_size
+
+
+def kv_cache_blocks(params: PerfParams) -> KVBlocks:
+    """The prefix cache of each engine of a group with these coefficients.
+
+    Per GPU (every TP rank holds the whole MLA latent cache and 1/TP of each KDA state):
+    ``kda_page = 64/TP heads x 128 x 128 x 4 B (FP32 recurrent state) + 3 (q, k, v) x 64/TP x 128
+    channels x (KDA_CONV_KERNEL - 1 + k) x 2 B (BF16 conv state, k = speculative tokens)``;
+    ``mla_page_per_token = 576 B`` (FP8);
+    ``block_size = KV_BLOCK_ALIGNMENT x ceil(kda_page / (KV_BLOCK_ALIGNMENT x 576))`` (vLLM's align
+    mode); ``block_bytes = 93 layers x block_size x 576``; ``blocks = free KV bytes per GPU //
+    block_bytes``, the free bytes being ``PerfParams.kv_free_bytes`` over the unit's engines (HBM x
+    gpu_memory_utilization - the GPU's share of the weights). GB300 TP8 mxfp4 at 0.9: 1024-token
+    blocks of 54.9 MB, 896 of them (~0.92M tokens), with or without DSpark's 7 drafts; TP16:
+    512-token blocks."""
+    tp = max(1, params.shape.tensor_parallel_size)
+    heads = max(1, KDA_HEADS // tp)
+    conv_columns = KDA_CONV_KERNEL - 1 + params.shape.k
+    kda_page = heads * KDA_HEAD_DIM * KDA_HEAD_DIM * 4 + 3 * heads * KDA_HEAD_DIM * conv_columns * 2
+    unit = KV_BLOCK_ALIGNMENT * MLA_BYTES_PER_TOKEN_LAYER
+    block_size = KV_BLOCK_ALIGNMENT * -(-kda_page // unit)
+    block_bytes = NUM_LAYERS * block_size * MLA_BYTES_PER_TOKEN_LAYER
+    free_per_engine = params.kv_free_bytes / max(1, params.engines_per_unit)
+    return KVBlocks(block_size, block_bytes, int(free_per_engine // block_bytes))
 
 
 def step_time(params: PerfParams, decode_seqs: int, prefill_tokens: int = 0) -> float:

@@ -361,21 +361,30 @@ def _counter_delta(new: Scrape, old: Scrape, name: str, label: tuple[str, str] |
 # ---------------------------------------------------------------- Prometheus ----------------
 
 
-class PrometheusSource:
-    """PromQL over HTTP. Buckets are fetched per ``le`` and the quantile computed here, so the
-    per-token conversion and the F8 fallback use the same code as the pod-scrape path."""
+class PrometheusClient:
+    """PromQL over Prometheus' HTTP API at ``url``: instant (``query``) and range (``query_range``)
+    queries; every failure raises ``MetricsUnavailable`` (reason PrometheusUnreachable or
+    PrometheusError). The autoscaler's ``PrometheusSource`` and ``kimik3 usage`` ask through it."""
 
-    def __init__(self, url: str, session: requests.Session | None = None,
-                 clock: Callable[[], float] = time.time, match: dict[str, str] | None = None):
+    def __init__(self, url: str, session: requests.Session | None = None):
         self.url = url.rstrip("/")
-        self.match = dict(match or {})
-        """More series labels to select on, e.g. ``{"revision": ...}``: one revision's groups."""
         self.session = session or requests.Session()
-        self.clock = clock
 
-    def _query(self, promql: str, at: float) -> list[dict[str, Any]]:
+    def query(self, promql: str, at: float) -> list[dict[str, Any]]:
+        """The result vector of ``promql`` evaluated at ``at`` (unix seconds): ``[{"metric":
+        {labels}, "value": [t, "<float>"]}, ...]``."""
+        return self._get("query", {"query": promql, "time": f"{at:.3f}"})
+
+    def query_range(self, promql: str, start: float, end: float, step_s: float) -> list[dict[str, Any]]:
+        """The result matrix of ``promql`` evaluated at ``start``, ``start + step_s``, ... up to
+        ``end`` (unix seconds; ``/api/v1/query_range``): ``[{"metric": {labels}, "values": [[t,
+        "<float>"], ...]}, ...]``, a series' absent steps left out."""
+        return self._get("query_range", {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}",
+                                         "step": f"{step_s:g}"})
+
+    def _get(self, endpoint: str, params: dict[str, str]) -> list[dict[str, Any]]:
         try:
-            with self.session.get(f"{self.url}/api/v1/query", params={"query": promql, "time": f"{at:.3f}"},
+            with self.session.get(f"{self.url}/api/v1/{endpoint}", params=params,
                                   timeout=HTTP_TIMEOUT_S, stream=True) as response:
                 body = response.raw.read(MAX_RESPONSE_BYTES + 1, decode_content=True)  # never more in memory
         except (requests.RequestException, OSError) as exc:
@@ -392,27 +401,40 @@ class PrometheusSource:
             raise MetricsUnavailable(Reason.PROMETHEUS_ERROR, f"HTTP {response.status_code}: {error or 'bad answer'}")
         result = (payload.get("data") or {}).get("result")
         if not isinstance(result, list):
-            raise MetricsUnavailable(Reason.PROMETHEUS_ERROR, "answer without a result vector")
+            raise MetricsUnavailable(Reason.PROMETHEUS_ERROR, "answer without a result")
         return result
 
     @staticmethod
-    def _value(sample: dict[str, Any]) -> float:
+    def value(sample: dict[str, Any]) -> float:
+        """The float of one sample of a ``query`` answer."""
         try:
             return float(sample["value"][1])
         except (KeyError, IndexError, TypeError, ValueError):
             raise MetricsUnavailable(Reason.PROMETHEUS_ERROR, f"malformed sample {str(sample)[:200]}") from None
 
+
+class PrometheusSource(PrometheusClient):
+    """PromQL over HTTP. Buckets are fetched per ``le`` and the quantile computed here, so the
+    per-token conversion and the F8 fallback use the same code as the pod-scrape path."""
+
+    def __init__(self, url: str, session: requests.Session | None = None,
+                 clock: Callable[[], float] = time.time, match: dict[str, str] | None = None):
+        super().__init__(url, session)
+        self.match = dict(match or {})
+        """More series labels to select on, e.g. ``{"revision": ...}``: one revision's groups."""
+        self.clock = clock
+
     def _scalar(self, promql: str, at: float) -> float:
-        return sum(self._value(s) for s in self._query(promql, at))
+        return sum(self.value(s) for s in self.query(promql, at))
 
     def _histogram(self, name: str, selector: str, window: str, at: float) -> Histogram:
-        rows = self._query(f"sum by (le) (increase({name}_bucket{{{selector}}}[{window}]))", at)
+        rows = self.query(f"sum by (le) (increase({name}_bucket{{{selector}}}[{window}]))", at)
         buckets = {}
         for row in rows:
             le = (row.get("metric") or {}).get("le")
             if le is None:
                 continue
-            buckets[INF if le == "+Inf" else float(le)] = self._value(row)
+            buckets[INF if le == "+Inf" else float(le)] = self.value(row)
         total = self._scalar(f"sum(increase({name}_sum{{{selector}}}[{window}]))", at) if buckets else 0.0
         return Histogram(buckets, total)
 
@@ -420,7 +442,7 @@ class PrometheusSource:
         """Raise ``MetricsUnavailable`` when the groups expose different bucket bounds of
         ``name``: ``sum by (le)`` would add unlike buckets (failure case F21b)."""
         layouts: dict[str, set[str]] = {}
-        for row in self._query(f"group by (group, le) ({name}_bucket{{{selector}}})", at):
+        for row in self.query(f"group by (group, le) ({name}_bucket{{{selector}}})", at):
             labels = row.get("metric") or {}
             layouts.setdefault(labels.get("group", ""), set()).add(labels.get("le", ""))
         _merged(name, [(f"group {g}", Histogram({INF if le == "+Inf" else float(le): 0.0 for le in les if le}))
@@ -442,7 +464,7 @@ class PrometheusSource:
                 raise MetricsUnavailable(Reason.NO_LATENCY_METRIC,
                                          f"no {ITL} or {ITL_OLD} series for {namespace}/{deployment}")
         self._same_layout(itl_metric, sel, at)
-        kv = [self._value(s) for s in self._query(f"max({KV_USAGE}{{{sel}}})", at)]
+        kv = [self.value(s) for s in self.query(f"max({KV_USAGE}{{{sel}}})", at)]
         counter = f"{GENERATION_TOKENS}_total{{{sel}}}"
         covered = (self._groups(f"count by (group) ({counter})", at - window_s)
                    & self._groups(f"count by (group) ({counter})", at)) \
@@ -465,4 +487,4 @@ class PrometheusSource:
 
     def _groups(self, promql: str, at: float) -> set[str]:
         """The ``group`` labels of the series ``promql`` answers at ``at`` (unix seconds)."""
-        return {g for r in self._query(promql, at) if (g := (r.get("metric") or {}).get("group", ""))}
+        return {g for r in self.query(promql, at) if (g := (r.get("metric") or {}).get("group", ""))}

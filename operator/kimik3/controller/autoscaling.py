@@ -10,6 +10,7 @@ scales on a restart.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -180,6 +181,7 @@ class Autoscaling:
         series = self._latency_series.pop((namespace, name), None)
         if series is not None:
             metrics.OBSERVED_LATENCY.remove(namespace, name, *series)
+        _within_target((namespace, name), None, None)
 
     def _state(self, key: tuple[str, str], admitted: Admitted) -> DeploymentState:
         spec = admitted.spec
@@ -244,6 +246,8 @@ class Autoscaling:
         decode = None
         if obs is not None and obs.has_traffic:
             decode = self._measured(state, key, admitted, obs, now)
+        else:
+            _within_target(key, None, None)
         while state.slo and state.slo[0][0] < now - SLO_WINDOW_S:
             state.slo.popleft()
         if state.slo:
@@ -292,12 +296,26 @@ class Autoscaling:
         ttft_target, ttft_limit = admitted.spec.autoscaling.ttft_target, admitted.seconds.ttft_target
         ttft_percentile = ttft_target.percentile if ttft_target is not None else target.percentile
         ttft = obs.ttft_quantile(ttft_percentile / 100)
-        if latency is not None:
-            state.slo.append((now, latency <= admitted.seconds.latency_target
-                              and (ttft_limit is None or ttft is None or ttft <= ttft_limit)))
+        latency_ok = None if latency is None else latency <= admitted.seconds.latency_target
+        ttft_ok = None if ttft_limit is None or ttft is None else ttft <= ttft_limit
+        _within_target(key, latency_ok, ttft_ok)
+        if latency_ok is not None:
+            state.slo.append((now, latency_ok and ttft_ok is not False))
         return DecodeStatus(metric=target.metric, percentile=target.percentile, latency_seconds=latency,
                             above_top_bucket=obs.above_top_bucket(q) or None,
                             tokens_per_second_per_user=obs.tokens_per_second_per_user(q),
                             acceptance_length=round(obs.acceptance_length, 3),
                             ttft_seconds=ttft, ttft_percentile=ttft_percentile if ttft is not None else None,
                             observed_at=rfc3339(now))
+
+
+def _within_target(key: tuple[str, str], latency_ok: bool | None, ttft_ok: bool | None) -> None:
+    """``kimik3_latency_within_target`` of the deployment ``key``: target ``latency`` and ``ttft``
+    set to 1/0, or removed where the window measured nothing (None: no token decoded, no first
+    token, or no TTFT target)."""
+    for target, ok in (("latency", latency_ok), ("ttft", ttft_ok)):
+        if ok is None:
+            with contextlib.suppress(KeyError):
+                metrics.LATENCY_WITHIN_TARGET.remove(*key, target)
+        else:
+            metrics.LATENCY_WITHIN_TARGET.labels(*key, target).set(int(ok))

@@ -119,6 +119,8 @@ class LeaderElection:
                     metrics.LEADER.set(1 if now_leading else 0)
                     if now_leading:
                         metrics.LEADER_TRANSITIONS.inc()
+                    else:
+                        metrics.GPU_TIME.clear()
                     was_leading = now_leading
                     self.changed.set()
                     self.changed = asyncio.Event()
@@ -187,6 +189,7 @@ class LeaderElection:
         """Give the Lease up (holder empty, 1 s duration) so a standby takes it at its next try."""
         self._renewed_at = None
         metrics.LEADER.set(0)
+        metrics.GPU_TIME.clear()
         log.warning("%s stops leading: releasing Lease %s/%s", self.identity, self.namespace, self.name)
         try:
             lease = self._call("GET", self._path())

@@ -1,6 +1,11 @@
 """The operator's own Prometheus metrics (served on /metrics of the health server)."""
 
-from prometheus_client import Counter, Gauge, Histogram
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from kimik3.kube.kinds import CHILD_KINDS
 
@@ -51,3 +56,91 @@ DECISIONS = Counter("kimik3_autoscaler_decisions", "Autoscaler decisions by reas
 LEADER = Gauge("kimik3_operator_leader", "1 while this replica holds the operator's Lease (reconciles and writes), "
                "else 0 (a standby)")
 LEADER_TRANSITIONS = Counter("kimik3_operator_leader_transitions", "Times this replica became the leader")
+
+
+GpuKey = tuple[str, str, str, str]
+"""(namespace, deployment, revision, state): one series of ``kimik3_gpus`` and ``kimik3_gpu_seconds_total``."""
+
+
+class GpuTime:
+    """``kimik3_gpus`` (gauge) and ``kimik3_gpu_seconds_total`` (counter): the GPUs of each
+    deployment's pods by revision (the pods' ``leaderworkerset.sigs.k8s.io/template-revision-hash``)
+    and state (``held``: bound to a node and not finished, loading and terminating included;
+    ``serving``: of a Ready group, ``kube.groups.gpus_by_revision``), and their integral over time
+    in GPU-seconds.
+
+    The counter is what billing reads (recording rules of ``kimik3.usage.rules``): the operator
+    adds ``GPUs x seconds`` since the last change or scrape each time a value is set and each time
+    /metrics is collected, so a Prometheus scrape gap loses nothing (``increase()`` spans it). A
+    series removed (the deployment or revision gone) keeps its final count for ``RETAIN_S`` so
+    the scrapes after its removal read it, then is dropped (Prometheus marks it stale)."""
+
+    RETAIN_S = 600.0
+    """Seconds a removed series' counter stays exported (several scrape intervals)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._gpus: dict[GpuKey, int] = {}
+        self._seconds: dict[GpuKey, float] = {}
+        self._since: dict[GpuKey, float] = {}
+        self._removed: dict[GpuKey, float] = {}
+
+    def _accrue(self, now: float) -> None:
+        for key, gpus in self._gpus.items():
+            self._seconds[key] = self._seconds.get(key, 0.0) + gpus * (now - self._since[key])
+            self._since[key] = now
+
+    def set(self, namespace: str, deployment: str, counts: dict[tuple[str, str], int]) -> None:
+        """The deployment's GPUs now: (revision, state) -> GPUs. Pairs set before and absent from
+        ``counts`` are removed (``remove``)."""
+        with self._lock:
+            now = self.clock()
+            self._accrue(now)
+            for key in [k for k in self._gpus if k[:2] == (namespace, deployment) and k[2:] not in counts]:
+                del self._gpus[key], self._since[key]
+                self._removed[key] = now
+            for (revision, state), gpus in counts.items():
+                key = (namespace, deployment, revision, state)
+                self._gpus[key], self._since[key] = gpus, now
+                self._removed.pop(key, None)
+
+    def remove(self, namespace: str, deployment: str) -> None:
+        """The deployment is gone: its gauges go, its counters stay ``RETAIN_S`` more."""
+        self.set(namespace, deployment, {})
+
+    def clear(self) -> None:
+        """This replica stopped leading: every gauge goes, as by ``remove`` (the new leader
+        exports them from its first reconcile; a stale count here would bill twice)."""
+        with self._lock:
+            deployments = {k[:2] for k in self._gpus}
+        for namespace, deployment in deployments:
+            self.remove(namespace, deployment)
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["namespace", "deployment", "revision", "state"]
+        gauge = GaugeMetricFamily("kimik3_gpus", "GPUs of each KimiK3Deployment's pods by revision and state: held "
+                                  "(bound to a node, not finished: loading and terminating included) and serving "
+                                  "(of a Ready group)", labels=labels)
+        counter = CounterMetricFamily("kimik3_gpu_seconds", "Integral of kimik3_gpus over time, GPU-seconds "
+                                      "(billing: GPU-hours held and serving)", labels=labels)
+        with self._lock:
+            now = self.clock()
+            self._accrue(now)
+            for key in [k for k, at in self._removed.items() if now - at > self.RETAIN_S]:
+                del self._removed[key], self._seconds[key]
+            for key, gpus in sorted(self._gpus.items()):
+                gauge.add_metric(list(key), gpus)
+            for key, seconds in sorted(self._seconds.items()):
+                counter.add_metric(list(key), seconds)
+        yield gauge
+        yield counter
+
+
+GPU_TIME = GpuTime()
+REGISTRY.register(GPU_TIME)
+LATENCY_WITHIN_TARGET = Gauge(
+    "kimik3_latency_within_target", "1 when the autoscaler's last window with traffic met the target (label "
+    "target: latency = spec.autoscaling.target at its percentile, per-token; ttft = spec.autoscaling.ttftTarget), "
+    "else 0; absent while no window with traffic was measured (billing: SLO minutes)",
+    ["namespace", "deployment", "target"])

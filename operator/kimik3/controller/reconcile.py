@@ -43,6 +43,7 @@ from kimik3.controller.status import Observed, invalid_status, lws_selector, mer
 from kimik3.controller.steps import Deletion, Outcome
 from kimik3.kube.kinds import (CHILD_KINDS, CHILD_NEEDS, COMPUTE_DOMAIN, CONFIG_MAP, GROUP, HTTP_ROUTE, KIMIK3_DEPLOYMENT,
                                LEADER_WORKER_SET, POD, POD_MONITOR, SERVED_BY, Kind, kind_of)
+from kimik3.kube.groups import gpus_by_revision
 from kimik3.kube.labels import DEPLOYMENT_LABEL
 from kimik3.kube.objects import is_deleting
 from kimik3.render.children import COMPUTE_DOMAIN_SKIPPED
@@ -123,6 +124,7 @@ class Reconciler:
                     with contextlib.suppress(KeyError):
                         metrics.GROUPS.remove(namespace, name, state)
                 self._placement_changed(namespace, name, [])
+                metrics.GPU_TIME.remove(namespace, name)
                 return Result("gone", None)
             result = self._teardown(obj) if is_deleting(obj) else self._apply(obj)
         except NotLeading:  # not an error: the replica that leads reconciles it
@@ -174,6 +176,7 @@ class Reconciler:
         self._write_status(obj, status)
         self._readiness_changed(obj, status, desired)
         self._placement_changed(snap.owner.namespace, snap.owner.name, status.groups or [])
+        metrics.GPU_TIME.set(snap.owner.namespace, snap.owner.name, gpus_by_revision(snap.groups.values()))
         if apply_error:
             log.warning("reconcile of %s/%s: %s; retrying with back-off", snap.owner.namespace, snap.owner.name,
                         apply_error[:300])

@@ -60,3 +60,26 @@ def groups_of(pods: Iterable[dict[str, Any]], nodes_per_group: int) -> dict[Grou
                          tuple(live), len(live) >= nodes_per_group and all(map(kpods.is_ready, live)),
                          kpods.labels(leader).get(LWS_REVISION_LABEL) if leader is not None else None)
     return out
+
+
+HELD, SERVING = "held", "serving"
+"""States of ``gpus_by_revision``."""
+
+
+def gpus_by_revision(groups: Iterable[Group]) -> dict[tuple[str, str], int]:
+    """(revision, state) -> GPUs (``kube.pods.gpu_request``) of the groups' pods: ``HELD`` by each
+    pod bound to a node and not finished (``kube.pods.holds_node``: from binding to deletion,
+    loading and terminating included; a pod waiting for a node holds none), ``SERVING`` by those
+    of a Ready group (``Group.ready``). The revision is each pod's own
+    ``leaderworkerset.sigs.k8s.io/template-revision-hash`` ("" when missing); each revision is
+    there with 0 for both states from its first pod on, bound or not: a counter integrating these
+    (``controller.metrics.GpuTime``) is then scraped at zero before it grows, and Prometheus'
+    ``increase()`` counts its first GPU-seconds too."""
+    out: dict[tuple[str, str], int] = {}
+    for group in groups:
+        for pod in group.pods:
+            revision = kpods.labels(pod).get(LWS_REVISION_LABEL, "")
+            gpus = kpods.gpu_request(pod) if kpods.holds_node(pod) else 0
+            out[(revision, HELD)] = out.get((revision, HELD), 0) + gpus
+            out[(revision, SERVING)] = out.get((revision, SERVING), 0) + (gpus if group.ready else 0)
+    return out

@@ -63,8 +63,9 @@ from kimik3.kube.times import rfc3339
 from kimik3_dev.benchmark.baselines import (DynamoPlannerPolicy, KPAPolicy, OptimalPolicy, Profile, StaticPolicy,
                                             provisioning_schedule)
 from kimik3_dev.benchmark.fleet import FleetConfig, FleetSim, GroupModel, RunResult
-from kimik3_dev.benchmark import peers, tracefile
-from kimik3_dev.benchmark.traces import Request, Trace, all_traces
+from kimik3_dev.benchmark import peers
+from kimik3_dev.benchmark.traces import Request, Trace, all_traces, recorded
+from kimik3_dev.sim.tracefile import MOONCAKE_BLOCK_TOKENS, TraceFileError, reuse_ceiling
 
 RECIPE = "recipes/gb300-tp8-megakernel-dspark.yaml"
 TARGET_S = 0.005
@@ -467,7 +468,7 @@ def plot_spread(runs: list[TraceRun], out_dir: Path) -> Path:
 
 def benchmark_traces() -> list[Trace]:
     """The synthetic traces (``traces.all_traces``) and the ``RECORDED`` ones, by name."""
-    return all_traces() + [tracefile.load(Path(path), compression, copies, name)
+    return all_traces() + [recorded(Path(path), compression, copies, name)
                            for name, (path, compression, copies) in RECORDED.items()]
 
 
@@ -615,7 +616,7 @@ def _seeds_option(ctx: click.Context, param: click.Parameter, value: tuple[str, 
 @click.option("--trace", "trace_names", multiple=True, help="Only these traces (steady, diurnal, bursts, step).")
 @click.option("--trace-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Replay a recorded trace instead: a CSV of arrival timestamp, prompt tokens, output tokens "
-                   "(Azure LLM inference or BurstGPT columns; see benchmark/tracefile.py).")
+                   "(Azure LLM inference or BurstGPT columns) or Mooncake JSON Lines; see sim/tracefile.py.")
 @click.option("--time-compression", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="With --trace-file: play the recording this many times faster.")
 @click.option("--copies", default=1, show_default=True, type=click.IntRange(min=1),
@@ -646,9 +647,13 @@ def simulate_command(filename: str, output_dir: str, trace_names: tuple[str, ...
         if trace_names:
             raise click.UsageError("give --trace or --trace-file, not both")
         try:
-            traces = [tracefile.load(trace_file, time_compression, copies)]
-        except tracefile.TraceFileError as exc:
+            traces = [recorded(trace_file, time_compression, copies)]
+        except TraceFileError as exc:
             raise click.ClickException(str(exc)) from None
+        ceiling = reuse_ceiling(traces[0].replay)
+        if ceiling is not None:
+            click.echo(f"{traces[0].name}: prefix reuse ceiling {ceiling:.1%} (share of its "
+                       f"{MOONCAKE_BLOCK_TOKENS}-token blocks seen before in the trace)")
     else:
         traces = [t for t in benchmark_traces() if not trace_names or t.name in trace_names]
     if not traces:

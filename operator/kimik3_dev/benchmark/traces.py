@@ -49,6 +49,9 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from kimik3_dev.sim.tracefile import Request, read, replay_seconds, superpose
 
 
 @dataclass(frozen=True)
@@ -80,14 +83,6 @@ DEFAULT_SHAPE = LengthShape()
 
 
 @dataclass(frozen=True)
-class Request:
-    arrival_s: float
-    """Seconds from the start of the trace."""
-    prompt_tokens: int
-    output_tokens: int
-
-
-@dataclass(frozen=True)
 class Trace:
     name: str
     rates: tuple[float, ...]
@@ -97,7 +92,7 @@ class Trace:
     description: str = ""
     shape: LengthShape = field(default=DEFAULT_SHAPE)
     replay: tuple[Request, ...] = ()
-    """Recorded requests (a trace file, ``tracefile.load``): replayed as they are, not drawn."""
+    """Recorded requests (a trace file, ``recorded``): replayed as they are, not drawn."""
     copies: int = 1
     """Superposed copies of ``replay``: copy 0 as recorded, each other one shifted by a seeded
     offset and wrapped around the trace's end (a recorded trace scaled to a fleet's size)."""
@@ -129,12 +124,23 @@ class Trace:
         return out
 
     def _superposed(self, rng: random.Random) -> list[Request]:
-        out = list(self.replay)
-        for _ in range(1, self.copies):
-            offset = rng.uniform(0, self.duration_s)
-            out += [Request((r.arrival_s + offset) % self.duration_s, r.prompt_tokens, r.output_tokens)
-                    for r in self.replay]
-        return sorted(out, key=lambda r: r.arrival_s)
+        return superpose(self.replay, self.copies, self.duration_s, rng)
+
+
+def recorded(path: Path, compression: float = 1.0, copies: int = 1, name: str | None = None) -> Trace:
+    """The requests of a trace file (``kimik3_dev.sim.tracefile.read``: CSV or Mooncake JSON Lines)
+    as a replayed ``Trace`` named ``name`` (default: the file's stem), ``copies`` superposed; the
+    trace lasts until the last arrival plus a minute, whole seconds. Raises ``TraceFileError`` for a
+    file it cannot read and ValueError for a compression <= 0 or fewer than 1 copy."""
+    if copies < 1:
+        raise ValueError(f"copies must be >= 1 (got {copies})")
+    replay = read(path, compression)
+    rates = [0.0] * replay_seconds(replay)
+    for r in replay:
+        rates[int(r.arrival_s)] += copies
+    return Trace(name or path.stem, tuple(rates), (),
+                 f"{len(replay)} recorded requests from {path.name}" + (f" x{copies} copies" if copies > 1 else "")
+                 + (f", {compression:g}x faster" if compression != 1 else ""), replay=replay, copies=copies)
 
 
 def _from(fn: Callable[[float], float], duration_s: int) -> tuple[float, ...]:

@@ -75,16 +75,17 @@ def ensure_installed(log: Path | None = None) -> Path:
     return PROMETHEUS_BINARY
 
 
-def write_config(directory: Path, targets: list[tuple[str, dict[str, str]]]) -> Path:
+def write_config(directory: Path, targets: list[tuple[str, dict[str, str]]], rule_files: list[Path] | None = None,
+                 interval: str = SCRAPE_INTERVAL) -> Path:
     """Write ``<directory>/prometheus/prometheus.yml``, one job ``engines`` scraping ``targets``
     (``(host:port, labels)``: e.g. the labels the PodMonitor gives on a cluster) every
-    ``SCRAPE_INTERVAL``, vLLM's names restored (``VLLM_NAME_RELABEL``); returns its path."""
+    ``interval`` (also the rule-evaluation interval of ``rule_files``), vLLM's names restored
+    (``VLLM_NAME_RELABEL``); returns its path."""
     job = {"job_name": "engines", "metrics_path": "/metrics",
            "static_configs": [{"targets": [address], "labels": labels} for address, labels in targets],
            "metric_relabel_configs": [VLLM_NAME_RELABEL]}
-    config = {"global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": SCRAPE_INTERVAL,
-                         "scrape_timeout": "4s"},
-              "scrape_configs": [job]}
+    config = {"global": {"scrape_interval": interval, "evaluation_interval": interval, "scrape_timeout": interval},
+              "scrape_configs": [job], "rule_files": [str(p) for p in rule_files or []]}
     path = directory / "prometheus" / "prometheus.yml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(dump_yaml(config))

@@ -19,7 +19,9 @@ that Secret to a file and calls Prometheus' ``/-/reload``. In the dev cluster:
   ``spec.version`` is the Debian Prometheus' own version, so the
   operator only emits what that version accepts. ``spec.replicas`` is 0: the StatefulSet the
   operator creates has no pod (no kwok pod, no tray capacity taken); the Prometheus process on the
-  host stands for its one replica. No ``ruleSelector``: the chart ships no PrometheusRule.
+  host stands for its one replica. Its ``ruleSelector`` selects every PrometheusRule of every
+  namespace; ``dev up`` applies the chart's (``usage_rule``: the recording rules of
+  ``kimik3.usage.rules``), which the operator renders into ConfigMaps ``prometheus-<name>-rulefiles-<n>``.
 - ``operator_job``: the kimik3 operator's own ``/metrics`` as a static target in the
   ``additionalScrapeConfigs`` Secret (``additional_scrape_configs``): it listens on 127.0.0.1, which
   the API server refuses in Endpoints/EndpointSlices, so the chart's ServiceMonitor cannot
@@ -28,8 +30,11 @@ that Secret to a file and calls Prometheus' ``/-/reload``. In the dev cluster:
   writes the decompressed configuration to ``config_file`` with the sidecar's one rewrite, its
   pod's environment expanded (``expand``: ``$(SHARD)`` -> ``0``, ``$(POD_NAME)``), and no path
   rewritten (every file it names -- CA, token -- is a host path given in ``apiserverConfig``;
-  ``check_paths`` refuses one under the container's ``/etc/prometheus``), then POSTs
-  ``/-/reload`` until Prometheus answers.
+  ``check_paths`` refuses one under the container's ``/etc/prometheus``) but the rule files': the
+  rule-file ConfigMaps the StatefulSet would mount under ``/etc/prometheus/rules/<ConfigMap>/``
+  are written to ``<state>/prometheus/rules/<ConfigMap>/`` (``sync_rules``, as the sidecar's
+  watched rule directories) and the configuration's ``rule_files`` point there; then it POSTs
+  ``/-/reload`` until Prometheus answers (again whenever the rule files change).
 
 The Prometheus resource's default scrape class (applied to every monitor, the operator's rendered
 PodMonitor unchanged) keeps only targets in 127.0.0.0/8 (``LOOPBACK_ONLY``) and renames vLLM's
@@ -71,6 +76,8 @@ __all__ = [
     "install_identity",
     "prometheus_resource",
     "read_config",
+    "rules_dir",
+    "usage_rule",
     "additional_scrape_configs",
     "object_path",
     "operator_job",
@@ -94,6 +101,12 @@ POD_ENVIRONMENT = {"SHARD": "0", "POD_NAME": f"prometheus-{PROMETHEUS_NAME}-0"}
 """What the config-reloader sidecar of the StatefulSet's first pod expands in the configuration
 (``$(SHARD)`` in the sharding relabeling, ``$(POD_NAME)``): the one shard, the one replica."""
 CONTAINER_CONFIG_DIR = "/etc/prometheus/"
+CONTAINER_RULES_DIR = "/etc/prometheus/rules/"
+"""Where the StatefulSet mounts each rule-file ConfigMap (``/etc/prometheus/rules/<ConfigMap>/``)."""
+RULE_CONFIGMAPS = f"prometheus-{PROMETHEUS_NAME}-rulefiles-"
+"""Name prefix of the ConfigMaps the operator renders the selected PrometheusRules into."""
+USAGE_RULE = "kimik3-usage"
+"""Name of the PrometheusRule ``dev up`` applies in ``NAMESPACE`` (``usage_rule``)."""
 """Where the operator's own pods mount files; a path under it in the configuration means a file
 only a pod would have (``check_paths``)."""
 _CRD_DIR = "example/prometheus-operator-crd"
@@ -173,11 +186,20 @@ def prometheus_resource(server: str, ca_file: Path, token_file: Path, version: s
             "serviceDiscoveryRole": "EndpointSlice",  # not the Endpoints API, deprecated since Kubernetes 1.33
             "podMonitorSelector": {}, "podMonitorNamespaceSelector": {},
             "serviceMonitorSelector": {}, "serviceMonitorNamespaceSelector": {},
+            "ruleSelector": {}, "ruleNamespaceSelector": {},
             "additionalScrapeConfigs": {"name": ADDITIONAL_SECRET, "key": "scrape-configs.yaml"},
             "scrapeClasses": [{"name": "dev-loopback", "default": True, "relabelings": [LOOPBACK_ONLY],
                                "metricRelabelings": [VLLM_NAME_RELABEL]}],
         },
     }
+
+
+def usage_rule() -> dict[str, Any]:
+    """The PrometheusRule of the usage recording rules (``kimik3.usage.rules``), as the chart
+    ships it, in ``NAMESPACE``."""
+    from kimik3.usage.rules import prometheus_rule
+
+    return prometheus_rule(USAGE_RULE, NAMESPACE)
 
 
 def operator_job(target: str) -> dict[str, Any]:
@@ -194,8 +216,8 @@ def additional_scrape_configs(jobs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def object_path(obj: dict[str, Any]) -> str:
-    """REST path of the objects above (``Prometheus``, ``Secret``)."""
-    plural = {"Prometheus": "prometheuses", "Secret": "secrets"}[obj["kind"]]
+    """REST path of the objects above (``Prometheus``, ``Secret``, ``PrometheusRule``)."""
+    plural = {"Prometheus": "prometheuses", "Secret": "secrets", "PrometheusRule": "prometheusrules"}[obj["kind"]]
     meta = obj["metadata"]
     group = "/api" if obj["apiVersion"] == "v1" else "/apis"
     return f"{group}/{obj['apiVersion']}/namespaces/{meta['namespace']}/{plural}/{meta['name']}"
@@ -204,6 +226,11 @@ def object_path(obj: dict[str, Any]) -> str:
 def config_file(state_dir: Path) -> Path:
     """``<state>/prometheus/prometheus.yml``: the file Prometheus runs (written by ``ConfigReloader``)."""
     return state_dir / "prometheus" / "prometheus.yml"
+
+
+def rules_dir(config: Path) -> Path:
+    """The host folder standing for ``CONTAINER_RULES_DIR`` beside the configuration file ``config``."""
+    return config.parent / "rules"
 
 
 def read_config(secret: dict[str, Any] | None) -> str | None:
@@ -259,9 +286,14 @@ class ConfigReloader:
         self.written: str | None = None
         self.reloaded = False
         self._version = ""
+        self.rules_dir = rules_dir(path)
+        self._rules: dict[tuple[str, str], str] | None = None
+        """(ConfigMap, file) -> rule file written last (None: not synced yet)."""
 
     def poll(self) -> None:
-        """One round: read the Secret, write a changed configuration, reload if one is due."""
+        """One round: sync the rule files, read the Secret, write a changed configuration, reload if
+        one is due."""
+        self.sync_rules()
         secret = self.rest.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/{CONFIG_SECRET}")
         version = (secret or {}).get("metadata", {}).get("resourceVersion", "")
         if version != self._version:
@@ -274,7 +306,7 @@ class ConfigReloader:
     def apply(self, config: str) -> None:
         """Write ``config``, expanded (``expand``), when it differs from the file's, and mark a reload
         due. ``ValueError`` from ``expand`` or ``check_paths``."""
-        config = expand(config)
+        config = expand(config).replace(CONTAINER_RULES_DIR, f"{self.rules_dir}/")
         if config == self.written:
             return
         check_paths(config)
@@ -284,6 +316,28 @@ class ConfigReloader:
         tmp.replace(self.path)
         self.written, self.reloaded = config, False
         log.info("wrote %s (%d bytes) from Secret %s/%s", self.path, len(config), NAMESPACE, CONFIG_SECRET)
+
+    def sync_rules(self) -> None:
+        """Write the files of the rule-file ConfigMaps (``RULE_CONFIGMAPS*`` in ``NAMESPACE``) to
+        ``rules_dir/<ConfigMap>/<file>``, remove those no longer there, and mark a reload due when
+        anything changed."""
+        maps = self.rest.items(f"/api/v1/namespaces/{NAMESPACE}/configmaps", f"prometheus-name={PROMETHEUS_NAME}")
+        files = {(cm["metadata"]["name"], key): text for cm in maps
+                 if cm["metadata"]["name"].startswith(RULE_CONFIGMAPS) for key, text in (cm.get("data") or {}).items()}
+        if files == self._rules:
+            return
+        for stale in set(self._rules or {}) - set(files):
+            (self.rules_dir / stale[0] / stale[1]).unlink(missing_ok=True)
+        for (name, key), text in files.items():
+            target = self.rules_dir / name / key
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_suffix(".tmp")
+            tmp.write_text(text)
+            tmp.replace(target)
+        if self._rules is not None or files:
+            self.reloaded = False
+            log.info("wrote %d rule file(s) to %s", len(files), self.rules_dir)
+        self._rules = files
 
     def reload(self) -> bool:
         """POST ``/-/reload`` when a written configuration awaits it; True once Prometheus answered

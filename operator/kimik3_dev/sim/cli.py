@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
+import random
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -81,6 +84,14 @@ def sim_command(kubeconfig: str, state_dir: str, load_time: str, poll_interval: 
               help="Built-in load shape: steady; step (x4 halfway); burst (x8 for a tenth of the time).")
 @click.option("--phases", "phases_file", default=None, type=click.Path(exists=True, dir_okay=False),
               help="YAML/JSON list of phases ({duration, rate|concurrency, promptTokens, outputTokens}).")
+@click.option("--trace-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Replay a recorded trace instead of phases: CSV (Azure, BurstGPT) or Mooncake JSON Lines, whose "
+                   "hash_ids become shared prompt text (sim/tracefile.py, sim/load.py).")
+@click.option("--time-compression", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="With --trace-file: play the recording this many times faster.")
+@click.option("--copies", default=1, show_default=True, type=click.IntRange(min=1),
+              help="With --trace-file: superpose this many copies, each shifted by a seeded offset and "
+                   "wrapped around the recording's span, with prefixes of their own.")
 @click.option("--rate", type=float, default=None, help="Base open-loop rate, requests/s.")
 @click.option("--concurrency", type=int, default=None, help="Base closed-loop users (default 1 without --rate).")
 @click.option("--duration", default="30s", show_default=True, help="Length of a built-in shape.")
@@ -98,12 +109,14 @@ def sim_command(kubeconfig: str, state_dir: str, load_time: str, poll_interval: 
 @click.option("--json", "as_json", is_flag=True, help="Print the summary and every request as JSON.")
 def load_command(deployment: str | None, namespace: str | None, state_dir: str, kubeconfig: str | None,
                  url: str | None, model: str | None,
-                 shape: str, phases_file: str | None, rate: float | None, concurrency: int | None, duration: str,
+                 shape: str, phases_file: str | None, trace_file: Path | None, time_compression: float, copies: int,
+                 rate: float | None, concurrency: int | None, duration: str,
                  prompt_tokens: int, output_tokens: int, stream: bool, chat: bool, max_requests: int, drain: str,
                  workload: str | None, seed: int | None, api_key_env: str | None, as_json: bool) -> None:
     """Send a request stream to DEPLOYMENT's endpoint (or --url) and print what users see:
-    tokens/s per user, P50/P90 inter-token latency per token, TTFT, errors."""
-    from kimik3_dev.sim import load
+    tokens/s per user, P50/P90 inter-token latency per token, TTFT, errors (with --trace-file:
+    and the trace's prefix reuse ceiling)."""
+    from kimik3_dev.sim import load, tracefile
 
     api_key = None
     if api_key_env is not None:
@@ -121,6 +134,27 @@ def load_command(deployment: str | None, namespace: str | None, state_dir: str, 
         model = model or served
     if rate is not None and concurrency is not None:
         raise click.UsageError("give --rate or --concurrency, not both")
+    if trace_file is not None:
+        if phases_file or rate is not None or concurrency is not None:
+            raise click.UsageError("--trace-file sets the arrivals and lengths: give it without --phases, --rate "
+                                   "and --concurrency")
+        try:
+            replay = tracefile.read(trace_file, time_compression)
+        except tracefile.TraceFileError as exc:
+            raise click.ClickException(str(exc)) from None
+        span_s = max(1, math.ceil(replay[-1].arrival_s))  # copies are shifted within the recording's span
+        requests = tracefile.superpose(replay, copies, span_s, random.Random(seed))
+        ceiling = tracefile.reuse_ceiling(requests)
+        click.echo(f"load: {url} ({'chat' if chat else 'completions'}, {'streaming' if stream else 'not streaming'}); "
+                   f"{len(requests)} requests of {trace_file.name} over {requests[-1].arrival_s:.0f} s", err=True)
+        results = asyncio.run(load.run_trace(url, requests, model=model, stream=stream, chat=chat,
+                                             drain_s=_duration(drain, "--drain"), seed=seed,
+                                             workload=_workload(workload), api_key=api_key))
+        _report(load, results, None, as_json)
+        if ceiling is not None:
+            click.echo(f"prefix reuse ceiling: {ceiling:.1%} of the trace's {tracefile.MOONCAKE_BLOCK_TOKENS}-token "
+                       "blocks were seen before in it")
+        return
     try:
         if phases_file:
             phases = load.load_phases(phases_file, prompt_tokens=prompt_tokens, output_tokens=output_tokens)
@@ -137,6 +171,11 @@ def load_command(deployment: str | None, namespace: str | None, state_dir: str, 
     results = asyncio.run(load.run_load(url, phases, model=model, stream=stream, chat=chat, max_requests=max_requests,
                                         drain_s=_duration(drain, "--drain"), seed=seed, workload=_workload(workload),
                                         api_key=api_key))
+    _report(load, results, phases, as_json)
+
+
+def _report(load: Any, results: list[Any], phases: list[Any] | None, as_json: bool) -> None:
+    """Print the summary (a table, or JSON with every request); exit 1 when no request succeeded."""
     summary = load.summarize(results, phases)
     click.echo(load.results_json(results, summary) if as_json else load.format_summary(summary))
     if summary["total"]["ok"] == 0:

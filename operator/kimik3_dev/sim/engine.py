@@ -16,6 +16,15 @@ rises with concurrency. Like vLLM, ``vllm:inter_token_latency_seconds`` is obser
 running request per engine step, and a step emits 1 + accepted draft tokens under speculative
 decoding (accepted drafts drawn from the model's chain acceptance, seeded).
 
+Prefix caching (``EngineConfig.enable_prefix_caching``, from ``--[no-]enable-prefix-caching``; on
+by default, as vLLM 0.33 has it for K3): each data-parallel engine holds a ``prefixcache.PrefixCache``
+of ``perfmodel.kv_cache_blocks`` blocks (the group's GPUs, memory and K3's layer mix; 1024-token
+blocks on TP8). When a request is scheduled, the leading blocks of its prompt's token ids found
+there are not prefilled (the step time counts only the rest); its blocks are cached as its
+prefill computes them and stay cached, least recently freed evicted first, once it ends. Like
+vLLM 0.33 (``KVCacheManager.record_prefix_cache_stats``), ``vllm:prefix_cache_queries`` counts the
+prompt tokens of each scheduled request and ``vllm:prefix_cache_hits`` the tokens found cached.
+
 API key (``EngineConfig.api_keys``, from the pod's ``VLLM_API_KEY``: ``kimik3_dev.sim.podenv``): like
 vLLM 0.32's ``AuthenticationMiddleware`` (vllm/entrypoints/serve/middleware/authenticate.py; the
 same file in 0.33.0), every request whose path starts with ``/v1``, ``/v2``, ``/inference`` or
@@ -40,7 +49,7 @@ the output is the reference (``token_text``) unless ``divergence`` says it leave
 carries ``logprobs`` (the sampled tokens' text, log-probability 0).
 
 Simulator specifics (not vLLM): the text is made-up words, one token per word; prompt tokens are
-counted as words and punctuation marks (chat: + 4 per message + 2 for the reply header); without
+the words and punctuation marks (``token_ids``; chat: + 4 per message + 2 for the reply header); without
 ``max_tokens`` a request stops (``finish_reason: stop``) after ``default_max_tokens``, standing in
 for an end-of-sequence token; a request may carry ``"kimik3_workload"`` (``code``, ``chat``,
 ``creative``, ... or an acceptance length) to change its speculative acceptance.
@@ -70,6 +79,7 @@ from kimik3.autoscaler import perfmodel
 from kimik3.autoscaler.observation import FAILED_REASON
 from kimik3.autoscaler.perfmodel import EngineShape, PerfParams
 from kimik3_dev.sim import divergence
+from kimik3_dev.sim.prefixcache import PrefixCache, block_hashes
 from kimik3_dev.sim.vllm_metrics import EngineMetrics
 
 log = logging.getLogger(__name__)
@@ -94,11 +104,31 @@ WORDS = ("kimi", "tensor", "rack", "tray", "draft", "accept", "token", "step", "
           "leader", "worker", "clique", "link", "fleet", "scale", "queue", "serve", "model", "layer",
           "shard", "block")
 """The words the simulated model speaks, one token each (``kimik3_dev.sim.tokenizer`` is their tokenizer)."""
+UNK = "<unk>"
+VOCAB = {UNK: 0, **{word: i + 1 for i, word in enumerate(WORDS)}}
+"""Token ids of the simulated tokenizer (``kimik3_dev.sim.tokenizer`` writes this vocabulary)."""
+def token_ids(text: str) -> list[int]:
+    """Simulated token ids of ``text``: one per word or punctuation mark, the vocabulary's id for
+    ``WORDS``, any other token a stable id above the vocabulary from its bytes (blake2b, 4 bytes;
+    the tokenizer files map those to ``<unk>``), so different text keeps different ids for the
+    prefix cache."""
+    return [VOCAB.get(tok) or len(VOCAB) + int.from_bytes(hashlib.blake2b(tok.encode(), digest_size=4).digest(), "little")
+            for tok in _TOKEN_RE.findall(text)]
 
 
-def count_tokens(text: str) -> int:
-    """Simulated prompt tokens of ``text``: words and punctuation marks (at least 1)."""
-    return max(1, len(_TOKEN_RE.findall(text)))
+def chat_token_ids(messages: list[Any]) -> list[int]:
+    """Simulated prompt token ids of chat ``messages``: per message its template
+    (``CHAT_TOKENS_PER_MESSAGE`` ids, the last its role's) and its content (the text, or the texts
+    of its parts), then the reply header (``CHAT_REPLY_HEADER_TOKENS`` ids)."""
+    ids: list[int] = []
+    for msg in messages:
+        content = msg.get("content") if isinstance(msg, dict) else None
+        if isinstance(content, list):
+            content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        role = token_ids(str(msg.get("role", ""))) if isinstance(msg, dict) else []
+        ids += ([0] * CHAT_TOKENS_PER_MESSAGE + role[:1])[-CHAT_TOKENS_PER_MESSAGE:]
+        ids += token_ids(content) if content else []
+    return ids + [0] * CHAT_REPLY_HEADER_TOKENS
 
 
 def token_word(index: int, at: int | None = None, offset: int = 0) -> int:
@@ -149,6 +179,8 @@ class EngineConfig:
     group_name: str = ""
     """The group the engine serves (on ``dev up`` its leader pod's name): which prompts diverge,
     and where, is a hash of it and the prompt (``divergence.diverges_at``)."""
+    enable_prefix_caching: bool = True
+    """Hold a prefix cache per engine (module docstring); off: every prompt token is prefilled."""
     api_keys: tuple[str, ...] = field(default=(), repr=False, compare=False)
     """Keys accepted as ``Authorization: Bearer <key>`` on the guarded paths (empty: no
     authentication). Never in ``repr`` (the key must not reach a log)."""
@@ -164,12 +196,16 @@ class SimRequest:
     max_tokens_param: int | None
     arrival: float
     accept_p: float
+    block_hashes: list[bytes] = field(default_factory=list)
+    """Chained hashes of the prompt's full blocks (``prefixcache.block_hashes``)."""
     out: asyncio.Queue = field(default_factory=asyncio.Queue)
     engine: int = 0
     scheduled_ts: float = 0.0
     first_token_ts: float = 0.0
     last_token_ts: float = 0.0
     prefilled: int = 0
+    held_blocks: int = 0
+    """Leading ``block_hashes`` pinned in the engine's prefix cache."""
     generated: int = 0
     aborted: bool = False
     done: bool = False
@@ -182,10 +218,16 @@ class SimRequest:
 class _EngineState:
     """One data-parallel engine: its queue and running batch."""
 
-    def __init__(self, index: int):
+    def __init__(self, index: int, cache: PrefixCache):
         self.index = index
+        self.cache = cache
         self.waiting: collections.deque[SimRequest] = collections.deque()
         self.running: list[SimRequest] = []
+
+    def release(self, r: SimRequest) -> None:
+        """Unpin the prefix-cache blocks of a request leaving the engine."""
+        self.cache.release(r.block_hashes[:r.held_blocks])
+        r.held_blocks = 0
 
     @property
     def load(self) -> int:
@@ -219,7 +261,9 @@ class SimEngine:
                                      self.k, config.buckets_override)
         self.rng = random.Random(config.seed)
         self._default_p = perfmodel.acceptance_rate(shape.spec_method, shape.k, config.workload) if self.k else 0.0
-        self.engines = [_EngineState(i) for i in range(self.dp)]
+        self.kv_blocks = perfmodel.kv_cache_blocks(self.params)
+        blocks = self.kv_blocks.blocks if config.enable_prefix_caching else 0
+        self.engines = [_EngineState(i, PrefixCache(blocks, self.kv_blocks.block_size)) for i in range(self.dp)]
         per = self.params.engines_per_unit
         self.units = [_Unit(self.engines[i:i + per]) for i in range(0, self.dp, per)]
         self._unit_of = {e.index: u for u in self.units for e in u.engines}
@@ -298,14 +342,17 @@ class SimEngine:
         for eng in self.engines:
             for r in list(eng.waiting) + eng.running:
                 r.aborted = True
+                eng.release(r)
                 r.out.put_nowait(None)
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
 
     # ---------------------------------------------------------------- scheduling
-    def submit(self, prompt_tokens: int, max_tokens: int | None, workload: str | float | None = None) -> SimRequest:
-        """Queue a request on the least-loaded engine (vLLM's DP load balancing)."""
+    def submit(self, prompt_tokens: int, max_tokens: int | None, workload: str | float | None = None,
+               prompt_ids: list[int] | None = None) -> SimRequest:
+        """Queue a request on the least-loaded engine (vLLM's DP load balancing). ``prompt_ids``:
+        the prompt's token ids, looked up in the prefix cache (without them nothing is cached)."""
         loop = asyncio.get_running_loop()
         p = self._default_p
         if self.k and workload is not None:
@@ -314,6 +361,8 @@ class SimEngine:
         limit = max(1, min(limit, self.config.max_model_len - prompt_tokens))
         req = SimRequest(rid=uuid.uuid4().hex, prompt_tokens=max(1, prompt_tokens), max_tokens=limit,
                          max_tokens_param=max_tokens, arrival=loop.time(), accept_p=p)
+        if prompt_ids and self.config.enable_prefix_caching:
+            req.block_hashes = block_hashes(prompt_ids, self.kv_blocks.block_size)
         best = min(self.engines, key=lambda e: (e.load, (e.index - self._rr) % self.dp))
         self._rr = (best.index + 1) % self.dp
         req.engine = best.index
@@ -341,9 +390,7 @@ class SimEngine:
             decode_seqs = prefill_tokens = 0
             for eng in unit.engines:
                 while eng.waiting and len(eng.running) < cfg.max_num_seqs:
-                    r = eng.waiting.popleft()
-                    r.scheduled_ts = max(clock, r.arrival)
-                    eng.running.append(r)
+                    self._schedule(eng, eng.waiting.popleft(), clock)
                 budget = cfg.max_num_batched_tokens
                 decode = [r for r in eng.running if r.prefilled >= r.prompt_tokens]
                 budget -= len(decode) * verified
@@ -365,6 +412,17 @@ class SimEngine:
             unit.steps += 1
             for eng, decode, chunks in plan:
                 self._apply_step(eng, decode, chunks, end)
+
+    def _schedule(self, eng: _EngineState, r: SimRequest, clock: float) -> None:
+        """Move a waiting request into the running batch; what the prefix cache holds of its
+        prompt counts as prefilled (vLLM's ``get_computed_blocks`` and its prefix-cache stats)."""
+        hits = eng.cache.match(r.block_hashes, r.prompt_tokens)
+        r.held_blocks = eng.cache.acquire(r.block_hashes[:hits])
+        r.prefilled = r.held_blocks * eng.cache.block_size  # found cached: not prefilled
+        self.metrics["prefix_cache_queries"][eng.index].inc(r.prompt_tokens)
+        self.metrics["prefix_cache_hits"][eng.index].inc(r.prefilled)
+        r.scheduled_ts = max(clock, r.arrival)
+        eng.running.append(r)
 
     def _apply_step(self, eng: _EngineState, decode: list[SimRequest], chunks: list[tuple[SimRequest, int]],
                     now: float) -> None:
@@ -391,10 +449,12 @@ class SimEngine:
                 continue
             r.prefilled += chunk
             prefilled += chunk
+            if r.held_blocks < len(r.block_hashes):  # cache the blocks this chunk completed
+                computed = r.block_hashes[r.held_blocks:r.prefilled // eng.cache.block_size]
+                r.held_blocks += eng.cache.acquire(computed)
             if r.prefilled >= r.prompt_tokens:
                 m["time_to_first_token_seconds"][e].observe(now - r.arrival)
                 m["prompt_tokens"][e].inc(r.prompt_tokens)
-                m["prefix_cache_queries"][e].inc(r.prompt_tokens)
                 r.first_token_ts = r.last_token_ts = now
                 generated += 1
                 self._emit(r, 1)
@@ -410,6 +470,7 @@ class SimEngine:
                     m.per_pos[e][i].inc(count)
         for r in [r for r in eng.running if r.done]:
             eng.running.remove(r)
+            eng.release(r)
             self._finish(r, now)
 
     def _emit(self, r: SimRequest, n: int) -> None:
@@ -441,6 +502,9 @@ class SimEngine:
         for eng in unit.engines:
             if any(r.aborted for r in eng.waiting):
                 eng.waiting = collections.deque(r for r in eng.waiting if not r.aborted)
+            for r in eng.running:
+                if r.aborted:
+                    eng.release(r)
             eng.running = [r for r in eng.running if not r.aborted]
 
     def _set_gauges(self, unit: _Unit) -> None:
@@ -548,12 +612,12 @@ class SimEngine:
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]
         if isinstance(prompt, str):
-            n_prompt = count_tokens(prompt)
-        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-            n_prompt = len(prompt)
+            ids = token_ids(prompt)
+        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and 0 <= t < 2**63 for t in prompt):
+            ids = prompt
         else:
             return _error(400, "prompt must be a string or a list of token ids (one prompt).", param="prompt")
-        return await self._serve(request, body, n_prompt, chat=False,
+        return await self._serve(request, body, ids, chat=False,
                                  key=prompt if isinstance(prompt, str) else json.dumps(prompt))
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
@@ -563,18 +627,15 @@ class SimEngine:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             return _error(400, "messages must be a non-empty list.", param="messages")
-        n_prompt = CHAT_REPLY_HEADER_TOKENS
-        for msg in messages:
-            content = msg.get("content") if isinstance(msg, dict) else None
-            if isinstance(content, list):
-                content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-            n_prompt += CHAT_TOKENS_PER_MESSAGE + (count_tokens(content) if content else 0)
-        return await self._serve(request, body, n_prompt, chat=True, key=json.dumps(messages, sort_keys=True))
+        return await self._serve(request, body, chat_token_ids(messages), chat=True,
+                                 key=json.dumps(messages, sort_keys=True))
 
-    async def _serve(self, request: web.Request, body: dict[str, Any], n_prompt: int, chat: bool,
+    async def _serve(self, request: web.Request, body: dict[str, Any], ids: list[int], chat: bool,
                      key: str) -> web.StreamResponse:
-        """Serve one request whose prompt is ``key`` (text, or its token ids / messages as JSON:
-        what decides whether its output diverges, ``divergence.diverges_at``)."""
+        """Serve one request of prompt token ids ``ids`` whose prompt is ``key`` (its text, or its
+        token ids / messages as JSON: what decides whether its output diverges,
+        ``divergence.diverges_at``)."""
+        n_prompt = max(1, len(ids))
         max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
         if max_tokens is not None and n_prompt + max_tokens > self.config.max_model_len:
             return _error(400, f"This model's maximum context length is {self.config.max_model_len} tokens. "
@@ -583,10 +644,10 @@ class SimEngine:
         if self.config.error_rate and self.rng.random() < self.config.error_rate:
             self.metrics.by_reason[FAILED_REASON][0].inc()
             return _error(500, "The engine failed the request (simulated bad release).", "InternalServerError")
-        req = self.submit(n_prompt, max_tokens, body.get("kimik3_workload"))
+        req = self.submit(n_prompt, max_tokens, body.get("kimik3_workload"), ids)
         at, offset = divergence.diverges_at(key, self.config.group_name, self.config.benign_divergence,
                                             self.config.corrupt_rate)
-        ids = bool(body.get("return_token_ids"))
+        return_ids = bool(body.get("return_token_ids"))
         rid = ("chatcmpl-" if chat else "cmpl-") + req.rid
         created = int(time.time())
         self._responding += 1
@@ -595,7 +656,7 @@ class SimEngine:
                 opts = body.get("stream_options") or {}
                 return await self._stream(request, req, rid, created, chat, n_prompt,
                                           bool(opts.get("include_usage")), bool(opts.get("continuous_usage_stats")),
-                                          (at, offset), ids)
+                                          (at, offset), return_ids)
             text: list[str] = []
             reason = None
             while reason is None:
@@ -607,7 +668,7 @@ class SimEngine:
             logprobs = body.get("logprobs") if not chat and isinstance(body.get("logprobs"), int) else None
             return web.json_response(_full_response(
                 rid, created, self.config.served_model_name, chat, "".join(text), reason, n_prompt, req.generated,
-                [token_id(i, at, offset) for i in range(req.generated)] if ids else None,
+                [token_id(i, at, offset) for i in range(req.generated)] if return_ids else None,
                 _completion_logprobs(text) if logprobs is not None else None))
         finally:
             self._responding -= 1

@@ -32,7 +32,9 @@ argv                                   simulated engine (``EngineConfig``)
 ``--max-model-len``                    ``max_model_len``
 ``--max-num-seqs``                     requests in the running batch (more wait)
 ``--max-num-batched-tokens``           prompt tokens one step prefills
-``--gpu-memory-utilization``           KV-cache capacity (perf model)
+``--gpu-memory-utilization``           KV-cache capacity and prefix-cache blocks (perf model)
+``--[no-]enable-prefix-caching``       ``enable_prefix_caching`` (on unless told, as vLLM 0.33
+                                       has it for K3)
 ``--tensor-parallel-size``,            the group's shape: step times and data-parallel engines
 ``--pipeline-parallel-size``,          (perf model); ``--data-parallel-size`` above 1 is
 ``--data-parallel-size``,              ``dep`` with TP 1 and expert parallelism, else ``tp-dp``
@@ -165,6 +167,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--additional-config", type=_json_object, default={})
     p.add_argument("--speculative-config", "-sc", type=_json_object)
     p.add_argument("--custom-histogram-buckets", type=_json_object)
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
     return p
 
 
@@ -195,7 +198,8 @@ def engine_config(argv: list[str] | tuple[str, ...], accelerator: str, variant: 
         spec_method=sc.get("method", "none") if sc else "none",
         num_speculative_tokens=int(sc.get("num_speculative_tokens") or 0),
         gpu_memory_utilization=a.gpu_memory_utilization, variant=variant)
-    values: dict[str, Any] = dict(shape=shape, model=a.model, served_model_name=a.served_model_name or a.model)
+    values: dict[str, Any] = dict(shape=shape, model=a.model, served_model_name=a.served_model_name or a.model,
+                                  enable_prefix_caching=a.enable_prefix_caching)
     for field_name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens"):
         if getattr(a, field_name) is not None:
             values[field_name] = getattr(a, field_name)

@@ -17,18 +17,31 @@ What a user sees, measured client-side from the stream (``RequestResult``):
 Built-in shapes (``builtin_phases``): ``steady`` (one phase), ``step`` (half the time at the base
 load, then x4), ``burst`` (base, a burst at x8 for a tenth of the time, base again). A phases file
 (YAML or JSON) is a list of ``{duration: 30s, rate: 2 | concurrency: 4, promptTokens: 512,
-outputTokens: 256, name: warm}``.
+outputTokens: 256, name: warm}``. A phase's prompts share nothing: each starts with a word of its
+own (like ``vllm bench serve``'s random prompts, they miss the prefix cache).
+
+``run_trace(url, requests)`` replays a recorded trace instead (``kimik3_dev.sim.tracefile``: each
+request at its arrival, with its prompt and output lengths). A prompt follows the trace's
+``hash_ids`` (``trace_prompt``): block i of a request is the text of its hash id, the same id
+giving the same text, ``MOONCAKE_BLOCK_TOKENS`` (512) words of ``engine.WORDS`` drawn from a
+``random.Random`` seeded with the id (the last block cut to the prompt's length). The simulated
+tokenizer makes each word one token, so a trace block is exactly 512 tokens (the engines hash them
+in blocks of their own size, 1024 on TP8: two trace blocks) and a picker hashing the prompt text
+sees the trace's sharing. Blocks past the trace's ids, and prompts of traces without ids, are
+words of the request's own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import math
 import random
 import statistics
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +51,11 @@ import yaml
 
 from kimik3.api.v1alpha1 import duration_seconds
 from kimik3_dev import command
+from kimik3_dev.sim.engine import WORDS
+from kimik3_dev.sim.tracefile import MOONCAKE_BLOCK_TOKENS, Request
 
+TRACE_PHASE = "trace"
+"""The phase name of a replayed trace's requests."""
 MAX_IN_FLIGHT = 512
 """Most requests open at once (open-loop rates beyond what the engine serves pile up to this)."""
 DEFAULT_DRAIN_S = 60.0
@@ -168,20 +185,40 @@ class RequestResult:
     tokens_per_s: float | None = None
 
 
-def _prompt(tokens: int) -> str:
-    return " ".join([_WORD] * max(1, tokens))
+def _prompt(tokens: int, rng: random.Random) -> str:
+    """``tokens`` words: a word of this prompt's own (so it shares no prefix), then ``_WORD``s."""
+    return " ".join([f"u{rng.getrandbits(64):x}"] + [_WORD] * (max(1, tokens) - 1))
 
 
-async def _one_request(session: aiohttp.ClientSession, url: str, model: str | None, phase: Phase, *,
-                       stream: bool, chat: bool, workload: str | float | None) -> RequestResult:
-    body: dict[str, Any] = {"max_tokens": phase.output_tokens, "temperature": 0.0}
+@functools.lru_cache(maxsize=4096)
+def _block_words(hash_id: int) -> tuple[str, ...]:
+    rng = random.Random(hash_id)
+    return tuple(rng.choices(WORDS, k=MOONCAKE_BLOCK_TOKENS))
+
+
+def trace_prompt(request: Request, rng: random.Random) -> str:
+    """The prompt text of a trace's request (module docstring): ``request.prompt_tokens`` words,
+    block i the words of ``hash_ids[i]``, the blocks past the ids words drawn from ``rng``."""
+    words: list[str] = []
+    for i in range(math.ceil(request.prompt_tokens / MOONCAKE_BLOCK_TOKENS)):
+        n = min(MOONCAKE_BLOCK_TOKENS, request.prompt_tokens - len(words))
+        if i < len(request.hash_ids):
+            words += _block_words(request.hash_ids[i])[:n]
+        else:
+            words += rng.choices(WORDS, k=n)
+    return " ".join(words or [_WORD])
+
+
+async def _one_request(session: aiohttp.ClientSession, url: str, model: str | None, name: str, prompt: str,
+                       output_tokens: int, *, stream: bool, chat: bool, workload: str | float | None) -> RequestResult:
+    body: dict[str, Any] = {"max_tokens": output_tokens, "temperature": 0.0}
     if model:
         body["model"] = model
     if chat:
-        body["messages"] = [{"role": "user", "content": _prompt(phase.prompt_tokens - 8)}]
+        body["messages"] = [{"role": "user", "content": prompt}]
         path = "/v1/chat/completions"
     else:
-        body["prompt"] = _prompt(phase.prompt_tokens)
+        body["prompt"] = prompt
         path = "/v1/completions"
     if workload is not None:
         body["kimik3_workload"] = workload
@@ -189,7 +226,7 @@ async def _one_request(session: aiohttp.ClientSession, url: str, model: str | No
         body["stream"] = True
         body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
     start = time.monotonic()
-    res = RequestResult(phase.name, False, start)
+    res = RequestResult(name, False, start)
     try:
         async with session.post(url.rstrip("/") + path, json=body) as resp:
             if resp.status != 200:
@@ -248,6 +285,55 @@ async def _one_request(session: aiohttp.ClientSession, url: str, model: str | No
         return res
 
 
+Spawn = Callable[[str, str, int], "asyncio.Task[None]"]
+"""Sends one request (phase name, prompt text, output tokens) and records its result."""
+Track = Callable[["asyncio.Task[None]"], None]
+"""Counts a task (a closed-loop user) among those that end, or are cancelled, by the deadline."""
+
+
+async def _drive(url: str, schedule: Callable[[Spawn, Track], Awaitable[None]], deadline: float, *,
+                 model: str | None, stream: bool, chat: bool, workload: str | float | None,
+                 api_key: str | None) -> list[RequestResult]:
+    """Run ``schedule`` (it calls ``spawn`` per request, and ``track`` for the users it starts) and
+    every request it sends, cancelling those still open at ``deadline`` (monotonic seconds);
+    returns every result."""
+    results: list[RequestResult] = []
+    tasks: set[asyncio.Task] = set()
+    in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
+    connector = aiohttp.TCPConnector(limit=MAX_IN_FLIGHT)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None),
+                                     headers=headers) as session:
+
+        async def fire(name: str, prompt: str, output_tokens: int) -> None:
+            placeholder = RequestResult(name, False, time.monotonic(), error="cancelled at the deadline")
+            try:
+                async with in_flight:
+                    placeholder = await _one_request(session, url, model, name, prompt, output_tokens, stream=stream,
+                                                     chat=chat, workload=workload)
+            finally:
+                results.append(placeholder)
+
+        def track(task: asyncio.Task) -> None:
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+        def spawn(name: str, prompt: str, output_tokens: int) -> asyncio.Task:
+            task = asyncio.create_task(fire(name, prompt, output_tokens))
+            track(task)
+            return task
+
+        await schedule(spawn, track)
+        remaining = max(0.0, deadline - time.monotonic())
+        if tasks:
+            _, pending = await asyncio.wait(set(tasks), timeout=remaining)
+            for task in pending:
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(*pending, return_exceptions=True)
+    return results
+
+
 async def run_load(url: str, phases: list[Phase], *, model: str | None = None, stream: bool = True,
                    chat: bool = False, max_requests: int = 10_000, drain_s: float = DEFAULT_DRAIN_S,
                    seed: int | None = None, workload: str | float | None = None,
@@ -256,32 +342,15 @@ async def run_load(url: str, phases: list[Phase], *, model: str | None = None, s
     return every request's result (cancelled ones as errors). ``api_key``: sent as
     ``Authorization: Bearer <key>`` (vLLM's ``VLLM_API_KEY`` / ``--api-key``)."""
     rng = random.Random(seed)
-    results: list[RequestResult] = []
-    tasks: set[asyncio.Task] = set()
     sent = 0
-    in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
     deadline = time.monotonic() + sum(p.duration_s for p in phases) + drain_s
-    connector = aiohttp.TCPConnector(limit=MAX_IN_FLIGHT)
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None),
-                                     headers=headers) as session:
 
-        async def fire(phase: Phase) -> None:
-            placeholder = RequestResult(phase.name, False, time.monotonic(), error="cancelled at the deadline")
-            try:
-                async with in_flight:
-                    placeholder = await _one_request(session, url, model, phase, stream=stream, chat=chat,
-                                                     workload=workload)
-            finally:
-                results.append(placeholder)
-
-        def spawn(phase: Phase) -> asyncio.Task:
+    async def schedule(spawn: Spawn, track: Track) -> None:
+        def send(phase: Phase) -> asyncio.Task:
             nonlocal sent
             sent += 1
-            task = asyncio.create_task(fire(phase))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-            return task
+            tokens = phase.prompt_tokens - 8 if chat else phase.prompt_tokens  # chat: the template's tokens
+            return spawn(phase.name, _prompt(tokens, rng), phase.output_tokens)
 
         for phase in phases:
             end = time.monotonic() + phase.duration_s
@@ -292,25 +361,40 @@ async def run_load(url: str, phases: list[Phase], *, model: str | None = None, s
                     if next_at >= end:
                         break
                     await asyncio.sleep(max(0.0, next_at - time.monotonic()))
-                    spawn(phase)
+                    send(phase)
                 await asyncio.sleep(max(0.0, end - time.monotonic()))
             else:
                 async def user(phase: Phase = phase, end: float = end) -> None:
                     while time.monotonic() < end and sent < max_requests:
-                        await spawn(phase)
+                        await send(phase)
 
                 users = [asyncio.create_task(user()) for _ in range(phase.concurrency or 0)]
                 await asyncio.sleep(max(0.0, end - time.monotonic()))
-                # users finish their current request in the next phase's time (closed loop)
-                tasks.update(users)
-        remaining = max(0.0, deadline - time.monotonic())
-        if tasks:
-            _, pending = await asyncio.wait(set(tasks), timeout=remaining)
-            for task in pending:
-                task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.gather(*pending, return_exceptions=True)
-    return results
+                for task in users:  # users finish their current request in the next phase's time (closed loop)
+                    track(task)
+
+    return await _drive(url, schedule, deadline, model=model, stream=stream, chat=chat, workload=workload,
+                        api_key=api_key)
+
+
+async def run_trace(url: str, requests: Sequence[Request], *, model: str | None = None, stream: bool = True,
+                    chat: bool = False, drain_s: float = DEFAULT_DRAIN_S, seed: int | None = None,
+                    workload: str | float | None = None, api_key: str | None = None) -> list[RequestResult]:
+    """Replay ``requests`` (a trace's, ``tracefile``) against ``url``: each sent at its
+    ``arrival_s`` after the start with its ``trace_prompt`` and ``max_tokens`` = its output length,
+    results in phase ``trace``; requests still open ``drain_s`` after the last arrival are cancelled."""
+    rng = random.Random(seed)
+    ordered = sorted(requests, key=lambda r: r.arrival_s)
+    start = time.monotonic()
+    deadline = start + (ordered[-1].arrival_s if ordered else 0.0) + drain_s
+
+    async def schedule(spawn: Spawn, track: Track) -> None:
+        for r in ordered:
+            await asyncio.sleep(max(0.0, start + r.arrival_s - time.monotonic()))
+            spawn(TRACE_PHASE, trace_prompt(r, rng), r.output_tokens)
+
+    return await _drive(url, schedule, deadline, model=model, stream=stream, chat=chat, workload=workload,
+                        api_key=api_key)
 
 
 def _pct(values: list[float], q: float) -> float | None:

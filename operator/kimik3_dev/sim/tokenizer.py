@@ -1,7 +1,7 @@
 """The simulated model's tokenizer, as files a Hugging Face client loads from a local folder.
 
 The engine simulator counts a prompt's tokens as its words and punctuation marks
-(``engine.count_tokens``) and speaks the words ``engine.WORDS``, one token each. A client that
+(``engine.token_ids``: ``engine.VOCAB``'s ids) and speaks the words ``engine.WORDS``, one token each. A client that
 needs the model's tokenizer (``vllm bench serve --tokenizer DIR``: its random dataset makes
 prompts of an exact token count by decoding random token ids) gets the same count from these
 files: a ``tokenizers`` WordLevel model over ``<unk>`` and ``engine.WORDS``, split on whitespace
@@ -13,22 +13,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kimik3_dev.sim.engine import WORDS
+from kimik3_dev.sim.engine import UNK, VOCAB
 
-UNK = "<unk>"
 MODEL_MAX_LENGTH = 1048576
 """Kimi K3's context (tokens), the simulator's default ``max_model_len``."""
 
 
 def tokenizer_json() -> dict:
     """``tokenizer.json`` (the ``tokenizers`` library's serialization, format version 1.0)."""
-    vocab = {UNK: 0, **{word: i + 1 for i, word in enumerate(WORDS)}}
     return {
         "version": "1.0", "truncation": None, "padding": None,
         "added_tokens": [{"id": 0, "content": UNK, "single_word": False, "lstrip": False, "rstrip": False,
                           "normalized": False, "special": True}],
         "normalizer": None, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": None, "decoder": None,
-        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": UNK},
+        "model": {"type": "WordLevel", "vocab": VOCAB, "unk_token": UNK},
     }
 
 

@@ -30,6 +30,8 @@ from prometheus_client.exposition import choose_encoder, generate_latest
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
+from kimik3.autoscaler.observation import FINISHED_REASONS as FINISHED_REASONS  # re-exported: the sim names them here
+
 LABELS = ("model_name", "engine")
 """Label names of every per-engine series."""
 
@@ -43,8 +45,6 @@ INTER_TOKEN_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.
 ITERATION_TOKENS_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 REQUEST_NUM_PREEMPTIONS_BUCKETS = (1, 2, 3, 4, 5, 10, 20)
 
-FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
-"""Values of the ``finished_reason`` label of ``vllm:request_success`` (vLLM's FinishReason)."""
 
 
 def request_tokens_buckets(max_model_len: int) -> tuple[int, ...]:

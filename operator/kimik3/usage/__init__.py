@@ -1,0 +1,1 @@
+"""Usage per tenant for billing: recording rules (``rules``) and the report read from them (``report``)."""
