@@ -91,8 +91,8 @@ def test_a_corrupting_release_with_unchanged_latency_is_rolled_back_by_parity(en
     assert step.rolled_back is not None and step.rolled_back.reason == "RolledBack"
     assert (step.verdict.status, step.verdict.reason) == ("False", Reason.ROLLED_BACK)
     message = step.rolled_back.message
-    assert f"rolled back to {OLD} by output parity: output parity: " in message
-    mismatches = int(message.split("output parity: ")[2].split(" of 16 golden prompt(s) differ")[0])
+    assert f"rolled back to {OLD} by output parity: " in message
+    mismatches = int(message.split("output parity: ")[1].split(" of 16 golden prompt(s) differ")[0])
     assert mismatches > 4, message  # over parity.maxMismatchRate 25%
     assert f"between canary group(s) {canary}-0 and old group {FIRST}-0 over 32 token(s)" in message
     assert "; first: prompt \"" in message and "\" diverges at output token " in message and ", old group \"" in message

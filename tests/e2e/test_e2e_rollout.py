@@ -146,7 +146,12 @@ def test_a_release_twice_as_slow_fails_its_canary_and_is_rolled_back(env, ns):
                       body={"spec": {"engine": {"env": [{"name": "KIMIK3_SIM_SLOWDOWN", "value": "2"}]}}})
         launchers_during = wait_for(lambda: set(_launchers(env, ns)) - {before} or None, WAIT_S,
                                     "the failed release's launcher ConfigMap")
-        rolled_back = wait_for(lambda: _rolled_back(env, ns), WAIT_S + 60, "the canary analysis to roll back")
+        try:
+            rolled_back = wait_for(lambda: _rolled_back(env, ns), WAIT_S + 60, "the canary analysis to roll back")
+        except Exception:
+            print("DEBUG", json.dumps((env.get_cr(ns) or {}).get("status", {}).get("rollout"), indent=1),
+                  json.dumps(_progressing(env, ns), indent=1))
+            raise
         wait_for(lambda: [g[:3] for g in snapshot(env, ns)] == [(0, uid, old)] or None, WAIT_S,
                  "the canary group to go")
     summary = summarize(load.results)["total"]
@@ -344,8 +349,8 @@ def test_a_corrupting_release_is_rolled_back_by_output_parity_and_a_healthy_one_
     assert corrupt_samples, "no canary group ran"
     # the rollback: by parity, quoting the prompt and its first diverging token
     assert (progressing["status"], progressing["reason"]) == ("False", "RolledBack"), progressing
-    assert " by output parity: output parity: " in message and " of 16 golden prompt(s) differ (" in message, message
-    differing = int(message.split("output parity: ")[2].split(" of 16")[0])
+    assert " by output parity: " in message and " of 16 golden prompt(s) differ (" in message, message
+    differing = int(message.split("output parity: ")[1].split(" of 16")[0])
     assert differing > 4, message  # over maxMismatchRate 25%
     assert "; first: prompt \"" in message and "\" diverges at output token " in message and \
         ": canary \"" in message and ", old group \"" in message, message

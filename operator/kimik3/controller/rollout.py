@@ -356,7 +356,7 @@ class Rollouts:
                 self._parity(obj, admitted, canary, sets, groups, target, launchers)
         if canary.parity is not None and canary.parity.result == "Failed":
             return self._roll_back(rendered, sets, groups, admitted, canary.template_hash, canary.revision, now,
-                                   Reason.ROLLED_BACK, f"by output parity: {canary.parity.message}")
+                                   Reason.ROLLED_BACK, f"by {canary.parity.message}")  # "output parity: ..."
         if canary.failed_checks >= r.canary.analysis.failure_limit:
             return self._roll_back(rendered, sets, groups, admitted, canary.template_hash, canary.revision, now,
                                    Reason.ROLLED_BACK, f"after {canary.failed_checks} failed check(s) of {canary.checks}: "
