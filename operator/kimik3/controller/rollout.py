@@ -356,7 +356,7 @@ class Rollouts:
                 self._parity(obj, admitted, canary, sets, groups, target, launchers)
         if canary.parity is not None and canary.parity.result == "Failed":
             return self._roll_back(rendered, sets, groups, admitted, canary.template_hash, canary.revision, now,
-                                   Reason.ROLLED_BACK, f"by {canary.parity.message}")  # "output parity: ..."
+                                   Reason.ROLLED_BACK, f"by {canary.parity.message}")
         if canary.failed_checks >= r.canary.analysis.failure_limit:
             return self._roll_back(rendered, sets, groups, admitted, canary.template_hash, canary.revision, now,
                                    Reason.ROLLED_BACK, f"after {canary.failed_checks} failed check(s) of {canary.checks}: "
@@ -398,7 +398,8 @@ class Rollouts:
         if check.result == "NoTraffic":
             canary.probing = True
         if canary.probing:
-            leaders = [url for _, url in self._leaders(admitted, [g for g in groups.values() if g.revision == canary.revision])]
+            mine = [g for g in groups.values() if g.revision == canary.revision]
+            leaders = [url for _, url in self._leaders(admitted, mine)]
             canary.probe_requests += self.analysis.probe(meta["namespace"], meta["name"], admitted, leaders)
         if check.result == "SourceUnreadable":
             return [Event("Warning", EventReason.METRIC_SOURCE_UNREADABLE, f"canary analysis paused: {check.message}")]
