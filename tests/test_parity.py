@@ -12,6 +12,9 @@ import pytest
 
 from kimik3.admission import admit
 from kimik3.controller.completions import Completion, Completions, leader_url
+from kimik3.controller.kube import api_error
+from kimik3.controller.reconcile import named
+from kimik3.kube.kinds import CONFIG_MAP
 from kimik3.controller.parity import (GOLDEN_PROMPTS, Parity, ParityUnavailable, first_divergence, judge,
                                       served_model, skip_reason)
 from kimik3.render.configmap import group_plan_document
@@ -96,6 +99,12 @@ def test_golden_prompts_come_from_the_configmap_in_key_order():
     with pytest.raises(ParityUnavailable, match="ConfigMap ns/empty has no prompt"):
         parity.prompts("ns", canary_admitted({"parity": {"configMap": "empty"}}))
 
+    def forbidden(ns: str, name: str) -> dict:
+        raise api_error(403, "Forbidden", json.dumps({"kind": "Status", "message": "configmaps \"p\" is forbidden"}))
+    with pytest.raises(ParityUnavailable, match=r"reading ConfigMap ns/p: HTTP 403 Forbidden: configmaps \"p\" is "
+                                                r"forbidden \(the operator lists configmaps"):
+        Parity(Completions().greedy, forbidden).prompts("ns", canary_admitted({"parity": {"configMap": "p"}}))
+
 
 @pytest.fixture(scope="module")
 def engines() -> Iterator[SimEngines]:
@@ -125,3 +134,18 @@ def test_rounds_against_simulated_engines(engines):
     refused = parity.round("ns", "k3", admitted, [("k", keyed.url)], ("k3-engine-0", old.url))
     assert refused.result == "Unanswered" and "HTTP 401" in refused.message
     assert leader_url("http://10.0.0.7:8000/metrics") == "http://10.0.0.7:8000"
+
+
+@pytest.mark.tier("apiserver")
+def test_the_prompts_configmap_is_read_from_the_api_server_by_a_list(kube, namespace):
+    """The operator lists ConfigMaps (its RBAC grants no get on them): the prompts ConfigMap is
+    found by a list with a field selector (``reconcile.named``)."""
+    kube.request("POST", f"/api/v1/namespaces/{namespace}/configmaps", body={
+        "metadata": {"name": "golden"}, "data": {"02": "second prompt", "01": "first prompt"}})
+    kube.request("POST", f"/api/v1/namespaces/{namespace}/configmaps", body={
+        "metadata": {"name": "golden-other"}, "data": {"01": "not this one"}})
+    parity = Parity(Completions().greedy, lambda ns, name: named(kube, CONFIG_MAP, ns, name))
+    assert parity.prompts(namespace, canary_admitted({"parity": {"configMap": "golden"}})) == \
+        ["first prompt", "second prompt"]
+    with pytest.raises(ParityUnavailable, match=f"ConfigMap {namespace}/gone does not exist"):
+        parity.prompts(namespace, canary_admitted({"parity": {"configMap": "gone"}}))

@@ -46,6 +46,7 @@ from kimik3.admission import Admitted
 from kimik3.api.v1alpha1 import ParityResult
 from kimik3.controller import metrics
 from kimik3.controller.completions import Completion, CompletionFailed, Greedy
+from kimik3.controller.kube import ApiError
 
 GOLDEN_PROMPTS: tuple[str, ...] = (
     "Write a Python function that returns the n-th Fibonacci number iteratively.",
@@ -173,7 +174,7 @@ def skip_reason(admitted: Admitted, canary_plan: dict[str, Any] | None, old_plan
 
 
 ConfigMapReader = Callable[[str, str], dict[str, Any] | None]
-"""(namespace, name) -> the ConfigMap, None when it does not exist."""
+"""(namespace, name) -> the ConfigMap, None when it does not exist; ``ApiError`` when it cannot be read."""
 
 
 class Parity:
@@ -190,7 +191,12 @@ class Parity:
         name = canary.parity.config_map if canary is not None else None
         if name is None:
             return list(GOLDEN_PROMPTS)
-        found = self.config_maps(namespace, name)
+        try:
+            found = self.config_maps(namespace, name)
+        except ApiError as exc:
+            raise ParityUnavailable(f"spec.rollout.canary.parity.configMap: reading ConfigMap {namespace}/{name}: HTTP "
+                                    f"{exc.status} {exc.reason}: {exc.message} (the operator lists "
+                                    "configmaps: the chart's ClusterRole grants it)") from None
         if found is None:
             raise ParityUnavailable(f"spec.rollout.canary.parity.configMap: ConfigMap {namespace}/{name} does not "
                                     "exist: create it (one golden prompt per data key) or unset the field to use the "

@@ -86,6 +86,14 @@ class Result:
     what this reconcile found of them (``controller.placementmix``)."""
 
 
+def named(kube: Kube, kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
+    """The object ``namespace/name`` of ``kind`` by a list with a field selector, None when none:
+    the operator's RBAC lists ConfigMaps (its launchers) but does not get them, and a list by name
+    needs no other verb (the golden prompts of ``controller.parity``)."""
+    found = kube.list(*kind.type_meta, namespace, "", f"metadata.name={name}")
+    return found[0] if found else None
+
+
 class Reconciler:
     """Reconciles KimiK3Deployments through ``kube``."""
 
@@ -101,7 +109,7 @@ class Reconciler:
         self.autoscaling = autoscaling or Autoscaling()
         """Decode-latency autoscaler state of every deployment with spec.autoscaling.enabled."""
         self.rollouts = Rollouts(Analysis(self.autoscaling.scrape_url, self.autoscaling.clock,
-                                          config_maps=lambda ns, name: kube.get(*CONFIG_MAP.type_meta, ns, name)),
+                                          config_maps=lambda ns, name: named(kube, CONFIG_MAP, ns, name)),
                                  self.autoscaling.clock)
         """Pause, canary analysis, progress deadline and rollback (``controller.rollout``), on the autoscaler's clock."""
         self.cache = cache
