@@ -729,6 +729,12 @@ burst or a lull can make look good; three windows (3 min at the default 1m inter
 than one scrape and one autoscaling window of the defaults (15s, 1m)."""
 
 
+PROBE_REQUESTS_DEFAULT = 8
+"""Requests the canary analysis sends per check to canary groups that get no traffic, by default:
+8 of ``parity.maxTokens`` (32) tokens are ~256 output tokens a window, enough for a per-token
+latency quantile from a handful of engine steps per request, and nothing next to a group's capacity."""
+
+
 class CanaryAnalysis(Model):
     """What the canary groups must show, checked every ``interval`` over the bake, on the new
     revision's leaders only (its series carry the revision label apart from the old groups')."""
@@ -743,6 +749,32 @@ class CanaryAnalysis(Model):
     """Failed checks (over the whole bake, not only in a row) that roll the release back."""
     min_checks: int = Field(default=MIN_CHECKS_DEFAULT, ge=1, le=100)
     """Passing checks the new revision needs before it is promoted: the bake lasts at least ``bake`` and until it has them. A window without traffic or without a reading passes nothing. Default 3 (3 intervals of traffic judged)."""
+    probe_requests: int = Field(default=PROBE_REQUESTS_DEFAULT, ge=0, le=64)
+    """Once a check finds a window without traffic, the analysis sends this many requests of its own to the canary groups at every later check (greedy, parity.maxTokens output tokens each), so the windows have something to judge. 0: never."""
+
+
+PARITY_MAX_MISMATCH_RATE_DEFAULT = 0.25
+"""Share of golden prompts whose greedy outputs may differ between a canary group and an old
+group before the release is rolled back, by default: two healthy groups of one revision differ on
+~4% of the prompts in the simulator (its benign divergence of 2% per group,
+``kimik3_dev.sim.divergence``; bench/results/parity.json), so 4 of the 16 default prompts may
+differ before a release is judged corrupting."""
+PARITY_MAX_TOKENS_DEFAULT = 32
+"""Output tokens compared per golden prompt, by default: divergence from batch-variant kernels
+grows with the length, corruption shows from its first token."""
+
+
+class CanaryParity(Model):
+    """Output parity: golden prompts sent at temperature 0 to a canary group and an old group, their greedy outputs compared token for token. Skipped when the model or drafter (or their revisions) change."""
+
+    enabled: bool = True
+    """Compare the outputs at every analysis check of the bake."""
+    config_map: str | None = Field(default=None, min_length=1, max_length=253)
+    """A ConfigMap of the namespace whose data values are the golden prompts (one prompt per key, sent in key order). Unset: the operator's shipped prompts."""
+    max_tokens: int = Field(default=PARITY_MAX_TOKENS_DEFAULT, ge=1, le=1024)
+    """Output tokens generated and compared per prompt."""
+    max_mismatch_rate: float = Field(default=PARITY_MAX_MISMATCH_RATE_DEFAULT, ge=0.0, le=1.0)
+    """Highest share of the prompts whose outputs may differ in one check (two healthy groups differ where kernels are not batch-invariant); above it the release is rolled back."""
 
 
 class CanarySpec(Model):
@@ -754,6 +786,8 @@ class CanarySpec(Model):
     """How long the canary groups serve, once Ready, before the rollout goes on."""
     analysis: CanaryAnalysis = Field(default_factory=CanaryAnalysis)
     """The checks; a release that fails failureLimit of them is rolled back."""
+    parity: CanaryParity = Field(default_factory=CanaryParity)
+    """Output parity with an old group at every check; a check over parity.maxMismatchRate rolls the release back."""
 
 
 SURGE_DEFAULT = 1
@@ -1104,6 +1138,31 @@ class CanaryCheck(Model):
     """The figures against their limits, or why there are none."""
 
 
+ParityResult = Literal["Passed", "Failed", "Skipped", "Unanswered"]
+"""What one output-parity round found (``controller.parity``)."""
+
+
+class ParityStatus(Model):
+    """Output parity of the canary with an old group (spec.rollout.canary.parity), as of the last round."""
+
+    result: ParityResult
+    """Passed / Failed against maxMismatchRate; Skipped: parity cannot hold for this change (the model or drafter changed, an API key the operator does not hold, parity off), the message says why; Unanswered: a group did not answer the prompts (retried at the next check)."""
+    rounds: int = 0
+    """Rounds compared over the bake (one per analysis check)."""
+    passed_rounds: int = 0
+    """Of those, rounds within maxMismatchRate: a canary under parity is promoted only after one."""
+    prompts: int = 0
+    """Golden prompts compared in the last round."""
+    mismatches: int = 0
+    """Of those, prompts whose greedy outputs differ."""
+    mismatch_rate: float | None = None
+    """mismatches / prompts."""
+    max_mismatch_rate: float | None = None
+    """The threshold it was held to."""
+    message: str = Field(default="", max_length=1024)
+    """The figures, the first diverging prompt and token, or why parity was skipped."""
+
+
 class CanaryStatus(Model):
     """The canary of one template change (spec.rollout.canary)."""
 
@@ -1129,6 +1188,12 @@ class CanaryStatus(Model):
     """The last checks, oldest first, each with its figures (at most 10)."""
     promoted: bool = False
     """The bake passed: the rollout goes on to every group."""
+    parity: ParityStatus | None = None
+    """Output parity of the canary with an old group, once a round ran."""
+    probing: bool = False
+    """A window had no traffic: every later check sends analysis.probeRequests probe requests to the canary groups."""
+    probe_requests: int = 0
+    """Probe requests sent to the canary groups so far (also kimik3_canary_probe_requests_total)."""
 
 
 class RollbackStatus(Model):

@@ -42,8 +42,8 @@ from kimik3.controller.snapshot import Reader
 from kimik3.controller.staging import DEFAULT_STAGER_IMAGE, Staging
 from kimik3.controller.status import Observed, invalid_status, lws_selector, merge_patch, status_patch, stored_conditions
 from kimik3.controller.steps import Deletion, Outcome
-from kimik3.kube.kinds import (CHILD_KINDS, CHILD_NEEDS, COMPUTE_DOMAIN, GROUP, HTTP_ROUTE, INFERENCE_POOL, KIMIK3_DEPLOYMENT,
-                               LEADER_WORKER_SET, POD, POD_MONITOR, SERVED_BY, Kind, kind_of)
+from kimik3.kube.kinds import (CHILD_KINDS, CHILD_NEEDS, COMPUTE_DOMAIN, CONFIG_MAP, GROUP, HTTP_ROUTE, INFERENCE_POOL,
+                               KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, POD, POD_MONITOR, SERVED_BY, Kind, kind_of)
 from kimik3.kube.groups import gpus_by_revision
 from kimik3.kube.labels import DEPLOYMENT_LABEL
 from kimik3.kube.objects import is_deleting
@@ -87,6 +87,14 @@ class Result:
     what this reconcile found of them (``controller.placementmix``)."""
 
 
+def named(kube: Kube, kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
+    """The object ``namespace/name`` of ``kind`` by a list with a field selector, None when none:
+    the operator's RBAC lists ConfigMaps (its launchers) but does not get them, and a list by name
+    needs no other verb (the golden prompts of ``controller.parity``)."""
+    found = kube.list(*kind.type_meta, namespace, "", f"metadata.name={name}")
+    return found[0] if found else None
+
+
 class Reconciler:
     """Reconciles KimiK3Deployments through ``kube``."""
 
@@ -101,7 +109,9 @@ class Reconciler:
         self.policy = policy
         self.autoscaling = autoscaling or Autoscaling()
         """Decode-latency autoscaler state of every deployment with spec.autoscaling.enabled."""
-        self.rollouts = Rollouts(Analysis(self.autoscaling.scrape_url, self.autoscaling.clock), self.autoscaling.clock)
+        self.rollouts = Rollouts(Analysis(self.autoscaling.scrape_url, self.autoscaling.clock,
+                                          config_maps=lambda ns, name: named(kube, CONFIG_MAP, ns, name)),
+                                 self.autoscaling.clock)
         """Pause, canary analysis, progress deadline and rollback (``controller.rollout``), on the autoscaler's clock."""
         self.cache = cache
         """What the watches saw; without it every read goes to the API server."""

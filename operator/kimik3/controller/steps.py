@@ -172,7 +172,8 @@ def roll(snap: Snapshot, admitted: Admitted, rendered: Rendered, rollouts: Rollo
     """The rendered LeaderWorkerSet replaced by the rollout's sets (old ones first, the target last);
     the disruption budget counts the pods of them all (``render.disruption.over_fleet``)."""
     index = next(i for i, c in enumerate(rendered.objects) if c["kind"] == LEADER_WORKER_SET.kind)
-    rolled = rollouts.step(snap.obj, admitted, rendered.objects[index], snap.sets, snap.groups, snap.workloads)
+    rolled = rollouts.step(snap.obj, admitted, rendered.objects[index], snap.sets, snap.groups, snap.workloads,
+                           snap.launchers)
     replicas, pods = int(rendered.objects[index]["spec"]["replicas"]), fleet_pods(rolled.fleet.apply, snap.pods)
     objects = [over_fleet(c, admitted.spec, replicas, pods) if c["kind"] == POD_DISRUPTION_BUDGET.kind else c
                for c in rendered.objects[:index] + rolled.fleet.apply + rendered.objects[index + 1:]]
