@@ -17,8 +17,8 @@ from pydantic import BaseModel
 
 from kimik3.admission import Admitted
 from kimik3.api.conditions import QUEUE_NOT_SERVED, ConditionStatus, ConditionType, Reason, Verdict
-from kimik3.api.v1alpha1 import (Condition, DecodeStatus, KimiK3DeploymentStatus, PlanStatus, RolloutStatus,
-                                 ScaleEvent)
+from kimik3.api.v1alpha1 import (Condition, DecodeStatus, IdleStatus, KimiK3DeploymentStatus, PlanStatus,
+                                 RolloutStatus, ScaleEvent)
 from kimik3.controller.fleet import EngineSet
 from kimik3.controller.groups import group_statuses
 from kimik3.controller.snapshot import Snapshot
@@ -170,7 +170,9 @@ def kueue_limit(workloads: list[dict[str, Any]], queue: str | None, free_block: 
 
 
 def _ready(ready: int, desired_groups: int, pods: list[dict[str, Any]], admitted: Admitted,
-           queue: Verdict | None = None) -> Verdict:
+           queue: Verdict | None = None, stopped: Verdict | None = None) -> Verdict:
+    if desired_groups == 0 and stopped is not None and stopped.status == "True":
+        return stopped
     if desired_groups == 0:
         return Verdict("True", Reason.SCALED_TO_ZERO, "replicas is 0: no groups run and no GPUs are held")
     if ready >= desired_groups:
@@ -208,6 +210,10 @@ class Observed:
     """What ``controller.rollout.Rollouts`` decided (canary, rollback, pause)."""
     queue: Verdict | None = None
     """Placement kueue: why no group is created (``controller.queues``), None when nothing is held for it."""
+    stopped: Verdict | None = None
+    """Stopped (``controller.idle``; None without spec.idle.stopAfter): while True, Ready says it too."""
+    idle: IdleStatus | None = None
+    """status.idle (None: it stays as the CR holds it)."""
 
 
 def _progressing(snap: Snapshot, admitted: Admitted, observed: Observed, ready: Verdict,
@@ -269,7 +275,7 @@ def compute_status(snap: Snapshot, admitted: Admitted, observed: Observed) -> Ki
     gen = obj["metadata"].get("generation")
     running = [s for s in snap.sets if not s.deleting]
     ready = sum(int(((s.lws.get("status") or {}).get("readyReplicas")) or 0) for s in running)
-    ready_v = _ready(ready, observed.desired, snap.pods, admitted, observed.queue)
+    ready_v = _ready(ready, observed.desired, snap.pods, admitted, observed.queue, observed.stopped)
     rollout = rollout_status(snap.sets, observed.target, snap.groups) if running else None
     conditions = set_condition(stored_conditions(obj), ConditionType.READY, ready_v, gen)
     conditions = set_condition(conditions, ConditionType.PROGRESSING,
@@ -280,7 +286,8 @@ def compute_status(snap: Snapshot, admitted: Admitted, observed: Observed) -> Ki
                 else observed.crash_looping or Verdict("False", Reason.AS_EXPECTED, "children applied"))
     for type_, verdict in ((ConditionType.SCALING_LIMITED, limited), (ConditionType.DEGRADED, degraded),
                            (ConditionType.METRICS_AVAILABLE, autoscaled.metrics if autoscaled else None),
-                           (ConditionType.COMPUTE_DOMAIN_READY, observed.compute_domain)):
+                           (ConditionType.COMPUTE_DOMAIN_READY, observed.compute_domain),
+                           (ConditionType.STOPPED, observed.stopped)):
         if verdict is not None:
             conditions = set_condition(conditions, type_, verdict, gen)
     note, owner = observed.compute_domain_note, snap.owner
@@ -297,6 +304,7 @@ def compute_status(snap: Snapshot, admitted: Admitted, observed: Observed) -> Ki
                         compute_domain_note=note if plan.needs_compute_domain else None),
         decode=autoscaled.decode if autoscaled else None,
         last_scale=autoscaled.last_scale if autoscaled else None,
+        idle=observed.idle,
         groups=group_statuses(snap.groups, snap.workloads, snap.sets, observed.target, observed.desired, snap.racks),
         rollout=rollout,
         engine_overrides=list(admitted.overrides),
