@@ -28,7 +28,8 @@ from kimik3.api.v1alpha1 import IdleStatus
 from kimik3.autoscaler.idle import IdleClock
 from kimik3.autoscaler.observation import DecodeObservation, MetricsUnavailable
 from kimik3.autoscaler.sources import MetricSource
-from kimik3.controller.autoscaling import ScrapeURL, load_seconds, metric_source, pod_ip_url, source_key
+from kimik3.controller.autoscaling import ScrapeURL, fleet_state, metric_source, pod_ip_url, source_key
+from kimik3.controller.fleet import EngineSet, fleet_replicas
 from kimik3.controller.kube import Kube
 from kimik3.kube.kinds import KIMIK3_DEPLOYMENT
 from kimik3.kube.groups import Group, GroupKey
@@ -69,15 +70,6 @@ class _Watch:
     pods: list[dict[str, Any]] = field(default_factory=list)
 
 
-def wake_estimate(groups: Mapping[GroupKey, Group], load_timeout_s: float) -> float | None:
-    """Seconds a wake takes to serve again: the shortest load time of the Ready groups
-    (``controller.autoscaling.load_seconds``: first pod created to last pod Ready, as the
-    autoscaler measures it); None when no Ready group's load was measured."""
-    loads = [s for g in groups.values() if g.ready for s in [load_seconds(list(g.pods), load_timeout_s)]
-             if s is not None]
-    return min(loads, default=None)
-
-
 def estimate_text(seconds: float | None) -> str:
     """The wake estimate as the condition and Events say it."""
     return (f"a wake serves in about {seconds:.0f}s (the load time measured before the stop)" if seconds is not None
@@ -115,8 +107,12 @@ class Idle:
     def forget(self, namespace: str, name: str) -> None:
         self._watches.pop((namespace, name), None)
 
-    def step(self, obj: dict[str, Any], admitted: Admitted, groups: Mapping[GroupKey, Group]) -> IdleStep:
-        """Stopped, woken or running, for the CR ``obj`` whose engine groups are ``groups``."""
+    def step(self, obj: dict[str, Any], admitted: Admitted, sets: list[EngineSet], groups: Mapping[GroupKey, Group],
+             workloads: list[dict[str, Any]] | None = None) -> IdleStep:
+        """Stopped, woken or running, for the CR ``obj`` whose LeaderWorkerSets are ``sets``, with
+        their ``groups`` (and Kueue ``workloads``). The serving groups (each must be in a quiet
+        reading) and the wake estimate (the shortest load time of the serving groups) are the
+        autoscaler's (``controller.autoscaling.fleet_state``)."""
         meta = obj["metadata"]
         key = (meta["namespace"], meta["name"])
         stop_after = admitted.seconds.idle_stop_after
@@ -151,6 +147,7 @@ class Idle:
                 Event("Normal", EventReason.WOKEN, f"woken by {why} (stopped since {stored.stopped_at}); "
                       f"{estimate_text(stored.wake_estimate_seconds)}", once=False)],
                 requeue_after=admitted.seconds.autoscaling_interval)
+        fleet = fleet_state(sets, fleet_replicas(sets) or 0, groups, admitted.seconds.load_timeout, now, workloads)
         watch = self._watch(key, admitted, now)
         for restart in (rfc3339_seconds(stored.woke_at), requested_at):
             if restart is not None:
@@ -158,16 +155,16 @@ class Idle:
         interval = admitted.seconds.autoscaling_interval
         if watch.clock.read_at is None or now - watch.clock.read_at >= interval:
             watch.pods = [p for g in groups.values() for p in g.pods]
-            watch.clock.read(now, self._observe(watch, key, admitted), {str(g.index) for g in groups.values() if g.ready})
+            watch.clock.read(now, self._observe(watch, key, admitted), fleet.serving)
         if watch.clock.due(now, stop_after):
-            estimate = wake_estimate(groups, admitted.seconds.load_timeout)
+            estimate = fleet.load_time_s
             status = IdleStatus(stopped_at=rfc3339(now), stopped_generation=generation,
                                 wake_estimate_seconds=None if estimate is None else round(estimate, 1),
                                 woke_at=stored.woke_at)
             self.forget(*key)
             return IdleStep(stopped=True, status=status, events=invalid + [Event(
                 "Normal", EventReason.IDLE_TIMEOUT, f"stopped: no request for {admitted.spec.idle.stop_after} "
-                f"(spec.idle.stopAfter); {len(groups)} group(s) removed, weights kept staged; "
+                f"(spec.idle.stopAfter); {fleet.current} group(s) removed, weights kept staged; "
                 f"{estimate_text(status.wake_estimate_seconds)}", once=False)],
                 verdict=stopped_verdict(obj, admitted, status))
         woken_recently = stored.woke_at is not None and not IdleClock(rfc3339_seconds(stored.woke_at) or 0).due(

@@ -134,7 +134,7 @@ def guard(snap: Snapshot, failures: GroupFailures) -> StepResult[Crashes]:
 def idle(snap: Snapshot, admitted: Admitted, idling: Idle) -> StepResult[IdleStep]:
     """Stopped (0 groups) after spec.idle.stopAfter without a request, or woken by a request or a
     spec change; the condition Stopped and its Events (``controller.idle``)."""
-    step = idling.step(snap.obj, admitted, snap.groups)
+    step = idling.step(snap.obj, admitted, snap.sets, snap.groups, snap.workloads)
     out = StepResult(step, events=list(step.events), requeue_after=step.requeue_after)
     if step.verdict is not None:
         out.conditions[ConditionType.STOPPED] = step.verdict
