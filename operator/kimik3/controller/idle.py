@@ -167,8 +167,8 @@ class Idle:
                 f"(spec.idle.stopAfter); {fleet.current} group(s) removed, weights kept staged; "
                 f"{estimate_text(status.wake_estimate_seconds)}", once=False)],
                 verdict=stopped_verdict(obj, admitted, status))
-        woken_recently = stored.woke_at is not None and not IdleClock(rfc3339_seconds(stored.woke_at) or 0).due(
-            now, stop_after)
+        woke_at = rfc3339_seconds(stored.woke_at)
+        woken_recently = woke_at is not None and now - woke_at < stop_after
         left = stop_after - watch.clock.idle_for(now)
         return IdleStep(floor=self._floor(admitted) if woken_recently else 0, status=stored,
                         verdict=self._active(admitted), events=invalid,
