@@ -69,6 +69,8 @@ def test_server_reports_built_version(admin_api: client.ApiClient) -> None:
         ("PodMonitor", "podmonitors.monitoring.coreos.com"),
         ("ServiceMonitor", "servicemonitors.monitoring.coreos.com"),
         ("HTTPRoute", "httproutes.gateway.networking.k8s.io"),
+        ("InferencePool", "inferencepools.inference.networking.k8s.io"),
+        ("InferenceObjective", "inferenceobjectives.inference.networking.x-k8s.io"),
     ],
 )
 def test_thirdparty_crd_is_established(admin_api: client.ApiClient, kind: str, crd_name: str) -> None:

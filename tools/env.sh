@@ -41,7 +41,7 @@ export PATH="$KIMIK3_VENV/bin:$PATH"
 # KIMIK3_BINARIES=0 skips them (tools/test sets it when only the unit and process tiers run).
 [ "${KIMIK3_BINARIES:-1}" = 0 ] ||
   "$KIMIK3_REPO/tools/build-binaries.sh" etcd kube-apiserver kube-controller-manager kube-scheduler kwok lws kueue helm \
-  prometheus-operator prometheus
+  prometheus-operator prometheus epp envoy
 flock -u 9
 # The vLLM venvs of tests/conformance (tools/test only; cached: ~0 s warm, ~8 min cold; KIMIK3_VLLM_ENVS=0
 # skips, as tools/test -m does when no conformance test is selected). A failed build has said why;

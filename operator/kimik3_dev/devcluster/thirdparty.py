@@ -19,11 +19,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from kimik3_dev.versions import GATEWAY_API_VERSION, LWS_VERSION, PROMETHEUS_OPERATOR_VERSION
+from kimik3_dev.versions import (GATEWAY_API_VERSION, INFERENCE_EXTENSION_VERSION, LWS_VERSION,
+                                 PROMETHEUS_OPERATOR_VERSION)
 
 __all__ = [
     "COMPUTE_DOMAIN_CRD",
     "GATEWAY_API_MODULE",
+    "INFERENCE_EXTENSION_MODULE",
     "LWS_MODULE",
     "PROMETHEUS_OPERATOR_MODULE",
     "ThirdPartyCRDError",
@@ -38,6 +40,9 @@ PROMETHEUS_OPERATOR_MODULE = "github.com/prometheus-operator/prometheus-operator
 """Prometheus Operator (monitoring.coreos.com/v1), root module."""
 GATEWAY_API_MODULE = "sigs.k8s.io/gateway-api"
 """Gateway API (gateway.networking.k8s.io/v1), standard channel."""
+INFERENCE_EXTENSION_MODULE = "sigs.k8s.io/gateway-api-inference-extension"
+"""Gateway API Inference Extension (InferencePool, inference.networking.k8s.io/v1); its ``cmd/epp`` is the
+dev cluster's endpoint picker (``kimik3_dev.devcluster.gateway``)."""
 
 # ComputeDomain (resource.nvidia.com/v1beta1) from NVIDIA's DRA driver for GPUs. Neither
 # github.com/NVIDIA/k8s-dra-driver-gpu nor sigs.k8s.io/dra-driver-nvidia-gpu is served by the Go
@@ -82,6 +87,18 @@ _MODULE_CRDS: dict[str, _ModuleCRD] = {
     ),
     "HTTPRoute": _ModuleCRD(
         GATEWAY_API_MODULE, GATEWAY_API_VERSION, "config/crd/standard/gateway.networking.k8s.io_httproutes.yaml"
+    ),
+    "InferencePool": _ModuleCRD(
+        INFERENCE_EXTENSION_MODULE,
+        INFERENCE_EXTENSION_VERSION,
+        "config/crd/bases/inference.networking.k8s.io_inferencepools.yaml",
+    ),
+    # The endpoint picker's manager caches InferenceObjectives (x-k8s.io/v1alpha2) beside the pool and
+    # exits at start without their CRD ("no matches for kind InferenceObjective").
+    "InferenceObjective": _ModuleCRD(
+        INFERENCE_EXTENSION_MODULE,
+        INFERENCE_EXTENSION_VERSION,
+        "config/crd/bases/inference.networking.x-k8s.io_inferenceobjectives.yaml",
     ),
 }
 
@@ -134,7 +151,7 @@ def thirdparty_crd_paths() -> dict[str, Path]:
     """Return the third-party CRD manifest files, keyed by the kind each defines.
 
     Kinds: LeaderWorkerSet, ComputeDomain, PodMonitor, ServiceMonitor, GatewayClass, Gateway,
-    HTTPRoute, at the versions of ``kimik3_dev.versions``. Raises
+    HTTPRoute, InferencePool, InferenceObjective, at the versions of ``kimik3_dev.versions``. Raises
     ``ThirdPartyCRDError`` naming the module when one cannot be fetched or lacks the file.
     """
     paths: dict[str, Path] = {}

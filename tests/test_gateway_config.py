@@ -1,0 +1,83 @@
+"""The dev cluster's gateway configuration (``kimik3_dev.devcluster.gateway``) without a cluster:
+the endpoints a pool selects, its failure mode, and Envoy's bootstrap as the real Envoy binary
+validates it (``envoy --mode validate``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kimik3.kube.labels import DEPLOYMENT_LABEL, LWS_WORKER_INDEX_LABEL
+from kimik3_dev.devcluster import gateway
+from kimik3_dev.devcluster.controlplane import bin_dir
+
+POOL = {"spec": {"selector": {"matchLabels": {DEPLOYMENT_LABEL: "k3", LWS_WORKER_INDEX_LABEL: "0"}},
+                 "targetPorts": [{"number": 8000}], "endpointPickerRef": {"name": "k3-epp"}}}
+
+
+def _pod(name: str, ip: str | None, worker: str, ready: bool = True, deleting: bool = False) -> dict:
+    meta = {"name": name, "labels": {DEPLOYMENT_LABEL: "k3", LWS_WORKER_INDEX_LABEL: worker}}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-12-05T00:00:00Z"
+    status = {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+    if ip:
+        status["podIP"] = ip
+    return {"metadata": meta, "status": status}
+
+
+def test_a_pool_selects_its_ready_leaders_at_the_target_port() -> None:
+    pods = [_pod("g1-0", "127.5.0.9", "0"), _pod("g0-0", "127.5.0.2", "0"), _pod("g0-1", "127.5.0.3", "1"),
+            _pod("g2-0", None, "0"), _pod("g3-0", "127.5.0.7", "0", ready=False),
+            _pod("g4-0", "127.5.0.8", "0", deleting=True)]
+    assert gateway.pool_endpoints(POOL, pods) == [("127.5.0.2", 8000), ("127.5.0.9", 8000)]
+
+
+def test_failure_mode_defaults_to_fail_close_and_refuses_others() -> None:
+    assert gateway.failure_mode(POOL) == "FailClose"
+    assert gateway.failure_mode({"spec": {"endpointPickerRef": {"failureMode": "FailOpen"}}}) == "FailOpen"
+    with pytest.raises(ValueError, match="failureMode 'Open' is not one of FailOpen, FailClose"):
+        gateway.failure_mode({"spec": {"endpointPickerRef": {"failureMode": "Open"}}})
+
+
+def test_only_fail_open_lets_requests_pass_without_the_picker_to_a_fallback() -> None:
+    close = gateway.envoy_config(10080, 10081, 10002, "FailClose", [("127.5.0.2", 8000)])
+    opened = gateway.envoy_config(10080, 10081, 10002, "FailOpen", [("127.5.0.2", 8000)])
+
+    def ext_proc(cfg: dict) -> dict:
+        hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+        return next(f["typed_config"] for f in hcm["http_filters"] if f["name"] == "envoy.filters.http.ext_proc")
+
+    def routes(cfg: dict) -> list[str]:
+        hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+        return [r["route"]["cluster"] for r in hcm["route_config"]["virtual_hosts"][0]["routes"]]
+
+    assert ext_proc(close)["failure_mode_allow"] is False and routes(close) == ["pool"]
+    assert ext_proc(opened)["failure_mode_allow"] is True and routes(opened) == ["pool", "pool-fallback"]
+    (original_dst,) = [c for c in close["static_resources"]["clusters"] if c["name"] == "pool"]
+    assert original_dst["original_dst_lb_config"] == {"use_http_header": True,
+                                                      "http_header_name": "x-gateway-destination-endpoint"}
+    with pytest.raises(ValueError, match="failure mode 'FailSoft'"):
+        gateway.envoy_config(1, 2, 3, "FailSoft", [])
+
+
+@pytest.mark.tier("process")
+@pytest.mark.parametrize("mode", gateway.FAILURE_MODES)
+def test_envoy_accepts_the_generated_bootstrap(tmp_path: Path, mode: str) -> None:
+    envoy = bin_dir() / gateway.ENVOY_BINARY
+    config = tmp_path / "envoy.json"
+    config.write_text(json.dumps(gateway.envoy_config(10080, 10081, 10002, mode, [("127.5.0.2", 8000)])))
+    proc = subprocess.run([str(envoy), "--mode", "validate", "-c", str(config), "--disable-hot-restart"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0 and f"configuration '{config}' OK" in proc.stdout + proc.stderr, \
+        proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_the_cli_asks_for_namespace_slash_pool() -> None:
+    from click.testing import CliRunner
+
+    from kimik3_dev.devcluster.cli import dev
+    result = CliRunner().invoke(dev, ["gateway", "k3"])
+    assert result.exit_code == 2 and "'k3': give NAMESPACE/POOL, e.g. default/k3" in result.output
