@@ -59,9 +59,10 @@ def env(cp) -> Iterator[dict]:
     api.close()
 
 
-def lws_controller(e: dict) -> int:
+def lws_controller(e: dict, loaded: bool = True) -> int:
     """What the LeaderWorkerSet controller and the kubelet would do for the set's spec.replicas:
-    a Ready leader per group (Ready ``LOAD_S`` after its creation), none beyond; returns the groups."""
+    a Running leader per group, Ready ``LOAD_S`` after its creation (not ``loaded``: not Ready
+    yet), none beyond; returns the groups."""
     core = client.CoreV1Api(e["api"])
     want = int(e["kube"].get(*LWS, e["ns"], SET)["spec"]["replicas"])
     have = {p.metadata.name for p in core.list_namespaced_pod(e["ns"]).items}
@@ -75,19 +76,19 @@ def lws_controller(e: dict) -> int:
             "inference.kimik3.io/deployment": NAME}}, "spec": {"containers": [{"name": "engine", "image": "x"}]}})
         ready_at = rfc3339(pod.metadata.creation_timestamp.timestamp() + LOAD_S)
         core.patch_namespaced_pod_status(name, e["ns"], {"status": {"phase": "Running", "conditions": [
-            {"type": "Ready", "status": "True", "lastTransitionTime": ready_at}]}})
+            {"type": "Ready", "status": "True" if loaded else "False", "lastTransitionTime": ready_at}]}})
     for name in have:
         if int(name.rsplit("-", 1)[1]) >= want:
             core.delete_namespaced_pod(name, e["ns"], grace_period_seconds=0)
-    e["kube"].patch_merge(*LWS, e["ns"], SET, {"status": {"replicas": want, "readyReplicas": want}},
+    e["kube"].patch_merge(*LWS, e["ns"], SET, {"status": {"replicas": want, "readyReplicas": want if loaded else 0}},
                           subresource="status")
     return want
 
 
-def tick(e: dict, seconds: float = 30) -> dict:
+def tick(e: dict, seconds: float = 30, loaded: bool = True) -> dict:
     e["clock"][0] += seconds
     e["rec"].reconcile(e["ns"], NAME)
-    lws_controller(e)
+    lws_controller(e, loaded)
     e["rec"].reconcile(e["ns"], NAME)
     return e["kube"].get(*CR, e["ns"], NAME)
 
@@ -193,4 +194,15 @@ def test_an_unreadable_source_never_stops_it(env):
     for _ in range(10):
         obj = tick(e)
     assert condition(obj, "Stopped")["status"] == "False"
+    assert e["kube"].get(*LWS, e["ns"], SET)["spec"]["replicas"] == 2
+
+
+def test_the_clock_does_not_run_while_a_woken_group_loads(env):
+    e = env
+    started(e)
+    stop(e)
+    request_wake(e["kube"], e["ns"], NAME, now=e["clock"][0] + 30)
+    for _ in range(10):  # 300 s of loading, no request: longer than stopAfter (2m)
+        obj = tick(e, loaded=False)
+    assert condition(obj, "Stopped")["reason"] == "Active"
     assert e["kube"].get(*LWS, e["ns"], SET)["spec"]["replicas"] == 2

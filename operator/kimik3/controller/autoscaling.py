@@ -68,8 +68,8 @@ def metric_source(admitted: Admitted, pods: Callable[[], list[dict[str, Any]]], 
     port = admitted.spec.service.port
 
     def targets(namespace: str, name: str) -> list[ScrapeTarget]:
-        return [ScrapeTarget(p["metadata"].get("uid", p["metadata"]["name"]), group_index(p) or "0", scrape_url(p, port))
-                for p in pods() if is_leader(p) and phase(p) == "Running"]
+        return [ScrapeTarget(p["metadata"].get("uid", p["metadata"]["name"]), group_index(p) or "0",
+                             scrape_url(p, port)) for p in pods() if is_leader(p) and phase(p) == "Running"]
     return PodScrapeSource(targets, clock=clock)
 
 

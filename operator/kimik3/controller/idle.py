@@ -111,8 +111,10 @@ class Idle:
              workloads: list[dict[str, Any]] | None = None) -> IdleStep:
         """Stopped, woken or running, for the CR ``obj`` whose LeaderWorkerSets are ``sets``, with
         their ``groups`` (and Kueue ``workloads``). The serving groups (each must be in a quiet
-        reading) and the wake estimate (the shortest load time of the serving groups) are the
-        autoscaler's (``controller.autoscaling.fleet_state``)."""
+        reading), the groups loading (the clock does not run while one loads: a wake whose load
+        outlasts stopAfter does not stop again before it serves) and the wake estimate (the
+        shortest load time of the serving groups) are the autoscaler's
+        (``controller.autoscaling.fleet_state``)."""
         meta = obj["metadata"]
         key = (meta["namespace"], meta["name"])
         stop_after = admitted.seconds.idle_stop_after
@@ -141,7 +143,8 @@ class Idle:
                    else None)
             if why is None:
                 self.forget(*key)
-                return IdleStep(stopped=True, status=stored, events=invalid, verdict=stopped_verdict(obj, admitted, stored))
+                return IdleStep(stopped=True, status=stored, events=invalid,
+                                verdict=stopped_verdict(obj, admitted, stored))
             woke = IdleStatus(woke_at=rfc3339(now))
             return IdleStep(floor=self._floor(admitted), status=woke, verdict=self._active(admitted), events=invalid + [
                 Event("Normal", EventReason.WOKEN, f"woken by {why} (stopped since {stored.stopped_at}); "
@@ -149,7 +152,7 @@ class Idle:
                 requeue_after=admitted.seconds.autoscaling_interval)
         fleet = fleet_state(sets, fleet_replicas(sets) or 0, groups, admitted.seconds.load_timeout, now, workloads)
         watch = self._watch(key, admitted, now)
-        for restart in (rfc3339_seconds(stored.woke_at), requested_at):
+        for restart in (rfc3339_seconds(stored.woke_at), requested_at, now if fleet.loading else None):
             if restart is not None:
                 watch.clock.restart(restart)
         interval = admitted.seconds.autoscaling_interval

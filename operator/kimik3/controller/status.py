@@ -373,7 +373,8 @@ def compute_status(snap: Snapshot, admitted: Admitted, observed: Observed) -> Ki
     for type_, verdict in ((ConditionType.SCALING_LIMITED, limited), (ConditionType.DEGRADED, degraded),
                            (ConditionType.METRICS_AVAILABLE, autoscaled.metrics if autoscaled else None),
                            (ConditionType.COMPUTE_DOMAIN_READY, observed.compute_domain),
-                           (ConditionType.PLACEMENT_CONFLICT, observed.placement_conflict)):
+                           (ConditionType.PLACEMENT_CONFLICT, observed.placement_conflict),
+                           (ConditionType.STOPPED, observed.stopped)):
         if verdict is not None:
             conditions = set_condition(conditions, type_, verdict, gen)
     note, owner = observed.compute_domain_note, snap.owner
