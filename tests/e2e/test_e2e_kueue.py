@@ -189,6 +189,18 @@ def test_four_tp16_groups_and_a_tp8_group_of_another_tenant_share_one_rack(kueue
     env.apply(cr)
     groups = wait_for(lambda: env.ready_groups(tenant, 4, 4), WAIT_S, "4 TP16 groups Ready")
     (rack,) = {r for pods in groups.values() for r in env.cliques(pods)}
+    # Kueue and ComputeDomains together (the TP16 recipe's pair): each pod's channel claim was
+    # counted in quota through the DRA mapping and allocated on the pod's own tray.
+    assert env.state["compute_domains"] is True
+    for pods in groups.values():
+        for pod in pods:
+            claim = env.channel_claim(env.rest.get(f"/api/v1/namespaces/{tenant}/pods/{pod['metadata']['name']}"))
+            assert [r["pool"] for r in claim["status"]["allocation"]["devices"]["results"]] == [pod["spec"]["nodeName"]]
+    workloads = env.rest.get(f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{tenant}/workloads")["items"]
+    assert len(workloads) == 4
+    for wl in workloads:
+        usage = {ps["name"]: ps["resourceUsage"] for ps in wl["status"]["admission"]["podSetAssignments"]}
+        assert usage["leader"][kueue.CHANNEL_RESOURCE] == "1" and usage["worker"][kueue.CHANNEL_RESOURCE] == "3", usage
     with env.namespace(f"{tenant}-b", WAIT_S) as other:
         env.apply(packed(env, other, replicas=1))
         (tp8,) = wait_for(lambda: env.ready_groups(other, 2, 1),

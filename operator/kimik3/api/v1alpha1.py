@@ -10,6 +10,7 @@ Python names are snake_case; the Kubernetes names are their camelCase aliases.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Literal
 
@@ -703,8 +704,18 @@ class MonitoringSpec(Model):
     """Labels of the PodMonitor (to match a Prometheus' podMonitorSelector)."""
 
 
+DRAIN_LONGEST_OUTPUT_TOKENS = 32768
+"""Output tokens of the longest generation the default ``probes.drainTimeout`` lets finish: a long
+Kimi K3 answer with its thinking (clients that ask for more ``max_tokens`` should raise drainTimeout)."""
+DRAIN_TIMEOUT_DEFAULT = (
+    f"{math.ceil(DRAIN_LONGEST_OUTPUT_TOKENS * duration_seconds(LatencyTarget.model_fields['value'].default) / 60)}m")
+"""``probes.drainTimeout`` by default: DRAIN_LONGEST_OUTPUT_TOKENS at the default per-token latency
+target (``autoscaling.target.value``, 5 ms: 164 s), rounded up to whole minutes (3m); the rest
+covers the request's prefill and its wait in the queue."""
+
+
 class ProbesSpec(Model):
-    """Start-up and health of the engine."""
+    """Start-up, health and shutdown of the engine."""
 
     load_timeout: Duration = "90m"
     """Longest a group may take to load weights and warm up before it counts as failed: the leader's startup probe budget and VLLM_ENGINE_READY_TIMEOUT_S. Kimi K3 loads ~1.5 TB: keep >= 60m."""
@@ -714,6 +725,8 @@ class ProbesSpec(Model):
     """Probe period of the leader's /health probes."""
     liveness_failure_threshold: int = Field(default=6, ge=1, le=100)
     """Failed liveness probes (after start-up) before the leader restarts."""
+    drain_timeout: Duration = DRAIN_TIMEOUT_DEFAULT
+    """Longest the requests in flight on a group that goes (scale-down, a rollout retiring it, deletion) may take to finish: vLLM's --shutdown-timeout. Before it, the leader fails readiness so the Service and the endpoint picker stop sending to it. 0s: requests in flight are aborted at once (vLLM's default). Default 3m: 32,768 output tokens at 5 ms each."""
 
 
 # ---------------------------------------------------------------- rollout -------------------
