@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
 
+from kimik3.api.documents import dump_yaml
 from kimik3.api.v1alpha1 import K3_CONTEXT_TOKENS, KimiK3DeploymentSpec
 from kimik3.engine.kvcache import KV_BLOCK_ALIGNMENT
 from kimik3.engine.metrics import KV_USAGE
@@ -140,7 +140,7 @@ def endpoint_picker(owner: Owner, spec: KimiK3DeploymentSpec) -> list[dict[str, 
                "roleRef": {"apiGroup": ROLE.group, "kind": ROLE.kind, "name": name},
                "subjects": [{"kind": SERVICE_ACCOUNT.kind, "name": name, "namespace": owner.namespace}]}
     config = {"apiVersion": CONFIG_MAP.api_version, "kind": CONFIG_MAP.kind, "metadata": owner.metadata(name),
-              "data": {CONFIG_FILE: yaml.safe_dump(picker_config(spec), sort_keys=False)}}
+              "data": {CONFIG_FILE: dump_yaml(picker_config(spec))}}
     health = {"grpc": {"port": GRPC_HEALTH_PORT, "service": HEALTH_SERVICE}}
     container = {
         "name": "epp", "image": spec.routing.endpoint_picker.image, "args": picker_args(owner),
