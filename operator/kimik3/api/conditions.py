@@ -53,10 +53,24 @@ WeightsReady       True    Staged (revisions, commits, size, when verified), Dec
                    False   Staging (bytes and files done of total, ETA), StagingFailed (the
                            hub's or the storage's error quoted); no engine pod exists meanwhile
 ComputeDomainReady True    AllNodesJoined (every node of the engine pods is in the ComputeDomain)
-                   False   NodesMissing (nodes seen and missing; never decides Ready: F19),
+                   False   ResourceSliceMissing (a tray of an engine pod publishes no ResourceSlice of
+                           the driver: its kubelet plugin is down, so its daemon cannot start; checked first),
+                           NodesNotReady (the driver lists a tray's IMEX daemon NotReady),
+                           NodesMissing (nodes seen and missing; none decides Ready: F19),
                            PrepareFailed (a pod the kubelet cannot start: FailedPrepareDynamicResources
                            past its bound; pod, node and the kubelet's message: F19 b)
                    Unknown NotReported
+RoutingReady       True    Routed (spec.routing.enabled: the picker is available, no gateway
+                           refuses the InferencePool)
+                   False   InferencePoolNotServed (the cluster lacks the InferencePool CRD: the
+                           route goes to the Service, nothing refused), EndpointPickerNotReady
+                           (its Deployment has no available replica; what that means under the
+                           failure mode), PoolNotAccepted (a gateway's condition on the pool quoted)
+GatewayReady       True    GatewayAccepts (spec.service.httpRoute: every Gateway named exists, is
+                           Programmed and has a listener admitting the deployment's namespace)
+                   False   GatewayNotFound, GatewayNotProgrammed, NamespaceNotAllowed (no
+                           listener admits the route's namespace: the "silent 404")
+                   Unknown GatewayUnreadable (the operator may not read the Gateway)
 PlacementConflict  True    PlacementModesMixed (a deployment of placement kueue and one of placement
                            exclusive share a node pool: each other deployment named with its
                            mode and racks, the fix; set only once a clash was seen)
@@ -96,6 +110,10 @@ class ConditionType(StrEnum):
     """The target and the drafter are where the engines load them (a cache: staged and verified)."""
     COMPUTE_DOMAIN_READY = "ComputeDomainReady"
     """The DRA driver lists every node of the engine pods in the ComputeDomain (reported only)."""
+    ROUTING_READY = "RoutingReady"
+    """spec.routing.enabled: requests reach the leaders through the InferencePool's endpoint picker (reported only)."""
+    GATEWAY_READY = "GatewayReady"
+    """spec.service.httpRoute: the Gateways the route names exist, are programmed and admit it (reported only)."""
     PLACEMENT_CONFLICT = "PlacementConflict"
     """Another deployment of the other placement mode shares the node pool (controller.placementmix)."""
 
@@ -174,6 +192,20 @@ class Reason(StrEnum):
     """A pod's resource claims could not be prepared for longer than its bound (the kubelet's
     FailedPrepareDynamicResources Event quoted; kimik3.controller.computedomains)."""
     NOT_REPORTED = "NotReported"
+    ROUTED = "Routed"
+    INFERENCE_POOL_NOT_SERVED = "InferencePoolNotServed"
+    """spec.routing.enabled, but the API server does not serve InferencePool: the route goes to the Service."""
+    ENDPOINT_PICKER_NOT_READY = "EndpointPickerNotReady"
+    """The endpoint picker's Deployment has no available replica."""
+    POOL_NOT_ACCEPTED = "PoolNotAccepted"
+    """A gateway wrote a False condition on the InferencePool (its status.parents)."""
+    GATEWAY_ACCEPTS = "GatewayAccepts"
+    GATEWAY_NOT_FOUND = "GatewayNotFound"
+    GATEWAY_NOT_PROGRAMMED = "GatewayNotProgrammed"
+    """The Gateway's Programmed condition is not True (its controller's message quoted)."""
+    NAMESPACE_NOT_ALLOWED = "NamespaceNotAllowed"
+    """No listener of the Gateway admits routes from the deployment's namespace (allowedRoutes)."""
+    GATEWAY_UNREADABLE = "GatewayUnreadable"
     PLACEMENT_MODES_MIXED = "PlacementModesMixed"
     """A deployment of placement kueue and one of placement exclusive (exclusive topology) share a
     node pool: the other deployments named, their racks, the fix (kimik3.controller.placementmix)."""
@@ -243,6 +275,10 @@ REASONS: dict[ConditionType, tuple[Reason, ...]] = {
                                       Reason.NOT_YET_MEASURED, *METRICS_UNAVAILABLE),
     ConditionType.WEIGHTS_READY: (Reason.STAGED, Reason.DECLARED_READY, Reason.NOT_STAGED, Reason.STAGING,
                                   Reason.STAGING_FAILED),
+    ConditionType.ROUTING_READY: (Reason.ROUTED, Reason.INFERENCE_POOL_NOT_SERVED, Reason.ENDPOINT_PICKER_NOT_READY,
+                                  Reason.POOL_NOT_ACCEPTED),
+    ConditionType.GATEWAY_READY: (Reason.GATEWAY_ACCEPTS, Reason.GATEWAY_NOT_FOUND, Reason.GATEWAY_NOT_PROGRAMMED,
+                                  Reason.NAMESPACE_NOT_ALLOWED, Reason.GATEWAY_UNREADABLE),
 }
 """The reasons the operator writes for each condition type."""
 

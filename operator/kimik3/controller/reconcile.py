@@ -42,8 +42,8 @@ from kimik3.controller.snapshot import Reader
 from kimik3.controller.staging import DEFAULT_STAGER_IMAGE, Staging
 from kimik3.controller.status import Observed, invalid_status, lws_selector, merge_patch, status_patch, stored_conditions
 from kimik3.controller.steps import Deletion, Outcome
-from kimik3.kube.kinds import (CHILD_KINDS, CHILD_NEEDS, COMPUTE_DOMAIN, GROUP, HTTP_ROUTE, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET,
-                               POD, POD_MONITOR, SERVED_BY, Kind, kind_of)
+from kimik3.kube.kinds import (CHILD_KINDS, CHILD_NEEDS, COMPUTE_DOMAIN, CONFIG_MAP, GROUP, HTTP_ROUTE, INFERENCE_POOL,
+                               KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, POD, POD_MONITOR, SERVED_BY, Kind, kind_of)
 from kimik3.kube.groups import gpus_by_revision
 from kimik3.kube.labels import DEPLOYMENT_LABEL
 from kimik3.kube.objects import is_deleting
@@ -58,6 +58,7 @@ log = logging.getLogger("kimik3.reconcile")
 UNSERVED_FIX: dict[Kind, str] = {
     POD_MONITOR: "or set spec.monitoring.enabled: false",
     HTTP_ROUTE: "or remove spec.service.httpRoute",
+    INFERENCE_POOL: "or set spec.routing.enabled: false",
     COMPUTE_DOMAIN: "or run the operator with --no-compute-domains (chart value computeDomains: false)",
 }
 """The spec's (or the operator's) way around a child kind the cluster does not serve."""
@@ -86,6 +87,14 @@ class Result:
     what this reconcile found of them (``controller.placementmix``)."""
 
 
+def named(kube: Kube, kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
+    """The object ``namespace/name`` of ``kind`` by a list with a field selector, None when none:
+    the operator's RBAC lists ConfigMaps (its launchers) but does not get them, and a list by name
+    needs no other verb (the golden prompts of ``controller.parity``)."""
+    found = kube.list(*kind.type_meta, namespace, "", f"metadata.name={name}")
+    return found[0] if found else None
+
+
 class Reconciler:
     """Reconciles KimiK3Deployments through ``kube``."""
 
@@ -100,7 +109,9 @@ class Reconciler:
         self.policy = policy
         self.autoscaling = autoscaling or Autoscaling()
         """Decode-latency autoscaler state of every deployment with spec.autoscaling.enabled."""
-        self.rollouts = Rollouts(Analysis(self.autoscaling.scrape_url, self.autoscaling.clock), self.autoscaling.clock)
+        self.rollouts = Rollouts(Analysis(self.autoscaling.scrape_url, self.autoscaling.clock,
+                                          config_maps=lambda ns, name: named(kube, CONFIG_MAP, ns, name)),
+                                 self.autoscaling.clock)
         """Pause, canary analysis, progress deadline and rollback (``controller.rollout``), on the autoscaler's clock."""
         self.cache = cache
         """What the watches saw; without it every read goes to the API server."""
@@ -165,6 +176,7 @@ class Reconciler:
         self._delete(obj, out.add(steps.prune(snap, rendered, not failed)).delete)
         self._delete(obj, out.add(steps.place(snap)).delete)
         prepare = out.add(steps.observe(snap, has_domain, dt.datetime.now(dt.timezone.utc))).value
+        routing = out.add(steps.route(snap, admitted)).value
         wake = tuple(out.add(steps.collide(snap, admitted, self.placements)).value)
         apply_error = "; ".join(failed.values()) or None
         observed = Observed(
@@ -176,6 +188,8 @@ class Reconciler:
             crash_looping=out.conditions.get(ConditionType.DEGRADED),
             queue=out.conditions.get(ConditionType.SCALING_LIMITED),
             compute_domain=out.conditions.get(ConditionType.COMPUTE_DOMAIN_READY), rollout_step=rolled.value,
+            routing=routing, routing_ready=out.conditions.get(ConditionType.ROUTING_READY),
+            gateway=out.conditions.get(ConditionType.GATEWAY_READY),
             placement_conflict=out.conditions.get(ConditionType.PLACEMENT_CONFLICT))
         status = out.add(steps.report(snap, admitted, observed, weights, prepare)).value
         self._post(obj, out.events)

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from kimik3.admission import Admitted
 from kimik3.api.conditions import QUEUE_NOT_SERVED, ConditionStatus, ConditionType, Reason, Verdict
 from kimik3.api.v1alpha1 import (Condition, DecodeStatus, KimiK3DeploymentStatus, PlanStatus, RolloutStatus,
-                                 ScaleEvent)
+                                 RoutingStatus, ScaleEvent)
 from kimik3.controller.fleet import EngineSet
 from kimik3.controller.groups import group_statuses, split_message
 from kimik3.controller.snapshot import Snapshot
@@ -258,6 +258,12 @@ class Observed:
     """What ``controller.rollout.Rollouts`` decided (canary, rollback, pause)."""
     queue: Verdict | None = None
     """Placement kueue: why no group is created (``controller.queues``), None when nothing is held for it."""
+    routing: RoutingStatus | None = None
+    """``status.routing`` (``controller.routing``), None with routing off."""
+    routing_ready: Verdict | None = None
+    """RoutingReady, None with routing off (the condition is then removed)."""
+    gateway: Verdict | None = None
+    """GatewayReady, None without an HTTPRoute (the condition is then removed)."""
     placement_conflict: Verdict | None = None
     """PlacementConflict (``controller.placementmix``), None: the condition stays as it is."""
 
@@ -368,6 +374,10 @@ def compute_status(snap: Snapshot, admitted: Admitted, observed: Observed) -> Ki
                            (ConditionType.PLACEMENT_CONFLICT, observed.placement_conflict)):
         if verdict is not None:
             conditions = set_condition(conditions, type_, verdict, gen)
+    for type_, verdict in ((ConditionType.ROUTING_READY, observed.routing_ready),
+                           (ConditionType.GATEWAY_READY, observed.gateway)):
+        conditions = (set_condition(conditions, type_, verdict, gen) if verdict is not None
+                      else [c for c in conditions if c.type != type_])
     note, owner = observed.compute_domain_note, snap.owner
     return KimiK3DeploymentStatus(
         observed_generation=gen,
@@ -384,6 +394,7 @@ def compute_status(snap: Snapshot, admitted: Admitted, observed: Observed) -> Ki
         last_scale=autoscaled.last_scale if autoscaled else None,
         groups=group_statuses(snap.groups, snap.workloads, snap.sets, observed.target, observed.desired),
         rollout=rollout,
+        routing=observed.routing,
         engine_overrides=list(admitted.overrides),
     )
 
