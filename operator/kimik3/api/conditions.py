@@ -9,7 +9,7 @@ writers set are kept as they are; the operator writes only these.
 =================  ======  =====================================================================
 type               status  reasons
 =================  ======  =====================================================================
-Ready              True    AllGroupsReady, ScaledToZero (replicas 0)
+Ready              True    AllGroupsReady, ScaledToZero (replicas 0), IdleTimeout (stopped: Stopped)
                    False   GroupsNotReady (the message says what the groups wait for), InvalidSpec;
                            under placement kueue, a queue reason of ScalingLimited (below) while
                            groups are held back for it
@@ -52,6 +52,9 @@ WeightsReady       True    Staged (revisions, commits, size, when verified), Dec
                            engine downloads at start)
                    False   Staging (bytes and files done of total, ETA), StagingFailed (the
                            hub's or the storage's error quoted); no engine pod exists meanwhile
+Stopped            True    IdleTimeout (spec.idle.stopAfter passed without a request: 0 groups; also
+                           Ready's reason then; the wake estimate in the message)
+                   False   Active (requests seen within stopAfter, or woken: the idle clock runs)
 ComputeDomainReady True    AllNodesJoined (every node of the engine pods is in the ComputeDomain)
                    False   ResourceSliceMissing (a tray of an engine pod publishes no ResourceSlice of
                            the driver: its kubelet plugin is down, so its daemon cannot start; checked first),
@@ -114,6 +117,8 @@ class ConditionType(StrEnum):
     """spec.routing.enabled: requests reach the leaders through the InferencePool's endpoint picker (reported only)."""
     GATEWAY_READY = "GatewayReady"
     """spec.service.httpRoute: the Gateways the route names exist, are programmed and admit it (reported only)."""
+    STOPPED = "Stopped"
+    """spec.idle.stopAfter passed without a request: no group runs until a wake (only with stopAfter set)."""
     PLACEMENT_CONFLICT = "PlacementConflict"
     """Another deployment of the other placement mode shares the node pool (controller.placementmix)."""
 
@@ -239,6 +244,10 @@ class Reason(StrEnum):
     BUCKET_LAYOUTS_DIFFER = "BucketLayoutsDiffer"
     """Groups expose the latency histogram with different bucket bounds (mid-rollout, F21b):
     their buckets cannot be summed, replicas are held."""
+    IDLE_TIMEOUT = "IdleTimeout"
+    """No request for spec.idle.stopAfter: the engine groups are gone, the staged weights kept (status.idle)."""
+    ACTIVE = "Active"
+    """spec.idle.stopAfter is set and the deployment runs: requests seen, or woken, within it."""
     GROUPS_UNMEASURED = "GroupsUnmeasured"
     """A reading, but some serving groups gave no metrics: the message names them and since when;
     the autoscaler may scale up on it, never down (missing data is not low load)."""
@@ -256,8 +265,9 @@ QUEUE_NOT_SERVED: tuple[Reason, ...] = (
 (``controller.queues``): the operator creates no group meanwhile."""
 
 REASONS: dict[ConditionType, tuple[Reason, ...]] = {
-    ConditionType.READY: (Reason.ALL_GROUPS_READY, Reason.SCALED_TO_ZERO, Reason.GROUPS_NOT_READY,
+    ConditionType.READY: (Reason.ALL_GROUPS_READY, Reason.SCALED_TO_ZERO, Reason.IDLE_TIMEOUT, Reason.GROUPS_NOT_READY,
                           Reason.INVALID_SPEC, *QUEUE_NOT_SERVED),
+    ConditionType.STOPPED: (Reason.IDLE_TIMEOUT, Reason.ACTIVE),
     ConditionType.PROGRESSING: (Reason.GROUPS_STARTING, Reason.STABLE, Reason.APPLY_FAILED, Reason.INVALID_SPEC,
                                 Reason.ROLLOUT_IN_PROGRESS, Reason.CANARY_ANALYSIS, Reason.PAUSED,
                                 Reason.ROLLED_BACK, Reason.SURGE_BLOCKED, Reason.METRIC_SOURCE_UNREADABLE,
@@ -410,6 +420,13 @@ class EventReason(StrEnum):
     """Warning: a scale-down is due but serving groups gave no metrics; replicas held."""
     REPLICA_BOUNDS = "ReplicaBounds"
     """Normal: spec.autoscaling's minReplicas or maxReplicas overrode the policy."""
+    # -- idle stop and wake (``controller.idle``) ---------------------------------------------------
+    IDLE_TIMEOUT = Reason.IDLE_TIMEOUT.value
+    """Normal: stopped after spec.idle.stopAfter without a request; the wake estimate and how to wake."""
+    WOKEN = "Woken"
+    """Normal: a stopped deployment wakes (what woke it, the groups asked for, the wake estimate)."""
+    WAKE_REQUEST_INVALID = "WakeRequestInvalid"
+    """Warning: the wake-requested-at annotation is not an RFC 3339 time; it wakes nothing."""
 
 
 EventType = Literal["Normal", "Warning"]

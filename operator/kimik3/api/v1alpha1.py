@@ -561,6 +561,17 @@ class AutoscalingSpec(Model):
     """Where metrics come from."""
 
 
+class IdleSpec(Model):
+    """Idle stop: the deployment's engine groups go after a time without requests; it wakes on an explicit request."""
+
+    model_config = validated_by(
+        rule("idle-stop-after-minimum", "!has(self.stopAfter) || duration(self.stopAfter) >= duration('1m')",
+             "idle.stopAfter must be at least 1m (e.g. 60m), or unset to never stop", ".stopAfter"),
+    )
+    stop_after: Duration | None = None
+    """Stop after this long without a request (vLLM's request counters, read from autoscaling.metricsSource, show none running, waiting or finished): 0 groups, 0 GPUs held, the staged weights and caches kept. Wake with `kimik3 wake`, the inference.kimik3.io/wake-requested-at annotation, or a change of the spec (e.g. kubectl scale). Unset: never stop."""
+
+
 # ---------------------------------------------------------------- scheduling etc. -----------
 
 
@@ -944,6 +955,14 @@ _SPEC_RULES = [
         ".topology",
     ),
     rule(
+        "idle-prometheus-url-required",
+        "!has(self.idle) || !has(self.idle.stopAfter) || self.autoscaling.metricsSource.type != 'prometheus' || "
+        "has(self.autoscaling.metricsSource.prometheusUrl)",
+        "idle.stopAfter reads requests from autoscaling.metricsSource: the prometheus source needs "
+        "autoscaling.metricsSource.prometheusUrl (or set autoscaling.metricsSource.type: podScrape)",
+        ".autoscaling.metricsSource.prometheusUrl",
+    ),
+    rule(
         "prometheus-url-required",
         "!self.autoscaling.enabled || self.autoscaling.metricsSource.type != 'prometheus' || "
         "has(self.autoscaling.metricsSource.prometheusUrl)",
@@ -993,6 +1012,8 @@ class KimiK3DeploymentSpec(Model):
     """Engine groups (each a whole multi-node engine). Owned by the autoscaler when it is enabled."""
     autoscaling: AutoscalingSpec = Field(default_factory=AutoscalingSpec)
     """Decode-latency autoscaling."""
+    idle: IdleSpec = Field(default_factory=IdleSpec)
+    """Idle stop and wake."""
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
     """Node selection and placement."""
     service: ServiceSpec = Field(default_factory=ServiceSpec)
@@ -1065,6 +1086,19 @@ class ScaleEvent(Model):
     """Groups after."""
     reason: str
     """Why."""
+
+
+class IdleStatus(Model):
+    """Idle stop (spec.idle.stopAfter): whether the deployment is stopped, since when, and its last wake."""
+
+    stopped_at: str | None = None
+    """RFC 3339 time the deployment stopped for want of requests; unset while it runs."""
+    stopped_generation: int | None = None
+    """metadata.generation when it stopped: a later spec change (e.g. kubectl scale) wakes it."""
+    wake_estimate_seconds: float | None = Field(default=None, ge=0)
+    """While stopped: seconds a wake takes to serve again, the load time measured on the groups that served before the stop (first pod created to last pod Ready, the figure the autoscaler uses); unset when none was measured."""
+    woke_at: str | None = None
+    """RFC 3339 time of the last wake; the idle clock counts from it."""
 
 
 class PlanStatus(Model):
@@ -1315,6 +1349,8 @@ class KimiK3DeploymentStatus(Model):
     """Measured decode speed."""
     last_scale: ScaleEvent | None = None
     """Last autoscaling decision that changed replicas."""
+    idle: IdleStatus | None = None
+    """Idle stop and wake (spec.idle.stopAfter); the condition Stopped says the same."""
     groups: list[GroupStatus] | None = None
     """Each group once: its rack, trays, Kueue state with Kueue's message, and readiness (conditions only point here)."""
     rollout: RolloutStatus | None = None

@@ -32,6 +32,7 @@ from kimik3.controller import metrics, steps
 from kimik3.controller.autoscaling import Autoscaling
 from kimik3.controller.cache import ObjectCache, desired_hash
 from kimik3.controller.canary import Analysis
+from kimik3.controller.idle import Idle
 from kimik3.controller.kube import ApiError, Kube, NotLeading
 from kimik3.controller.nodes import Nodes
 from kimik3.controller.placementmix import Placements
@@ -109,6 +110,8 @@ class Reconciler:
         self.policy = policy
         self.autoscaling = autoscaling or Autoscaling()
         """Decode-latency autoscaler state of every deployment with spec.autoscaling.enabled."""
+        self.idle = Idle(self.autoscaling.scrape_url, self.autoscaling.clock)
+        """Idle clocks (spec.idle.stopAfter), reading through the autoscaler's metric source, on its clock."""
         self.rollouts = Rollouts(Analysis(self.autoscaling.scrape_url, self.autoscaling.clock,
                                           config_maps=lambda ns, name: named(kube, CONFIG_MAP, ns, name)),
                                  self.autoscaling.clock)
@@ -135,6 +138,7 @@ class Reconciler:
             obj = self.kube.get(*KIMIK3_DEPLOYMENT.type_meta, namespace, name)
             if obj is None:
                 self._posted.pop((namespace, name), None)
+                self.idle.forget(namespace, name)
                 for state in ("desired", "ready"):
                     with contextlib.suppress(KeyError):
                         metrics.GROUPS.remove(namespace, name, state)
@@ -161,8 +165,10 @@ class Reconciler:
         snap, out = reader.take(obj, admitted), Outcome()
         weights = out.add(steps.stage(snap, admitted, self.staging)).value
         crashes = out.add(steps.guard(snap, self.failures)).value
-        scaled = out.add(steps.scale(snap, admitted, self.autoscaling)).value
-        rendered = out.add(steps.render_children(snap, admitted, scaled, crashes, self.compute_domains)).value
+        idle = out.add(steps.idle(snap, admitted, self.idle)).value
+        scaled = out.add(steps.scale(snap, admitted, self.autoscaling, idle.stopped)).value
+        replicas = idle.replicas(None if scaled is None else scaled.replicas)
+        rendered = out.add(steps.render_children(snap, admitted, replicas, crashes, self.compute_domains)).value
         rolled = out.add(steps.roll(snap, admitted, rendered, self.rollouts))
         new_groups = creating(snap.sets, rolled.apply) if admitted.spec.scheduling.placement.mode == "kueue" else None
         queue = reader.local_queue(admitted, snap.owner, new_groups) if new_groups is not None else None
@@ -190,7 +196,8 @@ class Reconciler:
             compute_domain=out.conditions.get(ConditionType.COMPUTE_DOMAIN_READY), rollout_step=rolled.value,
             routing=routing, routing_ready=out.conditions.get(ConditionType.ROUTING_READY),
             gateway=out.conditions.get(ConditionType.GATEWAY_READY),
-            placement_conflict=out.conditions.get(ConditionType.PLACEMENT_CONFLICT))
+            placement_conflict=out.conditions.get(ConditionType.PLACEMENT_CONFLICT),
+            stopped=out.conditions.get(ConditionType.STOPPED), idle=idle.status)
         status = out.add(steps.report(snap, admitted, observed, weights, prepare)).value
         self._post(obj, out.events)
         self._write_status(obj, status)

@@ -8,6 +8,7 @@ writes: the applies between ``roll`` and ``retire``, the deletions, the status a
 
     stage    weights and drafter staged before any GPU is held (``controller.staging``)
     guard    engine failures: Degraded and the launcher's start back-off (``controller.recreation``)
+    idle     stopped after spec.idle.stopAfter without a request, or woken (``controller.idle``)
     scale    the replicas the autoscaler decides (``controller.autoscaling``)
     render   the children of the admitted spec (``render.children``)
     roll     the LeaderWorkerSets of the rollout: surge, canary, rollback (``controller.rollout``)
@@ -41,6 +42,7 @@ from kimik3.controller import placementmix
 from kimik3.controller.queues import POLL_S as QUEUE_POLL_S
 from kimik3.controller.queues import QueueRead, queue_verdict
 from kimik3.controller.groups import kueue_changes, stored_groups
+from kimik3.controller.idle import Idle, IdleStep
 from kimik3.controller.readmit import awaits_kueue, readmissions
 from kimik3.controller.recreation import Crashes, GroupFailures
 from kimik3.controller.rollout import RolloutStep, Rollouts, scale_down_held, step_event
@@ -134,9 +136,20 @@ def guard(snap: Snapshot, failures: GroupFailures) -> StepResult[Crashes]:
                       events=[Event("Warning", event_reason(verdict.reason), verdict.message)])
 
 
-def scale(snap: Snapshot, admitted: Admitted, autoscaling: Autoscaling) -> StepResult[Scaled | None]:
-    """The autoscaler's decision (None with autoscaling off); a scale-down is held while a rollout runs."""
-    if not admitted.spec.autoscaling.enabled:
+def idle(snap: Snapshot, admitted: Admitted, idling: Idle) -> StepResult[IdleStep]:
+    """Stopped (0 groups) after spec.idle.stopAfter without a request, or woken by a request or a
+    spec change; the condition Stopped and its Events (``controller.idle``)."""
+    step = idling.step(snap.obj, admitted, snap.sets, snap.groups, snap.workloads)
+    out = StepResult(step, events=list(step.events), requeue_after=step.requeue_after)
+    if step.verdict is not None:
+        out.conditions[ConditionType.STOPPED] = step.verdict
+    return out
+
+
+def scale(snap: Snapshot, admitted: Admitted, autoscaling: Autoscaling, stopped: bool = False) -> StepResult[Scaled | None]:
+    """The autoscaler's decision (None with autoscaling off, or while ``stopped`` for idleness); a
+    scale-down is held while a rollout runs."""
+    if not admitted.spec.autoscaling.enabled or stopped:
         autoscaling.forget(snap.owner.namespace, snap.owner.name)
         return StepResult(None)
     scaled = autoscaling.step(snap.obj, admitted, snap.sets, snap.groups, snap.workloads)
@@ -151,12 +164,12 @@ def scale(snap: Snapshot, admitted: Admitted, autoscaling: Autoscaling) -> StepR
     return StepResult(scaled, events=events, requeue_after=scaled.requeue_after)
 
 
-def render_children(snap: Snapshot, admitted: Admitted, scaled: Scaled | None, crashes: Crashes,
+def render_children(snap: Snapshot, admitted: Admitted, replicas: int | None, crashes: Crashes,
                     compute_domains: bool) -> StepResult[Rendered]:
-    """The children of the spec at the autoscaler's replicas; render's warnings as Events. The
-    launcher carries the start back-off its own templates' groups earned (the LeaderWorkerSets of
-    the rendered template hash): a new revision starts clean."""
-    replicas = None if scaled is None else scaled.replicas
+    """The children of the spec at ``replicas`` (the autoscaler's or the idle step's; None:
+    spec.replicas); render's warnings as Events. The launcher carries the start back-off its own
+    templates' groups earned (the LeaderWorkerSets of the rendered template hash): a new revision
+    starts clean."""
     rendered = render(admitted, snap.owner, replicas=replicas, compute_domains=compute_domains,
                       inference_pools=snap.pools_served)
     lws = next(c for c in rendered.objects if c["kind"] == LEADER_WORKER_SET.kind)
