@@ -118,6 +118,9 @@ def bad_releases(args: argparse.Namespace) -> None:
                                    "requests": done.requests, "window_s": round(done.window_s, 1),
                                    "rolled_back": done.rolled_back and {k: done.rolled_back.get(k)
                                                                         for k in ("reason", "message")},
+                                   "canary_checks": done.canary and [
+                                       {k: h.get(k) for k in ("result", "latencySeconds", "errorRate", "requests", "message")
+                                        if h.get(k) not in (None, "")} for h in done.canary.get("history", [])],
                                    "rollout": rollout}
                             results.setdefault(release, {}).setdefault(mode, {})[protections] = row
                             print(f"{release}, {mode}, {protections}: {row}", flush=True)

@@ -237,6 +237,8 @@ class Release:
     False (the release promoted and rolled out); None when it did not in the window."""
     rolled_back: dict[str, Any] | None
     """``status.rollout.rolledBack`` at the end (reason and message quoting the figures), None if none."""
+    canary: dict[str, Any] | None
+    """The last ``status.rollout.canary`` seen (its checks' history with their figures), None without a canary."""
     served_by_new: int
     """Requests the new revision's engines finished in the window (``finished``: the largest count
     seen of each leader, polled every 0.5 s, so a request in the last poll before a pod went may be
@@ -277,7 +279,10 @@ def measure_release(rest: Rest, state_dir: Path, cr: dict[str, Any], change: dic
 
     seen: dict[str, float] = {}
     times: dict[str, float] = {}
-    with Load(url, model, users) as load, \
+    def canary() -> dict[str, Any] | None:
+        return (((rest.get(cr_path(namespace, name)) or {}).get("status") or {}).get("rollout") or {}).get("canary")
+
+    with Load(url, model, users) as load, Recorder(canary, 0.5) as canaries, \
             Recorder(lambda: finished(rest, namespace, name, old, port) or None, 0.5) as counts:
         time.sleep(1.0)
         start = time.monotonic()
@@ -294,5 +299,5 @@ def measure_release(rest: Rest, state_dir: Path, cr: dict[str, Any], change: dic
     for value in counts.values:
         for uid, n in value.items():
             seen[uid] = max(seen.get(uid, 0.0), n)
-    return Release(window, times.get("rolled back"), times.get("took over"), last, int(sum(seen.values())),
-                   load.results)
+    return Release(window, times.get("rolled back"), times.get("took over"), last,
+                   canaries.values[-1] if canaries.values else None, int(sum(seen.values())), load.results)
