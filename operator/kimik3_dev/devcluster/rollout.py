@@ -269,7 +269,7 @@ def measure_release(rest: Rest, state_dir: Path, cr: dict[str, Any], change: dic
         status = (rest.get(cr_path(namespace, name)) or {}).get("status") or {}
         rolled_back = (status.get("rollout") or {}).get("rolledBack")
         now = sample(rest, namespace, name, size)
-        progressing = next((c for c in status.get("conditions", []) if c["type"] == "Progressing"), {})
+        progressing: dict[str, Any] = next((c for c in status.get("conditions", []) if c["type"] == "Progressing"), {})
         if rolled_back and rolled_back.get("revision") != old and len(now) == groups and \
                 all(g[3] and g[2] == old for g in now):
             return "rolled back", rolled_back
