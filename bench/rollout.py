@@ -56,6 +56,9 @@ BAD_RELEASES = {"slow": {"KIMIK3_SIM_SLOWDOWN": "2"}, "erroring": {"KIMIK3_SIM_E
 twice as long; 20% of requests fail with HTTP 500; the engine exits 7 at start (never Ready); 60% of
 the golden prompts' greedy outputs diverge, latency and errors unchanged."""
 
+CHECK_FIGURES = ("result", "latencySeconds", "errorRate", "requests", "message")
+"""What the JSON keeps of each check of status.rollout.canary.history."""
+
 LOAD_TIMEOUT = "15s"
 """probes.loadTimeout of every deployment: above the simulated load time, the floor of a deadline."""
 
@@ -119,8 +122,8 @@ def bad_releases(args: argparse.Namespace) -> None:
                                    "rolled_back": done.rolled_back and {k: done.rolled_back.get(k)
                                                                         for k in ("reason", "message")},
                                    "canary_checks": done.canary and [
-                                       {k: h.get(k) for k in ("result", "latencySeconds", "errorRate", "requests", "message")
-                                        if h.get(k) not in (None, "")} for h in done.canary.get("history", [])],
+                                       {k: h.get(k) for k in CHECK_FIGURES if h.get(k) not in (None, "")}
+                                       for h in done.canary.get("history", [])],
                                    "rollout": rollout}
                             results.setdefault(release, {}).setdefault(mode, {})[protections] = row
                             print(f"{release}, {mode}, {protections}: {row}", flush=True)
@@ -128,7 +131,8 @@ def bad_releases(args: argparse.Namespace) -> None:
                             rest.delete(f"/api/v1/namespaces/{ns}")
         finally:
             cluster.down()
-    print(f"\nbad releases on 1 group, window {args.window:g} s from the apply, load time {args.load_time:g} s, 4 users")
+    print(f"\nbad releases on 1 group, window {args.window:g} s from the apply, load time {args.load_time:g} s, "
+          "4 users")
     print(f"{'release':<12} {'canary':<10} {'protections':<12} {'rollback s':>10} {'bad alone s':>11} "
           f"{'served by bad':>13} {'failed':>12}")
     for release, by_mode in results.items():
@@ -156,7 +160,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--load-time", type=float, default=8.0, help="simulated load time of a group, s")
     parser.add_argument("--groups", default="1,3,6", help="deployment sizes, comma-separated")
-    parser.add_argument("--bad", action="store_true", help="the four bad releases instead (bench/results/rollout-bad.json)")
+    parser.add_argument("--bad", action="store_true",
+                        help="the four bad releases instead (bench/results/rollout-bad.json)")
     parser.add_argument("--releases", default=",".join(BAD_RELEASES), help="--bad: the releases, comma-separated")
     parser.add_argument("--window", type=float, default=50.0, help="--bad: seconds watched from each release's apply")
     parser.add_argument("--max-latency", default="9ms", help="--bad: canary analysis.maxLatency")
