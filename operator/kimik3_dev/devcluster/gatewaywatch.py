@@ -56,7 +56,7 @@ log = logging.getLogger("kimik3.dev.gateways")
 
 @dataclass(frozen=True)
 class _Running:
-    gateway: gateway.Gateway
+    started: gateway.Gateway
     picker: gateway.Picker
     deployment: str
 
@@ -81,14 +81,14 @@ class GatewayWatcher:
             why = self._stale(run, pools.get(key))
             if why:
                 log.info("stopping the gateway of %s: %s", key, why)
-                gateway.stop(self.state_dir, run.gateway)
+                gateway.stop(self.state_dir, run.started)
                 del self.running[key]
         for key, pool in pools.items():
             if key not in self.running:
                 self._start(pool)
         for run in self.running.values():
             self._probe(run)
-        listeners = {key: run.gateway.url for key, run in self.running.items()}
+        listeners = {key: run.started.url for key, run in self.running.items()}
         if listeners != self.listeners:
             services.write_gateways(self.state_dir, listeners)
             self.listeners = listeners
@@ -96,7 +96,7 @@ class GatewayWatcher:
     def _stale(self, run: _Running, pool: dict[str, Any] | None) -> str | None:
         if pool is None:
             return "the InferencePool is gone"
-        dead = [r.name for r in (run.gateway.epp, run.gateway.envoy) if not r.alive]
+        dead = [r.name for r in (run.started.epp, run.started.envoy) if not r.alive]
         if dead:
             return f"{', '.join(dead)} exited (logs: {', '.join(str(processes.log_path(self.state_dir, d)) for d in dead)})"
         try:
@@ -133,7 +133,7 @@ class GatewayWatcher:
 
     def _probe(self, run: _Running) -> None:
         """The picker's pods Ready while its gateway runs (module docstring)."""
-        namespace = run.gateway.namespace
+        namespace = run.started.namespace
         deployment = self.rest.get(DEPLOYMENT.path(namespace, run.deployment))
         if deployment is None:
             return
