@@ -28,11 +28,14 @@ PREFIX_HITS = "vllm:prefix_cache_hits"
 
 def engine_ceiling(requests: Iterable[Request], block_tokens: int) -> float | None:
     """Share (0..1) of the prompt tokens of ``requests`` (in arrival order) an unbounded prefix cache
-    shared by every engine finds: per request, the leading full ``block_tokens``-token blocks seen
-    in an earlier request, at most ``(prompt_tokens - 1) // block_tokens`` of them. A block is its
-    trace blocks (``block_tokens`` a multiple of ``MOONCAKE_BLOCK_TOKENS``), named by the last one's
-    hash id (a Mooncake id stands for its whole prefix). None when no request carries hash ids.
-    Raises ValueError for a block size that is not such a multiple."""
+    shared by every engine finds, counted as the engines count ``vllm:prefix_cache_hits``: per
+    request, the leading run of its full ``block_tokens``-token blocks that an earlier request
+    cached, at most ``(prompt_tokens - 1) // block_tokens`` blocks (the last token is always
+    computed); every full block of a request is cached after it. An engine block is
+    ``block_tokens / MOONCAKE_BLOCK_TOKENS`` trace blocks, named by the last one's hash id (a
+    Mooncake id stands for its whole prefix); a request's full blocks are those its hash ids and its
+    prompt length both cover. None when no request carries hash ids. Raises ValueError for a block
+    size that is not a multiple of ``MOONCAKE_BLOCK_TOKENS``."""
     if block_tokens < MOONCAKE_BLOCK_TOKENS or block_tokens % MOONCAKE_BLOCK_TOKENS:
         raise ValueError(f"block_tokens must be a multiple of {MOONCAKE_BLOCK_TOKENS} (got {block_tokens})")
     per = block_tokens // MOONCAKE_BLOCK_TOKENS
@@ -42,10 +45,11 @@ def engine_ceiling(requests: Iterable[Request], block_tokens: int) -> float | No
     for r in sorted(requests, key=lambda r: r.arrival_s):
         any_ids = any_ids or bool(r.hash_ids)
         queried += r.prompt_tokens
-        full = min(len(r.hash_ids) // per, max(0, r.prompt_tokens - 1) // block_tokens)
+        full = min(len(r.hash_ids) // per, r.prompt_tokens // block_tokens)
         names = [r.hash_ids[(b + 1) * per - 1] for b in range(full)]
+        limit = min(full, max(0, r.prompt_tokens - 1) // block_tokens)
         held = 0
-        while held < len(names) and names[held] in seen:
+        while held < limit and names[held] in seen:
             held += 1
         hit += held * block_tokens
         seen.update(names)
