@@ -25,8 +25,8 @@ on the same TP8 groups of one dev cluster.
    (``tracefile.reuse_ceiling``, 512-token blocks) and over what the engines can count at most
    (``routing.engine_ceiling``, 1024-token blocks, the last token never matched).
 
-Writes ``bench/results/routing.json`` (date, commit, arguments, trace, ceilings, both paths, the
-issue's two done-when ratios) and, unless ``--no-plots``, ``bench/results/routing.png`` (TTFT
+Writes ``bench/results/routing.json`` (``-o``; date, commit, arguments, trace, ceilings, both paths, the
+issue's two done-when ratios) and, unless ``--no-plots``, the same name with ``.png`` (TTFT
 distribution per path, hit rates against the ceilings). Not part of the test suite (~15 min on
 the 2-core project machine at compression 4).
 """
@@ -69,7 +69,6 @@ REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "gb300-tp8-megakernel-dspark.yaml"
 TRACE = REPO / "bench" / "traces" / "mooncake-synthetic.jsonl"
 RESULTS = REPO / "bench" / "results" / "routing.json"
-PLOT = REPO / "bench" / "results" / "routing.png"
 NAMESPACE = "bench-routing"
 WAIT_S = 300.0
 DRAIN_S = 120.0
@@ -96,7 +95,7 @@ def _replay(url: str, model: str | None, replay: list[tracefile.Request], seed: 
     return results, per, wall
 
 
-def _figures(results: list[load.RequestResult], per: dict[str, tuple[float, float]], span_s: float,
+def _figures(results: list[load.RequestResult], per: dict[str, tuple[float, float]], *, span_s: float,
              wall_s: float, ceiling: float, engine_ceiling: float) -> dict:
     total = load.summarize(results)["total"]
     queries = sum(q for q, _ in per.values())
@@ -121,7 +120,7 @@ def _figures(results: list[load.RequestResult], per: dict[str, tuple[float, floa
     }
 
 
-def _plot(runs: dict[str, list[load.RequestResult]], out: dict) -> None:
+def _plot(runs: dict[str, list[load.RequestResult]], out: dict, png: Path) -> None:
     import matplotlib  # the [bench] extra
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -147,7 +146,7 @@ def _plot(runs: dict[str, list[load.RequestResult]], out: dict) -> None:
     right.legend(loc="upper left")
     fig.suptitle(f"{out['groups']} TP8 groups, {out['trace']['file']} x{out['trace']['compression']:g} faster")
     fig.tight_layout()
-    fig.savefig(PLOT, dpi=110)
+    fig.savefig(png, dpi=110)
 
 
 @click.command()
@@ -158,11 +157,16 @@ def _plot(runs: dict[str, list[load.RequestResult]], out: dict) -> None:
               help="Replay only the requests of the trace's first this many (recorded) seconds.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the prompt words past the hash ids.")
 @click.option("--plots/--no-plots", default=True, show_default=True)
-def main(groups: int, compression: float, trace_file: str, first_s: float | None, seed: int, plots: bool) -> None:
+@click.option("-o", "--out", "out_file", default=str(RESULTS.relative_to(REPO)), show_default=True,
+              help="Results file (the plot beside it, .png).")
+def main(groups: int, compression: float, trace_file: str, first_s: float | None, seed: int, plots: bool,
+         out_file: str) -> None:
     if plots and importlib.util.find_spec("matplotlib") is None:
         raise click.UsageError("the plots need matplotlib, the [bench] extra: pip install -e '.[bench]' "
                                "(or --no-plots)")
     load_before = os.getloadavg()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                            check=False).stdout.strip()
     replay = [r for r in tracefile.read(REPO / trace_file, compression)
               if first_s is None or r.arrival_s * compression < first_s]
     span_s = max(r.arrival_s for r in replay)
@@ -212,8 +216,6 @@ def main(groups: int, compression: float, trace_file: str, first_s: float | None
             cluster.down()
     kv = perfmodel.kv_cache_blocks(perfmodel.perf_params(simulate.setup(str(RECIPE)).cfg.shape))
     engine_ceiling = routing.engine_ceiling(replay, kv.block_size)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                            check=False).stdout.strip()
     out = {
         "what": f"one Mooncake trace replayed through a deployment's Service (connection-level spread) and through "
                 f"the endpoint picker (EPP v1.2.1 + Envoy) on the same {groups} GB300 TP8 groups of one dev cluster",
@@ -221,7 +223,7 @@ def main(groups: int, compression: float, trace_file: str, first_s: float | None
         "commit": commit,
         "command": f"nice -n 5 python bench/routing.py --groups {groups} --compression {compression:g} "
                    f"--trace {trace_file} --seed {seed}"
-                   + ("" if first_s is None else f" --first-s {first_s:g}") + ("" if plots else " --no-plots"),
+                   + ("" if first_s is None else f" --first-s {first_s:g}") + f" -o {out_file}" + ("" if plots else " --no-plots"),
         "groups": groups,
         "recipe": str(RECIPE.relative_to(REPO)),
         "engine_prefix_cache": {"block_tokens": kv.block_size, "blocks_per_group": kv.blocks,
@@ -234,7 +236,8 @@ def main(groups: int, compression: float, trace_file: str, first_s: float | None
         "slo": {"ttft_p90_s": TTFT_TARGET_S, "per_token_p90_s": TARGET_S,
                 "goodput": "requests/s over the arrival span whose TTFT <= the TTFT target and whose own P90 per "
                            "token <= the per-token target"},
-        "paths": {path: _figures(runs[path], *per_path[path], span_s, ceiling, engine_ceiling) for path in runs},
+        "paths": {path: _figures(runs[path], per_path[path][0], span_s=span_s, wall_s=per_path[path][1],
+                                 ceiling=ceiling, engine_ceiling=engine_ceiling) for path in runs},
     }
     service, picker = out["paths"]["service"], out["paths"]["picker"]
     out["done_when"] = {
@@ -244,11 +247,12 @@ def main(groups: int, compression: float, trace_file: str, first_s: float | None
         "hit_rate_wanted": 0.8,
     }
     out["machine"] = f"2 cores, shared; load average {load_before[0]:.1f} at start, {os.getloadavg()[0]:.1f} at the end"
+    results_file = REPO / out_file
     if plots:
-        out["plot"] = str(PLOT.relative_to(REPO))
-    RESULTS.write_text(json.dumps(out, indent=2) + "\n")
+        out["plot"] = str(results_file.with_suffix(".png").relative_to(REPO))
+    results_file.write_text(json.dumps(out, indent=2) + "\n")
     if plots:
-        _plot(runs, out)
+        _plot(runs, out, results_file.with_suffix(".png"))
     print(json.dumps({k: v for k, v in out.items() if k != "paths"} | {"paths": out["paths"]}, indent=2))
 
 
