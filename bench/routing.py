@@ -22,8 +22,10 @@ on the same TP8 groups of one dev cluster.
    share of the queried tokens); requests per second that met the SLO (``routing.goodput``: TTFT <=
    ``TTFT_TARGET_S``, 2 s, and the request's P90 per token <= ``TARGET_S``, 5 ms, the autoscaling
    benchmark's SLO) over the replay's arrival span; the hit rate over the trace's reuse ceiling
-   (``tracefile.reuse_ceiling``, 512-token blocks) and over what the engines can count at most
-   (``routing.engine_ceiling``, 1024-token blocks, the last token never matched).
+   (``tracefile.reuse_ceiling``, 512-token blocks), over what the engines can count at most
+   (``routing.cache_ceiling`` unbounded: 1024-token blocks, the last token never matched) and over
+   what one LRU cache of all the groups' blocks reaches (``routing.cache_ceiling`` of
+   ``--groups`` x the blocks ``perfmodel.kv_cache_blocks`` gives a group: the capacity bound).
 
 Writes ``bench/results/routing.json`` (``-o``; date, commit, arguments, trace, ceilings, both paths, the
 issue's two done-when ratios) and, unless ``--no-plots``, the same name with ``.png`` (TTFT
@@ -96,7 +98,7 @@ def _replay(url: str, model: str | None, replay: list[tracefile.Request], seed: 
 
 
 def _figures(results: list[load.RequestResult], per: dict[str, tuple[float, float]], *, span_s: float,
-             wall_s: float, ceiling: float, engine_ceiling: float) -> dict:
+             wall_s: float, ceiling: float, engine_ceiling: float, capacity_ceiling: float) -> dict:
     total = load.summarize(results)["total"]
     queries = sum(q for q, _ in per.values())
     hits = sum(h for _, h in per.values())
@@ -114,6 +116,7 @@ def _figures(results: list[load.RequestResult], per: dict[str, tuple[float, floa
                          "hit_rate": None if hit_rate is None else round(hit_rate, 4),
                          "of_reuse_ceiling": None if hit_rate is None else round(hit_rate / ceiling, 4),
                          "of_engine_ceiling": None if hit_rate is None else round(hit_rate / engine_ceiling, 4),
+                         "of_capacity_ceiling": None if hit_rate is None else round(hit_rate / capacity_ceiling, 4),
                          "queried_share_per_leader": {name: round(q / queries, 4) if queries else None
                                                       for name, (q, _) in sorted(per.items())}},
         "wall_s": round(wall_s, 1),
@@ -140,6 +143,8 @@ def _plot(runs: dict[str, list[load.RequestResult]], out: dict, png: Path) -> No
     right.bar(names, rates, color=["tab:blue", "tab:orange"][:len(names)])
     right.axhline(out["trace"]["reuse_ceiling"], color="black", ls="--", label="reuse ceiling (512-token blocks)")
     right.axhline(out["trace"]["engine_ceiling"], color="grey", ls=":", label="engine ceiling (1024-token blocks)")
+    right.axhline(out["trace"]["capacity_ceiling"], color="tab:red", ls="-.",
+                  label="one LRU cache of the pool's blocks")
     right.set_ylim(0, 1)
     right.set_ylabel("prefix-cache hit rate (tokens)")
     right.set_title("engines' prefix-cache hits / queries")
@@ -215,7 +220,8 @@ def main(groups: int, compression: float, trace_file: str, first_s: float | None
         finally:
             cluster.down()
     kv = perfmodel.kv_cache_blocks(perfmodel.perf_params(simulate.setup(str(RECIPE)).cfg.shape))
-    engine_ceiling = routing.engine_ceiling(replay, kv.block_size)
+    engine_ceiling = routing.cache_ceiling(replay, kv.block_size)
+    capacity_ceiling = routing.cache_ceiling(replay, kv.block_size, groups * kv.blocks)
     out = {
         "what": f"one Mooncake trace replayed through a deployment's Service (connection-level spread) and through "
                 f"the endpoint picker (EPP v1.2.1 + Envoy) on the same {groups} GB300 TP8 groups of one dev cluster",
@@ -232,12 +238,14 @@ def main(groups: int, compression: float, trace_file: str, first_s: float | None
                   "arrival_span_s": round(span_s, 1),
                   "prompt_tokens_mean": round(sum(r.prompt_tokens for r in replay) / len(replay)),
                   "output_tokens_mean": round(sum(r.output_tokens for r in replay) / len(replay)),
-                  "reuse_ceiling": round(ceiling, 4), "engine_ceiling": round(engine_ceiling, 4)},
+                  "reuse_ceiling": round(ceiling, 4), "engine_ceiling": round(engine_ceiling, 4),
+                  "capacity_ceiling": round(capacity_ceiling, 4)},
         "slo": {"ttft_p90_s": TTFT_TARGET_S, "per_token_p90_s": TARGET_S,
                 "goodput": "requests/s over the arrival span whose TTFT <= the TTFT target and whose own P90 per "
                            "token <= the per-token target"},
         "paths": {path: _figures(runs[path], per_path[path][0], span_s=span_s, wall_s=per_path[path][1],
-                                 ceiling=ceiling, engine_ceiling=engine_ceiling) for path in runs},
+                                 ceiling=ceiling, engine_ceiling=engine_ceiling, capacity_ceiling=capacity_ceiling)
+                  for path in runs},
     }
     service, picker = out["paths"]["service"], out["paths"]["picker"]
     out["done_when"] = {

@@ -6,26 +6,30 @@ from __future__ import annotations
 import pytest
 from prometheus_client import generate_latest
 
-from kimik3_dev.benchmark.routing import engine_ceiling, goodput, meets_slo, prefix_cache_tokens
+from kimik3_dev.benchmark.routing import cache_ceiling, goodput, meets_slo, prefix_cache_tokens
 from kimik3_dev.sim.load import RequestResult
 from kimik3_dev.sim.vllm_metrics import EngineMetrics
 from kimik3_dev.sim.tracefile import Request
 
 
-def test_the_engine_ceiling_counts_full_engine_blocks_seen_before_and_never_the_last_token():
+def test_the_cache_ceiling_counts_full_engine_blocks_seen_before_and_never_the_last_token():
     trace = [
         Request(2.0, 2049, 1, (0, 1, 2, 3, 9)),   # last: blocks 1 and 3 both cached (2048 < 2049 tokens)
         Request(0.0, 2048, 1, (0, 1, 2, 3)),      # first: nothing cached; caches blocks named 1 and 3
         Request(1.0, 3000, 1, (0, 1, 2, 3, 4, 5)),  # both found; a third 1024-token block is not full
         Request(3.0, 2048, 1, (0, 1, 7, 8)),      # block 1 found, block 8 (another prefix) not: 1024
     ]
-    assert engine_ceiling(trace, 1024) == pytest.approx((0 + 2048 + 2048 + 1024) / (2048 + 3000 + 2049 + 2048))
+    assert cache_ceiling(trace, 1024) == pytest.approx((0 + 2048 + 2048 + 1024) / (2048 + 3000 + 2049 + 2048))
     # At the trace's own 512-token blocks the last-token rule caps the second request's 2048 at 1536.
-    assert engine_ceiling(trace[1:2] * 1 + [Request(1.0, 2048, 1, (0, 1, 2, 3))], 512) == \
+    assert cache_ceiling(trace[1:2] * 1 + [Request(1.0, 2048, 1, (0, 1, 2, 3))], 512) == \
         pytest.approx(1536 / 4096)
-    assert engine_ceiling([Request(0.0, 4096, 1)], 1024) is None
+    assert cache_ceiling([Request(0.0, 4096, 1)], 1024) is None
+    # Of 2 blocks (LRU): the fourth request's block 8 evicts block 3 (freed least recently), which the fifth misses.
+    small = [*trace, Request(4.0, 3000, 1, (0, 1, 2, 3, 4, 5))]
+    assert cache_ceiling(small, 1024, 2) == pytest.approx((0 + 2048 + 2048 + 1024 + 1024) / (2048 + 3000 + 2049 + 2048 + 3000))
+    assert cache_ceiling(small, 1024) == pytest.approx((0 + 2048 + 2048 + 1024 + 2048) / (2048 + 3000 + 2049 + 2048 + 3000))
     with pytest.raises(ValueError, match="multiple of 512"):
-        engine_ceiling(trace, 768)
+        cache_ceiling(trace, 768)
 
 
 def test_prefix_cache_tokens_sum_the_counters_over_the_engines():

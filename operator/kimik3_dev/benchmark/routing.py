@@ -1,12 +1,13 @@
 """The arithmetic of the routing benchmark (``bench/routing.py``): a Mooncake trace replayed through
 a deployment's Service and through the inference gateway's endpoint picker.
 
-- ``engine_ceiling``: the prefix-cache hit rate (share of prompt tokens) an unbounded cache shared
-  by every engine would reach on a trace when it caches in blocks of ``block_tokens`` (1024 on a
-  GB300 TP8 group, ``perfmodel.kv_cache_blocks``) and never matches a prompt's last token, as the
-  simulated engine counts ``vllm:prefix_cache_hits`` / ``vllm:prefix_cache_queries``. The trace's own
-  ``tracefile.reuse_ceiling`` counts its 512-token blocks instead (the issue's ceiling); this one
-  is what the engines' counters can reach at most.
+- ``cache_ceiling``: the prefix-cache hit rate (share of prompt tokens) one cache shared by every
+  engine would reach on a trace, caching in blocks of ``block_tokens`` (1024 on a GB300 TP8 group,
+  ``perfmodel.kv_cache_blocks``) and never matching a prompt's last token, as the simulated engine
+  counts ``vllm:prefix_cache_hits`` / ``vllm:prefix_cache_queries``: unbounded, what the engines'
+  counters can reach at most (the trace's own ``tracefile.reuse_ceiling`` counts its 512-token
+  blocks instead: the issue's ceiling); of the pool's blocks (groups x blocks per group), what any
+  router can reach at most with the engines' memory, had it one cache of all of it.
 - ``prefix_cache_tokens``: (queries, hits) of one engine server's ``/metrics`` text, summed over
   its engines.
 - ``goodput``: requests per second that met the SLO, each request on its own (DistServe's goodput).
@@ -20,18 +21,19 @@ from collections.abc import Iterable, Sequence
 from prometheus_client.parser import text_string_to_metric_families
 
 from kimik3_dev.sim.load import RequestResult
+from kimik3_dev.sim.prefixcache import PrefixCache
 from kimik3_dev.sim.tracefile import MOONCAKE_BLOCK_TOKENS, Request
 
 PREFIX_QUERIES = "vllm:prefix_cache_queries"
 PREFIX_HITS = "vllm:prefix_cache_hits"
 
 
-def engine_ceiling(requests: Iterable[Request], block_tokens: int) -> float | None:
-    """Share (0..1) of the prompt tokens of ``requests`` (in arrival order) an unbounded prefix cache
-    shared by every engine finds, counted as the engines count ``vllm:prefix_cache_hits``: per
-    request, the leading run of its full ``block_tokens``-token blocks that an earlier request
-    cached, at most ``(prompt_tokens - 1) // block_tokens`` blocks (the last token is always
-    computed); every full block of a request is cached after it. An engine block is
+def cache_ceiling(requests: Iterable[Request], block_tokens: int, blocks: int | None = None) -> float | None:
+    """Share (0..1) of the prompt tokens of ``requests`` (in arrival order) found by one prefix cache
+    that every request reaches, of ``blocks`` blocks (None: unbounded) of ``block_tokens`` tokens,
+    counted as the engines count ``vllm:prefix_cache_hits``: the engine's own ``PrefixCache`` (LRU,
+    a match stops short of the last token), each request looked up, then its full blocks cached
+    and freed before the next (no request holds blocks while others arrive). An engine block is
     ``block_tokens / MOONCAKE_BLOCK_TOKENS`` trace blocks, named by the last one's hash id (a
     Mooncake id stands for its whole prefix); a request's full blocks are those its hash ids and its
     prompt length both cover. None when no request carries hash ids. Raises ValueError for a block
@@ -39,21 +41,18 @@ def engine_ceiling(requests: Iterable[Request], block_tokens: int) -> float | No
     if block_tokens < MOONCAKE_BLOCK_TOKENS or block_tokens % MOONCAKE_BLOCK_TOKENS:
         raise ValueError(f"block_tokens must be a multiple of {MOONCAKE_BLOCK_TOKENS} (got {block_tokens})")
     per = block_tokens // MOONCAKE_BLOCK_TOKENS
-    seen: set[int] = set()
+    ordered = sorted(requests, key=lambda r: r.arrival_s)
+    if not any(r.hash_ids for r in ordered):
+        return None
+    cache = PrefixCache(sum(len(r.hash_ids) for r in ordered) if blocks is None else blocks, block_tokens)
     queried = hit = 0
-    any_ids = False
-    for r in sorted(requests, key=lambda r: r.arrival_s):
-        any_ids = any_ids or bool(r.hash_ids)
-        queried += r.prompt_tokens
+    for r in ordered:
         full = min(len(r.hash_ids) // per, r.prompt_tokens // block_tokens)
-        names = [r.hash_ids[(b + 1) * per - 1] for b in range(full)]
-        limit = min(full, max(0, r.prompt_tokens - 1) // block_tokens)
-        held = 0
-        while held < limit and names[held] in seen:
-            held += 1
-        hit += held * block_tokens
-        seen.update(names)
-    return hit / queried if any_ids and queried else None
+        names = [str(r.hash_ids[(b + 1) * per - 1]).encode() for b in range(full)]
+        queried += r.prompt_tokens
+        hit += cache.match(names, r.prompt_tokens) * block_tokens
+        cache.release(names[:cache.acquire(names)])
+    return hit / queried if queried else None
 
 
 def prefix_cache_tokens(metrics_text: str) -> tuple[float, float]:
