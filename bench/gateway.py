@@ -37,6 +37,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operator"))
 
 from kimik3.kube import pods as kpods  # noqa: E402
+from kimik3.kube.times import rfc3339  # noqa: E402
 from kimik3.kube.labels import DEPLOYMENT_LABEL, LEADER_WORKER_INDEX, LWS_WORKER_INDEX_LABEL  # noqa: E402
 from kimik3_dev.devcluster import gateway, processes  # noqa: E402
 from kimik3_dev.devcluster.cluster import DevCluster, UpOptions  # noqa: E402
@@ -120,7 +121,7 @@ def main(groups: int, starts: int, count: int) -> None:
     result = {
         "what": "the dev cluster's inference gateway (EPP v1.2.1 + Envoy 1.40.0) before an InferencePool of "
                 f"{groups} TP8 leader(s): start times, added latency per completion, memory",
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "date": rfc3339(),
         "commit": commit,
         "command": f"python bench/gateway.py --groups {groups} --starts {starts} --requests {count}",
         "start_s": {key: {"runs": runs, "median": statistics.median(runs)} for key, runs in start_s.items()},

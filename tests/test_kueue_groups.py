@@ -102,23 +102,50 @@ def sets(*names: str) -> list:
 def test_each_group_once_with_rack_trays_kueue_state_and_readiness() -> None:
     pods = [pod(0, 1, "a-1", "A", ready=True), pod(0, 0, "a-0", "A", ready=True), pod(1, 0), pod(1, 1)]
     (one,) = sets(FIRST)
-    groups = group_statuses(groups_of(pods, 2), [workload(0, ADMITTED), workload(1, NO_RACK)], [one], one, 3, {"a-0": "A", "a-1": "A"})
+    groups = group_statuses(groups_of(pods, 2, {"a-0": "A", "a-1": "A"}), [workload(0, ADMITTED), workload(1, NO_RACK)], [one], one, 3)
     assert groups == [
-        GroupStatus(leader_worker_set=FIRST, index=0, rack="A", trays=["a-0", "a-1"], kueue="Admitted", ready=True),
+        GroupStatus(leader_worker_set=FIRST, index=0, rack="A", racks=["A"], trays=["a-0", "a-1"], kueue="Admitted",
+                    ready=True),
         GroupStatus(leader_worker_set=FIRST, index=1, kueue="Pending", message=TOPOLOGY_MESSAGE),
         GroupStatus(leader_worker_set=FIRST, index=2),  # desired, no pods or Workload yet
     ]
     # a rollout: the new LeaderWorkerSet's group 0 beside the old one's, its Workload told by its uid
     old, new = sets(FIRST, "k3-latency-engine-b")
-    both = group_statuses(groups_of([pod(0, 0, "a-0", "A", ready=True), pod(0, 0, "b-0", name="k3-latency-engine-b")], 1), [workload(0, ADMITTED), workload(0, NO_RACK, uid="u-k3-latency-engine-b")], [old, new], new, 1, {"a-0": "A"})
+    both = group_statuses(groups_of([pod(0, 0, "a-0", "A", ready=True), pod(0, 0, "b-0", name="k3-latency-engine-b")], 1, {"a-0": "A"}), [workload(0, ADMITTED), workload(0, NO_RACK, uid="u-k3-latency-engine-b")], [old, new], new, 1)
     assert [(g.leader_worker_set, g.index, g.rack, g.kueue, g.ready) for g in both] == [
         (FIRST, 0, "A", "Admitted", True), ("k3-latency-engine-b", 0, None, "Pending", False)]
     # exclusive placement: no Workloads, no Kueue state; the scheduler's message of an Unschedulable pod
     unschedulable = pod(0, 0)
     unschedulable["status"]["conditions"].append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                                                   "message": "0/36 nodes are available"})
-    assert group_statuses(groups_of([unschedulable], 2), None, [one], one, 1, {}) == [
+    assert group_statuses(groups_of([unschedulable], 2), None, [one], one, 1) == [
         GroupStatus(leader_worker_set=FIRST, index=0, message="0/36 nodes are available")]
+
+
+def test_a_group_lists_the_rack_of_every_pod_and_one_in_two_racks_is_split() -> None:
+    """The racks of every live bound pod, each once, the leader's first; a group in two is split:
+    not serving, no single rack in its status, its message naming both racks."""
+    racks = {"a-0": "A", "a-1": "A", "a-2": "A", "b-0": "B", "b-1": "B"}
+    whole = groups_of([pod(0, 0, "a-0", ready=True), pod(0, 1, "a-1", ready=True)], 2, racks)[(FIRST, 0)]
+    assert (whole.racks, whole.split, whole.ready, whole.serving) == (("A",), False, True, True)
+    # TP16 as the issue met it: the leader in rack B, three workers in rack A
+    members = [pod(0, 0, "b-0", ready=True)] + [pod(0, w, f"a-{w - 1}", ready=True) for w in (1, 2, 3)]
+    split = groups_of(members, 4, racks)[(FIRST, 0)]
+    assert (split.racks, split.split, split.ready, split.serving, split.live_ready) == (("B", "A"), True, True, False,
+                                                                                       False)
+    # unbound pods, trays of unknown rack and terminating pods add no rack
+    leaving = {**pod(0, 1, "b-1"), "metadata": {**pod(0, 1, "b-1")["metadata"], "deletionTimestamp": "x"}}
+    assert groups_of([pod(0, 0, "a-0"), leaving, pod(0, 2, "z-9"), pod(0, 3)], 4, racks)[(FIRST, 0)].racks == ("A",)
+    assert groups_of(members, 4)[(FIRST, 0)].racks == ()  # racks unknown: nothing judged
+    (one,) = sets(FIRST)
+    (entry,) = group_statuses({(FIRST, 0): split}, None, [one], one, 1)
+    assert (entry.rack, entry.racks, entry.ready) == (None, ["B", "A"], False)
+    assert entry.trays == ["b-0", "a-0", "a-1", "a-2"]
+    assert entry.message == f"group 0 of LeaderWorkerSet {FIRST} has pods in racks B and A: it cannot run as one engine " \
+                            "(one NVLink domain per group)"
+    # the rollout's count: a split group is never a serving group of its LeaderWorkerSet
+    (counted,) = engine_sets([{"metadata": {"name": FIRST, "uid": "u"}, "spec": {"replicas": 1}}], {(FIRST, 0): split})
+    assert counted.ready == 0
 
 
 def test_an_event_for_each_change_of_a_groups_kueue_state() -> None:
@@ -227,10 +254,10 @@ def test_operator_writes_groups_no_rack_fits_with_the_free_block_and_state_event
         obj = wait_for(no_rack_fits, 30, "ScalingLimited=True NoRackFits")
         groups = obj["status"]["groups"]
         assert [g["index"] for g in groups] == [0, 1]
-        assert groups[0] == {"leaderWorkerSet": FIRST, "index": 0, "rack": f"{racks}-a",
+        assert groups[0] == {"leaderWorkerSet": FIRST, "index": 0, "rack": f"{racks}-a", "racks": [f"{racks}-a"],
                              "trays": [f"{racks}-a-0", f"{racks}-a-1"],
                              "kueue": "Admitted", "ready": False}  # no pod reports Ready here (no kubelet)
-        assert groups[1] == {"leaderWorkerSet": FIRST, "index": 1, "trays": [], "kueue": "Pending",
+        assert groups[1] == {"leaderWorkerSet": FIRST, "index": 1, "racks": [], "trays": [], "kueue": "Pending",
                              "message": TOPOLOGY_MESSAGE, "ready": False}
         assert placed(namespace) == {(f"{racks}-a", "Admitted"): 1, ("", "Pending"): 1}  # the operator's gauge
         limited = condition(obj, "ScalingLimited")
@@ -293,25 +320,25 @@ def test_readmission_deletes_a_split_or_failed_tray_groups_admitted_workload_onl
     failed tray, is deleted (never toggled: Kueue skips an admitted Workload with unhealthy nodes)."""
     split = [pod(0, 0, "a-0"), pod(0, 1, "b-0")]
     whole = [pod(0, 0, "a-0"), pod(0, 1, "a-1")]
-    (step,) = readmissions([workload(0, ADMITTED)], split, RACKS, SETS)
+    (step,) = readmissions([workload(0, ADMITTED)], groups_of(split, 2, RACKS), SETS)
     assert (step.workload, step.uid) == ("leaderworkerset-k3-latency-engine-0-x", "uid-0")
     assert step.event[:2] == ("Warning", "GroupSplitAcrossRacks") and not step.event.once
     assert step.event[2].startswith("group 0: Kueue placed its pods in racks a and b")
-    assert readmissions([workload(0, ADMITTED)], whole, RACKS, SETS) == []
+    assert readmissions([workload(0, ADMITTED)], groups_of(whole, 2, RACKS), SETS) == []
     failed = {**workload(0, ADMITTED), "status": {"conditions": [ADMITTED], **UNHEALTHY}}
-    (step,) = readmissions([failed], [pod(0, 0), pod(0, 1)], RACKS, SETS)
+    (step,) = readmissions([failed], groups_of([pod(0, 0), pod(0, 1)], 2, RACKS), SETS)
     assert step.event[:2] == ("Warning", "GroupTrayFailed") and "its tray a-1 failed" in step.event[2]
     # not admitted (Kueue evicted it, or a fresh one waits), or already being deleted: left to Kueue
-    assert readmissions([workload(0, EVICTED_NODES)], split, RACKS, SETS) == []
-    assert readmissions([{**failed, "status": {"conditions": [NO_RACK], **UNHEALTHY}}], [], RACKS, SETS) == []
+    assert readmissions([workload(0, EVICTED_NODES)], groups_of(split, 2, RACKS), SETS) == []
+    assert readmissions([{**failed, "status": {"conditions": [NO_RACK], **UNHEALTHY}}], groups_of([], 2, RACKS), SETS) == []
     deleting = {**failed, "metadata": {**failed["metadata"], "deletionTimestamp": "2026-12-01T00:00:00Z"}}
-    assert readmissions([deleting], split, RACKS, SETS) == []
+    assert readmissions([deleting], groups_of(split, 2, RACKS), SETS) == []
     # a terminating pod in the other rack does not split the group
     leaving = {**pod(0, 1, "b-0"), "metadata": {**pod(0, 1, "b-0")["metadata"], "deletionTimestamp": "x"}}
-    assert readmissions([workload(0, ADMITTED)], [pod(0, 0, "a-0"), leaving], RACKS, SETS) == []
+    assert readmissions([workload(0, ADMITTED)], groups_of([pod(0, 0, "a-0"), leaving], 2, RACKS), SETS) == []
     # a rollout: the old set's group 0 in rack a and the new set's group 0 in rack b are two groups
     beside = [pod(0, 0, "a-0"), pod(0, 1, "a-1"), pod(0, 0, "b-0", name="k3-latency-engine-b")]
-    assert readmissions([workload(0, ADMITTED)], beside, RACKS, SETS) == []
+    assert readmissions([workload(0, ADMITTED)], groups_of(beside, 2, RACKS), SETS) == []
 
 
 def test_an_admitted_group_with_a_pod_off_its_trays_is_checked_again_soon() -> None:
@@ -339,8 +366,15 @@ def test_a_group_kueue_split_or_left_on_a_failed_tray_gets_a_fresh_workload(oper
         core.create_namespaced_pod(namespace, {"metadata": body["metadata"], "spec": body["spec"]})
     wait_for(lambda: kube.get(kueue.API_VERSION, "Workload", namespace, name.format(0)) is None, 30,
              "the split group's Workload deleted")
-    (message,) = wait_for(lambda: events(admin_api, namespace, "GroupSplitAcrossRacks"), 10, "the Event")
-    assert message.startswith(f"group 0: Kueue placed its pods in racks {racks}-a and {racks}-b")
+    said = f"group 0: Kueue placed its pods in racks {racks}-a and {racks}-b"
+    (message,) = wait_for(lambda: [m for m in events(admin_api, namespace, "GroupSplitAcrossRacks")
+                                   if m.startswith(said)], 10, "the Event")
+    # the split group is not placed, whatever repairs it: ScalingLimited says so too, with its own Event
+    obj = kube.get(*CR, namespace, "k3-latency")
+    limited = condition(obj, "ScalingLimited")
+    assert (limited["status"], limited["reason"]) == ("True", "GroupSplitAcrossRacks")
+    assert limited["message"].startswith(f"group 0 of LeaderWorkerSet {FIRST} has pods in racks {racks}-a and {racks}-b")
+    assert obj["status"]["groups"][0]["racks"] == [f"{racks}-a", f"{racks}-b"] and "rack" not in obj["status"]["groups"][0]
     # group 1 is whole but one pod is off its trays: no change, until Kueue lists a failed tray
     time.sleep(3)
     assert kube.get(kueue.API_VERSION, "Workload", namespace, name.format(1)) is not None
@@ -350,3 +384,95 @@ def test_a_group_kueue_split_or_left_on_a_failed_tray_gets_a_fresh_workload(oper
              "the Workload listing a failed tray deleted (the operator polls it)")
     (message,) = wait_for(lambda: events(admin_api, namespace, "GroupTrayFailed"), 10, "the Event")
     assert message.startswith(f"group 1: its tray {racks}-a-2 failed")
+
+
+# -- whatever the placement: a split group, two modes on one pool -----------------------------------
+
+
+def ready_pod(core: client.CoreV1Api, namespace: str, body: dict[str, Any]) -> None:
+    """Create the pod (bound to its tray) and mark it Ready, as the kubelet would."""
+    core.create_namespaced_pod(namespace, {"metadata": body["metadata"], "spec": body["spec"]})
+    core.patch_namespaced_pod_status(body["metadata"]["name"], namespace, {"status": {
+        "phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})
+
+
+def test_an_exclusive_group_with_pods_in_two_racks_is_reported_split_not_placed(
+        operator, kube, admin_api, namespace, racks) -> None:
+    """Placement exclusive, yet group 0's leader sits in rack a and its worker in rack b (as when
+    LeaderWorkerSet's pod webhook gave the pods no affinity): the LeaderWorkerSet counts both
+    groups Ready; the CR counts one, names the group, both racks and the fix, with an Event."""
+    core = client.CoreV1Api(admin_api)
+    apply(kube, recipe(replicas=2), namespace)
+    reconciled(kube, namespace, "k3-latency")
+    for body in (pod(0, 0, f"{racks}-a-0"), pod(0, 1, f"{racks}-b-0"), pod(1, 0, f"{racks}-a-1"),
+                 pod(1, 1, f"{racks}-b-1")):
+        ready_pod(core, namespace, body)
+    nudge(kube, namespace, 2)
+
+    def split() -> dict | None:
+        obj = kube.get(*CR, namespace, "k3-latency")
+        return obj if condition(obj, "ScalingLimited").get("reason") == "GroupSplitAcrossRacks" else None
+    obj = wait_for(split, 30, "ScalingLimited=True GroupSplitAcrossRacks")
+    limited, ready = condition(obj, "ScalingLimited"), condition(obj, "Ready")
+    both = f"racks {racks}-a and {racks}-b: it cannot run as one engine (one NVLink domain per group)"
+    assert limited["status"] == "True" and limited["message"].startswith(
+        f"group 0 of LeaderWorkerSet {FIRST} has pods in {both}; group 1 of LeaderWorkerSet {FIRST} has pods in {both}")
+    assert "pod k3-latency-engine-0 has no pod affinity on nvidia.com/gpu.clique" in limited["message"]
+    assert (ready["status"], ready["reason"]) == ("False", "GroupsNotReady")
+    assert obj["status"]["readyReplicas"] == 0
+    assert [(g["index"], g.get("rack"), g["racks"], g["ready"]) for g in obj["status"]["groups"]] == [
+        (0, None, [f"{racks}-a", f"{racks}-b"], False), (1, None, [f"{racks}-a", f"{racks}-b"], False)]
+    (message,) = wait_for(lambda: events(admin_api, namespace, "GroupSplitAcrossRacks"), 10, "the Event")
+    assert message == limited["message"]
+    # group 1's worker moves into rack a: group 1 serves and counts; group 0 stays split
+    core.delete_namespaced_pod("k3-latency-engine-1-1", namespace, grace_period_seconds=0)
+    ready_pod(core, namespace, pod(1, 1, f"{racks}-a-0"))  # its events reconcile; the LWS still counts 2 Ready
+    obj = wait_for(lambda: (o := kube.get(*CR, namespace, "k3-latency"))["status"].get("readyReplicas") == 1 and o,
+                   30, "one group counted Ready")
+    assert condition(obj, "ScalingLimited")["message"].startswith(f"group 0 of LeaderWorkerSet {FIRST} has pods in {both}"
+                                                                  " (racks: the trays' nvidia.com/gpu.clique label)")
+    assert obj["status"]["groups"][1]["rack"] == f"{racks}-a" and obj["status"]["groups"][1]["ready"]
+
+
+def test_a_kueue_and_an_exclusive_deployment_on_one_pool_each_name_the_other(
+        operator, kube, admin_api, namespace, kueue_queue, racks) -> None:
+    """k3-latency (placement exclusive, GB300) holds rack a; k3-packed (placement kueue, GB300) is
+    applied beside it: each CR's PlacementConflict names the other, with its racks, and an Event
+    says so (k3-latency reconciled at once for it); once k3-packed is gone, k3-latency no longer
+    names it."""
+    core = client.CoreV1Api(admin_api)
+    apply(kube, recipe(replicas=1), namespace)
+    reconciled(kube, namespace, "k3-latency")
+    for body in (pod(0, 0, f"{racks}-a-0"), pod(0, 1, f"{racks}-a-1")):
+        ready_pod(core, namespace, body)
+    nudge(kube, namespace, 1)
+    wait_for(lambda: (kube.get(*CR, namespace, "k3-latency")["status"].get("groups") or [{}])[0].get("rack"), 30,
+             "k3-latency's group in rack a")
+    apply(kube, recipe(name="k3-packed", replicas=1, scheduling={"placement": {"mode": "kueue", "queueName": "default"}}),
+          namespace)
+    packed = wait_for(lambda: (o := kube.get(*CR, namespace, "k3-packed")) and
+                      condition(o, "PlacementConflict").get("status") == "True" and o, 30,
+                      "k3-packed: PlacementConflict=True")
+    mixed = condition(packed, "PlacementConflict")
+    assert mixed["reason"] == "PlacementModesMixed"
+    assert mixed["message"].startswith("placement kueue on the node pool kubernetes.io/arch=arm64, "
+                                       "nvidia.com/gpu.product=NVIDIA-GB300 shared with ")
+    assert f"{namespace}/k3-latency (placement exclusive) has groups in racks {racks}-a" in mixed["message"]
+    assert f"{namespace}/k3-latency (placement exclusive)" in " ".join(events(admin_api, namespace,
+                                                                            "PlacementModesMixed"))
+    # k3-packed's reconcile found k3-latency's condition silent about it: k3-latency is reconciled too
+    latency = wait_for(lambda: (o := kube.get(*CR, namespace, "k3-latency")) and
+                       condition(o, "PlacementConflict").get("status") == "True" and o, 30,
+                       "k3-latency: PlacementConflict=True")
+    assert f"{namespace}/k3-packed (placement kueue)" in condition(latency, "PlacementConflict")["message"]
+    assert condition(latency, "PlacementConflict")["message"].startswith("placement exclusive on the node pool")
+    kube.delete(*CR, namespace, "k3-packed")
+    wait_for(lambda: kube.get(*CR, namespace, "k3-packed") is None, 30, "k3-packed gone")
+    nudge(kube, namespace, 0)  # k3-latency learns it at its next reconcile (here: its LeaderWorkerSet's status)
+
+    def let_go() -> dict | None:  # other modules' kueue CRs may still be left in the control plane
+        said = condition(kube.get(*CR, namespace, "k3-latency"), "PlacementConflict")
+        return said if said.get("reason") == "OnePlacementMode" or f"{namespace}/k3-packed" not in said["message"] \
+            else None
+    said = wait_for(let_go, 30, "k3-latency: k3-packed no longer named")
+    assert said["reason"] == "OnePlacementMode" or said["message"].startswith("placement exclusive")

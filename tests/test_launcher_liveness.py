@@ -240,3 +240,83 @@ def test_start_back_off_waits_before_starting_vllm(tmp_path):
     assert proc.returncode == 0 and proc.stdout.strip() == "started", proc.stderr
     assert time.monotonic() - start >= 1.0
     assert "start back-off: waiting 1 s" in proc.stderr
+
+
+# ---------------------------------------------------------------- drained exits (preStop) -----
+
+def _drain(plan: Path, index: int, size: int, deregister_s: float, timeout_s: float) -> subprocess.Popen:
+    """``launcher.py drain`` of rank ``index`` (the pod's preStop hook), as a subprocess."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("LWS_", "KIMIK3_"))}
+    return subprocess.Popen([sys.executable, str(LAUNCHER), "drain", str(deregister_s), str(timeout_s), str(plan)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**clean, "LWS_LEADER_ADDRESS": "127.0.0.1", "LWS_WORKER_INDEX": str(index),
+                                 "LWS_GROUP_SIZE": str(size), "KIMIK3_POLL_SECONDS": str(POLL_S)})
+
+
+@pytest.mark.parametrize("shape", [TP16, DEP16], ids=["tp", "dep"])
+def test_a_workers_prestop_holds_its_rank_until_the_leader_is_gone(group, tmp_path, shape):
+    """A multi-node engine fails every request in flight when it loses a rank: a worker's preStop
+    keeps the rank up while the leader's endpoint (TCPStore or /health) answers, and returns once
+    it stops answering (the leader's vLLM finished its drain and exited)."""
+    topology, size, what = shape
+    leader, _ = group(topology, size)
+    hook = _drain(tmp_path / "plan.json", 1, size, 1.0, 30.0)
+    time.sleep(2.0)
+    assert hook.poll() is None  # the leader still answers: the rank stays
+    leader.proc.kill()
+    gone = time.monotonic()
+    stderr = hook.communicate(timeout=10)[1]
+    assert hook.returncode == 0, stderr
+    assert time.monotonic() - gone <= POLL_S + launcher.PROBE_TIMEOUT_S + 1.0
+    assert f"{what} at 127.0.0.1" in stderr and "stopped answering" in stderr
+
+
+def test_a_workers_prestop_ends_at_its_bound_while_the_leader_still_answers(group, tmp_path):
+    """The bound is the leader's deregistration + probes.drainTimeout: the kubelet kills the pod
+    at the end of its grace period anyway."""
+    leader, _ = group(*TP16[:2])
+    start = time.monotonic()
+    hook = _drain(tmp_path / "plan.json", 1, TP16[1], 0.5, 1.5)
+    stderr = hook.communicate(timeout=15)[1]
+    assert hook.returncode == 0, stderr
+    assert 2.0 <= time.monotonic() - start <= 2.0 + POLL_S + 2.0
+    assert leader.proc.poll() is None
+    assert "still answers after 2 s" in stderr
+
+
+@pytest.mark.tier("unit")
+def test_a_leaders_prestop_fails_its_readiness_for_the_deregistration_then_returns(tmp_path):
+    """The leader's preStop writes the drain marker, so its readiness probe (``ready``) fails
+    while vLLM's /health still answers 200, and returns after DEREGISTER_S: the kubelet then sends
+    SIGTERM and vLLM drains by itself (--shutdown-timeout)."""
+    import http.server
+    import threading
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        status = 200
+
+        def do_GET(self) -> None:
+            self.send_response(Health.status if self.path == "/health" else 404)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port, marker = server.server_address[1], tmp_path / "draining"
+    try:
+        assert launcher.ready(port, str(marker)) is None
+        Health.status = 503
+        assert launcher.ready(port, str(marker)) == "/health answered 503"
+        Health.status = 200
+        leader_argv = ["vllm", "serve", "/models/k3", "--port", str(port), "--tensor-parallel-size", "8"]
+        start = time.monotonic()
+        assert launcher.drain(leader_argv, 0.5, 180.0, POLL_S, str(marker)) == "left the endpoints for 0.5 s"
+        assert 0.5 <= time.monotonic() - start < 1.5  # the deregistration only: vLLM does the rest after SIGTERM
+        assert marker.exists()
+        assert "draining" in (launcher.ready(port, str(marker)) or "")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "connection refused" in (launcher.ready(port, str(tmp_path / "absent")) or "")

@@ -13,12 +13,14 @@ import uuid
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 
 from kimik3.admission import admit
 from kimik3.api.errors import SpecErrors
 from kimik3.autoscaler import perfmodel
 from kimik3.controller.kube import Invalid
+from kimik3.controller.placementmix import clashes, placement
 from kimik3.engine.overrides import describe
 from kimik3.kube.kinds import HTTP_ROUTE
 from kimik3.render.meta import engine_set_name
@@ -158,6 +160,47 @@ def test_megakernel_recipes_respect_its_limits():
         assert spec["topology"]["strategy"] == "tp" and spec["topology"]["tensorParallelSize"] in (8, 16)
         assert spec["speculativeDecoding"]["method"] == "dspark"
         assert spec["speculativeDecoding"]["numSpeculativeTokens"] <= 7
+
+
+def kueue_alternative(path) -> dict[str, Any] | None:
+    """The commented ``scheduling`` block of a recipe (its lines ``  # <yaml>   # <comment>``),
+    uncommented and parsed; None when the recipe has none."""
+    lines = path.read_text().splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("  # scheduling:")), None)
+    if start is None:
+        return None
+    block = []
+    for line in lines[start:]:
+        found = re.match(r"^  # (\s*\S[^#]*?)\s+#", line)
+        if not found:
+            break
+        block.append(found.group(1))
+    return yaml.safe_load("\n".join(block))
+
+
+def test_rack_scale_recipes_ship_one_placement_mode_per_pool():
+    """Issue 24: the TP16 GB300 recipe is placed by Kueue and the other GB300/GB200 recipes
+    exclusive, which must not share racks (controller/placementmix.py finds the mix). Each
+    exclusive rack-scale recipe carries Kueue's placement, commented, with the TP16 recipe's
+    LocalQueue: uncommented, it no longer clashes with the TP16 recipe, and admission accepts it."""
+    packed = admit(recipe("gb300-tp16-megakernel-dspark.yaml")["spec"])
+    assert packed.spec.scheduling.placement.mode == "kueue"
+    tp16 = placement("inference", "k3-tp16", packed)
+    rack_scale = [p for p in RECIPES if admit(recipe(p)["spec"]).plan.clique_placement]
+    assert {p.name for p in rack_scale} == {"gb300-tp8-megakernel-dspark.yaml", "gb300-tp16-megakernel-dspark.yaml",
+                                            "gb300-dep16-throughput.yaml", "gb200-tp16-megakernel-dspark.yaml",
+                                            "dedicated-endpoint.yaml"}
+    for path in rack_scale:
+        if path.name == "gb300-tp16-megakernel-dspark.yaml":
+            continue
+        shipped = admit(recipe(path)["spec"])
+        alternative = kueue_alternative(path)
+        assert alternative is not None, f"{path.name}: no commented kueue placement"
+        assert alternative == {"scheduling": {"placement": {"mode": "kueue", "queueName": "inference"}}}, path.name
+        uncommented = admit(recipe(path, **alternative)["spec"])
+        clash = bool(clashes(tp16, [placement("inference", path.stem, shipped)]))
+        assert clash == (shipped.plan.profile.product_label == packed.plan.profile.product_label), path.name
+        assert clashes(tp16, [placement("inference", path.stem, uncommented)]) == [], path.name
 
 
 # ---------------------------------------------------------------- render (no cluster) ---------

@@ -188,6 +188,44 @@ def test_workers_have_no_probes_and_no_ports(name):
         assert key not in c
 
 
+# ---------------------------------------------------------------- drained exits ------------
+
+@pytest.mark.parametrize("probes, deregister_s, drain_s", [
+    ({}, 35, 180),  # periodSeconds 10 x 3 failed readiness probes + 5 s; drainTimeout 3m
+    ({"periodSeconds": 5, "drainTimeout": "10m"}, 20, 600),
+    ({"drainTimeout": "0s"}, 35, 0),  # no drain: vLLM aborts the requests in flight at SIGTERM
+    ({"drainTimeout": "1.2s"}, 35, 2),  # whole seconds, rounded up
+])
+@pytest.mark.parametrize("name", [TP8_RECIPE, DEP16_RECIPE])
+def test_a_pod_that_goes_drains_within_its_grace_period(name, probes, deregister_s, drain_s):
+    """Leader and workers: the preStop hook is the launcher's drain with the deregistration and
+    the drain bound; vLLM gets --shutdown-timeout on every rank; the grace period covers both and
+    30 s for vLLM's teardown. The leader's readiness is the launcher's ready (vLLM's /health on
+    its port until the drain begins), failing after 3 probes."""
+    cr = recipe(name, uid=UID, probes=probes)
+    out = render_cr(cr)
+    admitted = admit(cr["spec"])
+    lws = by_kind(out.objects, "LeaderWorkerSet")
+    for template in templates(lws):
+        assert template["spec"]["terminationGracePeriodSeconds"] == deregister_s + drain_s + 30
+        assert container(template)["lifecycle"] == {"preStop": {"exec": {"command": [
+            "python3", "/etc/kimik3/launcher.py", "drain", str(deregister_s), str(drain_s)]}}}
+    for rank in range(admitted.plan.nodes_per_group):
+        args = rank_args(admitted.spec, admitted.plan, rank)
+        assert args[args.index("--shutdown-timeout") + 1] == str(drain_s)
+    leader, _ = templates(lws)
+    readiness = container(leader)["readinessProbe"]
+    assert readiness == {"exec": {"command": ["python3", "/etc/kimik3/launcher.py", "ready", "8000"]},
+                         "periodSeconds": probes.get("periodSeconds", 10), "timeoutSeconds": 5,
+                         "failureThreshold": 3}
+
+
+def test_the_default_drain_lets_32768_tokens_at_the_default_latency_target_finish():
+    spec = KimiK3DeploymentSpec.model_validate({"model": {"source": {"pvc": {"claimName": "w"}}}})
+    assert spec.probes.drain_timeout == "3m"  # 32,768 x 5 ms = 164 s, rounded up to whole minutes
+    assert 32768 * 0.005 <= 180 < 32768 * 0.005 + 60
+
+
 # ---------------------------------------------------------------- Service -----------------
 
 def test_service_selects_the_group_leaders_of_every_leaderworkerset_of_the_deployment():

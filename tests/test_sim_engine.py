@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -260,7 +261,7 @@ def test_a_draining_engine_sends_every_response_whole_and_a_bad_release_is_slowe
         req = {"prompt": "one two", "max_tokens": 40, "stream": True}
         streams = [asyncio.create_task(_stream_items(s, engine.url, req)) for _ in range(4)]
         await asyncio.sleep(0.05)  # the requests are decoding
-        await engine.drain(10.0)
+        await engine.drain(0.0, 10.0, 60.0)
         for items in await asyncio.gather(*streams):
             assert items[-1] == "[DONE]"
             assert sum(len(c["choices"][0]["text"].split()) for c in items[:-1]) == 40
@@ -282,37 +283,63 @@ def test_a_draining_engine_sends_every_response_whole_and_a_bad_release_is_slowe
     assert run(EngineConfig(shape=MK_DSPARK, error_rate=1.0), failing) == 1.0
 
 
-def test_a_draining_engine_serves_its_connections_until_they_close():
-    """What a pod's deletion gives the engine: it stops listening, a request in flight finishes
-    whole, a request that still comes on a kept-alive connection is served with ``Connection:
-    close`` (its client then reconnects, through the Service, to another pod: none is lost), and it
-    stops once it holds no request and no connection."""
+def test_a_draining_engine_serves_through_its_prestop_then_finishes_in_flight_requests_after_sigterm():
+    """A pod's deletion, as the rendered pod plays it: nothing listens any more; through the preStop
+    hook (0.5 s here) a request on a kept-alive connection is served, its connection closed after;
+    after SIGTERM a request on a kept-alive connection is refused with 503 (vLLM 0.33 refuses new
+    requests once it shuts down), and the generation in flight finishes whole within
+    --shutdown-timeout."""
     async def body(engine, s):
-        idle_reader, idle_writer = await asyncio.open_connection(engine.host, engine.port)
+        async def kept_connection() -> Callable[[], Awaitable[bytes]]:
+            reader, writer = await asyncio.open_connection(engine.host, engine.port)
 
-        async def health() -> bytes:
-            idle_writer.write(f"GET /health HTTP/1.1\r\nHost: {engine.host}\r\n\r\n".encode())
-            await idle_writer.drain()
-            head = b""
-            while not head.endswith(b"\r\n\r\n"):
-                head += await asyncio.wait_for(idle_reader.read(1), 5)
-            return head
-        assert b"Connection: close" not in await health()  # kept alive
-        streaming = asyncio.create_task(_stream_items(s, engine.url, {"prompt": "one two", "max_tokens": 40,
+            async def completion() -> bytes:
+                payload = json.dumps({"prompt": "x", "max_tokens": 2}).encode()
+                writer.write(f"POST /v1/completions HTTP/1.1\r\nHost: {engine.host}\r\nContent-Type: "
+                             f"application/json\r\nContent-Length: {len(payload)}\r\n\r\n".encode() + payload)
+                await writer.drain()
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+                length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length:"))
+                await asyncio.wait_for(reader.readexactly(length), 5)
+                return head
+            return completion
+        first, second = await kept_connection(), await kept_connection()
+        assert b"Connection: close" not in await first()
+        assert b"Connection: close" not in await second()
+        streaming = asyncio.create_task(_stream_items(s, engine.url, {"prompt": "one two", "max_tokens": 400,
                                                                        "stream": True}))
         await asyncio.sleep(0.05)
-        drain = asyncio.create_task(engine.drain(10.0))
+        drain = asyncio.create_task(engine.drain(0.5, 10.0, 60.0))
         await asyncio.sleep(0.1)
         with pytest.raises(OSError):  # nothing listens any more
             await asyncio.open_connection(engine.host, engine.port)
-        head = await health()  # the kept-alive connection is still served, and closed after
+        head = await first()  # the preStop: still served, the connection closed after
         assert head.startswith(b"HTTP/1.1 200") and b"Connection: close" in head
-        assert await asyncio.wait_for(idle_reader.read(), 5) == b""
-        items = await asyncio.wait_for(streaming, 10)
-        await s.close()  # the client's pool lets its connections go
+        await asyncio.sleep(0.6)  # SIGTERM came
+        assert (await second()).startswith(b"HTTP/1.1 503")  # refused, as vLLM does once it shuts down
+        items = await asyncio.wait_for(streaming, 20)
+        assert items[-1] == "[DONE]" and sum(len(c["choices"][0]["text"].split()) for c in items[:-1]) == 400
         await asyncio.wait_for(drain, 5)
-        assert items[-1] == "[DONE]" and sum(len(c["choices"][0]["text"].split()) for c in items[:-1]) == 40
     run(EngineConfig(shape=MK_DSPARK, seed=5), body)
+
+
+@pytest.mark.parametrize("shutdown_timeout_s, grace_s", [(0.0, 60.0), (30.0, 0.3)],
+                         ids=["no-shutdown-timeout", "grace-period-ends"])
+def test_a_generation_longer_than_its_drain_is_cut(shutdown_timeout_s, grace_s):
+    """Without --shutdown-timeout vLLM aborts what is in flight at SIGTERM; with one, the
+    kubelet's SIGKILL at the end of the grace period still ends it."""
+    async def body(engine, s):
+        streaming = asyncio.create_task(_stream_items(s, engine.url, {"prompt": "one two", "max_tokens": 4000,
+                                                                       "stream": True}))
+        await asyncio.sleep(0.1)
+        start = time.monotonic()
+        await engine.drain(0.0, shutdown_timeout_s, grace_s)
+        assert time.monotonic() - start < grace_s + 1.0
+        with contextlib.suppress(aiohttp.ClientError):
+            items = await asyncio.wait_for(streaming, 5)
+            assert sum(len(c["choices"][0]["text"].split()) for c in items if isinstance(c, dict)) < 4000
+    run(EngineConfig(shape=MK_DSPARK, seed=7), body)
 
 
 async def _stream_items(s, url, req):

@@ -18,7 +18,7 @@ from kimik3.autoscaler import perfmodel
 from kimik3.autoscaler.perfmodel import EngineShape
 from kimik3_dev.sim import podenv
 from kimik3_dev.sim.engine import SimEngine
-from kimik3_dev.sim.launch import Launch, LaunchUnresolved, engine_config, launch
+from kimik3_dev.sim.launch import Exit, Launch, LaunchUnresolved, engine_config, exit_of, launch
 from support.lws_pods import group_pods
 from support.recipes import RECIPE_FILES, recipe
 from support.rendering import by_kind, launcher_name, render_cr
@@ -90,6 +90,21 @@ def test_the_plans_start_back_off_is_the_launchs_start_delay():
     cr = recipe(uid=UID)
     assert leader_launch(render_cr(cr).objects).start_delay_s == 0
     assert leader_launch(render_cr(cr, start_delay_s=40).objects).start_delay_s == 40
+
+
+@pytest.mark.parametrize("probes, expected", [
+    ({}, Exit(35, 180, 245)),
+    ({"periodSeconds": 2, "drainTimeout": "20s"}, Exit(11, 20, 61)),
+    ({"drainTimeout": "0s"}, Exit(35, 0, 65)),
+])
+def test_how_the_engine_ends_is_read_from_the_rendered_pod(probes, expected):
+    """The preStop hook's wait, vLLM's --shutdown-timeout and the grace period, as the pod has them."""
+    assert leader_launch(render_cr(recipe(uid=UID, probes=probes)).objects).on_delete == expected
+
+
+def test_a_pod_without_a_drain_ends_at_once():
+    pod = {"spec": {"containers": [{"name": "engine"}]}}
+    assert exit_of(pod["spec"], ["vllm", "serve", "m"]) == Exit(0, 0, 30)  # the API server's default grace
 
 
 def test_a_changed_flag_in_the_rendered_argv_changes_the_simulated_engine():

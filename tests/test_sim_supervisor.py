@@ -14,6 +14,7 @@ import ipaddress
 import json
 import os
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -105,7 +106,8 @@ def deploy(admin_api: client.ApiClient, namespace: str, **spec: Any) -> list[dic
 
 @pytest.fixture
 def cr(admin_api: client.ApiClient, namespace: str) -> list[dict[str, Any]]:
-    return deploy(admin_api, namespace)
+    # a short drain: the leader's preStop fails readiness for 1 s x 3 + 5 s, then 5 s for requests in flight
+    return deploy(admin_api, namespace, probes={"periodSeconds": 1, "drainTimeout": "5s"})
 
 
 def make_group(core: client.CoreV1Api, namespace: str, objects: list[dict[str, Any]], group: int,
@@ -204,10 +206,15 @@ def test_engines_follow_groups_at_their_pod_ips_behind_the_service(admin_api, na
         spread = [after - was for after, was in zip(served(), before)]
         assert sum(spread) == 20 and min(spread) >= 1, spread  # all on one of two: p = 2 x 2^-20
 
-        # scale-down: group 1's pods go, its engine stops
+        # scale-down: group 1's pods go; nothing listens at its IP, its engine drains through the preStop (8 s)
         delete_pods(core, namespace, group1)
-        wait_for(lambda: len(mine()) == 1, what="group 1's engine stopped")
+        wait_for(lambda: len(mine()) == 1, what="group 1's engine draining")
+        deleted = time.monotonic()
         wait_for(lambda: http(engine1 + "/health")[0] == 0, what="nothing listens at group 1's pod IP")
+        (draining,) = sup._draining.values()
+        assert draining.url == engine1
+        wait_for(lambda: not sup._draining, 20, "group 1's engine stopped")
+        assert 8 - 3 <= time.monotonic() - deleted <= 8 + 5  # the preStop's wait, give or take a poll
 
         # group 0 recreated (new leader UID, new pod IP): a new engine with a new load time
         old_uid = sup.groups[(namespace, "k3-latency", "0")].leader_uid

@@ -243,3 +243,108 @@ def test_an_admitted_group_the_scheduler_cannot_bind_is_not_blamed_on_room():
     assert (limited.status, limited.reason) == ("True", "Unschedulable")
     assert limited.message.startswith("group 0 cannot be bound in the rack Kueue admitted them into")
     assert "anti-affinity rules" in limited.message and "use placement kueue for every deployment" in limited.message
+
+
+CLIQUE = "nvidia.com/gpu.clique"
+RACKS = {"a-0": "A", "a-1": "A", "a-2": "A", "a-3": "A", "b-0": "B"}
+"""Trays of two NVLink domains (the TP8 recipe's topology key: nvidia.com/gpu.clique)."""
+
+
+def bound(name: str, group: str, worker: str, node: str, affinity: bool = False) -> dict:
+    """A Ready pod on ``node``; ``affinity``: with the pod affinity LeaderWorkerSet's pod webhook
+    adds for the exclusive topology."""
+    out = pod(name, group, worker)
+    out["spec"] = {"nodeName": node}
+    if affinity:
+        out["spec"]["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {f"{LWS}/group-key": "k"}}, "topologyKey": CLIQUE}]}}
+    return out
+
+
+def split_fleet(affinity: bool = False) -> list[dict]:
+    """Group 0 with its leader in rack A and its worker in rack B; group 1 whole in rack A."""
+    return [bound("k3-latency-engine-0", "0", "0", "a-0", affinity), bound("k3-latency-engine-0-1", "0", "1", "b-0"),
+            bound("k3-latency-engine-1", "1", "0", "a-1"), bound("k3-latency-engine-1-1", "1", "1", "a-2")]
+
+
+def test_a_group_split_across_racks_is_never_ready_or_placed() -> None:
+    """The LeaderWorkerSet counts both groups Ready; group 0 sits in two NVLink domains, so the
+    status counts one, says which group, which racks and what to do."""
+    obj = cr()
+    admitted = admit(obj["spec"])
+    pods = split_fleet()
+    status = status_of(obj, admitted, one_set(2, 2, pods), pods, 2, racks=RACKS)
+    assert_declared(status)
+    ready, limited = status.condition("Ready"), status.condition("ScalingLimited")
+    assert ready is not None and limited is not None
+    assert (ready.status, ready.reason, status.ready_replicas) == ("False", "GroupsNotReady", 1)
+    split = ("group 0 of LeaderWorkerSet k3-latency-engine has pods in racks A and B: it cannot run as one engine "
+             "(one NVLink domain per group)")
+    assert ready.message == f"1/2 groups ready; {split} (ScalingLimited says what to do)"
+    assert (limited.status, limited.reason) == ("True", "GroupSplitAcrossRacks")
+    assert limited.message == (
+        f"{split} (racks: the trays' {CLIQUE} label); not counted Ready; pod k3-latency-engine-0 has no pod affinity "
+        f"on {CLIQUE}: LeaderWorkerSet's pod webhook did not add the exclusive topology, so nothing keeps a group in "
+        "one rack. Register the LeaderWorkerSet webhooks (pods included), then delete pod k3-latency-engine-0: the "
+        "LeaderWorkerSet recreates the whole group; or use placement kueue")
+    groups = status.groups or []
+    assert [(g.index, g.rack, g.racks, g.ready) for g in groups] == [(0, None, ["A", "B"], False),
+                                                                     (1, "A", ["A"], True)]
+    assert groups[0].message == split
+    # the pods carry the exclusive affinity: a tray relabelled after binding; the leader is named
+    pods = split_fleet(affinity=True)
+    limited = status_of(obj, admitted, one_set(2, 2, pods), pods, 2, racks=RACKS).condition("ScalingLimited")
+    assert limited is not None and limited.message.endswith(
+        f"its pods do carry the exclusive affinity on {CLIQUE}, so a tray's label changed after its pod was bound: "
+        "delete pod k3-latency-engine-0, and the LeaderWorkerSet recreates the whole group inside one rack")
+    # placement kueue, its pods marked by Kueue's webhook: the operator re-admits it (controller.readmit)
+    kueue = cr()
+    kueue["spec"]["scheduling"] = {"placement": {"mode": "kueue", "queueName": "default"}}
+    admitted = admit(kueue["spec"])
+    limited = status_of(kueue, admitted, one_set(2, 2, pods), pods, 2, racks=RACKS, workloads=[]).condition(
+        "ScalingLimited")
+    assert limited is not None and limited.reason == "GroupSplitAcrossRacks"
+    assert limited.message.endswith(
+        "pod k3-latency-engine-0 lacks Kueue's kueue.x-k8s.io/pod-suspending-parent mark, so Kueue never admitted the "
+        "group and its pods were scheduled without it: register Kueue's webhooks (mleaderworkerset.kb.io and "
+        "mpod.kb.io) with the LeaderWorkerSet integration on, then delete pod k3-latency-engine-0: the "
+        "LeaderWorkerSet recreates the whole group and Kueue admits it whole")
+    for p in pods:
+        p["metadata"]["annotations"] = {"kueue.x-k8s.io/pod-suspending-parent": "leaderworkerset.x-k8s.io/v1"}
+    limited = status_of(kueue, admitted, one_set(2, 2, pods), pods, 2, racks=RACKS, workloads=[]).condition(
+        "ScalingLimited")
+    assert limited is not None and limited.message.endswith(
+        "the operator deletes each such group's Kueue Workload so that Kueue admits the group again whole, into one "
+        "rack with room (Event GroupSplitAcrossRacks)")
+    # the same pods in one rack: placed, and Ready
+    whole = status_of(obj, admit(obj["spec"]), one_set(2, 2, pods), pods, 2, racks={**RACKS, "b-0": "A"})
+    assert (whole.condition("ScalingLimited") or Condition(type="x", status="Unknown", reason="x")).reason == \
+        "AllGroupsPlaced"
+    assert whole.ready_replicas == 2
+
+
+def test_all_groups_placed_only_with_every_pod_bound() -> None:
+    """No claim of placement without evidence: no LeaderWorkerSet, or pods on no tray (Kueue's gates
+    and no Workload: the Kueue manager stopped), is not AllGroupsPlaced."""
+    obj = cr()
+    obj["spec"]["scheduling"] = {"placement": {"mode": "kueue", "queueName": "default"}}
+    admitted = admit(obj["spec"])
+    limited = status_of(obj, admitted, [], [], 2).condition("ScalingLimited")
+    assert limited is not None and (limited.status, limited.reason, limited.message) == (
+        "Unknown", "GroupsNotCreated", "0 of 2 groups exist; the others are not created yet (no LeaderWorkerSet exists)")
+    gated = [pod(f"k3-latency-engine-{g}" + (f"-{w}" if w else ""), str(g), str(w), ready=False) for g in (0, 1)
+             for w in (0, 1)]
+    for p in gated:
+        p["spec"] = {"schedulingGates": [{"name": "kueue.x-k8s.io/admission"}]}
+    # the LeaderWorkerSet says 2 groups exist: they do, but no pod is on a tray
+    limited = status_of(obj, admitted, one_set(2, 0, gated), gated, 2, workloads=[]).condition("ScalingLimited")
+    assert limited is not None and (limited.status, limited.reason) == ("Unknown", "GroupsNotPlaced")
+    assert limited.message == (
+        "group 0: pod k3-latency-engine-0 is bound to no tray (scheduling gates: kueue.x-k8s.io/admission); Kueue made "
+        "no Workload for the deployment's groups: is the Kueue manager running with its LeaderWorkerSet integration on?")
+    # a group short of pods is not placed either
+    short = split_fleet()[:3]
+    limited = status_of(cr(), admit(cr()["spec"]), one_set(2, 1, short), short, 2, racks={"b-0": "A"}).condition(
+        "ScalingLimited")
+    assert limited is not None and (limited.reason, limited.message) == (
+        "GroupsNotPlaced", "group 1: 1 of 2 pods exist; the LeaderWorkerSet is (re)creating them")

@@ -194,7 +194,7 @@ def test_condition_reasons_posted_as_events_are_event_reasons() -> None:
     """ScalingLimited's reasons (posted as Warnings while the condition is True) and the other
     condition reasons that double as Event reasons keep one spelling."""
     posted = [r for r in REASONS[ConditionType.SCALING_LIMITED]
-              if r not in (Reason.ALL_GROUPS_PLACED, Reason.GROUPS_NOT_CREATED)]  # never True: never posted
+              if r not in (Reason.ALL_GROUPS_PLACED, Reason.GROUPS_NOT_CREATED, Reason.GROUPS_NOT_PLACED)]  # never True: never posted
     posted += [Reason.INVALID_SPEC, Reason.APPLY_FAILED, Reason.GROUP_CRASH_LOOPING, Reason.ROLLED_BACK,
                Reason.GROUPS_NOT_READY, Reason.SCALED_TO_ZERO]
     assert [event_reason(r) for r in posted] == [r.value for r in posted]

@@ -18,6 +18,7 @@ builder fails with the flag in the message.
 from __future__ import annotations
 
 import json
+import math
 import random
 from dataclasses import dataclass, field
 from typing import Any
@@ -262,6 +263,8 @@ def field_expectations(case: Case, defaults: dict[str, Any]) -> dict[str, tuple[
         "enable_prefix_caching": ("--enable-prefix-caching", f.prefix_caching),
         "language_model_only": ("--language-model-only", f.language_model_only),
         "speculative_config": ("--speculative-config", expected_speculative_config(case)),
+        # vLLM 0.33's VllmConfig.shutdown_timeout (whole seconds): the drain of probes.drainTimeout
+        "shutdown_timeout": ("--shutdown-timeout", math.ceil(Seconds.of(spec).drain_timeout)),
     }
     if "--custom-histogram-buckets" in e.extra_args:
         out["custom_histogram_buckets"] = ("--custom-histogram-buckets", {"inter_token_latency": ITL_BUCKETS})

@@ -85,6 +85,13 @@ class DevEnv:
     def cliques(self, pods: list[dict[str, Any]]) -> set[str | None]:
         return {self.clique_of.get(p["spec"].get("nodeName")) for p in pods}
 
+    def channel_claim(self, pod: dict[str, Any]) -> dict[str, Any]:
+        """The ResourceClaim the pod's ComputeDomain channel claim resolved to (its pod status names it)."""
+        statuses = (pod.get("status") or {}).get("resourceClaimStatuses") or []
+        assert statuses, f"pod {pod['metadata']['name']} has no resource claim"
+        return self.rest.get(f"/apis/resource.k8s.io/v1/namespaces/{pod['metadata']['namespace']}"
+                             f"/resourceclaims/{statuses[0]['resourceClaimName']}")
+
     def events(self, namespace: str, name: str = "k3") -> list[dict[str, Any]]:
         items = self.rest.items(f"/api/v1/namespaces/{namespace}/events")
         return [e for e in items if e.get("involvedObject", {}).get("kind") == "KimiK3Deployment"

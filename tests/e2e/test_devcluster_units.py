@@ -269,9 +269,15 @@ def test_compute_status_sets_and_clears_scaling_limited() -> None:
     assert ready is not None and (ready.status, ready.reason) == ("False", "GroupsNotReady")
 
     time.sleep(1.1)  # a new transition gets a new lastTransitionTime (RFC 3339 seconds)
-    cleared = _status(_cr(status_patch(status)), admitted, {"replicas": 3, "readyReplicas": 3}, [], 3)
+    # every pod of the 3 groups bound to a tray: placed (no pods, or a pod on no tray, is no evidence)
+    bound = [{**p, "spec": {"nodeName": f"tray-{g}-{w}"}} for g in range(3) for w in range(2)
+             for p in [_pod(f"k3-latency-engine-{g}-{w}", str(g), str(w), None)]]
+    for p in bound:
+        p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/name"] = "k3-latency-engine"
+    cleared = _status(_cr(status_patch(status)), admitted, {"replicas": 3, "readyReplicas": 3}, bound, 3)
     limited2 = cleared.condition("ScalingLimited")
     assert limited2 is not None and (limited2.status, limited2.reason) == ("False", "AllGroupsPlaced")
+    assert limited2.message == "every pod of the 3 group(s) is bound to a tray, each group inside one rack"
     assert limited2.last_transition_time != limited.last_transition_time
 
 

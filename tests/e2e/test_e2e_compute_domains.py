@@ -16,14 +16,6 @@ from support.waiting import wait_for
 TRAYS_TP8 = 2
 
 
-def claim_of(env: DevEnv, pod: dict) -> dict:
-    """The ResourceClaim the pod's ``compute-domain-channel`` claim resolved to (pod status)."""
-    statuses = (pod.get("status") or {}).get("resourceClaimStatuses") or []
-    assert statuses, f"pod {pod['metadata']['name']} has no resource claim"
-    name = statuses[0]["resourceClaimName"]
-    return env.rest.get(f"/apis/resource.k8s.io/v1/namespaces/{pod['metadata']['namespace']}/resourceclaims/{name}")
-
-
 def domain_condition(env: DevEnv, ns: str, reason: str, tray: str | None = None) -> dict | None:
     c = env.condition(ns, "ComputeDomainReady") or {}
     return c if c.get("reason") == reason and (tray is None or tray in c.get("message", "")) else None
@@ -34,7 +26,7 @@ def test_engine_pods_hold_allocated_channels_and_a_tray_fault_is_named(dev_env: 
     dev_env.apply(dev_env.deployment(ns, replicas=1))
     pods = wait_for(lambda: dev_env.ready_groups(ns, TRAYS_TP8, 1), WAIT_S, "1 ready TP8 group")[0]
     for pod in pods:
-        claim = claim_of(dev_env, dev_env.rest.get(f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}"))
+        claim = dev_env.channel_claim(dev_env.rest.get(f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}"))
         results = claim["status"]["allocation"]["devices"]["results"]
         # The scheduler allocated the pod's own tray's channel 0 of the ComputeDomain driver.
         assert [(r["driver"], r["pool"], r["device"]) for r in results] == [(DRIVER, kpods.node_name(pod), "channel-0")]

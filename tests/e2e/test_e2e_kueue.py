@@ -11,6 +11,8 @@ GB300 trays (144 GPUs), as a real GB300 NVL72 pair of racks looks to Kubernetes.
 - Priority: ``dev up --tenant low=72:100 --tenant high=72:1000``; low fills both racks (borrowing
   high's idle quota through their Cohort); high's new group preempts one of low's groups (both CRs
   and their Events say so); the preempted group comes back once high's group is gone.
+- Two modes on one pool: an exclusive deployment beside a kueue one is named on both CRs
+  (``PlacementConflict``).
 - No silent fallback: with Kueue's mutating webhooks unregistered, a deployment whose LocalQueue
   Kueue reports active creates no group and says ``KueueWebhookMissing``; once they are back, its
   groups are admitted and placed by Kueue.
@@ -187,6 +189,18 @@ def test_four_tp16_groups_and_a_tp8_group_of_another_tenant_share_one_rack(kueue
     env.apply(cr)
     groups = wait_for(lambda: env.ready_groups(tenant, 4, 4), WAIT_S, "4 TP16 groups Ready")
     (rack,) = {r for pods in groups.values() for r in env.cliques(pods)}
+    # Kueue and ComputeDomains together (the TP16 recipe's pair): each pod's channel claim was
+    # counted in quota through the DRA mapping and allocated on the pod's own tray.
+    assert env.state["compute_domains"] is True
+    for pods in groups.values():
+        for pod in pods:
+            claim = env.channel_claim(env.rest.get(f"/api/v1/namespaces/{tenant}/pods/{pod['metadata']['name']}"))
+            assert [r["pool"] for r in claim["status"]["allocation"]["devices"]["results"]] == [pod["spec"]["nodeName"]]
+    workloads = env.rest.get(f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{tenant}/workloads")["items"]
+    assert len(workloads) == 4
+    for wl in workloads:
+        usage = {ps["name"]: ps["resourceUsage"] for ps in wl["status"]["admission"]["podSetAssignments"]}
+        assert usage["leader"][kueue.CHANNEL_RESOURCE] == "1" and usage["worker"][kueue.CHANNEL_RESOURCE] == "3", usage
     with env.namespace(f"{tenant}-b", WAIT_S) as other:
         env.apply(packed(env, other, replicas=1))
         (tp8,) = wait_for(lambda: env.ready_groups(other, 2, 1),
@@ -258,6 +272,32 @@ def test_a_high_priority_tenants_group_preempts_a_low_priority_group_that_comes_
                    for e in env.events("low"))
     finally:
         env.delete_deployment("low", WAIT_S)
+
+
+def test_an_exclusive_deployment_beside_a_kueue_one_is_named_on_both_crs(kueue_env: DevEnv, tenant: str) -> None:
+    """Two placement modes on one node pool (controller/placementmix.py): the exclusive TP8
+    deployment's group holds a rack, a kueue TP8 deployment is applied beside it; each CR's
+    PlacementConflict names the other (the kueue one with the exclusive group's rack), with a
+    Warning Event on each."""
+    env = kueue_env
+    with env.fresh_namespace("alone", WAIT_S) as alone:
+        env.apply(env.deployment(alone, replicas=1))
+        groups = wait_for(lambda: env.ready_groups(alone, 2, 1), WAIT_S, "the exclusive group Ready")
+        (rack,) = env.cliques(groups[0])
+        env.apply(packed(env, tenant, replicas=1))
+
+        def names(namespace: str, other: str, mode: str) -> dict | None:
+            said = env.condition(namespace, "PlacementConflict") or {}
+            return said if said.get("status") == "True" and f"{other}/k3 (placement {mode})" in said["message"] \
+                else None
+        on_packed = wait_for(lambda: names(tenant, alone, "exclusive"), WAIT_S, "the kueue CR names the exclusive one")
+        on_alone = wait_for(lambda: names(alone, tenant, "kueue"), WAIT_S, "the exclusive CR names the kueue one")
+        assert on_packed["reason"] == on_alone["reason"] == "PlacementModesMixed"
+        assert f"{alone}/k3 (placement exclusive) has groups in racks {rack}" in on_packed["message"]
+        assert on_alone["message"].startswith("placement exclusive on the node pool ")
+        for namespace, other in ((tenant, alone), (alone, tenant)):
+            assert any(e["reason"] == "PlacementModesMixed" and e["type"] == "Warning" and f"{other}/k3" in e["message"]
+                       for e in env.events(namespace))
 
 
 KUEUE_MUTATING = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"

@@ -16,7 +16,8 @@ from support.waiting import wait_for
 TRAYS_TP8 = 2  # TP8 on 4-GPU GB300 trays
 
 
-def _assert_one_rack_each(env: DevEnv, groups: dict[int, list[dict]]) -> None:
+def _assert_one_rack_each(env: DevEnv, groups: dict[int, list[dict]]) -> dict[int, str]:
+    """Each group's one clique (by group index); no two groups share one."""
     cliques = {}
     for index, pods in groups.items():
         seen = env.cliques(pods)
@@ -24,6 +25,7 @@ def _assert_one_rack_each(env: DevEnv, groups: dict[int, list[dict]]) -> None:
         cliques[index] = seen.pop()
     # exclusive topology: no two groups share a rack
     assert len(set(cliques.values())) == len(cliques), cliques
+    return cliques
 
 
 def test_scaling_1_3_1_places_each_group_in_one_rack(dev_env: DevEnv, ns: str) -> None:
@@ -34,12 +36,15 @@ def test_scaling_1_3_1_places_each_group_in_one_rack(dev_env: DevEnv, ns: str) -
 
     dev_env.scale(ns, 3)
     groups = wait_for(lambda: dev_env.ready_groups(ns, TRAYS_TP8, 3), WAIT_S, "3 ready groups")
-    _assert_one_rack_each(dev_env, groups)
+    cliques = _assert_one_rack_each(dev_env, groups)
     assert len({dev_env.cliques(p).pop() for p in groups.values()}) == 3  # all three racks used
     assert groups[0][0]["metadata"]["uid"] == leader_uid  # scaling up left group 0 alone
     cr = wait_for(lambda: (c := dev_env.get_cr(ns)) and c.get("status", {}).get("readyReplicas") == 3 and c, WAIT_S,
                   "status readyReplicas 3")
     assert cr["status"]["replicas"] == 3
+    # status.groups: the rack of every pod, read from the nodes, one per group
+    assert {g["index"]: (g.get("rack"), g["racks"]) for g in cr["status"]["groups"]} == {
+        i: (c, [c]) for i, c in cliques.items()}
     assert dev_env.condition(ns, "Ready")["status"] == "True"
     assert dev_env.condition(ns, "ScalingLimited")["status"] == "False"
 

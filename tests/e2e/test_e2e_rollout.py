@@ -15,12 +15,14 @@ group serves throughout.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import requests
 from devenv import DevEnv, dev_cluster
 
 from kimik3.controller.launchers import template_launchers
@@ -136,6 +138,7 @@ def test_a_release_twice_as_slow_fails_its_canary_and_is_rolled_back(env, ns):
         "interval": "15s", "failureLimit": 2, "maxLatency": "4.5ms"}}},
         autoscaling={"metricsSource": {"type": "prometheus", "prometheusUrl": prometheus}})
     cr["spec"]["engine"]["extraArgs"] = ["--custom-histogram-buckets", json.dumps({"inter_token_latency": FINE_ITL})]
+    cr["spec"]["monitoring"] = {"interval": "5s"}  # the PodMonitor's: 3 scrapes a 15 s check window, not 1
     env.apply(cr)
     url, model = serve(env, ns, 1)
     ((_, uid, old, _, _),) = snapshot(env, ns)
@@ -291,3 +294,53 @@ def test_no_room_for_a_surge_group_blocks_and_takes_nothing_down(env, ns):
             and "cannot be placed" in blocked["message"], blocked
         assert "no old group is taken down" in blocked["message"]
         assert all(any(g[3] for g in s) for s in rec.values), "a sample without a Ready group"
+
+
+# ---------------------------------------------------------------- drained exits -------------
+
+DRAIN_PERIOD_S = 1
+"""probes.periodSeconds of the drain test: the leader's preStop fails readiness for 1 s x 3 + 5 s."""
+DEREGISTER_S = DRAIN_PERIOD_S * 3 + 5
+LONG_TOKENS = 4000
+SLOWDOWN = 3
+"""KIMIK3_SIM_SLOWDOWN of the drain test: every step 3x as long, so a 4,000-token generation is
+still running when SIGTERM comes, DEREGISTER_S after the deletion (the test checks it was)."""
+
+
+def test_a_scale_down_from_three_groups_to_one_lets_every_request_finish(env, ns):
+    """Drained exits (issue 25 item 5) under `kimik3 dev load`'s users through the Service: a
+    4,000-token generation on group 2 (a group the scale-down takes: a StatefulSet goes from the
+    top) completes whole although its leader pod is deleted mid-generation, after the preStop
+    (readiness failing for DEREGISTER_S) and SIGTERM (vLLM's --shutdown-timeout then lets it
+    finish); no request of the load fails."""
+    cr = deployment(env, ns, 3)
+    cr["spec"]["probes"] = {**cr["spec"].get("probes", {}), "periodSeconds": DRAIN_PERIOD_S, "drainTimeout": "90s"}
+    cr["spec"]["engine"]["env"] = [*cr["spec"]["engine"].get("env", []),
+                                   {"name": "KIMIK3_SIM_SLOWDOWN", "value": str(SLOWDOWN)}]
+    env.apply(cr)
+    url, model = serve(env, ns, 3)
+    leader2 = env.groups(ns)[2][0]  # by worker index: the leader first
+    engine2 = f"http://{leader2['status']['podIP']}:8000"
+
+    def long_generation() -> tuple[int, dict[str, Any], float]:
+        r = requests.post(f"{engine2}/v1/completions", timeout=300,
+                          json={"model": model, "prompt": "tell a long story", "max_tokens": LONG_TOKENS})
+        return r.status_code, r.json(), time.monotonic()
+
+    with Load(url, model, users=4) as load, concurrent.futures.ThreadPoolExecutor(1) as pool:
+        time.sleep(2.0)
+        generation = pool.submit(long_generation)
+        time.sleep(1.0)
+        scaled = time.monotonic()
+        env.scale(ns, 1)
+        wait_for(lambda: sorted(env.groups(ns)) == [0], WAIT_S, "groups 1 and 2 deleted")
+        status, body, ended = generation.result(timeout=180)
+        time.sleep(3.0)
+    assert status == 200, body
+    assert body["usage"]["completion_tokens"] == LONG_TOKENS and body["choices"][0]["finish_reason"] == "length"
+    assert ended - scaled > DEREGISTER_S, "the generation ended before SIGTERM: it proves no drain"
+    total = summarize(load.results)["total"]
+    assert total["requests"] > 20 and total["errors"] == 0, total
+    print(f"\ndrained exits: the {LONG_TOKENS}-token generation ended {ended - scaled:.1f} s after the scale-down "
+          f"(SIGTERM at ~{DEREGISTER_S} s); {total['requests']} requests over the scale-down 3 -> 1, "
+          f"{total['errors']} failed")

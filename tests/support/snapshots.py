@@ -9,7 +9,7 @@ from typing import Any
 from kimik3.admission import Admitted
 from kimik3.api.v1alpha1 import KimiK3DeploymentStatus
 from kimik3.controller.fleet import EngineSet
-from kimik3.controller.snapshot import Snapshot
+from kimik3.controller.snapshot import Snapshot, domains_of_groups
 from kimik3.controller.status import Observed, compute_status
 from kimik3.kube.groups import groups_of
 from kimik3.render.meta import Owner
@@ -19,9 +19,12 @@ from kimik3.topology.capacity import Domain
 def snapshot(obj: dict[str, Any], admitted: Admitted, sets: list[EngineSet], pods: list[dict[str, Any]],
              workloads: list[dict[str, Any]] | None = None, racks: dict[str, str] | None = None,
              free_block: Domain | None = None) -> Snapshot:
-    """The snapshot of ``obj`` holding ``sets`` and ``pods`` (grouped as the reader groups them)."""
-    return Snapshot(obj, Owner.from_object(obj), pods, groups_of(pods, admitted.plan.nodes_per_group), sets,
-                    workloads, racks or {}, free_block=free_block)
+    """The snapshot of ``obj`` holding ``sets`` and ``pods`` (grouped as the reader groups them,
+    with the trays' ``racks``: node name -> NVLink domain)."""
+    racks = racks or {}
+    return Snapshot(obj, Owner.from_object(obj), pods,
+                    groups_of(pods, admitted.plan.nodes_per_group, domains_of_groups(admitted, racks)), sets,
+                    workloads, racks, free_block=free_block)
 
 
 def status(obj: dict[str, Any], admitted: Admitted, sets: list[EngineSet], target: EngineSet | None,

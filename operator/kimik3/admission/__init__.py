@@ -61,6 +61,8 @@ class Seconds:
     """``probes.loadTimeout``: the leader's startup-probe budget and VLLM_ENGINE_READY_TIMEOUT_S."""
     leader_address_timeout: float
     """``probes.leaderAddressTimeout``: how long a worker waits for the leader's address."""
+    drain_timeout: float
+    """``probes.drainTimeout``: how long the requests in flight on a group that goes may take to finish."""
     latency_target: float
     """``autoscaling.target.value``: the decode latency held at the target percentile."""
     autoscaling_interval: float
@@ -91,6 +93,7 @@ class Seconds:
         return cls(
             load_timeout=duration_seconds(p.load_timeout),
             leader_address_timeout=duration_seconds(p.leader_address_timeout),
+            drain_timeout=duration_seconds(p.drain_timeout),
             latency_target=duration_seconds(a.target.value),
             autoscaling_interval=duration_seconds(a.interval),
             autoscaling_window=duration_seconds(a.window),

@@ -27,16 +27,22 @@ Progressing        True    GroupsStarting, ApplyFailed (retried with back-off),
 Degraded           True    ApplyFailed, InvalidSpec, GroupCrashLooping (groups failed 3 times in
                            10 min: the message gives the last exit codes and the start back-off)
                    False   AsExpected
-ScalingLimited     True    Unschedulable (a group's pod has ``PodScheduled=False`` reason
-                           ``Unschedulable``: no rack or node can hold it); under placement
+ScalingLimited     True    GroupSplitAcrossRacks (a group's pods are in more than one NVLink domain,
+                           whatever the placement: the group, its racks and the fix; the group
+                           is not counted Ready); Unschedulable (a group's pod has
+                           ``PodScheduled=False`` reason ``Unschedulable``: no rack or node can
+                           hold it); under placement
                            kueue: QuotaExhausted, NoRackFits (with the largest free block of
                            trays), Preempted, KueuePending (a group's Workload is not admitted;
                            Kueue's message quoted once; each group's in status.groups); the queue
                            not served, no new group created (controller/queues.py): KueueNotInstalled,
                            LocalQueueMissing, ClusterQueueMissing, QueueInactive, QueueUnreadable,
                            KueueWebhookMissing (the missing object and the fix in the message)
-                   False   AllGroupsPlaced (every group the deployment wants exists, every pod placed)
-                   Unknown GroupsNotCreated (fewer groups exist than wanted: nothing to say of the others)
+                   False   AllGroupsPlaced (every group the deployment wants exists, every pod bound
+                           to a tray, each group inside one rack)
+                   Unknown GroupsNotCreated (fewer groups exist than wanted: nothing to say of
+                           the others), GroupsNotPlaced (every group exists, a pod is bound to no tray and
+                           nothing else says why: the pod and its scheduling gates named)
 MetricsAvailable   True    Measured, ScaledToZero (no groups: nothing to measure)
                    False   NoTargets, WarmingUp, ScrapeFailed, NoLatencyMetric, NoSeries,
                            PrometheusUnreachable, PrometheusError (the autoscaler holds replicas)
@@ -51,6 +57,10 @@ ComputeDomainReady True    AllNodesJoined (every node of the engine pods is in t
                            PrepareFailed (a pod the kubelet cannot start: FailedPrepareDynamicResources
                            past its bound; pod, node and the kubelet's message: F19 b)
                    Unknown NotReported
+PlacementConflict  True    PlacementModesMixed (a deployment of placement kueue and one of placement
+                           exclusive share a node pool: each other deployment named with its
+                           mode and racks, the fix; set only once a clash was seen)
+                   False   OnePlacementMode (the clash is gone)
 =================  ======  =====================================================================
 
 Events on the KimiK3Deployment have one of the ``EventReason`` reasons; a condition reason that is
@@ -86,6 +96,8 @@ class ConditionType(StrEnum):
     """The target and the drafter are where the engines load them (a cache: staged and verified)."""
     COMPUTE_DOMAIN_READY = "ComputeDomainReady"
     """The DRA driver lists every node of the engine pods in the ComputeDomain (reported only)."""
+    PLACEMENT_CONFLICT = "PlacementConflict"
+    """Another deployment of the other placement mode shares the node pool (controller.placementmix)."""
 
 
 class Reason(StrEnum):
@@ -141,9 +153,16 @@ class Reason(StrEnum):
     """The operator may not read the LocalQueue (RBAC): no group is created until it can check it."""
     KUEUE_WEBHOOK_MISSING = "KueueWebhookMissing"
     """Kueue runs, but a dry run of the LeaderWorkerSet came back without its webhook's mark: no group is created."""
+    GROUP_SPLIT_ACROSS_RACKS = "GroupSplitAcrossRacks"
+    """A group's pods are in more than one NVLink domain: it cannot run as one engine and is not
+    counted Ready (the group, its racks and the fix in the message; ``kube.groups.Group.split``)."""
     ALL_GROUPS_PLACED = "AllGroupsPlaced"
+    """Every group the deployment wants exists and every pod of it is bound to a tray, inside one rack."""
     GROUPS_NOT_CREATED = "GroupsNotCreated"
     """Fewer groups exist than the deployment wants: nothing is placed or refused for the others yet."""
+    GROUPS_NOT_PLACED = "GroupsNotPlaced"
+    """Every group exists but some pod is bound to no tray and nothing says why yet (e.g. gated by
+    Kueue with no Workload made for it: the message names the pod and its scheduling gates)."""
     ALL_NODES_JOINED = "AllNodesJoined"
     NODES_MISSING = "NodesMissing"
     """The ComputeDomain lacks nodes that run engine pods (kimik3.controller.computedomains)."""
@@ -155,6 +174,11 @@ class Reason(StrEnum):
     """A pod's resource claims could not be prepared for longer than its bound (the kubelet's
     FailedPrepareDynamicResources Event quoted; kimik3.controller.computedomains)."""
     NOT_REPORTED = "NotReported"
+    PLACEMENT_MODES_MIXED = "PlacementModesMixed"
+    """A deployment of placement kueue and one of placement exclusive (exclusive topology) share a
+    node pool: the other deployments named, their racks, the fix (kimik3.controller.placementmix)."""
+    ONE_PLACEMENT_MODE = "OnePlacementMode"
+    """No deployment of the other placement mode shares the node pool (any more)."""
     MEASURED = "Measured"
     NOT_YET_MEASURED = "NotYetMeasured"
     NO_TARGETS = "NoTargets"
@@ -208,12 +232,13 @@ REASONS: dict[ConditionType, tuple[Reason, ...]] = {
                                 Reason.PROGRESS_DEADLINE_EXCEEDED),
     ConditionType.DEGRADED: (Reason.AS_EXPECTED, Reason.APPLY_FAILED, Reason.INVALID_SPEC,
                              Reason.GROUP_CRASH_LOOPING),
-    ConditionType.SCALING_LIMITED: (Reason.UNSCHEDULABLE, Reason.QUOTA_EXHAUSTED, Reason.NO_RACK_FITS, Reason.PREEMPTED,
-                                    Reason.KUEUE_PENDING, *QUEUE_NOT_SERVED, Reason.ALL_GROUPS_PLACED,
-                                    Reason.GROUPS_NOT_CREATED),
+    ConditionType.SCALING_LIMITED: (Reason.GROUP_SPLIT_ACROSS_RACKS, Reason.UNSCHEDULABLE, Reason.QUOTA_EXHAUSTED,
+                                    Reason.NO_RACK_FITS, Reason.PREEMPTED, Reason.KUEUE_PENDING, *QUEUE_NOT_SERVED,
+                                    Reason.ALL_GROUPS_PLACED, Reason.GROUPS_NOT_CREATED, Reason.GROUPS_NOT_PLACED),
     ConditionType.COMPUTE_DOMAIN_READY: (Reason.ALL_NODES_JOINED, Reason.NODES_MISSING, Reason.NODES_NOT_READY,
                                          Reason.RESOURCE_SLICE_MISSING, Reason.PREPARE_FAILED,
                                          Reason.NOT_REPORTED),
+    ConditionType.PLACEMENT_CONFLICT: (Reason.PLACEMENT_MODES_MIXED, Reason.ONE_PLACEMENT_MODE),
     ConditionType.METRICS_AVAILABLE: (Reason.MEASURED, Reason.GROUPS_UNMEASURED, Reason.SCALED_TO_ZERO,
                                       Reason.NOT_YET_MEASURED, *METRICS_UNAVAILABLE),
     ConditionType.WEIGHTS_READY: (Reason.STAGED, Reason.DECLARED_READY, Reason.NOT_STAGED, Reason.STAGING,
@@ -298,10 +323,14 @@ class EventReason(StrEnum):
     """Warning: Kueue preempted a group for a higher-priority Workload."""
     GROUP_EVICTED = "GroupEvicted"
     """Warning: Kueue evicted a group for another reason (e.g. NodeFailures)."""
-    GROUP_SPLIT_ACROSS_RACKS = "GroupSplitAcrossRacks"
-    """Warning: a group's pods landed in two racks; its Workload is deleted to re-admit it whole (controller.readmit)."""
+    GROUP_SPLIT_ACROSS_RACKS = Reason.GROUP_SPLIT_ACROSS_RACKS.value
+    """Warning: a group's pods landed in two racks: ScalingLimited=True GroupSplitAcrossRacks (the
+    group, its racks, the fix), and under placement kueue its Workload is deleted to re-admit it
+    whole (controller.readmit)."""
     GROUP_TRAY_FAILED = "GroupTrayFailed"
     """Warning: a tray of an admitted group failed; its Workload is deleted to re-admit it whole (controller.readmit)."""
+    PLACEMENT_MODES_MIXED = Reason.PLACEMENT_MODES_MIXED.value
+    """Warning: PlacementConflict=True (the other deployment and its mode named), once per generation."""
     UNSCHEDULABLE = Reason.UNSCHEDULABLE.value
     """Warning: ScalingLimited=True Unschedulable, posted as the condition says it."""
     QUOTA_EXHAUSTED = Reason.QUOTA_EXHAUSTED.value

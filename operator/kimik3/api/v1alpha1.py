@@ -10,6 +10,7 @@ Python names are snake_case; the Kubernetes names are their camelCase aliases.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Literal
 
@@ -692,8 +693,18 @@ class MonitoringSpec(Model):
     """Labels of the PodMonitor (to match a Prometheus' podMonitorSelector)."""
 
 
+DRAIN_LONGEST_OUTPUT_TOKENS = 32768
+"""Output tokens of the longest generation the default ``probes.drainTimeout`` lets finish: a long
+Kimi K3 answer with its thinking (clients that ask for more ``max_tokens`` should raise drainTimeout)."""
+DRAIN_TIMEOUT_DEFAULT = (
+    f"{math.ceil(DRAIN_LONGEST_OUTPUT_TOKENS * duration_seconds(LatencyTarget.model_fields['value'].default) / 60)}m")
+"""``probes.drainTimeout`` by default: DRAIN_LONGEST_OUTPUT_TOKENS at the default per-token latency
+target (``autoscaling.target.value``, 5 ms: 164 s), rounded up to whole minutes (3m); the rest
+covers the request's prefill and its wait in the queue."""
+
+
 class ProbesSpec(Model):
-    """Start-up and health of the engine."""
+    """Start-up, health and shutdown of the engine."""
 
     load_timeout: Duration = "90m"
     """Longest a group may take to load weights and warm up before it counts as failed: the leader's startup probe budget and VLLM_ENGINE_READY_TIMEOUT_S. Kimi K3 loads ~1.5 TB: keep >= 60m."""
@@ -703,6 +714,8 @@ class ProbesSpec(Model):
     """Probe period of the leader's /health probes."""
     liveness_failure_threshold: int = Field(default=6, ge=1, le=100)
     """Failed liveness probes (after start-up) before the leader restarts."""
+    drain_timeout: Duration = DRAIN_TIMEOUT_DEFAULT
+    """Longest the requests in flight on a group that goes (scale-down, a rollout retiring it, deletion) may take to finish: vLLM's --shutdown-timeout. Before it, the leader fails readiness so the Service and the endpoint picker stop sending to it. 0s: requests in flight are aborted at once (vLLM's default). Default 3m: 32,768 output tokens at 5 ms each."""
 
 
 # ---------------------------------------------------------------- rollout -------------------
@@ -1016,7 +1029,9 @@ class GroupStatus(Model):
     index: int = Field(ge=0)
     """The group index (LeaderWorkerSet group-index label; Kueue's component-workload-index)."""
     rack: str | None = None
-    """The NVLink domain (value of spec.scheduling.topologyKey) Kueue admitted the group into, from the node selector Kueue gives its pods; unset before admission and under placement exclusive."""
+    """The NVLink domain (the trays' value of spec.scheduling.topologyKey) every bound pod of the group is in; unset before a pod is bound, when the operator cannot read nodes, and when the pods are in more than one (racks lists them)."""
+    racks: list[str] = Field(default_factory=list)
+    """Every NVLink domain the group's bound pods are in, each once, the leader's first; more than one: the group is split across racks, cannot run as one engine, is never counted Ready (ScalingLimited=True GroupSplitAcrossRacks)."""
     trays: list[str] = Field(default_factory=list)
     """Nodes the group's pods are bound to, leader first."""
     kueue: KueueState | None = None
@@ -1024,7 +1039,7 @@ class GroupStatus(Model):
     message: str | None = None
     """Why the group waits: Kueue's own message when not Admitted, else the scheduler's for an Unschedulable pod."""
     ready: bool = False
-    """Every pod of the group exists and is Ready."""
+    """Every pod of the group exists and is Ready, and the group is inside one NVLink domain."""
 
 
 class RevisionGroups(Model):

@@ -38,7 +38,12 @@ computes, is ``1 /`` the perf model's prefill tokens/s of the group (its units')
 part of a step, the perf model's step at the batch where the curve meets the target; vLLM's
 ``max_num_batched_tokens`` (B) caps a step, so prefill takes at most ``B theta / (d + B theta)`` of
 a group's time (``GroupLatencyModel.max_prefill_share``). The TTFT model (policy/ttft.py) takes
-the same three numbers.
+the same three numbers. The chunk steps (the model's mixture): a chunk's tokens at ``theta``
+each, the step's fixed part for carrying one (``chunk_step_overhead``: ``step_time`` with a full
+chunk less the decode step and the chunk's tokens, 18.9 ms on the latency recipe at its target's
+batch), the mean chunk at ``B`` until the model has seen prompts, the tokens per request per step
+at the perf model's acceptance length (1 for a per-step target), the share they may hold before
+they set the quantile at ``1 -`` the target's percentile.
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ from kimik3.admission import Admitted
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
 from kimik3.autoscaler.policy import GroupLatencyModel
 from kimik3.autoscaler.policy.ttft import TTFTModel
-from kimik3.autoscaler.perfmodel import EngineShape, decode_point, perf_params
+from kimik3.autoscaler.perfmodel import EngineShape, PerfParams, decode_point, perf_params, step_time
 from kimik3.topology.plan import GroupPlan
 
 LOW = 0.6
@@ -118,28 +123,46 @@ def seed_model(admitted: Admitted) -> GroupLatencyModel:
         return GroupLatencyModel(t0=first[1], k=first[1], seed_c=1.0, seed_c_low=0.5)
     _, z, t0, k = best
     c_lo, c_hi = points[0][0], points[-1][0]
-    theta, _, _, share = prefill_terms(admitted)
+    theta, _, budget, share = prefill_terms(admitted)
+    params, _ = _target_step(admitted)
+    al = 1.0 if per_step else decode_point(params, 1).tokens_per_step
     return GroupLatencyModel(t0=t0, k=k, z=z, w=W, forget=FORGET, prior_weight=PRIOR_WEIGHT,
                              seed_c_low=c_lo + z * math.sqrt(c_lo), seed_c=c_hi + z * math.sqrt(c_hi),
-                             theta=theta, max_prefill_share=share)
+                             theta=theta, max_prefill_share=share, q=admitted.target_quantile, budget=budget,
+                             al=al, chunk_theta=theta, chunk_step_s=chunk_step_overhead(admitted),
+                             chunk_tokens=float(budget))
 
 
 def prefill_terms(admitted: Admitted) -> tuple[float, float, int, float]:
     """``(theta, d, B, max share)`` of the admitted spec's group (module docstring): seconds of
     the group's time per prompt token computed, seconds of a step's decode part at the target,
     ``max_num_batched_tokens``, and the share of its time prefill may take at most."""
-    spec, plan = admitted.spec, admitted.plan
-    params = perf_params(EngineShape.from_spec(spec, plan))
+    params, seqs = _target_step(admitted)
     theta = 1.0 / (params.prefill_tokens_per_s * params.units)
-    per_step = spec.autoscaling.target.metric == "interTokenLatency"
-    curve = latency_quantile_curve(spec, plan, admitted.target_quantile, per_step)
-    target = admitted.seconds.latency_target
-    c = max([c for c, y, _ in curve if y <= target] or [curve[0][0]])
-    engines = params.engines_per_unit * params.units
-    step = decode_point(params, max(1, math.ceil(c / engines))).step_s
-    budget = spec.engine.max_num_batched_tokens
+    step = step_time(params, seqs)
+    budget = admitted.spec.engine.max_num_batched_tokens
     unit_theta = 1.0 / params.prefill_tokens_per_s
     return theta, step, budget, budget * unit_theta / (step + budget * unit_theta)
+
+
+def chunk_step_overhead(admitted: Admitted) -> float:
+    """Seconds a step that carries a full chunk (``max_num_batched_tokens``) takes beyond its
+    decode part at the target's batch and the chunk's own ``B / prefill_rate``: the perf model's
+    ``step_time`` with the chunk less those two (the experts' weights the prompt tokens stream)."""
+    params, seqs = _target_step(admitted)
+    budget = admitted.spec.engine.max_num_batched_tokens
+    return step_time(params, seqs, budget) - step_time(params, seqs) - budget / params.prefill_tokens_per_s
+
+
+def _target_step(admitted: Admitted) -> tuple[PerfParams, int]:
+    """The perf model of the admitted spec's group and the decode sequences of one unit's step
+    at the batch where the latency curve meets the target."""
+    spec, plan = admitted.spec, admitted.plan
+    params = perf_params(EngineShape.from_spec(spec, plan))
+    per_step = spec.autoscaling.target.metric == "interTokenLatency"
+    curve = latency_quantile_curve(spec, plan, admitted.target_quantile, per_step)
+    c = max([c for c, y, _ in curve if y <= admitted.seconds.latency_target] or [curve[0][0]])
+    return params, max(1, math.ceil(c / (params.engines_per_unit * params.units))) * params.engines_per_unit
 
 
 def seed_ttft(admitted: Admitted) -> TTFTModel:

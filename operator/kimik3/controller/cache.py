@@ -4,7 +4,8 @@ no API request (a small informer, fed by the kopf event handlers).
 - ``update(event)`` stores or drops the object of a watch event (``{"type", "object"}``).
 - ``get(api_version, kind, namespace, name)`` returns the last seen body, or None.
 - ``owned(api_version, kind, namespace, deployment)`` lists the objects of a kind labelled as a
-  deployment's children;
+  deployment's children; ``of_kind(api_version, kind)`` every object of a kind (the
+  KimiK3Deployments, fed by their watch);
 - ``pods(namespace, deployment)`` lists the pods of a deployment's LeaderWorkerSets seen by the pod watch.
 - ``record_apply(obj, desired_hash)`` remembers what the operator applied and the
   resourceVersion the API server returned; ``unchanged(obj, desired_hash)`` is true while the
@@ -86,6 +87,11 @@ class ObjectCache:
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         with self._lock:
             return self._objects.get((api_version, kind, namespace, name))
+
+    def of_kind(self, api_version: str, kind: str) -> list[dict[str, Any]]:
+        """Every object of ``kind`` the watches saw (all namespaces), e.g. the KimiK3Deployments."""
+        with self._lock:
+            return [o for (v, k, _, _), o in self._objects.items() if (v, k) == (api_version, kind)]
 
     def owned(self, api_version: str, kind: str, namespace: str, deployment: str) -> list[dict[str, Any]]:
         """Objects of ``kind`` in ``namespace`` labelled ``inference.kimik3.io/deployment=<deployment>``."""

@@ -55,7 +55,8 @@ class EngineSet:
     replicas: int
     """Its ``spec.replicas``."""
     ready: int
-    """Its groups (index below ``replicas``) that are Ready (``kube.groups.Group.ready``)."""
+    """Its groups (index below ``replicas``) that serve: Ready and inside one NVLink domain
+    (``kube.groups.Group.serving``)."""
     deleting: bool
 
 
@@ -67,7 +68,7 @@ def engine_sets(lwss: list[dict[str, Any]], groups: Mapping[GroupKey, Group]) ->
         meta = lws["metadata"]
         replicas = int((lws.get("spec") or {}).get("replicas") or 0)
         ready = sum(1 for (name, index), group in groups.items() if name == meta["name"] and index < replicas
-                    and group.ready)
+                    and group.serving)
         out.append(EngineSet(lws, meta["name"], (meta.get("annotations") or {}).get(TEMPLATE_HASH_ANNOTATION),
                              replicas, ready, is_deleting(lws)))
     return sorted(out, key=lambda s: (s.lws["metadata"].get("creationTimestamp") or "~", s.name))

@@ -6,11 +6,12 @@ Pure functions over what the reconciler read: the deployment's pods and, under p
 ``kueue.x-k8s.io/job-uid`` = the LeaderWorkerSet's uid, ``kube.workloads``). The conditions stay
 short and point here (``controller.status``).
 
-Where the values come from: the trays are the pods' ``spec.nodeName``; the rack is the topology
-key's label of the leader's tray (of the first bound pod's while the leader is not bound; the
-reconciler reads node labels through ``controller.nodes``: Kueue's node selector on the pods
-names only the hostname when that is the Topology's lowest level, and a Workload's topology
-assignment likewise); the Kueue state is ``kube.workloads.state``.
+Where the values come from: the trays are the pods' ``spec.nodeName``; the racks are the topology
+key's label of every live pod's tray (``kube.groups.Group.racks``; the reconciler reads node
+labels through ``controller.nodes``: Kueue's node selector on the pods names only the hostname
+when that is the Topology's lowest level, and a Workload's topology assignment likewise), and
+``rack`` is set only when they are one; the Kueue state is ``kube.workloads.state``. A group
+split across racks is not ``ready`` and its message says so first.
 """
 
 from __future__ import annotations
@@ -40,14 +41,18 @@ def _index(value: str | None) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
+def split_message(group: Group) -> str:
+    """What a split group's entry (and ScalingLimited) says: its racks (``Group.split``)."""
+    return (f"group {group.index} of LeaderWorkerSet {group.leader_worker_set} has pods in racks "
+            f"{' and '.join(group.racks)}: it cannot run as one engine (one NVLink domain per group)")
+
+
 def group_statuses(groups: Mapping[GroupKey, Group], workloads: list[dict[str, Any]] | None,
-                   sets: list[EngineSet], target: EngineSet | None, desired_groups: int,
-                   racks: Mapping[str, str]) -> list[GroupStatus]:
-    """One entry per group that has pods (``groups``, ``kube.groups.groups_of``) or a Workload, and
-    per desired group of the ``target`` LeaderWorkerSet (``0..desired_groups-1``), sorted by
-    LeaderWorkerSet (old sets first, as in ``sets``) and index. ``workloads`` is None outside
-    placement kueue (no Kueue state); ``racks`` maps node names to their NVLink domain (nodes it
-    lacks leave the rack unset)."""
+                   sets: list[EngineSet], target: EngineSet | None, desired_groups: int) -> list[GroupStatus]:
+    """One entry per group that has pods (``groups``, ``kube.groups.groups_of`` with the trays'
+    racks) or a Workload, and per desired group of the ``target`` LeaderWorkerSet
+    (``0..desired_groups-1``), sorted by LeaderWorkerSet (old sets first, as in ``sets``) and
+    index. ``workloads`` is None outside placement kueue (no Kueue state)."""
     names = {s.lws["metadata"].get("uid"): s.name for s in sets}
     states: dict[tuple[str, int], tuple[KueueState, str]] = {}
     for workload in workloads or []:
@@ -61,15 +66,17 @@ def group_statuses(groups: Mapping[GroupKey, Group], workloads: list[dict[str, A
     for lws, index in sorted(wanted | set(groups) | set(states), key=lambda k: (order.get(k[0], len(order)), k)):
         found = groups.get((lws, index))
         group = found.pods if found is not None else ()
-        rack = next((racks[kpods.node_name(p)] for p in group if kpods.node_name(p) in racks), None)
+        racks = list(found.racks) if found is not None else []
         state, message = states.get((lws, index), (None, ""))
         if not message:
             message = next((kpods.unschedulable_message(p) for p in group if kpods.is_unschedulable(p)), "")
+        if found is not None and found.split:
+            message = split_message(found) + (f"; {message}" if message else "")
         out.append(GroupStatus(
-            leader_worker_set=lws, index=index, rack=rack,
+            leader_worker_set=lws, index=index, rack=racks[0] if len(racks) == 1 else None, racks=racks,
             trays=[kpods.node_name(p) for p in group if kpods.node_name(p)],
             kueue=state, message=message[:GROUP_MESSAGE_LIMIT] or None,
-            ready=found is not None and found.ready))
+            ready=found is not None and found.serving))
     return out
 
 

@@ -135,6 +135,8 @@ class WorkQueue:
                     raise NotLeading("lost the Lease before this key's turn")
                 result = await asyncio.to_thread(reconciler.reconcile, *key)
                 requeue, failed = result.requeue_after, result.retry
+                for other in result.wake:  # their PlacementConflict is out of date (controller/placementmix.py)
+                    self.add(other)
             except NotLeading:  # the next leader reconciles it; here it waits for leadership again
                 requeue = 0.0
             except Exception:  # the queue retries with backoff; the error is counted and logged
@@ -272,6 +274,7 @@ def build_registry(cfg: OperatorConfig, queue: WorkQueue, cache: ObjectCache, cr
         namespace = body.metadata.namespace or ""
         if event.get("type") is None:  # listed (start, or re-list after a lost watch / 410 Gone)
             cache.forget_applied(namespace, body.metadata.name)
+        cache.update(event.get("type"), dict(event.get("object") or body))  # every CR, for controller/placementmix.py
         queue.add((namespace, body.metadata.name))
 
     watch_children(registry, queue, cache, crashes)

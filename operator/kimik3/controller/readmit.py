@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kimik3.api.conditions import Event, EventReason
+from kimik3.kube import groups as kgroups
 from kimik3.kube import pods as kpods
 from kimik3.kube import workloads as kworkloads
 from kimik3.kube.labels import KUEUE_JOB_UID_LABEL, LWS_NAME_LABEL
@@ -61,27 +62,18 @@ def _workload_group(workload: dict[str, Any], sets: Mapping[str, str]) -> GroupK
     return sets.get(uid or ""), kworkloads.group_index(workload)
 
 
-def split_racks(pods: list[dict[str, Any]], racks: Mapping[str, str]) -> dict[GroupKey, list[str]]:
-    """``{group: its racks}`` for the groups whose live bound pods are in more than one rack."""
-    seen: dict[GroupKey, set[str]] = {}
-    for pod in pods:
-        node = kpods.node_name(pod)
-        if node in racks and not kpods.is_terminating(pod):
-            seen.setdefault(_pod_group(pod), set()).add(racks[node])
-    return {g: sorted(r) for g, r in seen.items() if len(r) > 1}
-
-
 def unhealthy_nodes(workload: dict[str, Any]) -> list[str]:
     """The trays Kueue lists as failed under this Workload (``status.unhealthyNodes[*].name``)."""
     return [n["name"] for n in (workload.get("status") or {}).get("unhealthyNodes") or [] if n.get("name")]
 
 
-def readmissions(workloads: list[dict[str, Any]], pods: list[dict[str, Any]], racks: Mapping[str, str],
+def readmissions(workloads: list[dict[str, Any]], groups: Mapping[kgroups.GroupKey, kgroups.Group],
                  sets: Mapping[str, str]) -> list[Readmit]:
-    """The admitted Workloads to delete: those whose group is split across racks, and those that
-    list a failed tray (Kueue would replace it for one pod set alone, or not at all). ``sets``:
-    the deployment's LeaderWorkerSets, uid -> name."""
-    split = split_racks(pods, racks)
+    """The admitted Workloads to delete: those whose group is split across racks
+    (``kube.groups.Group.split``: its live pods in more than one NVLink domain), and those that
+    list a failed tray (Kueue would replace it for one pod set alone, or not at all). ``groups``:
+    the deployment's groups (``kube.groups.groups_of`` with the trays' racks); ``sets``: its
+    LeaderWorkerSets, uid -> name."""
     out = []
     for w in workloads:
         meta = w.get("metadata") or {}
@@ -89,9 +81,10 @@ def readmissions(workloads: list[dict[str, Any]], pods: list[dict[str, Any]], ra
             continue
         key, failed = _workload_group(w, sets), unhealthy_nodes(w)
         group = key[1]
-        if key in split:
+        found = groups.get((key[0], int(group))) if key[0] and group and group.isdigit() else None
+        if found is not None and found.split:
             reason = EventReason.GROUP_SPLIT_ACROSS_RACKS
-            why = (f"Kueue placed its pods in racks {' and '.join(split[key])} (its node replacement after a tray "
+            why = (f"Kueue placed its pods in racks {' and '.join(found.racks)} (its node replacement after a tray "
                    "failed, kueue#6957)")
         elif failed:
             reason = EventReason.GROUP_TRAY_FAILED

@@ -34,6 +34,7 @@ from kimik3.controller.cache import ObjectCache, desired_hash
 from kimik3.controller.canary import Analysis
 from kimik3.controller.kube import ApiError, Kube, NotLeading
 from kimik3.controller.nodes import Nodes
+from kimik3.controller.placementmix import Placements
 from kimik3.controller.queues import creating
 from kimik3.controller.recreation import GroupFailures
 from kimik3.controller.rollout import Rollouts
@@ -80,6 +81,9 @@ class Result:
     retry: bool = False
     """A child could not be applied (e.g. the LeaderWorkerSet webhooks are down): the work queue
     retries with its exponential back-off (1 s .. 5 min) instead of waiting for ``requeue_after``."""
+    wake: tuple[tuple[str, str], ...] = ()
+    """Other deployments (namespace, name) to reconcile now: their PlacementConflict does not say
+    what this reconcile found of them (``controller.placementmix``)."""
 
 
 class Reconciler:
@@ -104,6 +108,8 @@ class Reconciler:
         """False in clusters without NVIDIA's DRA driver: no ComputeDomain or channel claims."""
         self.nodes = Nodes(kube)
         """Node labels (each tray's rack) and node lists (free trays)."""
+        self.placements = Placements(policy)
+        """Each deployment's placement mode and node pool, to find two modes on one pool (controller/placementmix.py)."""
         self.last_reader: Reader | None = None
         """The reads of the last reconcile (``Reader.reads``: by phase and kind)."""
         self._posted: dict[tuple[str, str], set[str]] = {}
@@ -159,6 +165,7 @@ class Reconciler:
         self._delete(obj, out.add(steps.prune(snap, rendered, not failed)).delete)
         self._delete(obj, out.add(steps.place(snap)).delete)
         prepare = out.add(steps.observe(snap, has_domain, dt.datetime.now(dt.timezone.utc))).value
+        wake = tuple(out.add(steps.collide(snap, admitted, self.placements)).value)
         apply_error = "; ".join(failed.values()) or None
         observed = Observed(
             desired, target=next((s for s in snap.sets if s.name == rolled.value.fleet.target and not s.deleting),
@@ -168,7 +175,8 @@ class Reconciler:
             autoscaled=scaled.report if scaled is not None else None,
             crash_looping=out.conditions.get(ConditionType.DEGRADED),
             queue=out.conditions.get(ConditionType.SCALING_LIMITED),
-            compute_domain=out.conditions.get(ConditionType.COMPUTE_DOMAIN_READY), rollout_step=rolled.value)
+            compute_domain=out.conditions.get(ConditionType.COMPUTE_DOMAIN_READY), rollout_step=rolled.value,
+            placement_conflict=out.conditions.get(ConditionType.PLACEMENT_CONFLICT))
         status = out.add(steps.report(snap, admitted, observed, weights, prepare)).value
         self._post(obj, out.events)
         self._write_status(obj, status)
@@ -178,8 +186,8 @@ class Reconciler:
         if apply_error:
             log.warning("reconcile of %s/%s: %s; retrying with back-off", snap.owner.namespace, snap.owner.name,
                         apply_error[:300])
-            return Result("apply-failed", None, retry=True)
-        return Result("applied", out.requeue_after)
+            return Result("apply-failed", None, retry=True, wake=wake)
+        return Result("applied", out.requeue_after, wake=wake)
 
     def _admit(self, obj: dict[str, Any]) -> Admitted | None:
         """The admitted spec; None when refused (the status and an Event name every problem)."""

@@ -4,14 +4,16 @@ A ``Snapshot`` holds what one reconcile of a KimiK3Deployment reads: its pods, i
 LeaderWorkerSets (``controller.fleet.EngineSet``), under placement ``kueue`` the Workloads Kueue
 made for its groups, the NVLink domain (rack) of every tray its pods are bound to, its
 ComputeDomain and its launcher ConfigMaps; and the facts derived from them once: each engine group
-(``Group``: LeaderWorkerSet, index, pods, revision, readiness, racks, trays). Every step of the
-reconcile (``controller.steps``) reads the snapshot; none lists the API server itself.
+(``Group``: LeaderWorkerSet, index, pods, revision, readiness, the rack of every pod, trays).
+Every step of the reconcile (``controller.steps``) reads the snapshot; none lists the API server
+itself.
 
 ``Reader.take`` reads it before the applies; ``Reader.refresh`` reads again, after them, only
-what the applies can have changed: the pods and the LeaderWorkerSets (and the Workloads when a
-LeaderWorkerSet was created or deleted), plus what the status needs only in some states (the
-kubelet's prepare Events while a pod waits on its node, the free trays while Kueue finds no
-rack). Reads go through the watch cache where a watch keeps one (``controller.cache``), else to
+what the applies can have changed: the pods, their trays' racks and the LeaderWorkerSets (and the
+Workloads when a LeaderWorkerSet was created or deleted), plus what the status needs only in some
+states (the kubelet's prepare Events while a pod waits on its node, the free trays while Kueue
+finds no rack), and every KimiK3Deployment (``controller.placementmix`` compares their placement
+modes). Reads go through the watch cache where a watch keeps one (``controller.cache``), else to
 the API server; ``Reader.reads`` counts both, per kind and phase (tests/test_reconcile_reads.py).
 """
 
@@ -32,9 +34,8 @@ from kimik3.controller.nodes import Nodes
 from kimik3.controller.queues import QueueRead, kueue_marked
 from kimik3.kube import pods as kpods
 from kimik3.kube.groups import Group, GroupKey, groups_of
-from kimik3.kube.kinds import (COMPUTE_DOMAIN, CONFIG_MAP, EVENT, LEADER_WORKER_SET, LOCAL_QUEUE, NODE, POD,
-                               RESOURCE_SLICE, WORKLOAD,
-                               Kind)
+from kimik3.kube.kinds import (COMPUTE_DOMAIN, CONFIG_MAP, EVENT, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, LOCAL_QUEUE,
+                               NODE, POD, RESOURCE_SLICE, WORKLOAD, Kind)
 from kimik3.kube.labels import DEPLOYMENT_LABEL, KUEUE_JOB_UID_LABEL, LWS_NAME_LABEL, PRODUCT_LABEL
 from kimik3.kube.objects import condition
 from kimik3.kube.workloads import waiting
@@ -74,11 +75,22 @@ class Snapshot:
     sliced: set[str] | None = None
     """After the applies, with a ComputeDomain and pods on nodes: the nodes with a ResourceSlice of
     the ComputeDomain driver (None: not read, or not readable)."""
+    deployments: list[dict[str, Any]] | None = None
+    """After the applies: every KimiK3Deployment the operator sees, this one included (for
+    ``controller.placementmix``; None: not readable)."""
 
     @property
     def set_uids(self) -> dict[str, str]:
         """LeaderWorkerSet uid -> name (a Workload names its set's uid)."""
         return {s.lws["metadata"].get("uid", ""): s.name for s in self.sets}
+
+
+def domains_of_groups(admitted: Admitted, racks: dict[str, str]) -> dict[str, str] | None:
+    """The trays' racks a group is judged by (``kube.groups.Group.racks``, ``split``): those of a
+    plan whose groups must each sit in one NVLink domain (``plan.clique_placement``: multi-tray
+    NVL72 groups); None for the others (single-node groups; multi-node groups over InfiniBand,
+    e.g. H200 TP16 over two nodes, which the topology key does not bound)."""
+    return racks if admitted.plan.clique_placement else None
 
 
 Phase = str
@@ -171,12 +183,15 @@ class Reader:
         return self.nodes.domains_of(names, topology_key)
 
     def take(self, obj: dict[str, Any], admitted: Admitted) -> Snapshot:
-        """The snapshot before the applies (no racks, ComputeDomain or prepare Events: the steps
-        before the applies need none)."""
+        """The snapshot before the applies (the racks of the pods' trays, so that a group split
+        across racks is not counted Ready by the rollout; no ComputeDomain or prepare Events: the
+        steps before the applies need none)."""
         owner = Owner.from_object(obj)
         pods = self.pods(owner)
-        sets = engine_sets(self.owned(LEADER_WORKER_SET, owner), groups := groups_of(pods, admitted.plan.nodes_per_group))
-        return Snapshot(obj, owner, pods, groups, sets, self.workloads(admitted, sets), {},
+        racks = self.racks(pods, admitted.spec.scheduling.topology_key)
+        sets = engine_sets(self.owned(LEADER_WORKER_SET, owner),
+                           groups := groups_of(pods, admitted.plan.nodes_per_group, domains_of_groups(admitted, racks)))
+        return Snapshot(obj, owner, pods, groups, sets, self.workloads(admitted, sets), racks,
                         launchers=self.owned(CONFIG_MAP, owner))
 
     def refresh(self, snap: Snapshot, admitted: Admitted, compute_domain: bool) -> Snapshot:
@@ -187,7 +202,9 @@ class Reader:
         self.phase = "after"
         owner, plan = snap.owner, admitted.plan
         pods = self.pods(owner)
-        sets = engine_sets(self.owned(LEADER_WORKER_SET, owner), groups := groups_of(pods, plan.nodes_per_group))
+        racks = self.racks(pods, admitted.spec.scheduling.topology_key)
+        sets = engine_sets(self.owned(LEADER_WORKER_SET, owner),
+                           groups := groups_of(pods, plan.nodes_per_group, domains_of_groups(admitted, racks)))
         workloads = snap.workloads
         if {s.lws["metadata"].get("uid", "") for s in sets} != set(snap.set_uids):
             workloads = self.workloads(admitted, sets)
@@ -200,10 +217,22 @@ class Reader:
             except ApiError as exc:
                 log.warning("cannot list the %s Events of %s/%s: %s %s", PREPARE_EVENTS, owner.namespace,
                             owner.name, exc.status, exc.reason)
-        return Snapshot(snap.obj, owner, pods, groups, sets, workloads,
-                        self.racks(pods, admitted.spec.scheduling.topology_key), cd, snap.launchers, events,
+        return Snapshot(snap.obj, owner, pods, groups, sets, workloads, racks, cd, snap.launchers, events,
                         self.free_block(admitted, workloads),
-                        self.sliced() if cd is not None and any(kpods.node_name(p) for p in pods) else None)
+                        self.sliced() if cd is not None and any(kpods.node_name(p) for p in pods) else None,
+                        self.deployments())
+
+    def deployments(self) -> list[dict[str, Any]] | None:
+        """Every KimiK3Deployment the operator sees: through the watch cache (the namespaces it
+        watches), else listed in all namespaces; None when the list is refused (logged)."""
+        self._count(KIMIK3_DEPLOYMENT)
+        if self.cache is not None:
+            return self.cache.of_kind(*KIMIK3_DEPLOYMENT.type_meta)
+        try:
+            return self.kube.list(*KIMIK3_DEPLOYMENT.type_meta, "", "")
+        except ApiError as exc:
+            log.info("cannot list KimiK3Deployments (%s %s): placement modes not compared", exc.status, exc.reason)
+            return None
 
     def sliced(self) -> set[str] | None:
         """The nodes with a ResourceSlice of the ComputeDomain driver; None when they cannot be

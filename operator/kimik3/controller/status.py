@@ -10,6 +10,7 @@ a ScalingLimited condition with another writer's reason is left alone.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,13 +21,16 @@ from kimik3.api.conditions import QUEUE_NOT_SERVED, ConditionStatus, ConditionTy
 from kimik3.api.v1alpha1 import (Condition, DecodeStatus, KimiK3DeploymentStatus, PlanStatus, RolloutStatus,
                                  ScaleEvent)
 from kimik3.controller.fleet import EngineSet
-from kimik3.controller.groups import group_statuses
+from kimik3.controller.groups import group_statuses, split_message
 from kimik3.controller.snapshot import Snapshot
 from kimik3.controller.rollout import RolloutStep, rollout_status, surge_blocked
 from kimik3.controller.rollout import progressing as rollout_progressing
-from kimik3.controller.waits import waiting_for
-from kimik3.kube.labels import DEPLOYMENT_LABEL, LWS_NAME_LABEL
-from kimik3.kube.pods import group_index, is_unschedulable, unschedulable_message
+from kimik3.controller.waits import KUEUE_GATE_PREFIX, waiting_for
+from kimik3.kube import pods as kpods
+from kimik3.kube.groups import Group
+from kimik3.kube.labels import DEPLOYMENT_LABEL, KUEUE_SUSPENDING_PARENT_ANNOTATION, LWS_NAME_LABEL
+from kimik3.kube.pods import (domain_affinity_keys, group_index, is_unschedulable, scheduling_gates,
+                              unschedulable_message)
 from kimik3.kube.times import rfc3339
 from kimik3.kube.workloads import waiting
 from kimik3.render.meta import Owner, selector_string
@@ -132,8 +136,9 @@ def scaling_limited_message(unplaced: dict[str, tuple[str, str]], kueue_admitted
     return text
 
 
-PLACEMENT_REASONS = (Reason.UNSCHEDULABLE, Reason.QUOTA_EXHAUSTED, Reason.NO_RACK_FITS, Reason.PREEMPTED,
-                     Reason.KUEUE_PENDING, *QUEUE_NOT_SERVED, Reason.ALL_GROUPS_PLACED, Reason.GROUPS_NOT_CREATED)
+PLACEMENT_REASONS = (Reason.GROUP_SPLIT_ACROSS_RACKS, Reason.UNSCHEDULABLE, Reason.QUOTA_EXHAUSTED,
+                     Reason.NO_RACK_FITS, Reason.PREEMPTED, Reason.KUEUE_PENDING, *QUEUE_NOT_SERVED,
+                     Reason.ALL_GROUPS_PLACED, Reason.GROUPS_NOT_CREATED, Reason.GROUPS_NOT_PLACED)
 """ScalingLimited reasons this module writes (another writer's reason is left alone)."""
 KUEUE_REASONS: dict[str, Reason] = {"quota": Reason.QUOTA_EXHAUSTED, "topology": Reason.NO_RACK_FITS,
                                     "preempted": Reason.PREEMPTED, "pending": Reason.KUEUE_PENDING}
@@ -169,14 +174,59 @@ def kueue_limit(workloads: list[dict[str, Any]], queue: str | None, free_block: 
     return Verdict("True", KUEUE_REASONS[first.why], message)
 
 
+def split_groups(groups: Iterable[Group]) -> list[Group]:
+    """The groups whose pods are in more than one NVLink domain (``kube.groups.Group.split``)."""
+    return [g for g in groups if g.split]
+
+
+def split_verdict(split: list[Group], admitted: Admitted) -> Verdict:
+    """``ScalingLimited=True GroupSplitAcrossRacks`` for the ``split`` groups (non-empty): each
+    group and its racks, and what to do about the first. Placement kueue, its pods carrying
+    Kueue's mark (``KUEUE_SUSPENDING_PARENT_ANNOTATION``: Kueue manages them): the operator
+    deletes its Workload once admitted, for Kueue to admit it again whole (``controller.readmit``);
+    unmarked: Kueue's webhooks never saw the group. Placement exclusive: the LeaderWorkerSet's pod
+    webhook gives each pod an affinity to its group's NVLink domain (the exclusive-topology
+    annotation); a leader pod without one on the topology key means the webhook did not run, else
+    a tray's label changed after binding. Deleting the leader pod makes the LeaderWorkerSet
+    recreate the whole group (RecreateGroupOnPodRestart)."""
+    key = admitted.spec.scheduling.topology_key
+    text = "; ".join(map(split_message, split)) + f" (racks: the trays' {key} label); not counted Ready"
+    leader = split[0].live[0]
+    name = leader["metadata"]["name"]
+    if admitted.spec.scheduling.placement.mode == "kueue":
+        if KUEUE_SUSPENDING_PARENT_ANNOTATION in (leader["metadata"].get("annotations") or {}):
+            return Verdict("True", Reason.GROUP_SPLIT_ACROSS_RACKS, text + (
+                "; the operator deletes each such group's Kueue Workload so that Kueue admits the group again "
+                "whole, into one rack with room (Event GroupSplitAcrossRacks)"))
+        return Verdict("True", Reason.GROUP_SPLIT_ACROSS_RACKS, text + (
+            f"; pod {name} lacks Kueue's {KUEUE_SUSPENDING_PARENT_ANNOTATION} mark, so Kueue never admitted the "
+            "group and its pods were scheduled without it: register Kueue's webhooks (mleaderworkerset.kb.io and "
+            f"mpod.kb.io) with the LeaderWorkerSet integration on, then delete pod {name}: the LeaderWorkerSet "
+            "recreates the whole group and Kueue admits it whole"))
+    leader = split[0].live[0]
+    if key not in domain_affinity_keys(leader):
+        return Verdict("True", Reason.GROUP_SPLIT_ACROSS_RACKS, text + (
+            f"; pod {name} has no pod affinity on {key}: LeaderWorkerSet's pod webhook did not add the exclusive "
+            "topology, so nothing keeps a group in one rack. Register the LeaderWorkerSet webhooks (pods "
+            f"included), then delete pod {name}: the LeaderWorkerSet recreates the whole group; or use placement "
+            "kueue"))
+    return Verdict("True", Reason.GROUP_SPLIT_ACROSS_RACKS, text + (
+        f"; its pods do carry the exclusive affinity on {key}, so a tray's label changed after its pod was "
+        f"bound: delete pod {name}, and the LeaderWorkerSet recreates the whole group inside one rack"))
+
+
 def _ready(ready: int, desired_groups: int, pods: list[dict[str, Any]], admitted: Admitted,
-           queue: Verdict | None = None) -> Verdict:
+           queue: Verdict | None = None, split: list[Group] | None = None) -> Verdict:
+    """Ready from ``ready`` groups (the LeaderWorkerSets' count less the ``split`` ones)."""
     if desired_groups == 0:
         return Verdict("True", Reason.SCALED_TO_ZERO, "replicas is 0: no groups run and no GPUs are held")
     if ready >= desired_groups:
         return Verdict("True", Reason.ALL_GROUPS_READY, f"{ready}/{desired_groups} groups ready")
     if queue is not None:
         return Verdict("False", queue.reason, f"{ready}/{desired_groups} groups ready; {queue.message}")
+    if split:
+        return Verdict("False", Reason.GROUPS_NOT_READY, f"{ready}/{desired_groups} groups ready; "
+                       + "; ".join(map(split_message, split)) + " (ScalingLimited says what to do)")
     detail = waiting_for(pods, admitted, desired_groups)
     if not detail:
         detail = ("every pod is Ready; waiting for the LeaderWorkerSet to count the groups ready" if pods
@@ -208,6 +258,8 @@ class Observed:
     """What ``controller.rollout.Rollouts`` decided (canary, rollback, pause)."""
     queue: Verdict | None = None
     """Placement kueue: why no group is created (``controller.queues``), None when nothing is held for it."""
+    placement_conflict: Verdict | None = None
+    """PlacementConflict (``controller.placementmix``), None: the condition stays as it is."""
 
 
 def _progressing(snap: Snapshot, admitted: Admitted, observed: Observed, ready: Verdict,
@@ -242,6 +294,9 @@ def _scaling_limited(snap: Snapshot, admitted: Admitted, observed: Observed,
     another writer's reason holds it); None: left as it is."""
     if observed.queue is not None:
         return observed.queue
+    split = split_groups(snap.groups.values())
+    if split:
+        return split_verdict(split, admitted)
     kueue_wait = kueue_limit(snap.workloads or [], admitted.spec.scheduling.placement.queue_name, snap.free_block,
                              admitted.plan.nodes_per_group)
     if kueue_wait is not None:
@@ -251,13 +306,39 @@ def _scaling_limited(snap: Snapshot, admitted: Admitted, observed: Observed,
         return Verdict("True", Reason.UNSCHEDULABLE, scaling_limited_message(unplaced, bool(snap.workloads)))
     if previous is not None and previous.reason not in PLACEMENT_REASONS:
         return None
-    created = max(len(snap.groups), sum(int(((s.lws.get("status") or {}).get("replicas")) or 0)
-                                        for s in snap.sets if not s.deleting))
-    if created < observed.desired:
+    live = {s.name: s.replicas for s in snap.sets if not s.deleting}
+    groups = [g for g in snap.groups.values() if g.live and g.index < live.get(g.leader_worker_set, 0)]
+    if len(groups) < observed.desired:
         return Verdict("Unknown", Reason.GROUPS_NOT_CREATED, (
-            f"{created} of {observed.desired} groups exist; the others are not created yet "
-            f"({'no LeaderWorkerSet exists' if not snap.sets else 'waiting for the LeaderWorkerSet controller'})"))
-    return Verdict("False", Reason.ALL_GROUPS_PLACED, "the scheduler has placed every pod of every group")
+            f"{len(groups)} of {observed.desired} groups exist; the others are not created yet "
+            f"({'no LeaderWorkerSet exists' if not live else 'waiting for the LeaderWorkerSet controller'})"))
+    unplaced_pods = not_placed(groups, admitted.plan.nodes_per_group, snap.workloads)
+    if unplaced_pods:
+        return Verdict("Unknown", Reason.GROUPS_NOT_PLACED, unplaced_pods)
+    return Verdict("False", Reason.ALL_GROUPS_PLACED, (
+        f"every pod of the {len(groups)} group(s) is bound to a tray"
+        + (", each group inside one rack" if admitted.plan.clique_placement else "")))
+
+
+def not_placed(groups: list[Group], nodes_per_group: int, workloads: list[dict[str, Any]] | None) -> str:
+    """Why some of ``groups`` (each of ``nodes_per_group`` pods) is not placed although no
+    scheduler or Kueue message says so: its first pod bound to no tray and its scheduling gates
+    (Kueue's, with no Workload read for the group: is the Kueue manager running?), or a group
+    short of pods; "" when every pod of every group is bound."""
+    for group in groups:
+        unbound = [p for p in group.live if not kpods.node_name(p)]
+        if unbound:
+            pod, gates = unbound[0], scheduling_gates(unbound[0])
+            text = (f"group {group.index}: pod {pod['metadata']['name']} is bound to no tray"
+                    + (f" (scheduling gates: {', '.join(gates)})" if gates else " (not scheduled yet)"))
+            if any(g.startswith(KUEUE_GATE_PREFIX) for g in gates) and not workloads:
+                text += ("; Kueue made no Workload for the deployment's groups: is the Kueue manager running "
+                         "with its LeaderWorkerSet integration on?")
+            return text
+        if len(group.live) < nodes_per_group:
+            return (f"group {group.index}: {len(group.live)} of {nodes_per_group} pods exist; the LeaderWorkerSet "
+                    "is (re)creating them")
+    return ""
 
 
 def compute_status(snap: Snapshot, admitted: Admitted, observed: Observed) -> KimiK3DeploymentStatus:
@@ -268,8 +349,11 @@ def compute_status(snap: Snapshot, admitted: Admitted, observed: Observed) -> Ki
     obj, plan, autoscaled = snap.obj, admitted.plan, observed.autoscaled
     gen = obj["metadata"].get("generation")
     running = [s for s in snap.sets if not s.deleting]
-    ready = sum(int(((s.lws.get("status") or {}).get("readyReplicas")) or 0) for s in running)
-    ready_v = _ready(ready, observed.desired, snap.pods, admitted, observed.queue)
+    split = split_groups(snap.groups.values())
+    replicas = {s.name: s.replicas for s in running}
+    counted = sum(1 for g in split if g.ready and g.index < replicas.get(g.leader_worker_set, 0))
+    ready = max(0, sum(int(((s.lws.get("status") or {}).get("readyReplicas")) or 0) for s in running) - counted)
+    ready_v = _ready(ready, observed.desired, snap.pods, admitted, observed.queue, split)
     rollout = rollout_status(snap.sets, observed.target, snap.groups) if running else None
     conditions = set_condition(stored_conditions(obj), ConditionType.READY, ready_v, gen)
     conditions = set_condition(conditions, ConditionType.PROGRESSING,
@@ -280,7 +364,8 @@ def compute_status(snap: Snapshot, admitted: Admitted, observed: Observed) -> Ki
                 else observed.crash_looping or Verdict("False", Reason.AS_EXPECTED, "children applied"))
     for type_, verdict in ((ConditionType.SCALING_LIMITED, limited), (ConditionType.DEGRADED, degraded),
                            (ConditionType.METRICS_AVAILABLE, autoscaled.metrics if autoscaled else None),
-                           (ConditionType.COMPUTE_DOMAIN_READY, observed.compute_domain)):
+                           (ConditionType.COMPUTE_DOMAIN_READY, observed.compute_domain),
+                           (ConditionType.PLACEMENT_CONFLICT, observed.placement_conflict)):
         if verdict is not None:
             conditions = set_condition(conditions, type_, verdict, gen)
     note, owner = observed.compute_domain_note, snap.owner
@@ -297,7 +382,7 @@ def compute_status(snap: Snapshot, admitted: Admitted, observed: Observed) -> Ki
                         compute_domain_note=note if plan.needs_compute_domain else None),
         decode=autoscaled.decode if autoscaled else None,
         last_scale=autoscaled.last_scale if autoscaled else None,
-        groups=group_statuses(snap.groups, snap.workloads, snap.sets, observed.target, observed.desired, snap.racks),
+        groups=group_statuses(snap.groups, snap.workloads, snap.sets, observed.target, observed.desired),
         rollout=rollout,
         engine_overrides=list(admitted.overrides),
     )

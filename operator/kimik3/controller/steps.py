@@ -36,6 +36,7 @@ from kimik3.controller.autoscaling import Autoscaling, Scaled
 from kimik3.controller.computedomains import (SLICES_POLL_S, PrepareFailure, compute_domain_verdict, prepare_failures,
                                               unprepared_pods, verdict_event, with_prepare_failures)
 from kimik3.controller.fleet import fleet_replicas
+from kimik3.controller import placementmix
 from kimik3.controller.queues import POLL_S as QUEUE_POLL_S
 from kimik3.controller.queues import QueueRead, queue_verdict
 from kimik3.controller.groups import kueue_changes, stored_groups
@@ -46,6 +47,7 @@ from kimik3.controller.snapshot import Snapshot
 from kimik3.controller.staging import Staging, Weights, with_weights
 from kimik3.controller.status import Observed, compute_status, stored_conditions
 from kimik3.kube.kinds import COMPUTE_DOMAIN, CONFIG_MAP, LEADER_WORKER_SET, POD_DISRUPTION_BUDGET, WORKLOAD, Kind
+from kimik3.kube.objects import is_deleting
 from kimik3.render.children import Rendered, render
 from kimik3.render.disruption import fleet_pods, over_fleet
 from kimik3.render.revision import TEMPLATE_HASH_ANNOTATION
@@ -236,7 +238,7 @@ def place(snap: Snapshot) -> StepResult[None]:
     deleted, for Kueue to admit the group again whole; look again soon while that goes on or an
     admitted group has a pod not yet on a tray (Workloads are not watched)."""
     workloads, names = snap.workloads or [], snap.set_uids
-    steps = readmissions(workloads, snap.pods, snap.racks, names)
+    steps = readmissions(workloads, snap.groups, names)
     out: StepResult[None] = StepResult(None, delete=[
         Deletion(WORKLOAD, s.workload, s.uid, s.event) for s in steps])
     if steps or awaits_kueue(workloads, snap.pods, names):
@@ -262,6 +264,29 @@ def observe(snap: Snapshot, has_domain: bool, now: dt.datetime) -> StepResult[li
     event = verdict_event(verdict)
     if event is not None:
         out.events.append(event)
+    return out
+
+
+def collide(snap: Snapshot, admitted: Admitted,
+            placements: placementmix.Placements) -> StepResult[list[tuple[str, str]]]:
+    """PlacementConflict when a deployment of the other placement mode shares the node pool
+    (``controller.placementmix``: each named, a Warning Event), False once a clash written
+    before is gone; nothing when the deployments cannot be read or none ever clashed. The value:
+    the other deployments (namespace, name) whose condition does not say (or no longer says) the
+    clash with this one, to reconcile too."""
+    if snap.deployments is None:
+        return StepResult([])
+    placements.forget(snap.deployments)
+    me = placementmix.placement(snap.owner.namespace, snap.owner.name, admitted, snap.racks.values())
+    others = [(obj, p) for obj in snap.deployments if not is_deleting(obj)
+              and (p := placements.of(obj)) is not None and p.ref != me.ref]
+    found = placementmix.clashes(me, (p for _, p in others))
+    stale = [(p.namespace, p.name) for obj, p in others if (p in found) != placementmix.names(obj, me)]
+    if not found and not any(c.type == ConditionType.PLACEMENT_CONFLICT for c in stored_conditions(snap.obj)):
+        return StepResult(stale)
+    out = StepResult(stale, conditions={ConditionType.PLACEMENT_CONFLICT: placementmix.verdict(me, found)})
+    if found:
+        out.events.append(Event("Warning", EventReason.PLACEMENT_MODES_MIXED, placementmix.event_message(me, found)))
     return out
 
 

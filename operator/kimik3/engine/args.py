@@ -16,9 +16,10 @@ Launch lines follow vLLM's multi-node documentation for 0.33 (no Ray), see kimi-
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
-from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
+from kimik3.api.v1alpha1 import KimiK3DeploymentSpec, duration_seconds
 from kimik3.engine.weights import drafter_path, model_path, offline
 from kimik3.topology.plan import GroupPlan
 
@@ -42,7 +43,7 @@ OWNED_FLAGS = frozenset({
     "--gpu-memory-utilization", "--max-num-seqs", "--max-num-batched-tokens", "--max-model-len",
     "--moe-backend", "--all2all-backend", "--load-format", "--enforce-eager", "--compilation-config", "-cc",
     "--enable-prefix-caching", "--no-enable-prefix-caching", "--tool-call-parser", "--enable-auto-tool-choice",
-    "--reasoning-parser", "--language-model-only",
+    "--reasoning-parser", "--language-model-only", "--shutdown-timeout",
 })
 """Flags the operator derives from typed fields; ``spec.engine.extraArgs`` may not set them
 (kimik3.admission.extra_args refuses them)."""
@@ -114,6 +115,13 @@ def leader_lost_timeout_s(spec: KimiK3DeploymentSpec) -> int:
     return spec.probes.period_seconds * spec.probes.liveness_failure_threshold
 
 
+def shutdown_timeout_s(spec: KimiK3DeploymentSpec) -> int:
+    """vLLM's ``--shutdown-timeout`` (whole seconds, ``probes.drainTimeout`` rounded up): on SIGTERM,
+    vLLM 0.33 refuses new requests and lets those in flight finish for up to this long, then aborts
+    the rest (0: aborts them at once, its default; ``VllmConfig.shutdown_timeout``)."""
+    return math.ceil(duration_seconds(spec.probes.drain_timeout))
+
+
 def common_args(spec: KimiK3DeploymentSpec) -> list[str]:
     """Arguments every rank shares (model, kernels, batch limits, features, speculation)."""
     e, m = spec.engine, spec.model
@@ -123,7 +131,8 @@ def common_args(spec: KimiK3DeploymentSpec) -> list[str]:
         args += ["--revision", m.revision]
     if m.max_model_len:
         args += ["--max-model-len", str(m.max_model_len)]
-    args += ["--kv-cache-dtype", e.kv_cache_dtype,
+    args += ["--shutdown-timeout", str(shutdown_timeout_s(spec)),
+             "--kv-cache-dtype", e.kv_cache_dtype,
              "--gpu-memory-utilization", f"{e.gpu_memory_utilization:g}",
              "--max-num-seqs", str(e.max_num_seqs),
              "--max-num-batched-tokens", str(e.max_num_batched_tokens)]

@@ -30,6 +30,19 @@ frozen (SIGSTOPped) one accepts it in the kernel and never answers, so the probe
 
 It never starts vLLM with an empty or unresolved address: it exits with code 3 naming what it
 waited for (failure case F1), 2 for a plan or env that does not match, 4 for a lost leader.
+
+Two more commands run in the same image, for a pod that goes (``kimik3.render.leaderworkerset``):
+- ``launcher.py ready PORT``: the leader's readiness probe (exec): fails once the pod's drain began
+  (``DRAIN_MARKER`` exists), else answers as vLLM's ``GET /health`` on 127.0.0.1:PORT (``ready``);
+- ``launcher.py drain DEREGISTER_S TIMEOUT_S [PLAN]``: the preStop hook (``drain``). On the leader
+  (or a single-node rank) it writes ``DRAIN_MARKER``, so the readiness probe fails and the pod
+  leaves the Service's endpoints and the endpoint picker's pool (the picker keeps a terminating
+  pod while it is Ready), and waits DEREGISTER_S (the probe's period x failureThreshold, plus the
+  time its watchers take to see it); then the kubelet sends SIGTERM and vLLM itself refuses new
+  requests and lets those in flight finish for up to ``--shutdown-timeout`` (vLLM 0.33:
+  ``VllmConfig.shutdown_timeout``, the drain of its API server and engine core). On a headless
+  worker it keeps the rank up while the leader's endpoint still answers, for at most DEREGISTER_S
+  + TIMEOUT_S: a multi-node engine that loses a rank fails every request in flight.
 """
 
 from __future__ import annotations
@@ -57,6 +70,8 @@ PROBE_TIMEOUT_S = 3.0
 answers in milliseconds; a frozen leader never does)."""
 STOP_GRACE_S = 10.0
 """How long the child has to exit after SIGTERM when the leader is lost, before SIGKILL."""
+DRAIN_MARKER = "/tmp/kimik3-draining"
+"""Written by the leader's preStop (``drain``); while it exists, ``ready`` fails."""
 SECRET_FLAG_SUFFIXES = ("-key", "-token", "-secret", "-password")
 """A flag whose name ends so (``--api-key``, ``--hf-token``) has its value redacted in the log."""
 REDACTED = "<redacted>"
@@ -262,6 +277,41 @@ def watch_leader(argv: list[str], endpoint: tuple[str, str, int, Probe], lost_af
             return EXIT_LEADER_LOST
 
 
+def ready(port: int, marker: str = DRAIN_MARKER, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
+    """The leader's readiness: None while it serves (no drain began: ``marker`` absent, and vLLM's
+    /health on 127.0.0.1:``port`` answers 200), else why not."""
+    if os.path.exists(marker):
+        return "draining: the pod is being deleted (its preStop hook began the drain)"
+    return probe_health("127.0.0.1", port, timeout_s)
+
+
+def drain(argv: list[str], deregister_s: float, timeout_s: float, poll_s: float,
+          marker: str = DRAIN_MARKER) -> str:
+    """The preStop hook of the rank that runs ``argv`` (module docstring); returns what it did."""
+    endpoint = leader_endpoint(argv)
+    if endpoint is None:
+        with open(marker, "w", encoding="utf-8") as fh:
+            fh.write(f"{time.time():.3f}\n")
+        log(f"drain: readiness fails from now; waiting {deregister_s:g} s for the Service and the endpoint picker "
+            "to stop sending here, then SIGTERM: vLLM finishes the requests in flight (--shutdown-timeout)")
+        time.sleep(deregister_s)
+        return f"left the endpoints for {deregister_s:g} s"
+    what, name, port, probe = endpoint
+    host = resolve(name) or name  # once: a terminating leader may leave its DNS record before it exits
+    bound_s = deregister_s + timeout_s
+    start = time.monotonic()
+    log(f"drain: keeping this rank up while {what} at {host}:{port} answers (at most {bound_s:g} s)")
+    while (waited := time.monotonic() - start) < bound_s:
+        reason = probe(host, port, min(PROBE_TIMEOUT_S, max(0.1, bound_s - waited)))
+        if reason is not None:
+            log(f"drain: {what} stopped answering after {waited:.1f} s ({reason}): this rank stops")
+            return f"the leader went after {waited:.1f} s"
+        time.sleep(min(poll_s, max(0.0, bound_s - (time.monotonic() - start))))
+    log(f"drain: {what} still answers after {bound_s:g} s (the deregistration and probes.drainTimeout): "
+        "this rank stops")
+    return f"the leader still answered after {bound_s:g} s"
+
+
 def _check_plan(plan: object) -> None:
     """Raise LaunchError (exit 2) naming what a malformed plan lacks."""
     if not isinstance(plan, dict):
@@ -305,14 +355,49 @@ def build_argv(plan: dict[str, Any], env: dict[str, str], wait: bool = True) -> 
     return list(plan["command"]) + args
 
 
-def main(argv: list[str] | None = None) -> int:
-    path = plan_path(argv or sys.argv[1:], dict(os.environ))
+def _read_plan(path: str) -> Any:
     try:
-        try:
-            with open(path, encoding="utf-8") as fh:
-                plan = json.load(fh)
-        except (OSError, ValueError) as exc:
-            raise LaunchError(EXIT_BAD_INPUT, f"cannot read plan {path}: {exc}") from None
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise LaunchError(EXIT_BAD_INPUT, f"cannot read plan {path}: {exc}") from None
+
+
+def _number(name: str, raw: str) -> float:
+    try:
+        return float(raw)
+    except ValueError:
+        raise LaunchError(EXIT_BAD_INPUT, f"{name} {raw!r} is not a number") from None
+
+
+def command(args: list[str], env: dict[str, str]) -> int:
+    """``ready PORT`` and ``drain DEREGISTER_S TIMEOUT_S [PLAN]`` (module docstring): exit codes."""
+    try:
+        if args[0] == "ready":
+            if len(args) != 2 or not args[1].isdigit():
+                raise LaunchError(EXIT_BAD_INPUT, "usage: launcher.py ready PORT")
+            reason = ready(int(args[1]))
+            if reason is not None:
+                print(f"not ready: {reason}", file=sys.stderr)
+            return 0 if reason is None else 1
+        if len(args) not in (3, 4):
+            raise LaunchError(EXIT_BAD_INPUT, "usage: launcher.py drain DEREGISTER_S TIMEOUT_S [PLAN]")
+        deregister_s, timeout_s = _number("DEREGISTER_S", args[1]), _number("TIMEOUT_S", args[2])
+        argv = build_argv(_read_plan(plan_path(args[3:], env)), env, wait=False)
+        drain(argv, deregister_s, timeout_s, float(env.get("KIMIK3_POLL_SECONDS", "2")))
+        return 0
+    except LaunchError as exc:
+        log(f"error: {exc}")
+        return exc.code
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args and args[0] in ("ready", "drain"):
+        return command(args, dict(os.environ))
+    path = plan_path(args, dict(os.environ))
+    try:
+        plan = _read_plan(path)
         delay_s = float(plan.get("startDelaySeconds") or 0) if isinstance(plan, dict) else 0.0
         if delay_s > 0:
             log(f"start back-off: waiting {delay_s:g} s before starting (startDelaySeconds: this deployment's "

@@ -1,14 +1,21 @@
 """Engine groups as their pods show them: a LeaderWorkerSet group is the pods that share its
 ``leaderworkerset.sigs.k8s.io/name`` and ``group-index`` labels (LeaderWorkerSet v0.9).
 
-``groups_of(pods, nodes_per_group)`` derives each group once (``Group``); the reconcile's
+``groups_of(pods, nodes_per_group, racks)`` derives each group once (``Group``); the reconcile's
 snapshot (``controller.snapshot``) holds the result, and the rollout, the status and the
 autoscaler read it instead of grouping pods again. Pure functions over plain dicts.
+
+A group's NVLink domains (``Group.racks``) are the racks of *every* live pod bound to a tray
+(``racks``: node name -> the spec's topology key label, read by ``controller.nodes``), not the
+first pod's: a multi-node engine spans one NVLink domain or none, so a group whose pods sit in two
+racks (``Group.split``) cannot serve as one engine, whatever placed it (Kueue's tray replacement,
+kueue#6957; a LeaderWorkerSet whose pod webhook did not inject its exclusive-topology affinity;
+a tray relabelled after binding). Such a group is never ``serving`` nor ``live_ready``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,9 +41,25 @@ class Group:
     live: tuple[dict[str, Any], ...]
     """The pods not terminating; a group with none is gone (a retired LeaderWorkerSet's)."""
     live_ready: bool
-    """At least ``nodes_per_group`` live pods, every one Ready (the rollout's view of the group)."""
+    """At least ``nodes_per_group`` live pods, every one Ready, inside one NVLink domain (not
+    ``split``): the rollout's view of the group."""
     revision: str | None
     """The live leader's ``leaderworkerset.sigs.k8s.io/template-revision-hash`` (None before it exists)."""
+    racks: tuple[str, ...] = ()
+    """The NVLink domains (values of the topology key's node label) of its live pods bound to a
+    tray whose label is known, each once, in worker order (the leader's first); () before any is
+    bound, when the nodes cannot be read, and for groups no NVLink domain bounds
+    (``controller.snapshot.domains_of_groups``)."""
+
+    @property
+    def split(self) -> bool:
+        """Its pods sit in more than one NVLink domain: it cannot run as one engine."""
+        return len(self.racks) > 1
+
+    @property
+    def serving(self) -> bool:
+        """Ready (``ready``: as the LeaderWorkerSet counts it) and inside one NVLink domain."""
+        return self.ready and not self.split
 
     @property
     def key(self) -> GroupKey:
@@ -48,17 +71,23 @@ class Group:
         return [n for n in map(kpods.node_name, self.pods) if n]
 
 
-def groups_of(pods: Iterable[dict[str, Any]], nodes_per_group: int) -> dict[GroupKey, Group]:
-    """The groups ``pods`` belong to (``kube.pods.by_group``; pods of no group left out), sorted by key."""
+def groups_of(pods: Iterable[dict[str, Any]], nodes_per_group: int,
+              racks: Mapping[str, str] | None = None) -> dict[GroupKey, Group]:
+    """The groups ``pods`` belong to (``kube.pods.by_group``; pods of no group left out), sorted by
+    key; ``racks``: node name -> NVLink domain of the trays known (None: none known, every
+    ``Group.racks`` is ())."""
+    racks = racks or {}
     out = {}
     for key, members in sorted(kpods.by_group(list(pods)).items()):
         members = sorted(members, key=lambda p: kpods.worker_index(p) or 0)
         live = [p for p in members if not kpods.is_terminating(p)]
         leader = next((p for p in live if kpods.is_leader(p)), None)
+        domains = tuple(dict.fromkeys(racks[n] for n in map(kpods.node_name, live) if n in racks))
+        live_ready = len(live) >= nodes_per_group and all(map(kpods.is_ready, live)) and len(domains) < 2
         out[key] = Group(key[0], key[1], tuple(members),
                          len(members) >= nodes_per_group and all(map(kpods.is_ready, members)),
-                         tuple(live), len(live) >= nodes_per_group and all(map(kpods.is_ready, live)),
-                         kpods.labels(leader).get(LWS_REVISION_LABEL) if leader is not None else None)
+                         tuple(live), live_ready,
+                         kpods.labels(leader).get(LWS_REVISION_LABEL) if leader is not None else None, domains)
     return out
 
 

@@ -122,6 +122,15 @@ def scheduling_gates(pod: Object) -> list[str]:
     return [str(g.get("name")) for g in _spec(pod).get("schedulingGates") or []]
 
 
+def domain_affinity_keys(pod: Object) -> set[str]:
+    """The topology keys of the pod's required pod affinity terms
+    (``spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[].topologyKey``):
+    LeaderWorkerSet's pod webhook adds one on the exclusive-topology key to each pod of a group."""
+    terms = ((_spec(pod).get("affinity") or {}).get("podAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution") or []
+    return {str(t["topologyKey"]) for t in terms if t.get("topologyKey")}
+
+
 def node_name(pod: Object) -> str:
     """The node the pod is bound to ("" while it is not)."""
     return _spec(pod).get("nodeName") or ""

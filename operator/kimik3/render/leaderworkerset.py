@@ -11,7 +11,13 @@ sources (gb300-on-kubernetes.md, failure-cases.md):
   LeaderWorkerSet and, on both templates, Kueue's required-topology annotation on the clique and
   one podset group name, so Kueue admits a group whole and packs it into one rack (kueue.md);
 - the leader's startup probe allows ``probes.loadTimeout`` for the ~1.5 TB load (F12); workers
-  get no HTTP probes (headless ranks serve no HTTP).
+  get no HTTP probes (headless ranks serve no HTTP);
+- drained exits: a pod that goes runs the launcher's ``drain`` as its preStop hook
+  (``kimik3.engine.launcher``): the leader fails its readiness probe (the launcher's ``ready``,
+  which is vLLM's /health until the drain begins) for ``deregister_s``, so the Service and the
+  endpoint picker stop sending to it, then vLLM finishes the requests in flight for up to
+  ``probes.drainTimeout`` (``--shutdown-timeout``); a worker keeps its rank up until the leader
+  is gone. ``termination_grace_s`` covers the three steps and vLLM's teardown.
 """
 
 from __future__ import annotations
@@ -20,7 +26,14 @@ import math
 from typing import Any
 
 from kimik3.admission import Admitted
-from kimik3.engine.args import API_KEY_ENV, API_PORT_NAME, COMPILE_CACHE_MOUNT, HUB_TOKEN_ENV, engine_env
+from kimik3.engine.args import (
+    API_KEY_ENV,
+    API_PORT_NAME,
+    COMPILE_CACHE_MOUNT,
+    HUB_TOKEN_ENV,
+    engine_env,
+    shutdown_timeout_s,
+)
 from kimik3.engine.weights import MODEL_MOUNT
 from kimik3.kube.kinds import LEADER_WORKER_SET
 from kimik3.kube.labels import (
@@ -41,6 +54,34 @@ PLAN_HASH_ANNOTATION = "inference.kimik3.io/plan-hash"
 KUEUE_GROUP_NAME = "engine-group"
 """The podset group name on both templates: Kueue places a group's leader and workers together."""
 CONTAINER = "engine"
+READINESS_FAILURE_THRESHOLD = 3
+"""Failed readiness probes in a row before the kubelet marks the leader not Ready (a /health blip
+of one period does not take a group out of the endpoints)."""
+DEREGISTER_MARGIN_S = 5
+"""After the kubelet marks a draining leader not Ready, how long its watchers take to act on it,
+seconds: the EndpointSlice controller, kube-proxy and the endpoint picker see it through watches
+(well under a second each on an idle control plane; 5 s leaves room for a busy one)."""
+TEARDOWN_S = 30
+"""vLLM's own exit once the requests are done (engine processes stop, GPU memory and NCCL
+communicators are freed), seconds, within the termination grace period."""
+
+
+def deregister_s(admitted: Admitted) -> int:
+    """How long a draining leader fails readiness before SIGTERM (its preStop hook), seconds:
+    ``probes.periodSeconds`` x READINESS_FAILURE_THRESHOLD (the kubelet's longest wait to see
+    the probe fail that many times) + DEREGISTER_MARGIN_S; 35 s by default."""
+    return admitted.spec.probes.period_seconds * READINESS_FAILURE_THRESHOLD + DEREGISTER_MARGIN_S
+
+
+def termination_grace_s(admitted: Admitted) -> int:
+    """The engine pods' terminationGracePeriodSeconds: ``deregister_s`` + ``probes.drainTimeout``
+    (vLLM's --shutdown-timeout) + TEARDOWN_S; 245 s by default."""
+    return deregister_s(admitted) + shutdown_timeout_s(admitted.spec) + TEARDOWN_S
+
+
+def _launcher_command(*args: str) -> list[str]:
+    """The in-pod launcher with ``args`` (the container's command runs it without arguments)."""
+    return ["python3", f"{configmap.MOUNT_PATH}/{configmap.LAUNCHER_KEY}", *args]
 
 
 def _engine_env(admitted: Admitted) -> dict[str, str]:
@@ -94,7 +135,9 @@ def _probes(admitted: Admitted) -> dict[str, Any]:
     return {
         "startupProbe": {**health, "failureThreshold": budget},
         "livenessProbe": {**health, "failureThreshold": p.liveness_failure_threshold},
-        "readinessProbe": {**health, "failureThreshold": 3},
+        "readinessProbe": {"exec": {"command": _launcher_command("ready", str(admitted.spec.service.port))},
+                           "periodSeconds": p.period_seconds, "timeoutSeconds": 5,
+                           "failureThreshold": READINESS_FAILURE_THRESHOLD},
     }
 
 
@@ -116,7 +159,9 @@ def pod_template(owner: Owner, admitted: Admitted, serves_api: bool, channel_cla
         "name": CONTAINER,
         "image": spec.engine.image,
         "imagePullPolicy": spec.engine.image_pull_policy,
-        "command": ["python3", f"{configmap.MOUNT_PATH}/{configmap.LAUNCHER_KEY}"],
+        "command": _launcher_command(),
+        "lifecycle": {"preStop": {"exec": {"command": _launcher_command(
+            "drain", str(deregister_s(admitted)), str(shutdown_timeout_s(spec)))}}},
         "env": _env(admitted),
         "resources": resources,
         "volumeMounts": mounts,
@@ -135,9 +180,8 @@ def pod_template(owner: Owner, admitted: Admitted, serves_api: bool, channel_cla
     pod: dict[str, Any] = {
         "containers": [container],
         "volumes": volumes,
-        "nodeSelector": {PRODUCT_LABEL: plan.profile.product_label, "kubernetes.io/arch": plan.profile.arch,
-                         **sched.node_selector},
-        "terminationGracePeriodSeconds": 60,
+        "nodeSelector": node_selector(admitted),
+        "terminationGracePeriodSeconds": termination_grace_s(admitted),
         "enableServiceLinks": False,
     }
     if sched.tolerations:
@@ -152,6 +196,14 @@ def pod_template(owner: Owner, admitted: Admitted, serves_api: bool, channel_cla
     labels = {**owner.labels(), ROLE_LABEL: "leader" if serves_api else "worker"}
     return {"metadata": {"labels": labels, "annotations": {PLAN_HASH_ANNOTATION: configmap.plan_hash(admitted)}},
             "spec": pod}
+
+
+def node_selector(admitted: Admitted) -> dict[str, str]:
+    """The node labels every engine pod requires: the GPU product and architecture of the plan's
+    accelerator, and ``spec.scheduling.nodeSelector`` (its node pool)."""
+    plan = admitted.plan
+    return {PRODUCT_LABEL: plan.profile.product_label, "kubernetes.io/arch": plan.profile.arch,
+            **admitted.spec.scheduling.node_selector}
 
 
 def leader_worker_set(owner: Owner, admitted: Admitted, replicas: int, channel_claims: bool = True) -> dict[str, Any]:

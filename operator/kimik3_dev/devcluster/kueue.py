@@ -40,6 +40,7 @@ from kimik3.kube.labels import CLIQUE_LABEL, GPU_RESOURCE, PRODUCT_LABEL
 from kimik3_dev.devcluster import managers
 from kimik3_dev.devcluster.certs import issue_serving_cert
 from kimik3_dev.devcluster.controlplane import load_yaml_documents
+from kimik3_dev.devcluster.dradriver import CHANNEL_CLASS
 from kimik3_dev.devcluster.thirdparty import go_module_dir
 from kimik3_dev.versions import KUEUE_VERSION
 
@@ -88,6 +89,15 @@ def crd_documents(conversion: tuple[int, Path] | None, root: Path | None = None)
     return out
 
 
+CHANNEL_RESOURCE = "compute-domain.nvidia.com/channel"
+"""The logical resource Kueue counts ComputeDomain channel claims as. Kueue >= v0.18 accounts DRA
+claims in quota (feature ``KueueDRAIntegration``, Beta, on by default) and refuses a Workload whose
+claim template names a DeviceClass its Configuration does not map (``resources.deviceClassMappings``;
+``pkg/dra/claims.go``: "DeviceClass ... is not mapped in DRA configuration for podset leader"), so
+every engine pod's channel claim (``CHANNEL_CLASS``) must map to a resource the ClusterQueue covers.
+A real cluster with Kueue and ComputeDomains needs the same two lines (docs/dev-cluster.md)."""
+
+
 def write_config(state_dir: Path, webhook_port: int, health_port: int) -> Path:
     """Issue the webhook certificate and write the manager's configuration; returns its path.
 
@@ -96,7 +106,8 @@ def write_config(state_dir: Path, webhook_port: int, health_port: int) -> Path:
         state_dir, "kueue", "config.kueue.x-k8s.io/v1beta2", webhook_port, health_port,
         manageJobsWithoutQueueName=False,
         integrations={"frameworks": ["leaderworkerset.x-k8s.io/leaderworkerset"]},
-        featureGates={"TopologyAwareScheduling": True, "VisibilityOnDemand": False})
+        featureGates={"TopologyAwareScheduling": True, "VisibilityOnDemand": False},
+        resources={"deviceClassMappings": [{"name": CHANNEL_RESOURCE, "deviceClassNames": [CHANNEL_CLASS]}]})
 
 
 class MetricsCertError(RuntimeError):
@@ -155,7 +166,8 @@ that borrow too or of its own queue."""
 def cluster_queue(name: str, flavor: str, gpus: int, cpu: str = "100000", memory: str = "1000Ti",
                   namespaces: list[str] | None = None, cohort: str | None = None) -> dict[str, Any]:
     """A ClusterQueue with ``gpus`` nominal ``nvidia.com/gpu`` of ``flavor`` (cpu and memory are
-    covered generously: every resource a pod requests must be covered). ``namespaces`` limits
+    covered generously: every resource a pod requests must be covered; so are ComputeDomain channels,
+    ``CHANNEL_RESOURCE``, one per pod and so at most one per GPU: never the limit). ``namespaces`` limits
     which namespaces may use it (default: all); ``cohort`` makes it a member of that Cohort, with
     ``TENANT_PREEMPTION``."""
     selector: dict[str, Any] = {}
@@ -165,11 +177,12 @@ def cluster_queue(name: str, flavor: str, gpus: int, cpu: str = "100000", memory
     shared: dict[str, Any] = {"cohortName": cohort, "preemption": TENANT_PREEMPTION} if cohort else {}
     return {"apiVersion": API_VERSION, "kind": "ClusterQueue", "metadata": {"name": name},
             "spec": {**shared, "namespaceSelector": selector,
-                     "resourceGroups": [{"coveredResources": ["cpu", "memory", GPU_RESOURCE],
+                     "resourceGroups": [{"coveredResources": ["cpu", "memory", GPU_RESOURCE, CHANNEL_RESOURCE],
                                          "flavors": [{"name": flavor, "resources": [
                                              {"name": "cpu", "nominalQuota": cpu},
                                              {"name": "memory", "nominalQuota": memory},
-                                             {"name": GPU_RESOURCE, "nominalQuota": gpus}]}]}]}}
+                                             {"name": GPU_RESOURCE, "nominalQuota": gpus},
+                                             {"name": CHANNEL_RESOURCE, "nominalQuota": gpus}]}]}]}}
 
 
 def local_queue(namespace: str, cluster_queue_name: str = CLUSTER_QUEUE, name: str = LOCAL_QUEUE) -> dict[str, Any]:

@@ -246,6 +246,8 @@ class SimEngine:
         self._key_digests = [hashlib.sha256(k.encode("utf-8")).digest() for k in config.api_keys if k]
         self._closing = False
         """Draining: every response closes its connection (``drain``)."""
+        self._shutting_down = False
+        """SIGTERM came: new requests are refused (``drain``)."""
         self.app = self._make_app()
 
     # ---------------------------------------------------------------- lifecycle
@@ -281,21 +283,28 @@ class SimEngine:
             unit.task = asyncio.create_task(self._run_unit(unit), name=f"sim-unit-{self.port}")
         return self.port
 
-    async def drain(self, timeout_s: float) -> None:
-        """What a pod's deletion gives the engine: the Service already opens it no new connection;
-        it stops listening, still serves what comes on the connections it has, each response
-        with ``Connection: close`` (so a keep-alive client moves to another pod with no request
-        lost), until it holds no request and no connection (a client closes its idle pooled
-        connections after its keep-alive timeout, aiohttp's 15 s), for at most ``timeout_s`` (the
-        pod's termination grace period); then it stops (``stop``) and aborts what is left."""
-        deadline = time.monotonic() + timeout_s
+    async def drain(self, deregister_s: float, shutdown_timeout_s: float, grace_s: float) -> None:
+        """What a pod's deletion gives the engine, step by step as in the pod
+        (``kimik3.render.leaderworkerset``; seconds from the deletion):
+        1. the preStop hook, ``deregister_s``: nothing sends it new connections any more (the
+           Service drops a terminating pod at once, and kwok removes the pod object, so the
+           endpoint picker drops it too), so it stops listening (kwok may give the address to a new
+           pod); it serves what comes on the connections it has, each response with ``Connection:
+           close`` so a keep-alive client comes back through the Service (a simulator kindness
+           standing in for the gateway's per-request routing: vLLM keeps such a connection open);
+        2. SIGTERM, as vLLM 0.33 takes it: it refuses new requests (503) and lets those in flight
+           finish for up to ``shutdown_timeout_s`` (``--shutdown-timeout``; 0: none);
+        3. then, or at ``grace_s`` (``terminationGracePeriodSeconds``: SIGKILL), it stops
+           (``stop``), aborting what is left."""
+        kill_at = time.monotonic() + grace_s
         self._closing = True
         if self._runner is not None:
             for site in list(self._runner.sites):
                 await site.stop()
-        server = self._runner.server if self._runner is not None else None
-        while (self._responding or any(u.has_work() for u in self.units) or (server is not None and server.connections)) \
-                and time.monotonic() < deadline:
+        await asyncio.sleep(max(0.0, min(deregister_s, grace_s)))
+        self._shutting_down = True
+        until = min(time.monotonic() + shutdown_timeout_s, kill_at)
+        while (self._responding or any(u.has_work() for u in self.units)) and time.monotonic() < until:
             await asyncio.sleep(0.05)
         await self.stop()
 
@@ -559,6 +568,8 @@ class SimEngine:
     async def _body(self, request: web.Request) -> dict[str, Any] | web.Response:
         if not self.ready:
             return self._not_ready()
+        if self._shutting_down:
+            return _error(503, "The engine is shutting down.", "ServiceUnavailableError")
         try:
             body = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):

@@ -45,7 +45,14 @@ argv                                   simulated engine (``EngineConfig``)
                                        step and their acceptance (perf model)
 ``--custom-histogram-buckets``         the bounds of each bucket family it names (vLLM 0.33's
                                        ``ObservabilityConfig``), e.g. finer ITL buckets
+``--shutdown-timeout``                 ``Exit.shutdown_timeout_s``: how long the engine lets
+                                       its requests finish after SIGTERM (0: aborts them)
 ====================================== ========================================================
+
+How the engine ends when its pod is deleted (``Exit``, ``exit_of``) comes from the pod as a
+kubelet reads it: the preStop hook (the launcher's ``drain DEREGISTER_S TIMEOUT_S``: the leader
+fails readiness for DEREGISTER_S before SIGTERM, serving what still comes), vLLM's
+``--shutdown-timeout`` and the pod's ``terminationGracePeriodSeconds`` (SIGKILL after it).
 
 Flags the simulator does not model are accepted and ignored (vLLM's own parser checks them:
 tests/conformance). What vLLM does not read from its command line comes from where vLLM gets it:
@@ -67,6 +74,7 @@ from kimik3.engine import launcher
 from kimik3.engine.args import API_PORT_NAME
 from kimik3.kube.accelerators import PROFILES
 from kimik3.kube.labels import PRODUCT_LABEL
+from kimik3.render.configmap import LAUNCHER_KEY
 from kimik3.render.leaderworkerset import CONTAINER
 from kimik3_dev.sim import podenv
 from kimik3_dev.sim.engine import EngineConfig
@@ -75,6 +83,39 @@ ENGINE_COMMAND = ("vllm", "serve")
 LAUNCHER_ENV = ("LWS_WORKER_INDEX", "LWS_GROUP_SIZE", "LWS_LEADER_ADDRESS", "KIMIK3_PLAN")
 """The variables the in-pod launcher reads."""
 ACCELERATOR_BY_PRODUCT = {p.product_label: p.name for p in PROFILES.values()}
+
+
+DEFAULT_GRACE_S = 30
+"""terminationGracePeriodSeconds the API server gives a pod that sets none."""
+
+
+@dataclass(frozen=True)
+class Exit:
+    """How a pod's engine ends once the pod is deleted (module docstring), seconds."""
+
+    deregister_s: float = 0.0
+    """The preStop hook: the engine serves on, its readiness failing, before SIGTERM."""
+    shutdown_timeout_s: float = 0.0
+    """vLLM's ``--shutdown-timeout``: after SIGTERM, how long the requests in flight may finish."""
+    grace_s: float = DEFAULT_GRACE_S
+    """``terminationGracePeriodSeconds``: counted from the deletion, then SIGKILL."""
+
+
+def exit_of(pod_spec: dict[str, Any], argv: list[str] | tuple[str, ...]) -> Exit:
+    """The ``Exit`` of the engine container in ``pod_spec`` (camelCase) running ``argv``. A preStop
+    hook other than the launcher's ``drain`` is taken as instant."""
+    command = (((podenv.container(pod_spec, CONTAINER).get("lifecycle") or {}).get("preStop") or {})
+               .get("exec") or {}).get("command") or []
+    deregister_s = 0.0
+    for i, arg in enumerate(command[:-1]):
+        if arg == "drain" and i > 0 and str(command[i - 1]).endswith(LAUNCHER_KEY):
+            try:
+                deregister_s = float(command[i + 1])
+            except ValueError:
+                raise LaunchUnresolved(f"the preStop hook's DEREGISTER_S {command[i + 1]!r} is not a number") from None
+    grace = pod_spec.get("terminationGracePeriodSeconds")
+    return Exit(deregister_s, float(_parse(argv).shutdown_timeout),
+                float(DEFAULT_GRACE_S if grace is None else grace))
 
 
 class LaunchUnresolved(Exception):
@@ -96,6 +137,8 @@ class Launch:
     """The plan's ``startDelaySeconds``: how long the launcher waits before starting vLLM."""
     port: int = 8000
     """``--port``: where vLLM listens in the pod (checked to be the container's API port)."""
+    on_delete: Exit = Exit()
+    """How the engine ends when the pod is deleted."""
 
 
 def launch(pod: dict[str, Any], read_configmap: Callable[[str], dict[str, Any] | None]) -> Launch:
@@ -136,7 +179,7 @@ def launch(pod: dict[str, Any], read_configmap: Callable[[str], dict[str, Any] |
         raise LaunchUnresolved(f"vLLM would listen on port {served_port}, the pod's {API_PORT_NAME} port is {port}: "
                                "no probe, Service or scrape would reach it")
     return Launch(tuple(argv), len(plan["ranks"]), ACCELERATOR_BY_PRODUCT[product],
-                  float(plan.get("startDelaySeconds") or 0), served_port)
+                  float(plan.get("startDelaySeconds") or 0), served_port, exit_of(spec, argv))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -168,6 +211,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--speculative-config", "-sc", type=_json_object)
     p.add_argument("--custom-histogram-buckets", type=_json_object)
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--shutdown-timeout", type=int, default=0)
     return p
 
 

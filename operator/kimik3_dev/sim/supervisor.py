@@ -48,10 +48,14 @@ unready, and the supervisor sets the leader pod's ``Ready`` and ``ContainersRead
 its container's ``ready``) to whether the probe answered 200, so the LeaderWorkerSet sees a group
 Ready only after its load time. Without it kwok marks every pod Ready at once and the API server
 cannot tell a loading engine from a loaded one; the Service stand-in then also requires the
-probe's last answer, which is what the Ready condition would have said. A group that goes away
-(its pods deleted) drains: the Service opens it no new connection, and its engine finishes the
-requests it holds, for at most ``TERMINATION_GRACE_S``, as vLLM does through a pod's termination
-grace period (``SimEngine.drain``).
+probe's last answer, which is what the Ready condition would have said. The leader's readiness
+probe is the launcher's ``ready PORT`` (an exec probe: ``kimik3.engine.launcher``), played as
+what it does in the pod: vLLM's ``/health`` on PORT until the pod's drain began. A group that
+goes away (its pods deleted) drains as its leader pod says (``launch.Exit``: the preStop hook's
+wait, vLLM's ``--shutdown-timeout``, the pod's ``terminationGracePeriodSeconds``): the Service
+opens it no new connection, its engine stops listening (kwok may give the address to a new pod)
+and serves the connections it has through the preStop, then finishes the requests it holds after
+SIGTERM (``SimEngine.drain``).
 
 A bad release, to rehearse a rollback: the engine container's env (``spec.engine.env``, so it
 is part of the group templates and rolls out like a new image) may carry
@@ -95,6 +99,7 @@ from kimik3.kube.labels import DEPLOYMENT_LABEL, LWS_NAME_LABEL, LWS_REVISION_LA
 from kimik3.kube.objects import is_deleting
 from kimik3.engine.args import API_KEY_ENV
 from kimik3.kube.times import rfc3339
+from kimik3.render.configmap import LAUNCHER_KEY
 from kimik3.render.leaderworkerset import CONTAINER
 from kimik3.render.meta import engine_set_name
 from kimik3_dev.sim import launch, podenv, services
@@ -111,9 +116,6 @@ DEFAULT_PROBE_TIMEOUT_S = 1.0
 """A probe's ``timeoutSeconds`` when the pod does not set it (the kubelet's default)."""
 DEFAULT_FAILURE_THRESHOLD = 3
 """A probe's ``failureThreshold`` when the pod does not set it (the kubelet's default)."""
-TERMINATION_GRACE_S = 60.0
-"""How long a removed group's engine finishes the requests it holds: the engine pods'
-terminationGracePeriodSeconds (``render/leaderworkerset.py``)."""
 READINESS_CONDITIONS = ("Ready", "ContainersReady")
 RELEASE_ENV = {"KIMIK3_SIM_SLOWDOWN": "step_slowdown", "KIMIK3_SIM_LOAD_TIME": "load_time_s",
                "KIMIK3_SIM_ERROR_RATE": "error_rate"}
@@ -166,6 +168,8 @@ class _Group:
     started_at: str
     revision: str = ""
     """The leader pod's LeaderWorkerSet revision label (the PodMonitor's ``revision`` label)."""
+    on_delete: launch.Exit = launch.Exit()
+    """How the engine ends when its leader pod is deleted."""
 
 
 @dataclass(frozen=True)
@@ -192,6 +196,15 @@ class _Wanted:
     def api_key_env(self) -> dict[str, Any] | None:
         """The leader's engine container env entry of ``VLLM_API_KEY`` (camelCase), None when unset."""
         return podenv.env_entry(self.pod.get("spec") or {}, API_KEY_ENV, CONTAINER)
+
+
+def _launcher_ready(probe: dict[str, Any]) -> dict[str, Any] | None:
+    """The launcher's ``ready PORT`` exec probe as the ``httpGet`` it amounts to for an engine
+    whose pod is not being deleted (vLLM's /health on PORT); None for any other probe."""
+    command = (probe.get("exec") or {}).get("command") or []
+    if len(command) >= 3 and str(command[-3]).endswith(LAUNCHER_KEY) and command[-2] == "ready":
+        return {"path": "/health", "port": command[-1]}
+    return None
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -229,7 +242,8 @@ class Supervisor:
         self.workload = workload
         self.seed = seed
         self.readiness_probes = readiness_probes
-        self._draining: set[asyncio.Task] = set()
+        self._draining: dict[asyncio.Task, SimEngine] = {}
+        """The engines of groups that went, each draining in its task."""
         self.groups: dict[tuple[str, str, str], _Group] = {}
         self.services: dict[tuple[str, str, int], services.ServicePort] = {}
         """The stand-in of each (namespace, Service, port) kube-proxy would program."""
@@ -266,15 +280,17 @@ class Supervisor:
             await self.close()
 
     async def close(self) -> None:
-        """Stop every engine and Service stand-in; write empty target and service files."""
+        """Stop every engine (a draining one too: the simulator goes, not a pod) and Service
+        stand-in; write empty target and service files."""
         for port in list(self.services.values()):
             await port.stop()
         self.services.clear()
-        for group in list(self.groups):
-            await self._stop_group(group)
+        engines = [self.groups.pop(key).engine for key in list(self.groups)] + list(self._draining.values())
         for task in [*self._draining, *self._exits.values()]:
             task.cancel()
         await asyncio.gather(*self._draining, *self._exits.values(), return_exceptions=True)
+        for engine in engines:
+            await engine.stop()
         self._exits.clear()
         if self._session is not None:
             await self._session.close()
@@ -458,7 +474,7 @@ class Supervisor:
         self._unlaunched.pop(key, None)
         started = rfc3339()
         group = _Group(want.namespace, want.deployment, want.group, want.leader_pod, want.leader_uid, engine, started,
-                       kpods.labels(want.pod).get(LWS_REVISION_LABEL, ""))
+                       kpods.labels(want.pod).get(LWS_REVISION_LABEL, ""), started_with.on_delete)
         self.groups[key] = group
         log.info("group %s/%s/%s (leader %s): engine on %s (%s), ready in %.0f s%s",
                  *key, want.leader_pod, engine.url, " ".join(started_with.argv), config.load_time_s,
@@ -487,12 +503,13 @@ class Supervisor:
             log.info("pod %s/%s: exit not written (%s)", want.namespace, want.leader_pod, exc)
 
     async def _stop_group(self, key: tuple[str, str, str]) -> None:
-        """The group's engine drains in the background (the Service stand-ins drop its pod as
-        soon as the API server shows it gone or terminating)."""
+        """The group's engine drains in the background as its leader pod says (the Service
+        stand-ins drop its pod as soon as the API server shows it gone or terminating)."""
         group = self.groups.pop(key)
-        task = asyncio.create_task(group.engine.drain(TERMINATION_GRACE_S))
-        self._draining.add(task)
-        task.add_done_callback(self._draining.discard)
+        end = group.on_delete
+        task = asyncio.create_task(group.engine.drain(end.deregister_s, end.shutdown_timeout_s, end.grace_s))
+        self._draining[task] = group.engine
+        task.add_done_callback(lambda done: self._draining.pop(done, None))
 
     # ---------------------------------------------------------------- the kubelet's readiness prober
     async def _probe(self, wanted: dict[tuple[str, str, str], _Wanted]) -> None:
@@ -518,9 +535,9 @@ class Supervisor:
                 await asyncio.to_thread(self._set_ready, want.namespace, want.leader_pod, ready)
 
     async def _http_probe(self, want: _Wanted, probe: dict[str, Any]) -> bool:
-        """Whether ``probe``'s ``httpGet`` at the pod's IP answers 2xx/3xx within its timeout, as
-        the kubelet's prober counts success."""
-        action = probe.get("httpGet") or {}
+        """Whether ``probe``'s ``httpGet`` (or the launcher's ``ready``) at the pod's IP answers
+        2xx/3xx within its timeout, as the kubelet's prober counts success."""
+        action = probe.get("httpGet") or _launcher_ready(probe) or {}
         port = action.get("port")
         if not isinstance(port, int) and not str(port).isdigit():
             port = next((p.get("containerPort") for p in podenv.container(want.pod.get("spec") or {}, CONTAINER)

@@ -184,6 +184,9 @@ class LatencyPolicy:
         steady = self.arrivals.settled(now, obs.window_s) and forecast.settled(now, obs.window_s) and not partial
         near = latency is not None and LEARN_RANGE[0] * s.target_s <= latency <= LEARN_RANGE[1] * s.target_s
         pi_now = reading.prefill_now / serving
+        if not partial:  # the prompts' chunks (model.py): the window's computed prompts, each a first token
+            model.observe_prompts(reading.prefill_now * obs.window_s, obs.ttft.count,
+                                  1.0 if s.metric == "interTokenLatency" else obs.acceptance_length)
         if latency is not None and near and reading.per_group_c > 0 and steady:
             model.update(reading.per_group_c, latency, serving, reading.mean_latency, pi_now)
         if self.ttft is not None and ttft is not None and steady:
