@@ -54,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operator"))
 
 from kimik3.autoscaler import perfmodel  # noqa: E402
 from kimik3.kube import pods as kpods  # noqa: E402
+from kimik3.kube.times import rfc3339  # noqa: E402
 from kimik3.kube.labels import DEPLOYMENT_LABEL, LEADER_WORKER_INDEX, LWS_WORKER_INDEX_LABEL  # noqa: E402
 from kimik3_dev.benchmark import routing  # noqa: E402
 from kimik3_dev.benchmark import simulate  # noqa: E402
@@ -225,7 +226,7 @@ def main(groups: int, compression: float, trace_file: str, first_s: float | None
     out = {
         "what": f"one Mooncake trace replayed through a deployment's Service (connection-level spread) and through "
                 f"the endpoint picker (EPP v1.2.1 + Envoy) on the same {groups} GB300 TP8 groups of one dev cluster",
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "date": rfc3339(),
         "commit": commit,
         "command": f"nice -n 5 python bench/routing.py --groups {groups} --compression {compression:g} "
                    f"--trace {trace_file} --seed {seed}"
