@@ -10,8 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kimik3.autoscaler.histogram import Histogram, quantile
 from kimik3.autoscaler.observation import (ACCEPTED, DRAFTS, GENERATION_TOKENS, ITL, PREFIX_CACHE_HITS, PROMPT_TOKENS,
-                                           RUNNING, TTFT, WAITING,
-                                           DecodeObservation)
+                                           RUNNING, TTFT, DecodeObservation)
+from kimik3.engine.metrics import WAITING
 from kimik3.autoscaler.perfmodel import acceptance_length, decode_point, perf_params
 from kimik3.autoscaler.policy import Decision, FleetState
 from kimik3_dev.benchmark import simulate as benchmark, traces

@@ -144,6 +144,41 @@ def test_forecast_is_raised_by_its_measured_shortfall():
     assert s.raised(660, 1_000, 1_000, LEAD, 30, shifted=False) == pytest.approx(1_000 * (1 + 0.09))
 
 
+def test_the_shortfall_raises_the_demand_now_and_does_not_compound_with_the_trend():
+    """A shortfall of 20% and a demand of 1000 now: a flat forecast becomes 1200; a trend's
+    forecast of 1100 becomes 1200 too (the rise the shortfall measured, from the demand now); one
+    of 1500 already holds more than that rise and stays 1500 (multiplied it would be 1800)."""
+    s = Shortfall(gain=0.5)
+    s.raised(0, 1_000, 1_000, LEAD, 30, shifted=False)
+    assert s.raised(630, 1_400, 1_400, LEAD, 30, shifted=False) == pytest.approx(1_400 * 1.2)
+    assert s.value == pytest.approx(0.2)
+    s.gain = 0.0  # keep the measured 20% for the checks below
+    assert s.raised(660, 1_000, 1_000, LEAD, 30, shifted=False) == pytest.approx(1_200)
+    assert s.raised(690, 1_000, 1_100, LEAD, 30, shifted=False) == pytest.approx(1_200)
+    assert s.raised(720, 1_000, 1_500, LEAD, 30, shifted=False) == pytest.approx(1_500)
+
+
+def test_a_rising_trend_is_not_raised_again_by_the_shortfall_of_the_forecasts_before_it():
+    """The upturn after a trough: flat at 1000 for 900 s, then a ramp of 0.5 units/s (no level
+    shift). Early in the ramp the trend is not seen yet and the shortfall of the flat forecasts
+    raises the demand now; 750 s in, the forecasts of a lead before fell 23% short, while the
+    trend's own forecast (2005) already holds more than the demand now (1375) grown by 23%: it
+    stays 2005 (the product of the two would be 2470)."""
+    f = forecast(trend_window_s=1200, correct_gain=0.1, trend_shrink=0)
+    unraised = forecast(trend_window_s=1200, correct_gain=0, trend_shrink=0)
+    seen = {}
+    for t in range(0, 1_680, 30):
+        d = 1_000.0 + 0.5 * max(0.0, t - 900.0)
+        seen[t] = (d, f.predict(t, d, WINDOW, LEAD), unraised.predict(t, d, WINDOW, LEAD), f.shortfall.value)
+    d, out, ahead, short = seen[1_050]
+    assert (d, ahead) == (1_075, pytest.approx(1_075)) and short == pytest.approx(0.0197, abs=1e-4)
+    assert out == pytest.approx(d * (1 + short))  # the trend not seen yet: the demand now, raised
+    d, out, ahead, short = seen[1_650]
+    assert d == 1_375 and short == pytest.approx(0.232, abs=1e-3) and f.shift_at is None
+    assert ahead == pytest.approx(2_005, abs=1) and ahead > d * (1 + short)
+    assert out == pytest.approx(ahead)  # not ahead x (1 + short) = 2470
+
+
 def test_a_level_shift_is_no_shortfall_and_a_surplus_never_lowers_the_forecast():
     s = Shortfall(gain=0.1)
     s.raised(0, 1_000, 1_000, LEAD, 30, shifted=False)

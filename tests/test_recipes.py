@@ -256,7 +256,7 @@ def test_http_route_routes_v1_to_the_client_service():
     assert service["metadata"]["name"] == "k3-acme" and service["spec"]["ports"][0]["port"] == 8000
     # Without httpRoute the route must not exist (a removed field deletes it).
     plain = render_cr(recipe("b300-tp8-single-node.yaml", uid=UID))
-    assert "HTTPRoute" not in {o["kind"] for o in plain.objects} and HTTP_ROUTE in plain.absent
+    assert "HTTPRoute" not in {o["kind"] for o in plain.objects} and HTTP_ROUTE in {a.kind for a in plain.absent}
 
 
 def test_http_route_minimal_form():

@@ -32,7 +32,7 @@ WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 
 def absent(out) -> set[tuple[str, str]]:
     """(apiVersion, kind) of the children ``render`` says must not exist."""
-    return {(k.api_version, k.kind) for k in out.absent}
+    return {(a.kind.api_version, a.kind.kind) for a in out.absent}
 
 
 def templates(lws: dict) -> tuple[dict, dict]:

@@ -21,7 +21,8 @@ from support.recipes import recipe
 from support.rendering import by_kind, render_cr
 from test_rollout_status import FIRST, NEW, OLD, group
 
-CANARY = {"groups": 1, "bake": "60s", "analysis": {"interval": "10s", "failureLimit": 2, "maxLatency": "5ms"}}
+CANARY = {"groups": 1, "bake": "60s", "analysis": {"interval": "10s", "failureLimit": 2, "maxLatency": "5ms"},
+          "parity": {"enabled": False}}  # output parity: tests/test_rollout_parity.py
 
 
 class Figures(Analysis):

@@ -44,6 +44,8 @@ CHANGES: dict[str, dict[str, Any]] = {
     "monitoring": {"spec": {"monitoring": {"interval": "30s", "labels": {"release": "prometheus"}}}},
     "disruptionBudget": {"spec": {"disruptionBudget": {"minAvailable": 1}}},
     "rollout": {"spec": {"rollout": {"maxSurge": 2, "maxUnavailable": 1, "canary": {"groups": 2}, "paused": True}}},
+    "routing": {"spec": {"routing": {"enabled": True, "endpointPicker": {"failureMode": "FailClose"}}}},
+    "idle": {"spec": {"idle": {"stopAfter": "30m"}, "autoscaling": {"metricsSource": {"type": "podScrape"}}}},
     "metadata.labels": {"metadata": {"labels": {"team": "inference", "cost-center": "42"}}},
     "metadata.annotations": {"metadata": {"annotations": {"note": "edited", "kubectl.kubernetes.io/x": "y"}}},
 }

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kimik3.api.v1alpha1 import ENGINE_IMAGE
+from kimik3.api.v1alpha1 import ENDPOINT_PICKER_IMAGE, ENGINE_IMAGE
 from kimik3.engine.args import VLLM_VERSION as CORE_VLLM_VERSION
 from kimik3_dev import versions
 
@@ -133,6 +133,11 @@ def test_the_core_keeps_its_vllm_pins_as_constants_equal_to_the_file():
     assert CORE_VLLM_VERSION == versions.VLLM_VERSION
     assert ENGINE_IMAGE == versions.VLLM_IMAGE
     assert versions.VLLM_IMAGE.endswith(f":v{versions.VLLM_VERSION}")
+
+
+def test_the_cores_endpoint_picker_image_is_the_pinned_inference_extension_release():
+    """The picker's flags and configuration (kimik3.render.routing) are read in that release's source."""
+    assert ENDPOINT_PICKER_IMAGE.endswith(f"/epp:{versions.INFERENCE_EXTENSION_VERSION}")
 
 
 def test_the_chart_announces_the_pinned_engine_image():

@@ -7,6 +7,7 @@
   kimik3 stage -f RECIPE --to DIR stage a recipe's target and drafter from the hub into DIR, verified
   kimik3 run [--kubeconfig F]     run the operator
   kimik3 usage --prometheus URL   usage per tenant and hour (tokens, GPU-hours, SLO minutes) for billing
+  kimik3 wake NAME -n NS          wake a deployment stopped for idleness (spec.idle.stopAfter)
   kimik3 rules [-o FILE]          the recording rules `kimik3 usage` reads (a Prometheus rule file)
 
 The development kit (``kimik3_dev``, not in the operator image) adds its verbs through the
@@ -272,6 +273,33 @@ def rules(output: Path | None) -> None:
     else:
         output.write_text(text, encoding="utf-8")
         click.echo(f"wrote {output}")
+
+
+@main.command()
+@click.argument("name")
+@click.option("-n", "--namespace", required=True, help="The deployment's namespace.")
+@click.option("--kubeconfig", default=None, envvar="KUBECONFIG", help="Kubeconfig; default in-cluster.")
+def wake(name: str, namespace: str, kubeconfig: str | None) -> None:
+    """Wake a KimiK3Deployment stopped after spec.idle.stopAfter without requests (sets the
+    inference.kimik3.io/wake-requested-at annotation; the operator brings its groups back). On a
+    running deployment it restarts the idle clock."""
+    from kimik3.controller.idle import request_wake
+    from kimik3.controller.kube import ApiError, Kube, NotFound, api_client_from_kubeconfig
+
+    try:
+        idle = request_wake(Kube(api_client_from_kubeconfig(kubeconfig)), namespace, name)
+    except NotFound:
+        raise click.ClickException(f"no KimiK3Deployment {name} in namespace {namespace} "
+                                   "(kubectl get kimik3deployments -n NAMESPACE lists them)") from None
+    except ApiError as exc:
+        raise click.ClickException(f"KimiK3Deployment {namespace}/{name}: {exc.status} {exc.reason}: "
+                                   f"{exc.message}") from None
+    if idle.stopped_at is None:
+        click.echo(f"{namespace}/{name}: not stopped; its idle clock restarts now")
+    else:
+        estimate = (f"about {idle.wake_estimate_seconds:.0f}s to serve (the load time measured before the stop)"
+                    if idle.wake_estimate_seconds is not None else "no load time measured: up to probes.loadTimeout")
+        click.echo(f"{namespace}/{name}: wake requested (stopped since {idle.stopped_at}); {estimate}")
 
 
 @main.command()

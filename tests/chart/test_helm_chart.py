@@ -424,7 +424,8 @@ def test_install_then_operator_under_chart_rbac_reconciles_a_recipe_then_uninsta
             assert not _can(operator_api, "get", "secrets", ns), "the operator never reads Secrets"
             assert not _can(operator_api, "create", "pods", ns)
             assert not _can(operator_api, "update", "leaderworkersets", ns, "leaderworkerset.x-k8s.io")
-            assert not _can(operator_api, "delete", "services", ns)
+            assert not _can(operator_api, "update", "services", ns)  # applied, never updated (delete: the picker's)
+            assert not _can(operator_api, "create", "gateways", ns, "gateway.networking.k8s.io"), "Gateways are only read"
         with OperatorProcess(args, chart_cp.operator_kubeconfig, tmp_path / "operator.log") as op:
             body = recipe("gb300-tp8-megakernel-dspark.yaml")
             uid = apply(kube, body, ns)["metadata"]["uid"]

@@ -45,6 +45,12 @@ Scenario (one fresh namespace each run), in order:
   remove <Kind>        replicas 1, monitoring off, no route: the budget, PodMonitor, HTTPRoute go;
                        a new launch plan (engine.maxNumSeqs), and once the LeaderWorkerSet says
                        it saw it (no group left), the old plan's launcher ConfigMap goes
+  apply <Kind>         a third CR with spec.routing and a route: the endpoint picker's
+                       ServiceAccount, Role (it grants what the operator holds), RoleBinding,
+                       ConfigMap, Deployment, Service and the InferencePool exist
+  gateway status       the route's Gateway is read: GatewayReady=False GatewayNotFound
+  heal <Kind>          the picker's watched children come back when deleted
+  remove routing       routing off: every one of them goes
   teardown <step>      deleting the CR deletes the LeaderWorkerSet, then the ComputeDomain, then
                        releases the CR
 The "late CRD" variant (cluster-wide, the chart's own identity) deletes the HTTPRoute CRD before
@@ -108,6 +114,17 @@ CHILDREN = [  # apply order, with the name each child gets
     (("monitoring.coreos.com/v1", "PodMonitor"), NAME),
     (("gateway.networking.k8s.io/v1", "HTTPRoute"), NAME),
 ]
+ROUTED = "k3-routed"
+"""A third deployment with spec.routing (no groups): its endpoint picker and InferencePool."""
+ROUTING_CHILDREN = [  # apply order, with the name each child gets
+    (("v1", "ServiceAccount"), f"{ROUTED}-epp"),
+    (("rbac.authorization.k8s.io/v1", "Role"), f"{ROUTED}-epp"),
+    (("rbac.authorization.k8s.io/v1", "RoleBinding"), f"{ROUTED}-epp"),
+    (("v1", "ConfigMap"), f"{ROUTED}-epp"),
+    (("apps/v1", "Deployment"), f"{ROUTED}-epp"),
+    (("v1", "Service"), f"{ROUTED}-epp"),
+    (("inference.networking.k8s.io/v1", "InferencePool"), ROUTED),
+]
 HTTPROUTE_CRD = "httproutes.gateway.networking.k8s.io"
 HEAL_WINDOW_S = 20.0
 """A deleted child must be back this soon: only a watch event, not the operator's periodic resync
@@ -158,8 +175,26 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("services", "watch"): "heal Service",
     ("services", "create"): "apply Service",
     ("services", "patch"): "apply Service",
+    ("services", "delete"): "remove routing",
     ("pods", "list"): "follow pods",
     ("pods", "watch"): "follow pods",
+    # held to grant them in the endpoint picker's Role: without one the Role is refused (escalation)
+    ("pods", "get"): "apply Role",
+    **{(resource, verb): "apply Role" for resource in ("inferencepools", "inferenceobjectives")
+       for verb in ("get", "list", "watch")},
+    ("inferencepools", "create"): "apply InferencePool",
+    ("inferencepools", "patch"): "apply InferencePool",
+    ("inferencepools", "delete"): "remove routing",
+    ("deployments", "list"): "heal Deployment",
+    ("deployments", "watch"): "heal Deployment",
+    ("deployments", "create"): "apply Deployment",
+    ("deployments", "patch"): "apply Deployment",
+    ("deployments", "delete"): "remove routing",
+    ("gateways", "get"): "gateway status",
+    **{(resource, verb): f"heal {kind}" for resource, kind in (
+        ("serviceaccounts", "ServiceAccount"), ("roles", "Role"), ("rolebindings", "RoleBinding"))
+       for verb in ("list", "watch")},
+    **{(resource, "delete"): "remove routing" for resource in ("serviceaccounts", "roles", "rolebindings")},
     ("events", "create"): "event",
     ("events", "list"): "prepare failure",
     ("workloads", "list"): "follow Workloads",
@@ -391,6 +426,23 @@ def scenario(kube: Kube, core: client.CoreV1Api, namespace: str, lease: str) -> 
     expect("retire old LeaderWorkerSet", lambda: ENGINE not in deployment_lwss(), 8)
     expect("remove ConfigMap", lambda: get("v1", "ConfigMap", namespace, LAUNCHER) is None, 8)
 
+    apply(kube, recipe(name=ROUTED, namespace=namespace, replicas=0, monitoring={"enabled": False},
+                       routing={"enabled": True}, service={"httpRoute": {"parentRefs": [{"name": "gw"}]}}))
+    for (api_version, kind), name in ROUTING_CHILDREN:
+        expect(f"apply {kind}", lambda: get(api_version, kind, namespace, name), 15)
+    expect("gateway status", lambda: condition(get(*CR, namespace, ROUTED), "GatewayReady").get("reason")
+           == "GatewayNotFound", HEAL_WINDOW_S)
+    for (api_version, kind), name in ROUTING_CHILDREN:
+        if kind in ("ConfigMap", "Service", "InferencePool"):  # ConfigMap, Service: healed above; the pool's
+            continue                                            # list/watch are proven by apply Role
+        before = get(api_version, kind, namespace, name)["metadata"]["uid"]
+        kube.delete(api_version, kind, namespace, name)
+        expect(f"heal {kind}", lambda: (get(api_version, kind, namespace, name) or {"metadata": {"uid": before}})
+               ["metadata"]["uid"] != before, HEAL_WINDOW_S)
+    kube.patch_merge(*CR, namespace, ROUTED, {"spec": {"routing": {"enabled": False}}})
+    expect("remove routing", lambda: all(get(api_version, kind, namespace, name) is None
+                                         for (api_version, kind), name in ROUTING_CHILDREN), 8)
+
     kube.delete(*CR, namespace, NAME)
     expect("teardown LeaderWorkerSet deleted", lambda: not deployment_lwss(), 8)
     expect("teardown ComputeDomain released",
@@ -437,7 +489,7 @@ def cleanup(kube: Kube, namespace: str) -> None:
     for tray in (f"tray-{namespace}", f"tray-{namespace}-b"):
         with contextlib.suppress(ApiError):
             kube.request("DELETE", f"/api/v1/nodes/{tray}")
-    for name in (NAME, CANARY, STAGED):
+    for name in (NAME, CANARY, STAGED, ROUTED):
         obj = kube.get(*CR, namespace, name)
         if obj is not None:
             if obj["metadata"].get("finalizers"):
@@ -446,7 +498,7 @@ def cleanup(kube: Kube, namespace: str) -> None:
     for configmap in kube.list("v1", "ConfigMap", namespace, "app.kubernetes.io/managed-by=kimik3-operator"):
         with contextlib.suppress(ApiError):
             kube.delete("v1", "ConfigMap", namespace, configmap["metadata"]["name"])
-    for (api_version, kind), name in [*CHILDREN, (LWS, CANARY_ENGINE),
+    for (api_version, kind), name in [*CHILDREN, *ROUTING_CHILDREN, (LWS, CANARY_ENGINE),
                                       (("v1", "Service"), CANARY), (("v1", "Pod"), f"{CANARY_ENGINE}-0")]:
         try:
             kube.delete(api_version, kind, namespace, name)

@@ -52,6 +52,7 @@ def test_every_panel_query_returns_series_with_its_legend_labels(dev_env: DevEnv
         "metricsSource": {"type": "prometheus", "prometheusUrl": prometheus_url},
         "target": {"metric": "timePerOutputToken", "percentile": 90, "value": "50ms"}}
     cr["spec"]["rollout"] = {"canary": {"groups": 1, "bake": "10m", "analysis": {"interval": "10s"}}}
+    cr["spec"]["monitoring"] = {"interval": "5s"}  # the PodMonitor's: 2 scrapes a 10 s check window, not 0-1
     dev_env.apply(cr)
     url, model = serving(dev_env.rest, dev_env.cluster.state_dir, ns, "k3", 1, 2, WAIT_S)
 

@@ -58,8 +58,9 @@ def test_prometheus_runs_the_operators_generated_config_and_scrapes_the_operator
     # only the rule files' folder is a pod's path: the reloader writes them on the host and points there
     assert "/etc/prometheus" not in generated.replace(promoperator.CONTAINER_RULES_DIR, "")
     config = promoperator.config_file(dev_env.cluster.state_dir)
-    assert config.read_text() == generated.replace(promoperator.CONTAINER_RULES_DIR,
-                                                   f"{promoperator.rules_dir(config)}/")
+    # as the config-reloader writes it: the pod's environment expanded ($(SHARD) -> 0), rules on the host
+    assert config.read_text() == promoperator.expand(generated).replace(promoperator.CONTAINER_RULES_DIR,
+                                                                        f"{promoperator.rules_dir(config)}/")
     job = _loaded_job(dev_env, promoperator.OPERATOR_JOB)
     assert job is not None and job["scrape_interval"] == "5s"
     target = wait_for(lambda: next(

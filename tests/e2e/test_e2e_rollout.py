@@ -296,6 +296,99 @@ def test_no_room_for_a_surge_group_blocks_and_takes_nothing_down(env, ns):
         assert all(any(g[3] for g in s) for s in rec.values), "a sample without a Ready group"
 
 
+PARITY_CANARY = {"groups": 1, "bake": "30s", "analysis": {"interval": "10s", "minChecks": 2, "maxLatency": "50ms"}}
+"""A canary judged on its outputs: the latency limit is far above what any release here shows, so
+only output parity can roll a release back."""
+
+
+POD_SCRAPE = {"metricsSource": {"type": "podScrape"}}
+"""The canary analysis reads the canary's leaders at their pod IPs (where parity asks them too)."""
+
+
+def _env_release(env: DevEnv, ns: str, image: str, **sim: str) -> None:
+    """Roll out ``image`` with the simulator's bad-release env ``sim`` (KIMIK3_SIM_* -> value)."""
+    env.rest.call("PATCH", env.cr_path(ns), content_type="application/merge-patch+json", body={"spec": {"engine": {
+        "image": image, "env": [{"name": k, "value": v} for k, v in sim.items()]}}})
+
+
+def _events(env: DevEnv, ns: str, reason: str) -> list[str]:
+    """The messages of the Events of ``reason`` in ``ns``."""
+    return [e.get("message", "") for e in env.events(ns) if e.get("reason") == reason]
+
+
+def _canary(env: DevEnv, ns: str) -> dict[str, Any]:
+    return (((env.get_cr(ns) or {}).get("status") or {}).get("rollout") or {}).get("canary") or {}
+
+
+def test_a_corrupting_release_is_rolled_back_by_output_parity_and_a_healthy_one_promoted(env, ns):
+    """Issue 25: a release corrupting 60% of its prompts' greedy outputs, its latency unchanged, is
+    rolled back at its first check, the CR quoting the prompt and the first diverging token; no
+    old group restarts and the load sees no error. Then a healthy release, its groups under the
+    simulator's benign divergence (2% of the prompts per group), passes parity and is promoted."""
+    cr = deployment(env, ns, 1, rollout={"canary": PARITY_CANARY}, autoscaling=POD_SCRAPE)
+    env.apply(cr)
+    url, model = serve(env, ns, 1)
+    ((_, uid, old, _, _),) = snapshot(env, ns)
+    with Load(url, model) as load, Recorder(lambda: snapshot(env, ns), period_s=0.2) as rec, \
+            Recorder(lambda: _canary(env, ns) or None, period_s=0.1) as canaries:
+        _env_release(env, ns, NEW_IMAGE, KIMIK3_SIM_CORRUPT_RATE="0.6")
+        rolled_back = wait_for(lambda: _rolled_back(env, ns), WAIT_S, "output parity to roll the release back")
+        wait_for(lambda: [g[:3] for g in snapshot(env, ns)] == [(0, uid, old)] or None, WAIT_S,
+                 "the canary group to go")
+        message = rolled_back["rolledBack"]["message"]
+        progressing = _progressing(env, ns)
+        _env_release(env, ns, "vllm/vllm-openai:v0.33.2")  # a healthy release: benign divergence only
+        wait_for(lambda: _events(env, ns, "CanaryPromoted"), WAIT_S + 60, "the healthy canary to be promoted")
+        wait_for(lambda: _progressing(env, ns).get("status") == "False" and len(snapshot(env, ns)) == 1
+                 and all(g[2] != old and g[3] for g in snapshot(env, ns)), WAIT_S + 4 * LOAD_S, "the rollout to finish")
+    summary = summarize(load.results)["total"]
+    assert summary["errors"] == 0, summary
+    corrupt_samples = [s for s in rec.values if any(g[4] != FIRST for g in s)]
+    assert corrupt_samples, "no canary group ran"
+    # the rollback: by parity, quoting the prompt and its first diverging token
+    assert (progressing["status"], progressing["reason"]) == ("False", "RolledBack"), progressing
+    assert " by output parity: " in message and " of 16 golden prompt(s) differ (" in message, message
+    differing = int(message.split("output parity: ")[1].split(" of 16")[0])
+    assert differing > 4, message  # over maxMismatchRate 25%
+    assert "; first: prompt \"" in message and "\" diverges at output token " in message and \
+        ": canary \"" in message and ", old group \"" in message, message
+    assert f"and old group {FIRST}-0 over 32 token(s)" in message
+    # no old group restarted while the corrupting release baked
+    before_healthy = [s for s in rec.values if not any(g[2] not in (old, None) and g[4] != FIRST and g[3] for g in s)]
+    assert all(any(g[1] == uid for g in s) for s in before_healthy[:len(corrupt_samples)]), "the old group restarted"
+    # the healthy release: parity passed under benign divergence, then promoted
+    parity = canaries.values[-1]["parity"]  # the healthy canary's last status before the rollout settled
+    assert parity["result"] == "Passed" and parity["passedRounds"] >= 1 and parity["maxMismatchRate"] == 0.25, parity
+    assert parity["mismatchRate"] <= 0.25 and parity["prompts"] == 16, parity
+    (promoted,) = _events(env, ns, "CanaryPromoted")
+    assert " between canary group(s) " in promoted and "limit parity.maxMismatchRate 25.0%)" in promoted, promoted
+    assert _events(env, ns, "RolledBack")
+    print(f"\nrolled back: {message}\npromoted: {promoted}")
+
+
+def test_a_canary_without_any_traffic_gets_its_checks_from_probe_requests(env, ns):
+    """No load at all, parity off (its 16 prompts a check would fill the windows themselves): the
+    first window read has no traffic; from then on the analysis's own bounded probe requests give
+    every check something to judge, and the canary is promoted on minChecks passing checks."""
+    cr = deployment(env, ns, 1, rollout={"canary": {**PARITY_CANARY, "parity": {"enabled": False}}},
+                    autoscaling=POD_SCRAPE)
+    env.apply(cr)
+    serve(env, ns, 1)
+    with Recorder(lambda: _canary(env, ns) or None, period_s=0.1) as canaries:
+        _image(env, ns, NEW_IMAGE)
+        wait_for(lambda: _events(env, ns, "CanaryPromoted"), WAIT_S + 60, "the canary to be promoted on probe requests")
+    last = canaries.values[-1]  # the canary's last status before the rollout settled
+    results = [h["result"] for h in last["history"]]
+    first = results.index("NoTraffic")  # after the pod scrape's first reading (NoReading: WarmingUp)
+    assert set(results[:first]) <= {"NoReading"} and set(results[first + 1:]) == {"Passed"}, results
+    assert last["probing"] and last["probeRequests"] == 8 * (len(results) - first), last
+    assert all(h["requests"] == 8 for h in last["history"][first + 1:]), last["history"]  # each window: the 8 probes
+    assert last["parity"]["result"] == "Skipped" and "parity.enabled is false" in last["parity"]["message"]
+    (promoted,) = _events(env, ns, "CanaryPromoted")
+    assert ": 2 check(s), 0 failed;" in promoted, promoted  # minChecks, both windows filled by probes
+    print(f"\nno traffic: checks {results}, {last['probeRequests']} probe requests; {promoted}")
+
+
 # ---------------------------------------------------------------- drained exits -------------
 
 DRAIN_PERIOD_S = 1

@@ -18,7 +18,7 @@ from kimik3_dev.devcluster.controlplane import OPERATOR_USER
 from kimik3_dev.devcluster.racks import RACK_LABEL
 from kimik3_dev.devcluster.rbac import RELEASE, RELEASE_NAMESPACE, chart_rbac, whoami
 from kimik3_dev.devcluster.rest import Rest
-from kimik3_dev.versions import KUEUE_VERSION, KWOK_VERSION, LWS_VERSION
+from kimik3_dev.versions import KUEUE_VERSION, KWOK_VERSION, LWS_VERSION, PROMETHEUS_VERSION
 from support.waiting import wait_for
 
 TRAYS_TP8 = 2
@@ -66,7 +66,8 @@ def test_dev_up_started_real_processes_on_loopback(dev_env: DevEnv) -> None:
     assert running["kwok"].argv[0].endswith(f"kwok-{KWOK_VERSION}")
     assert running["lws-manager"].argv[0].endswith(f"lws-manager-{LWS_VERSION}")
     assert running["kueue-manager"].argv[0].endswith(f"kueue-manager-{KUEUE_VERSION}")
-    assert running["prometheus"].argv[0] == "/usr/bin/prometheus"
+    # the build with Kubernetes service discovery (tools/prometheus), not Debian's package
+    assert running["prometheus"].argv[0].endswith(f"prometheus-{PROMETHEUS_VERSION}")
     for name, url in dev_env.state["urls"].items():
         if url.startswith("http"):
             assert url.split("//", 1)[1].startswith("127.0.0.1:"), (name, url)

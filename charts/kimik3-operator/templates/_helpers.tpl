@@ -92,15 +92,38 @@ create (seen here: "cannot create resource computedomains"); nothing is ever upd
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["list", "watch", "create", "patch", "delete"]
-# The client Service: applied and watched (removed by garbage collection through its owner
-# reference, never by the operator).
+# The client Service and, with spec.routing, the endpoint picker's: applied and watched; the
+# picker's deleted when routing is turned off (the client Service goes by garbage collection
+# through its owner reference, never by the operator).
 - apiGroups: [""]
   resources: ["services"]
-  verbs: ["list", "watch", "create", "patch"]
-# Engine pods: listed for group status (F1) and teardown order (F4), watched to follow them.
+  verbs: ["list", "watch", "create", "patch", "delete"]
+# Engine pods: listed for group status (F1) and teardown order (F4), watched to follow them; get:
+# held to grant it in the endpoint picker's Role (a Role grants only what its creator holds).
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list", "watch"]
+  verbs: ["get", "list", "watch"]
+# spec.routing: the InferencePool of the group leaders, applied, watched (its status.parents are
+# mirrored into the CR's status) and deleted when routing is turned off; get, list and watch are
+# also what the endpoint picker's Role grants on it.
+- apiGroups: ["inference.networking.k8s.io"]
+  resources: ["inferencepools"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# spec.routing: never read by the operator; held only to grant them in the endpoint picker's Role
+# (the picker v1.2.1 watches the namespace's InferenceObjectives).
+- apiGroups: ["inference.networking.x-k8s.io"]
+  resources: ["inferenceobjectives"]
+  verbs: ["get", "list", "watch"]
+# spec.routing: the endpoint picker's Deployment, applied, watched (RoutingReady follows its
+# available replicas) and deleted when routing is turned off.
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
+# spec.service.httpRoute: the Gateways the route names, read for GatewayReady (missing, not
+# Programmed, no listener admitting the namespace); never written.
+- apiGroups: ["gateway.networking.k8s.io"]
+  resources: ["gateways"]
+  verbs: ["get"]
 # Kueue placement: each group's Workload, listed for why a group waits (QuotaExhausted, NoRackFits,
 # Preempted in ScalingLimited) and deleted when Kueue split its group across racks or lists a failed
 # tray, for Kueue to create it again and admit the group whole (kueue#6957, controller/readmit.py).
@@ -117,7 +140,8 @@ create (seen here: "cannot create resource computedomains"); nothing is ever upd
 # deployments); one Job per repository and revision, read for its progress annotation and
 # conditions, never deleted; applied with it, the stager's ServiceAccount and a Role granting
 # get/patch of that Job by name, with its RoleBinding (to grant it, the operator holds get/patch
-# on jobs itself).
+# on jobs itself). With spec.routing, the endpoint picker's ServiceAccount, Role and RoleBinding
+# too: watched (children of the deployment) and deleted when routing is turned off.
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["get", "create", "patch"]
@@ -126,13 +150,13 @@ create (seen here: "cannot create resource computedomains"); nothing is ever upd
   verbs: ["get", "create", "patch"]
 - apiGroups: [""]
   resources: ["serviceaccounts"]
-  verbs: ["create", "patch"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles"]
-  verbs: ["create", "patch"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["rolebindings"]
-  verbs: ["create", "patch"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 # Events on the CR (Applied, InvalidSpec, DisruptionBudgetSkipped, TeardownWaiting, ...); list:
 # the kubelet's FailedPrepareDynamicResources Events of a pod that cannot start (F19 b).
 - apiGroups: [""]

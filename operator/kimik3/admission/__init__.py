@@ -2,7 +2,7 @@
 
 ``admit(spec_dict, policy)`` parses the spec (the schema of ``kimik3.api.v1alpha1``), runs every
 rule of every concern (one module each: ``shape``, ``memory``, ``batch``, ``megakernel``, ``speculative``,
-``extra_args``, ``api_keys``, ``source``, ``autoscaling``, ``disruption``, ``placement``,
+``extra_args``, ``api_keys``, ``source``, ``autoscaling``, ``idle``, ``disruption``, ``placement``,
 ``rollout``) and returns one
 ``Admitted`` value: the parsed spec, its group plan, every duration in seconds and the settings
 vLLM 0.33 will override without an error (warnings, ``kimik3.engine.overrides``). It raises
@@ -27,6 +27,7 @@ from kimik3.admission.autoscaling import AUTOSCALING
 from kimik3.admission.batch import BATCH
 from kimik3.admission.disruption import DISRUPTION
 from kimik3.admission.extra_args import EXTRA_ARGS
+from kimik3.admission.idle import IDLE
 from kimik3.admission.megakernel import MEGAKERNEL
 from kimik3.admission.memory import MEMORY
 from kimik3.admission.placement import PLACEMENT
@@ -43,7 +44,7 @@ from kimik3.topology.plan import GroupPlan, plan_group
 __all__ = ["PROGRESS_MARGIN_S", "TABLES", "AdmissionPolicy", "Admitted", "Seconds", "Table", "admit"]
 
 TABLES: tuple[Table, ...] = (SHAPE, MEMORY, BATCH, MEGAKERNEL, SPECULATIVE, EXTRA_ARGS, API_KEYS, SOURCE, AUTOSCALING,
-                             DISRUPTION, PLACEMENT, ROLLOUT)
+                             IDLE, DISRUPTION, PLACEMENT, ROLLOUT)
 """Every concern's rules, in the order their problems are reported."""
 
 
@@ -86,6 +87,8 @@ class Seconds:
     """``rollout.canary.analysis.maxLatency``, else ``autoscaling.target.value``; None without a canary."""
     ttft_target: float | None = None
     """``autoscaling.ttftTarget.value``: the time to first token held at its percentile; None without one."""
+    idle_stop_after: float | None = None
+    """``idle.stopAfter``: the time without a request after which the deployment stops; None: never."""
 
     @classmethod
     def of(cls, spec: KimiK3DeploymentSpec) -> Seconds:
@@ -106,6 +109,7 @@ class Seconds:
             canary_interval=duration_seconds(canary.analysis.interval) if canary else None,
             canary_max_latency=duration_seconds(canary.analysis.max_latency or a.target.value) if canary else None,
             ttft_target=duration_seconds(a.ttft_target.value) if a.ttft_target else None,
+            idle_stop_after=duration_seconds(spec.idle.stop_after) if spec.idle.stop_after else None,
         )
 
 

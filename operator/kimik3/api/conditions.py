@@ -9,7 +9,7 @@ writers set are kept as they are; the operator writes only these.
 =================  ======  =====================================================================
 type               status  reasons
 =================  ======  =====================================================================
-Ready              True    AllGroupsReady, ScaledToZero (replicas 0)
+Ready              True    AllGroupsReady, ScaledToZero (replicas 0), IdleTimeout (stopped: Stopped)
                    False   GroupsNotReady (the message says what the groups wait for), InvalidSpec;
                            under placement kueue, a queue reason of ScalingLimited (below) while
                            groups are held back for it
@@ -52,11 +52,28 @@ WeightsReady       True    Staged (revisions, commits, size, when verified), Dec
                            engine downloads at start)
                    False   Staging (bytes and files done of total, ETA), StagingFailed (the
                            hub's or the storage's error quoted); no engine pod exists meanwhile
+Stopped            True    IdleTimeout (spec.idle.stopAfter passed without a request: 0 groups; also
+                           Ready's reason then; the wake estimate in the message)
+                   False   Active (requests seen within stopAfter, or woken: the idle clock runs)
 ComputeDomainReady True    AllNodesJoined (every node of the engine pods is in the ComputeDomain)
-                   False   NodesMissing (nodes seen and missing; never decides Ready: F19),
+                   False   ResourceSliceMissing (a tray of an engine pod publishes no ResourceSlice of
+                           the driver: its kubelet plugin is down, so its daemon cannot start; checked first),
+                           NodesNotReady (the driver lists a tray's IMEX daemon NotReady),
+                           NodesMissing (nodes seen and missing; none decides Ready: F19),
                            PrepareFailed (a pod the kubelet cannot start: FailedPrepareDynamicResources
                            past its bound; pod, node and the kubelet's message: F19 b)
                    Unknown NotReported
+RoutingReady       True    Routed (spec.routing.enabled: the picker is available, no gateway
+                           refuses the InferencePool)
+                   False   InferencePoolNotServed (the cluster lacks the InferencePool CRD: the
+                           route goes to the Service, nothing refused), EndpointPickerNotReady
+                           (its Deployment has no available replica; what that means under the
+                           failure mode), PoolNotAccepted (a gateway's condition on the pool quoted)
+GatewayReady       True    GatewayAccepts (spec.service.httpRoute: every Gateway named exists, is
+                           Programmed and has a listener admitting the deployment's namespace)
+                   False   GatewayNotFound, GatewayNotProgrammed, NamespaceNotAllowed (no
+                           listener admits the route's namespace: the "silent 404")
+                   Unknown GatewayUnreadable (the operator may not read the Gateway)
 PlacementConflict  True    PlacementModesMixed (a deployment of placement kueue and one of placement
                            exclusive share a node pool: each other deployment named with its
                            mode and racks, the fix; set only once a clash was seen)
@@ -96,6 +113,12 @@ class ConditionType(StrEnum):
     """The target and the drafter are where the engines load them (a cache: staged and verified)."""
     COMPUTE_DOMAIN_READY = "ComputeDomainReady"
     """The DRA driver lists every node of the engine pods in the ComputeDomain (reported only)."""
+    ROUTING_READY = "RoutingReady"
+    """spec.routing.enabled: requests reach the leaders through the InferencePool's endpoint picker (reported only)."""
+    GATEWAY_READY = "GatewayReady"
+    """spec.service.httpRoute: the Gateways the route names exist, are programmed and admit it (reported only)."""
+    STOPPED = "Stopped"
+    """spec.idle.stopAfter passed without a request: no group runs until a wake (only with stopAfter set)."""
     PLACEMENT_CONFLICT = "PlacementConflict"
     """Another deployment of the other placement mode shares the node pool (controller.placementmix)."""
 
@@ -174,6 +197,20 @@ class Reason(StrEnum):
     """A pod's resource claims could not be prepared for longer than its bound (the kubelet's
     FailedPrepareDynamicResources Event quoted; kimik3.controller.computedomains)."""
     NOT_REPORTED = "NotReported"
+    ROUTED = "Routed"
+    INFERENCE_POOL_NOT_SERVED = "InferencePoolNotServed"
+    """spec.routing.enabled, but the API server does not serve InferencePool: the route goes to the Service."""
+    ENDPOINT_PICKER_NOT_READY = "EndpointPickerNotReady"
+    """The endpoint picker's Deployment has no available replica."""
+    POOL_NOT_ACCEPTED = "PoolNotAccepted"
+    """A gateway wrote a False condition on the InferencePool (its status.parents)."""
+    GATEWAY_ACCEPTS = "GatewayAccepts"
+    GATEWAY_NOT_FOUND = "GatewayNotFound"
+    GATEWAY_NOT_PROGRAMMED = "GatewayNotProgrammed"
+    """The Gateway's Programmed condition is not True (its controller's message quoted)."""
+    NAMESPACE_NOT_ALLOWED = "NamespaceNotAllowed"
+    """No listener of the Gateway admits routes from the deployment's namespace (allowedRoutes)."""
+    GATEWAY_UNREADABLE = "GatewayUnreadable"
     PLACEMENT_MODES_MIXED = "PlacementModesMixed"
     """A deployment of placement kueue and one of placement exclusive (exclusive topology) share a
     node pool: the other deployments named, their racks, the fix (kimik3.controller.placementmix)."""
@@ -207,6 +244,10 @@ class Reason(StrEnum):
     BUCKET_LAYOUTS_DIFFER = "BucketLayoutsDiffer"
     """Groups expose the latency histogram with different bucket bounds (mid-rollout, F21b):
     their buckets cannot be summed, replicas are held."""
+    IDLE_TIMEOUT = "IdleTimeout"
+    """No request for spec.idle.stopAfter: the engine groups are gone, the staged weights kept (status.idle)."""
+    ACTIVE = "Active"
+    """spec.idle.stopAfter is set and the deployment runs: requests seen, or woken, within it."""
     GROUPS_UNMEASURED = "GroupsUnmeasured"
     """A reading, but some serving groups gave no metrics: the message names them and since when;
     the autoscaler may scale up on it, never down (missing data is not low load)."""
@@ -224,8 +265,9 @@ QUEUE_NOT_SERVED: tuple[Reason, ...] = (
 (``controller.queues``): the operator creates no group meanwhile."""
 
 REASONS: dict[ConditionType, tuple[Reason, ...]] = {
-    ConditionType.READY: (Reason.ALL_GROUPS_READY, Reason.SCALED_TO_ZERO, Reason.GROUPS_NOT_READY,
+    ConditionType.READY: (Reason.ALL_GROUPS_READY, Reason.SCALED_TO_ZERO, Reason.IDLE_TIMEOUT, Reason.GROUPS_NOT_READY,
                           Reason.INVALID_SPEC, *QUEUE_NOT_SERVED),
+    ConditionType.STOPPED: (Reason.IDLE_TIMEOUT, Reason.ACTIVE),
     ConditionType.PROGRESSING: (Reason.GROUPS_STARTING, Reason.STABLE, Reason.APPLY_FAILED, Reason.INVALID_SPEC,
                                 Reason.ROLLOUT_IN_PROGRESS, Reason.CANARY_ANALYSIS, Reason.PAUSED,
                                 Reason.ROLLED_BACK, Reason.SURGE_BLOCKED, Reason.METRIC_SOURCE_UNREADABLE,
@@ -243,6 +285,10 @@ REASONS: dict[ConditionType, tuple[Reason, ...]] = {
                                       Reason.NOT_YET_MEASURED, *METRICS_UNAVAILABLE),
     ConditionType.WEIGHTS_READY: (Reason.STAGED, Reason.DECLARED_READY, Reason.NOT_STAGED, Reason.STAGING,
                                   Reason.STAGING_FAILED),
+    ConditionType.ROUTING_READY: (Reason.ROUTED, Reason.INFERENCE_POOL_NOT_SERVED, Reason.ENDPOINT_PICKER_NOT_READY,
+                                  Reason.POOL_NOT_ACCEPTED),
+    ConditionType.GATEWAY_READY: (Reason.GATEWAY_ACCEPTS, Reason.GATEWAY_NOT_FOUND, Reason.GATEWAY_NOT_PROGRAMMED,
+                                  Reason.NAMESPACE_NOT_ALLOWED, Reason.GATEWAY_UNREADABLE),
 }
 """The reasons the operator writes for each condition type."""
 
@@ -374,6 +420,13 @@ class EventReason(StrEnum):
     """Warning: a scale-down is due but serving groups gave no metrics; replicas held."""
     REPLICA_BOUNDS = "ReplicaBounds"
     """Normal: spec.autoscaling's minReplicas or maxReplicas overrode the policy."""
+    # -- idle stop and wake (``controller.idle``) ---------------------------------------------------
+    IDLE_TIMEOUT = Reason.IDLE_TIMEOUT.value
+    """Normal: stopped after spec.idle.stopAfter without a request; the wake estimate and how to wake."""
+    WOKEN = "Woken"
+    """Normal: a stopped deployment wakes (what woke it, the groups asked for, the wake estimate)."""
+    WAKE_REQUEST_INVALID = "WakeRequestInvalid"
+    """Warning: the wake-requested-at annotation is not an RFC 3339 time; it wakes nothing."""
 
 
 EventType = Literal["Normal", "Warning"]

@@ -49,6 +49,8 @@ MEMORY_FLOOR_GB_CEL = _cel_map(MODEL_MEMORY_FLOOR_GB)
 RACK_GPUS_CEL = _cel_map({k: p.gpus_per_node * p.nvlink_domain_nodes for k, p in PROFILES.items()
                           if p.multi_node_nvlink})
 """GPUs of one NVLink domain spanning trays (an NVL72 rack), for the accelerators that have one."""
+K3_CONTEXT_TOKENS = 1_048_576
+"""Kimi K3's context, tokens (``--max-model-len 1048576``): the most ``model.maxModelLen`` allows."""
 MEGAKERNEL_ACCELERATORS = [k for k, p in PROFILES.items() if p.megakernel_capable]
 """Accelerators vLLM 0.33's specialised decode path runs on (the SM100/SM103 family)."""
 
@@ -209,7 +211,7 @@ class ModelSpec(Model):
     """Weight format: mxfp4 (moonshotai/Kimi-K3, ~1680 GB of GPU memory) or nvfp4 (RedHatAI/Kimi-K3-NVFP4, ~1650 GB)."""
     served_model_name: str = Field(default="kimi-k3", min_length=1, max_length=128)
     """Name clients put in the OpenAI "model" field; also the model_name label of the metrics."""
-    max_model_len: int | None = Field(default=None, ge=1024, le=1048576)
+    max_model_len: int | None = Field(default=None, ge=1024, le=K3_CONTEXT_TOKENS)
     """Context length in tokens (Kimi K3: up to 1048576). Unset: the model's own."""
     source: ModelSource
     """Where the weights come from."""
@@ -559,6 +561,17 @@ class AutoscalingSpec(Model):
     """Where metrics come from."""
 
 
+class IdleSpec(Model):
+    """Idle stop: the deployment's engine groups go after a time without requests; it wakes on an explicit request."""
+
+    model_config = validated_by(
+        rule("idle-stop-after-minimum", "!has(self.stopAfter) || duration(self.stopAfter) >= duration('1m')",
+             "idle.stopAfter must be at least 1m (e.g. 60m), or unset to never stop", ".stopAfter"),
+    )
+    stop_after: Duration | None = None
+    """Stop after this long without a request (vLLM's request counters, read from autoscaling.metricsSource, show none running, waiting or finished): 0 groups, 0 GPUs held, the staged weights and caches kept. Wake with `kimik3 wake`, the inference.kimik3.io/wake-requested-at annotation, or a change of the spec (e.g. kubectl scale). Unset: never stop."""
+
+
 # ---------------------------------------------------------------- scheduling etc. -----------
 
 
@@ -727,6 +740,12 @@ burst or a lull can make look good; three windows (3 min at the default 1m inter
 than one scrape and one autoscaling window of the defaults (15s, 1m)."""
 
 
+PROBE_REQUESTS_DEFAULT = 8
+"""Requests the canary analysis sends per check to canary groups that get no traffic, by default:
+8 of ``parity.maxTokens`` (32) tokens are ~256 output tokens a window, enough for a per-token
+latency quantile from a handful of engine steps per request, and nothing next to a group's capacity."""
+
+
 class CanaryAnalysis(Model):
     """What the canary groups must show, checked every ``interval`` over the bake, on the new
     revision's leaders only (its series carry the revision label apart from the old groups')."""
@@ -741,6 +760,32 @@ class CanaryAnalysis(Model):
     """Failed checks (over the whole bake, not only in a row) that roll the release back."""
     min_checks: int = Field(default=MIN_CHECKS_DEFAULT, ge=1, le=100)
     """Passing checks the new revision needs before it is promoted: the bake lasts at least ``bake`` and until it has them. A window without traffic or without a reading passes nothing. Default 3 (3 intervals of traffic judged)."""
+    probe_requests: int = Field(default=PROBE_REQUESTS_DEFAULT, ge=0, le=64)
+    """Once a check finds a window without traffic, the analysis sends this many requests of its own to the canary groups at every later check (greedy, parity.maxTokens output tokens each), so the windows have something to judge. 0: never."""
+
+
+PARITY_MAX_MISMATCH_RATE_DEFAULT = 0.25
+"""Share of golden prompts whose greedy outputs may differ between a canary group and an old
+group before the release is rolled back, by default: two healthy groups of one revision differ on
+~4% of the prompts in the simulator (its benign divergence of 2% per group,
+``kimik3_dev.sim.divergence``; bench/results/parity.json), so 4 of the 16 default prompts may
+differ before a release is judged corrupting."""
+PARITY_MAX_TOKENS_DEFAULT = 32
+"""Output tokens compared per golden prompt, by default: divergence from batch-variant kernels
+grows with the length, corruption shows from its first token."""
+
+
+class CanaryParity(Model):
+    """Output parity: golden prompts sent at temperature 0 to a canary group and an old group, their greedy outputs compared token for token. Skipped when the model or drafter (or their revisions) change."""
+
+    enabled: bool = True
+    """Compare the outputs at every analysis check of the bake."""
+    config_map: str | None = Field(default=None, min_length=1, max_length=253)
+    """A ConfigMap of the namespace whose data values are the golden prompts (one prompt per key, sent in key order). Unset: the operator's shipped prompts."""
+    max_tokens: int = Field(default=PARITY_MAX_TOKENS_DEFAULT, ge=1, le=1024)
+    """Output tokens generated and compared per prompt."""
+    max_mismatch_rate: float = Field(default=PARITY_MAX_MISMATCH_RATE_DEFAULT, ge=0.0, le=1.0)
+    """Highest share of the prompts whose outputs may differ in one check (two healthy groups differ where kernels are not batch-invariant); above it the release is rolled back."""
 
 
 class CanarySpec(Model):
@@ -752,6 +797,8 @@ class CanarySpec(Model):
     """How long the canary groups serve, once Ready, before the rollout goes on."""
     analysis: CanaryAnalysis = Field(default_factory=CanaryAnalysis)
     """The checks; a release that fails failureLimit of them is rolled back."""
+    parity: CanaryParity = Field(default_factory=CanaryParity)
+    """Output parity with an old group at every check; a check over parity.maxMismatchRate rolls the release back."""
 
 
 SURGE_DEFAULT = 1
@@ -908,6 +955,14 @@ _SPEC_RULES = [
         ".topology",
     ),
     rule(
+        "idle-prometheus-url-required",
+        "!has(self.idle) || !has(self.idle.stopAfter) || self.autoscaling.metricsSource.type != 'prometheus' || "
+        "has(self.autoscaling.metricsSource.prometheusUrl)",
+        "idle.stopAfter reads requests from autoscaling.metricsSource: the prometheus source needs "
+        "autoscaling.metricsSource.prometheusUrl (or set autoscaling.metricsSource.type: podScrape)",
+        ".autoscaling.metricsSource.prometheusUrl",
+    ),
+    rule(
         "prometheus-url-required",
         "!self.autoscaling.enabled || self.autoscaling.metricsSource.type != 'prometheus' || "
         "has(self.autoscaling.metricsSource.prometheusUrl)",
@@ -915,6 +970,30 @@ _SPEC_RULES = [
         ".autoscaling.metricsSource.prometheusUrl",
     ),
 ]
+
+# ---------------------------------------------------------------- routing -------------------
+
+ENDPOINT_PICKER_IMAGE = "registry.k8s.io/gateway-api-inference-extension/epp:v1.2.1"
+"""The Gateway API Inference Extension's endpoint picker, v1.2.1: the last release whose ``cmd/epp``
+holds the prefix-cache, KV-cache-utilization and queue scorers (later releases moved them out)."""
+
+
+class EndpointPickerSpec(Model):
+    """The endpoint picker (EPP) the gateway asks, over ext_proc, which group leader gets each request."""
+
+    image: str = Field(default=ENDPOINT_PICKER_IMAGE, min_length=1, max_length=512)
+    """Image of the picker; the default is the upstream v1.2.1 image whose flags and configuration the operator renders."""
+    failure_mode: Literal["FailOpen", "FailClose"] = "FailOpen"
+    """What the gateway does while the picker does not answer (InferencePool endpointPickerRef.failureMode). FailOpen (default): requests still go to some leader of the pool, chosen by the gateway without the picker's prefix and load scores, so a picker restart costs cache hits, not availability. FailClose: requests are refused (5xx) until the picker answers: choose it when a request that misses its cached prefix is worse than an error."""
+
+
+class RoutingSpec(Model):
+    """Prefix- and load-aware routing: an InferencePool (Gateway API Inference Extension v1) of the group leaders and its endpoint picker; the HTTPRoute (spec.service.httpRoute) then points at the pool instead of the Service."""
+
+    enabled: bool = False
+    """Render the InferencePool and the endpoint picker. On a cluster without the InferencePool CRD the deployment keeps the Service path and the RoutingReady condition says so."""
+    endpoint_picker: EndpointPickerSpec = Field(default_factory=EndpointPickerSpec)
+    """The picker's image and failure mode."""
 
 
 class KimiK3DeploymentSpec(Model):
@@ -933,6 +1012,8 @@ class KimiK3DeploymentSpec(Model):
     """Engine groups (each a whole multi-node engine). Owned by the autoscaler when it is enabled."""
     autoscaling: AutoscalingSpec = Field(default_factory=AutoscalingSpec)
     """Decode-latency autoscaling."""
+    idle: IdleSpec = Field(default_factory=IdleSpec)
+    """Idle stop and wake."""
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
     """Node selection and placement."""
     service: ServiceSpec = Field(default_factory=ServiceSpec)
@@ -945,6 +1026,8 @@ class KimiK3DeploymentSpec(Model):
     """Start-up budget and health probes."""
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
     """How template changes reach the groups: surge (default), canary analysis, rollback, pause."""
+    routing: RoutingSpec = Field(default_factory=RoutingSpec)
+    """Requests routed by prefix and load through an InferencePool and its endpoint picker (off by default)."""
 
 
 # ---------------------------------------------------------------- status --------------------
@@ -1003,6 +1086,19 @@ class ScaleEvent(Model):
     """Groups after."""
     reason: str
     """Why."""
+
+
+class IdleStatus(Model):
+    """Idle stop (spec.idle.stopAfter): whether the deployment is stopped, since when, and its last wake."""
+
+    stopped_at: str | None = None
+    """RFC 3339 time the deployment stopped for want of requests; unset while it runs."""
+    stopped_generation: int | None = None
+    """metadata.generation when it stopped: a later spec change (e.g. kubectl scale) wakes it."""
+    wake_estimate_seconds: float | None = Field(default=None, ge=0)
+    """While stopped: seconds a wake takes to serve again, the load time measured on the groups that served before the stop (first pod created to last pod Ready, the figure the autoscaler uses); unset when none was measured."""
+    woke_at: str | None = None
+    """RFC 3339 time of the last wake; the idle clock counts from it."""
 
 
 class PlanStatus(Model):
@@ -1076,6 +1172,31 @@ class CanaryCheck(Model):
     """The figures against their limits, or why there are none."""
 
 
+ParityResult = Literal["Passed", "Failed", "Skipped", "Unanswered"]
+"""What one output-parity round found (``controller.parity``)."""
+
+
+class ParityStatus(Model):
+    """Output parity of the canary with an old group (spec.rollout.canary.parity), as of the last round."""
+
+    result: ParityResult
+    """Passed / Failed against maxMismatchRate; Skipped: parity cannot hold for this change (the model or drafter changed, an API key the operator does not hold, parity off), the message says why; Unanswered: a group did not answer the prompts (retried at the next check)."""
+    rounds: int = 0
+    """Rounds compared over the bake (one per analysis check)."""
+    passed_rounds: int = 0
+    """Of those, rounds within maxMismatchRate: a canary under parity is promoted only after one."""
+    prompts: int = 0
+    """Golden prompts compared in the last round."""
+    mismatches: int = 0
+    """Of those, prompts whose greedy outputs differ."""
+    mismatch_rate: float | None = None
+    """mismatches / prompts."""
+    max_mismatch_rate: float | None = None
+    """The threshold it was held to."""
+    message: str = Field(default="", max_length=1024)
+    """The figures, the first diverging prompt and token, or why parity was skipped."""
+
+
 class CanaryStatus(Model):
     """The canary of one template change (spec.rollout.canary)."""
 
@@ -1101,6 +1222,12 @@ class CanaryStatus(Model):
     """The last checks, oldest first, each with its figures (at most 10)."""
     promoted: bool = False
     """The bake passed: the rollout goes on to every group."""
+    parity: ParityStatus | None = None
+    """Output parity of the canary with an old group, once a round ran."""
+    probing: bool = False
+    """A window had no traffic: every later check sends analysis.probeRequests probe requests to the canary groups."""
+    probe_requests: int = 0
+    """Probe requests sent to the canary groups so far (also kimik3_canary_probe_requests_total)."""
 
 
 class RollbackStatus(Model):
@@ -1166,6 +1293,38 @@ class EngineOverride(Model):
     avoid: str
     """The change to the spec that avoids it."""
 
+class PoolParentRef(Model):
+    """A Gateway an InferencePool is attached to (the InferencePool's status.parents[].parentRef)."""
+
+    group: str | None = None
+    kind: str | None = None
+    name: str
+    namespace: str | None = None
+
+
+class PoolParentStatus(Model):
+    """What one gateway says of the InferencePool (mirrored from its status.parents)."""
+
+    parent_ref: PoolParentRef
+    """The Gateway."""
+    controller_name: str | None = None
+    """The gateway controller that wrote this entry."""
+    conditions: list[Condition] = Field(default_factory=list)
+    """Accepted, ResolvedRefs, ... as that gateway wrote them."""
+
+
+class RoutingStatus(Model):
+    """Where requests go (spec.routing.enabled)."""
+
+    backend: Literal["InferencePool", "Service"]
+    """What the HTTPRoute sends traffic to: the InferencePool, or the Service when the cluster does not serve the InferencePool kind."""
+    inference_pool: str | None = None
+    """The InferencePool (named like the deployment); unset on the Service path."""
+    endpoint_picker: str | None = None
+    """The picker's Deployment and Service; unset on the Service path."""
+    parents: list[PoolParentStatus] = Field(default_factory=list)
+    """The InferencePool's status.parents: each gateway that took the pool, with its conditions."""
+
 
 class KimiK3DeploymentStatus(Model):
     """What the operator observed."""
@@ -1190,10 +1349,14 @@ class KimiK3DeploymentStatus(Model):
     """Measured decode speed."""
     last_scale: ScaleEvent | None = None
     """Last autoscaling decision that changed replicas."""
+    idle: IdleStatus | None = None
+    """Idle stop and wake (spec.idle.stopAfter); the condition Stopped says the same."""
     groups: list[GroupStatus] | None = None
     """Each group once: its rack, trays, Kueue state with Kueue's message, and readiness (conditions only point here)."""
     rollout: RolloutStatus | None = None
     """Revisions of the groups and how far a rollout is."""
+    routing: RoutingStatus | None = None
+    """With spec.routing.enabled: the backend the route uses and what the gateways say of the InferencePool."""
     engine_overrides: list[EngineOverride] | None = None
     """Settings vLLM 0.33 will change or narrow without an error for the admitted spec (also Warning Events EngineSettingOverridden and `kimik3 validate`): each with its fields, the value vLLM uses and the change that avoids it; empty when none."""
 

@@ -120,6 +120,8 @@ import random
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kimik3.engine.kvcache import KV_BLOCK_ALIGNMENT
+
 # ------------------------------------------------------------------ published figures -------
 TOKS_STOCK_NOSPEC: dict[int, float] = {8: 111.0, 16: 118.0}
 """Batch-1 tok/s per user, GB300, stock decode, no speculation, by TP (kimi-k3-and-vllm.md)."""
@@ -184,8 +186,6 @@ KDA_HEADS = 64
 KDA_HEAD_DIM = 128
 KDA_CONV_KERNEL = 4
 KDA_STATE_BYTES_PER_SEQ = KDA_LAYERS * KDA_HEADS * KDA_HEAD_DIM * KDA_HEAD_DIM * 4
-KV_BLOCK_ALIGNMENT = 128
-"""Tokens a prefix-cache block size is a multiple of (the recipe's prefix-match unit on Blackwell)."""
 MODEL_WEIGHT_GB: dict[str, float] = {"mxfp4": 1680.0, "nvfp4": 1650.0}
 """GPU memory one copy of the weights takes (recipes' floor, kimi-k3-and-vllm.md)."""
 

@@ -41,9 +41,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kimik3.api.conditions import Reason
 from kimik3.autoscaler.histogram import INF, Histogram, LayoutMismatch, merge
-from kimik3.autoscaler.observation import (ACCEPTED, DRAFTS, FAILED_REASON, GENERATION_TOKENS, ITL, ITL_OLD, KV_USAGE,
-                                           PREFIX_CACHE_HITS, PROMPT_TOKENS, REQUEST_SUCCESS, RUNNING, TTFT, WAITING,
+from kimik3.autoscaler.observation import (ACCEPTED, DRAFTS, FAILED_REASON, GENERATION_TOKENS, ITL, ITL_OLD,
+                                           PREFIX_CACHE_HITS, PROMPT_TOKENS, REQUEST_SUCCESS, RUNNING, TTFT,
                                            DecodeObservation, MetricsUnavailable)
+from kimik3.engine.metrics import KV_USAGE, WAITING
 from kimik3.autoscaler.window import Samples
 
 HTTP_TIMEOUT_S = 5.0

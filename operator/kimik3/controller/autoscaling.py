@@ -49,6 +49,30 @@ def pod_ip_url(pod: dict[str, Any], port: int) -> str:
     return f"http://{pod.get('status', {}).get('podIP', '')}:{port}/metrics"
 
 
+def source_key(admitted: Admitted) -> tuple[str, str | None, int]:
+    """(metrics source type, Prometheus URL, engine port) of spec.autoscaling.metricsSource: a
+    change needs a new ``metric_source``."""
+    spec = admitted.spec
+    return spec.autoscaling.metrics_source.type, spec.autoscaling.metrics_source.prometheus_url, spec.service.port
+
+
+def metric_source(admitted: Admitted, pods: Callable[[], list[dict[str, Any]]], scrape_url: ScrapeURL,
+                  clock: Callable[[], float]) -> MetricSource:
+    """The source spec.autoscaling.metricsSource names: Prometheus at its URL, or the group
+    leaders' /metrics (``scrape_url`` of each Running leader among ``pods()``, read at each
+    observation) on the engine port. The autoscaler and the idle clock (``controller.idle``) both
+    read their engines through it."""
+    m = admitted.spec.autoscaling.metrics_source
+    if m.type == "prometheus":
+        return PrometheusSource(m.prometheus_url or "")
+    port = admitted.spec.service.port
+
+    def targets(namespace: str, name: str) -> list[ScrapeTarget]:
+        return [ScrapeTarget(p["metadata"].get("uid", p["metadata"]["name"]), group_index(p) or "0",
+                             scrape_url(p, port)) for p in pods() if is_leader(p) and phase(p) == "Running"]
+    return PodScrapeSource(targets, clock=clock)
+
+
 def load_seconds(members: list[dict[str, Any]], load_timeout_s: float) -> float | None:
     """Seconds a serving group took to load: from its first pod's ``creationTimestamp`` to its
     last pod's Ready transition (``kube.pods.ready_since``). None when a time is missing, or the
@@ -184,23 +208,12 @@ class Autoscaling:
         _within_target((namespace, name), None, None)
 
     def _state(self, key: tuple[str, str], admitted: Admitted) -> DeploymentState:
-        spec = admitted.spec
-        a = spec.autoscaling
-        source_key = (a.metrics_source.type, a.metrics_source.prometheus_url, spec.service.port)
+        wanted = source_key(admitted)
         settings = policy_settings(admitted)
         state = self._states.get(key)
-        if state is None or state.source_key != source_key or state.policy.settings != settings:
-            if a.metrics_source.type == "prometheus":
-                source: MetricSource = PrometheusSource(a.metrics_source.prometheus_url or "")
-            else:
-                port = spec.service.port
-
-                def targets(namespace: str, name: str) -> list[ScrapeTarget]:
-                    return [ScrapeTarget(p["metadata"].get("uid", p["metadata"]["name"]), group_index(p) or "0",
-                                         self.scrape_url(p, port))
-                            for p in self._states[key].pods if is_leader(p) and phase(p) == "Running"]
-                source = PodScrapeSource(targets, clock=self.clock)
-            state = DeploymentState(latency_policy(admitted), source_key, source)
+        if state is None or state.source_key != wanted or state.policy.settings != settings:
+            state = DeploymentState(latency_policy(admitted), wanted, metric_source(
+                admitted, lambda: self._states[key].pods, self.scrape_url, self.clock))
             self._states[key] = state
         return state
 

@@ -20,12 +20,20 @@ target); the error rate is ``finished_reason="error"`` over every finished reque
 - ``SourceUnreadable``: the source failed (Prometheus unreachable or erring, no series of the
   revision, every scrape failing, no latency histogram, bucket layouts that differ): the rollout
   pauses (``controller.rollout``) and the canary is never promoted on it.
+
+Probe requests (``Analysis.probe``): once a window had no traffic, ``controller.rollout`` has the
+analysis send ``analysis.probeRequests`` requests of its own (golden prompts, greedy,
+``parity.maxTokens`` tokens each: bounded) to the canary groups' leaders at every later check, so
+the next window has something to judge; counted in ``kimik3_canary_probe_requests_total
+{purpose="traffic"}``. Output parity (``controller.parity``) runs with the same client
+(``Analysis.parity``).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +42,9 @@ from kimik3.api.conditions import Reason
 from kimik3.api.v1alpha1 import CheckResult
 from kimik3.autoscaler.observation import MetricsUnavailable
 from kimik3.autoscaler.sources import MetricSource, PodScrapeSource, PrometheusSource, ScrapeTarget
+from kimik3.controller import metrics
+from kimik3.controller.completions import CompletionFailed, Completions, Greedy
+from kimik3.controller.parity import GOLDEN_PROMPTS, ConfigMapReader, Parity
 from kimik3.kube.labels import LWS_REVISION_LABEL
 from kimik3.kube.pods import group_index, is_leader, labels, phase
 
@@ -70,9 +81,14 @@ def ms(seconds: float) -> str:
 class Analysis:
     """The metric sources of every canary under way (one per deployment and revision)."""
 
-    def __init__(self, scrape_url: ScrapeURL, clock: Callable[[], float] = time.time):
+    def __init__(self, scrape_url: ScrapeURL, clock: Callable[[], float] = time.time, greedy: Greedy | None = None,
+                 config_maps: ConfigMapReader = lambda namespace, name: None):
         self.scrape_url = scrape_url
         self.clock = clock
+        self.greedy = greedy or Completions().greedy
+        """Greedy completions from a leader (``controller.completions``): probes and parity."""
+        self.parity = Parity(self.greedy, config_maps)
+        """Output parity rounds (``controller.parity``); ``config_maps`` reads a prompts ConfigMap."""
         self._sources: dict[tuple[str, str], tuple[tuple[str, str | None, int, str], MetricSource]] = {}
         self._pods: dict[tuple[str, str], list[dict[str, Any]]] = {}
 
@@ -130,6 +146,27 @@ class Analysis:
         if slow or failing:
             return Check("Failed", latency, errors, f"revision {revision} failed a check: {figures}", obs.requests_finished)
         return Check("Passed", latency, errors, f"revision {revision} passed a check: {figures}", obs.requests_finished)
+
+    def probe(self, namespace: str, name: str, admitted: Admitted, leaders: list[str]) -> int:
+        """Send ``analysis.probeRequests`` greedy requests (the golden prompts in turn,
+        ``parity.maxTokens`` tokens) to the canary ``leaders`` (base URLs) in turn, concurrently;
+        returns how many were answered (each counted in ``kimik3_canary_probe_requests_total``)."""
+        canary = admitted.spec.rollout.canary
+        assert canary is not None
+        if not leaders or not canary.analysis.probe_requests:
+            return 0
+        model, tokens = admitted.spec.model.served_model_name, canary.parity.max_tokens
+
+        def send(i: int) -> bool:
+            try:
+                self.greedy(leaders[i % len(leaders)], model, GOLDEN_PROMPTS[i % len(GOLDEN_PROMPTS)], tokens)
+            except CompletionFailed:
+                metrics.CANARY_PROBE_REQUESTS.labels(namespace, name, "traffic", "failed").inc()
+                return False
+            metrics.CANARY_PROBE_REQUESTS.labels(namespace, name, "traffic", "ok").inc()
+            return True
+        with ThreadPoolExecutor(max_workers=min(8, canary.analysis.probe_requests)) as pool:
+            return sum(pool.map(send, range(canary.analysis.probe_requests)))
 
     @staticmethod
     def describe(admitted: Admitted) -> str:

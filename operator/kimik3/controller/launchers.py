@@ -19,11 +19,12 @@ Pure functions: no API calls.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from kimik3.controller.fleet import EngineSet
-from kimik3.render.configmap import is_launcher, mounted
+from kimik3.render.configmap import PLAN_KEY, is_launcher, mounted
 from kimik3.render.meta import Owner
 
 
@@ -31,6 +32,18 @@ def template_launchers(template: dict[str, Any]) -> set[str]:
     """The launcher ConfigMaps a ``leaderWorkerTemplate`` mounts (leader and worker templates)."""
     pods = (template.get(key) for key in ("leaderTemplate", "workerTemplate"))
     return {name for pod in pods if pod for name in [mounted(pod.get("spec") or {})] if name}
+
+
+def launch_plan(engine_set: EngineSet, launchers: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The launch plan (``render.configmap.group_plan_document``) the leader template of
+    ``engine_set`` mounts, read from ``launchers`` (the deployment's launcher ConfigMaps); None
+    when it is not among them or holds no plan."""
+    template = (engine_set.lws.get("spec") or {}).get("leaderWorkerTemplate") or {}
+    leader = template.get("leaderTemplate") or template.get("workerTemplate") or {}  # one-node groups: no leaderTemplate
+    name = mounted(leader.get("spec") or {})
+    found = next((c for c in launchers if c["metadata"]["name"] == name), None)
+    text = ((found or {}).get("data") or {}).get(PLAN_KEY)
+    return json.loads(text) if text else None
 
 
 def in_use(rendered: str, sets: list[EngineSet], pods: Iterable[dict[str, Any]]) -> set[str]:

@@ -36,6 +36,11 @@ WATCH_EVENTS = Counter("kimik3_watch_events", "Watch events received by resource
 CANARY_CHECKS = Counter("kimik3_canary_checks", "Canary analysis checks of a new revision by result (Passed, "
                         "Failed, NoTraffic, NoReading, SourceUnreadable; status.rollout.canary.history)",
                         ["namespace", "deployment", "result"])
+CANARY_PROBE_REQUESTS = Counter("kimik3_canary_probe_requests", "Requests the canary analysis sent to engine groups "
+                                "itself, by purpose (traffic: probes filling a canary's windows without traffic, at "
+                                "most analysis.probeRequests per check; parity: the golden prompts to a canary and an "
+                                "old group) and result (ok, failed)",
+                                ["namespace", "deployment", "purpose", "result"])
 DESIRED_GROUPS = Gauge("kimik3_autoscaler_desired_groups", "Groups the autoscaler wants", ["namespace", "deployment"])
 CURRENT_GROUPS = Gauge("kimik3_autoscaler_ready_groups", "Groups serving at the last decision",
                        ["namespace", "deployment"])

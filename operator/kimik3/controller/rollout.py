@@ -17,21 +17,24 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from kimik3.admission import Admitted
 from kimik3.api.conditions import ConditionType, Event, EventReason, Reason, Verdict, event_reason
-from kimik3.api.v1alpha1 import (CHECKS_KEPT, CanaryCheck, CanaryStatus, KimiK3DeploymentStatus, ProgressStatus,
-                                 RevisionGroups, RollbackStatus, RolloutStatus)
+from kimik3.api.v1alpha1 import (CHECKS_KEPT, CanaryCheck, CanaryStatus, KimiK3DeploymentStatus, ParityStatus,
+                                 ProgressStatus, RevisionGroups, RollbackStatus, RolloutStatus)
 from kimik3.controller import metrics
 from kimik3.controller.canary import Analysis
+from kimik3.controller.completions import leader_url
 from kimik3.controller.fleet import EngineSet, FleetPlan, plan
+from kimik3.controller.launchers import launch_plan
+from kimik3.controller.parity import skip_reason
 from kimik3.controller.waits import waiting_for
 from kimik3.kube.groups import Group, GroupKey
 from kimik3.kube.labels import KUEUE_JOB_UID_LABEL, LWS_NAME_LABEL
-from kimik3.kube.pods import group_index, is_unschedulable, labels, unschedulable_message
+from kimik3.kube.pods import group_index, is_leader, is_unschedulable, labels, phase, unschedulable_message
 from kimik3.kube.times import rfc3339, rfc3339_seconds
 from kimik3.kube.workloads import waiting
 from kimik3.render.revision import TEMPLATE_HASH_ANNOTATION
@@ -163,7 +166,8 @@ def source_unreadable(canary: CanaryStatus) -> bool:
 def bake_verdict(admitted: Admitted, canary: CanaryStatus, members: int, baked_s: float | None) -> Verdict | None:
     """Progressing while the canary (on ``members`` groups, Ready for ``baked_s`` seconds, None
     while not all are) bakes; None once it may be promoted: baked ``canary.bake``, at least
-    ``analysis.minChecks`` passing checks, and the metric source read at the last check. A source
+    ``analysis.minChecks`` passing checks, one passing output-parity round (or parity skipped:
+    ``controller.parity``), and the metric source read at the last check. A source
     that cannot be read pauses the rollout: ``Progressing=False MetricSourceUnreadable``."""
     r = admitted.spec.rollout
     assert r.canary is not None and admitted.seconds.canary_bake is not None
@@ -177,7 +181,16 @@ def bake_verdict(admitted: Admitted, canary: CanaryStatus, members: int, baked_s
         return Verdict("False", Reason.METRIC_SOURCE_UNREADABLE,
                        f"{where}; the canary analysis is paused: {canary.message}; the revision is not promoted and "
                        f"no old group is replaced until the source reads again; {evidence}")
-    if baked_s is not None and baked_s >= bake and passed >= need:
+    parity = canary.parity
+    if parity is None:
+        parity_evidence = "output parity not yet compared"
+    elif parity.result == "Skipped":
+        parity_evidence = parity.message
+    else:
+        parity_evidence = f"{parity.passed_rounds} passing parity round(s) of {parity.rounds}: {parity.message}"
+    parity_held = parity is not None and (parity.result == "Skipped" or parity.passed_rounds >= 1)
+    evidence += f"; {parity_evidence}"
+    if baked_s is not None and baked_s >= bake and passed >= need and parity_held:
         return None
     if baked_s is None:
         waiting_for = "waiting for the canary group(s) to be Ready"
@@ -229,10 +242,13 @@ class Rollouts:
         self.clock = clock
 
     def step(self, obj: dict[str, Any], admitted: Admitted, rendered: dict[str, Any], sets: list[EngineSet],
-             groups: Mapping[GroupKey, Group], workloads: list[dict[str, Any]] | None = None) -> RolloutStep:
+             groups: Mapping[GroupKey, Group], workloads: list[dict[str, Any]] | None = None,
+             launchers: Sequence[dict[str, Any]] = ()) -> RolloutStep:
         """The LeaderWorkerSets to apply and delete for the rendered one ``rendered`` (base name,
-        the spec's templates and replicas), given the deployment's ``sets``, their ``groups`` and
-        under placement kueue their ``workloads`` (a target group Kueue does not admit has no room)."""
+        the spec's templates and replicas), given the deployment's ``sets``, their ``groups``,
+        under placement kueue their ``workloads`` (a target group Kueue does not admit has no room)
+        and its launcher ConfigMaps ``launchers`` (each set's launch plan: what output parity
+        compares, ``controller.parity``)."""
         stored = (obj.get("status") or {}).get("rollout") or {}
         rolled_back = RollbackStatus.model_validate(stored["rolledBack"]) if stored.get("rolledBack") else None
         replicas = int(rendered["spec"]["replicas"])
@@ -255,13 +271,13 @@ class Rollouts:
             return RolloutStep(plan(rendered, sets, replicas, surge, unavailable))  # needs no canary, no deadline
         target = next((s for s in reversed(running) if s.template_hash == want), None)
         room = surge_blocked([p for g in groups.values() for p in g.pods], workloads, target) is not None
-        step = self._change(obj, admitted, rendered, sets, groups, room)
+        step = self._change(obj, admitted, rendered, sets, groups, room, launchers)
         progress = ProgressStatus.model_validate(stored["progress"]) if stored.get("progress") else None
         return step if step.rolled_back is not None else self._deadline(admitted, rendered, sets, groups, step,
                                                                         progress)
 
     def _change(self, obj: dict[str, Any], admitted: Admitted, rendered: dict[str, Any], sets: list[EngineSet],
-                groups: Mapping[GroupKey, Group], make_room: bool) -> RolloutStep:
+                groups: Mapping[GroupKey, Group], make_room: bool, launchers: Sequence[dict[str, Any]]) -> RolloutStep:
         """A change of the templates rolling out: surge, or a canary that bakes before it is
         promoted; ``make_room``: a new group has no room, old groups not Ready give theirs up."""
         stored = (obj.get("status") or {}).get("rollout") or {}
@@ -280,7 +296,7 @@ class Rollouts:
         if canary.promoted:
             step = RolloutStep(plan(rendered, sets, replicas, surge, unavailable, make_room=make_room), canary=canary)
         else:
-            step = self._bake(obj, admitted, rendered, sets, groups, canary, make_room)
+            step = self._bake(obj, admitted, rendered, sets, groups, canary, make_room, launchers)
         step.events = step_events + step.events
         return step
 
@@ -316,7 +332,8 @@ class Rollouts:
                                Reason.PROGRESS_DEADLINE_EXCEEDED, why)
 
     def _bake(self, obj: dict[str, Any], admitted: Admitted, rendered: dict[str, Any], sets: list[EngineSet],
-              groups: Mapping[GroupKey, Group], canary: CanaryStatus, make_room: bool) -> RolloutStep:
+              groups: Mapping[GroupKey, Group], canary: CanaryStatus, make_room: bool,
+              launchers: Sequence[dict[str, Any]]) -> RolloutStep:
         r, seconds = admitted.spec.rollout, admitted.seconds
         assert r.canary is not None and seconds.canary_interval is not None and seconds.canary_bake is not None
         now = self.clock()
@@ -335,6 +352,11 @@ class Rollouts:
         events = []
         if since is not None and canary.revision and (last is None or now - last >= seconds.canary_interval):
             events = self._check(obj, admitted, canary, groups, now)
+            if target is not None:
+                self._parity(obj, admitted, canary, sets, groups, target, launchers)
+        if canary.parity is not None and canary.parity.result == "Failed":
+            return self._roll_back(rendered, sets, groups, admitted, canary.template_hash, canary.revision, now,
+                                   Reason.ROLLED_BACK, f"by {canary.parity.message}")
         if canary.failed_checks >= r.canary.analysis.failure_limit:
             return self._roll_back(rendered, sets, groups, admitted, canary.template_hash, canary.revision, now,
                                    Reason.ROLLED_BACK, f"after {canary.failed_checks} failed check(s) of {canary.checks}: "
@@ -343,9 +365,10 @@ class Rollouts:
         if verdict is None:
             canary.promoted = True
             step = RolloutStep(plan(rendered, sets, replicas, surge, unavailable, make_room=make_room), canary=canary)
+            parity = f"; {canary.parity.message}" if canary.parity is not None else ""
             step.events.append(Event("Normal", EventReason.CANARY_PROMOTED, f"revision {canary.revision} baked "
                                      f"{r.canary.bake}: {canary.checks} check(s), {canary.failed_checks} failed; "
-                                     f"{canary.message}; rolling out to every group"))
+                                     f"{canary.message}{parity}; rolling out to every group"))
             return step
         step = RolloutStep(plan(rendered, sets, replicas, surge, unavailable, canary=r.canary.groups,
                                 make_room=make_room), canary=canary,
@@ -372,9 +395,54 @@ class Rollouts:
             canary.checks += 1
             canary.failed_checks += 0 if check.result == "Passed" else 1
             canary.latency_seconds, canary.error_rate = check.latency_seconds, check.error_rate
+        if check.result == "NoTraffic":
+            canary.probing = True
+        if canary.probing:
+            mine = [g for g in groups.values() if g.revision == canary.revision]
+            leaders = [url for _, url in self._leaders(admitted, mine)]
+            canary.probe_requests += self.analysis.probe(meta["namespace"], meta["name"], admitted, leaders)
         if check.result == "SourceUnreadable":
             return [Event("Warning", EventReason.METRIC_SOURCE_UNREADABLE, f"canary analysis paused: {check.message}")]
         return []
+
+    def _leaders(self, admitted: Admitted, groups: Sequence[Group]) -> list[tuple[str, str]]:
+        """(leader pod name, API base URL) of each of ``groups`` that is Ready, its leader Running
+        (addressed as the pod scrape addresses it: ``Analysis.scrape_url``)."""
+        port = admitted.spec.service.port
+        return [(p["metadata"]["name"], leader_url(self.analysis.scrape_url(p, port)))
+                for g in groups if g.live_ready
+                for p in [next((p for p in g.live if is_leader(p) and phase(p) == "Running"), None)] if p is not None]
+
+    def _parity(self, obj: dict[str, Any], admitted: Admitted, canary: CanaryStatus, sets: list[EngineSet],
+                groups: Mapping[GroupKey, Group], target: EngineSet, launchers: Sequence[dict[str, Any]]) -> None:
+        """One output-parity round (``controller.parity``) of the canary groups of ``target``
+        against a Ready group of the newest old set, kept in ``canary.parity``."""
+        meta = obj["metadata"]
+        olds = [s for s in live(sets) if s.name != target.name]
+        members = live_groups(groups)
+        mine = self._leaders(admitted, [g for g in members if g.leader_worker_set == target.name
+                                        and g.index < target.replicas])
+        old_set, old = next(((s, leader) for s in reversed(olds)
+                             for leader in self._leaders(admitted, [g for g in members if g.leader_worker_set == s.name])),
+                            (olds[-1] if olds else None, None))
+        held = canary.parity or ParityStatus(result="Unanswered")
+        why = skip_reason(admitted, launch_plan(target, launchers), launch_plan(old_set, launchers) if old_set else None)
+        if why is not None:
+            canary.parity = held.model_copy(update={"result": "Skipped", "message": why})
+            return
+        if not mine or old is None:
+            canary.parity = held.model_copy(update={"result": "Unanswered", "message": (
+                "output parity: no Ready old group to compare the canary with" if mine else
+                "output parity: no Ready canary leader to ask")})
+            return
+        done = self.analysis.parity.round(meta["namespace"], meta["name"], admitted, mine, old)
+        judged = done.result in ("Passed", "Failed")
+        canary.parity = ParityStatus(
+            result=done.result, rounds=held.rounds + judged, passed_rounds=held.passed_rounds + (done.result == "Passed"),
+            prompts=done.prompts if judged else held.prompts,
+            mismatches=len(done.mismatches) if judged else held.mismatches,
+            mismatch_rate=done.rate if judged else held.mismatch_rate, max_mismatch_rate=done.max_rate,
+            message=done.message[:1024])
 
     @staticmethod
     def _roll_back(rendered: dict[str, Any], sets: list[EngineSet], groups: Mapping[GroupKey, Group],

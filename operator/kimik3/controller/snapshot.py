@@ -3,10 +3,11 @@
 A ``Snapshot`` holds what one reconcile of a KimiK3Deployment reads: its pods, its
 LeaderWorkerSets (``controller.fleet.EngineSet``), under placement ``kueue`` the Workloads Kueue
 made for its groups, the NVLink domain (rack) of every tray its pods are bound to, its
-ComputeDomain and its launcher ConfigMaps; and the facts derived from them once: each engine group
-(``Group``: LeaderWorkerSet, index, pods, revision, readiness, the rack of every pod, trays).
-Every step of the reconcile (``controller.steps``) reads the snapshot; none lists the API server
-itself.
+ComputeDomain and its launcher ConfigMaps; with ``spec.routing`` whether the InferencePool kind is
+served, the pool and the endpoint picker's Deployment; with ``spec.service.httpRoute`` the Gateways
+the route names; and the facts derived from them once: each engine group (``Group``:
+LeaderWorkerSet, index, pods, revision, readiness, the rack of every pod, trays). Every step of the
+reconcile (``controller.steps``) reads the snapshot; none lists the API server itself.
 
 ``Reader.take`` reads it before the applies; ``Reader.refresh`` reads again, after them, only
 what the applies can have changed: the pods, their trays' racks and the LeaderWorkerSets (and the
@@ -30,16 +31,20 @@ from kimik3.controller.cache import ObjectCache
 from kimik3.controller.computedomains import PREPARE_EVENTS, SLICES_OF_DRIVER, unprepared_pods
 from kimik3.controller.fleet import EngineSet, engine_sets
 from kimik3.controller.kube import ApiError, Forbidden, Kube
+from kimik3.controller.lateapis import served
 from kimik3.controller.nodes import Nodes
 from kimik3.controller.queues import QueueRead, kueue_marked
+from kimik3.controller.routing import GatewayRead
 from kimik3.kube import pods as kpods
 from kimik3.kube.groups import Group, GroupKey, groups_of
-from kimik3.kube.kinds import (COMPUTE_DOMAIN, CONFIG_MAP, EVENT, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, LOCAL_QUEUE,
-                               NODE, POD, RESOURCE_SLICE, WORKLOAD, Kind)
+from kimik3.kube.kinds import (COMPUTE_DOMAIN, CONFIG_MAP, DEPLOYMENT, EVENT, GATEWAY, INFERENCE_OBJECTIVE, INFERENCE_POOL,
+                               KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, LOCAL_QUEUE, NODE, POD, RESOURCE_SLICE, WORKLOAD,
+                               Kind)
 from kimik3.kube.labels import DEPLOYMENT_LABEL, KUEUE_JOB_UID_LABEL, LWS_NAME_LABEL, PRODUCT_LABEL
 from kimik3.kube.objects import condition
 from kimik3.kube.workloads import waiting
 from kimik3.render.meta import Owner
+from kimik3.render.routing import picker_name
 from kimik3.topology.capacity import Domain, domains, largest_free_block
 
 BOUND_UNFINISHED = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
@@ -75,6 +80,18 @@ class Snapshot:
     sliced: set[str] | None = None
     """After the applies, with a ComputeDomain and pods on nodes: the nodes with a ResourceSlice of
     the ComputeDomain driver (None: not read, or not readable)."""
+    pools_served: bool = True
+    """Whether the API server serves InferencePool (read before the applies with ``spec.routing``
+    only: the render falls back to the Service path without it)."""
+    pool: dict[str, Any] | None = None
+    """After the applies, with ``spec.routing``: the deployment's InferencePool."""
+    picker: dict[str, Any] | None = None
+    """After the applies, with ``spec.routing``: the endpoint picker's Deployment."""
+    gateways: list[GatewayRead] = field(default_factory=list)
+    """After the applies, with ``spec.service.httpRoute``: each Gateway the route names, as read."""
+    objectives_served: bool = True
+    """After the applies, while the picker has no available replica: whether the API server serves
+    InferenceObjective (the picker exits at start without it); True when not asked."""
     deployments: list[dict[str, Any]] | None = None
     """After the applies: every KimiK3Deployment the operator sees, this one included (for
     ``controller.placementmix``; None: not readable)."""
@@ -131,10 +148,14 @@ class Reader:
 
     def child(self, kind: Kind, owner: Owner) -> dict[str, Any] | None:
         """``owner``'s child of ``kind`` named like it (None when there is none)."""
+        return self.named(kind, owner, owner.name)
+
+    def named(self, kind: Kind, owner: Owner, name: str) -> dict[str, Any] | None:
+        """``owner``'s child of ``kind`` named ``name`` (None when there is none)."""
         self._count(kind)
         if self.cache is not None:
-            return self.cache.get(*kind.type_meta, owner.namespace, owner.name)
-        return self.kube.get(*kind.type_meta, owner.namespace, owner.name)
+            return self.cache.get(*kind.type_meta, owner.namespace, name)
+        return self.kube.get(*kind.type_meta, owner.namespace, name)
 
     def workloads(self, admitted: Admitted, sets: list[EngineSet]) -> list[dict[str, Any]] | None:
         """Under placement ``kueue``, the Workloads Kueue made for the groups of ``sets``; None
@@ -192,7 +213,35 @@ class Reader:
         sets = engine_sets(self.owned(LEADER_WORKER_SET, owner),
                            groups := groups_of(pods, admitted.plan.nodes_per_group, domains_of_groups(admitted, racks)))
         return Snapshot(obj, owner, pods, groups, sets, self.workloads(admitted, sets), racks,
-                        launchers=self.owned(CONFIG_MAP, owner))
+                        launchers=self.owned(CONFIG_MAP, owner), pools_served=self.pools_served(admitted))
+
+    def pools_served(self, admitted: Admitted) -> bool:
+        """With ``spec.routing``, whether discovery lists InferencePool (True without routing: not asked;
+        True when discovery cannot be read, so the apply says what is wrong)."""
+        return self.served(INFERENCE_POOL) if admitted.spec.routing.enabled else True
+
+    def served(self, kind: Kind) -> bool:
+        """Whether discovery lists ``kind`` (True when discovery cannot be read: said in the log)."""
+        self._count(kind)
+        try:
+            return served(self.kube, kind)
+        except ApiError as exc:
+            log.warning("discovery of %s: %s %s", kind.api_version, exc.status, exc.reason)
+            return True
+
+    def gateways(self, admitted: Admitted, owner: Owner) -> list[GatewayRead]:
+        """Each Gateway ``spec.service.httpRoute`` names, read from the API server (Gateways are not
+        watched); a refused read is kept as such."""
+        route = admitted.spec.service.http_route
+        out = []
+        for ref in route.parent_refs if route is not None else []:
+            namespace = ref.namespace or owner.namespace
+            self._count(GATEWAY)
+            try:
+                out.append(GatewayRead(ref, namespace, self.kube.get(*GATEWAY.type_meta, namespace, ref.name)))
+            except ApiError as exc:
+                out.append(GatewayRead(ref, namespace, refused=f"{exc.status} {exc.reason}: {exc.message}"))
+        return out
 
     def refresh(self, snap: Snapshot, admitted: Admitted, compute_domain: bool) -> Snapshot:
         """``snap`` after the applies: the pods and LeaderWorkerSets read again, the Workloads only
@@ -217,10 +266,16 @@ class Reader:
             except ApiError as exc:
                 log.warning("cannot list the %s Events of %s/%s: %s %s", PREPARE_EVENTS, owner.namespace,
                             owner.name, exc.status, exc.reason)
+        routed = admitted.spec.routing.enabled and snap.pools_served
+        picker = self.named(DEPLOYMENT, owner, picker_name(owner)) if routed else None
+        waiting = routed and not int(((picker or {}).get("status") or {}).get("availableReplicas") or 0)
         return Snapshot(snap.obj, owner, pods, groups, sets, workloads, racks, cd, snap.launchers, events,
                         self.free_block(admitted, workloads),
                         self.sliced() if cd is not None and any(kpods.node_name(p) for p in pods) else None,
-                        self.deployments())
+                        deployments=self.deployments(), pools_served=snap.pools_served,
+                        pool=self.child(INFERENCE_POOL, owner) if routed else None, picker=picker,
+                        gateways=self.gateways(admitted, owner),
+                        objectives_served=self.served(INFERENCE_OBJECTIVE) if waiting else True)
 
     def deployments(self) -> list[dict[str, Any]] | None:
         """Every KimiK3Deployment the operator sees: through the watch cache (the namespaces it

@@ -18,8 +18,8 @@ from pydantic import BaseModel
 
 from kimik3.admission import Admitted
 from kimik3.api.conditions import QUEUE_NOT_SERVED, ConditionStatus, ConditionType, Reason, Verdict
-from kimik3.api.v1alpha1 import (Condition, DecodeStatus, KimiK3DeploymentStatus, PlanStatus, RolloutStatus,
-                                 ScaleEvent)
+from kimik3.api.v1alpha1 import (Condition, DecodeStatus, IdleStatus, KimiK3DeploymentStatus, PlanStatus,
+                                 RolloutStatus, RoutingStatus, ScaleEvent)
 from kimik3.controller.fleet import EngineSet
 from kimik3.controller.groups import group_statuses, split_message
 from kimik3.controller.snapshot import Snapshot
@@ -216,8 +216,12 @@ def split_verdict(split: list[Group], admitted: Admitted) -> Verdict:
 
 
 def _ready(ready: int, desired_groups: int, pods: list[dict[str, Any]], admitted: Admitted,
-           queue: Verdict | None = None, split: list[Group] | None = None) -> Verdict:
-    """Ready from ``ready`` groups (the LeaderWorkerSets' count less the ``split`` ones)."""
+           queue: Verdict | None = None, split: list[Group] | None = None,
+           stopped: Verdict | None = None) -> Verdict:
+    """Ready from ``ready`` groups (the LeaderWorkerSets' count less the ``split`` ones); ``stopped``
+    (Stopped=True, ``controller.idle``) is what it says at 0 groups."""
+    if desired_groups == 0 and stopped is not None and stopped.status == "True":
+        return stopped
     if desired_groups == 0:
         return Verdict("True", Reason.SCALED_TO_ZERO, "replicas is 0: no groups run and no GPUs are held")
     if ready >= desired_groups:
@@ -258,6 +262,16 @@ class Observed:
     """What ``controller.rollout.Rollouts`` decided (canary, rollback, pause)."""
     queue: Verdict | None = None
     """Placement kueue: why no group is created (``controller.queues``), None when nothing is held for it."""
+    routing: RoutingStatus | None = None
+    """``status.routing`` (``controller.routing``), None with routing off."""
+    routing_ready: Verdict | None = None
+    """RoutingReady, None with routing off (the condition is then removed)."""
+    gateway: Verdict | None = None
+    """GatewayReady, None without an HTTPRoute (the condition is then removed)."""
+    stopped: Verdict | None = None
+    """Stopped (``controller.idle``; None without spec.idle.stopAfter): while True, Ready says it too."""
+    idle: IdleStatus | None = None
+    """status.idle (None: it stays as the CR holds it)."""
     placement_conflict: Verdict | None = None
     """PlacementConflict (``controller.placementmix``), None: the condition stays as it is."""
 
@@ -353,7 +367,7 @@ def compute_status(snap: Snapshot, admitted: Admitted, observed: Observed) -> Ki
     replicas = {s.name: s.replicas for s in running}
     counted = sum(1 for g in split if g.ready and g.index < replicas.get(g.leader_worker_set, 0))
     ready = max(0, sum(int(((s.lws.get("status") or {}).get("readyReplicas")) or 0) for s in running) - counted)
-    ready_v = _ready(ready, observed.desired, snap.pods, admitted, observed.queue, split)
+    ready_v = _ready(ready, observed.desired, snap.pods, admitted, observed.queue, split, observed.stopped)
     rollout = rollout_status(snap.sets, observed.target, snap.groups) if running else None
     conditions = set_condition(stored_conditions(obj), ConditionType.READY, ready_v, gen)
     conditions = set_condition(conditions, ConditionType.PROGRESSING,
@@ -365,9 +379,14 @@ def compute_status(snap: Snapshot, admitted: Admitted, observed: Observed) -> Ki
     for type_, verdict in ((ConditionType.SCALING_LIMITED, limited), (ConditionType.DEGRADED, degraded),
                            (ConditionType.METRICS_AVAILABLE, autoscaled.metrics if autoscaled else None),
                            (ConditionType.COMPUTE_DOMAIN_READY, observed.compute_domain),
-                           (ConditionType.PLACEMENT_CONFLICT, observed.placement_conflict)):
+                           (ConditionType.PLACEMENT_CONFLICT, observed.placement_conflict),
+                           (ConditionType.STOPPED, observed.stopped)):
         if verdict is not None:
             conditions = set_condition(conditions, type_, verdict, gen)
+    for type_, verdict in ((ConditionType.ROUTING_READY, observed.routing_ready),
+                           (ConditionType.GATEWAY_READY, observed.gateway)):
+        conditions = (set_condition(conditions, type_, verdict, gen) if verdict is not None
+                      else [c for c in conditions if c.type != type_])
     note, owner = observed.compute_domain_note, snap.owner
     return KimiK3DeploymentStatus(
         observed_generation=gen,
@@ -382,8 +401,10 @@ def compute_status(snap: Snapshot, admitted: Admitted, observed: Observed) -> Ki
                         compute_domain_note=note if plan.needs_compute_domain else None),
         decode=autoscaled.decode if autoscaled else None,
         last_scale=autoscaled.last_scale if autoscaled else None,
+        idle=observed.idle,
         groups=group_statuses(snap.groups, snap.workloads, snap.sets, observed.target, observed.desired),
         rollout=rollout,
+        routing=observed.routing,
         engine_overrides=list(admitted.overrides),
     )
 

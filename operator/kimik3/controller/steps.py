@@ -8,6 +8,7 @@ writes: the applies between ``roll`` and ``retire``, the deletions, the status a
 
     stage    weights and drafter staged before any GPU is held (``controller.staging``)
     guard    engine failures: Degraded and the launcher's start back-off (``controller.recreation``)
+    idle     stopped after spec.idle.stopAfter without a request, or woken (``controller.idle``)
     scale    the replicas the autoscaler decides (``controller.autoscaling``)
     render   the children of the admitted spec (``render.children``)
     roll     the LeaderWorkerSets of the rollout: surge, canary, rollback (``controller.rollout``)
@@ -19,6 +20,7 @@ writes: the applies between ``roll`` and ``retire``, the deletions, the status a
     prune    children the spec no longer needs, launcher ConfigMaps no revision mounts
     place    Kueue groups split across racks or on a failed tray, admitted again (``controller.readmit``)
     observe  the ComputeDomain (``controller.computedomains``)
+    route    the endpoint picker, the InferencePool's gateways, the route's Gateways (``controller.routing``)
     report   the status and its Events (``controller.status``)
 """
 
@@ -30,7 +32,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 
 from kimik3.admission import Admitted
 from kimik3.api.conditions import ConditionType, Event, EventReason, Reason, Verdict, event_reason
-from kimik3.api.v1alpha1 import KimiK3DeploymentStatus
+from kimik3.api.v1alpha1 import KimiK3DeploymentStatus, RoutingStatus
 from kimik3.controller import launchers
 from kimik3.controller.autoscaling import Autoscaling, Scaled
 from kimik3.controller.computedomains import (SLICES_POLL_S, PrepareFailure, compute_domain_verdict, prepare_failures,
@@ -40,9 +42,12 @@ from kimik3.controller import placementmix
 from kimik3.controller.queues import POLL_S as QUEUE_POLL_S
 from kimik3.controller.queues import QueueRead, queue_verdict
 from kimik3.controller.groups import kueue_changes, stored_groups
+from kimik3.controller.idle import Idle, IdleStep
 from kimik3.controller.readmit import awaits_kueue, readmissions
 from kimik3.controller.recreation import Crashes, GroupFailures
 from kimik3.controller.rollout import RolloutStep, Rollouts, scale_down_held, step_event
+from kimik3.controller.routing import POLL_S as GATEWAY_POLL_S
+from kimik3.controller.routing import gateway_verdict, routing_status, routing_verdict
 from kimik3.controller.snapshot import Snapshot
 from kimik3.controller.staging import Staging, Weights, with_weights
 from kimik3.controller.status import Observed, compute_status, stored_conditions
@@ -131,9 +136,20 @@ def guard(snap: Snapshot, failures: GroupFailures) -> StepResult[Crashes]:
                       events=[Event("Warning", event_reason(verdict.reason), verdict.message)])
 
 
-def scale(snap: Snapshot, admitted: Admitted, autoscaling: Autoscaling) -> StepResult[Scaled | None]:
-    """The autoscaler's decision (None with autoscaling off); a scale-down is held while a rollout runs."""
-    if not admitted.spec.autoscaling.enabled:
+def idle(snap: Snapshot, admitted: Admitted, idling: Idle) -> StepResult[IdleStep]:
+    """Stopped (0 groups) after spec.idle.stopAfter without a request, or woken by a request or a
+    spec change; the condition Stopped and its Events (``controller.idle``)."""
+    step = idling.step(snap.obj, admitted, snap.sets, snap.groups, snap.workloads)
+    out = StepResult(step, events=list(step.events), requeue_after=step.requeue_after)
+    if step.verdict is not None:
+        out.conditions[ConditionType.STOPPED] = step.verdict
+    return out
+
+
+def scale(snap: Snapshot, admitted: Admitted, autoscaling: Autoscaling, stopped: bool = False) -> StepResult[Scaled | None]:
+    """The autoscaler's decision (None with autoscaling off, or while ``stopped`` for idleness); a
+    scale-down is held while a rollout runs."""
+    if not admitted.spec.autoscaling.enabled or stopped:
         autoscaling.forget(snap.owner.namespace, snap.owner.name)
         return StepResult(None)
     scaled = autoscaling.step(snap.obj, admitted, snap.sets, snap.groups, snap.workloads)
@@ -148,18 +164,20 @@ def scale(snap: Snapshot, admitted: Admitted, autoscaling: Autoscaling) -> StepR
     return StepResult(scaled, events=events, requeue_after=scaled.requeue_after)
 
 
-def render_children(snap: Snapshot, admitted: Admitted, scaled: Scaled | None, crashes: Crashes,
+def render_children(snap: Snapshot, admitted: Admitted, replicas: int | None, crashes: Crashes,
                     compute_domains: bool) -> StepResult[Rendered]:
-    """The children of the spec at the autoscaler's replicas; render's warnings as Events. The
-    launcher carries the start back-off its own templates' groups earned (the LeaderWorkerSets of
-    the rendered template hash): a new revision starts clean."""
-    replicas = None if scaled is None else scaled.replicas
-    rendered = render(admitted, snap.owner, replicas=replicas, compute_domains=compute_domains)
+    """The children of the spec at ``replicas`` (the autoscaler's or the idle step's; None:
+    spec.replicas); render's warnings as Events. The launcher carries the start back-off its own
+    templates' groups earned (the LeaderWorkerSets of the rendered template hash): a new revision
+    starts clean."""
+    rendered = render(admitted, snap.owner, replicas=replicas, compute_domains=compute_domains,
+                      inference_pools=snap.pools_served)
     lws = next(c for c in rendered.objects if c["kind"] == LEADER_WORKER_SET.kind)
     want = lws["metadata"]["annotations"].get(TEMPLATE_HASH_ANNOTATION)
     delay = crashes.start_delay_s(s.name for s in snap.sets if s.template_hash == want and not s.deleting)
     if delay > 0:
-        rendered = render(admitted, snap.owner, replicas=replicas, compute_domains=compute_domains, start_delay_s=delay)
+        rendered = render(admitted, snap.owner, replicas=replicas, compute_domains=compute_domains, start_delay_s=delay,
+                          inference_pools=snap.pools_served)
     return StepResult(rendered, events=list(rendered.warnings))
 
 
@@ -167,7 +185,8 @@ def roll(snap: Snapshot, admitted: Admitted, rendered: Rendered, rollouts: Rollo
     """The rendered LeaderWorkerSet replaced by the rollout's sets (old ones first, the target last);
     the disruption budget counts the pods of them all (``render.disruption.over_fleet``)."""
     index = next(i for i, c in enumerate(rendered.objects) if c["kind"] == LEADER_WORKER_SET.kind)
-    rolled = rollouts.step(snap.obj, admitted, rendered.objects[index], snap.sets, snap.groups, snap.workloads)
+    rolled = rollouts.step(snap.obj, admitted, rendered.objects[index], snap.sets, snap.groups, snap.workloads,
+                           snap.launchers)
     replicas, pods = int(rendered.objects[index]["spec"]["replicas"]), fleet_pods(rolled.fleet.apply, snap.pods)
     objects = [over_fleet(c, admitted.spec, replicas, pods) if c["kind"] == POD_DISRUPTION_BUDGET.kind else c
                for c in rendered.objects[:index] + rolled.fleet.apply + rendered.objects[index + 1:]]
@@ -218,11 +237,11 @@ def prune(snap: Snapshot, rendered: Rendered, applied_all: bool) -> StepResult[N
     revision with groups mounts (``controller.launchers``)."""
     owner = snap.owner
     out: StepResult[None] = StepResult(None)
-    for kind in rendered.absent:
+    for kind, name in rendered.absent:
         if kind == COMPUTE_DOMAIN and snap.pods:
             continue  # F4: pods still hold its channel claim; deleted once they are gone
-        out.delete.append(Deletion(kind, owner.name, event=Event(
-            "Normal", EventReason.DELETED, f"{kind.kind} {owner.name} removed: not needed by the spec")))
+        out.delete.append(Deletion(kind, name, event=Event(
+            "Normal", EventReason.DELETED, f"{kind.kind} {name} removed: not needed by the spec")))
     if applied_all and launchers.settled(snap.sets):
         configmap = next(c["metadata"]["name"] for c in rendered.objects if c["kind"] == CONFIG_MAP.kind)
         keep = launchers.in_use(configmap, snap.sets, snap.pods)
@@ -264,6 +283,25 @@ def observe(snap: Snapshot, has_domain: bool, now: dt.datetime) -> StepResult[li
     event = verdict_event(verdict)
     if event is not None:
         out.events.append(event)
+    return out
+
+
+def route(snap: Snapshot, admitted: Admitted) -> StepResult[RoutingStatus | None]:
+    """RoutingReady (with ``spec.routing``) and GatewayReady (with ``spec.service.httpRoute``), and
+    ``status.routing`` as the value (``controller.routing``); look again every ``GATEWAY_POLL_S``
+    while a Gateway does not admit the route (Gateways are not watched)."""
+    spec, owner = admitted.spec, snap.owner
+    reported = bool((snap.obj.get("status") or {}).get("routing"))
+    out: StepResult[RoutingStatus | None] = StepResult(routing_status(spec, owner, snap.pools_served, snap.pool,
+                                                                      reported))
+    routing = routing_verdict(spec, owner, snap.pools_served, snap.picker, snap.pool, snap.objectives_served)
+    gateway = gateway_verdict(owner.namespace, snap.gateways)
+    if routing is not None:
+        out.conditions[ConditionType.ROUTING_READY] = routing
+    if gateway is not None:
+        out.conditions[ConditionType.GATEWAY_READY] = gateway
+        if gateway.status != "True":
+            out.requeue_after = GATEWAY_POLL_S
     return out
 
 

@@ -51,6 +51,15 @@ COMPUTE_DOMAIN = Kind("resource.nvidia.com", "v1beta1", "ComputeDomain", "comput
 POD_MONITOR = Kind("monitoring.coreos.com", "v1", "PodMonitor", "podmonitors")
 HTTP_ROUTE = Kind("gateway.networking.k8s.io", "v1", "HTTPRoute", "httproutes")
 POD_DISRUPTION_BUDGET = Kind("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets")
+GATEWAY = Kind("gateway.networking.k8s.io", "v1", "Gateway", "gateways")
+"""The Gateway an HTTPRoute names (read, never written: ``controller.routing`` checks it admits the route)."""
+INFERENCE_POOL = Kind("inference.networking.k8s.io", "v1", "InferencePool", "inferencepools")
+"""Gateway API Inference Extension: the group leaders as one backend, scored by an endpoint picker."""
+INFERENCE_OBJECTIVE = Kind("inference.networking.x-k8s.io", "v1alpha2", "InferenceObjective", "inferenceobjectives")
+"""Gateway API Inference Extension: read by the endpoint picker (its Role grants it); the operator only asks
+discovery whether it is served (the picker v1.2.1 cannot start without it)."""
+DEPLOYMENT = Kind("apps", "v1", "Deployment", "deployments")
+"""The endpoint picker (``render.routing``)."""
 WORKLOAD = Kind("kueue.x-k8s.io", "v1beta2", "Workload", "workloads")
 """Kueue: one per group of a LeaderWorkerSet it manages (placement ``kueue``); read, never written."""
 LOCAL_QUEUE = Kind("kueue.x-k8s.io", "v1beta2", "LocalQueue", "localqueues")
@@ -72,13 +81,15 @@ RESOURCE_SLICE = Kind("resource.k8s.io", "v1", "ResourceSlice", "resourceslices"
 NODE = Kind("", "v1", "Node", "nodes")
 """Cluster-scoped (``path()`` with no namespace); read by the dev kit's views, not by the operator."""
 
-KINDS: tuple[Kind, ...] = (KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, COMPUTE_DOMAIN, POD_MONITOR, HTTP_ROUTE,
+KINDS: tuple[Kind, ...] = (KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, COMPUTE_DOMAIN, POD_MONITOR, HTTP_ROUTE, GATEWAY,
+                           INFERENCE_POOL, DEPLOYMENT,
                            POD_DISRUPTION_BUDGET, CONFIG_MAP, SERVICE, POD, EVENT, LEASE, NODE, RESOURCE_SLICE, WORKLOAD,
                            LOCAL_QUEUE,
                            JOB, PERSISTENT_VOLUME_CLAIM, SERVICE_ACCOUNT, ROLE, ROLE_BINDING)
 
 CHILD_KINDS: tuple[Kind, ...] = (COMPUTE_DOMAIN, CONFIG_MAP, LEADER_WORKER_SET, SERVICE, POD_DISRUPTION_BUDGET,
-                                 POD_MONITOR, HTTP_ROUTE)
+                                 POD_MONITOR, SERVICE_ACCOUNT, ROLE, ROLE_BINDING, DEPLOYMENT, INFERENCE_POOL,
+                                 HTTP_ROUTE)
 """What one KimiK3Deployment owns, in apply order (the ComputeDomain before the pods that claim it)."""
 CHILD_NEEDS: dict[Kind, tuple[Kind, ...]] = {LEADER_WORKER_SET: (COMPUTE_DOMAIN, CONFIG_MAP)}
 """Children applied only once the children they need were: the LeaderWorkerSet's pods claim the
@@ -90,6 +101,7 @@ SERVED_BY: dict[Kind, str] = {
     COMPUTE_DOMAIN: "NVIDIA's DRA driver for GPUs (its ComputeDomain CRD)",
     POD_MONITOR: "the Prometheus Operator (its PodMonitor CRD)",
     HTTP_ROUTE: "the Gateway API (its standard-channel CRDs)",
+    INFERENCE_POOL: "the Gateway API Inference Extension (its InferencePool CRD, v1.2.1)",
     WORKLOAD: "Kueue",
 }
 """Who installs each kind a cluster may lack: said when the API server does not serve it."""

@@ -46,5 +46,9 @@ KUEUE_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 KUEUE_WORKLOAD_INDEX_ANNOTATION = "kueue.x-k8s.io/component-workload-index"
 """On each Workload of a LeaderWorkerSet: the group index it admits."""
 
+WAKE_REQUESTED_ANNOTATION = f"{GROUP}/wake-requested-at"
+"""On a KimiK3Deployment: an RFC 3339 time; a deployment stopped for idleness before it wakes
+(``kimik3 wake`` writes it), and the idle clock counts from it."""
+
 STAGER_LABEL = f"{GROUP}/stager"
 """On a staging Job and its pod (value ``"true"``): the pod the dev cluster's stager runner runs."""

@@ -1,5 +1,7 @@
-"""The HTTPRoute (Gateway API, gateway.networking.k8s.io/v1) that exposes the client Service
-through a Gateway the platform owns ("dedicated inference" behind a provider's gateway).
+"""The HTTPRoute (Gateway API, gateway.networking.k8s.io/v1) that exposes the deployment through a
+Gateway the platform owns ("dedicated inference" behind a provider's gateway): to the client
+Service, or with ``spec.routing`` to the InferencePool (``render.routing``), whose endpoint picker
+then chooses the group leader of each request.
 
 Only ``spec.service.httpRoute.pathPrefixes`` (default ``/v1``) are routed: vLLM checks its API key
 (``spec.service.apiKeySecret``) on ``/v1`` only and serves ``/health``, ``/metrics``, ``/tokenize``,
@@ -10,14 +12,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from kimik3.kube.kinds import HTTP_ROUTE, SERVICE
+from kimik3.kube.kinds import HTTP_ROUTE, INFERENCE_POOL, SERVICE
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
 from kimik3.render.meta import Owner
 
 
-
-def http_route(owner: Owner, spec: KimiK3DeploymentSpec) -> dict[str, Any]:
-    """The route of ``spec.service.httpRoute`` to the client Service (named like the deployment)."""
+def http_route(owner: Owner, spec: KimiK3DeploymentSpec, to_pool: bool = False) -> dict[str, Any]:
+    """The route of ``spec.service.httpRoute`` to the client Service, or with ``to_pool`` to the
+    InferencePool (both named like the deployment; a pool's backendRef has no port: the pool's
+    targetPorts say it)."""
     route = spec.service.http_route
     if route is None:
         raise ValueError("spec.service.httpRoute is not set")
@@ -34,8 +37,9 @@ def http_route(owner: Owner, spec: KimiK3DeploymentSpec) -> dict[str, Any]:
         route_spec["hostnames"] = list(route.hostnames)
     route_spec["rules"] = [{
         "matches": [{"path": {"type": "PathPrefix", "value": prefix}} for prefix in route.path_prefixes],
-        "backendRefs": [{"group": SERVICE.group, "kind": SERVICE.kind, "name": owner.name,
-                         "port": spec.service.port}],
+        "backendRefs": [{"group": INFERENCE_POOL.group, "kind": INFERENCE_POOL.kind, "name": owner.name} if to_pool
+                        else {"group": SERVICE.group, "kind": SERVICE.kind, "name": owner.name,
+                              "port": spec.service.port}],
     }]
     return {"apiVersion": HTTP_ROUTE.api_version, "kind": HTTP_ROUTE.kind, "metadata": owner.metadata(owner.name),
             "spec": route_spec}

@@ -42,6 +42,8 @@ RESTARTS: dict[str, tuple[bool, str]] = {
     "monitoring": (False, "the PodMonitor only"),
     "disruptionBudget": (False, "the PodDisruptionBudget only"),
     "rollout": (False, "how the operator moves groups from the old LeaderWorkerSet to the new one"),
+    "routing": (False, "the InferencePool, the endpoint picker and the HTTPRoute's backend: pods are selected, not changed"),
+    "idle": (False, "the operator's stop and wake; they reach the LeaderWorkerSet as replicas"),
     "metadata.labels": (False, "the CR's own labels are not copied to any child"),
     "metadata.annotations": (False, "the CR's own annotations are not copied to any child"),
 }

@@ -87,8 +87,8 @@ import requests
 
 from kimik3.admission import Admitted
 from kimik3.autoscaler.observation import (ACCEPTED, DRAFTS, GENERATION_TOKENS, ITL, PREFIX_CACHE_HITS,
-                                           PROMPT_TOKENS, RUNNING, TTFT, WAITING, DecodeObservation,
-                                           MetricsUnavailable)
+                                           PROMPT_TOKENS, RUNNING, TTFT, DecodeObservation, MetricsUnavailable)
+from kimik3.engine.metrics import WAITING
 from kimik3.autoscaler.perfmodel import (DEFAULT_WORKLOAD, EngineShape, PerfParams, acceptance_length, decode_point,
                                          perf_params, ttft)
 from kimik3.autoscaler.policy import Decision, FleetState, Policy

@@ -34,10 +34,19 @@ digest), else 401 with the body ``{"error":"Unauthorized"}`` (``application/json
 routing (an unknown ``/v1`` path is 401 too, not 404). ``/health`` and ``/metrics`` stay open.
 Empty keys are ignored (vLLM: no key, no authentication). The keys are kept only as digests.
 
-A bad release (``EngineConfig.step_slowdown``, ``error_rate``, from the pod's ``KIMIK3_SIM_*`` env:
-``kimik3_dev.sim.supervisor``): every engine step takes ``step_slowdown`` times as long, and a
-share ``error_rate`` of the requests fail with HTTP 500 (counted in ``vllm:request_success`` with
-``finished_reason="error"``, as vLLM counts a request its engine failed).
+A bad release (``EngineConfig.step_slowdown``, ``error_rate``, ``corrupt_rate``, from the pod's
+``KIMIK3_SIM_*`` env: ``kimik3_dev.sim.supervisor``): every engine step takes ``step_slowdown``
+times as long, a share ``error_rate`` of the requests fail with HTTP 500 (counted in
+``vllm:request_success`` with ``finished_reason="error"``, as vLLM counts a request its engine
+failed), and a share ``corrupt_rate`` of the prompts get a greedy output that leaves the reference
+(``kimik3_dev.sim.divergence``, which also plays the benign divergence of healthy groups,
+``benign_divergence``).
+
+Greedy outputs and token ids: every request is answered greedily (``temperature`` is not read);
+the output is the reference (``token_text``) unless ``divergence`` says it leaves it. With
+``"return_token_ids": true`` a choice (and each stream chunk) carries the output's ``token_ids``
+(ids of the simulated tokenizer, ``token_id``), as vLLM does; a completion with ``"logprobs": N``
+carries ``logprobs`` (the sampled tokens' text, log-probability 0).
 
 Simulator specifics (not vLLM): the text is made-up words, one token per word; prompt tokens are
 the words and punctuation marks (``token_ids``; chat: + 4 per message + 2 for the reply header); without
@@ -69,6 +78,7 @@ from aiohttp import web
 from kimik3.autoscaler import perfmodel
 from kimik3.autoscaler.observation import FAILED_REASON
 from kimik3.autoscaler.perfmodel import EngineShape, PerfParams
+from kimik3_dev.sim import divergence
 from kimik3_dev.sim.prefixcache import PrefixCache, block_hashes
 from kimik3_dev.sim.vllm_metrics import EngineMetrics
 
@@ -121,9 +131,21 @@ def chat_token_ids(messages: list[Any]) -> list[int]:
     return ids + [0] * CHAT_REPLY_HEADER_TOKENS
 
 
-def token_text(index: int) -> str:
-    """Text of the ``index``-th generated token (a space and a word)."""
-    return " " + WORDS[(index * 7 + index // len(WORDS)) % len(WORDS)]
+def token_word(index: int, at: int | None = None, offset: int = 0) -> int:
+    """Word (index in ``WORDS``) of the ``index``-th generated token of an output diverging from
+    the greedy reference ``at`` (None: the reference) by ``offset`` (``divergence.diverges_at``)."""
+    return divergence.output_word(index, len(WORDS), at, offset)
+
+
+def token_text(index: int, at: int | None = None, offset: int = 0) -> str:
+    """Text of the ``index``-th generated token (a space and a word; ``token_word``)."""
+    return " " + WORDS[token_word(index, at, offset)]
+
+
+def token_id(index: int, at: int | None = None, offset: int = 0) -> int:
+    """Token id of the ``index``-th generated token: its word's id in the simulated tokenizer
+    (``tokenizer.tokenizer_json``: ``<unk>`` is 0, ``WORDS[i]`` is ``i + 1``)."""
+    return token_word(index, at, offset) + 1
 
 
 @dataclass
@@ -148,6 +170,15 @@ class EngineConfig:
     """Factor on every engine step's time (a release that decodes slower: 2.0 is twice as slow)."""
     error_rate: float = 0.0
     """Share of requests the engine fails (HTTP 500, ``finished_reason="error"``)."""
+    corrupt_rate: float = 0.0
+    """Share of prompts whose greedy output leaves the reference (a corrupting release:
+    ``divergence``); latency and errors unchanged."""
+    benign_divergence: float = 0.0
+    """Share of prompts whose greedy output leaves the reference on a healthy group (kernels that
+    are not batch-invariant: ``divergence``); ``dev up`` sets ``divergence.BENIGN_DIVERGENCE``."""
+    group_name: str = ""
+    """The group the engine serves (on ``dev up`` its leader pod's name): which prompts diverge,
+    and where, is a hash of it and the prompt (``divergence.diverges_at``)."""
     enable_prefix_caching: bool = True
     """Hold a prefix cache per engine (module docstring); off: every prompt token is prefilled."""
     api_keys: tuple[str, ...] = field(default=(), repr=False, compare=False)
@@ -599,7 +630,8 @@ class SimEngine:
             ids = prompt
         else:
             return _error(400, "prompt must be a string or a list of token ids (one prompt).", param="prompt")
-        return await self._serve(request, body, ids, chat=False)
+        return await self._serve(request, body, ids, chat=False,
+                                 key=prompt if isinstance(prompt, str) else json.dumps(prompt))
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await self._body(request)
@@ -608,9 +640,14 @@ class SimEngine:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             return _error(400, "messages must be a non-empty list.", param="messages")
-        return await self._serve(request, body, chat_token_ids(messages), chat=True)
+        return await self._serve(request, body, chat_token_ids(messages), chat=True,
+                                 key=json.dumps(messages, sort_keys=True))
 
-    async def _serve(self, request: web.Request, body: dict[str, Any], ids: list[int], chat: bool) -> web.StreamResponse:
+    async def _serve(self, request: web.Request, body: dict[str, Any], ids: list[int], chat: bool,
+                     key: str) -> web.StreamResponse:
+        """Serve one request of prompt token ids ``ids`` whose prompt is ``key`` (its text, or its
+        token ids / messages as JSON: what decides whether its output diverges,
+        ``divergence.diverges_at``)."""
         n_prompt = max(1, len(ids))
         max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
         if max_tokens is not None and n_prompt + max_tokens > self.config.max_model_len:
@@ -621,6 +658,9 @@ class SimEngine:
             self.metrics.by_reason[FAILED_REASON][0].inc()
             return _error(500, "The engine failed the request (simulated bad release).", "InternalServerError")
         req = self.submit(n_prompt, max_tokens, body.get("kimik3_workload"), ids)
+        at, offset = divergence.diverges_at(key, self.config.group_name, self.config.benign_divergence,
+                                            self.config.corrupt_rate)
+        return_ids = bool(body.get("return_token_ids"))
         rid = ("chatcmpl-" if chat else "cmpl-") + req.rid
         created = int(time.time())
         self._responding += 1
@@ -628,7 +668,8 @@ class SimEngine:
             if body.get("stream"):
                 opts = body.get("stream_options") or {}
                 return await self._stream(request, req, rid, created, chat, n_prompt,
-                                          bool(opts.get("include_usage")), bool(opts.get("continuous_usage_stats")))
+                                          bool(opts.get("include_usage")), bool(opts.get("continuous_usage_stats")),
+                                          (at, offset), return_ids)
             text: list[str] = []
             reason = None
             while reason is None:
@@ -636,9 +677,12 @@ class SimEngine:
                 if item is None:
                     return _error(503, "The engine stopped.", "ServiceUnavailableError")
                 start, n, reason = item
-                text.extend(token_text(i) for i in range(start, start + n))
-            return web.json_response(_full_response(rid, created, self.config.served_model_name, chat,
-                                                    "".join(text), reason, n_prompt, req.generated))
+                text.extend(token_text(i, at, offset) for i in range(start, start + n))
+            logprobs = body.get("logprobs") if not chat and isinstance(body.get("logprobs"), int) else None
+            return web.json_response(_full_response(
+                rid, created, self.config.served_model_name, chat, "".join(text), reason, n_prompt, req.generated,
+                [token_id(i, at, offset) for i in range(req.generated)] if return_ids else None,
+                _completion_logprobs(text) if logprobs is not None else None))
         finally:
             self._responding -= 1
             if not req.done:
@@ -646,12 +690,14 @@ class SimEngine:
                 self._unit_of[req.engine].wake.set()
 
     async def _stream(self, request: web.Request, req: SimRequest, rid: str, created: int, chat: bool,
-                      n_prompt: int, include_usage: bool, continuous: bool) -> web.StreamResponse:
+                      n_prompt: int, include_usage: bool, continuous: bool, diverging: tuple[int | None, int],
+                      ids: bool) -> web.StreamResponse:
         """Server-sent events as vLLM 0.32 writes them (``_stream_chunk``): one chunk per engine step
         that emitted tokens (a DSpark step carries 1 + accepted tokens); chat opens with a chunk
         carrying the role, sent with the first tokens (vLLM sends it on the first engine output,
         so it marks the first token for a client); with ``include_usage``, a last chunk with no
-        choices and the usage; then ``data: [DONE]``."""
+        choices and the usage; then ``data: [DONE]``. ``diverging``: where the output leaves the
+        greedy reference (``divergence.diverges_at``); ``ids``: each chunk carries its ``token_ids``."""
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
                                            "Cache-Control": "no-cache"})
         await resp.prepare(request)
@@ -668,9 +714,10 @@ class SimEngine:
             start, n, reason = item
             if chat and start == 0:
                 await send(_chat_role_chunk(rid, created, model, n_prompt if include_usage and continuous else None))
-            text = "".join(token_text(i) for i in range(start, start + n))
+            text = "".join(token_text(i, *diverging) for i in range(start, start + n))
             usage = (n_prompt, start + n) if include_usage and continuous else None
-            await send(_stream_chunk(rid, created, model, chat, text, reason, usage))
+            await send(_stream_chunk(rid, created, model, chat, text, reason, usage,
+                                     [token_id(i, *diverging) for i in range(start, start + n)] if ids else None))
         if include_usage and reason is not None:
             await send({"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
                         "created": created, "model": model, "choices": [],
@@ -694,20 +741,22 @@ def _usage(prompt: int, completion: int, *, details: tuple[str, ...] = ()) -> di
 
 
 def _full_response(rid: str, created: int, model: str, chat: bool, text: str, reason: str,
-                   prompt: int, completion: int) -> dict[str, Any]:
-    """A whole ``CompletionResponse`` / ``ChatCompletionResponse`` (``"stream": false``)."""
+                   prompt: int, completion: int, token_ids: list[int] | None = None,
+                   logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A whole ``CompletionResponse`` / ``ChatCompletionResponse`` (``"stream": false``);
+    ``token_ids``: the output's (``return_token_ids``); ``logprobs``: a completion's (``logprobs``)."""
     usage = _usage(prompt, completion, details=("prompt_tokens_details", "completion_tokens_details"))
     if chat:
         message = {"role": "assistant", "content": text, "refusal": None, "annotations": None, "audio": None,
                    "function_call": None, "reasoning": None}  # tool_calls: dropped when empty
         choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": reason, "stop_reason": None,
-                  "token_ids": None, "routed_experts": None}
+                  "token_ids": token_ids, "routed_experts": None}
         return {"id": rid, "object": "chat.completion", "created": created, "model": model, "choices": [choice],
                 "service_tier": None, "system_fingerprint": None, "usage": usage, "prompt_logprobs": None,
                 "prompt_token_ids": None, "prompt_text": None, "kv_transfer_params": None,
                 "ec_transfer_params": None, "metrics": None}
-    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason, "stop_reason": None,
-              "token_ids": None, "prompt_logprobs": None, "prompt_token_ids": None, "routed_experts": None}
+    choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": reason, "stop_reason": None,
+              "token_ids": token_ids, "prompt_logprobs": None, "prompt_token_ids": None, "routed_experts": None}
     return {"id": rid, "object": "text_completion", "created": created, "model": model, "choices": [choice],
             "service_tier": None, "system_fingerprint": None, "usage": usage, "kv_transfer_params": None,
             "ec_transfer_params": None, "metrics": None}
@@ -725,18 +774,27 @@ def _chat_role_chunk(rid: str, created: int, model: str, continuous_prompt: int 
     return doc
 
 
+def _completion_logprobs(tokens: list[str]) -> dict[str, Any]:
+    """A completion's ``logprobs`` (vLLM's ``CompletionLogProbs``) for greedy ``tokens``: each
+    token's text and offset; the simulated model is certain of each (log-probability 0), and
+    only the sampled token is listed (``logprobs: 0``)."""
+    offsets = [sum(len(t) for t in tokens[:i]) for i in range(len(tokens))]
+    return {"text_offset": offsets, "token_logprobs": [0.0] * len(tokens), "tokens": tokens,
+            "top_logprobs": [{t: 0.0} for t in tokens]}
+
+
 def _stream_chunk(rid: str, created: int, model: str, chat: bool, text: str, reason: str | None,
-                  usage: tuple[int, int] | None) -> dict[str, Any]:
+                  usage: tuple[int, int] | None, token_ids: list[int] | None = None) -> dict[str, Any]:
     """One chunk of generated text; ``stop_reason`` only on the last chat chunk (on every
     completions chunk); ``usage`` (prompt, completion tokens so far) with ``continuous_usage_stats``."""
     if chat:
         choice: dict[str, Any] = {"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": reason}
         if reason is not None:
             choice["stop_reason"] = None
-        choice["token_ids"] = None
+        choice["token_ids"] = token_ids
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason, "stop_reason": None,
-                  "prompt_token_ids": None, "token_ids": None}
+                  "prompt_token_ids": None, "token_ids": token_ids}
     doc: dict[str, Any] = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
                            "created": created, "model": model, "choices": [choice]}
     if usage is not None:

@@ -61,8 +61,13 @@ A bad release, to rehearse a rollback: the engine container's env (``spec.engine
 is part of the group templates and rolls out like a new image) may carry
 ``KIMIK3_SIM_SLOWDOWN`` (a factor on every engine step, e.g. ``2`` for a release twice as slow),
 ``KIMIK3_SIM_LOAD_TIME`` (this release's load time, a duration such as ``40s``) and
-``KIMIK3_SIM_ERROR_RATE`` (the share of requests it fails, e.g. ``0.2``); read when the engine
-starts for a leader pod, like the rest of its env. A bad value gives the group no engine, with a
+``KIMIK3_SIM_ERROR_RATE`` (the share of requests it fails, e.g. ``0.2``),
+``KIMIK3_SIM_CORRUPT_RATE`` (the share of prompts whose greedy output leaves the reference, latency
+unchanged: a release that corrupts its outputs, ``kimik3_dev.sim.divergence``) and
+``KIMIK3_SIM_BENIGN_DIVERGENCE`` (the benign divergence of its healthy groups, default
+``divergence.BENIGN_DIVERGENCE``); read when the engine starts for a leader pod, like the rest of
+its env. A release that never becomes Ready: ``KIMIK3_SIM_LOAD_TIME`` past the startup probe's
+``probes.loadTimeout``, or ``KIMIK3_SIM_EXIT_CODE`` below. A bad value gives the group no engine, with a
 warning naming the variable. ``KIMIK3_SIM_EXIT_CODE`` (1-255) is a release that crashes at
 start-up (a bad argument, missing weights): the group gets no engine; once the plan's
 ``startDelaySeconds`` have passed (the launcher's start back-off) the supervisor writes the
@@ -103,6 +108,7 @@ from kimik3.render.configmap import LAUNCHER_KEY
 from kimik3.render.leaderworkerset import CONTAINER
 from kimik3.render.meta import engine_set_name
 from kimik3_dev.sim import launch, podenv, services
+from kimik3_dev.sim.divergence import BENIGN_DIVERGENCE
 from kimik3_dev.sim.engine import SimEngine
 
 log = logging.getLogger(__name__)
@@ -118,8 +124,11 @@ DEFAULT_FAILURE_THRESHOLD = 3
 """A probe's ``failureThreshold`` when the pod does not set it (the kubelet's default)."""
 READINESS_CONDITIONS = ("Ready", "ContainersReady")
 RELEASE_ENV = {"KIMIK3_SIM_SLOWDOWN": "step_slowdown", "KIMIK3_SIM_LOAD_TIME": "load_time_s",
-               "KIMIK3_SIM_ERROR_RATE": "error_rate"}
+               "KIMIK3_SIM_ERROR_RATE": "error_rate", "KIMIK3_SIM_CORRUPT_RATE": "corrupt_rate",
+               "KIMIK3_SIM_BENIGN_DIVERGENCE": "benign_divergence"}
 """The engine env of a simulated bad release -> the ``EngineConfig`` field it sets (module docstring)."""
+RATE_FIELDS = frozenset({"error_rate", "corrupt_rate", "benign_divergence"})
+"""The ``RELEASE_ENV`` fields that are shares, in [0, 1]."""
 EXIT_CODE_ENV = "KIMIK3_SIM_EXIT_CODE"
 """Engine env: the engine exits with this code at start (module docstring)."""
 
@@ -149,7 +158,7 @@ def release_overrides(pod_spec: dict[str, Any]) -> dict[str, float]:
             number = duration_seconds(value) if field_name == "load_time_s" else float(value)
         except ValueError:
             raise ValueError(f"{name}={value!r} is not a {'duration' if field_name == 'load_time_s' else 'number'}")
-        if number < 0 or (field_name == "error_rate" and number > 1):
+        if number < 0 or (field_name in RATE_FIELDS and number > 1):
             raise ValueError(f"{name}={value!r} is out of range")
         out[field_name] = number
     return out
@@ -451,9 +460,10 @@ class Supervisor:
                 return
             release = release_overrides(want.pod.get("spec") or {})
             config = launch.engine_config(started_with.argv, started_with.accelerator, want.variant,
-                                          **(release | {"load_time_s": release.get("load_time_s", want.load_time_s)
-                                                        + started_with.start_delay_s}),
-                                          workload=want.workload, seed=self.seed)
+                                          **({"benign_divergence": BENIGN_DIVERGENCE} | release
+                                             | {"load_time_s": release.get("load_time_s", want.load_time_s)
+                                                + started_with.start_delay_s}),
+                                          workload=want.workload, seed=self.seed, group_name=want.leader_pod)
         except (launch.LaunchUnresolved, ValueError) as exc:
             log.warning("group %s/%s/%s (leader %s): no engine: %s", *key, want.leader_pod, exc)
             return

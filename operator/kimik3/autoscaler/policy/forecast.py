@@ -12,9 +12,11 @@ unshrunk trend (``keep``: removing a group on an upswing costs a load time to ge
 level shift (the demand is ``SHIFT`` times its usual relative deviation away from what the
 readings up to one window back expect now: their parabola carried forward once they span half
 the trend window, else the last of them; a step, a burst, not a ramp's noisy reading) restarts
-the history: a step is not a trend. The forecast is raised by its own measured shortfall
+the history: a step is not a trend. The forecast is raised to its own measured shortfall
 (``Shortfall``: forecasts made a lead time ago against the demand that came, exponentially
-averaged; shifts excluded).
+averaged; shifts excluded): at least the demand now grown by that share, not the trend's
+forecast multiplied by it (the two are estimates of one rise over the lead; their product counts
+it twice once the trend has caught up).
 """
 
 from __future__ import annotations
@@ -39,7 +41,15 @@ SHIFT_FLOOR = 0.03
 class Shortfall:
     """How far the forecasts fell short of the demand that came a lead time later, as a share of
     the forecast (exponentially averaged: each decision moves it ``gain`` of the way to the
-    newest shortfall); forecasts are raised by it (never lowered)."""
+    newest shortfall).
+
+    It is a second estimate of the rise over a lead time beside the trend's: the demand grew
+    that much more than forecast, so the demand now may grow by it again. The forecast is raised
+    to the demand now grown by the shortfall, never lowered, and not multiplied by it: the
+    shortfall was measured on forecasts made before the trend saw the rise, and once the trend
+    has caught up it holds that rise already (agentic trace, seed 0, after the hour's trough: the
+    flat forecasts made at the trough fell 37% short while the parabola then made was already
+    1.5-2x the demand; their product asked for 15 groups where 7 serve the peak)."""
 
     gain: float
     """``LatencyPolicySettings.correct_gain``."""
@@ -49,9 +59,10 @@ class Shortfall:
 
     def raised(self, now: float, demand: float, forecast: float, lead_s: float, interval_s: float,
                shifted: bool) -> float:
-        """``forecast`` (made ``now`` for ``lead_s`` ahead) raised by the shortfall, after
-        measuring the one of the forecast made a lead time ago against ``demand``; ``shifted``:
-        a level shift lies between them (no shortfall: the measure restarts at 0)."""
+        """``forecast`` (made ``now`` for ``lead_s`` ahead), raised to at least ``demand`` (the
+        demand now) grown by the shortfall, after measuring the one of the forecast made a lead
+        time ago against ``demand``; ``shifted``: a level shift lies between them (no shortfall:
+        the measure restarts at 0). Demand units in, demand units out."""
         made = self._made
         made.add(now, forecast)
         made.forget_before(now - lead_s - 2 * interval_s)
@@ -60,7 +71,7 @@ class Shortfall:
             due, self.value = [], 0.0
         if due and due[-1] > 0:
             self.value += self.gain * ((demand - due[-1]) / due[-1] - self.value)
-        return forecast * (1 + max(0.0, self.value))
+        return max(forecast, demand * (1 + max(0.0, self.value)))
 
 
 @dataclass
@@ -146,7 +157,7 @@ class DemandForecast:
         return past[-1][1]
 
     def _raised(self, now: float, demand: float, forecast: float, window_s: float, lead_s: float) -> float:
-        """``forecast`` raised by the measured shortfall; a level shift within the lead time and
-        the window before it is no shortfall."""
+        """``forecast`` raised to the measured shortfall (``Shortfall.raised``); a level shift
+        within the lead time and the window before it is no shortfall."""
         return self.shortfall.raised(now, demand, forecast, lead_s, self.interval_s,
                                      not self.settled(now, lead_s + window_s))

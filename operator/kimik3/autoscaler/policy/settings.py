@@ -50,7 +50,8 @@ class LatencyPolicySettings:
     standard errors before the scale-up side uses it: noise is no trend."""
     correct_gain: float = 0.1
     """Per decision, how fast the forecast's measured shortfall (forecasts made a lead time ago
-    against the demand that came) follows; the forecast is raised by it."""
+    against the demand that came) follows; the forecast is raised to at least the demand now
+    grown by it (forecast.py ``Shortfall``)."""
     burst_hold_loads: float = 2.0
     """After bursts shorter than a load time (groups asked for arrive to find their demand gone),
     scale-down keeps what the bursts need during this many load times (what the first asked for,

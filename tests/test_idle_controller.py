@@ -1,0 +1,208 @@
+"""Idle stop and wake inside the reconcile, on a real kube-apiserver (spec.idle.stopAfter).
+
+A Reconciler is driven directly with a fake clock, as in tests/test_autoscaling_controller.py:
+the group leaders are a stand-in /metrics page on 127.0.0.1 read through the pod-scrape source
+(the autoscaler's), and the test plays the LeaderWorkerSet controller and the kubelet (pods
+Ready after a load of LOAD_S seconds, removed when the set shrinks).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from click.testing import CliRunner
+from kubernetes import client
+
+from kimik3.cli import main
+from kimik3.controller.autoscaling import Autoscaling
+from kimik3.controller.idle import request_wake
+from kimik3.controller.kube import Kube
+from kimik3.controller.reconcile import Reconciler
+from kimik3.kube.labels import WAKE_REQUESTED_ANNOTATION
+from kimik3.kube.times import rfc3339, rfc3339_seconds
+from kimik3_dev.devcluster.controlplane import ControlPlane
+from kimik3_dev.devcluster.install import install_apis
+from support.cluster import CR, LWS, condition, events
+from support.metrics_server import MetricsServer
+from support.recipes import recipe
+from test_autoscaler_metrics import exposition
+
+NAME, SET = "k3-latency", "k3-latency-engine"
+ITL = "vllm:inter_token_latency_seconds"
+LOAD_S = 754.0
+"""The load each group takes in this test: its leader's Ready transition after its creation."""
+
+pytestmark = pytest.mark.tier("apiserver")  # a ControlPlane of its own (cp)
+
+
+@pytest.fixture(scope="module")
+def cp(tmp_path_factory) -> Iterator[ControlPlane]:
+    with ControlPlane(tmp_path_factory.mktemp("idle-cp")) as plane:
+        install_apis(plane)
+        yield plane
+
+
+@pytest.fixture
+def env(cp) -> Iterator[dict]:
+    api = cp.api_client("admin")
+    ns = f"idle-{uuid.uuid4().hex[:8]}"
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": ns}})
+    leader = MetricsServer()
+    clock = [1_000_000.0]
+    kube = Kube(api)
+    reconciler = Reconciler(kube, autoscaling=Autoscaling(scrape_url=lambda pod, port: leader.url,
+                                                          clock=lambda: clock[0]))
+    yield {"kube": kube, "api": api, "ns": ns, "leader": leader, "clock": clock, "rec": reconciler, "cp": cp}
+    leader.close()
+    api.close()
+
+
+def lws_controller(e: dict, loaded: bool = True) -> int:
+    """What the LeaderWorkerSet controller and the kubelet would do for the set's spec.replicas:
+    a Running leader per group, Ready ``LOAD_S`` after its creation (not ``loaded``: not Ready
+    yet), none beyond; returns the groups."""
+    core = client.CoreV1Api(e["api"])
+    want = int(e["kube"].get(*LWS, e["ns"], SET)["spec"]["replicas"])
+    have = {p.metadata.name for p in core.list_namespaced_pod(e["ns"]).items}
+    for g in range(want):
+        name = f"{SET}-{g}"
+        if name in have:
+            continue
+        pod = core.create_namespaced_pod(e["ns"], {"metadata": {"name": name, "labels": {
+            "leaderworkerset.sigs.k8s.io/name": SET, "leaderworkerset.sigs.k8s.io/group-index": str(g),
+            "leaderworkerset.sigs.k8s.io/worker-index": "0", "app.kubernetes.io/managed-by": "kimik3-operator",
+            "inference.kimik3.io/deployment": NAME}}, "spec": {"containers": [{"name": "engine", "image": "x"}]}})
+        ready_at = rfc3339(pod.metadata.creation_timestamp.timestamp() + LOAD_S)
+        core.patch_namespaced_pod_status(name, e["ns"], {"status": {"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "True" if loaded else "False", "lastTransitionTime": ready_at}]}})
+    for name in have:
+        if int(name.rsplit("-", 1)[1]) >= want:
+            core.delete_namespaced_pod(name, e["ns"], grace_period_seconds=0)
+    e["kube"].patch_merge(*LWS, e["ns"], SET, {"status": {"replicas": want, "readyReplicas": want if loaded else 0}},
+                          subresource="status")
+    return want
+
+
+def tick(e: dict, seconds: float = 30, loaded: bool = True) -> dict:
+    e["clock"][0] += seconds
+    e["rec"].reconcile(e["ns"], NAME)
+    lws_controller(e, loaded)
+    e["rec"].reconcile(e["ns"], NAME)
+    return e["kube"].get(*CR, e["ns"], NAME)
+
+
+def traffic(e: dict, running: float) -> None:
+    e["leader"].text = exposition(ITL, {0: [0.01] * int(running)}, running=running, tokens=0)
+
+
+def started(e: dict, stop_after: str = "2m") -> dict:
+    """Two groups serving with traffic; the idle clock warmed up (the pod-scrape source covers its
+    window); the CR after the last busy reading."""
+    body = recipe(namespace=e["ns"], replicas=2, idle={"stopAfter": stop_after}, autoscaling={
+        "metricsSource": {"type": "podScrape"}, "interval": "30s", "window": "1m"})
+    e["kube"].apply(body, force=False)
+    e["rec"].reconcile(e["ns"], NAME)
+    traffic(e, 3)
+    obj = {}
+    for _ in range(4):
+        obj = tick(e)
+    assert e["kube"].get(*LWS, e["ns"], SET)["spec"]["replicas"] == 2
+    assert condition(obj, "Stopped")["status"] == "False"
+    return obj
+
+
+def stop(e: dict) -> tuple[float, dict]:
+    """Traffic ends; ticks until the deployment stops. Returns (seconds from the last busy
+    reading to the stop, the CR)."""
+    busy = e["clock"][0]
+    traffic(e, 0)
+    for _ in range(20):
+        obj = tick(e)
+        if condition(obj, "Stopped").get("status") == "True":
+            return e["clock"][0] - busy, obj
+    raise AssertionError(f"not stopped: {condition(obj, 'Stopped')}")
+
+
+def test_stops_at_its_time_holds_no_group_and_wakes_on_request(env):
+    e = env
+    started(e)
+    after, obj = stop(e)
+    assert after == 120  # spec.idle.stopAfter: 2m of quiet back-to-back readings, not one tick sooner
+    assert e["kube"].get(*LWS, e["ns"], SET)["spec"]["replicas"] == 0
+    assert client.CoreV1Api(e["api"]).list_namespaced_pod(e["ns"]).items == []
+    obj = tick(e)  # the set shrank: the status sees it
+    idle = obj["status"]["idle"]
+    assert idle["stoppedAt"] == rfc3339(e["clock"][0] - 30)
+    assert idle["wakeEstimateSeconds"] == LOAD_S
+    assert idle["stoppedGeneration"] == obj["metadata"]["generation"]
+    assert obj["status"]["replicas"] == 0
+    stopped = condition(obj, "Stopped")
+    assert (stopped["reason"], condition(obj, "Ready")["reason"]) == ("IdleTimeout", "IdleTimeout")
+    assert "about 754s" in stopped["message"] and f"kimik3 wake {NAME} -n {e['ns']}" in stopped["message"]
+    [event] = events(e["api"], e["ns"], "IdleTimeout")
+    assert "2 group(s) removed" in event.message and "about 754s" in event.message
+    # still stopped while nothing asks: no reading restarts it
+    for _ in range(4):
+        obj = tick(e)
+    assert e["kube"].get(*LWS, e["ns"], SET)["spec"]["replicas"] == 0
+
+    woke_at = e["clock"][0] + 30
+    request_wake(e["kube"], e["ns"], NAME, now=woke_at)
+    obj = tick(e)
+    assert e["kube"].get(*LWS, e["ns"], SET)["spec"]["replicas"] == 2  # back to spec.replicas
+    assert obj["status"]["idle"] == {"wokeAt": rfc3339(woke_at)}
+    assert condition(obj, "Stopped")["reason"] == "Active"
+    [woken] = events(e["api"], e["ns"], "Woken")
+    assert WAKE_REQUESTED_ANNOTATION in woken.message and "about 754s" in woken.message
+    # the idle clock restarts from the wake: quiet from then on, it stops 2m later again
+    after, obj = stop(e)
+    assert rfc3339_seconds(obj["status"]["idle"]["stoppedAt"]) - woke_at == 120
+
+
+def test_kimik3_wake_from_the_cli(env):
+    e = env
+    started(e)
+    stop(e)
+    out = CliRunner().invoke(main, ["wake", NAME, "-n", e["ns"], "--kubeconfig", str(e["cp"].admin_kubeconfig)])
+    assert out.exit_code == 0, out.output
+    assert f"{e['ns']}/{NAME}: wake requested (stopped since" in out.output and "about 754s" in out.output
+    assert rfc3339_seconds(e["kube"].get(*CR, e["ns"], NAME)["metadata"]["annotations"][WAKE_REQUESTED_ANNOTATION])
+    tick(e)
+    assert e["kube"].get(*LWS, e["ns"], SET)["spec"]["replicas"] == 2
+    missing = CliRunner().invoke(main, ["wake", "nope", "-n", e["ns"], "--kubeconfig", str(e["cp"].admin_kubeconfig)])
+    assert missing.exit_code == 1 and f"no KimiK3Deployment nope in namespace {e['ns']}" in missing.output
+
+
+def test_scaling_through_the_scale_subresource_wakes_it(env):
+    e = env
+    started(e)
+    stop(e)
+    e["kube"].patch_merge(*CR, e["ns"], NAME, {"spec": {"replicas": 3}}, subresource="scale")
+    obj = tick(e)
+    assert e["kube"].get(*LWS, e["ns"], SET)["spec"]["replicas"] == 3
+    assert condition(obj, "Stopped")["reason"] == "Active"
+    [woken] = events(e["api"], e["ns"], "Woken")
+    assert "the spec changed" in woken.message
+
+
+def test_an_unreadable_source_never_stops_it(env):
+    e = env
+    started(e)
+    e["leader"].text = "not a metrics page {"
+    for _ in range(10):
+        obj = tick(e)
+    assert condition(obj, "Stopped")["status"] == "False"
+    assert e["kube"].get(*LWS, e["ns"], SET)["spec"]["replicas"] == 2
+
+
+def test_the_clock_does_not_run_while_a_woken_group_loads(env):
+    e = env
+    started(e)
+    stop(e)
+    request_wake(e["kube"], e["ns"], NAME, now=e["clock"][0] + 30)
+    for _ in range(10):  # 300 s of loading, no request: longer than stopAfter (2m)
+        obj = tick(e, loaded=False)
+    assert condition(obj, "Stopped")["reason"] == "Active"
+    assert e["kube"].get(*LWS, e["ns"], SET)["spec"]["replicas"] == 2
