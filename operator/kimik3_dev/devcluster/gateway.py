@@ -41,6 +41,8 @@ Ports: Envoy listens on 127.0.0.1 (listener and admin); the picker's gRPC, healt
 servers bind ``:<port>`` (every interface: its flags take a port, not an address), each a free port.
 Processes: ``gateway-epp-<namespace>-<pool>`` and ``gateway-envoy-<namespace>-<pool>`` with pidfiles
 and logs in the cluster's state dir (``processes``), stopped by ``stop`` or ``kimik3 dev down``.
+For the pools the operator renders, ``kimik3 dev gateways`` (``gatewaywatch``) calls ``start`` and
+``stop``; ``kimik3 dev gateway NS/POOL`` does it for any one pool.
 """
 
 from __future__ import annotations
