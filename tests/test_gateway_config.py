@@ -1,6 +1,6 @@
 """The dev cluster's gateway configuration (``kimik3_dev.devcluster.gateway``) without a cluster:
-the endpoints a pool selects, its failure mode, and Envoy's bootstrap as the real Envoy binary
-validates it (``envoy --mode validate``)."""
+the endpoints a pool selects, its failure mode, the picker's command line from the operator's
+rendering, and Envoy's bootstrap as the real Envoy binary validates it (``envoy --mode validate``)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
 from kimik3.kube.labels import DEPLOYMENT_LABEL, LWS_WORKER_INDEX_LABEL
+from kimik3.render.meta import Owner
+from kimik3.render.routing import endpoint_picker
 from kimik3_dev.devcluster import gateway
 from kimik3_dev.devcluster.controlplane import bin_dir
+from support.recipes import recipe
 
 POOL = {"spec": {"selector": {"matchLabels": {DEPLOYMENT_LABEL: "k3", LWS_WORKER_INDEX_LABEL: "0"}},
                  "targetPorts": [{"number": 8000}], "endpointPickerRef": {"name": "k3-epp"}}}
@@ -26,6 +30,35 @@ def _pod(name: str, ip: str | None, worker: str, ready: bool = True, deleting: b
     if ip:
         status["podIP"] = ip
     return {"metadata": meta, "status": status}
+
+
+def _rendered_picker() -> tuple[dict, dict]:
+    spec = KimiK3DeploymentSpec.model_validate(recipe(model={"maxModelLen": 131072})["spec"])
+    objects = {o["kind"]: o for o in endpoint_picker(Owner("k3", "team", "uid-1"), spec)}
+    return objects["ConfigMap"], objects["Deployment"]
+
+
+def test_the_picker_runs_with_the_rendered_config_and_args_and_host_ports() -> None:
+    configmap, deployment = _rendered_picker()
+    picker = gateway.picker_from(configmap, deployment, {"name": "k3-epp-5d9f-x2", "namespace": "team"})
+    assert picker.config == configmap["data"]["epp-config.yaml"]
+    assert "maxPrefixBlocksToMatch: 1024" in picker.config  # 131072 tokens / 128, the rendering's, not upstream's
+    assert picker.env == {"NAMESPACE": "team", "POD_NAME": "k3-epp-5d9f-x2"}
+    assert gateway.host_argv(Path("/bin/epp"), picker, Path("/state/epp-config.yaml"), 41002, 41003, 41090) == [
+        "/bin/epp", "--pool-name", "k3", "--pool-namespace", "team",
+        "--kv-cache-usage-percentage-metric", "vllm:kv_cache_usage_perc", "--metrics-endpoint-auth=false",
+        "--tracing=false", "--config-file", "/state/epp-config.yaml", "--grpc-port", "41002",
+        "--grpc-health-port", "41003", "--metrics-port", "41090", "--health-checking=true"]
+
+
+def test_a_picker_whose_config_file_is_not_in_its_configmap_is_refused() -> None:
+    configmap, deployment = _rendered_picker()
+    configmap["data"] = {"other.yaml": ""}
+    with pytest.raises(ValueError, match=r"ConfigMap k3-epp has no data.epp-config.yaml \(the picker's --config-file\)"):
+        gateway.picker_from(configmap, deployment, {})
+    deployment["spec"]["template"]["spec"]["containers"][0]["args"] = ["--pool-name", "k3"]
+    with pytest.raises(ValueError, match="Deployment k3-epp: the container's args give no --config-file"):
+        gateway.picker_from(configmap, deployment, {})
 
 
 def test_a_pool_selects_its_ready_leaders_at_the_target_port() -> None:

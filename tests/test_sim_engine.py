@@ -88,6 +88,18 @@ def test_completion_not_streaming_counts_tokens():
     run(EngineConfig(shape=MK_DSPARK, seed=1, default_max_tokens=20), body)
 
 
+def test_a_prompt_of_several_megabytes_is_answered_as_vllm_answers_it():
+    """vLLM sets no request size limit (uvicorn); aiohttp's default 1 MiB would refuse it with 413."""
+    async def body(engine, s):
+        prompt = " ".join(["megakernel"] * 200_000)  # 2.2 MB, 200k tokens
+        async with s.post(engine.url + "/v1/completions",
+                          json={"model": "kimi-k3", "prompt": prompt, "max_tokens": 2}) as r:
+            assert r.status == 200, await r.text()
+            doc = await r.json()
+        assert doc["usage"]["prompt_tokens"] == 200_000
+    run(EngineConfig(shape=MK_DSPARK, seed=1), body)
+
+
 def test_completion_streaming_sse_with_usage():
     async def body(engine, s):
         req = {"model": "kimi-k3", "prompt": "one two three", "max_tokens": 50, "stream": True,

@@ -87,6 +87,8 @@ def test_dev_load_command_prints_what_users_see(tmp_path: Path, control_plane, a
         (tmp_path / "sim" / "services.json").write_text(json.dumps(
             {f"{namespace}/k3-latency": {"8000": engine.url.removeprefix("http://")}}))
         assert load.resolve_url(kubeconfig, tmp_path, f"{namespace}/k3-latency") == (engine.url, "k3-served")
+        with pytest.raises(LookupError, match="no InferencePool to route through: set spec.routing.enabled: true"):
+            load.resolve_url(kubeconfig, tmp_path, f"{namespace}/k3-latency", via_gateway=True)
         result = CliRunner().invoke(load_command, [
             "k3-latency", "-n", namespace, "--state-dir", str(tmp_path), "--kubeconfig", kubeconfig,
             "--shape", "step", "--concurrency", "1",

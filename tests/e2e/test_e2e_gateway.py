@@ -7,6 +7,11 @@ A completion through Envoy is answered by a leader the picker chose (the respons
 ``x-gateway-destination-endpoint-served`` names it; the picker's metrics count the request and list
 exactly the leaders; a long prompt sent again lands on the same leader, the prefix-cache scorer), and killing the picker shows each failure mode: ``FailClose`` refuses,
 ``FailOpen`` still serves from a leader; started again, the picker serves again.
+
+With ``spec.routing.enabled`` the operator renders the pool and its picker, and ``dev up``'s
+``kimik3 dev gateways`` runs them (``kimik3_dev.devcluster.gatewaywatch``): the picker as the
+rendered Deployment says, Envoy in front, the listener in ``gateways.json`` for
+``dev load --via-gateway``; the CR's RoutingReady turns True; routing turned off, the gateway goes.
 """
 
 from __future__ import annotations
@@ -19,8 +24,10 @@ from devenv import DevEnv
 
 from kimik3.kube import pods as kpods
 from kimik3.kube.labels import DEPLOYMENT_LABEL, LEADER_WORKER_INDEX, LWS_WORKER_INDEX_LABEL
-from kimik3_dev.devcluster import gateway
+from kimik3_dev.devcluster import gateway, processes
 from kimik3_dev.devcluster.rollout import serving
+from kimik3_dev.sim import services
+from kimik3_dev.sim.load import resolve_url
 from support.waiting import wait_for
 
 WAIT_S = 120.0
@@ -124,3 +131,56 @@ def test_envoy_forwards_to_the_leader_the_picker_chooses_and_honours_its_failure
     finally:
         for gw in started:
             gateway.stop(dev_env.cluster.state_dir, gw)
+
+
+def _flag(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+@pytest.mark.timeout(300)
+def test_dev_up_runs_a_gateway_for_the_pool_the_operator_renders(dev_env: DevEnv, ns: str) -> None:
+    cr = dev_env.deployment(ns, replicas=GROUPS)
+    cr["metadata"]["annotations"] = {"inference.kimik3.io/sim-load-time": "1s"}  # simulator-only override
+    cr["spec"]["routing"] = {"enabled": True}
+    dev_env.apply(cr)
+    _, model = serving(dev_env.rest, dev_env.cluster.state_dir, ns, "k3", GROUPS, 2, WAIT_S)
+    leaders = [p for p in dev_env.pods(ns) if kpods.is_leader(p)]
+    (port,) = {c["containerPort"] for p in leaders for c in p["spec"]["containers"][0]["ports"]}
+    endpoints = {f"{p['status']['podIP']}:{port}" for p in leaders}
+    assert len(endpoints) == GROUPS
+
+    state_dir = dev_env.cluster.state_dir
+    url = wait_for(lambda: services.gateway_address(state_dir, ns, "k3"), WAIT_S,
+                   f"`dev gateways` to record a listener for InferencePool {ns}/k3")
+    assert resolve_url(dev_env.cluster.kubeconfig, state_dir, "k3", ns, via_gateway=True) == (url, model)
+    # The picker runs as rendered: the ConfigMap's file, the Deployment's args (ports and config path the host's).
+    epp = processes.read_record(state_dir, f"gateway-epp-{ns}-k3")
+    assert epp is not None and epp.alive
+    rendered = dev_env.rest.get(f"/apis/apps/v1/namespaces/{ns}/deployments/k3-epp")
+    args = rendered["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert [_flag(epp.argv, f) for f in ("--pool-name", "--kv-cache-usage-percentage-metric")] == \
+        [_flag(args, f) for f in ("--pool-name", "--kv-cache-usage-percentage-metric")] == ["k3", "vllm:kv_cache_usage_perc"]
+    configmap = dev_env.rest.get(f"/api/v1/namespaces/{ns}/configmaps/k3-epp")
+    with open(_flag(epp.argv, "--config-file")) as f:
+        assert f.read() == configmap["data"]["epp-config.yaml"]
+    metrics = f"http://127.0.0.1:{_flag(epp.argv, '--metrics-port')}/metrics"
+
+    routing = wait_for(lambda: (c := dev_env.condition(ns, "RoutingReady")) and c["status"] == "True" and c,
+                       WAIT_S, "RoutingReady True")
+    assert routing["status"] == "True", routing
+
+    wait_for(lambda: gateway.pool_gauge(requests.get(metrics, timeout=5).text, "inference_pool_ready_pods",
+                                        "k3") == GROUPS, WAIT_S, f"the picker to count {GROUPS} ready leaders")
+    resp = requests.post(f"{url}/v1/completions", json={"model": model, "prompt": "through the pool", "max_tokens": 4},
+                         timeout=30)
+    assert resp.status_code == 200, (resp.status_code, resp.text[:300])
+    assert resp.headers[gateway.SERVED_HEADER] in endpoints, (resp.headers.get(gateway.SERVED_HEADER), endpoints)
+    counted = sum(v for labels, v in _samples(requests.get(metrics, timeout=5).text,
+                                              "inference_objective_request_total") if f'model_name="{model}"' in labels)
+    assert counted == 1
+
+    # Routing off: the operator deletes the pool, the watcher stops its gateway and forgets its listener.
+    dev_env.rest.call("PATCH", dev_env.cr_path(ns), body={"spec": {"routing": {"enabled": False}}},
+                      content_type="application/merge-patch+json")
+    wait_for(lambda: services.gateway_address(state_dir, ns, "k3") is None, WAIT_S, "the gateway of k3 to stop")
+    assert not epp.alive

@@ -7,6 +7,7 @@
   kimik3 dev fault ...             inject a fault: a tray NotReady, an engine pod crashed, a component down
   kimik3 dev gateway NS/POOL       the endpoint picker and Envoy in front of an InferencePool
   kimik3 dev stagers               staging-Job pods as local processes (started by ``up``)
+  kimik3 dev gateways              a gateway for every InferencePool the operator renders (started by ``up``)
   kimik3 dev config-reloader       the Prometheus Operator's Secret -> Prometheus' config file (started by ``up``)
   kimik3 dev dra-driver            NVIDIA's ComputeDomain DRA driver, simulated (started by ``up`` on NVL72 racks)
   kimik3 dev sim / dev load        the engine simulator and its load generator (kimik3_dev.sim.cli)
@@ -120,6 +121,7 @@ def status(state_dir: str, as_json: bool) -> None:
     from kimik3_dev.devcluster import overview
     from kimik3_dev.devcluster.cluster import DevCluster
     from kimik3_dev.devcluster.rest import Rest
+    from kimik3_dev.sim import services
     cluster = DevCluster(state_dir)
     state = cluster.state()
     if state is None:
@@ -133,11 +135,13 @@ def status(state_dir: str, as_json: bool) -> None:
     except Exception as exc:  # noqa: BLE001 - show what still works, then fail
         click.echo(overview.render({"racks": [], "groups": [], "deployments": []}, components))
         raise click.ClickException(f"API server {state.get('server')} not answering: {exc}") from None
+    gateways = services.read_gateways(cluster.state_dir)
     if as_json:
-        click.echo(json.dumps({"state": state, "components": components, **data}, indent=2))
+        click.echo(json.dumps({"state": state, "components": components, "gateways": gateways, **data}, indent=2))
         return
     header = f"dev cluster {state.get('server')}   KUBECONFIG={cluster.kubeconfig}"
-    urls = "   ".join(f"{k} {v}" for k, v in state.get("urls", {}).items() if k in ("prometheus", "operator"))
+    urls = "   ".join([*(f"{k} {v}" for k, v in state.get("urls", {}).items() if k in ("prometheus", "operator")),
+                       *(f"gateway {pool} {url}" for pool, url in sorted(gateways.items()))])
     click.echo(overview.render(data, components, header + (f"\n{urls}" if urls else "")))
 
 
@@ -185,6 +189,25 @@ def stagers(state_dir: str, kubeconfig: str) -> None:
     cluster = yaml.safe_load(Path(kubeconfig).read_text())["clusters"][0]["cluster"]
     api = k8s_config.new_client_from_config(config_file=kubeconfig)
     StagerRunner(api, Path(state_dir).resolve(), cluster["server"], Path(cluster["certificate-authority"])).run_forever()
+
+
+@dev.command()
+@_state_dir_option
+@click.option("--kubeconfig", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="An admin kubeconfig of the dev cluster (with the CA's file).")
+def gateways(state_dir: str, kubeconfig: str) -> None:
+    """Run the endpoint picker and Envoy for every InferencePool the operator renders, as the
+    rendered picker Deployment says (kimik3_dev.devcluster.gatewaywatch; started by `dev up`)."""
+    import logging
+
+    import yaml
+    from kubernetes import config as k8s_config
+
+    from kimik3_dev.devcluster.gatewaywatch import GatewayWatcher
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cluster = yaml.safe_load(Path(kubeconfig).read_text())["clusters"][0]["cluster"]
+    api = k8s_config.new_client_from_config(config_file=kubeconfig)
+    GatewayWatcher(api, Path(state_dir).resolve(), cluster["server"], Path(cluster["certificate-authority"])).run_forever()
 
 
 @dev.command("config-reloader")

@@ -25,6 +25,9 @@ pidfile (``<state>/pids/``) and a log (``<state>/logs/``, etcd and kube-apiserve
    ``cluster.json``'s ``operator_identity``;
 6b. ``kimik3 dev stagers``: staging-Job pods run as local processes, model-cache claims
    provisioned on host folders (``stagers``);
+6c. ``kimik3 dev gateways``: the endpoint picker and Envoy for every InferencePool the operator
+   renders, run as the rendered picker Deployment says (``gatewaywatch``), listeners in
+   ``<state>/gateway/gateways.json``;
 7. the Prometheus Operator (out of cluster, ``promoperator``), a ``Prometheus`` object for it, the
    kit's config-reloader (``kimik3 dev config-reloader``: the operator's generated configuration ->
    a file -> ``/-/reload``) and Prometheus (2.42, built with Kubernetes SD) running that configuration:
@@ -69,6 +72,7 @@ from kimik3_dev.devcluster.readiness import ComponentError, http_get, wait_for
 from kimik3_dev.devcluster.rest import Rest
 from kimik3_dev.devcluster.thirdparty import thirdparty_crd_paths
 from kimik3_dev.devcluster.workloads import ensure_namespace
+from kimik3_dev.sim import services
 from kimik3_dev.versions import (ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION, KUEUE_VERSION, KWOK_VERSION,
                                  LWS_VERSION, PROMETHEUS_OPERATOR_VERSION, PROMETHEUS_VERSION)
 
@@ -91,7 +95,7 @@ BINARIES: dict[str, str] = {
 }
 CONTROL_PLANE = ("etcd", "kube-apiserver")
 """Started by ``ControlPlane``, not from a recorded command line: ``stop_component`` refuses them."""
-STOP_ORDER = ["sim", "config-reloader", "prometheus", "prometheus-operator", "stagers", "operator", "dra-driver",
+STOP_ORDER = ["sim", "config-reloader", "prometheus", "prometheus-operator", "gateways", "stagers", "operator", "dra-driver",
               "kwok", "kueue-manager", "lws-manager", "kube-scheduler",
               "kube-controller-manager", "kube-apiserver", "etcd"]
 """Components in stop order (the reverse of start order); unknown pidfiles go first."""
@@ -388,6 +392,15 @@ class DevCluster:
                 time.sleep(0.1)
             if not record.alive:
                 raise ComponentError("stagers", "exited during start", record.log, self._retry)
+        with out.step("starting the gateway watcher (kimik3 dev gateways)"):
+            record = self._spawn("gateways", _cli("dev", "gateways", "--state-dir", str(self.state_dir),
+                                                  "--kubeconfig", str(self.kubeconfig)), env=_cli_env())
+            deadline = time.monotonic() + 2.0
+            while time.monotonic() < deadline and record.alive:
+                time.sleep(0.1)
+            if not record.alive:
+                raise ComponentError("gateways", "exited during start", record.log, self._retry)
+            state["urls"]["gateways"] = str(self.state_dir / services.GATEWAYS_FILE)
             if not domains:
                 out.note("no DRA driver: ComputeDomains are skipped (said in each CR's "
                          "status.plan.computeDomainNote and a Warning event)")
@@ -505,7 +518,8 @@ class DevCluster:
 
     # -- an inference gateway per InferencePool (gateway.py) ----------------------------------
     def start_gateway(self, namespace: str, pool: str, timeout_s: float = 60.0) -> gateway.Gateway:
-        """The endpoint picker and Envoy for InferencePool ``namespace/pool`` (``gateway.start``), as
+        """The endpoint picker and Envoy for InferencePool ``namespace/pool`` (``gateway.start``; the
+        operator's pools get theirs from ``dev gateways`` already: this is for a pool made by hand), as
         processes of this cluster (stopped by ``down``; killed with the caller when ``up`` was told
         ``die_with_parent``)."""
         with self.api_client() as api:

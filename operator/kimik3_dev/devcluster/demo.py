@@ -25,7 +25,7 @@ import yaml
 from kimik3.api.conditions import ConditionType
 from kimik3.api.documents import dump_yaml
 from kimik3.kube.kinds import KIMIK3_DEPLOYMENT
-from kimik3.kube.objects import is_true
+from kimik3.kube.objects import condition, is_true
 from kimik3.controller.kube import Kube
 from kimik3_dev.devcluster import cli as dev_cli
 from kimik3_dev.devcluster.cluster import DevCluster
@@ -69,11 +69,14 @@ def run_demo(recipe: Path, state_dir: Path, timeout_s: float) -> int:
         kube = Kube(api)
 
         def ready() -> dict[str, Any] | None:
+            # Ready, and where the recipe has a ComputeDomain, every engine pod's node joined it (the
+            # simulated driver reports the nodes a few seconds after the pods run).
             obj = kube.get(*KIMIK3_DEPLOYMENT.type_meta, ns, name)
-            return obj if is_true(obj, ConditionType.READY) else None
+            joined = is_true(obj, ConditionType.COMPUTE_DOMAIN_READY) or condition(obj, ConditionType.COMPUTE_DOMAIN_READY) is None
+            return obj if is_true(obj, ConditionType.READY) and joined else None
 
         _step(f"waiting for {KIMIK3_DEPLOYMENT.kind} {ns}/{name} to be Ready")
-        obj = _wait("Ready=True", ready, timeout_s)
+        obj = _wait("Ready=True (and ComputeDomainReady=True where the recipe has a ComputeDomain)", ready, timeout_s)
         print(dump_yaml({"status": {k: obj["status"][k] for k in ("conditions", "replicas", "readyReplicas",
                                                                   "endpoint", "plan") if k in obj["status"]}}))
     _step("kimik3 dev status")

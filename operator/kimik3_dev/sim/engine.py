@@ -553,7 +553,9 @@ class SimEngine:
                 return web.Response(status=401, body=UNAUTHORIZED_BODY, content_type="application/json")
             return await handler(request)
 
-        app = web.Application(middlewares=[authenticate] if self._key_digests else [])
+        # No request size limit, like vLLM (uvicorn reads any body): aiohttp's default 1 MiB refused
+        # prompts past ~150k words with 413 (a 1M-token context is several MB of text).
+        app = web.Application(middlewares=[authenticate] if self._key_digests else [], client_max_size=0)
 
         async def close_when_draining(request: web.Request, response: web.StreamResponse) -> None:
             if self._closing:

@@ -128,14 +128,18 @@ def load_phases(path: str | Path, *, prompt_tokens: int = 512, output_tokens: in
 
 
 def resolve_url(kubeconfig: str | Path, state_dir: str | Path, deployment: str, namespace: str | None = None,
-                api_key: str | None = None) -> tuple[str, str | None]:
+                api_key: str | None = None, via_gateway: bool = False) -> tuple[str, str | None]:
     """(base URL, served model name) of a deployment, found as a client in the cluster finds it:
     the KimiK3Deployment's ``status.endpoint`` (its client Service, read from the API server with
     ``kubeconfig``), reached through the simulator's stand-in for that Service
     (``kimik3_dev.sim.services``), and the model the engines behind it serve (``GET /v1/models``,
     with ``api_key`` when given; None when they do not answer). ``deployment`` is ``name`` (with
-    ``namespace``, else searched in every namespace) or ``namespace/name``. Raises LookupError
-    saying what is missing."""
+    ``namespace``, else searched in every namespace) or ``namespace/name``. ``via_gateway``: instead
+    of the Service, the Envoy listener of the dev cluster's gateway in front of the deployment's
+    InferencePool (``spec.routing.enabled``; the pool is named like the deployment, and
+    ``kimik3 dev gateways`` records its listener: ``services.gateway_address``), so that the
+    endpoint picker chooses the leader of each request; the model name is still asked of the
+    Service (the picker routes completions, not ``/v1/models``). Raises LookupError saying what is missing."""
     import requests
 
     from kimik3.controller.kube import Kube
@@ -167,6 +171,13 @@ def resolve_url(kubeconfig: str | Path, state_dir: str | Path, deployment: str, 
         model = models.json()["data"][0]["id"] if models.status_code == 200 else None
     except (requests.RequestException, ValueError, KeyError, IndexError):
         model = None
+    if via_gateway:
+        if not ((cr.get("spec") or {}).get("routing") or {}).get("enabled"):
+            raise LookupError(f"{who} has no InferencePool to route through: set spec.routing.enabled: true")
+        url = services.gateway_address(state_dir, cr["metadata"]["namespace"], deployment)
+        if url is None:
+            raise LookupError(f"no gateway runs for InferencePool {who} yet (see {Path(state_dir) / services.GATEWAYS_FILE}"
+                              f" and the log of `{command()} dev gateways`, started by `dev up`)")
     return url, model
 
 

@@ -18,6 +18,11 @@ Where a Service's stand-in listens is the one thing the API server cannot say: `
 ``service_address(state_dir, endpoint)`` resolves an in-cluster URL such as a CR's
 ``status.endpoint`` (``http://<name>.<namespace>.svc:<port>/v1``), as cluster DNS and kube-proxy
 would, to its stand-in's base URL.
+
+Likewise for the dev cluster's inference gateways (``kimik3_dev.devcluster.gateway``, started for
+each InferencePool the operator renders by ``kimik3_dev.devcluster.gatewaywatch``):
+``gateways.json`` (``write_gateways``/``read_gateways``/``gateway_address``) maps each pool's ``namespace/name`` to
+its Envoy listener, the address a Gateway's would be.
 """
 
 from __future__ import annotations
@@ -37,11 +42,14 @@ from kimik3.kube import pods as kpods
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ServicePort", "endpoints", "programmed_ports", "read", "service_address"]
+__all__ = ["ServicePort", "endpoints", "gateway_address", "programmed_ports", "read", "read_gateways",
+           "service_address", "write_gateways"]
 
 LOOPBACK = "127.0.0.1"
 FILE = "services.json"
 """Under ``<state-dir>/sim/``: ``{"namespace/name": {"<service port>": "127.0.0.1:PORT"}}``."""
+GATEWAYS_FILE = "gateway/gateways.json"
+"""Under ``<state-dir>``: ``{"namespace/pool": "http://127.0.0.1:PORT"}`` (Envoy's listener per InferencePool)."""
 CONNECT_TIMEOUT_S = 5.0
 CHUNK = 65536
 
@@ -171,3 +179,27 @@ def service_address(state_dir: Path | str, endpoint: str) -> str | None:
         raise ValueError(f"{endpoint!r} is not a Service URL (http://<name>.<namespace>.svc:<port>)")
     address = read(state_dir).get(f"{labels[1]}/{labels[0]}", {}).get(str(parts.port))
     return f"{parts.scheme or 'http'}://{address}" if address else None
+
+
+def write_gateways(state_dir: Path | str, listeners: dict[str, str]) -> Path:
+    """Replace ``gateways.json`` (``GATEWAYS_FILE``) with ``listeners`` (``namespace/pool`` -> base URL)
+    atomically; returns its path."""
+    path = Path(state_dir) / GATEWAYS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(listeners, indent=1, sort_keys=True), encoding="utf-8")
+    partial.replace(path)
+    return path
+
+
+def read_gateways(state_dir: Path | str) -> dict[str, str]:
+    """``gateways.json`` in ``state_dir``: ``namespace/pool`` -> Envoy's base URL; {} when there is none."""
+    try:
+        return json.loads((Path(state_dir) / GATEWAYS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def gateway_address(state_dir: Path | str, namespace: str, pool: str) -> str | None:
+    """The base URL of the gateway in front of InferencePool ``namespace/pool``, None when none runs."""
+    return read_gateways(state_dir).get(f"{namespace}/{pool}")
