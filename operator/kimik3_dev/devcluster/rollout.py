@@ -7,6 +7,11 @@ samples every group every ``period_s`` (index, leader pod UID, LeaderWorkerSet r
 Ready, LeaderWorkerSet) until every group runs a new revision Ready and the CR says Progressing=False. Used by
 tests/e2e/test_e2e_rollout.py and bench/rollout.py; run it on ``dev up --readiness-probes`` (else
 kwok makes a loading group Ready at once and the figures mean nothing).
+
+``measure_release(rest, state_dir, cr, change, window_s=...)`` does the same for a bad release
+(``bench/rollout.py --bad``): it watches a fixed window under load and reports when the release
+was rolled back (if it was), how many requests the new revision's engines finished, and how many
+the users saw fail.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any, Self
 
 import requests
 
+from kimik3.autoscaler.sources import parse_scrape
 from kimik3.kube import pods as kpods
 from kimik3.kube.kinds import GROUP, PLURAL, VERSION
 from kimik3.kube.labels import DEPLOYMENT_LABEL, LWS_NAME_LABEL, LWS_REVISION_LABEL
@@ -196,3 +202,102 @@ def measure_rollout(rest: Rest, state_dir: Path, cr: dict[str, Any], change: dic
         took = time.monotonic() - start
         time.sleep(1.0)
     return Rollout(took, old, rec.values, load.results)
+
+
+def finished(rest: Rest, namespace: str, name: str, not_revision: str, port: int = 8000) -> dict[str, float]:
+    """Requests finished so far (``vllm:request_success``, every ``finished_reason``) by each live
+    leader pod of deployment ``name`` whose LeaderWorkerSet revision is not ``not_revision``: leader
+    pod UID -> count, read from the engine's /metrics at the pod IP (the dev cluster's pod network).
+    A leader whose engine does not answer yet is left out."""
+    out: dict[str, float] = {}
+    for pod in rest.items(f"/api/v1/namespaces/{namespace}/pods", f"{DEPLOYMENT_LABEL}={name},{LWS_NAME_LABEL}"):
+        ip = (pod.get("status") or {}).get("podIP")
+        if not kpods.is_leader(pod) or not ip or kpods.labels(pod).get(LWS_REVISION_LABEL) in (None, not_revision):
+            continue
+        try:
+            text = requests.get(f"http://{ip}:{port}/metrics", timeout=2).text
+        except requests.RequestException:
+            continue
+        out[pod["metadata"]["uid"]] = sum(v for (metric, _), v in parse_scrape(text).scalars.items()
+                                          if metric == "vllm:request_success")
+    return out
+
+
+@dataclass
+class Release:
+    """What a bad release did in a fixed window under load, as the CR, the engines and the users saw it."""
+
+    window_s: float
+    """From the spec change to the end of the load: ``window_s`` asked for, or the rollback's end if later."""
+    rollback_s: float | None
+    """From the spec change until ``status.rollout.rolledBack`` named this release and only groups of the
+    old revision were live, every one Ready; None when that did not happen in the window."""
+    took_over_s: float | None
+    """From the spec change until every live group ran the new revision, Ready, and Progressing was
+    False (the release promoted and rolled out); None when it did not in the window."""
+    rolled_back: dict[str, Any] | None
+    """``status.rollout.rolledBack`` at the end (reason and message quoting the figures), None if none."""
+    canary: dict[str, Any] | None
+    """The last ``status.rollout.canary`` seen (its checks' history with their figures), None without a canary."""
+    served_by_new: int
+    """Requests the new revision's engines finished in the window (``finished``: the largest count
+    seen of each leader, polled every 0.5 s, so a request in the last poll before a pod went may be
+    missed); the operator's own parity and probe requests to canary groups are among them."""
+    results: list[RequestResult] = field(default_factory=list)
+
+    @property
+    def failed(self) -> int:
+        return int(summarize(self.results)["total"]["errors"])
+
+    @property
+    def requests(self) -> int:
+        return int(summarize(self.results)["total"]["requests"])
+
+
+def measure_release(rest: Rest, state_dir: Path, cr: dict[str, Any], change: dict[str, Any], *, window_s: float,
+                    size: int = 2, timeout_s: float = 300.0, users: int = 4, port: int = 8000) -> Release:
+    """Apply ``cr``, wait until it serves, then apply the spec merge patch ``change`` (a bad
+    release) under ``users`` closed-loop users and watch for ``window_s`` seconds, longer (up to
+    ``timeout_s``) while a rollback is under way (module docstring)."""
+    meta = cr["metadata"]
+    namespace, name, groups = meta["namespace"], meta["name"], int(cr["spec"]["replicas"])
+    apply_deployment(rest, cr)
+    url, model = serving(rest, state_dir, namespace, name, groups, size, timeout_s)
+    (old,) = {g[2] for g in sample(rest, namespace, name, size)}
+
+    def state() -> tuple[str, dict[str, Any] | None]:
+        status = (rest.get(cr_path(namespace, name)) or {}).get("status") or {}
+        rolled_back = (status.get("rollout") or {}).get("rolledBack")
+        now = sample(rest, namespace, name, size)
+        progressing: dict[str, Any] = next((c for c in status.get("conditions", []) if c["type"] == "Progressing"), {})
+        if rolled_back and rolled_back.get("revision") != old and len(now) == groups and \
+                all(g[3] and g[2] == old for g in now):
+            return "rolled back", rolled_back
+        if len(now) == groups and all(g[3] and g[2] != old for g in now) and progressing.get("status") == "False":
+            return "took over", rolled_back
+        return ("rolling back" if rolled_back and rolled_back.get("revision") != old else "rolling"), rolled_back
+
+    seen: dict[str, float] = {}
+    times: dict[str, float] = {}
+    def canary() -> dict[str, Any] | None:
+        return (((rest.get(cr_path(namespace, name)) or {}).get("status") or {}).get("rollout") or {}).get("canary")
+
+    with Load(url, model, users) as load, Recorder(canary, 0.5) as canaries, \
+            Recorder(lambda: finished(rest, namespace, name, old, port) or None, 0.5) as counts:
+        time.sleep(1.0)
+        start = time.monotonic()
+        rest.call("PATCH", cr_path(namespace, name), body={"spec": change},
+                  content_type="application/merge-patch+json")
+        last: dict[str, Any] | None = None
+        while (elapsed := time.monotonic() - start) < timeout_s:
+            phase, last = state()
+            times.setdefault(phase, elapsed)
+            if elapsed >= window_s and phase != "rolling back":
+                break
+            time.sleep(0.25)
+        window = time.monotonic() - start
+    for value in counts.values:
+        for uid, n in value.items():
+            seen[uid] = max(seen.get(uid, 0.0), n)
+    return Release(window, times.get("rolled back"), times.get("took over"), last,
+                   canaries.values[-1] if canaries.values else None, int(sum(seen.values())), load.results)
