@@ -39,6 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "operator"))
 sys.path.insert(0, str(REPO / "tests"))
 
+from kimik3.kube.times import rfc3339  # noqa: E402
 from kimik3_dev.devcluster.cluster import DevCluster, UpOptions  # noqa: E402
 from kimik3_dev.devcluster.racks import RackShape  # noqa: E402
 from kimik3_dev.devcluster.rest import Rest  # noqa: E402
@@ -142,7 +143,7 @@ def bad_releases(args: argparse.Namespace) -> None:
                       f"{str(r['took_over_s']):>11} {r['served_by_bad']:>13} "
                       f"{str(r['failed_requests']) + ' of ' + str(r['requests']):>12}")
     out = REPO / "bench" / "results" / "rollout-bad.json"
-    out.write_text(json.dumps({"measured": time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime()), "commit": commit(),
+    out.write_text(json.dumps({"measured": rfc3339(), "commit": commit(),
                                "args": vars(args), "load_time_s": args.load_time, "window_s": args.window,
                                "releases": {k: BAD_RELEASES[k] for k in releases}, "new_image": NEW_IMAGE,
                                "load_timeout": LOAD_TIMEOUT, "results": results}, indent=2) + "\n")

@@ -12,6 +12,7 @@ node labels; ``status.allocatable`` of each tray). The pure parts
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,7 +27,8 @@ from kimik3.kube.groups import groups_of
 from kimik3.controller.fleet import engine_sets
 from kimik3.controller.groups import group_statuses, kueue_changes
 from kimik3.controller.kube import Kube
-from kimik3.controller.readmit import awaits_kueue, readmissions
+from kimik3.controller.readmit import STRANDED_AFTER_S, awaits_kueue, readmissions, stranded
+from kimik3.kube.times import rfc3339
 from kimik3.kube.workloads import state
 from kimik3.topology.capacity import Domain, Pool, best_fit, domains, largest_free_block
 from kimik3_dev.devcluster import kueue
@@ -313,6 +315,7 @@ def test_the_capacity_model_places_groups_as_kueue_did_on_the_dev_cluster() -> N
 RACKS = {"a-0": "a", "a-1": "a", "b-0": "b"}
 """Trays and their racks for the pure readmission checks."""
 UNHEALTHY = {"unhealthyNodes": [{"name": "a-1"}]}
+NOW = dt.datetime(2026, 12, 5, 3, 0, 0, tzinfo=dt.timezone.utc)
 
 
 def test_readmission_deletes_a_split_or_failed_tray_groups_admitted_workload_only() -> None:
@@ -320,25 +323,48 @@ def test_readmission_deletes_a_split_or_failed_tray_groups_admitted_workload_onl
     failed tray, is deleted (never toggled: Kueue skips an admitted Workload with unhealthy nodes)."""
     split = [pod(0, 0, "a-0"), pod(0, 1, "b-0")]
     whole = [pod(0, 0, "a-0"), pod(0, 1, "a-1")]
-    (step,) = readmissions([workload(0, ADMITTED)], groups_of(split, 2, RACKS), SETS)
+    (step,) = readmissions([workload(0, ADMITTED)], groups_of(split, 2, RACKS), SETS, NOW)
     assert (step.workload, step.uid) == ("leaderworkerset-k3-latency-engine-0-x", "uid-0")
     assert step.event[:2] == ("Warning", "GroupSplitAcrossRacks") and not step.event.once
     assert step.event[2].startswith("group 0: Kueue placed its pods in racks a and b")
-    assert readmissions([workload(0, ADMITTED)], groups_of(whole, 2, RACKS), SETS) == []
+    assert readmissions([workload(0, ADMITTED)], groups_of(whole, 2, RACKS), SETS, NOW) == []
     failed = {**workload(0, ADMITTED), "status": {"conditions": [ADMITTED], **UNHEALTHY}}
-    (step,) = readmissions([failed], groups_of([pod(0, 0), pod(0, 1)], 2, RACKS), SETS)
+    (step,) = readmissions([failed], groups_of([pod(0, 0), pod(0, 1)], 2, RACKS), SETS, NOW)
     assert step.event[:2] == ("Warning", "GroupTrayFailed") and "its tray a-1 failed" in step.event[2]
     # not admitted (Kueue evicted it, or a fresh one waits), or already being deleted: left to Kueue
-    assert readmissions([workload(0, EVICTED_NODES)], groups_of(split, 2, RACKS), SETS) == []
-    assert readmissions([{**failed, "status": {"conditions": [NO_RACK], **UNHEALTHY}}], groups_of([], 2, RACKS), SETS) == []
+    assert readmissions([workload(0, EVICTED_NODES)], groups_of(split, 2, RACKS), SETS, NOW) == []
+    assert readmissions([{**failed, "status": {"conditions": [NO_RACK], **UNHEALTHY}}], groups_of([], 2, RACKS), SETS, NOW) == []
     deleting = {**failed, "metadata": {**failed["metadata"], "deletionTimestamp": "2026-12-01T00:00:00Z"}}
-    assert readmissions([deleting], groups_of(split, 2, RACKS), SETS) == []
+    assert readmissions([deleting], groups_of(split, 2, RACKS), SETS, NOW) == []
     # a terminating pod in the other rack does not split the group
     leaving = {**pod(0, 1, "b-0"), "metadata": {**pod(0, 1, "b-0")["metadata"], "deletionTimestamp": "x"}}
-    assert readmissions([workload(0, ADMITTED)], groups_of([pod(0, 0, "a-0"), leaving], 2, RACKS), SETS) == []
+    assert readmissions([workload(0, ADMITTED)], groups_of([pod(0, 0, "a-0"), leaving], 2, RACKS), SETS, NOW) == []
     # a rollout: the old set's group 0 in rack a and the new set's group 0 in rack b are two groups
     beside = [pod(0, 0, "a-0"), pod(0, 1, "a-1"), pod(0, 0, "b-0", name="k3-latency-engine-b")]
-    assert readmissions([workload(0, ADMITTED)], groups_of(beside, 2, RACKS), SETS) == []
+    assert readmissions([workload(0, ADMITTED)], groups_of(beside, 2, RACKS), SETS, NOW) == []
+
+
+def test_a_workload_kueue_set_aside_for_a_missing_claim_template_is_deleted_after_the_bound() -> None:
+    """Kueue v0.19.2 on dev up: the Workload read before the driver made the ComputeDomain's
+    ResourceClaimTemplate is Requeued=False Inadmissible for good; once that is STRANDED_AFTER_S
+    old it is deleted (a fresh one reads the template), not before, and nothing else of that shape."""
+    message = ("spec.podSets[0].template.spec.resourceClaims[0]: Internal error: failed to get claim spec for "
+               "ResourceClaimTemplate k3-channel in podset leader: ResourceClaimTemplate.resource.k8s.io "
+               '"k3-channel" not found')
+
+    def aside(seconds_ago: float, message: str = message) -> dict[str, Any]:
+        at = rfc3339(NOW - dt.timedelta(seconds=seconds_ago))
+        return {**workload(0, NO_RACK), "status": {"conditions": [NO_RACK, {
+            "type": "Requeued", "status": "False", "reason": "Inadmissible", "message": message,
+            "lastTransitionTime": at}]}}
+
+    assert stranded(aside(STRANDED_AFTER_S - 1), NOW) is None
+    assert stranded(aside(STRANDED_AFTER_S), NOW) == message
+    (step,) = readmissions([aside(30)], groups_of([], 2, RACKS), SETS, NOW)
+    assert (step.workload, step.uid) == ("leaderworkerset-k3-latency-engine-0-x", "uid-0")
+    assert step.event[:2] == ("Warning", "GroupPending") and "Kueue set its Workload aside" in step.event[2]
+    assert readmissions([aside(30, "insufficient unused quota for nvidia.com/gpu")], groups_of([], 2, RACKS),
+                        SETS, NOW) == []
 
 
 def test_an_admitted_group_with_a_pod_off_its_trays_is_checked_again_soon() -> None:
@@ -461,10 +487,12 @@ def test_a_kueue_and_an_exclusive_deployment_on_one_pool_each_name_the_other(
     assert f"{namespace}/k3-latency (placement exclusive)" in " ".join(events(admin_api, namespace,
                                                                             "PlacementModesMixed"))
     # k3-packed's reconcile found k3-latency's condition silent about it: k3-latency is reconciled too
+    # (the shared control plane may hold other tests' deployments on this pool, which k3-latency names
+    # too: wait for the one this test made to be named, not for any clash)
     latency = wait_for(lambda: (o := kube.get(*CR, namespace, "k3-latency")) and
-                       condition(o, "PlacementConflict").get("status") == "True" and o, 30,
-                       "k3-latency: PlacementConflict=True")
-    assert f"{namespace}/k3-packed (placement kueue)" in condition(latency, "PlacementConflict")["message"]
+                       condition(o, "PlacementConflict").get("status") == "True" and
+                       f"{namespace}/k3-packed (placement kueue)" in condition(o, "PlacementConflict")["message"]
+                       and o, 30, "k3-latency: PlacementConflict=True naming k3-packed")
     assert condition(latency, "PlacementConflict")["message"].startswith("placement exclusive on the node pool")
     kube.delete(*CR, namespace, "k3-packed")
     wait_for(lambda: kube.get(*CR, namespace, "k3-packed") is None, 30, "k3-packed gone")

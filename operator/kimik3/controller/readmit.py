@@ -21,10 +21,21 @@ Kueue then deletes the group's pods (``StopReasonWorkloadDeleted``), drops the W
 and its LeaderWorkerSet reconciler creates a fresh Workload of the same name for the group, which
 Kueue admits from scratch, whole, into a rack with room (TAS counts only Ready trays). Pure
 decisions here; the reconciler deletes.
+
+The same repair frees a Workload Kueue stranded before its first admission: with ComputeDomains
+its pod sets claim the channel through the ResourceClaimTemplate NVIDIA's driver creates for the
+ComputeDomain, a moment after the operator applies both. Kueue (>= v0.18, DRA quota accounting)
+reads that template when it first sees the Workload; when the driver has not made it yet, Kueue
+marks the Workload ``Requeued=False`` ``Inadmissible`` ("failed to get claim spec for
+ResourceClaimTemplate ... not found", ``pkg/dra/claims.go``) and never looks at it again (seen on
+``dev up`` with Kueue v0.19.2: a high-priority group that should have preempted waited forever).
+Once that verdict is ``STRANDED_AFTER_S`` old, the Workload is deleted and the fresh one is
+admitted with the template in place.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +45,12 @@ from kimik3.kube import groups as kgroups
 from kimik3.kube import pods as kpods
 from kimik3.kube import workloads as kworkloads
 from kimik3.kube.labels import KUEUE_JOB_UID_LABEL, LWS_NAME_LABEL
+from kimik3.kube.times import parse_rfc3339
+
+STRANDED_AFTER_S = 10.0
+"""How long a Workload stays ``Inadmissible`` for a missing ResourceClaimTemplate before it is
+deleted, seconds: the driver makes the template within a second or two; a cluster without the
+driver (the ComputeDomainReady condition says so) sees its Workload recreated at most this often."""
 
 
 @dataclass(frozen=True)
@@ -67,17 +84,40 @@ def unhealthy_nodes(workload: dict[str, Any]) -> list[str]:
     return [n["name"] for n in (workload.get("status") or {}).get("unhealthyNodes") or [] if n.get("name")]
 
 
+def stranded(workload: dict[str, Any], now: dt.datetime) -> str | None:
+    """Kueue's message when it set this Workload aside for good because a ResourceClaimTemplate its
+    pod sets name was not found (``Requeued=False``, reason ``Inadmissible``) at least
+    ``STRANDED_AFTER_S`` before ``now``; else None."""
+    for c in (workload.get("status") or {}).get("conditions") or []:
+        message = c.get("message") or ""
+        if (c.get("type"), c.get("status"), c.get("reason")) == ("Requeued", "False", "Inadmissible") \
+                and "ResourceClaimTemplate" in message and "not found" in message:
+            since = parse_rfc3339(c.get("lastTransitionTime"))
+            return message if since is not None and (now - since).total_seconds() >= STRANDED_AFTER_S else None
+    return None
+
+
 def readmissions(workloads: list[dict[str, Any]], groups: Mapping[kgroups.GroupKey, kgroups.Group],
-                 sets: Mapping[str, str]) -> list[Readmit]:
-    """The admitted Workloads to delete: those whose group is split across racks
-    (``kube.groups.Group.split``: its live pods in more than one NVLink domain), and those that
-    list a failed tray (Kueue would replace it for one pod set alone, or not at all). ``groups``:
-    the deployment's groups (``kube.groups.groups_of`` with the trays' racks); ``sets``: its
-    LeaderWorkerSets, uid -> name."""
+                 sets: Mapping[str, str], now: dt.datetime) -> list[Readmit]:
+    """The Workloads to delete: admitted ones whose group is split across racks
+    (``kube.groups.Group.split``: its live pods in more than one NVLink domain) or that list a
+    failed tray (Kueue would replace it for one pod set alone, or not at all), and those Kueue
+    stranded on a ResourceClaimTemplate not yet made (``stranded``). ``groups``: the deployment's
+    groups (``kube.groups.groups_of`` with the trays' racks); ``sets``: its LeaderWorkerSets,
+    uid -> name; ``now``: the time ``stranded`` measures from."""
     out = []
     for w in workloads:
         meta = w.get("metadata") or {}
-        if not kworkloads.is_admitted(w) or meta.get("deletionTimestamp"):
+        if meta.get("deletionTimestamp"):
+            continue
+        if not kworkloads.is_admitted(w):
+            message = stranded(w, now)
+            if message is not None:
+                out.append(Readmit(meta["name"], meta.get("uid", ""), Event(
+                    "Warning", EventReason.GROUP_PENDING,
+                    f"group {kworkloads.group_index(w)}: Kueue set its Workload aside ({message}); the ComputeDomain's "
+                    "channel template exists now or soon: deleting the Workload so that Kueue reads it again",
+                    once=False)))
             continue
         key, failed = _workload_group(w, sets), unhealthy_nodes(w)
         group = key[1]

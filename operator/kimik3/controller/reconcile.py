@@ -180,8 +180,9 @@ class Reconciler:
         has_domain = any(c["kind"] == COMPUTE_DOMAIN.kind for c in rendered.objects)
         snap = reader.refresh(snap, admitted, has_domain)
         self._delete(obj, out.add(steps.prune(snap, rendered, not failed)).delete)
-        self._delete(obj, out.add(steps.place(snap)).delete)
-        prepare = out.add(steps.observe(snap, has_domain, dt.datetime.now(dt.timezone.utc))).value
+        now = dt.datetime.now(dt.timezone.utc)
+        self._delete(obj, out.add(steps.place(snap, now)).delete)
+        prepare = out.add(steps.observe(snap, has_domain, now)).value
         routing = out.add(steps.route(snap, admitted)).value
         wake = tuple(out.add(steps.collide(snap, admitted, self.placements)).value)
         apply_error = "; ".join(failed.values()) or None

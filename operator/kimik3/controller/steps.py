@@ -43,7 +43,7 @@ from kimik3.controller.queues import POLL_S as QUEUE_POLL_S
 from kimik3.controller.queues import QueueRead, queue_verdict
 from kimik3.controller.groups import kueue_changes, stored_groups
 from kimik3.controller.idle import Idle, IdleStep
-from kimik3.controller.readmit import awaits_kueue, readmissions
+from kimik3.controller.readmit import STRANDED_AFTER_S, awaits_kueue, readmissions, stranded
 from kimik3.controller.recreation import Crashes, GroupFailures
 from kimik3.controller.rollout import RolloutStep, Rollouts, scale_down_held, step_event
 from kimik3.controller.routing import POLL_S as GATEWAY_POLL_S
@@ -252,15 +252,18 @@ def prune(snap: Snapshot, rendered: Rendered, applied_all: bool) -> StepResult[N
     return out
 
 
-def place(snap: Snapshot) -> StepResult[None]:
+def place(snap: Snapshot, now: dt.datetime) -> StepResult[None]:
     """Placement kueue: the Workload of each group Kueue split across racks or whose tray failed is
-    deleted, for Kueue to admit the group again whole; look again soon while that goes on or an
-    admitted group has a pod not yet on a tray (Workloads are not watched)."""
+    deleted, for Kueue to admit the group again whole, and so is one Kueue set aside for a
+    ResourceClaimTemplate not yet made (``controller.readmit``); look again soon while that goes
+    on, an admitted group has a pod not yet on a tray, or a Workload is set aside (Workloads are
+    not watched)."""
     workloads, names = snap.workloads or [], snap.set_uids
-    steps = readmissions(workloads, snap.groups, names)
+    steps = readmissions(workloads, snap.groups, names, now)
     out: StepResult[None] = StepResult(None, delete=[
         Deletion(WORKLOAD, s.workload, s.uid, s.event) for s in steps])
-    if steps or awaits_kueue(workloads, snap.pods, names):
+    aside = any(stranded(w, now + dt.timedelta(seconds=STRANDED_AFTER_S)) for w in workloads)
+    if steps or aside or awaits_kueue(workloads, snap.pods, names):
         out.requeue_after = REPLACE_POLL_S
     return out
 
