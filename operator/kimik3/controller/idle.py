@@ -37,6 +37,17 @@ from kimik3.kube.labels import WAKE_REQUESTED_ANNOTATION
 from kimik3.kube.times import rfc3339, rfc3339_seconds
 
 
+def wake_request(request: str | None) -> tuple[float | None, list[Event]]:
+    """The wake annotation's time (epoch seconds; None when unset), or None and a Warning Event when it
+    is not an RFC 3339 time."""
+    try:
+        return rfc3339_seconds(request), []
+    except ValueError:
+        return None, [Event("Warning", EventReason.WAKE_REQUEST_INVALID,
+                            f"annotation {WAKE_REQUESTED_ANNOTATION}={request!r} is not an RFC 3339 time (e.g. "
+                            "2026-12-05T02:00:00Z; kimik3 wake writes one): it wakes nothing")]
+
+
 @dataclass
 class IdleStep:
     """What the idle step decided for this reconcile."""
@@ -127,29 +138,9 @@ class Idle:
         now, generation = self.clock(), meta.get("generation")
         stored = IdleStatus.model_validate((obj.get("status") or {}).get("idle") or {})
         request = (meta.get("annotations") or {}).get(WAKE_REQUESTED_ANNOTATION)
-        try:
-            requested_at = rfc3339_seconds(request)
-            invalid: list[Event] = []
-        except ValueError:
-            requested_at, invalid = None, [Event("Warning", EventReason.WAKE_REQUEST_INVALID,
-                                                 f"annotation {WAKE_REQUESTED_ANNOTATION}={request!r} is not an RFC "
-                                                 "3339 time (e.g. 2026-12-05T02:00:00Z; kimik3 wake writes one): it "
-                                                 "wakes nothing")]
-        stopped_at = rfc3339_seconds(stored.stopped_at)
-        if stopped_at is not None:
-            why = (f"the spec changed (generation {stored.stopped_generation} -> {generation}, e.g. kubectl scale)"
-                   if generation != stored.stopped_generation else
-                   f"{WAKE_REQUESTED_ANNOTATION}={request}" if requested_at is not None and requested_at >= stopped_at
-                   else None)
-            if why is None:
-                self.forget(*key)
-                return IdleStep(stopped=True, status=stored, events=invalid,
-                                verdict=stopped_verdict(obj, admitted, stored))
-            woke = IdleStatus(woke_at=rfc3339(now))
-            return IdleStep(floor=self._floor(admitted), status=woke, verdict=self._active(admitted), events=invalid + [
-                Event("Normal", EventReason.WOKEN, f"woken by {why} (stopped since {stored.stopped_at}); "
-                      f"{estimate_text(stored.wake_estimate_seconds)}", once=False)],
-                requeue_after=admitted.seconds.autoscaling_interval)
+        requested_at, invalid = wake_request(request)
+        if rfc3339_seconds(stored.stopped_at) is not None:
+            return self._while_stopped(obj, admitted, stored, request, requested_at, invalid, now)
         fleet = fleet_state(sets, fleet_replicas(sets) or 0, groups, admitted.seconds.load_timeout, now, workloads)
         watch = self._watch(key, admitted, now)
         for restart in (rfc3339_seconds(stored.woke_at), requested_at, now if fleet.loading else None):
@@ -176,6 +167,25 @@ class Idle:
         return IdleStep(floor=self._floor(admitted) if woken_recently else 0, status=stored,
                         verdict=self._active(admitted), events=invalid,
                         requeue_after=max(1.0, min(interval - (now - (watch.clock.read_at or now)), left)))
+
+    def _while_stopped(self, obj: dict[str, Any], admitted: Admitted, stored: IdleStatus, request: str | None,
+                       requested_at: float | None, invalid: list[Event], now: float) -> IdleStep:
+        """A stopped deployment: woken by a spec change (its generation moved, e.g. kubectl scale) or a
+        wake request at or after the stop, else still stopped."""
+        meta = obj["metadata"]
+        generation, stopped_at = meta.get("generation"), rfc3339_seconds(stored.stopped_at)
+        why = (f"the spec changed (generation {stored.stopped_generation} -> {generation}, e.g. kubectl scale)"
+               if generation != stored.stopped_generation else
+               f"{WAKE_REQUESTED_ANNOTATION}={request}" if requested_at is not None and stopped_at is not None
+               and requested_at >= stopped_at else None)
+        if why is None:
+            self.forget(meta["namespace"], meta["name"])
+            return IdleStep(stopped=True, status=stored, events=invalid, verdict=stopped_verdict(obj, admitted, stored))
+        woke = IdleStatus(woke_at=rfc3339(now))
+        return IdleStep(floor=self._floor(admitted), status=woke, verdict=self._active(admitted), events=invalid + [
+            Event("Normal", EventReason.WOKEN, f"woken by {why} (stopped since {stored.stopped_at}); "
+                  f"{estimate_text(stored.wake_estimate_seconds)}", once=False)],
+            requeue_after=admitted.seconds.autoscaling_interval)
 
     @staticmethod
     def _floor(admitted: Admitted) -> int:
