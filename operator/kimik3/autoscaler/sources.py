@@ -139,6 +139,13 @@ class HTTPPages:
         return body.decode("utf-8", errors="replace")
 
 
+
+def _growth(who: str, new: Scrape, old: Scrape, name: str, share: float) -> list[tuple[str, Histogram]]:
+    """Each series of histogram ``name`` in ``new``: its growth since ``old`` (a series ``old`` lacks
+    grows from empty), times ``share``, named for ``who`` (``_series``)."""
+    return [(_series(who, series), (h - old.histograms.get(series, Histogram())) * share)
+            for series, h in new.histograms.items() if series[0] == name]
+
 class PodScrapeSource:
     """Scrapes leaders' /metrics; the window of each pod runs from its scrape that starts
     ``window_s`` (module docstring) to this one.
@@ -195,13 +202,8 @@ class PodScrapeSource:
             name = _itl_name(new)
             if name:
                 names.add(name)
-                old_by_key = {k: h for k, h in old.histograms.items() if k[0] == name}
-                for series, h in new.histograms.items():
-                    if series[0] == name:
-                        itl.append((_series(who, series), (h - old_by_key.get(series, Histogram())) * share))
-            for series, h in new.histograms.items():
-                if series[0] == TTFT:
-                    ttft.append((_series(who, series), (h - old.histograms.get(series, Histogram())) * share))
+                itl += _growth(who, new, old, name, share)
+            ttft += _growth(who, new, old, TTFT, share)
             drafts += share * _counter_delta(new, old, DRAFTS)
             accepted += share * _counter_delta(new, old, ACCEPTED)
             tokens += share * _counter_delta(new, old, GENERATION_TOKENS)

@@ -183,14 +183,7 @@ class LatencyPolicy:
         # fleet would bend the line).
         steady = self.arrivals.settled(now, obs.window_s) and forecast.settled(now, obs.window_s) and not partial
         near = latency is not None and LEARN_RANGE[0] * s.target_s <= latency <= LEARN_RANGE[1] * s.target_s
-        pi_now = reading.prefill_now / serving
-        if not partial:  # the prompts' chunks (model.py): the window's computed prompts, each a first token
-            model.observe_prompts(reading.prefill_now * obs.window_s, obs.ttft.count,
-                                  1.0 if s.metric == "interTokenLatency" else obs.acceptance_length)
-        if latency is not None and near and reading.per_group_c > 0 and steady:
-            model.update(reading.per_group_c, latency, serving, reading.mean_latency, pi_now)
-        if self.ttft is not None and ttft is not None and steady:
-            self.ttft.update(ttft, pi_now)
+        self._learn(obs, reading, latency, ttft, serving, steady and near, steady, partial)
         # Prompt tokens come with the output tokens at the window's ratio.
         mix = reading.prefill / demand if demand > 0 else 0.0
         plan, plan_down = s.headroom * s.target_s, s.scale_down_headroom * s.target_s
@@ -222,6 +215,20 @@ class LatencyPolicy:
             n, n_down, reason = self._ttft_sizing(n, n_down, reason, ttft, predicted * mix, keep * mix, fleet,
                                                   joined, most)
         return n, n_down, reason
+
+    def _learn(self, obs: DecodeObservation, reading: Reading, latency: float | None, ttft: float | None,
+               serving: int, decode_line: bool, steady: bool, partial: bool) -> None:
+        """Learn from the window: the prompts' chunks from every whole reading (model.py: the window's
+        computed prompts, each a first token); the decode line when ``decode_line`` (a steady window
+        near the target); the TTFT model from a steady window."""
+        s, model, pi_now = self.settings, self.model, reading.prefill_now / serving
+        if not partial:
+            model.observe_prompts(reading.prefill_now * obs.window_s, obs.ttft.count,
+                                  1.0 if s.metric == "interTokenLatency" else obs.acceptance_length)
+        if latency is not None and decode_line and reading.per_group_c > 0:
+            model.update(reading.per_group_c, latency, serving, reading.mean_latency, pi_now)
+        if self.ttft is not None and ttft is not None and steady:
+            self.ttft.update(ttft, pi_now)
 
     def _ttft_sizing(self, n: int, n_down: int, reason: str, ttft: float | None, prefill: float,
                      prefill_keep: float, fleet: FleetState, joined: bool, most: int) -> tuple[int, int, str]:
