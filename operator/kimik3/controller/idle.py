@@ -99,6 +99,13 @@ def request_wake(kube: Kube, namespace: str, name: str, now: float | None = None
     return IdleStatus.model_validate((patched.get("status") or {}).get("idle") or {})
 
 
+def sleeps(admitted: Admitted, step: IdleStep, groups: Mapping[GroupKey, Group]) -> bool:
+    """Whether the deployment's requests go to the wake endpoint (``render.wake``): spec.idle.stopAfter
+    is set and no group serves, because it is stopped (``step``) or because its groups are still
+    loading (after a wake, or before the first group ever served)."""
+    return admitted.seconds.idle_stop_after is not None and (step.stopped or not any(g.serving for g in groups.values()))
+
+
 def stopped_verdict(obj: dict[str, Any], admitted: Admitted, idle: IdleStatus) -> Verdict:
     """Stopped=True IdleTimeout (also Ready's reason while stopped): since when, the wake estimate, how to wake."""
     meta = obj["metadata"]

@@ -53,6 +53,9 @@ HTTP_ROUTE = Kind("gateway.networking.k8s.io", "v1", "HTTPRoute", "httproutes")
 POD_DISRUPTION_BUDGET = Kind("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets")
 GATEWAY = Kind("gateway.networking.k8s.io", "v1", "Gateway", "gateways")
 """The Gateway an HTTPRoute names (read, never written: ``controller.routing`` checks it admits the route)."""
+REFERENCE_GRANT = Kind("gateway.networking.k8s.io", "v1beta1", "ReferenceGrant", "referencegrants")
+"""Lets the HTTPRoutes of a tenant's namespace name the operator's wake Service in its own namespace
+(``render.wake``; v1beta1: served by every Gateway API release since v0.6, v1 only since v1.5)."""
 INFERENCE_POOL = Kind("inference.networking.k8s.io", "v1", "InferencePool", "inferencepools")
 """Gateway API Inference Extension: the group leaders as one backend, scored by an endpoint picker."""
 INFERENCE_OBJECTIVE = Kind("inference.networking.x-k8s.io", "v1alpha2", "InferenceObjective", "inferenceobjectives")
