@@ -99,11 +99,13 @@ def request_wake(kube: Kube, namespace: str, name: str, now: float | None = None
     return IdleStatus.model_validate((patched.get("status") or {}).get("idle") or {})
 
 
-def sleeps(admitted: Admitted, step: IdleStep, groups: Mapping[GroupKey, Group]) -> bool:
+def sleeps(admitted: Admitted, step: IdleStep, sets: list[EngineSet]) -> bool:
     """Whether the deployment's requests go to the wake endpoint (``render.wake``): spec.idle.stopAfter
     is set and no group serves, because it is stopped (``step``) or because its groups are still
-    loading (after a wake, or before the first group ever served)."""
-    return admitted.seconds.idle_stop_after is not None and (step.stopped or not any(g.serving for g in groups.values()))
+    loading (after a wake, or before the first group ever served): no live LeaderWorkerSet counts a
+    Ready group (``status.readyReplicas``, as status.readyReplicas and the autoscaler count them)."""
+    ready = sum(int((s.lws.get("status") or {}).get("readyReplicas") or 0) for s in sets if not s.deleting)
+    return admitted.seconds.idle_stop_after is not None and (step.stopped or ready == 0)
 
 
 def stopped_verdict(obj: dict[str, Any], admitted: Admitted, idle: IdleStatus) -> Verdict:

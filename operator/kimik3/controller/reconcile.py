@@ -21,7 +21,6 @@ import datetime as dt
 import logging
 import time
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +32,7 @@ from kimik3.controller import metrics, steps
 from kimik3.controller.autoscaling import Autoscaling
 from kimik3.controller.cache import ObjectCache, desired_hash
 from kimik3.controller.canary import Analysis
+from kimik3.controller.fleet import EngineSet
 from kimik3.controller.idle import Idle, IdleStep, sleeps
 from kimik3.controller.kube import ApiError, Kube, NotLeading
 from kimik3.controller.nodes import Nodes
@@ -46,7 +46,7 @@ from kimik3.controller.status import Observed, invalid_status, lws_selector, mer
 from kimik3.controller.steps import Deletion, Outcome
 from kimik3.kube.kinds import (CHILD_KINDS, CHILD_NEEDS, COMPUTE_DOMAIN, CONFIG_MAP, GROUP, HTTP_ROUTE, INFERENCE_POOL,
                                KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, POD, POD_MONITOR, SERVED_BY, Kind, kind_of)
-from kimik3.kube.groups import Group, GroupKey, gpus_by_revision
+from kimik3.kube.groups import gpus_by_revision
 from kimik3.kube.labels import DEPLOYMENT_LABEL
 from kimik3.kube.objects import is_deleting
 from kimik3.render.children import COMPUTE_DOMAIN_SKIPPED
@@ -176,7 +176,7 @@ class Reconciler:
         idle = out.add(steps.idle(snap, admitted, self.idle)).value
         scaled = out.add(steps.scale(snap, admitted, self.autoscaling, idle.stopped)).value
         replicas = idle.replicas(None if scaled is None else scaled.replicas)
-        asleep = self._wake_endpoint(obj, admitted, snap.groups, idle)
+        asleep = self._wake_endpoint(obj, admitted, snap.sets, idle)
         rendered = out.add(steps.render_children(snap, admitted, replicas, crashes, self.compute_domains, asleep)).value
         rolled = out.add(steps.roll(snap, admitted, rendered, self.rollouts))
         new_groups = creating(snap.sets, rolled.apply) if admitted.spec.scheduling.placement.mode == "kueue" else None
@@ -220,13 +220,13 @@ class Reconciler:
             return Result("apply-failed", None, retry=True, wake=wake)
         return Result("applied", out.requeue_after, wake=wake)
 
-    def _wake_endpoint(self, obj: dict[str, Any], admitted: Admitted, groups: Mapping[GroupKey, Group],
+    def _wake_endpoint(self, obj: dict[str, Any], admitted: Admitted, sets: list[EngineSet],
                        step: IdleStep) -> WakeEndpoint | None:
         """Where the HTTPRoute goes while the deployment sleeps (``controller.idle.sleeps``): the wake
         Service, once the ReferenceGrant in its namespace lets the route's namespace name it (applied
         once per namespace by this process); None when awake, without a route or a wake Service, or
         when the grant could not be applied (a Warning Event says why: the route stays where it was)."""
-        if self.wake is None or admitted.spec.service.http_route is None or not sleeps(admitted, step, groups):
+        if self.wake is None or admitted.spec.service.http_route is None or not sleeps(admitted, step, sets):
             return None
         namespace = obj["metadata"]["namespace"]
         if self.wake.namespace != namespace and namespace not in self._granted:
