@@ -8,13 +8,16 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from click.testing import CliRunner
 
 from kimik3.api.v1alpha1 import IdleStatus
+from kimik3.cli import main
 from kimik3.controller.activator import (MIN_RETRY_AFTER_S, UNKNOWN_ESTIMATE_S, WAKE_INTERVAL_S, Activator,
                                          activator_app)
 from kimik3.controller.kube import ApiError, NotFound
-from kimik3.render.wake import DEPLOYMENT_HEADER
+from kimik3.render.wake import DEPLOYMENT_HEADER, WakeEndpoint
 
 STOPPED = IdleStatus(stopped_at="2026-12-05T03:00:00Z", stopped_generation=1, wake_estimate_seconds=41.2)
 WOKEN = IdleStatus(woke_at="2026-12-05T04:00:00Z")
@@ -134,3 +137,13 @@ def test_over_http_any_path_and_method():
     assert b1["error"]["type"] == "ServiceUnavailableError"
     assert (s3, r3, b3["error"]["code"]) == (400, None, 400)
     assert wakes.calls == [("tenant-a", "k3")]
+
+
+def test_the_wake_service_is_namespace_slash_service_colon_port():
+    assert WakeEndpoint.parse("kimik3-system/kimik3-operator-wake:8081") == \
+        WakeEndpoint("kimik3-system", "kimik3-operator-wake", 8081)
+    for bad in ("kimik3-operator-wake:8081", "kimik3-system/kimik3-operator-wake", "/w:1", "ns/w:http", "ns/w:70000"):
+        with pytest.raises(ValueError, match="is not NAMESPACE/SERVICE:PORT"):
+            WakeEndpoint.parse(bad)
+    out = CliRunner().invoke(main, ["run", "--wake-port", "8081", "--wake-service", "kimik3-operator-wake:8081"])
+    assert out.exit_code == 2 and "--wake-service" in out.output and "NAMESPACE/SERVICE:PORT" in out.output

@@ -108,7 +108,8 @@ class Activator:
                     return Answer(404, f"no KimiK3Deployment {namespace}/{name}")
                 except ApiError as exc:
                     log.warning("wake of %s/%s refused: %s", namespace, name, exc)
-                    self._waking[key] = _Waking(now, waking.serves_at if waking else now, waking.stopped_at if waking else None)
+                    self._waking[key] = (_Waking(now, waking.serves_at, waking.stopped_at) if waking
+                                         else _Waking(now, now, None))
                     return Answer(503, f"KimiK3Deployment {namespace}/{name} is not serving and its wake failed "
                                        f"({exc}); retrying", math.ceil(self.interval_s))
                 waking = self._woken(key, idle, waking, now)

@@ -84,8 +84,8 @@ RESOURCE_SLICE = Kind("resource.k8s.io", "v1", "ResourceSlice", "resourceslices"
 NODE = Kind("", "v1", "Node", "nodes")
 """Cluster-scoped (``path()`` with no namespace); read by the dev kit's views, not by the operator."""
 
-KINDS: tuple[Kind, ...] = (KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, COMPUTE_DOMAIN, POD_MONITOR, HTTP_ROUTE, GATEWAY, REFERENCE_GRANT,
-                           INFERENCE_POOL, DEPLOYMENT,
+KINDS: tuple[Kind, ...] = (KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, COMPUTE_DOMAIN, POD_MONITOR, HTTP_ROUTE, GATEWAY,
+                           REFERENCE_GRANT, INFERENCE_POOL, DEPLOYMENT,
                            POD_DISRUPTION_BUDGET, CONFIG_MAP, SERVICE, POD, EVENT, LEASE, NODE, RESOURCE_SLICE, WORKLOAD,
                            LOCAL_QUEUE,
                            JOB, PERSISTENT_VOLUME_CLAIM, SERVICE_ACCOUNT, ROLE, ROLE_BINDING)

@@ -46,7 +46,8 @@ class WakeEndpoint:
         where, _, port = text.rpartition(":")
         namespace, _, service = where.partition("/")
         if not (namespace and service and port.isdigit() and 0 < int(port) < 65536):
-            raise ValueError(f"wake service {text!r} is not NAMESPACE/SERVICE:PORT (e.g. kimik3-system/kimik3-operator-wake:8081)")
+            raise ValueError(f"wake service {text!r} is not NAMESPACE/SERVICE:PORT "
+                             "(e.g. kimik3-system/kimik3-operator-wake:8081)")
         return cls(namespace, service, int(port))
 
     def __str__(self) -> str:
