@@ -15,7 +15,7 @@ from kimik3.kube.labels import DEPLOYMENT_LABEL, LWS_WORKER_INDEX_LABEL
 from kimik3.render.meta import Owner
 from kimik3.render.routing import endpoint_picker
 from kimik3.render.httproute import http_route
-from kimik3.render.wake import DEPLOYMENT_HEADER, WakeEndpoint
+from kimik3.render.wake import DEPLOYMENT_HEADER, UID_HEADER, WakeEndpoint
 from kimik3_dev.devcluster import gateway
 from kimik3_dev.devcluster.controlplane import bin_dir
 from kimik3_dev.devcluster.gatewaywatch import wake_route
@@ -110,13 +110,13 @@ def test_a_route_to_the_wake_service_goes_to_the_activator_with_the_routes_heade
     asleep, awake = http_route(owner, spec, True, WAKE), http_route(owner, spec, True)
     assert wake_route(awake, WAKE, ("127.0.0.1", 4242)) is None and wake_route(None, WAKE, ("127.0.0.1", 4242)) is None
     wake = wake_route(asleep, WAKE, ("127.0.0.1", 4242))
-    assert wake == gateway.WakeRoute(("127.0.0.1", 4242), ((DEPLOYMENT_HEADER, "team/k3"),))
+    assert wake == gateway.WakeRoute(("127.0.0.1", 4242), ((DEPLOYMENT_HEADER, "team/k3"), (UID_HEADER, "uid-1")))
     other = WakeEndpoint("elsewhere", "kimik3-operator-wake", 8081)  # not this operator's Service: not followed
     assert wake_route(asleep, other, ("127.0.0.1", 4242)) is None
     (route,) = gateway.route_config("FailClose", wake)["virtual_hosts"][0]["routes"]
     assert route["route"]["cluster"] == "wake"
-    assert route["request_headers_to_add"] == [{"header": {"key": DEPLOYMENT_HEADER, "value": "team/k3"},
-                                                "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}]
+    assert route["request_headers_to_add"] == [{"header": {"key": k, "value": v}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}
+                                               for k, v in ((DEPLOYMENT_HEADER, "team/k3"), (UID_HEADER, "uid-1"))]
     assert route["typed_per_filter_config"]["envoy.filters.http.ext_proc"]["disabled"] is True
     assert [r["route"]["cluster"] for r in gateway.route_config("FailOpen")["virtual_hosts"][0]["routes"]] == \
         ["pool", "pool-fallback"]

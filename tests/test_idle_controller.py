@@ -26,7 +26,7 @@ from kimik3.controller.reconcile import Reconciler
 from kimik3.kube.kinds import HTTP_ROUTE, REFERENCE_GRANT
 from kimik3.kube.labels import WAKE_REQUESTED_ANNOTATION
 from kimik3.kube.times import rfc3339, rfc3339_seconds
-from kimik3.render.wake import DEPLOYMENT_HEADER, WakeEndpoint
+from kimik3.render.wake import DEPLOYMENT_HEADER, UID_HEADER, WakeEndpoint
 from kimik3_dev.devcluster.controlplane import ControlPlane
 from kimik3_dev.devcluster.install import install_apis
 from support.cluster import CR, LWS, condition, events
@@ -187,20 +187,24 @@ def test_a_stopped_deployments_route_goes_to_the_wake_endpoint_and_a_request_wak
     backend, filters = route_backend(e)
     assert backend == {"group": "", "kind": "Service", "name": wake.service, "namespace": wake.namespace,
                        "port": wake.port}
+    uid = e["kube"].get(*CR, e["ns"], NAME)["metadata"]["uid"]
     assert filters == [{"type": "RequestHeaderModifier", "requestHeaderModifier": {
-        "set": [{"name": DEPLOYMENT_HEADER, "value": f"{e['ns']}/{NAME}"}]}}]
+        "set": [{"name": DEPLOYMENT_HEADER, "value": f"{e['ns']}/{NAME}"}, {"name": UID_HEADER, "value": uid}]}}]
     grant = e["kube"].get(*GRANT, wake.namespace, f"kimik3-wake-{e['ns']}")
     assert grant["spec"] == {"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": e["ns"]}],
                              "to": [{"group": "", "kind": "Service", "name": wake.service}]}
 
-    activator = Activator(lambda ns, name: request_wake(e["kube"], ns, name))
+    activator = Activator(lambda ns, name, uid: request_wake(e["kube"], ns, name, uid=uid))
 
-    async def request() -> tuple[int, str | None]:
+    async def request(uid: str) -> tuple[int, str | None]:
         async with TestClient(TestServer(activator_app(activator))) as http:
-            response = await http.post("/v1/chat/completions", headers={DEPLOYMENT_HEADER: f"{e['ns']}/{NAME}"},
-                                       json={"messages": []})
+            response = await http.post("/v1/chat/completions", json={"messages": []},
+                                       headers={DEPLOYMENT_HEADER: f"{e['ns']}/{NAME}", UID_HEADER: uid})
             return response.status, response.headers.get("Retry-After")
-    assert asyncio.run(request()) == (503, str(int(LOAD_S)))  # at once, with the measured load time
+    # a route of another tenant naming this deployment but not its uid: the API server's uid precondition refuses
+    assert asyncio.run(request(str(uuid.uuid4()))) == (404, None)
+    assert WAKE_REQUESTED_ANNOTATION not in (e["kube"].get(*CR, e["ns"], NAME)["metadata"].get("annotations") or {})
+    assert asyncio.run(request(uid)) == (503, str(int(LOAD_S)))  # at once, with the measured load time
     assert WAKE_REQUESTED_ANNOTATION in e["kube"].get(*CR, e["ns"], NAME)["metadata"]["annotations"]
     obj = tick(e, loaded=False)
     assert e["kube"].get(*LWS, e["ns"], SET)["spec"]["replicas"] == 2  # woken by the request

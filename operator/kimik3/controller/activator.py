@@ -10,13 +10,15 @@ Each request is answered at once, never held open while engines load (a load tak
 - the deployment is woken by ``controller.idle.request_wake`` (its wake annotation), at most once per
   deployment every ``WAKE_INTERVAL_S`` seconds however many requests arrive: the requests between
   are answered from memory. A wake request while it loads only restarts its idle clock;
-- 400 when the request does not name a deployment in ``render.wake.DEPLOYMENT_HEADER`` (it did not
-  come through a route the operator rendered), 404 when no such KimiK3Deployment exists, 503 with
-  ``Retry-After: WAKE_INTERVAL_S`` when the API server refused the wake (the body says why).
+- 400 when the request does not name a deployment in ``render.wake.DEPLOYMENT_HEADER`` and
+  ``UID_HEADER`` (it did not come through a route the operator rendered), 404 when no
+  KimiK3Deployment of that name has that uid (the uid is a precondition of the wake's patch: a
+  route of another tenant cannot wake a deployment it cannot read), 503 with ``Retry-After:
+  WAKE_INTERVAL_S`` when the API server refused the wake (the body says why).
 
 Bodies are JSON in the OpenAI error shape (``{"error": {"message", "type", "code"}}``), which the
-engines' clients already parse. Whoever can reach the gateway can wake a stopped deployment (as
-the first request through it does); the header only names which one.
+engines' clients already parse. Whoever can reach the gateway can wake a stopped deployment through
+its route (as the first request through it should).
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ from typing import Any
 from aiohttp import web
 
 from kimik3.api.v1alpha1 import IdleStatus
-from kimik3.controller.kube import ApiError, NotFound
-from kimik3.render.wake import DEPLOYMENT_HEADER
+from kimik3.controller.kube import ApiError, Invalid, NotFound
+from kimik3.render.wake import DEPLOYMENT_HEADER, UID_HEADER
 
 log = logging.getLogger("kimik3.activator")
 
@@ -75,26 +77,34 @@ class _Waking:
     """status.idle.stoppedAt of the stop this wake ends (a later stop starts a new wake)."""
 
 
+Key = tuple[str, str, str]
+"""(namespace, name, uid) of a KimiK3Deployment."""
+
+
 class Activator:
     """Answers requests for sleeping deployments and wakes them (module docstring). ``wake(namespace,
-    name)`` asks for a wake and returns status.idle as the CR holds it (``controller.idle.request_wake``
-    bound to a ``Kube``; raises ``NotFound`` or another ``ApiError``); ``clock``: monotonic seconds."""
+    name, uid)`` asks for a wake and returns status.idle as the CR holds it (``controller.idle.request_wake``
+    bound to a ``Kube``; raises ``NotFound``, ``Conflict`` for another uid, or another ``ApiError``);
+    ``clock``: monotonic seconds."""
 
-    def __init__(self, wake: Callable[[str, str], IdleStatus], clock: Callable[[], float] = time.monotonic,
+    def __init__(self, wake: Callable[[str, str, str], IdleStatus], clock: Callable[[], float] = time.monotonic,
                  interval_s: float = WAKE_INTERVAL_S) -> None:
         self.wake, self.clock, self.interval_s = wake, clock, interval_s
-        self._waking: dict[tuple[str, str], _Waking] = {}
-        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._waking: dict[Key, _Waking] = {}
+        self._locks: dict[Key, threading.Lock] = {}
         self._guard = threading.Lock()
 
-    def answer(self, deployment: str | None) -> Answer:
-        """The answer to a request whose ``DEPLOYMENT_HEADER`` is ``deployment`` (``<namespace>/<name>``;
-        None when absent). Blocks on the API server at most once per deployment per ``interval_s``."""
+    def answer(self, deployment: str | None, uid: str | None) -> Answer:
+        """The answer to a request whose ``DEPLOYMENT_HEADER`` is ``deployment`` (``<namespace>/<name>``)
+        and ``UID_HEADER`` ``uid`` (None when absent). Blocks on the API server at most once per
+        deployment per ``interval_s``."""
         namespace, _, name = (deployment or "").strip().partition("/")
-        if not namespace or not name or "/" in name:
-            return Answer(400, f"no deployment named: the {DEPLOYMENT_HEADER} header must be <namespace>/<name> (got "
-                               f"{deployment!r}); the operator's HTTPRoute sets it on routes to the wake endpoint")
-        key = (namespace, name)
+        uid = (uid or "").strip()
+        if not namespace or not name or "/" in name or not uid:
+            return Answer(400, f"no deployment named: the {DEPLOYMENT_HEADER} header must be <namespace>/<name> and "
+                               f"{UID_HEADER} its uid (got {deployment!r}, {uid!r}); the operator's HTTPRoute sets "
+                               "them on routes to the wake endpoint")
+        key = (namespace, name, uid)
         with self._guard:
             lock = self._locks.setdefault(key, threading.Lock())
         with lock:  # concurrent first requests wait for the one wake request, then answer from it
@@ -102,11 +112,12 @@ class Activator:
             waking = self._waking.get(key)
             if waking is None or now - waking.requested_at >= self.interval_s:
                 try:
-                    idle = self.wake(namespace, name)
-                except NotFound:
-                    self._waking.pop(key, None)
-                    return Answer(404, f"no KimiK3Deployment {namespace}/{name}")
+                    idle = self.wake(namespace, name, uid)
                 except ApiError as exc:
+                    if isinstance(exc, NotFound) or isinstance(exc, Invalid) and "metadata.uid" in exc.message:
+                        # none, or another object of that name (its uid is immutable): the same to the client
+                        self._waking.pop(key, None)
+                        return Answer(404, f"no KimiK3Deployment {namespace}/{name} with uid {uid}")
                     log.warning("wake of %s/%s refused: %s", namespace, name, exc)
                     self._waking[key] = (_Waking(now, waking.serves_at, waking.stopped_at) if waking
                                          else _Waking(now, now, None))
@@ -117,12 +128,12 @@ class Activator:
             return Answer(503, f"KimiK3Deployment {namespace}/{name} is waking from its idle stop: no engine serves "
                                f"yet; retry after {left} s", left)
 
-    def _woken(self, key: tuple[str, str], idle: IdleStatus, waking: _Waking | None, now: float) -> _Waking:
+    def _woken(self, key: Key, idle: IdleStatus, waking: _Waking | None, now: float) -> _Waking:
         """The wake after a request at ``now`` whose answer was ``idle``: a new one when the CR says
         stopped since a stop this process has not woken, else the one under way."""
         if waking is None or idle.stopped_at is not None and idle.stopped_at != waking.stopped_at:
             estimate = idle.wake_estimate_seconds if idle.stopped_at is not None else None
-            log.info("waking %s/%s (stopped since %s; estimate %s s)", *key, idle.stopped_at, estimate)
+            log.info("waking %s/%s (stopped since %s; estimate %s s)", *key[:2], idle.stopped_at, estimate)
             waking = _Waking(now, now + (UNKNOWN_ESTIMATE_S if estimate is None else estimate), idle.stopped_at)
         else:
             waking.requested_at = now
@@ -135,7 +146,8 @@ def activator_app(activator: Activator) -> web.Application:
     call runs in a worker thread, off the operator's event loop)."""
 
     async def handle(request: web.Request) -> web.Response:
-        answer = await asyncio.to_thread(activator.answer, request.headers.get(DEPLOYMENT_HEADER))
+        answer = await asyncio.to_thread(activator.answer, request.headers.get(DEPLOYMENT_HEADER),
+                                         request.headers.get(UID_HEADER))
         return web.json_response(answer.body(), status=answer.status, headers=answer.headers())
 
     app = web.Application()

@@ -333,7 +333,7 @@ async def run_operator(cfg: OperatorConfig, stop: threading.Event | asyncio.Even
     waker = None
     if cfg.wake_port is not None:
         unfenced = Kube(api)  # a wake is the client's request, as `kimik3 wake` is: any replica writes it
-        waker = web.AppRunner(activator_app(Activator(lambda ns, name: request_wake(unfenced, ns, name))),
+        waker = web.AppRunner(activator_app(Activator(lambda ns, name, uid: request_wake(unfenced, ns, name, uid=uid))),
                               access_log=None)
         await waker.setup()
         await web.TCPSite(waker, cfg.health_host, cfg.wake_port).start()

@@ -41,7 +41,7 @@ def http_route(owner: Owner, spec: KimiK3DeploymentSpec, to_pool: bool = False,
         route_spec["hostnames"] = list(route.hostnames)
     matches = [{"path": {"type": "PathPrefix", "value": prefix}} for prefix in route.path_prefixes]
     if wake is not None:
-        route_spec["rules"] = [{"matches": matches, **wake_rule(wake, owner.namespace, owner.name)}]
+        route_spec["rules"] = [{"matches": matches, **wake_rule(wake, owner.namespace, owner.name, owner.uid)}]
     else:
         route_spec["rules"] = [{"matches": matches, "backendRefs": [
             {"group": INFERENCE_POOL.group, "kind": INFERENCE_POOL.kind, "name": owner.name} if to_pool

@@ -9,7 +9,8 @@ how Knative's activator and the KEDA HTTP add-on's interceptor sit in a route wh
 scaled to zero, expressed in Gateway API Core features only, so any conformant Gateway follows it:
 
 - the rule's ``RequestHeaderModifier`` filter sets ``DEPLOYMENT_HEADER`` to ``<namespace>/<name>``
-  (``set`` replaces what a client sent), which tells the activator which deployment a request is for;
+  and ``UID_HEADER`` to its uid (``set`` replaces what a client sent), which tell the activator
+  which deployment a request is for;
 - the backendRef names a Service in the operator's namespace, which Gateway API allows only with a
   ``ReferenceGrant`` there (``reference_grant``: HTTPRoutes of the tenant's namespace may name that
   one Service; Gateway API ``ReferenceGrant``, ``gateway.networking.k8s.io/v1beta1``).
@@ -26,6 +27,10 @@ from kimik3.kube.labels import MANAGED_BY, MANAGED_BY_LABEL
 DEPLOYMENT_HEADER = "x-kimik3-deployment"
 """Request header the route's filter sets to ``<namespace>/<name>`` of the KimiK3Deployment: which
 deployment the activator wakes."""
+UID_HEADER = "x-kimik3-deployment-uid"
+"""Request header the route's filter sets to the KimiK3Deployment's ``metadata.uid``: the activator
+wakes it only if the uid matches, so a route in another namespace (which the ReferenceGrant lets
+name the wake Service too) cannot wake a deployment whose uid its tenant cannot read."""
 GRANT_PREFIX = "kimik3-wake-"
 """ReferenceGrants are named ``kimik3-wake-<tenant namespace>`` (one per namespace whose routes may
 point at the wake Service)."""
@@ -54,17 +59,12 @@ class WakeEndpoint:
         return f"{self.namespace}/{self.service}:{self.port}"
 
 
-def deployment_header(namespace: str, name: str) -> str:
-    """``DEPLOYMENT_HEADER``'s value for KimiK3Deployment ``namespace/name``."""
-    return f"{namespace}/{name}"
-
-
-def wake_rule(wake: WakeEndpoint, namespace: str, name: str) -> dict[str, Any]:
+def wake_rule(wake: WakeEndpoint, namespace: str, name: str, uid: str) -> dict[str, Any]:
     """An HTTPRoute rule's ``filters`` and ``backendRefs`` sending to the wake Service, with the
-    deployment named in ``DEPLOYMENT_HEADER`` (the caller adds the rule's ``matches``)."""
+    deployment named in ``DEPLOYMENT_HEADER`` and ``UID_HEADER`` (the caller adds the rule's ``matches``)."""
     return {
         "filters": [{"type": "RequestHeaderModifier", "requestHeaderModifier": {
-            "set": [{"name": DEPLOYMENT_HEADER, "value": deployment_header(namespace, name)}]}}],
+            "set": [{"name": DEPLOYMENT_HEADER, "value": f"{namespace}/{name}"}, {"name": UID_HEADER, "value": uid}]}}],
         "backendRefs": [{"group": SERVICE.group, "kind": SERVICE.kind, "name": wake.service,
                          "namespace": wake.namespace, "port": wake.port}],
     }
