@@ -76,16 +76,16 @@ def kimik3_argv() -> list[str]:
 
 class OperatorProcess:
     """``kimik3 <args>`` as its own process (what the chart's Deployment runs), with the health
-    server (and the wake endpoint, when the args serve one) moved to free loopback ports and the
-    given kubeconfig instead of the in-cluster one. Its output goes to ``log_path``."""
+    server moved to a free loopback port, no wake endpoint (``--wake-port`` dropped) and the given
+    kubeconfig instead of the in-cluster one. Its output goes to ``log_path``."""
 
     def __init__(self, args: list[str], kubeconfig: Path, log_path: Path, ready_timeout_s: float = 45.0):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.wake_port = free_port()
+        # No wake endpoint: nothing here sends it requests (the routes still move to the wake Service,
+        # --wake-service), and a port of its own for each of ten operators would be one more to race for.
         kept = [a for a in args if not a.startswith(("--health-port", "--health-host", "--wake-port"))]
-        wake = [f"--wake-port={self.wake_port}"] if any(a.startswith("--wake-port") for a in args) else []
-        self.argv = [*kimik3_argv(), *kept, f"--health-port={self.port}", "--health-host=127.0.0.1", *wake,
+        self.argv = [*kimik3_argv(), *kept, f"--health-port={self.port}", "--health-host=127.0.0.1",
                      f"--kubeconfig={kubeconfig}"]
         self.log_path = log_path
         self.ready_timeout_s = ready_timeout_s
