@@ -427,6 +427,9 @@ class EventReason(StrEnum):
     """Normal: a stopped deployment wakes (what woke it, the groups asked for, the wake estimate)."""
     WAKE_REQUEST_INVALID = "WakeRequestInvalid"
     """Warning: the wake-requested-at annotation is not an RFC 3339 time; it wakes nothing."""
+    WAKE_ROUTE_REFUSED = "WakeRouteRefused"
+    """Warning: the ReferenceGrant that lets the HTTPRoute name the operator's wake Service could not be
+    applied; the route stays on its backend, and requests through the gateway wake nothing."""
 
 
 EventType = Literal["Normal", "Warning"]

@@ -32,7 +32,8 @@ from kimik3.controller import metrics, steps
 from kimik3.controller.autoscaling import Autoscaling
 from kimik3.controller.cache import ObjectCache, desired_hash
 from kimik3.controller.canary import Analysis
-from kimik3.controller.idle import Idle
+from kimik3.controller.fleet import EngineSet
+from kimik3.controller.idle import Idle, IdleStep, sleeps
 from kimik3.controller.kube import ApiError, Kube, NotLeading
 from kimik3.controller.nodes import Nodes
 from kimik3.controller.placementmix import Placements
@@ -50,6 +51,7 @@ from kimik3.kube.labels import DEPLOYMENT_LABEL
 from kimik3.kube.objects import is_deleting
 from kimik3.render.children import COMPUTE_DOMAIN_SKIPPED
 from kimik3.render.meta import Owner
+from kimik3.render.wake import WakeEndpoint, reference_grant
 
 FINALIZER = f"{GROUP}/teardown"
 TEARDOWN_POLL_S = 3.0
@@ -101,8 +103,14 @@ class Reconciler:
 
     def __init__(self, kube: Kube, compute_domains: bool = True, cache: ObjectCache | None = None,
                  policy: AdmissionPolicy = AdmissionPolicy(), autoscaling: Autoscaling | None = None,
-                 failures: GroupFailures | None = None, stager_image: str = DEFAULT_STAGER_IMAGE):
+                 failures: GroupFailures | None = None, stager_image: str = DEFAULT_STAGER_IMAGE,
+                 wake: WakeEndpoint | None = None):
         self.kube = kube
+        self.wake = wake
+        """The operator's wake Service (``kimik3 run --wake-service``): the HTTPRoute of a sleeping
+        deployment goes there (``render.wake``); None: routes never change for idleness."""
+        self._granted: set[str] = set()
+        """Namespaces whose ReferenceGrant to the wake Service this process applied."""
         self.failures = failures or GroupFailures()
         """Engine failures the pod watch saw (bounded recreation: Degraded and a start back-off)."""
         self.staging = Staging(kube, stager_image)
@@ -168,7 +176,8 @@ class Reconciler:
         idle = out.add(steps.idle(snap, admitted, self.idle)).value
         scaled = out.add(steps.scale(snap, admitted, self.autoscaling, idle.stopped)).value
         replicas = idle.replicas(None if scaled is None else scaled.replicas)
-        rendered = out.add(steps.render_children(snap, admitted, replicas, crashes, self.compute_domains)).value
+        asleep = self._wake_endpoint(obj, admitted, snap.sets, idle)
+        rendered = out.add(steps.render_children(snap, admitted, replicas, crashes, self.compute_domains, asleep)).value
         rolled = out.add(steps.roll(snap, admitted, rendered, self.rollouts))
         new_groups = creating(snap.sets, rolled.apply) if admitted.spec.scheduling.placement.mode == "kueue" else None
         queue = reader.local_queue(admitted, snap.owner, new_groups) if new_groups is not None else None
@@ -210,6 +219,29 @@ class Reconciler:
                         apply_error[:300])
             return Result("apply-failed", None, retry=True, wake=wake)
         return Result("applied", out.requeue_after, wake=wake)
+
+    def _wake_endpoint(self, obj: dict[str, Any], admitted: Admitted, sets: list[EngineSet],
+                       step: IdleStep) -> WakeEndpoint | None:
+        """Where the HTTPRoute goes while the deployment sleeps (``controller.idle.sleeps``): the wake
+        Service, once the ReferenceGrant in its namespace lets the route's namespace name it (applied
+        once per namespace by this process); None when awake, without a route or a wake Service, or
+        when the grant could not be applied (a Warning Event says why: the route stays where it was)."""
+        if self.wake is None or admitted.spec.service.http_route is None or not sleeps(admitted, step, sets):
+            return None
+        namespace = obj["metadata"]["namespace"]
+        if self.wake.namespace != namespace and namespace not in self._granted:
+            grant = reference_grant(self.wake, namespace)
+            try:
+                self.kube.apply(grant)
+            except ApiError as exc:
+                self._post(obj, [Event("Warning", EventReason.WAKE_ROUTE_REFUSED, (
+                    f"ReferenceGrant {self.wake.namespace}/{grant['metadata']['name']} could not be applied ({exc}): "
+                    f"the HTTPRoute may not name the wake Service {self.wake}, so it stays on its backend and a "
+                    "request through the gateway wakes nothing; install the Gateway API CRDs (ReferenceGrant) and "
+                    f"let the operator apply ReferenceGrants in namespace {self.wake.namespace} (the chart's Role)"))])
+                return None
+            self._granted.add(namespace)
+        return self.wake
 
     def _admit(self, obj: dict[str, Any]) -> Admitted | None:
         """The admitted spec; None when refused (the status and an Event name every problem)."""

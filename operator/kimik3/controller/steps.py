@@ -56,6 +56,7 @@ from kimik3.kube.objects import is_deleting
 from kimik3.render.children import Rendered, render
 from kimik3.render.disruption import fleet_pods, over_fleet
 from kimik3.render.revision import TEMPLATE_HASH_ANNOTATION
+from kimik3.render.wake import WakeEndpoint
 
 T = TypeVar("T")
 
@@ -165,19 +166,19 @@ def scale(snap: Snapshot, admitted: Admitted, autoscaling: Autoscaling, stopped:
 
 
 def render_children(snap: Snapshot, admitted: Admitted, replicas: int | None, crashes: Crashes,
-                    compute_domains: bool) -> StepResult[Rendered]:
+                    compute_domains: bool, wake: WakeEndpoint | None = None) -> StepResult[Rendered]:
     """The children of the spec at ``replicas`` (the autoscaler's or the idle step's; None:
-    spec.replicas); render's warnings as Events. The launcher carries the start back-off its own
-    templates' groups earned (the LeaderWorkerSets of the rendered template hash): a new revision
-    starts clean."""
+    spec.replicas), the HTTPRoute to ``wake`` when given (the deployment sleeps); render's warnings
+    as Events. The launcher carries the start back-off its own templates' groups earned (the
+    LeaderWorkerSets of the rendered template hash): a new revision starts clean."""
     rendered = render(admitted, snap.owner, replicas=replicas, compute_domains=compute_domains,
-                      inference_pools=snap.pools_served)
+                      inference_pools=snap.pools_served, wake=wake)
     lws = next(c for c in rendered.objects if c["kind"] == LEADER_WORKER_SET.kind)
     want = lws["metadata"]["annotations"].get(TEMPLATE_HASH_ANNOTATION)
     delay = crashes.start_delay_s(s.name for s in snap.sets if s.template_hash == want and not s.deleting)
     if delay > 0:
         rendered = render(admitted, snap.owner, replicas=replicas, compute_domains=compute_domains, start_delay_s=delay,
-                          inference_pools=snap.pools_served)
+                          inference_pools=snap.pools_served, wake=wake)
     return StepResult(rendered, events=list(rendered.warnings))
 
 

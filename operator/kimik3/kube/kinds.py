@@ -53,6 +53,9 @@ HTTP_ROUTE = Kind("gateway.networking.k8s.io", "v1", "HTTPRoute", "httproutes")
 POD_DISRUPTION_BUDGET = Kind("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets")
 GATEWAY = Kind("gateway.networking.k8s.io", "v1", "Gateway", "gateways")
 """The Gateway an HTTPRoute names (read, never written: ``controller.routing`` checks it admits the route)."""
+REFERENCE_GRANT = Kind("gateway.networking.k8s.io", "v1beta1", "ReferenceGrant", "referencegrants")
+"""Lets the HTTPRoutes of a tenant's namespace name the operator's wake Service in its own namespace
+(``render.wake``; v1beta1: served by every Gateway API release since v0.6, v1 only since v1.5)."""
 INFERENCE_POOL = Kind("inference.networking.k8s.io", "v1", "InferencePool", "inferencepools")
 """Gateway API Inference Extension: the group leaders as one backend, scored by an endpoint picker."""
 INFERENCE_OBJECTIVE = Kind("inference.networking.x-k8s.io", "v1alpha2", "InferenceObjective", "inferenceobjectives")
@@ -82,7 +85,7 @@ NODE = Kind("", "v1", "Node", "nodes")
 """Cluster-scoped (``path()`` with no namespace); read by the dev kit's views, not by the operator."""
 
 KINDS: tuple[Kind, ...] = (KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, COMPUTE_DOMAIN, POD_MONITOR, HTTP_ROUTE, GATEWAY,
-                           INFERENCE_POOL, DEPLOYMENT,
+                           REFERENCE_GRANT, INFERENCE_POOL, DEPLOYMENT,
                            POD_DISRUPTION_BUDGET, CONFIG_MAP, SERVICE, POD, EVENT, LEASE, NODE, RESOURCE_SLICE, WORKLOAD,
                            LOCAL_QUEUE,
                            JOB, PERSISTENT_VOLUME_CLAIM, SERVICE_ACCOUNT, ROLE, ROLE_BINDING)
