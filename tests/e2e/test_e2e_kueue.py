@@ -11,6 +11,11 @@ GB300 trays (144 GPUs), as a real GB300 NVL72 pair of racks looks to Kubernetes.
 - Priority: ``dev up --tenant low=72:100 --tenant high=72:1000``; low fills both racks (borrowing
   high's idle quota through their Cohort); high's new group preempts one of low's groups (both CRs
   and their Events say so); the preempted group comes back once high's group is gone.
+- Reserved and burst (``placement.burstPriorityClass``): low fills both racks with 9 reserved and
+  9 burst groups (its 72 GPUs of quota and high's idle 72); high's reserved group preempts one of
+  low's burst groups, never a reserved one (each Workload's priority written by the operator; the
+  ClusterQueues reclaim ``LowerPriority`` only); both CRs, their Events and the operator's GPU series
+  by capacity say so.
 - Two modes on one pool: an exclusive deployment beside a kueue one is named on both CRs
   (``PlacementConflict``).
 - No silent fallback: with Kueue's mutating webhooks unregistered, a deployment whose LocalQueue
@@ -34,6 +39,7 @@ from kimik3_dev.devcluster.cluster import UpOptions
 from kimik3_dev.devcluster.kueue import Tenant
 from kimik3_dev.devcluster.racks import RackShape
 from kimik3_dev.devcluster.rollout import Recorder
+from support.cluster import metric, metric_samples
 from support.waiting import wait_for
 
 RACKS, TRAYS = 2, 18
@@ -271,6 +277,73 @@ def test_a_high_priority_tenants_group_preempts_a_low_priority_group_that_comes_
         assert any(e["reason"] == "GroupAdmitted" and e["message"].startswith(f"group {preempted[0]['index']} ")
                    for e in env.events("low"))
     finally:
+        env.delete_deployment("low", WAIT_S)
+
+
+CAPACITY_CLASSES = (("reserved", 1000), ("burst", 100))
+"""Every tenant's reserved groups at one value, burst groups below it (docs/billing.md)."""
+
+
+def capacity_of_workloads(env: DevEnv, namespace: str) -> dict[int, tuple[int | None, bool]]:
+    """Group index -> (its Workload's spec.priority, admitted) in ``namespace``."""
+    return {int(w["metadata"]["annotations"][KUEUE_WORKLOAD_INDEX_ANNOTATION]): (w["spec"].get("priority"), admitted(w))
+            for w in env.rest.items(f"/apis/{kueue.API_VERSION}/namespaces/{namespace}/workloads")
+            if not w["metadata"].get("deletionTimestamp")}
+
+
+def test_a_tenants_reserved_group_preempts_a_burst_group_of_another_never_a_reserved_one(kueue_env: DevEnv) -> None:
+    env, half = kueue_env, RACKS * TRAYS // 2
+    for name, value in CAPACITY_CLASSES:
+        obj = kueue.workload_priority_class(name, value)
+        env.rest.apply(kueue.object_path(obj), obj)
+    low = packed(env, "low", replicas=2 * half)
+    low["spec"]["scheduling"]["placement"] |= {"priorityClass": "reserved", "burstPriorityClass": "burst"}
+    low["spec"]["autoscaling"] = {"enabled": True, "minReplicas": half, "maxReplicas": 2 * half,
+                                  "metricsSource": {"type": "podScrape"}}  # no engine answers: the groups held
+    low["spec"]["replicas"] = 2 * half
+    env.apply(low)
+    try:
+        wait_for(lambda: env.ready_groups("low", 2, 2 * half), WAIT_S,
+                 "18 TP8 groups of low Ready on every tray of both racks (9 reserved, 9 burst)")
+        expected = {i: (1000 if i < half else 100, True) for i in range(2 * half)}
+        wait_for(lambda: capacity_of_workloads(env, "low") == expected, 30.0,
+                 "the operator raised low's 9 reserved groups' Workloads to 1000, the burst ones at 100")
+        high = packed(env, "high", replicas=1)
+        high["spec"]["scheduling"]["placement"] |= {"priorityClass": "reserved", "burstPriorityClass": "burst"}
+        with Recorder(lambda: frozenset(i for i, (_, ok) in capacity_of_workloads(env, "low").items()
+                                        if i < half and not ok), period_s=0.2) as unadmitted:
+            env.apply(high)
+            wait_for(lambda: env.ready_groups("high", 2, 1), WAIT_S,
+                     "high's reserved group Ready on the trays of a preempted burst group")
+            groups = wait_for(lambda: (g := env.get_cr("low")["status"]["groups"])
+                              and any(x["kueue"] == "Preempted" for x in g) and g, WAIT_S,
+                              "a Preempted group on low's CR")
+            high_groups = wait_for(lambda: (g := env.get_cr("high")["status"]["groups"])
+                                   and g[0].get("kueue") == "Admitted" and g, WAIT_S, "high's group Admitted")
+        assert unadmitted.values == [frozenset()], f"a reserved group of low left Admitted: {unadmitted.values}"
+        preempted = [g for g in groups if g["kueue"] == "Preempted"]
+        assert [(g["capacity"], g["index"] >= half) for g in preempted] == [("burst", True)], preempted
+        assert {g["index"]: (g["capacity"], g["kueue"]) for g in groups if g["index"] < half} == {
+            i: ("reserved", "Admitted") for i in range(half)}
+        assert "Preempted to accommodate a workload" in preempted[0]["message"]
+        index = preempted[0]["index"]
+        wait_for(lambda: [e for e in env.events("low") if e["reason"] == "GroupPreempted" and e["message"].startswith(
+            f"group {index} (burst) preempted by Kueue (was Admitted)")], 30.0, "low's GroupPreempted Event")
+        assert [(g["index"], g["capacity"], g["kueue"]) for g in high_groups] == [(0, "reserved", "Admitted")]
+        assert capacity_of_workloads(env, "high") == {0: (1000, True)}
+        assert [e["message"] for e in env.events("high") if e["reason"] == "GroupCapacity"] == [
+            "group 0 of LeaderWorkerSet k3-engine is reserved capacity: its Workload's priority set to 1000 "
+            "(WorkloadPriorityClass reserved, was 100), never preempted for another tenant's burst"]
+        # the operator's GPU series (what the usage rules sum): low holds 9 reserved and 8 burst groups' GPUs
+        operator = env.state["urls"]["operator"]
+
+        def held(namespace: str, capacity: str) -> float:
+            return metric(metric_samples(operator), "kimik3_gpus", namespace=namespace, state="held",
+                          capacity=capacity)
+        wait_for(lambda: held("low", "burst") == 8 * (half - 1), 30.0, "low's burst GPUs held: 8 groups of 8")
+        assert (held("low", "reserved"), held("high", "reserved"), held("high", "burst")) == (8 * half, 8, 0)
+    finally:
+        env.delete_deployment("high", WAIT_S)
         env.delete_deployment("low", WAIT_S)
 
 
