@@ -629,7 +629,7 @@ class PlacementSpec(Model):
     priority_class: str | None = Field(default=None, min_length=1, max_length=253)
     """A WorkloadPriorityClass (kueue.x-k8s.io/v1beta2) for the groups' Workloads: a higher one may preempt lower ones when quota or racks run out. With burstPriorityClass: the reserved groups' class."""
     burst_priority_class: str | None = Field(default=None, min_length=1, max_length=253)
-    """A lower WorkloadPriorityClass for the burst groups (those above autoscaling.minReplicas): another tenant's reserved groups preempt them, never the reserved ones, when the ClusterQueues preempt LowerPriority only (docs/placement.md). Unset: every group at priorityClass."""
+    """A lower WorkloadPriorityClass for the burst groups (those above autoscaling.minReplicas): another tenant's reserved groups preempt them, never the reserved ones, when the ClusterQueues preempt LowerPriority only (docs/billing.md). Unset: every group at priorityClass."""
 
 
 class SchedulingSpec(Model):
