@@ -292,20 +292,20 @@ def capacity_of_workloads(env: DevEnv, namespace: str) -> dict[int, tuple[int | 
 
 
 def test_a_tenants_reserved_group_preempts_a_burst_group_of_another_never_a_reserved_one(kueue_env: DevEnv) -> None:
-    env, half = kueue_env, RACKS * TRAYS // 2
+    env, full = kueue_env, RACKS * TRAYS // 2  # TP8 groups (2 trays each) on every tray of both racks
+    half = full // 2  # low's reserved groups: 72 GPUs, its nominal quota
     for name, value in CAPACITY_CLASSES:
         obj = kueue.workload_priority_class(name, value)
         env.rest.apply(kueue.object_path(obj), obj)
-    low = packed(env, "low", replicas=2 * half)
+    low = packed(env, "low", replicas=full)
     low["spec"]["scheduling"]["placement"] |= {"priorityClass": "reserved", "burstPriorityClass": "burst"}
-    low["spec"]["autoscaling"] = {"enabled": True, "minReplicas": half, "maxReplicas": 2 * half,
+    low["spec"]["autoscaling"] = {"enabled": True, "minReplicas": half, "maxReplicas": full,
                                   "metricsSource": {"type": "podScrape"}}  # no engine answers: the groups held
-    low["spec"]["replicas"] = 2 * half
     env.apply(low)
     try:
-        wait_for(lambda: env.ready_groups("low", 2, 2 * half), WAIT_S,
+        wait_for(lambda: env.ready_groups("low", 2, full), WAIT_S,
                  "18 TP8 groups of low Ready on every tray of both racks (9 reserved, 9 burst)")
-        expected = {i: (1000 if i < half else 100, True) for i in range(2 * half)}
+        expected = {i: (1000 if i < half else 100, True) for i in range(full)}
         wait_for(lambda: capacity_of_workloads(env, "low") == expected, 30.0,
                  "the operator raised low's 9 reserved groups' Workloads to 1000, the burst ones at 100")
         high = packed(env, "high", replicas=1)
