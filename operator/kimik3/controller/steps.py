@@ -36,7 +36,7 @@ from kimik3.api.conditions import ConditionType, Event, EventReason, Reason, Ver
 from kimik3.api.v1alpha1 import KimiK3DeploymentStatus, RoutingStatus
 from kimik3.controller import launchers
 from kimik3.controller.autoscaling import Autoscaling, Scaled
-from kimik3.controller.capacity import Priorities, Reprioritize, missing_reserved, reprioritizations
+from kimik3.controller.capacity import RECHECK_S, Priorities, Reprioritize, missing_reserved, reprioritizations
 from kimik3.controller.computedomains import (SLICES_POLL_S, PrepareFailure, compute_domain_verdict, prepare_failures,
                                               unprepared_pods, verdict_event, with_prepare_failures)
 from kimik3.controller.fleet import fleet_replicas
@@ -260,7 +260,8 @@ def place(snap: Snapshot, admitted: Admitted, now: dt.datetime) -> StepResult[li
     ResourceClaimTemplate not yet made (``controller.readmit``); with burst capacity, the value is
     the Workloads whose priority is to be set to their capacity's (``controller.capacity``). Look
     again soon while that goes on, an admitted group has a pod not yet on a tray, a Workload is set
-    aside, or a reserved group's Workload is not made yet (Workloads are not watched)."""
+    aside, or a reserved group's Workload is not made yet (Workloads are not watched); with burst
+    capacity every ``capacity.RECHECK_S`` all the same (Kueue may set a raised priority back)."""
     workloads, names = snap.workloads or [], snap.set_uids
     steps = readmissions(workloads, snap.groups, names, now)
     gone = {s.workload for s in steps}
@@ -277,6 +278,8 @@ def place(snap: Snapshot, admitted: Admitted, now: dt.datetime) -> StepResult[li
     if steps or aside or awaits_kueue(workloads, snap.pods, names) or \
             (snap.workloads is not None and missing_reserved(admitted.spec, workloads, snap.sets)):
         out.requeue_after = REPLACE_POLL_S
+    elif priorities is not None:
+        out.requeue_after = RECHECK_S
     return out
 
 
