@@ -135,8 +135,8 @@ def put_workload(kube: Any, namespace: str, lws_uid: str, index: int) -> str:
     kube.apply({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": {
         "name": name, "namespace": namespace, "labels": {"kueue.x-k8s.io/job-uid": lws_uid},
         "annotations": {"kueue.x-k8s.io/component-workload-index": str(index)}},
-        "spec": {"queueName": "default", "priorityClassRef": {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass",
-                                                              "name": "tenant-burst"}, "priority": 100,
+        "spec": {"queueName": "default", "priority": 100, "priorityClassRef": {
+                     "group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": "tenant-burst"},
                  "podSets": [{"name": "leader", "count": 1, "template": {
                      "spec": {"containers": [{"name": "engine", "image": "x"}]}}}]}})
     return name

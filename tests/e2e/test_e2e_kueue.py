@@ -280,45 +280,52 @@ def test_a_high_priority_tenants_group_preempts_a_low_priority_group_that_comes_
         env.delete_deployment("low", WAIT_S)
 
 
+NAME = "k3-capacity"
 CAPACITY_CLASSES = (("reserved", 1000), ("burst", 100))
 """Every tenant's reserved groups at one value, burst groups below it (docs/billing.md)."""
 
 
 def capacity_of_workloads(env: DevEnv, namespace: str) -> dict[int, tuple[int | None, bool]]:
-    """Group index -> (its Workload's spec.priority, admitted) in ``namespace``."""
+    """Group index -> (its Workload's spec.priority, admitted) of deployment ``NAME`` in ``namespace``."""
     return {int(w["metadata"]["annotations"][KUEUE_WORKLOAD_INDEX_ANNOTATION]): (w["spec"].get("priority"), admitted(w))
             for w in env.rest.items(f"/apis/{kueue.API_VERSION}/namespaces/{namespace}/workloads")
-            if not w["metadata"].get("deletionTimestamp")}
+            if not w["metadata"].get("deletionTimestamp")
+            and any(o["name"] == f"{NAME}-engine" for o in w["metadata"].get("ownerReferences") or [])}
 
 
 def test_a_tenants_reserved_group_preempts_a_burst_group_of_another_never_a_reserved_one(kueue_env: DevEnv) -> None:
+    """Both racks full: low's 9 reserved and 9 burst groups (72 GPUs of its own quota, 72 borrowed from
+    high); high's reserved group preempts a burst group of low, and no reserved group of low ever
+    leaves Admitted. Deployments named ``NAME``, apart from the other tests' in these namespaces."""
     env, full = kueue_env, RACKS * TRAYS // 2  # TP8 groups (2 trays each) on every tray of both racks
     half = full // 2  # low's reserved groups: 72 GPUs, its nominal quota
     for name, value in CAPACITY_CLASSES:
         obj = kueue.workload_priority_class(name, value)
         env.rest.apply(kueue.object_path(obj), obj)
-    low = packed(env, "low", replicas=full)
-    low["spec"]["scheduling"]["placement"] |= {"priorityClass": "reserved", "burstPriorityClass": "burst"}
+    placement = {"mode": "kueue", "queueName": kueue.LOCAL_QUEUE, "priorityClass": "reserved",
+                 "burstPriorityClass": "burst"}
+    low = env.deployment("low", NAME, replicas=full)
+    low["spec"]["scheduling"] = {"placement": placement}
     low["spec"]["autoscaling"] = {"enabled": True, "minReplicas": half, "maxReplicas": full,
                                   "metricsSource": {"type": "podScrape"}}  # no engine answers: the groups held
     env.apply(low)
     try:
-        wait_for(lambda: env.ready_groups("low", 2, full), WAIT_S,
+        wait_for(lambda: env.ready_groups("low", 2, full, NAME), WAIT_S,
                  "18 TP8 groups of low Ready on every tray of both racks (9 reserved, 9 burst)")
         expected = {i: (1000 if i < half else 100, True) for i in range(full)}
         wait_for(lambda: capacity_of_workloads(env, "low") == expected, 30.0,
                  "the operator raised low's 9 reserved groups' Workloads to 1000, the burst ones at 100")
-        high = packed(env, "high", replicas=1)
-        high["spec"]["scheduling"]["placement"] |= {"priorityClass": "reserved", "burstPriorityClass": "burst"}
+        high = env.deployment("high", NAME, replicas=1)
+        high["spec"]["scheduling"] = {"placement": placement}
         with Recorder(lambda: frozenset(i for i, (_, ok) in capacity_of_workloads(env, "low").items()
                                         if i < half and not ok), period_s=0.2) as unadmitted:
             env.apply(high)
-            wait_for(lambda: env.ready_groups("high", 2, 1), WAIT_S,
+            wait_for(lambda: env.ready_groups("high", 2, 1, NAME), WAIT_S,
                      "high's reserved group Ready on the trays of a preempted burst group")
-            groups = wait_for(lambda: (g := env.get_cr("low")["status"]["groups"])
+            groups = wait_for(lambda: (g := env.get_cr("low", NAME)["status"]["groups"])
                               and any(x["kueue"] == "Preempted" for x in g) and g, WAIT_S,
                               "a Preempted group on low's CR")
-            high_groups = wait_for(lambda: (g := env.get_cr("high")["status"]["groups"])
+            high_groups = wait_for(lambda: (g := env.get_cr("high", NAME)["status"]["groups"])
                                    and g[0].get("kueue") == "Admitted" and g, WAIT_S, "high's group Admitted")
         assert unadmitted.values == [frozenset()], f"a reserved group of low left Admitted: {unadmitted.values}"
         preempted = [g for g in groups if g["kueue"] == "Preempted"]
@@ -327,15 +334,17 @@ def test_a_tenants_reserved_group_preempts_a_burst_group_of_another_never_a_rese
             i: ("reserved", "Admitted") for i in range(half)}
         assert "Preempted to accommodate a workload" in preempted[0]["message"]
         index = preempted[0]["index"]
-        wait_for(lambda: [e for e in env.events("low") if e["reason"] == "GroupPreempted" and e["message"].startswith(
-            f"group {index} (burst) preempted by Kueue (was Admitted)")], 30.0, "low's GroupPreempted Event")
+        wait_for(lambda: [e for e in env.events("low", NAME) if e["reason"] == "GroupPreempted"
+                          and e["message"].startswith(f"group {index} (burst) preempted by Kueue (was Admitted)")],
+                 30.0, "low's GroupPreempted Event")
         assert [(g["index"], g["capacity"], g["kueue"]) for g in high_groups] == [(0, "reserved", "Admitted")]
         assert capacity_of_workloads(env, "high") == {0: (1000, True)}
         # once per Workload Kueue made for the group (the operator deletes one Kueue set aside before the
         # ComputeDomain's claim template existed, controller.readmit, and raises the fresh one too)
-        raised = {e["message"] for e in env.events("high") if e["reason"] == "GroupCapacity"}
-        assert raised == {"group 0 of LeaderWorkerSet k3-engine is reserved capacity: its Workload's priority set to "
-                          "1000 (WorkloadPriorityClass reserved, was 100), never preempted for another tenant's burst"}
+        raised = {e["message"] for e in env.events("high", NAME) if e["reason"] == "GroupCapacity"}
+        assert raised == {f"group 0 of LeaderWorkerSet {NAME}-engine is reserved capacity: its Workload's priority "
+                          "set to 1000 (WorkloadPriorityClass reserved, was 100), never preempted for another "
+                          "tenant's burst"}
         # the operator's GPU series (what the usage rules sum): low holds 9 reserved and 8 burst groups' GPUs
         operator = env.state["urls"]["operator"]
 
@@ -345,8 +354,8 @@ def test_a_tenants_reserved_group_preempts_a_burst_group_of_another_never_a_rese
         wait_for(lambda: held("low", "burst") == 8 * (half - 1), 30.0, "low's burst GPUs held: 8 groups of 8")
         assert (held("low", "reserved"), held("high", "reserved"), held("high", "burst")) == (8 * half, 8, 0)
     finally:
-        env.delete_deployment("high", WAIT_S)
-        env.delete_deployment("low", WAIT_S)
+        env.delete_deployment("high", WAIT_S, NAME)
+        env.delete_deployment("low", WAIT_S, NAME)
 
 
 def test_an_exclusive_deployment_beside_a_kueue_one_is_named_on_both_crs(kueue_env: DevEnv, tenant: str) -> None:

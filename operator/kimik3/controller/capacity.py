@@ -26,13 +26,17 @@ created at the burst value, and no group can preempt at the reserved priority be
 knows it is reserved. The operator then writes the reserved class's value into ``spec.priority`` of
 each group below ``reserved_groups`` (and the burst value back into a group no longer reserved when
 ``minReplicas`` falls), with the annotation ``CAPACITY_ANNOTATION`` saying which; its
-``priorityClassRef`` keeps naming the burst class. Kueue's WorkloadPriorityClass controller sets every Workload naming a class back to the class's value
-when the class is created or its value changes, and so for every class when its manager starts
-(``pkg/controller/core/workloadpriorityclass_controller.go``: its create predicate passes the
-informer's initial list): the operator, which does not watch Workloads, checks them again every
-``RECHECK_S``, so after a Kueue restart a reserved group runs at the burst priority that long at
-most. A LeaderWorkerSet scales down from its highest group index, so burst groups go first. During a rollout each LeaderWorkerSet has its own reserved
-indices (the old and the new set may together hold up to twice the reserved groups for a while).
+``priorityClassRef`` keeps naming the burst class.
+
+Kueue's WorkloadPriorityClass controller sets every Workload naming a class back to the class's
+value when the class is created or its value changes, and so for every class when its manager
+starts (``pkg/controller/core/workloadpriorityclass_controller.go``: its create predicate passes the
+informer's initial list). The operator, which does not watch Workloads, checks them again every
+``RECHECK_S``: after a Kueue restart a reserved group runs at the burst priority that long at most.
+
+A LeaderWorkerSet scales down from its highest group index, so burst groups go first. During a
+rollout each LeaderWorkerSet has its own reserved indices (the old and the new set may together
+hold up to twice the reserved groups for a while).
 """
 
 from __future__ import annotations
