@@ -34,6 +34,7 @@ from devenv import DevEnv, dev_cluster
 
 from kimik3.kube import pods as kpods
 from kimik3.kube.labels import KUEUE_WORKLOAD_INDEX_ANNOTATION
+from kimik3.render.meta import engine_set_name
 from kimik3_dev.devcluster import kueue
 from kimik3_dev.devcluster.cluster import UpOptions
 from kimik3_dev.devcluster.kueue import Tenant
@@ -290,7 +291,7 @@ def capacity_of_workloads(env: DevEnv, namespace: str) -> dict[int, tuple[int | 
     return {int(w["metadata"]["annotations"][KUEUE_WORKLOAD_INDEX_ANNOTATION]): (w["spec"].get("priority"), admitted(w))
             for w in env.rest.items(f"/apis/{kueue.API_VERSION}/namespaces/{namespace}/workloads")
             if not w["metadata"].get("deletionTimestamp")
-            and any(o["name"] == f"{NAME}-engine" for o in w["metadata"].get("ownerReferences") or [])}
+            and any(o["name"] == engine_set_name(NAME) for o in w["metadata"].get("ownerReferences") or [])}
 
 
 def test_a_tenants_reserved_group_preempts_a_burst_group_of_another_never_a_reserved_one(kueue_env: DevEnv) -> None:
@@ -342,7 +343,7 @@ def test_a_tenants_reserved_group_preempts_a_burst_group_of_another_never_a_rese
         # once per Workload Kueue made for the group (the operator deletes one Kueue set aside before the
         # ComputeDomain's claim template existed, controller.readmit, and raises the fresh one too)
         raised = {e["message"] for e in env.events("high", NAME) if e["reason"] == "GroupCapacity"}
-        assert raised == {f"group 0 of LeaderWorkerSet {NAME}-engine is reserved capacity: its Workload's priority "
+        assert raised == {f"group 0 of LeaderWorkerSet {engine_set_name(NAME)} is reserved capacity: its Workload's priority "
                           "set to 1000 (WorkloadPriorityClass reserved, was 100), never preempted for another "
                           "tenant's burst"}
         # the operator's GPU series (what the usage rules sum): low holds 9 reserved and 8 burst groups' GPUs
