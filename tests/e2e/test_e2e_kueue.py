@@ -343,9 +343,9 @@ def test_a_tenants_reserved_group_preempts_a_burst_group_of_another_never_a_rese
         # once per Workload Kueue made for the group (the operator deletes one Kueue set aside before the
         # ComputeDomain's claim template existed, controller.readmit, and raises the fresh one too)
         raised = {e["message"] for e in env.events("high", NAME) if e["reason"] == "GroupCapacity"}
-        assert raised == {f"group 0 of LeaderWorkerSet {engine_set_name(NAME)} is reserved capacity: its Workload's priority "
-                          "set to 1000 (WorkloadPriorityClass reserved, was 100), never preempted for another "
-                          "tenant's burst"}
+        assert raised == {f"group 0 of LeaderWorkerSet {engine_set_name(NAME)} is reserved capacity: its Workload's "
+                          "priority set to 1000 (WorkloadPriorityClass reserved, was 100), never preempted for "
+                          "another tenant's burst"}
         # the operator's GPU series (what the usage rules sum): low holds 9 reserved and 8 burst groups' GPUs
         operator = env.state["urls"]["operator"]
 
