@@ -194,3 +194,23 @@ def test_the_reconciler_raises_the_reserved_groups_workload_and_says_so(kube, ad
     kube.patch_merge("kueue.x-k8s.io/v1beta2", "Workload", namespace, names[0], {"spec": {"priority": 100}})
     rec.reconcile(namespace, "k3-latency")
     assert kube.get("kueue.x-k8s.io/v1beta2", "Workload", namespace, names[0])["spec"]["priority"] == 1000
+
+
+@pytest.mark.usefixtures("priority_classes")
+def test_a_missing_priority_class_is_named_and_no_priority_is_written(kube, admin_api, namespace):
+    from kimik3.controller.reconcile import Reconciler
+    from support.cluster import LWS, apply
+
+    rec = Reconciler(kube)
+    apply(kube, recipe(replicas=2, scheduling={"placement": {**PLACEMENT, "priorityClass": "no-such-class"}}),
+          namespace)
+    for _ in range(3):  # the finalizer, WeightsReady announced, then the engines
+        rec.reconcile(namespace, "k3-latency")
+    lws = kube.get(*LWS, namespace, "k3-latency-engine")
+    name = put_workload(kube, namespace, lws["metadata"]["uid"], 0)
+    rec.reconcile(namespace, "k3-latency")
+    assert kube.get("kueue.x-k8s.io/v1beta2", "Workload", namespace, name)["spec"]["priority"] == 100
+    messages = [e.message for e in client.CoreV1Api(admin_api).list_namespaced_event(namespace).items
+                if e.reason == "PriorityClassUnreadable" and e.type == "Warning"]
+    assert messages == ["WorkloadPriorityClass no-such-class not found (kubectl get workloadpriorityclasses): the "
+                        "reserved groups keep the burst priority Kueue gave them until it can be read"]
