@@ -161,10 +161,12 @@ def test_rbac_has_no_wildcards_and_the_namespaced_install_no_cluster_scope(helm_
     own = ("kimik3-operator-leader-election", "kimik3-operator-wake")  # its Lease's and ReferenceGrants' Roles
     roles = {r["metadata"]["namespace"]: r["rules"] for r in namespaced["Role"] if r["metadata"]["name"] not in own}
     assert sorted(roles) == ["team-a", "team-b"]
-    # The same rules as cluster-wide, less the node list (racks and free trays) and the ResourceSlice list
-    # (trays without the DRA driver's channel device): both cluster-scoped, so a namespace-scoped install
-    # goes without. Neither has any rule on CRDs (controller/lateapis.py).
+    # The same rules as cluster-wide, less the node list (racks and free trays), the WorkloadPriorityClass
+    # read (reserved and burst priorities) and the ResourceSlice list (trays without the DRA driver's
+    # channel device): all cluster-scoped, so a namespace-scoped install goes without. Neither has any
+    # rule on CRDs (controller/lateapis.py).
     cluster_only = [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
+                    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloadpriorityclasses"], "verbs": ["get"]},
                     {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["list"]}]
     assert not any("apiextensions.k8s.io" in r["apiGroups"] for r in role["rules"])
     assert roles["team-a"] == [r for r in role["rules"] if r not in cluster_only]

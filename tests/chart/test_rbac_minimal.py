@@ -39,6 +39,9 @@ Scenario (one fresh namespace each run), in order:
                        Event older than its bound: ComputeDomainReady=False PrepareFailed (F19 b)
   follow Workloads     (placement kueue) a group's Workload pending on quota shows as
                        ScalingLimited=True QuotaExhausted with Kueue's message
+  set group priority   (placement kueue, burstPriorityClass) the operator writes the reserved
+                       class's value, read from its WorkloadPriorityClass, into that Workload's
+                       spec.priority
   free block           the Workload now finds no rack: NoRackFits names the largest free block
                        of trays, counted from the nodes (a tray of this run's own)
   readmit split group  an admitted group whose pods are bound in two racks: the operator
@@ -206,6 +209,8 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("nodes", "list"): "free block",
     ("resourceslices", "list"): "channel devices",
     ("workloads", "delete"): "readmit split group",
+    ("workloads", "patch"): "set group priority",
+    ("workloadpriorityclasses", "get"): "set group priority",
     **{(resource, verb): "stage weights" for resource, verbs in (
         ("persistentvolumeclaims", ("get", "create", "patch")), ("jobs", ("get", "create", "patch")),
         ("serviceaccounts", ("create", "patch")), ("roles", ("create", "patch")),
@@ -257,8 +262,26 @@ QUEUE = "tenant"
 def cr_body(namespace: str) -> dict[str, Any]:
     body = recipe(name=NAME, namespace=namespace, replicas=2, disruptionBudget={"minAvailable": 1})
     body["spec"]["service"] = {"httpRoute": {"parentRefs": [{"name": "gw"}]}}
-    body["spec"]["scheduling"] = {"placement": {"mode": "kueue", "queueName": QUEUE}}
+    body["spec"]["scheduling"] = {"placement": {"mode": "kueue", "queueName": QUEUE, "priorityClass": RESERVED_CLASS[0],
+                                                "burstPriorityClass": BURST_CLASS[0]}}
     return body
+
+
+RESERVED_CLASS, BURST_CLASS = ("rbac-reserved", 1000), ("rbac-burst", 100)
+"""The scenario's WorkloadPriorityClasses (name, value): its groups are all reserved (no autoscaling)."""
+
+
+def priority_classes(admin_api: client.ApiClient) -> None:
+    """Create the scenario's WorkloadPriorityClasses (cluster-scoped) unless another run did."""
+    api = client.CustomObjectsApi(admin_api)
+    for name, value in (RESERVED_CLASS, BURST_CLASS):
+        try:
+            api.create_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "workloadpriorityclasses", {
+                "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass", "metadata": {"name": name},
+                "value": value})
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
 
 
 QUOTA_MESSAGE = ("couldn't assign flavors to pod set leader: insufficient unused quota for nvidia.com/gpu in "
@@ -405,6 +428,8 @@ def scenario(kube: Kube, core: client.CoreV1Api, namespace: str, lease: str) -> 
     expect("follow Workloads", lambda: (lambda c: c.get("reason") == "QuotaExhausted" and QUOTA_MESSAGE in
                                         c.get("message", ""))(condition(get(*CR, namespace, NAME), "ScalingLimited")),
            HEAL_WINDOW_S)
+    expect("set group priority", lambda: (get("kueue.x-k8s.io/v1beta2", "Workload", namespace, f"{ENGINE}-1-quota")
+                                          or {}).get("spec", {}).get("priority") == RESERVED_CLASS[1], HEAL_WINDOW_S)
     tray = f"tray-{namespace}"
     core.create_node({"metadata": {"name": tray, "labels": {"nvidia.com/gpu.clique": namespace,
                                                            "nvidia.com/gpu.product": "NVIDIA-GB300"}}})
@@ -705,6 +730,7 @@ def results(helm: Helm, chart_cp: ControlPlane, admin_api: client.ApiClient,
     kube = Kube(admin_api)
     uninstall_if_present(helm)
     helm.run("install", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE)
+    priority_classes(admin_api)
     rules = clusterrole_rules(admin_api)
     lease_rules = [admin_api.sanitize_for_serialization(r) for role in (LEASE_ROLE, WAKE_ROLE) for r in
                    client.RbacAuthorizationV1Api(admin_api).read_namespaced_role(role, RELEASE_NAMESPACE).rules]

@@ -604,6 +604,11 @@ class PlacementSpec(Model):
       the LocalQueue ``queueName``; Kueue admits each group whole (gang) within the tenant's GPU
       quota and packs it best-fit into one ``topologyKey`` domain with other groups (9 TP8 groups
       of GB300 fill one rack), and preempts by ``priorityClass``.
+
+    Reserved and burst capacity (``burstPriorityClass``): the groups up to
+    ``spec.autoscaling.minReplicas`` (every group when autoscaling is off) are reserved, admitted
+    at ``priorityClass``; the groups above them are burst, admitted at ``burstPriorityClass``, a
+    lower class that another tenant's reserved groups preempt first (``controller.capacity``).
     """
 
     model_config = validated_by(
@@ -611,13 +616,20 @@ class PlacementSpec(Model):
              "self.mode == 'kueue' ? has(self.queueName) : !has(self.queueName) && !has(self.priorityClass)",
              "mode kueue needs queueName (a LocalQueue of this namespace); queueName and priorityClass apply "
              "to mode kueue only", ".queueName"),
+        rule("placement-burst-needs-priority-class",
+             "!has(self.burstPriorityClass) || has(self.priorityClass) && self.burstPriorityClass != self.priorityClass",
+             "burstPriorityClass needs priorityClass, a different WorkloadPriorityClass of a higher value for the "
+             "reserved groups (those up to autoscaling.minReplicas): set priorityClass, or remove burstPriorityClass",
+             ".burstPriorityClass"),
     )
     mode: Literal["exclusive", "kueue"] = "exclusive"
     """exclusive: each group alone in one rack (LeaderWorkerSet exclusive topology); kueue: Kueue admits and packs groups."""
     queue_name: str | None = Field(default=None, min_length=1, max_length=63, pattern=DNS_LABEL_PATTERN)
     """The LocalQueue (in this namespace) the groups are submitted to; label kueue.x-k8s.io/queue-name. Kueue refuses a change while any group is Ready (v0.18+; always in v0.17)."""
     priority_class: str | None = Field(default=None, min_length=1, max_length=253)
-    """A WorkloadPriorityClass (kueue.x-k8s.io/v1beta2) for the groups' Workloads: a higher one may preempt lower ones when quota or racks run out."""
+    """A WorkloadPriorityClass (kueue.x-k8s.io/v1beta2) for the groups' Workloads: a higher one may preempt lower ones when quota or racks run out. With burstPriorityClass: the reserved groups' class."""
+    burst_priority_class: str | None = Field(default=None, min_length=1, max_length=253)
+    """A lower WorkloadPriorityClass for the burst groups (those above autoscaling.minReplicas): another tenant's reserved groups preempt them, never the reserved ones, when the ClusterQueues preempt LowerPriority only (docs/billing.md). Unset: every group at priorityClass."""
 
 
 class SchedulingSpec(Model):
@@ -1134,6 +1146,8 @@ class GroupStatus(Model):
     """Placement kueue: the state of the group's Workload (Admitted; Pending: waits for quota or a rack; Preempted: evicted for a higher-priority Workload, it comes back when room returns; Evicted: for another reason, e.g. NodeFailures)."""
     message: str | None = None
     """Why the group waits: Kueue's own message when not Admitted, else the scheduler's for an Unschedulable pod."""
+    capacity: Literal["reserved", "burst"] | None = None
+    """With placement.burstPriorityClass: reserved (index below autoscaling.minReplicas, admitted at priorityClass, never preempted for another tenant's burst) or burst (admitted at burstPriorityClass, preemptible)."""
     ready: bool = False
     """Every pod of the group exists and is Ready, and the group is inside one NVLink domain."""
 

@@ -31,6 +31,7 @@ from kimik3.api.v1alpha1 import GroupStatus, KimiK3DeploymentStatus
 from kimik3.controller import metrics, steps
 from kimik3.controller.autoscaling import Autoscaling
 from kimik3.controller.cache import ObjectCache, desired_hash
+from kimik3.controller.capacity import Reprioritize, capacity_of, reserved_groups
 from kimik3.controller.canary import Analysis
 from kimik3.controller.fleet import EngineSet
 from kimik3.controller.idle import Idle, IdleStep, sleeps
@@ -45,8 +46,8 @@ from kimik3.controller.staging import DEFAULT_STAGER_IMAGE, Staging
 from kimik3.controller.status import Observed, invalid_status, lws_selector, merge_patch, status_patch, stored_conditions
 from kimik3.controller.steps import Deletion, Outcome
 from kimik3.kube.kinds import (CHILD_KINDS, CHILD_NEEDS, COMPUTE_DOMAIN, CONFIG_MAP, GROUP, HTTP_ROUTE, INFERENCE_POOL,
-                               KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, POD, POD_MONITOR, SERVED_BY, Kind, kind_of)
-from kimik3.kube.groups import gpus_by_revision
+                               KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, POD, POD_MONITOR, SERVED_BY, WORKLOAD, Kind, kind_of)
+from kimik3.kube.groups import RESERVED, gpus_by_revision
 from kimik3.kube.labels import DEPLOYMENT_LABEL
 from kimik3.kube.objects import is_deleting
 from kimik3.render.children import COMPUTE_DOMAIN_SKIPPED
@@ -190,7 +191,9 @@ class Reconciler:
         snap = reader.refresh(snap, admitted, has_domain)
         self._delete(obj, out.add(steps.prune(snap, rendered, not failed)).delete)
         now = dt.datetime.now(dt.timezone.utc)
-        self._delete(obj, out.add(steps.place(snap, now)).delete)
+        placed = out.add(steps.place(snap, admitted, now))
+        self._delete(obj, placed.delete)
+        self._reprioritize(obj, placed.value)
         prepare = out.add(steps.observe(snap, has_domain, now)).value
         routing = out.add(steps.route(snap, admitted)).value
         wake = tuple(out.add(steps.collide(snap, admitted, self.placements)).value)
@@ -213,7 +216,9 @@ class Reconciler:
         self._write_status(obj, status)
         self._readiness_changed(obj, status, desired)
         self._placement_changed(snap.owner.namespace, snap.owner.name, status.groups or [])
-        metrics.GPU_TIME.set(snap.owner.namespace, snap.owner.name, gpus_by_revision(snap.groups.values()))
+        reserved = reserved_groups(admitted.spec)
+        metrics.GPU_TIME.set(snap.owner.namespace, snap.owner.name, gpus_by_revision(
+            snap.groups.values(), lambda index: capacity_of(reserved, index) or RESERVED))
         if apply_error:
             log.warning("reconcile of %s/%s: %s; retrying with back-off", snap.owner.namespace, snap.owner.name,
                         apply_error[:300])
@@ -319,6 +324,22 @@ class Reconciler:
                                               "metadata": {"name": d.name, "namespace": namespace}})
             if gone and d.event is not None:
                 self._post(obj, [d.event])
+
+    def _reprioritize(self, obj: dict[str, Any], changes: list[Reprioritize]) -> None:
+        """Merge-patch each Workload's priority and capacity annotation (its UID in the patch: a
+        fresh Workload of the same name is left alone); post its Event once written. A failed
+        patch is a Warning Event, and the rest of the reconcile goes on."""
+        namespace = obj["metadata"]["namespace"]
+        for change in changes:
+            try:
+                self.kube.patch_merge(*WORKLOAD.type_meta, namespace, change.workload, change.patch())
+            except ApiError as exc:
+                self._post(obj, [Event("Warning", EventReason.PRIORITY_NOT_SET, f"Workload {change.workload}: priority "
+                                       f"not set to {change.priority} ({change.capacity}): {exc.status} {exc.reason}: "
+                                       f"{exc.message}")])
+                continue
+            if change.event is not None:
+                self._post(obj, [change.event])
 
     def _ensure_finalizer(self, obj: dict[str, Any]) -> dict[str, Any]:
         finalizers = obj["metadata"].get("finalizers", [])

@@ -9,7 +9,8 @@ sources (gb300-on-kubernetes.md, failure-cases.md):
 - placement ``exclusive``: the ``exclusive-topology`` annotation on ``nvidia.com/gpu.clique`` puts
   each group alone in one NVL72 rack; placement ``kueue``: the queue (and priority) label on the
   LeaderWorkerSet and, on both templates, Kueue's required-topology annotation on the clique and
-  one podset group name, so Kueue admits a group whole and packs it into one rack (kueue.md);
+  one podset group name, so Kueue admits a group whole and packs it into one rack (kueue.md); with
+  ``burstPriorityClass`` the priority label names that class (``controller.capacity``);
 - the leader's startup probe allows ``probes.loadTimeout`` for the ~1.5 TB load (F12); workers
   get no HTTP probes (headless ranks serve no HTTP);
 - drained exits: a pod that goes runs the launcher's ``drain`` as its preStop hook
@@ -221,8 +222,11 @@ def leader_worker_set(owner: Owner, admitted: Admitted, replicas: int, channel_c
     meta = owner.metadata(engine_set_name(owner.name))
     if placement.mode == "kueue":
         meta["labels"][KUEUE_QUEUE_NAME_LABEL] = placement.queue_name
-        if placement.priority_class:
-            meta["labels"][KUEUE_PRIORITY_CLASS_LABEL] = placement.priority_class
+        # With burst capacity every Workload starts at the burst class; the operator raises the
+        # reserved groups' (controller.capacity): one template cannot tell groups apart.
+        priority_class = placement.burst_priority_class or placement.priority_class
+        if priority_class:
+            meta["labels"][KUEUE_PRIORITY_CLASS_LABEL] = priority_class
         if plan.clique_placement:
             # Kueue TAS (kueue.md): both podsets of a group in one domain of the topology key.
             # Kueue ignores pod (anti-)affinity, so no exclusive-topology annotation beside it.
