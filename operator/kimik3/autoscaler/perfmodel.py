@@ -117,7 +117,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kimik3.engine import kvcache
-from kimik3.engine.kvcache import (KDA_CONV_KERNEL, KDA_HEAD_DIM, KDA_HEADS, KDA_LAYERS, MLA_BYTES_PER_TOKEN_LAYER,
+from kimik3.engine.kvcache import (KDA_HEAD_DIM, KDA_HEADS, KDA_LAYERS, MLA_BYTES_PER_TOKEN_LAYER,
                                    MLA_LAYERS, NUM_LAYERS, KVBlocks, host_load_s)
 
 # ------------------------------------------------------------------ published figures -------
