@@ -88,6 +88,7 @@ from aiohttp import web
 from kimik3.autoscaler import perfmodel
 from kimik3.autoscaler.observation import FAILED_REASON
 from kimik3.autoscaler.perfmodel import EngineShape, PerfParams
+from kimik3.engine.kvcache import KVBlocks
 from kimik3_dev.sim import divergence
 from kimik3_dev.sim.prefixcache import HostTier, PrefixCache, block_hashes
 from kimik3_dev.sim.vllm_metrics import EngineMetrics
@@ -260,7 +261,7 @@ class _Unit:
         return any(e.waiting or e.running for e in self.engines)
 
 
-def cache_config_info(config: EngineConfig, kv: perfmodel.KVBlocks) -> dict[str, str]:
+def cache_config_info(config: EngineConfig, kv: KVBlocks) -> dict[str, str]:
     """The labels of the engine's ``vllm:cache_config_info`` (``vllm_metrics.CACHE_CONFIG_INFO``):
     the CacheConfig fields the simulator knows, as vLLM 0.33 writes them (``str()`` of the value;
     K3's align mode keeps the KDA state at every block, ``mamba_block_size = block_size``)."""
