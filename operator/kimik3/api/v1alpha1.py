@@ -240,7 +240,7 @@ class Resources(Model):
     cpu: str | None = Field(default=None, pattern=r"^[0-9]+(\.[0-9]+)?m?$")
     """CPU request and limit, e.g. "64"."""
     memory: str | None = Field(default=None, pattern=r"^[0-9]+(Ki|Mi|Gi|Ti)?$")
-    """Memory request and limit, e.g. "800Gi"."""
+    """Memory request and limit, e.g. "800Gi"; engine.kvOffload adds its per-pod share (unset: the pod requests that share alone, with no limit)."""
 
 
 class CompileCacheSpec(Model):
@@ -252,6 +252,15 @@ class CompileCacheSpec(Model):
     """StorageClass of the claims (unset: the cluster's default)."""
     access_mode: Literal["ReadWriteMany", "ReadWriteOnce"] = "ReadWriteMany"
     """Every rank of a multi-node group writes its own subfolder from its own node: ReadWriteMany unless groups are one node."""
+
+
+class KVOffloadSpec(Model):
+    """A second KV-cache tier in the pods' host memory (vLLM 0.33's native CPU offloading, ``--kv-offloading-size`` and ``--kv-offloading-backend``): cache blocks the GPUs evict are kept in CPU memory and copied back when a prompt needs them (on GB300 over NVLink-C2C) instead of being prefilled again."""
+
+    size: str = Field(pattern=r"^[0-9]+(Gi|Ti)$", max_length=16)
+    """Host memory of each engine's tier, summed over its ranks (vLLM's --kv-offloading-size: "the total buffer size summed across all TP ranks"), e.g. 700Gi for a GB300 TP8 group puts 350Gi on each of its 2 trays. Each pod's memory request grows by its ranks' share and its /dev/shm by the tier (vLLM maps it from /dev/shm); the pod must still fit a node's memory."""
+    backend: Literal["native"] = "native"
+    """native: vLLM's own CPU offloading (its OffloadingConnector, which handles K3's hybrid KDA/MLA cache). lmcache is not offered: vLLM 0.33 runs it in multi-process mode, against an LMCache server the operator does not deploy, and does not pass it the size."""
 
 
 class EngineSpec(Model):
@@ -328,7 +337,9 @@ class EngineSpec(Model):
     compile_cache: CompileCacheSpec | None = None
     """Keep vLLM's torch.compile / Inductor / Triton / DeepGEMM JIT / FlashInfer autotune caches on a claim per engine image and group plan (VLLM_CACHE_ROOT), never shared across namespaces. Unset: every start compiles again."""
     shm_size: str = Field(default="200Gi", pattern=r"^[0-9]+(Mi|Gi)$")
-    """Size of the in-memory /dev/shm volume (NCCL and vLLM IPC; Dynamo's GB300 manifests use 200Gi)."""
+    """Size of the in-memory /dev/shm volume (NCCL and vLLM IPC; Dynamo's GB300 manifests use 200Gi). kvOffload's tier is added to it."""
+    kv_offload: KVOffloadSpec | None = None
+    """Keep the KV-cache blocks the GPUs evict in host memory, a second prefix-cache tier (unset: GPU memory only)."""
 
 
 # ---------------------------------------------------------------- speculative decoding -----
