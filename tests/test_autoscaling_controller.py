@@ -28,6 +28,7 @@ from test_autoscaler_metrics import exposition
 from support.metrics_server import MetricsServer
 from support.cluster import CD, CR, LWS, condition, events
 from support.recipes import recipe
+from support.reconciler import scraped_reconciler
 
 ITL = "vllm:inter_token_latency_seconds"
 GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
@@ -45,17 +46,8 @@ def cp(tmp_path_factory) -> Iterator[ControlPlane]:
 
 @pytest.fixture
 def env(cp) -> Iterator[dict]:
-    api = cp.api_client("admin")
-    ns = f"as-{uuid.uuid4().hex[:8]}"
-    client.CoreV1Api(api).create_namespace({"metadata": {"name": ns}})
-    leader = MetricsServer()
-    clock = [1_000_000.0]
-    kube = Kube(api)
-    reconciler = Reconciler(kube, autoscaling=Autoscaling(scrape_url=lambda pod, port: leader.url,
-                                                          clock=lambda: clock[0]))
-    yield {"kube": kube, "api": api, "ns": ns, "leader": leader, "clock": clock, "rec": reconciler}
-    leader.close()
-    api.close()
+    with scraped_reconciler(cp, "as") as e:
+        yield e
 
 
 def autoscaled_cr(ns: str, **autoscaling) -> dict:
