@@ -18,7 +18,8 @@ decision, in order:
 3. Sizing (below), then reaction.py: one more group over either target (the TTFT one only when
    more groups can meet it: ttft.py), the scale-down anchored on the observed quantile.
 4. stabilization.py: bounded, recorded, the windows' levels; bursts.py: the burst hold raises
-   the scale-down level.
+   the scale-down level to what the bursts measured they need (what a window of a burst's
+   readings agreed on while the targets held).
 5. The verdict: scale up (not while groups cannot be placed: they are not capacity, and adding
    more cannot help: the policy holds and says so), hold while groups load (F10: they are
    neither added to on latency nor cancelled), hold while the quantile is over the scale-down
