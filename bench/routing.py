@@ -60,9 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operator"))
 
 from kimik3.admission import admit  # noqa: E402
 from kimik3.engine.kvcache import spec_kv_blocks  # noqa: E402
-from kimik3.kube import pods as kpods  # noqa: E402
 from kimik3.kube.times import rfc3339  # noqa: E402
-from kimik3.kube.labels import DEPLOYMENT_LABEL, LEADER_WORKER_INDEX, LWS_WORKER_INDEX_LABEL  # noqa: E402
 from kimik3_dev.benchmark import routing  # noqa: E402
 from kimik3_dev.benchmark.simulate import TARGET_S, TTFT_TARGET_S  # noqa: E402
 from kimik3_dev.devcluster import gateway  # noqa: E402
@@ -209,17 +207,7 @@ def main(groups: int, compression: float, kv_offload: str, trace_file: str, firs
                 ensure_namespace(rest, NAMESPACE)
                 apply_deployment(rest, cr)
                 service_url, model = serving(rest, cluster.state_dir, NAMESPACE, "k3", groups, 2, WAIT_S)
-                pods = [p for p in rest.items(f"/api/v1/namespaces/{NAMESPACE}/pods", f"{DEPLOYMENT_LABEL}=k3")
-                        if kpods.is_leader(p)]
-                (port,) = {c["containerPort"] for p in pods for c in p["spec"]["containers"][0]["ports"]}
-                leaders = {p["metadata"]["name"]: f"http://{p['status']['podIP']}:{port}" for p in pods}
-                pool = {"apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool",
-                        "metadata": {"name": "k3", "namespace": NAMESPACE},
-                        "spec": {"selector": {"matchLabels": {DEPLOYMENT_LABEL: "k3",
-                                                              LWS_WORKER_INDEX_LABEL: LEADER_WORKER_INDEX}},
-                                 "targetPorts": [{"number": port}],
-                                 "endpointPickerRef": {"name": "k3-epp", "port": {"number": 9002}}}}
-                rest.create(f"{gateway.POOL_API}/namespaces/{NAMESPACE}/inferencepools", pool)
+                leaders = gateway.pool_over_leaders(rest, NAMESPACE, "k3")
                 gw = cluster.start_gateway(NAMESPACE, "k3", timeout_s=WAIT_S)
                 wait_for("endpoint picker", lambda: gateway.pool_gauge(
                     requests.get(f"{gw.epp_metrics_url}/metrics", timeout=5).text, "inference_pool_ready_pods",

@@ -58,7 +58,7 @@ from typing import Any
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
 from kimik3.kube import pods as kpods
 from kimik3.kube.kinds import CONFIG_MAP, DEPLOYMENT, KIMIK3_DEPLOYMENT, POD
-from kimik3.kube.labels import DEPLOYMENT_LABEL
+from kimik3.kube.labels import DEPLOYMENT_LABEL, LEADER_WORKER_INDEX, LWS_WORKER_INDEX_LABEL
 from kimik3.render.meta import Owner
 from kimik3.render.routing import endpoint_picker
 from kimik3_dev.devcluster import processes
@@ -98,6 +98,27 @@ REQUEST_TIMEOUT_S = 86400
 def pool_path(namespace: str, name: str) -> str:
     """API path of InferencePool ``namespace/name``."""
     return f"{POOL_API}/namespaces/{namespace}/inferencepools/{name}"
+
+
+def pool_over_leaders(rest: Rest, namespace: str, deployment: str) -> dict[str, str]:
+    """Create InferencePool ``namespace/deployment`` by hand (FailClose, the picker ``<deployment>-epp``
+    at port 9002) over the deployment's leader pods at their engine port, for the benchmarks that put
+    a pool before a deployment without ``spec.routing``. Returns each leader's engine URL
+    (``http://<pod IP>:<port>``) by pod name. ``ValueError`` when the leaders do not share one port."""
+    pods = [p for p in rest.items(f"/api/v1/namespaces/{namespace}/pods", f"{DEPLOYMENT_LABEL}={deployment}")
+            if kpods.is_leader(p)]
+    ports = {c["containerPort"] for p in pods for c in p["spec"]["containers"][0]["ports"]}
+    if len(ports) != 1:
+        raise ValueError(f"{namespace}/{deployment}: its leaders' engine ports are {sorted(ports)}, not one port")
+    (port,) = ports
+    rest.create(f"{POOL_API}/namespaces/{namespace}/inferencepools", {
+        "apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool",
+        "metadata": {"name": deployment, "namespace": namespace},
+        "spec": {"selector": {"matchLabels": {DEPLOYMENT_LABEL: deployment,
+                                              LWS_WORKER_INDEX_LABEL: LEADER_WORKER_INDEX}},
+                 "targetPorts": [{"number": port}],
+                 "endpointPickerRef": {"name": f"{deployment}-epp", "port": {"number": 9002}}}})
+    return {p["metadata"]["name"]: f"http://{p['status']['podIP']}:{port}" for p in pods}
 
 
 def _component(kind: str, namespace: str, pool: str) -> str:
