@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import requests
+import urllib3
 from kubernetes import client, watch
 
 from kimik3.kube import pods as kpods
@@ -102,6 +103,8 @@ class PodHistory:
         """(unix seconds, pod UID, GPUs it holds from then on), in the order seen."""
         self._stop = threading.Event()
         self._listed = threading.Event()
+        self.error: Exception | None = None
+        """What ended the watch early (the history is incomplete then)."""
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"pod-history-{namespace}")
 
     def __enter__(self) -> PodHistory:
@@ -117,15 +120,31 @@ class PodHistory:
         gpus = 0 if deleted or not kpods.holds_node(raw) else kpods.gpu_request(raw)
         self.changes.append((self.clock(), raw["metadata"]["uid"], gpus))
 
+    def _list(self) -> str:
+        """See every pod as listed now (one no longer listed holds nothing from now on); returns
+        the list's resourceVersion."""
+        listed = self.core.list_namespaced_pod(self.namespace, label_selector=self.selector)
+        seen = set()
+        for pod in listed.items:
+            self._see(pod)
+            seen.add(pod.metadata.uid)
+        for uid in {uid for _, uid, gpus in self.changes if gpus} - seen:
+            self.changes.append((self.clock(), uid, 0))
+        assert listed.metadata is not None, "a pod list without metadata"
+        return str(listed.metadata.resource_version)
+
     def _run(self) -> None:
+        try:
+            self._watch()
+        except Exception as exc:  # noqa: BLE001 - kept for held_gpu_seconds to raise
+            self.error = exc
+
+    def _watch(self) -> None:
         version = ""
         while not self._stop.is_set():
             try:
                 if not version:
-                    listed = self.core.list_namespaced_pod(self.namespace, label_selector=self.selector)
-                    for pod in listed.items:
-                        self._see(pod)
-                    version = listed.metadata.resource_version
+                    version = self._list()
                     self._listed.set()
                 stream = watch.Watch()
                 for event in stream.stream(self.core.list_namespaced_pod, self.namespace,
@@ -138,14 +157,21 @@ class PodHistory:
             except client.ApiException as exc:
                 if exc.status != 410:
                     raise
-                version = ""  # too old: list again (a pod that went meanwhile is seen gone then)
+                version = ""  # too old: list again
+            except (urllib3.exceptions.HTTPError, OSError):
+                time.sleep(0.5)  # the stream broke: watch again from the last version seen
 
     def ready(self) -> bool:
-        """Whether the first list was read (changes from then on are seen)."""
+        """Whether the first list was read (changes from then on are seen); raises when the watch failed."""
+        if self.error is not None:
+            raise RuntimeError(f"the pod watch of {self.namespace} failed: {self.error}") from self.error
         return self._listed.is_set()
 
     def held_gpu_seconds(self, until: float) -> float:
-        """The integral of the GPUs held up to ``until`` (unix seconds), GPU-seconds."""
+        """The integral of the GPUs held up to ``until`` (unix seconds), GPU-seconds. Raises
+        RuntimeError when the watch ended early."""
+        if self.error is not None:
+            raise RuntimeError(f"the pod watch of {self.namespace} failed: {self.error}") from self.error
         held: dict[str, int] = {}
         total, last = 0.0, None
         for at, uid, gpus in sorted(self.changes, key=lambda c: c[0]):
