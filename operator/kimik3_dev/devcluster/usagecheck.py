@@ -56,6 +56,7 @@ from kimik3.kube.times import rfc3339
 from kimik3.usage.rules import RULES
 from kimik3_dev.devcluster import faults
 from kimik3_dev.devcluster.cluster import DevCluster, _cli, _cli_env
+from kimik3_dev.devcluster.readiness import http_get
 from kimik3_dev.devcluster.rest import Rest
 from kimik3_dev.devcluster.rollout import Load, cr_path, serving, wait
 from kimik3_dev.devcluster.workloads import apply_deployment
@@ -88,6 +89,11 @@ TOKEN_COLUMNS = ("prompt_tokens", "generation_tokens", "cached_prompt_tokens")
 """Report columns checked against the simulator's counter of the same rule (``RULES``)."""
 
 
+def pod_selector(deployment: str) -> str:
+    """Label selector of the engine pods of ``deployment`` (every LeaderWorkerSet of it)."""
+    return f"{DEPLOYMENT_LABEL}={deployment},{LWS_NAME_LABEL}"
+
+
 class PodHistory:
     """GPUs held by a deployment's pods over time, from a watch of the API server (list, then
     watch from its resourceVersion; again after a watch ends). Each pod holds
@@ -98,7 +104,7 @@ class PodHistory:
                  clock: Callable[[], float] = time.time) -> None:
         self.core = client.CoreV1Api(api_client)
         self.namespace, self.clock = namespace, clock
-        self.selector = f"{DEPLOYMENT_LABEL}={deployment},{LWS_NAME_LABEL}"
+        self.selector = pod_selector(deployment)
         self.changes: list[tuple[float, str, int]] = []
         """(unix seconds, pod UID, GPUs it holds from then on), in the order seen."""
         self._stop = threading.Event()
@@ -248,18 +254,51 @@ def _settled(state_dir: Path, namespace: str) -> dict[str, float]:
     return wait(same, WAIT_S, f"the simulator's counts of {namespace}/{NAME} to settle", poll_s=3.0)
 
 
+def _disturb(cluster: DevCluster, rest: Rest, namespace: str, what: str, prometheus_url: str) -> None:
+    """One event of ``EVENTS`` on the check's deployment."""
+    if what == "engine restart":
+        pods = rest.items(f"/api/v1/namespaces/{namespace}/pods", pod_selector(NAME))
+        leader = next(p for p in pods if kpods.group_index(p) == "0" and kpods.worker_index(p) == 0)
+        faults.fail_pod(rest, namespace, leader["metadata"]["name"])
+    elif what == "Prometheus restart":
+        cluster.stop_component("prometheus")
+        time.sleep(PROMETHEUS_DOWN_S)
+        cluster.start_component("prometheus")
+
+        def ready() -> bool:
+            try:
+                return http_get(prometheus_url + "/-/ready")[0] == 200
+            except OSError:
+                return False
+        wait(ready, 60.0, "Prometheus to be ready again")
+    else:
+        rest.call("PATCH", cr_path(namespace, NAME), body={"spec": {"replicas": GROUPS - 1}},
+                  content_type="application/merge-patch+json")
+
+
+def checks(row: dict[str, Any], counts: dict[str, float], held_gpu_seconds: float) -> dict[str, dict[str, Any]]:
+    """Column -> {report, truth, error_pct} for a report ``row`` (``kimik3 usage`` JSON), the
+    simulator's ``counts`` (``sim_counts``) and the GPU-seconds held from the pod history."""
+    truth = {c: counts.get(RULES[c].source, 0.0) for c in TOKEN_COLUMNS}
+    truth["requests"] = requests_counted(counts)
+    out = {c: {"report": row[c], "truth": round(truth[c]), "error_pct": error_pct(row[c], truth[c])} for c in truth}
+    held_h = held_gpu_seconds / 3600.0
+    out["gpu_hours_held"] = {"report": row["gpu_hours_held"], "truth": round(held_h, 4),
+                             "error_pct": error_pct(row["gpu_hours_held"], held_h)}
+    return out
+
+
 def run(cluster: DevCluster, rest: Rest, cr: dict[str, Any], minutes: float, *, users: int = 4,
         log: Callable[[str], None] = print) -> dict[str, Any]:
     """The check (module docstring) on ``cluster`` for a load of ``minutes``; ``cr``: a TP8
     GB300 recipe in a namespace of its own (``deployment`` makes it the check's). Returns the
-    figures: ``checks`` (column -> report, truth, error_pct), ``events`` (what happened when, s
-    after the load started), the report's JSON and the run's times."""
+    figures: ``checks`` (``checks``), ``events`` (what happened when, s after the load
+    started), the report's row and the run's times."""
     if not 0 < minutes <= MAX_MINUTES:
         raise ValueError(f"minutes={minutes}: give 0 < minutes <= {MAX_MINUTES:g} (one rolling hour holds the run)")
     cr = deployment(cr)
     ns = cr["metadata"]["namespace"]
     prometheus_url = (cluster.state() or {})["urls"]["prometheus"]
-    duration_s = minutes * 60.0
     events: list[dict[str, Any]] = []
     with cluster.api_client() as api, PodHistory(api, ns, NAME) as history:
         wait(history.ready, 30.0, "the pod watch")
@@ -269,23 +308,11 @@ def run(cluster: DevCluster, rest: Rest, cr: dict[str, Any], minutes: float, *, 
         with Load(url, model, users=users) as load:
             started = time.monotonic()
             for share, what in EVENTS:
-                time.sleep(max(0.0, started + share * duration_s - time.monotonic()))
-                at = round(time.monotonic() - started, 1)
-                log(f"{at:7.1f} s  {what}")
-                if what == "engine restart":
-                    leader = next(p for p in rest.items(f"/api/v1/namespaces/{ns}/pods", history.selector)
-                                  if kpods.group_index(p) == "0" and kpods.worker_index(p) == 0)
-                    faults.fail_pod(rest, ns, leader["metadata"]["name"])
-                elif what == "Prometheus restart":
-                    cluster.stop_component("prometheus")
-                    time.sleep(PROMETHEUS_DOWN_S)
-                    cluster.start_component("prometheus")
-                    wait(lambda: _answers(prometheus_url + "/-/ready"), 60.0, "Prometheus to be ready again")
-                else:
-                    rest.call("PATCH", cr_path(ns, NAME), body={"spec": {"replicas": GROUPS - 1}},
-                              content_type="application/merge-patch+json")
-                events.append({"at_s": at, "event": what})
-            time.sleep(max(0.0, started + duration_s - time.monotonic()))
+                time.sleep(max(0.0, started + share * minutes * 60.0 - time.monotonic()))
+                events.append({"at_s": round(time.monotonic() - started, 1), "event": what})
+                log(f"{events[-1]['at_s']:7.1f} s  {what}")
+                _disturb(cluster, rest, ns, what, prometheus_url)
+            time.sleep(max(0.0, started + minutes * 60.0 - time.monotonic()))
         load_s = time.monotonic() - started
         counts = _settled(cluster.state_dir, ns)
         time.sleep(SETTLE_S)
@@ -296,24 +323,11 @@ def run(cluster: DevCluster, rest: Rest, cr: dict[str, Any], minutes: float, *, 
     rows = [r for r in report["rows"] if r["deployment"] == NAME]
     if len(rows) != 1:
         raise RuntimeError(f"kimik3 usage gave {len(rows)} rows for {ns}/{NAME}, not 1: {report}")
-    (row,) = rows
-    truth = {c: counts.get(RULES[c].source, 0.0) for c in TOKEN_COLUMNS}
-    truth["requests"] = requests_counted(counts)
-    checks = {c: {"report": row[c], "truth": round(truth[c]), "error_pct": error_pct(row[c], truth[c])} for c in truth}
-    checks["gpu_hours_held"] = {"report": row["gpu_hours_held"], "truth": round(held_s / 3600.0, 4),
-                                "error_pct": error_pct(row["gpu_hours_held"], held_s / 3600.0)}
     return {"minutes": minutes, "load_s": round(load_s, 1), "namespace": ns, "groups": GROUPS, "scrape": SCRAPE,
             "users": users, "events": events, "applied": rfc3339(applied), "report_end": rfc3339(end),
             "evaluated": rfc3339(evaluated), "requests_sent": len(load.results),
             "requests_ok": sum(1 for r in load.results if r.ok),
-            "checks": checks, "tolerance_pct": TOLERANCE_PCT, "report": row}
-
-
-def _answers(url: str) -> bool:
-    try:
-        return requests.get(url, timeout=2).status_code == 200
-    except requests.RequestException:
-        return False
+            "checks": checks(rows[0], counts, held_s), "tolerance_pct": TOLERANCE_PCT, "report": rows[0]}
 
 
 def failures(result: dict[str, Any], tolerance_pct: float = TOLERANCE_PCT) -> list[str]:
