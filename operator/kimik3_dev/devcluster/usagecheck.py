@@ -121,10 +121,12 @@ class PodHistory:
         self._stop.set()
         self._thread.join(15.0)
 
-    def _see(self, pod: dict[str, Any] | Any, deleted: bool = False) -> None:
-        raw = pod if isinstance(pod, dict) else self.core.api_client.sanitize_for_serialization(pod)
+    def _see(self, pod: Any, deleted: bool = False) -> str:
+        """Record what ``pod`` (the client's model) holds from now on; returns its UID."""
+        raw = self.core.api_client.sanitize_for_serialization(pod)
         gpus = 0 if deleted or not kpods.holds_node(raw) else kpods.gpu_request(raw)
         self.changes.append((self.clock(), raw["metadata"]["uid"], gpus))
+        return str(raw["metadata"]["uid"])
 
     def _list(self) -> str:
         """See every pod as listed now (one no longer listed holds nothing from now on); returns
@@ -132,8 +134,7 @@ class PodHistory:
         listed = self.core.list_namespaced_pod(self.namespace, label_selector=self.selector)
         seen = set()
         for pod in listed.items:
-            self._see(pod)
-            seen.add(pod.metadata.uid)
+            seen.add(self._see(pod))
         for uid in {uid for _, uid, gpus in self.changes if gpus} - seen:
             self.changes.append((self.clock(), uid, 0))
         assert listed.metadata is not None, "a pod list without metadata"
