@@ -232,12 +232,18 @@ def stage(filename: str | None, repo: str | None, revision: str, root: Path, wor
               help="Seconds the leader keeps writing after the start of its last renewal (< --lease-duration).")
 @click.option("--retry-period", default=2.0, show_default=True, type=float,
               help="Seconds between two attempts to acquire or renew the Lease.")
+@click.option("--wake-port", default=None, type=int,
+              help="Serve the wake endpoint (the activator) on this port: 503 + Retry-After, and a wake, for "
+                   "requests a gateway sends to a stopped deployment.")
+@click.option("--wake-service", default=None, metavar="NAMESPACE/SERVICE:PORT",
+              help="The Service in front of --wake-port; a stopped deployment's HTTPRoute points at it (with a "
+                   "ReferenceGrant in NAMESPACE). Unset: routes never change for idleness.")
 @click.option("-v", "--verbose", is_flag=True)
 def run(kubeconfig: str | None, namespaces: tuple[str, ...], health_port: int, health_host: str,
         compute_domains: bool, allowed_host_paths: tuple[str, ...], lease_namespace: str | None, lease_name: str,
         lease_duration: float, renew_deadline: float, retry_period: float, stager_image: str | None,
-        verbose: bool) -> None:
-    """Run the operator (health on /healthz, /readyz; metrics on /metrics)."""
+        wake_port: int | None, wake_service: str | None, verbose: bool) -> None:
+    """Run the operator (health on /healthz, /readyz; metrics on /metrics; with --wake-port the wake endpoint)."""
     from kimik3.admission import AdmissionPolicy
     from kimik3.controller.leadership import LeaseTimings
     from kimik3.controller.operator import OperatorConfig, run_operator
@@ -248,11 +254,16 @@ def run(kubeconfig: str | None, namespaces: tuple[str, ...], health_port: int, h
         timings = LeaseTimings(lease_duration, renew_deadline, retry_period)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--lease-duration/--renew-deadline/--retry-period") from None
+    from kimik3.render.wake import WakeEndpoint
+    try:
+        wake = WakeEndpoint.parse(wake_service) if wake_service else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--wake-service") from None
     cfg = OperatorConfig(kubeconfig=kubeconfig, namespaces=list(namespaces), health_port=health_port,
                          health_host=health_host, compute_domains=compute_domains,
                          policy=AdmissionPolicy(allowed_host_paths) if allowed_host_paths else AdmissionPolicy(),
                          lease_namespace=lease_namespace, lease_name=lease_name, lease_timings=timings,
-                         stager_image=stager_image or DEFAULT_STAGER_IMAGE)
+                         stager_image=stager_image or DEFAULT_STAGER_IMAGE, wake_port=wake_port, wake_service=wake)
     asyncio.run(run_operator(cfg))
 
 

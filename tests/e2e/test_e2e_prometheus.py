@@ -197,7 +197,7 @@ def test_the_usage_rules_are_loaded_by_the_prometheus_operator_and_record_gpu_ti
     cr = dev_env.deployment(ns, replicas=1)
     cr["metadata"]["annotations"] = {"inference.kimik3.io/sim-load-time": "1s"}  # simulator-only override
     dev_env.apply(cr)
-    query = 'sum(namespace_deployment_revision_state:kimik3_gpu_seconds:increase1h{namespace="%s",state="held"})' % ns
+    query = 'sum(namespace_deployment_revision_state_capacity:kimik3_gpu_seconds:increase1h{namespace="%s",state="held"})' % ns
 
     def gpu_seconds() -> float | None:
         status, raw = http_get(dev_env.state["urls"]["prometheus"] + "/api/v1/query?" + urllib.parse.urlencode(
