@@ -18,11 +18,8 @@ from click.testing import CliRunner
 from kubernetes import client
 
 from kimik3.cli import main
-from kimik3.controller.autoscaling import Autoscaling
 from kimik3.controller.activator import Activator, activator_app
 from kimik3.controller.idle import request_wake
-from kimik3.controller.kube import Kube
-from kimik3.controller.reconcile import Reconciler
 from kimik3.kube.kinds import HTTP_ROUTE, REFERENCE_GRANT
 from kimik3.kube.labels import WAKE_REQUESTED_ANNOTATION
 from kimik3.kube.times import rfc3339, rfc3339_seconds
@@ -30,8 +27,8 @@ from kimik3.render.wake import DEPLOYMENT_HEADER, UID_HEADER, WakeEndpoint
 from kimik3_dev.devcluster.controlplane import ControlPlane
 from kimik3_dev.devcluster.install import install_apis
 from support.cluster import CR, LWS, condition, events
-from support.metrics_server import MetricsServer
 from support.recipes import recipe
+from support.reconciler import scraped_reconciler
 from test_autoscaler_metrics import exposition
 
 NAME, SET = "k3-latency", "k3-latency-engine"
@@ -52,17 +49,8 @@ def cp(tmp_path_factory) -> Iterator[ControlPlane]:
 
 @pytest.fixture
 def env(cp) -> Iterator[dict]:
-    api = cp.api_client("admin")
-    ns = f"idle-{uuid.uuid4().hex[:8]}"
-    client.CoreV1Api(api).create_namespace({"metadata": {"name": ns}})
-    leader = MetricsServer()
-    clock = [1_000_000.0]
-    kube = Kube(api)
-    reconciler = Reconciler(kube, autoscaling=Autoscaling(scrape_url=lambda pod, port: leader.url,
-                                                          clock=lambda: clock[0]))
-    yield {"kube": kube, "api": api, "ns": ns, "leader": leader, "clock": clock, "rec": reconciler, "cp": cp}
-    leader.close()
-    api.close()
+    with scraped_reconciler(cp, "idle") as e:
+        yield e
 
 
 def lws_controller(e: dict, loaded: bool = True) -> int:
