@@ -248,6 +248,25 @@ def test_kimik3_usage_asks_each_rule_once_per_range_and_prints_csv_and_json():
         stand_in.shutdown()
 
 
+def test_kimik3_usage_rolling_reads_the_hours_ending_at_end_unrounded():
+    end = H0 + 3600 + 1234  # 11:20:34, not a whole hour
+    stand_in = StandIn(answers(series(RULES["generation_tokens"].record(), {end - 3600: 500}, **T, revision="a")))
+    try:
+        result = CliRunner().invoke(main, ["usage", "--prometheus", stand_in.url, "--rolling", "--hours", "1",
+                                           "--end", "2026-12-04T11:20:34Z", "--format", "json"])
+        assert result.exit_code == 0, result.output
+        out = json.loads(result.output)
+        assert (out["start"], out["end"]) == ("2026-12-04T10:20:34Z", "2026-12-04T11:20:34Z")
+        assert [(r["hour"], r["generation_tokens"]) for r in out["rows"]] == [("2026-12-04T10:20:34Z", 500)]
+        _, query = stand_in.asked[0]
+        assert (float(query["start"]), float(query["end"]), query["step"]) == (end, end, "3600")
+    finally:
+        stand_in.shutdown()
+    result = CliRunner().invoke(main, ["usage", "--prometheus", "http://127.0.0.1:9", "--rolling", "--start",
+                                       "2026-12-04T10:00:00Z"])
+    assert result.exit_code == 2 and "--rolling counts --hours back from --end: leave --start out" in result.output
+
+
 def test_kimik3_usage_names_an_unreachable_prometheus_and_a_bad_range():
     result = CliRunner().invoke(main, ["usage", "--prometheus", "http://127.0.0.1:9", "--hours", "2"])
     assert result.exit_code == 1 and "Prometheus at http://127.0.0.1:9: http://127.0.0.1:9: ConnectionError" \

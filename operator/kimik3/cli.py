@@ -323,13 +323,16 @@ def wake(name: str, namespace: str, kubeconfig: str | None) -> None:
               help="End (exclusive; rounded down to its hour). Default: the start of the current hour.")
 @click.option("--hours", type=click.IntRange(1, 24 * 62), default=24, show_default=True,
               help="Hours before --end, when --start is not given.")
+@click.option("--rolling", is_flag=True,
+              help="The --hours hours ending exactly at --end (default: now), not whole UTC hours: "
+                   "`--rolling --hours 1` is the past 60 minutes. Not with --start.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("-n", "--namespace", default=None, help="One tenant only.")
-def usage(prometheus_url: str, start: str | None, end: str | None, hours: int, fmt: str,
+def usage(prometheus_url: str, start: str | None, end: str | None, hours: int, rolling: bool, fmt: str,
           namespace: str | None) -> None:
-    """Usage per tenant (namespace), deployment and whole UTC hour: prompt, cached and generated
-    tokens, requests by outcome, GPU-hours held and serving, minutes within the latency (and
-    TTFT) target. Reads the recording rules of `kimik3 rules` from Prometheus."""
+    """Usage per tenant (namespace), deployment and whole UTC hour (or rolling hours): prompt,
+    cached and generated tokens, requests by outcome, GPU-hours held and serving, minutes within
+    the latency (and TTFT) target. Reads the recording rules of `kimik3 rules` from Prometheus."""
     import time
 
     from kimik3.autoscaler.observation import MetricsUnavailable
@@ -351,10 +354,12 @@ def usage(prometheus_url: str, start: str | None, end: str | None, hours: int, f
     if end_s > now:
         raise click.BadParameter(f"{rfc3339(end_s)} is in the future: give an end no later than now",
                                  param_hint="--end")
+    if rolling and start is not None:
+        raise click.BadParameter("--rolling counts --hours back from --end: leave --start out", param_hint="--start")
     start_s = end_s - end_s % report.HOUR_S - hours * report.HOUR_S if start is None else unix(start, "--start")
     if start_s >= end_s:
         raise click.BadParameter("--start must be before --end", param_hint="--start")
-    whole = report.hour_starts(start_s, end_s)
+    whole = report.rolling_hour_starts(end_s, hours) if rolling else report.hour_starts(start_s, end_s)
     if not whole:
         raise click.BadParameter("no whole UTC hour between --start and --end (both are rounded down to the hour)",
                                  param_hint="--start/--end")

@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from kimik3.cli import CHART_CRD_DIR, CRD_FILE, POLICY_FILE
 from kimik3.controller import metrics
 from kimik3.controller.kube import ApiError, Forbidden, Kube
+from kimik3.usage.rules import rule_groups
 from kimik3_dev.devcluster import kueue
 from kimik3_dev.devcluster.rbac import request_token, write_token_kubeconfig
 
@@ -185,7 +186,6 @@ def test_service_monitor_keeps_the_namespace_of_the_operators_series(helm_offlin
 
 
 def test_prometheus_rule_ships_the_usage_rules_of_kimik3_rules(helm_offline):
-    from kimik3.usage.rules import rule_groups
     assert "PrometheusRule" not in by_kind(helm_offline.template())
     (rule,) = by_kind(helm_offline.template(*VARIANTS["everything-on"], "--set",
                                             "metrics.prometheusRule.labels.release=prom"))["PrometheusRule"]
@@ -225,15 +225,21 @@ def test_dashboard_uses_real_metric_names(helm_offline):
         if isinstance(metric, MetricWrapperBase):
             for family in metric.describe():
                 operator |= {family.name, family.name + "_total", family.name + "_bucket"}
-    unknown = used - vllm - operator
+    operator |= {n for family in metrics.GPU_TIME.collect() for n in (family.name, family.name + "_total")}
+    # The usage recording rules the chart ships (kimik3.usage.rules; loaded from the PrometheusRule).
+    recorded = {r["record"] for g in rule_groups()["groups"] for r in g["rules"]}
+    unknown = used - vllm - operator - recorded
     assert not unknown, f"dashboard queries series nobody exports: {sorted(unknown)}"
     titles = " | ".join(p["title"] for p in dashboard["panels"])
     for words in ("time per output token", "Tokens/s per user", "Acceptance length", "groups serving",
                   "Scale decisions", "Desired vs ready groups", "SLO attainment", "Reconciles", "Groups by revision",
-                  "Canary checks", "Groups per rack", "Kueue state"):
+                  "Canary checks", "Groups per rack", "Kueue state", "Tokens in the past hour", "by outcome",
+                  "GPU-hours in the past hour: held vs serving", "reserved vs burst", "minutes within target",
+                  "GPUs held and serving now"):
         assert words.lower() in titles.lower(), words
     assert {"vllm:inter_token_latency_seconds_bucket", "kimik3_reconciles_total", "kimik3_autoscaler_decisions_total",
-            "kimik3_autoscaler_desired_groups", "kimik3_canary_checks_total", "kimik3_placement_groups"} <= used
+            "kimik3_autoscaler_desired_groups", "kimik3_canary_checks_total", "kimik3_placement_groups",
+            "kimik3_gpus"} | recorded <= used  # every recorded usage series has a panel
 
 
 def test_leader_election_role_pdb_and_single_replica_fallback(helm_offline):

@@ -92,6 +92,13 @@ def hour_starts(start: float, end: float) -> list[float]:
     return [float(h) for h in range(int(first), int(last), HOUR_S)]
 
 
+def rolling_hour_starts(end: float, hours: int) -> list[float]:
+    """Starts of the ``hours`` consecutive hours ending exactly at ``end`` (unix seconds, not
+    rounded: ``hours=1`` is the past 60 minutes up to ``end``); each recorded value read at an
+    hour's end holds the hour before it, whatever the clock says."""
+    return [end - (hours - i) * HOUR_S for i in range(hours)]
+
+
 def _points(matrix: Matrix) -> Iterable[tuple[dict[str, str], float, float]]:
     """(labels, hour start, value) of every point of a ``query_range`` answer (each point is at
     the hour's end)."""

@@ -213,6 +213,22 @@ class EngineMetrics:
     def __getitem__(self, short_name: str) -> dict[int, Any]:
         return self.series[short_name]
 
+    def counter_totals(self) -> dict[str, float]:
+        """Every counter summed over the engines: exposed name (``vllm:prompt_tokens_total``) ->
+        value, a labelled one keyed by its other labels too
+        (``vllm:request_success_total{finished_reason="stop"}``)."""
+        out: dict[str, float] = {}
+        for family in self.registry.collect():
+            if family.type != "counter":
+                continue
+            for sample in family.samples:
+                if not sample.name.endswith("_total"):
+                    continue
+                extra = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()) if k not in LABELS)
+                key = sample.name + (f"{{{extra}}}" if extra else "")
+                out[key] = out.get(key, 0.0) + sample.value
+        return out
+
     def render(self, accept: str | None = None) -> tuple[bytes, str]:
         """The exposition (body, content type), format chosen from an HTTP Accept header as
         prometheus-client's ASGI app (which vLLM mounts on /metrics) does."""
