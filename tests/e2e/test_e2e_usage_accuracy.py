@@ -4,7 +4,8 @@
 engine restart, a Prometheus restart and a scale-down: ``kimik3 usage --rolling`` (the real
 command, the recording rules loaded by the real Prometheus Operator) against the engine
 simulator's own counts (tokens, requests) and the integral of the GPUs the pods held as a watch
-of the API server saw them (GPU-hours held), each within 1 %. bench/usage_accuracy.py runs the
+of the API server saw them (GPU-hours held), each within 2 % (``usagecheck.CI_TOLERANCE_PCT``; the
+30-minute run, within 1 %). bench/usage_accuracy.py runs the
 same for 30 minutes (bench/results/usage-accuracy.json).
 """
 
@@ -24,4 +25,4 @@ def test_usage_report_matches_the_engines_counts_and_the_pod_history(dev_env: De
     print("\n" + "\n".join(f"{column}: {check}" for column, check in result["checks"].items()))
     assert [e["event"] for e in result["events"]] == ["engine restart", "Prometheus restart", "scale-down"]
     assert result["checks"]["generation_tokens"]["truth"] > 0 and result["checks"]["gpu_hours_held"]["truth"] > 0
-    assert not usagecheck.failures(result), usagecheck.failures(result)
+    assert not usagecheck.failures(result, usagecheck.CI_TOLERANCE_PCT), usagecheck.failures(result)
