@@ -3,7 +3,8 @@
 operator's GPU time (the real ``GpuTime`` collector served by prometheus_client). Over a billing
 period of 20 s instead of an hour (the same rules, ``rule_groups(period="20s")``), the periods'
 values add up to what the targets counted, through an engine restart (counter back to zero),
-a scrape gap, a group deleted mid-period and a revision's GPUs released mid-period."""
+a scrape gap, a group deleted mid-period and a revision's GPUs released mid-period; reserved GPU
+time told from burst (the ``capacity`` label)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from kimik3.api.documents import dump_yaml
 from kimik3.autoscaler.observation import MetricsUnavailable
 from kimik3.autoscaler.sources import PrometheusClient
 from kimik3.controller.metrics import GpuTime
-from kimik3.kube.groups import HELD, RESERVED, SERVING
+from kimik3.kube.groups import BURST, HELD, RESERVED, SERVING
 from kimik3.usage.rules import RULES, rule_groups
 from kimik3_dev.devcluster import prometheus
 from kimik3_dev.devcluster.processes import free_port
@@ -70,10 +71,14 @@ def engine_b(t: float) -> tuple[float | None, int]:
 def drive(servers: list[MetricsServer], laws: list[Callable[[float], tuple[float | None, int]]], gpu: GpuTime,
           zero: float, stop: threading.Event) -> None:
     """Set the stand-ins' pages from their laws every 20 ms; GPUs (its pods created before, at 0
-    GPUs: ``gpus_by_revision``): revision a holds 8 from 0 s, serves from 10 s, released at 30 s
-    (the deployment deleted mid-period)."""
-    gpu_steps = [(0.0, {("a", HELD, RESERVED): 8, ("a", SERVING, RESERVED): 0}),
-                 (10.0, {("a", HELD, RESERVED): 8, ("a", SERVING, RESERVED): 8}), (30.0, {})]
+    GPUs: ``gpus_by_revision``): revision a holds 8 reserved from 0 s, serves from 10 s, released at
+    30 s (the deployment deleted mid-period); a burst group of 8 more is held from 5 s, serves from
+    10 s, and goes with it."""
+    held = {("a", HELD, RESERVED): 8, ("a", HELD, BURST): 8}
+    gpu_steps = [(0.0, {("a", HELD, RESERVED): 8, ("a", SERVING, RESERVED): 0, ("a", HELD, BURST): 0,
+                        ("a", SERVING, BURST): 0}),
+                 (5.0, {**held, ("a", SERVING, RESERVED): 0, ("a", SERVING, BURST): 0}),
+                 (10.0, {**held, ("a", SERVING, RESERVED): 8, ("a", SERVING, BURST): 8}), (30.0, {})]
     while not stop.is_set():
         t = time.time() - zero
         for server, law in zip(servers, laws):
@@ -101,7 +106,8 @@ def test_recorded_periods_add_up_to_what_was_counted_through_restart_gap_and_del
         server.text = engine_page(0)
     registry = CollectorRegistry()
     gpu = GpuTime()
-    gpu.set("tenant-a", "k3", {("a", HELD, RESERVED): 0, ("a", SERVING, RESERVED): 0})  # its pods exist, none bound yet
+    gpu.set("tenant-a", "k3", {("a", state, capacity): 0 for state in (HELD, SERVING)  # its pods exist, none
+                              for capacity in (RESERVED, BURST)})  # bound yet
     registry.register(gpu)
     operator_port = free_port()
     operator, _ = start_http_server(operator_port, addr="127.0.0.1", registry=registry)
@@ -131,10 +137,15 @@ def test_recorded_periods_add_up_to_what_was_counted_through_restart_gap_and_del
         assert total("prompt_tokens") == pytest.approx(2 * (1500 + 1900 + 1250), rel=0.01)
         assert total("cached_prompt_tokens") == pytest.approx(1500 + 1900 + 1250, rel=0.01)
         assert total("requests", finished_reason="stop") == pytest.approx((1500 + 1900 + 1250) / 100, rel=0.01)
-        counted = {dict(labels)["state"]: value for (_, labels), value in _gpu_seconds(gpu).items()}
-        assert counted[HELD] == pytest.approx(8 * 30, abs=1) and counted[SERVING] == pytest.approx(8 * 20, abs=1)
-        assert total("gpu_seconds", state=HELD) == pytest.approx(counted[HELD], rel=0.01)
-        assert total("gpu_seconds", state=SERVING) == pytest.approx(counted[SERVING], rel=0.01)
+        counted = {(dict(labels)["state"], dict(labels)["capacity"]): value
+                   for (_, labels), value in _gpu_seconds(gpu).items()}
+        assert counted[HELD, RESERVED] == pytest.approx(8 * 30, abs=1)
+        assert counted[SERVING, RESERVED] == pytest.approx(8 * 20, abs=1)
+        assert counted[HELD, BURST] == pytest.approx(8 * 25, abs=1)
+        assert counted[SERVING, BURST] == pytest.approx(8 * 20, abs=1)
+        for (state, capacity), value in counted.items():  # reserved told from burst GPU time, as billed
+            assert total("gpu_seconds", state=state, capacity=capacity) == pytest.approx(value, rel=0.01), \
+                (state, capacity)
     finally:
         stop.set()
         proc.terminate()
