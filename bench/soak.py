@@ -24,9 +24,14 @@
    - ``operator-restart``: the operator SIGKILLed (``stop_component(kill=True)``),
      a CR scaled while it is down, started again;
    - ``lws-manager-down``: the LeaderWorkerSet manager (and its webhooks) down ``LWS_DOWN_S`` s,
-     a CR scaled meanwhile, started again.
+     a CR scaled meanwhile, started again;
+   - ``apiserver-restart``: a CR scaled, then kube-apiserver SIGKILLed before the operator has
+     acted on it and started again on the same port, etcd and certificates
+     (``DevCluster.restart_apiserver``);
+   - ``kueue-manager-down`` (``--placement kueue`` only): the Kueue manager (and its webhooks)
+     SIGKILLed, a CR scaled meanwhile, started again ``KUEUE_DOWN_S`` s later.
    Recovery is timed from the end of the fault (the injection for instant faults, the component
-   started again for the two stops) until converged; for ``tray-not-ready`` from the tray going
+   started again for the stops, the API server ready again for its restart) until converged; for ``tray-not-ready`` from the tray going
    down until converged with its groups on healthy trays, while it is still down (a group still
    waiting for the tray when it returns is a failure). Converged: every CR has
    ``status.observedGeneration == metadata.generation``, Ready=True, Degraded not True,
@@ -72,6 +77,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import urllib3
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -105,6 +111,7 @@ Ready on healthy trays (then the fault is a failure)."""
 AFTER_FAILED_TRAY_S = 120.0
 """Bound on the wait for convergence after such a failed tray fault returns, s."""
 LWS_DOWN_S = 30.0
+KUEUE_DOWN_S = 30.0
 CHECK_PERIOD_S = 1.0
 SAMPLE_PERIOD_S = 5.0
 POLL_S = 0.5
@@ -114,7 +121,9 @@ SETTLE_S = 3.0
 OVERLAP_GRACE_S = 5.0
 NODE_HEALTH_TIMEOUT_S = 120.0
 KINDS = ("scale", "delete-child", "delete-pod", "crash-pod", "tray-not-ready", "operator-restart",
-         "lws-manager-down")
+         "lws-manager-down", "apiserver-restart", "kueue-manager-down")
+KUEUE_ONLY = ("kueue-manager-down",)
+"""Kinds that only mean something under ``--placement kueue`` (left out of exclusive runs)."""
 CHILD_KINDS = ("Service", "LeaderWorkerSet", "ConfigMap")
 
 
@@ -338,6 +347,8 @@ class Soak:
                 why = self.why_not_converged() if seen else f"the fault has not shown: {pending}"
             except ApiError as exc:  # a failed read is not convergence
                 why = f"API error {exc.status} {exc.reason}"
+            except (urllib3.exceptions.HTTPError, OSError) as exc:  # nor is a connection the API server dropped
+                why = f"API unreachable: {type(exc).__name__}"
             if why is None:
                 return time.monotonic() - start, ""
             if why != last:
@@ -614,12 +625,13 @@ class Soak:
                      f"going NotReady (last: {self.trace[-1][1] if self.trace else '?'})",
                      extra={"not_ready_s": None if not_ready is None else round(not_ready, 1)})
 
-    def _component_down(self, component: str, down_s: float) -> Fault:
+    def _component_down(self, component: str, down_s: float, kill: bool = False) -> Fault:
+        """``component`` stopped (``kill``: SIGKILL), a CR scaled, started again ``down_s`` s after the stop."""
         if component == "operator":
             self.sample()  # the counters up to now (they restart from zero)
             self.operator_stopped = True
         start = time.monotonic()
-        self.cluster.stop_component(component, kill=component == "operator")  # the operator: SIGKILL
+        self.cluster.stop_component(component, kill=kill)
         stopped = time.monotonic() - start
         try:
             edit = self.scale_any()
@@ -629,10 +641,18 @@ class Soak:
         return Fault(f"{component} stopped in {stopped:.1f} s, {edit} meanwhile", time.monotonic() - start)
 
     def fault_operator_restart(self) -> Fault:
-        return self._component_down("operator", 0.0)
+        return self._component_down("operator", 0.0, kill=True)
 
     def fault_lws_manager_down(self) -> Fault:
         return self._component_down("lws-manager", LWS_DOWN_S)
+
+    def fault_kueue_manager_down(self) -> Fault:
+        return self._component_down("kueue-manager", KUEUE_DOWN_S, kill=True)
+
+    def fault_apiserver_restart(self) -> Fault:
+        edit = self.scale_any()
+        down_s = self.cluster.restart_apiserver()
+        return Fault(f"kube-apiserver SIGKILLed right after {edit}, ready again in {down_s:.1f} s", down_s)
 
     # -- the schedule ------------------------------------------------------------------------------
     def schedule(self) -> Any:
@@ -721,9 +741,10 @@ class Soak:
         return f"deleted not-Ready pods {deleted}; converged {took:.1f} s later"
 
     # -- results -----------------------------------------------------------------------------------
-    def summary(self) -> dict[str, dict[str, Any]]:
+    def summary(self, kinds: tuple[str, ...] = KINDS) -> dict[str, dict[str, Any]]:
+        """Per kind of ``kinds``: count, recovery p50 and max (s, of the recovered faults), failures."""
         out = {}
-        for kind in KINDS:
+        for kind in kinds:
             entries = [e for e in self.entries if e["kind"] == kind]
             times = [e["recovery_s"] for e in entries if e["ok"]]
             out[kind] = {"count": len(entries),
@@ -758,15 +779,18 @@ def _terminate(signum: int, frame: Any) -> None:
               default=REPO / "bench" / "results" / "soak.json", show_default=True)
 @click.option("--timeout", "timeout_s", type=float, default=420.0, show_default=True,
               help="Bound on each wait for convergence, s (a timeout is a failure).")
-@click.option("--kinds", default=",".join(KINDS), show_default=True, help="Fault kinds to inject (comma-separated).")
+@click.option("--kinds", help=f"Fault kinds to inject (comma-separated) [default: all of {', '.join(KINDS)}; "
+              f"{', '.join(KUEUE_ONLY)} only with --placement kueue].")
 @click.option("--placement", type=click.Choice(["exclusive", "kueue"]), default="exclusive", show_default=True,
               help="spec.scheduling.placement.mode of the deployments.")
 def main(minutes: float, seed: int, racks: int, deployments: int, state_dir: Path, out: Path, timeout_s: float,
-         kinds: str, placement: str) -> None:
-    wanted = tuple(k.strip() for k in kinds.split(",") if k.strip())
-    unknown = set(wanted) - set(KINDS)
+         kinds: str | None, placement: str) -> None:
+    allowed = KINDS if placement == "kueue" else tuple(k for k in KINDS if k not in KUEUE_ONLY)
+    wanted = allowed if kinds is None else tuple(k.strip() for k in kinds.split(",") if k.strip())
+    unknown = set(wanted) - set(allowed)
     if unknown:
-        raise click.BadParameter(f"unknown kinds {sorted(unknown)}; known: {', '.join(KINDS)}", param_hint="--kinds")
+        raise click.BadParameter(f"unknown kinds {sorted(unknown)} for --placement {placement}; known: "
+                                 f"{', '.join(allowed)}", param_hint="--kinds")
     if deployments >= racks:
         raise click.BadParameter(f"{deployments} deployments need at least {deployments + 1} racks "
                                  "(one group per rack, and a free rack to scale into)", param_hint="--racks")
@@ -810,7 +834,7 @@ def main(minutes: float, seed: int, racks: int, deployments: int, state_dir: Pat
         if soak:
             soak.stop_checker()
         cluster.down()
-    summary = soak.summary()
+    summary = soak.summary(wanted)
     result = {
         "minutes": minutes, "seed": seed, "racks": racks, "deployments": deployments, "placement": placement,
         "kinds": list(wanted),
