@@ -50,7 +50,8 @@
    ``kimik3_ready_lost_total``; counters summed across operator restarts). The operator process
    gone or restarted by anything but the soak is an invariant violation too.
 
-Prints a table per fault kind and writes ``bench/results/soak.json``: ``{minutes, seed, racks,
+Prints a table per fault kind and writes ``bench/results/soak.json``: ``{date, commit (HEAD at the
+start, ``+dirty`` when the work tree differed), minutes, seed, racks,
 deployments, placement, kinds, faults: {kind: {count, recovery_s_p50, recovery_s_max, failures}},
 invariant_violations, transient_overlaps, operator_rss_mb: {start, end, max}, reconciles,
 apply_errors, apply_errors_by_kind, ready_lost, initial_converge_s, stopped_early, log}``; ``log``
@@ -67,6 +68,7 @@ import json
 import random
 import signal
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -87,6 +89,7 @@ from kimik3.kube import nodes as knodes
 from kimik3.kube import pods as kpods
 from kimik3.kube.kinds import CONFIG_MAP, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, NODE, POD, SERVICE
 from kimik3.kube.objects import condition, is_deleting
+from kimik3.kube.times import rfc3339
 from kimik3.render.configmap import configmap_name
 from kimik3.render.meta import Owner, engine_set_name
 from kimik3.controller.kube import ApiError
@@ -764,6 +767,13 @@ def table(summary: dict[str, dict[str, Any]]) -> str:
                      for r in rows)
 
 
+def _commit() -> str:
+    """The repository's HEAD commit, ``+dirty`` when the work tree differs from it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    return git("rev-parse", "--short", "HEAD") + ("+dirty" if git("status", "--porcelain") else "")
+
+
 def _terminate(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -795,6 +805,7 @@ def main(minutes: float, seed: int, racks: int, deployments: int, state_dir: Pat
         raise click.BadParameter(f"{deployments} deployments need at least {deployments + 1} racks "
                                  "(one group per rack, and a free rack to scale into)", param_hint="--racks")
     signal.signal(signal.SIGTERM, _terminate)
+    started = {"date": rfc3339(), "commit": _commit()}
     cluster = DevCluster(state_dir)
     t_up = time.monotonic()
     print(f"dev up: {racks} GB300 racks x {TRAYS_PER_RACK} trays in {cluster.state_dir}", flush=True)
@@ -836,6 +847,7 @@ def main(minutes: float, seed: int, racks: int, deployments: int, state_dir: Pat
         cluster.down()
     summary = soak.summary(wanted)
     result = {
+        **started,
         "minutes": minutes, "seed": seed, "racks": racks, "deployments": deployments, "placement": placement,
         "kinds": list(wanted),
         "faults": summary,
