@@ -281,6 +281,32 @@ def test_compute_status_sets_and_clears_scaling_limited() -> None:
     assert limited2.last_transition_time != limited.last_transition_time
 
 
+def test_a_worker_that_cannot_follow_its_bound_leader_names_the_leader_and_placement_kueue() -> None:
+    """Placement exclusive, no gang scheduling: group 1's leader is bound in a rack with no free tray
+    for its worker. The message says why, which pod to delete, and placement kueue as the fix; not
+    while the leader is unbound too (no rack had room for the group at all)."""
+    cr = _cr()
+    admitted = admit(cr["spec"])
+    assert admitted.spec.scheduling.placement.mode == "exclusive" and admitted.plan.clique_placement
+    leader = _pod("k3-latency-engine-1", "1", "0", None)
+    leader["spec"] = {"nodeName": "gb300-r0-t01"}
+    worker = _pod("k3-latency-engine-1-1", "1", "1", UNSCHEDULABLE)
+    for p in (leader, worker):
+        p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/name"] = "k3-latency-engine"
+    limited = _status(cr, admitted, {"replicas": 2, "readyReplicas": 1}, [leader, worker], 2).condition("ScalingLimited")
+    assert limited is not None and (limited.status, limited.reason) == ("True", "Unschedulable")
+    assert limited.message == (
+        "group 1 cannot be placed now (no rack or node has room); group 1: pod k3-latency-engine-1-1 is "
+        f"Unschedulable: {UNSCHEDULABLE['message']}; placement exclusive has no gang scheduling: the leader "
+        "k3-latency-engine-1 was bound first and its workers may only join it in its rack, which has no free tray "
+        "for them, so the group waits there even while another rack has room for it. Deleting pod "
+        "k3-latency-engine-1 recreates the whole group (its new leader may land in a rack with room); placement "
+        "kueue admits each group whole into a rack with room")
+    unbound = {**leader, "spec": {}, "status": {**leader["status"], "conditions": [UNSCHEDULABLE]}}
+    limited = _status(cr, admitted, {"replicas": 2, "readyReplicas": 1}, [unbound, worker], 2).condition("ScalingLimited")
+    assert limited is not None and limited.reason == "Unschedulable" and "placement kueue" not in limited.message
+
+
 def test_ready_message_names_a_crashed_engine_a_terminating_pod_or_a_missing_group() -> None:
     cr = _cr()
     admitted = admit(cr["spec"])

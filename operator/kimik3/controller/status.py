@@ -118,11 +118,26 @@ def unschedulable_groups(pods: list[dict[str, Any]]) -> dict[str, tuple[str, str
     return dict(sorted(out.items(), key=lambda kv: _group_order(kv[0])))
 
 
-def scaling_limited_message(unplaced: dict[str, tuple[str, str]], kueue_admitted: bool = False) -> str:
+def leader_without_room(groups: Iterable[Group]) -> str | None:
+    """The leader pod of the first group whose leader is bound to a tray while a worker of it is
+    Unschedulable (under LeaderWorkerSet's exclusive topology the workers may only follow their
+    leader into its rack: the rack the leader took has no room for them); None when no group is so."""
+    for group in sorted(groups, key=lambda g: g.key):
+        leader = group.live[0] if group.live and kpods.is_leader(group.live[0]) else None
+        if leader is not None and kpods.node_name(leader) and any(map(is_unschedulable, group.live[1:])):
+            return str(leader["metadata"]["name"])
+    return None
+
+
+def scaling_limited_message(unplaced: dict[str, tuple[str, str]], kueue_admitted: bool = False,
+                            leader_first: str | None = None) -> str:
     """``ScalingLimited`` message for ``unschedulable_groups(...)`` (non-empty): the groups named
     once, the scheduler's message of the first quoted once (status.groups has each group's).
     ``kueue_admitted``: Kueue admitted these groups into a rack, yet the scheduler cannot bind
-    them there (a deployment with placement exclusive repels every group from its rack)."""
+    them there (a deployment with placement exclusive repels every group from its rack).
+    ``leader_first``: placement exclusive, the leader pod of a group whose workers cannot follow
+    it into its rack (``leader_without_room``): why (no gang scheduling), what repairs it once,
+    and placement kueue as the fix."""
     groups = ", ".join(unplaced)
     first, (pod, msg) = next(iter(unplaced.items()))
     noun = "group" if len(unplaced) == 1 else "groups"
@@ -133,6 +148,12 @@ def scaling_limited_message(unplaced: dict[str, tuple[str, str]], kueue_admitted
     if kueue_admitted:
         text += ("; Kueue does not see pod anti-affinity: a deployment with placement exclusive repels every "
                  "other group from its rack, so use placement kueue for every deployment on these racks")
+    elif leader_first is not None:
+        text += (f"; placement exclusive has no gang scheduling: the leader {leader_first} was bound first and its "
+                 "workers may only join it in its rack, which has no free tray for them, so the group waits there "
+                 f"even while another rack has room for it. Deleting pod {leader_first} recreates the whole group "
+                 "(its new leader may land in a rack with room); placement kueue admits each group whole into a "
+                 "rack with room")
     return text
 
 
@@ -317,7 +338,9 @@ def _scaling_limited(snap: Snapshot, admitted: Admitted, observed: Observed,
         return kueue_wait
     unplaced = unschedulable_groups(snap.pods)
     if unplaced:
-        return Verdict("True", Reason.UNSCHEDULABLE, scaling_limited_message(unplaced, bool(snap.workloads)))
+        exclusive = admitted.spec.scheduling.placement.mode == "exclusive" and admitted.plan.clique_placement
+        return Verdict("True", Reason.UNSCHEDULABLE, scaling_limited_message(
+            unplaced, bool(snap.workloads), leader_without_room(snap.groups.values()) if exclusive else None))
     if previous is not None and previous.reason not in PLACEMENT_REASONS:
         return None
     live = {s.name: s.replicas for s in snap.sets if not s.deleting}
