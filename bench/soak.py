@@ -56,8 +56,9 @@ deployments, placement, kinds, faults: {kind: {count, recovery_s_p50, recovery_s
 invariant_violations, transient_overlaps, operator_rss_mb: {start, end, max}, reconciles,
 apply_errors, apply_errors_by_kind, ready_lost, initial_converge_s, stopped_early, log}``; ``log``
 has one entry per fault: time, kind, where the groups were (rack of each), target, recovery, and
-for a failure the reason, the trace of reasons it was not converged, a snapshot of the CRs, pods
-and trays, and the repair. Exit status 1 on any failure or invariant violation.
+for a failure the reason, the trace of reasons it was not converged, a snapshot of the CRs (whole
+condition messages), pods and trays (a failed tray fault: also ``snapshot_while_down``, taken
+before the tray comes back), and the repair. Exit status 1 on any failure or invariant violation.
 ``tests/e2e/test_soak_smoke.py`` runs the quick fault kinds once on the e2e dev cluster.
 """
 
@@ -372,7 +373,7 @@ class Soak:
                 "generation": cr.get("metadata", {}).get("generation"),
                 "status": {k: v for k, v in (cr.get("status") or {}).items() if k != "conditions"
                            and k in ("observedGeneration", "replicas", "readyReplicas")},
-                "conditions": [f"{c['type']}={c['status']} {c.get('reason')}: {c.get('message', '')[:200]}"
+                "conditions": [f"{c['type']}={c['status']} {c.get('reason')}: {c.get('message', '')}"
                                for c in (cr.get("status") or {}).get("conditions", [])],
                 "lws": {"uid": lws.get("metadata", {}).get("uid"), "replicas": lws.get("spec", {}).get("replicas"),
                         "status": {k: v for k, v in (lws.get("status") or {}).items() if k != "conditions"}},
@@ -389,6 +390,13 @@ class Soak:
             for n in self.rest.items(NODE.path())
             if n["spec"].get("taints") or not knodes.is_ready(n)}
         return out
+
+    def _safe_snapshot(self) -> dict[str, Any] | str:
+        """``snapshot()``, or the error that prevented it."""
+        try:
+            return self.snapshot()
+        except Exception as exc:  # noqa: BLE001 - a record of the failure, whatever the cluster does
+            return f"{type(exc).__name__}: {exc}"
 
     def wait_trays_healthy(self) -> str | None:
         """Wait until every tray is Ready and untainted; the last problem on timeout."""
@@ -615,6 +623,8 @@ class Soak:
                 except ApiError:
                     pass
                 time.sleep(POLL_S)
+            # a failure: what the groups, the CRs and the trays look like while the tray is still down
+            stuck = self._safe_snapshot() if moved is None else None
         finally:
             faults.tray_ready(self.rest, tray)
         lasted = time.monotonic() - start
@@ -626,7 +636,8 @@ class Soak:
                      recovery_s=moved, failure=None if moved is not None else
                      f"the groups of tray {tray} not back on healthy trays within {TRAY_MAX_DOWN_S:.0f} s of it "
                      f"going NotReady (last: {self.trace[-1][1] if self.trace else '?'})",
-                     extra={"not_ready_s": None if not_ready is None else round(not_ready, 1)})
+                     extra={"not_ready_s": None if not_ready is None else round(not_ready, 1),
+                            **({"snapshot_while_down": stuck} if stuck is not None else {})})
 
     def _component_down(self, component: str, down_s: float, kill: bool = False) -> Fault:
         """``component`` stopped (``kill``: SIGKILL), a CR scaled, started again ``down_s`` s after the stop."""
@@ -704,10 +715,7 @@ class Soak:
         if not entry["ok"] or kind == "tray-not-ready":
             entry["trace"] = self.trace  # tray faults: from the tray going down, then from its return
         if not entry["ok"]:
-            try:
-                entry["snapshot"] = self.snapshot()
-            except Exception as exc:  # noqa: BLE001
-                entry["snapshot"] = f"{type(exc).__name__}: {exc}"
+            entry["snapshot"] = self._safe_snapshot()
         if kind in ("delete-pod", "crash-pod") and recovery is not None:
             after = self._leaders()
             other = sorted(g for g, uid in leaders.items() if g != self.victim and after.get(g) != uid)
