@@ -36,9 +36,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operator"))
 
-from kimik3.kube import pods as kpods  # noqa: E402
 from kimik3.kube.times import rfc3339  # noqa: E402
-from kimik3.kube.labels import DEPLOYMENT_LABEL, LEADER_WORKER_INDEX, LWS_WORKER_INDEX_LABEL  # noqa: E402
 from kimik3_dev.devcluster import gateway, processes  # noqa: E402
 from kimik3_dev.devcluster.cluster import DevCluster, UpOptions  # noqa: E402
 from kimik3_dev.devcluster.racks import RackShape  # noqa: E402
@@ -88,16 +86,7 @@ def main(groups: int, starts: int, count: int) -> None:
                 cr["spec"]["replicas"] = groups
                 apply_deployment(rest, cr)
                 service_url, model = serving(rest, cluster.state_dir, NAMESPACE, "k3", groups, 2, WAIT_S)
-                leaders = [p for p in rest.items(f"/api/v1/namespaces/{NAMESPACE}/pods", f"{DEPLOYMENT_LABEL}=k3")
-                           if kpods.is_leader(p)]
-                (port,) = {c["containerPort"] for p in leaders for c in p["spec"]["containers"][0]["ports"]}
-                pool = {"apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool",
-                        "metadata": {"name": "k3", "namespace": NAMESPACE},
-                        "spec": {"selector": {"matchLabels": {DEPLOYMENT_LABEL: "k3",
-                                                              LWS_WORKER_INDEX_LABEL: LEADER_WORKER_INDEX}},
-                                 "targetPorts": [{"number": port}],
-                                 "endpointPickerRef": {"name": "k3-epp", "port": {"number": 9002}}}}
-                rest.create(f"{gateway.POOL_API}/namespaces/{NAMESPACE}/inferencepools", pool)
+                gateway.pool_over_leaders(rest, NAMESPACE, "k3")
                 start_s: dict[str, list[float]] = {"epp": [], "envoy": []}
                 for i in range(starts):
                     gw = cluster.start_gateway(NAMESPACE, "k3", timeout_s=WAIT_S)

@@ -4,13 +4,17 @@ trace replayed through a deployment's Service and through the inference gateway'
 on the same TP8 groups of one dev cluster.
 
     source tools/env.sh && nice -n 5 python bench/routing.py [--groups 4] [--compression 4]
-        [--trace bench/traces/mooncake-synthetic.jsonl] [--first-s S] [--seed 0] [--no-plots]
+        [--kv-offload 1000Gi|none] [--trace bench/traces/mooncake-synthetic.jsonl] [--first-s S] [--seed 0]
+        [--no-plots]
 
 1. ``DevCluster.up``: ``--groups`` GB300 racks of 2 trays (one TP8 group each), no Prometheus; one
    KimiK3Deployment (``recipes/gb300-tp8-megakernel-dspark.yaml``, ``--groups`` replicas, prefix
-   caching on as vLLM 0.33 has it, simulated model load 1 s) until its Service answers; an
+   caching on as vLLM 0.33 has it, a host KV tier of ``--kv-offload`` per group
+   (``spec.engine.kvOffload``: 1000Gi by default, 500Gi on each of a group's 2 trays), simulated
+   model load 1 s) until its Service answers; an
    InferencePool (FailClose) over its leaders and the gateway started (``DevCluster.start_gateway``:
-   EPP v1.2.1 with the upstream chart's scorers, prefix-cache 3, queue 2, KV-cache 2; Envoy).
+   EPP v1.2.1 with the configuration the operator renders for the deployment, ``render.routing``:
+   prefix-cache 3, queue 2, KV-cache 2, the prefix index sized to the GPU and host blocks; Envoy).
 2. The trace (``tracefile.read``, arrivals divided by ``--compression``) replayed
    (``load.run_trace``, streaming completions) through the Service stand-in (``load.resolve_url``:
    each new connection to a Ready leader at random, kube-proxy's way), then through Envoy. The
@@ -18,14 +22,16 @@ on the same TP8 groups of one dev cluster.
    copy), so the blocks the first left in the engines' caches share nothing with it: both start cold.
 3. Per path: TTFT P50/P90 and per-token latency P90 (``load.summarize``, client-side); the
    prefix-cache hit rate, hits / queries, from the difference of every leader's
-   ``vllm:prefix_cache_hits`` and ``vllm:prefix_cache_queries`` before and after (and each leader's
-   share of the queried tokens); requests per second that met the SLO (``routing.goodput``: TTFT <=
+   ``vllm:prefix_cache_hits`` (GPU) plus ``vllm:external_prefix_cache_hits`` (loaded from the host
+   tier) over ``vllm:prefix_cache_queries`` before and after (and each leader's share of the queried
+   tokens); requests per second that met the SLO (``routing.goodput``: TTFT <=
    ``TTFT_TARGET_S``, 2 s, and the request's P90 per token <= ``TARGET_S``, 5 ms, the autoscaling
    benchmark's SLO) over the replay's arrival span; the hit rate over the trace's reuse ceiling
    (``tracefile.reuse_ceiling``, 512-token blocks), over what the engines can count at most
    (``routing.cache_ceiling`` unbounded: 1024-token blocks, the last token never matched) and over
    what one LRU cache of all the groups' blocks reaches (``routing.cache_ceiling`` of
-   ``--groups`` x the blocks ``perfmodel.kv_cache_blocks`` gives a group: the capacity bound).
+   ``--groups`` x the GPU and host blocks ``kvcache.spec_kv_blocks`` gives a group: the capacity
+   bound; and of the GPU blocks alone, the bound without the tier).
 
 Writes ``bench/results/routing.json`` (``-o``; date, commit, arguments, trace, ceilings, both paths, the
 issue's two done-when ratios) and, unless ``--no-plots``, the same name with ``.png`` (TTFT
@@ -52,12 +58,10 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operator"))
 
-from kimik3.autoscaler import perfmodel  # noqa: E402
-from kimik3.kube import pods as kpods  # noqa: E402
+from kimik3.admission import admit  # noqa: E402
+from kimik3.engine.kvcache import spec_kv_blocks  # noqa: E402
 from kimik3.kube.times import rfc3339  # noqa: E402
-from kimik3.kube.labels import DEPLOYMENT_LABEL, LEADER_WORKER_INDEX, LWS_WORKER_INDEX_LABEL  # noqa: E402
 from kimik3_dev.benchmark import routing  # noqa: E402
-from kimik3_dev.benchmark import simulate  # noqa: E402
 from kimik3_dev.benchmark.simulate import TARGET_S, TTFT_TARGET_S  # noqa: E402
 from kimik3_dev.devcluster import gateway  # noqa: E402
 from kimik3_dev.devcluster.cluster import DevCluster, UpOptions  # noqa: E402
@@ -81,8 +85,8 @@ def _shifted(replay: list[tracefile.Request], by: int) -> list[tracefile.Request
     return [replace(r, hash_ids=tuple(h + by for h in r.hash_ids)) for r in replay]
 
 
-def _counts(leaders: dict[str, str]) -> dict[str, tuple[float, float]]:
-    """(queries, hits) per leader (name -> base URL)."""
+def _counts(leaders: dict[str, str]) -> dict[str, tuple[float, float, float]]:
+    """(queries, GPU hits, host-tier hits) per leader (name -> base URL)."""
     return {name: routing.prefix_cache_tokens(requests.get(f"{url}/metrics", timeout=10).text)
             for name, url in leaders.items()}
 
@@ -94,15 +98,17 @@ def _replay(url: str, model: str | None, replay: list[tracefile.Request], seed: 
     results = asyncio.run(load.run_trace(url, replay, model=model, drain_s=DRAIN_S, seed=seed))
     wall = time.monotonic() - t0
     after = _counts(leaders)
-    per = {name: (after[name][0] - before[name][0], after[name][1] - before[name][1]) for name in leaders}
+    per = {name: tuple(a - b for a, b in zip(after[name], before[name])) for name in leaders}
     return results, per, wall
 
 
-def _figures(results: list[load.RequestResult], per: dict[str, tuple[float, float]], *, span_s: float,
+def _figures(results: list[load.RequestResult], per: dict[str, tuple[float, ...]], *, span_s: float,
              wall_s: float, ceiling: float, engine_ceiling: float, capacity_ceiling: float) -> dict:
     total = load.summarize(results)["total"]
-    queries = sum(q for q, _ in per.values())
-    hits = sum(h for _, h in per.values())
+    queries = sum(q for q, _, _ in per.values())
+    gpu_hits = sum(h for _, h, _ in per.values())
+    host_hits = sum(h for _, _, h in per.values())
+    hits = gpu_hits + host_hits
     hit_rate = hits / queries if queries else None
     ms = (lambda v: None if v is None else round(1000 * v, 2))
     return {
@@ -113,13 +119,14 @@ def _figures(results: list[load.RequestResult], per: dict[str, tuple[float, floa
         "slo_met": (total["ttft_p90_s"] or 1e9) <= TTFT_TARGET_S and (total["itl_p90_s"] or 1e9) <= TARGET_S,
         "goodput_rps": round(routing.goodput(results, span_s, TTFT_TARGET_S, TARGET_S), 3),
         "offered_rps": round(total["requests"] / span_s, 3),
-        "prefix_cache": {"queries_tokens": queries, "hits_tokens": hits,
+        "prefix_cache": {"queries_tokens": queries, "hits_tokens": hits, "gpu_hits_tokens": gpu_hits,
+                         "host_tier_hits_tokens": host_hits,
                          "hit_rate": None if hit_rate is None else round(hit_rate, 4),
                          "of_reuse_ceiling": None if hit_rate is None else round(hit_rate / ceiling, 4),
                          "of_engine_ceiling": None if hit_rate is None else round(hit_rate / engine_ceiling, 4),
                          "of_capacity_ceiling": None if hit_rate is None else round(hit_rate / capacity_ceiling, 4),
                          "queried_share_per_leader": {name: round(q / queries, 4) if queries else None
-                                                      for name, (q, _) in sorted(per.items())}},
+                                                      for name, (q, _, _) in sorted(per.items())}},
         "wall_s": round(wall_s, 1),
     }
 
@@ -145,7 +152,9 @@ def _plot(runs: dict[str, list[load.RequestResult]], out: dict, png: Path) -> No
     right.axhline(out["trace"]["reuse_ceiling"], color="black", ls="--", label="reuse ceiling (512-token blocks)")
     right.axhline(out["trace"]["engine_ceiling"], color="grey", ls=":", label="engine ceiling (1024-token blocks)")
     right.axhline(out["trace"]["capacity_ceiling"], color="tab:red", ls="-.",
-                  label="one LRU cache of the pool's blocks")
+                  label="one LRU cache of the pool's GPU + host blocks")
+    right.axhline(out["trace"]["gpu_capacity_ceiling"], color="tab:purple", ls=":",
+                  label="one LRU cache of the pool's GPU blocks")
     right.set_ylim(0, 1)
     right.set_ylabel("prefix-cache hit rate (tokens)")
     right.set_title("engines' prefix-cache hits / queries")
@@ -158,6 +167,8 @@ def _plot(runs: dict[str, list[load.RequestResult]], out: dict, png: Path) -> No
 @click.command()
 @click.option("--groups", default=4, show_default=True, help="TP8 groups (one rack of 2 trays each).")
 @click.option("--compression", default=4.0, show_default=True, help="Trace time compression.")
+@click.option("--kv-offload", default="1000Gi", show_default=True,
+              help="spec.engine.kvOffload.size of the deployment (each group's host KV tier), or none.")
 @click.option("--trace", "trace_file", default=str(TRACE.relative_to(REPO)), show_default=True)
 @click.option("--first-s", type=float, default=None,
               help="Replay only the requests of the trace's first this many (recorded) seconds.")
@@ -165,8 +176,8 @@ def _plot(runs: dict[str, list[load.RequestResult]], out: dict, png: Path) -> No
 @click.option("--plots/--no-plots", default=True, show_default=True)
 @click.option("-o", "--out", "out_file", default=str(RESULTS.relative_to(REPO)), show_default=True,
               help="Results file (the plot beside it, .png).")
-def main(groups: int, compression: float, trace_file: str, first_s: float | None, seed: int, plots: bool,
-         out_file: str) -> None:
+def main(groups: int, compression: float, kv_offload: str, trace_file: str, first_s: float | None, seed: int,
+         plots: bool, out_file: str) -> None:
     if plots and importlib.util.find_spec("matplotlib") is None:
         raise click.UsageError("the plots need matplotlib, the [bench] extra: pip install -e '.[bench]' "
                                "(or --no-plots)")
@@ -180,6 +191,12 @@ def main(groups: int, compression: float, trace_file: str, first_s: float | None
     if ceiling is None:
         raise click.BadParameter(f"{trace_file} has no hash_ids: nothing to cache (want a Mooncake JSONL trace)",
                                  param_hint="--trace")
+    cr = yaml.safe_load(RECIPE.read_text())
+    cr["metadata"] = {"name": "k3", "namespace": NAMESPACE, "annotations": {"inference.kimik3.io/sim-load-time": "1s"}}
+    cr["spec"]["replicas"] = groups
+    if kv_offload != "none":
+        cr["spec"]["engine"]["kvOffload"] = {"size": kv_offload}
+    kv = spec_kv_blocks(admit(cr["spec"]).spec)  # refuses a tier no tray holds before anything starts
     with tempfile.TemporaryDirectory(prefix="kimik3-bench-routing-") as tmp:
         cluster = DevCluster(Path(tmp) / "dev")
         cluster.up(UpOptions(shape=RackShape(profile="gb300", racks=groups, trays_per_rack=2), prometheus=False,
@@ -188,23 +205,9 @@ def main(groups: int, compression: float, trace_file: str, first_s: float | None
             with cluster.api_client() as api:
                 rest = Rest(api)
                 ensure_namespace(rest, NAMESPACE)
-                cr = yaml.safe_load(RECIPE.read_text())
-                cr["metadata"] = {"name": "k3", "namespace": NAMESPACE,
-                                  "annotations": {"inference.kimik3.io/sim-load-time": "1s"}}
-                cr["spec"]["replicas"] = groups
                 apply_deployment(rest, cr)
                 service_url, model = serving(rest, cluster.state_dir, NAMESPACE, "k3", groups, 2, WAIT_S)
-                pods = [p for p in rest.items(f"/api/v1/namespaces/{NAMESPACE}/pods", f"{DEPLOYMENT_LABEL}=k3")
-                        if kpods.is_leader(p)]
-                (port,) = {c["containerPort"] for p in pods for c in p["spec"]["containers"][0]["ports"]}
-                leaders = {p["metadata"]["name"]: f"http://{p['status']['podIP']}:{port}" for p in pods}
-                pool = {"apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool",
-                        "metadata": {"name": "k3", "namespace": NAMESPACE},
-                        "spec": {"selector": {"matchLabels": {DEPLOYMENT_LABEL: "k3",
-                                                              LWS_WORKER_INDEX_LABEL: LEADER_WORKER_INDEX}},
-                                 "targetPorts": [{"number": port}],
-                                 "endpointPickerRef": {"name": "k3-epp", "port": {"number": 9002}}}}
-                rest.create(f"{gateway.POOL_API}/namespaces/{NAMESPACE}/inferencepools", pool)
+                leaders = gateway.pool_over_leaders(rest, NAMESPACE, "k3")
                 gw = cluster.start_gateway(NAMESPACE, "k3", timeout_s=WAIT_S)
                 wait_for("endpoint picker", lambda: gateway.pool_gauge(
                     requests.get(f"{gw.epp_metrics_url}/metrics", timeout=5).text, "inference_pool_ready_pods",
@@ -220,27 +223,30 @@ def main(groups: int, compression: float, trace_file: str, first_s: float | None
                 gateway.stop(cluster.state_dir, gw)
         finally:
             cluster.down()
-    kv = perfmodel.kv_cache_blocks(perfmodel.perf_params(simulate.setup(str(RECIPE)).cfg.shape))
     engine_ceiling = routing.cache_ceiling(replay, kv.block_size)
-    capacity_ceiling = routing.cache_ceiling(replay, kv.block_size, groups * kv.blocks)
+    capacity_ceiling = routing.cache_ceiling(replay, kv.block_size, groups * kv.blocks, groups * kv.host_blocks)
+    gpu_capacity_ceiling = routing.cache_ceiling(replay, kv.block_size, groups * kv.blocks)
     out = {
         "what": f"one Mooncake trace replayed through a deployment's Service (connection-level spread) and through "
                 f"the endpoint picker (EPP v1.2.1 + Envoy) on the same {groups} GB300 TP8 groups of one dev cluster",
         "date": rfc3339(),
         "commit": commit,
         "command": f"nice -n 5 python bench/routing.py --groups {groups} --compression {compression:g} "
+                   f"--kv-offload {kv_offload} "
                    f"--trace {trace_file} --seed {seed}"
                    + ("" if first_s is None else f" --first-s {first_s:g}") + f" -o {out_file}" + ("" if plots else " --no-plots"),
         "groups": groups,
         "recipe": str(RECIPE.relative_to(REPO)),
         "engine_prefix_cache": {"block_tokens": kv.block_size, "blocks_per_group": kv.blocks,
-                                "tokens_per_group": kv.tokens},
+                                "tokens_per_group": kv.tokens, "host_tier": kv_offload,
+                                "host_blocks_per_group": kv.host_blocks, "host_tokens_per_group": kv.host_tokens},
         "trace": {"file": trace_file, "first_s": first_s, "requests": len(replay), "compression": compression,
                   "arrival_span_s": round(span_s, 1),
                   "prompt_tokens_mean": round(sum(r.prompt_tokens for r in replay) / len(replay)),
                   "output_tokens_mean": round(sum(r.output_tokens for r in replay) / len(replay)),
                   "reuse_ceiling": round(ceiling, 4), "engine_ceiling": round(engine_ceiling, 4),
-                  "capacity_ceiling": round(capacity_ceiling, 4)},
+                  "capacity_ceiling": round(capacity_ceiling, 4),
+                  "gpu_capacity_ceiling": round(gpu_capacity_ceiling, 4)},
         "slo": {"ttft_p90_s": TTFT_TARGET_S, "per_token_p90_s": TARGET_S,
                 "goodput": "requests/s over the arrival span whose TTFT <= the TTFT target and whose own P90 per "
                            "token <= the per-token target"},

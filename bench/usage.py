@@ -30,7 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "operator"))
 
-from kimik3.kube.groups import HELD, SERVING  # noqa: E402
+from kimik3.kube.groups import HELD, RESERVED, SERVING  # noqa: E402
 from kimik3.kube.times import rfc3339_seconds  # noqa: E402
 from kimik3.usage.report import HOUR_S  # noqa: E402
 from kimik3.usage.rules import RULES, SLO_MEASURED, SLO_WITHIN, slo_record  # noqa: E402
@@ -68,7 +68,7 @@ def openmetrics(tenants: int, hours: list[float]) -> str:
                 for reason in ("stop", "error"):
                     add(RULES["requests"].record(), {**who, "finished_reason": reason}, end, f[f"requests_{reason}"])
                 for state, key in ((HELD, "held_s"), (SERVING, "serving_s")):
-                    add(RULES["gpu_seconds"].record(), {**who, "state": state}, end, f[key])
+                    add(RULES["gpu_seconds"].record(), {**who, "state": state, "capacity": RESERVED}, end, f[key])
         for i, start in enumerate(hours):
             f, who = figures(t, i), {"namespace": f"tenant-{t}", "deployment": "k3", "target": "latency"}
             add(slo_record(SLO_WITHIN), who, start + HOUR_S, f["within"])

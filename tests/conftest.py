@@ -40,7 +40,7 @@ def worker_scope(nodeid: str) -> str:
 
 
 class WorkerScopes(LoadScopeScheduling):
-    """xdist's scope scheduling with ``worker_scope``: the two workers overlap what waits (loads,
+    """xdist's scope scheduling with ``worker_scope``: the workers overlap what waits (loads,
     Lease expiries, cuts) with what computes. (``--dist loadgroup`` marks are not read under
     pytest 9.2: xdist 3.8.0 writes the group into ``item._nodeid``, which pytest 9 no longer has.)"""
 

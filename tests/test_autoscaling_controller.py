@@ -7,9 +7,12 @@ against its own control plane; group leaders are stand-in /metrics pages on 127.
 
 from __future__ import annotations
 
+import subprocess
+import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from kubernetes import client
@@ -21,13 +24,16 @@ from kimik3.controller import reconcile, steps
 from kimik3.controller.autoscaling import Autoscaling
 from kimik3.controller.kube import Kube
 from kimik3.controller.reconcile import Reconciler
+from kimik3_dev.devcluster import prometheus
 from kimik3_dev.devcluster.controlplane import ControlPlane
+from kimik3_dev.devcluster.processes import free_port
 from kimik3_dev.devcluster.install import install_apis
 from kimik3.kube.times import rfc3339
 from test_autoscaler_metrics import exposition
 from support.metrics_server import MetricsServer
 from support.cluster import CD, CR, LWS, condition, events
 from support.recipes import recipe
+from support.reconciler import scraped_reconciler
 
 ITL = "vllm:inter_token_latency_seconds"
 GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
@@ -45,17 +51,8 @@ def cp(tmp_path_factory) -> Iterator[ControlPlane]:
 
 @pytest.fixture
 def env(cp) -> Iterator[dict]:
-    api = cp.api_client("admin")
-    ns = f"as-{uuid.uuid4().hex[:8]}"
-    client.CoreV1Api(api).create_namespace({"metadata": {"name": ns}})
-    leader = MetricsServer()
-    clock = [1_000_000.0]
-    kube = Kube(api)
-    reconciler = Reconciler(kube, autoscaling=Autoscaling(scrape_url=lambda pod, port: leader.url,
-                                                          clock=lambda: clock[0]))
-    yield {"kube": kube, "api": api, "ns": ns, "leader": leader, "clock": clock, "rec": reconciler}
-    leader.close()
-    api.close()
+    with scraped_reconciler(cp, "as") as e:
+        yield e
 
 
 def autoscaled_cr(ns: str, **autoscaling) -> dict:
@@ -454,3 +451,114 @@ def test_mid_rollout_a_ready_surge_group_is_loading_and_a_lower_maximum_takes_ef
     assert obj["status"]["desiredReplicas"] == 1
     assert e["kube"].get(*LWS, e["ns"], new)["spec"]["replicas"] == 1
     assert obj["status"]["lastScale"]["reason"].startswith("ReplicaBounds: spec.autoscaling.maxReplicas is 1")
+
+
+
+class ScrapedByPrometheus:
+    """``FourGroups`` on the real clock, read through a real Prometheus (2.42, 1 s scrapes of the
+    four stand-in leaders as static targets with the PodMonitor's labels) by the operator's
+    Prometheus source. Each engine serves in real time at ``FourGroups.serve``'s rates: a thread
+    renders every page (every 0.2 s) from the seconds since ``zero[g]``, its engine's start (a
+    restart sets it to now); a leader's ``status`` 503 is a failed scrape (or an engine not up)."""
+
+    def __init__(self, cp: ControlPlane, tmp_path: Path):
+        self.f = FourGroups(cp)
+        self.zero = [time.time()] * 4
+        self._stop = threading.Event()
+        threading.Thread(target=self._render, daemon=True).start()
+        config = prometheus.write_config(tmp_path, [
+            (s.url.split("/")[2], {"namespace": self.f.ns, "deployment": "k3-latency", "group": str(g),
+                                   "role": "leader"}) for g, s in enumerate(self.f.leaders)], interval="1s")
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc = subprocess.Popen(prometheus.argv(prometheus.ensure_installed(), config, tmp_path, port),
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.seen: list[tuple[float, int, int, str]] = []
+        """(unix seconds, desiredReplicas, LWS spec.replicas, MetricsAvailable message) per reconcile."""
+
+    def _render(self) -> None:
+        while not self._stop.is_set():
+            now = time.time()
+            for g in range(4):
+                self.f.served[g] = (now - self.zero[g]) / 30
+            self.f.serve(0)
+            self._stop.wait(0.2)
+
+    def until(self, wanted: Callable[[str], bool], timeout: float, what: str) -> str:
+        """Reconcile every second (the CR's interval) until the MetricsAvailable message is
+        ``wanted``, asserting at each that the deployment keeps 4 groups; that message."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.f.rec.reconcile(self.f.ns, "k3-latency")
+            obj = self.f.kube.get(*CR, self.f.ns, "k3-latency")
+            message = condition(obj, "MetricsAvailable").get("message", "")
+            self.seen.append((time.time(), obj["status"].get("desiredReplicas"), self.f.replicas(), message))
+            assert self.seen[-1][1:3] == (4, 4), self.seen[-6:]
+            if wanted(message):
+                return message
+            assert time.monotonic() < deadline, f"{what}: not within {timeout} s; last readings {self.seen[-4:]}"
+            time.sleep(1.0)
+
+    def close(self) -> None:
+        self._stop.set()
+        self.proc.terminate()
+        self.proc.wait(10)
+        self.f.close()
+
+
+@pytest.fixture
+def scraped(cp, tmp_path) -> Iterator[ScrapedByPrometheus]:
+    p = ScrapedByPrometheus(cp, tmp_path)
+    yield p
+    p.close()
+
+
+@pytest.mark.timeout(120)
+def test_through_prometheus_a_join_a_gap_and_a_restart_at_steady_load_never_scale_down(scraped):
+    """Issue 23 item 5 with the Prometheus source: the pod-scrape test above on the real clock, 4
+    groups at a steady load the 4 of them serve (6 s window, 10 s scale-down window, a decision
+    every second, 1 s scrapes):
+
+    - group 3 joins: its engine starts (its page answered 503 before: no series) as its group
+      becomes ready; Prometheus has no sample of its counter at the window's start;
+    - groups 2 and 3's scrapes fail for 8 s (Prometheus marks their series stale) while their
+      engines serve, then come back;
+    - group 1's engine restarts (its counters go back to zero: ``resets()`` finds it).
+
+    Through each the deployment keeps 4 groups (checked at every reconcile); MetricsAvailable names
+    the groups missing or short, and where a partial reading's load read low the decision says
+    why it did not scale down (MetricsIncomplete); whole again within a window."""
+    p, f = scraped, scraped.f
+    f.leaders[3].status = 503  # group 3's engine is not up yet
+    f.apply(serving=3, metricsSource={"type": "prometheus", "prometheusUrl": p.url},
+            interval="1s", window="6s", scaleDownStabilization="10s")
+    whole = f"{ITL} from %d group(s)"
+    p.until(lambda m: m == whole % 3, 30, "a whole reading of the 3 serving groups")
+    # Group 3 joins: its engine starts as its leader becomes ready.
+    p.zero[3] = time.time()
+    f.leaders[3].status = 200
+    running_leaders(f.e, 4)
+    short = p.until(lambda m: "do not cover" in m, 10, "group 3's counters short")
+    assert short.endswith("the counters of group(s) 3 do not cover the window (a first sample, back after a gap, "
+                          "or reset): never scaling down on this reading"), short
+    p.until(lambda m: m == whole % 4, 15, "group 3 covering the window")
+    # Groups 2 and 3's scrapes fail for 8 s, then come back.
+    f.leaders[2].status = f.leaders[3].status = 503
+    gone = p.until(lambda m: "no metrics from group(s) 2" in m, 10, "groups 2 and 3 missing")
+    assert gone.startswith(f"{ITL} from 2 of 4 serving group(s); no metrics from group(s) 2 (since "), gone
+    time.sleep(8)
+    f.leaders[2].status = f.leaders[3].status = 200
+    back = p.until(lambda m: "do not cover" in m, 10, "groups 2 and 3 back, short")
+    assert "the counters of group(s) 2, 3 do not cover the window" in back, back
+    p.until(lambda m: m == whole % 4, 15, "groups 2 and 3 covering the window")
+    # Group 1's engine restarts.
+    p.zero[1] = time.time()
+    reset = p.until(lambda m: "do not cover" in m, 10, "group 1's reset seen")
+    assert "the counters of group(s) 1 do not cover the window" in reset, reset
+    p.until(lambda m: m == whole % 4, 15, "the reset out of the window")
+    obj = f.kube.get(*CR, f.ns, "k3-latency")
+    assert obj["status"]["decode"]["latencySeconds"] == pytest.approx(0.0047, rel=0.05)
+    assert not events(f.api, f.ns, "ScaleDown")
+    held = " / ".join(e.message for e in events(f.api, f.ns, "MetricsIncomplete"))
+    assert "group(s) 2, 3 of 4 serving gave no metrics" in held, held
+    assert "the counters of group(s) 2, 3 of 4 serving do not cover" in held, held

@@ -14,8 +14,11 @@ from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
 from kimik3.kube.labels import DEPLOYMENT_LABEL, LWS_WORKER_INDEX_LABEL
 from kimik3.render.meta import Owner
 from kimik3.render.routing import endpoint_picker
+from kimik3.render.httproute import http_route
+from kimik3.render.wake import DEPLOYMENT_HEADER, UID_HEADER, WakeEndpoint
 from kimik3_dev.devcluster import gateway
 from kimik3_dev.devcluster.controlplane import bin_dir
+from kimik3_dev.devcluster.gatewaywatch import wake_route
 from support.recipes import recipe
 
 POOL = {"spec": {"selector": {"matchLabels": {DEPLOYMENT_LABEL: "k3", LWS_WORKER_INDEX_LABEL: "0"}},
@@ -96,12 +99,53 @@ def test_only_fail_open_lets_requests_pass_without_the_picker_to_a_fallback() ->
         gateway.envoy_config(1, 2, 3, "FailSoft", [])
 
 
+WAKE = WakeEndpoint("kimik3-system", "kimik3-operator-wake", 8081)
+
+
+def test_a_route_to_the_wake_service_goes_to_the_activator_with_the_routes_headers() -> None:
+    """The HTTPRoute as the operator renders it: to the pool while awake (Envoy keeps the picker), to
+    the wake Service while asleep (Envoy sends to the activator, the rule's header set, no picker)."""
+    spec = KimiK3DeploymentSpec.model_validate(recipe(service={"httpRoute": {"parentRefs": [{"name": "gw"}]}})["spec"])
+    owner = Owner("k3", "team", "uid-1")
+    asleep, awake = http_route(owner, spec, True, WAKE), http_route(owner, spec, True)
+    assert wake_route(awake, WAKE, ("127.0.0.1", 4242)) is None and wake_route(None, WAKE, ("127.0.0.1", 4242)) is None
+    wake = wake_route(asleep, WAKE, ("127.0.0.1", 4242))
+    assert wake == gateway.WakeRoute(("127.0.0.1", 4242), ((DEPLOYMENT_HEADER, "team/k3"), (UID_HEADER, "uid-1")))
+    other = WakeEndpoint("elsewhere", "kimik3-operator-wake", 8081)  # not this operator's Service: not followed
+    assert wake_route(asleep, other, ("127.0.0.1", 4242)) is None
+    (route,) = gateway.route_config("FailClose", wake)["virtual_hosts"][0]["routes"]
+    assert route["route"]["cluster"] == "wake"
+    assert route["request_headers_to_add"] == [{"header": {"key": k, "value": v}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}
+                                               for k, v in ((DEPLOYMENT_HEADER, "team/k3"), (UID_HEADER, "uid-1"))]
+    assert route["typed_per_filter_config"]["envoy.filters.http.ext_proc"]["disabled"] is True
+    assert [r["route"]["cluster"] for r in gateway.route_config("FailOpen")["virtual_hosts"][0]["routes"]] == \
+        ["pool", "pool-fallback"]
+
+
+def test_routes_are_written_whole_as_a_discovery_response(tmp_path: Path) -> None:
+    path = tmp_path / gateway.ROUTES_FILE
+    gateway.write_routes(path, gateway.route_config("FailClose"), "7")
+    written = json.loads(path.read_text())
+    assert written["version_info"] == "7"
+    (resource,) = written["resources"]
+    assert resource["@type"] == "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+    assert resource["name"] == gateway.ROUTE_CONFIG and [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
 @pytest.mark.tier("process")
 @pytest.mark.parametrize("mode", gateway.FAILURE_MODES)
 def test_envoy_accepts_the_generated_bootstrap(tmp_path: Path, mode: str) -> None:
     envoy = bin_dir() / gateway.ENVOY_BINARY
     config = tmp_path / "envoy.json"
     config.write_text(json.dumps(gateway.envoy_config(10080, 10081, 10002, mode, [("127.5.0.2", 8000)])))
+    routed = tmp_path / "routed.json"  # routes from a file (RDS) and the wake cluster, as `dev gateways` runs it
+    gateway.write_routes(tmp_path / gateway.ROUTES_FILE, gateway.route_config(mode), "1")
+    routed.write_text(json.dumps(gateway.envoy_config(10080, 10081, 10002, mode, [("127.5.0.2", 8000)],
+                                                      tmp_path / gateway.ROUTES_FILE, ("127.0.0.1", 10003))))
+    proc = subprocess.run([str(envoy), "--mode", "validate", "-c", str(routed), "--disable-hot-restart"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0 and f"configuration '{routed}' OK" in proc.stdout + proc.stderr, \
+        proc.stdout[-2000:] + proc.stderr[-2000:]
     proc = subprocess.run([str(envoy), "--mode", "validate", "-c", str(config), "--disable-hot-restart"],
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0 and f"configuration '{config}' OK" in proc.stdout + proc.stderr, \

@@ -8,28 +8,31 @@ Ready after a load of LOAD_S seconds, removed when the set shrinks).
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 from click.testing import CliRunner
 from kubernetes import client
 
 from kimik3.cli import main
-from kimik3.controller.autoscaling import Autoscaling
+from kimik3.controller.activator import Activator, activator_app
 from kimik3.controller.idle import request_wake
-from kimik3.controller.kube import Kube
-from kimik3.controller.reconcile import Reconciler
+from kimik3.kube.kinds import HTTP_ROUTE, REFERENCE_GRANT
 from kimik3.kube.labels import WAKE_REQUESTED_ANNOTATION
 from kimik3.kube.times import rfc3339, rfc3339_seconds
+from kimik3.render.wake import DEPLOYMENT_HEADER, UID_HEADER, WakeEndpoint
 from kimik3_dev.devcluster.controlplane import ControlPlane
 from kimik3_dev.devcluster.install import install_apis
 from support.cluster import CR, LWS, condition, events
-from support.metrics_server import MetricsServer
 from support.recipes import recipe
+from support.reconciler import scraped_reconciler
 from test_autoscaler_metrics import exposition
 
 NAME, SET = "k3-latency", "k3-latency-engine"
+ROUTE, GRANT = HTTP_ROUTE.type_meta, REFERENCE_GRANT.type_meta
 ITL = "vllm:inter_token_latency_seconds"
 LOAD_S = 754.0
 """The load each group takes in this test: its leader's Ready transition after its creation."""
@@ -46,17 +49,8 @@ def cp(tmp_path_factory) -> Iterator[ControlPlane]:
 
 @pytest.fixture
 def env(cp) -> Iterator[dict]:
-    api = cp.api_client("admin")
-    ns = f"idle-{uuid.uuid4().hex[:8]}"
-    client.CoreV1Api(api).create_namespace({"metadata": {"name": ns}})
-    leader = MetricsServer()
-    clock = [1_000_000.0]
-    kube = Kube(api)
-    reconciler = Reconciler(kube, autoscaling=Autoscaling(scrape_url=lambda pod, port: leader.url,
-                                                          clock=lambda: clock[0]))
-    yield {"kube": kube, "api": api, "ns": ns, "leader": leader, "clock": clock, "rec": reconciler, "cp": cp}
-    leader.close()
-    api.close()
+    with scraped_reconciler(cp, "idle") as e:
+        yield e
 
 
 def lws_controller(e: dict, loaded: bool = True) -> int:
@@ -97,11 +91,11 @@ def traffic(e: dict, running: float) -> None:
     e["leader"].text = exposition(ITL, {0: [0.01] * int(running)}, running=running, tokens=0)
 
 
-def started(e: dict, stop_after: str = "2m") -> dict:
+def started(e: dict, stop_after: str = "2m", **spec) -> dict:
     """Two groups serving with traffic; the idle clock warmed up (the pod-scrape source covers its
-    window); the CR after the last busy reading."""
+    window); the CR after the last busy reading. ``spec``: more of the spec (``recipe``)."""
     body = recipe(namespace=e["ns"], replicas=2, idle={"stopAfter": stop_after}, autoscaling={
-        "metricsSource": {"type": "podScrape"}, "interval": "30s", "window": "1m"})
+        "metricsSource": {"type": "podScrape"}, "interval": "30s", "window": "1m"}, **spec)
     e["kube"].apply(body, force=False)
     e["rec"].reconcile(e["ns"], NAME)
     traffic(e, 3)
@@ -159,6 +153,56 @@ def test_stops_at_its_time_holds_no_group_and_wakes_on_request(env):
     # the idle clock restarts from the wake: quiet from then on, it stops 2m later again
     after, obj = stop(e)
     assert rfc3339_seconds(obj["status"]["idle"]["stoppedAt"]) - woke_at == 120
+
+
+def route_backend(e: dict) -> tuple[dict, list]:
+    """The HTTPRoute's one rule: its backendRef and its filters."""
+    (rule,) = e["kube"].get(*ROUTE, e["ns"], NAME)["spec"]["rules"]
+    (backend,) = rule["backendRefs"]
+    assert backend.pop("weight") == 1  # the API server's default
+    return backend, rule.get("filters", [])
+
+
+def test_a_stopped_deployments_route_goes_to_the_wake_endpoint_and_a_request_wakes_it(env):
+    e = env
+    wake = WakeEndpoint(f"{e['ns']}-op", "kimik3-operator-wake", 8081)
+    client.CoreV1Api(e["api"]).create_namespace({"metadata": {"name": wake.namespace}})
+    e["rec"].wake = wake
+    started(e, service={"httpRoute": {"parentRefs": [{"name": "gw"}]}})
+    service = {"group": "", "kind": "Service", "name": NAME, "port": 8000}
+    assert route_backend(e) == (service, [])  # serving: the route goes to the engines
+    stop(e)
+    backend, filters = route_backend(e)
+    assert backend == {"group": "", "kind": "Service", "name": wake.service, "namespace": wake.namespace,
+                       "port": wake.port}
+    uid = e["kube"].get(*CR, e["ns"], NAME)["metadata"]["uid"]
+    assert filters == [{"type": "RequestHeaderModifier", "requestHeaderModifier": {
+        "set": [{"name": DEPLOYMENT_HEADER, "value": f"{e['ns']}/{NAME}"}, {"name": UID_HEADER, "value": uid}]}}]
+    grant = e["kube"].get(*GRANT, wake.namespace, f"kimik3-wake-{e['ns']}")
+    assert grant["spec"] == {"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": e["ns"]}],
+                             "to": [{"group": "", "kind": "Service", "name": wake.service}]}
+
+    activator = Activator(lambda ns, name, uid: request_wake(e["kube"], ns, name, uid=uid))
+
+    async def request(uid: str) -> tuple[int, str | None]:
+        async with TestClient(TestServer(activator_app(activator))) as http:
+            response = await http.post("/v1/chat/completions", json={"messages": []},
+                                       headers={DEPLOYMENT_HEADER: f"{e['ns']}/{NAME}", UID_HEADER: uid})
+            return response.status, response.headers.get("Retry-After")
+    # a route of another tenant naming this deployment but not its uid: the API server's uid precondition refuses
+    assert asyncio.run(request(str(uuid.uuid4()))) == (404, None)
+    assert WAKE_REQUESTED_ANNOTATION not in (e["kube"].get(*CR, e["ns"], NAME)["metadata"].get("annotations") or {})
+    assert asyncio.run(request(uid)) == (503, str(int(LOAD_S)))  # at once, with the measured load time
+    assert WAKE_REQUESTED_ANNOTATION in e["kube"].get(*CR, e["ns"], NAME)["metadata"]["annotations"]
+    obj = tick(e, loaded=False)
+    assert e["kube"].get(*LWS, e["ns"], SET)["spec"]["replicas"] == 2  # woken by the request
+    assert condition(obj, "Stopped")["reason"] == "Active"
+    assert route_backend(e)[0]["name"] == wake.service  # loading: requests still get 503 + Retry-After
+    tick(e, loaded=False)
+    assert route_backend(e)[0]["name"] == wake.service
+    for _ in range(2):  # the groups Ready: the next reconcile sends requests to them again
+        tick(e)
+    assert route_backend(e) == (service, [])
 
 
 def test_kimik3_wake_from_the_cli(env):

@@ -1,5 +1,6 @@
 """Stabilization and bounds alone (autoscaler/policy/stabilization.py): recommendations bounded by
-min/max, the highest of each window, one more group only once a window agrees, no scale-down
+min/max, the highest of each window, one more group only once a window agrees (what a window
+agreed on: ``sustained``), no scale-down
 before a whole window of history, and no traffic as a reading (F11). Decisions every 30 s."""
 
 from __future__ import annotations
@@ -46,6 +47,23 @@ def test_one_more_group_waits_until_the_recommendations_of_a_window_agree():
     s.record(120, 2, 2, 120)  # a reading that asks for none more restarts the count
     s.record(150, 3, 3, 120)
     assert not s.agreed(150, 2, 120, 30)
+
+
+def test_sustained_is_the_most_groups_a_whole_window_of_recommendations_asked_for():
+    """A 120 s window read every 30 s: the lowest of the last four recommendations (the newest one
+    at or before the window's start on); None while the history is shorter."""
+    s = stab()
+    for t, rec in [(0, 5), (30, 6), (60, 5)]:
+        s.record(t, rec, rec, 120)
+        assert s.sustained(t, 120, 30) is None, t
+    s.record(90, 6, 6, 120)
+    assert s.sustained(90, 120, 30) == 5
+    s.record(120, 6, 6, 120)
+    assert s.sustained(120, 120, 30) == 5  # 30-120 s: 6, 5, 6, 6
+    s.record(150, 7, 7, 120)
+    assert s.sustained(150, 120, 30) == 5  # 60-150 s: 5, 6, 6, 7
+    s.record(180, 7, 7, 120)
+    assert s.sustained(180, 120, 30) == 6 and s.agreed(180, 5, 120, 30) and not s.agreed(180, 6, 120, 30)
 
 
 def test_no_scale_down_before_a_whole_window_since_the_first_decision():

@@ -28,23 +28,30 @@ def test_the_cache_ceiling_counts_full_engine_blocks_seen_before_and_never_the_l
     small = [*trace, Request(4.0, 3000, 1, (0, 1, 2, 3, 4, 5))]
     assert cache_ceiling(small, 1024, 2) == pytest.approx((0 + 2048 + 2048 + 1024 + 1024) / (2048 + 3000 + 2049 + 2048 + 3000))
     assert cache_ceiling(small, 1024) == pytest.approx((0 + 2048 + 2048 + 1024 + 2048) / (2048 + 3000 + 2049 + 2048 + 3000))
+    # A host tier of 2 blocks behind the GPUs' 2, written through: it still holds block 3 (it evicted
+    # block 1, which the GPUs keep), so the fifth request loads it back: the unbounded figure.
+    assert cache_ceiling(small, 1024, 2, host_blocks=2) == pytest.approx(cache_ceiling(small, 1024))
+    # Of 1 block it holds only the last block stored (8): no help.
+    assert cache_ceiling(small, 1024, 2, host_blocks=1) == pytest.approx(cache_ceiling(small, 1024, 2))
     with pytest.raises(ValueError, match="multiple of 512"):
         cache_ceiling(trace, 768)
 
 
 def test_prefix_cache_tokens_sum_the_counters_over_the_engines():
-    metrics = EngineMetrics("kimi-k3", engines=(0, 1))
+    metrics = EngineMetrics("kimi-k3", engines=(0, 1), kv_offload=True)
     metrics["prefix_cache_queries"][0].inc(30720)
     metrics["prefix_cache_queries"][1].inc(1000)
     metrics["prefix_cache_hits"][0].inc(20480)
+    metrics["external_prefix_cache_queries"][0].inc(10240)
+    metrics["external_prefix_cache_hits"][0].inc(4096)
     metrics["num_requests_running"][0].set(3)
     text = metrics.render()[0].decode()
-    assert prefix_cache_tokens(text) == (31720.0, 20480.0)
+    assert prefix_cache_tokens(text) == (31720.0, 20480.0, 4096.0)
     # The same registry with its ``_created`` series (prometheus-client's plain exposition): not counted.
     with_created = generate_latest(metrics.registry).decode()
     assert "vllm:prefix_cache_hits_created" in with_created
-    assert prefix_cache_tokens(with_created) == (31720.0, 20480.0)
-    assert prefix_cache_tokens("") == (0.0, 0.0)
+    assert prefix_cache_tokens(with_created) == (31720.0, 20480.0, 4096.0)
+    assert prefix_cache_tokens("") == (0.0, 0.0, 0.0)
 
 
 def _result(ttft: float | None, itl: list[float], ok: bool = True) -> RequestResult:

@@ -94,6 +94,18 @@ def test_picker_configuration_is_the_recipes_scoring():
         "queue-scorer": 2, "kv-cache-utilization-scorer": 2, "prefix-cache-scorer": 3, "max-score-picker": None}
 
 
+def test_with_a_host_kv_tier_the_picker_indexes_what_gpus_and_host_hold():
+    """autoTune would size the index to the engines' num_gpu_blocks (896 at GB300 TP8) and forget
+    the prefixes the host tier keeps: off, with the engines' 1024-token block and GPU + host blocks
+    (896 + 2446 for 1000Gi over the 8 GPUs' pages)."""
+    cr = routed()
+    cr["spec"]["engine"]["kvOffload"] = {"size": "1000Gi"}
+    config = yaml.safe_load(one(render_cr(cr), "ConfigMap", "k3-routed-epp")["data"]["epp-config.yaml"])
+    (prefix,) = [p["parameters"] for p in config["plugins"] if p["type"] == "prefix-cache-scorer"]
+    assert prefix == {"autoTune": False, "blockSize": 4096, "maxPrefixBlocksToMatch": 8192,
+                      "lruCapacityPerServer": 896 + 2446}
+
+
 def test_picker_deployment_service_and_least_privilege_role():
     out = render_cr(routed())
     deployment = one(out, "Deployment", "k3-routed-epp")

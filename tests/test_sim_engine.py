@@ -378,3 +378,47 @@ def test_a_repeated_prompt_hits_its_full_blocks_and_skips_their_prefill():
     # --no-enable-prefix-caching: the same two requests find nothing
     (_, again), off = run(EngineConfig(shape=EngineShape(), enable_prefix_caching=False), body)
     assert off["vllm:prefix_cache_hits_total"] == 0.0 and again == pytest.approx(cold, abs=0.05)
+
+
+def test_blocks_the_gpus_evicted_come_back_from_the_host_tier_instead_of_being_prefilled():
+    """A GPU cache of 2 blocks of 1024 tokens (TP8 at a utilization that leaves ~110 MB per GPU)
+    and a host tier of 2 GiB (4 blocks over the 8 GPUs' pages). Prompt A (3,000 tokens: 2 full
+    blocks), then B (2 other blocks) evicts A from the GPUs; A again finds nothing on the GPUs and
+    both its blocks in the host tier (written through, it holds A and B): 2,048 tokens loaded (the connector's counters), the rest
+    prefilled, and its TTFT is the load plus the 952-token step. Without the tier A is prefilled
+    whole again."""
+    def prompt(seed: int) -> str:
+        return " ".join(WORDS[(i * seed + i // 3) % len(WORDS)] for i in range(3_000))
+
+    async def body(engine, s):
+        ttft = []
+        for text in (prompt(7), prompt(11), prompt(7)):
+            before = value(await metric_families(engine, s), "vllm:time_to_first_token_seconds_sum")
+            async with s.post(engine.url + "/v1/completions", json={"prompt": text, "max_tokens": 1}) as r:
+                assert r.status == 200
+            ttft.append(value(await metric_families(engine, s), "vllm:time_to_first_token_seconds_sum") - before)
+        fams = await metric_families(engine, s)
+        names = ("vllm:prefix_cache_hits_total", "vllm:external_prefix_cache_queries_total",
+                 "vllm:external_prefix_cache_hits_total", "vllm:kv_offload_load_bytes_total",
+                 "vllm:kv_offload_store_bytes_total")
+        return ttft, {n: value(fams, n, engine="0") for n in names if n.removesuffix("_total") in fams}
+
+    shape = EngineShape(gpu_memory_utilization=0.7296, kv_offload_gib=2)
+    params = pm.perf_params(shape)
+    kv = pm.kv_cache_blocks(params)
+    assert (kv.block_size, kv.blocks, kv.host_blocks) == (1024, 2, 4)
+    ttft, counters = run(EngineConfig(shape=shape, seed=4), body)
+    all_ranks = kv.block_bytes * 8
+    assert counters == {"vllm:prefix_cache_hits_total": 0.0,
+                        "vllm:external_prefix_cache_queries_total": 9_000.0,
+                        "vllm:external_prefix_cache_hits_total": 2_048.0,
+                        "vllm:kv_offload_load_bytes_total": 2 * all_ranks,
+                        "vllm:kv_offload_store_bytes_total": 4 * all_ranks}  # A's and B's blocks, once each
+    cold, warm = pm.step_time(params, 0, 3_000), pm.host_tier_load_s(params, 2) + pm.step_time(params, 0, 952)
+    assert ttft[0] == pytest.approx(cold, abs=0.01) and ttft[2] == pytest.approx(warm, abs=0.01)
+    assert cold - warm > 0.02
+
+    off_shape = EngineShape(gpu_memory_utilization=0.7296)
+    (first, _, again), plain = run(EngineConfig(shape=off_shape, seed=4), body)
+    assert first == pytest.approx(cold, abs=0.01) and again == pytest.approx(cold, abs=0.01)
+    assert "vllm:kv_offload_load_bytes_total" not in plain and plain["vllm:external_prefix_cache_hits_total"] == 0.0

@@ -59,6 +59,8 @@ class UpstreamMetric:
     bucket_family: str | None
 
 
+OFFLOAD_METRICS = "vllm/distributed/kv_transfer/kv_connector/v1/offloading/metrics.py"
+"""The OffloadingConnector's own metrics (the host KV tier)."""
 _KIND = {"_counter_cls": "counter", "_gauge_cls": "gauge", "_histogram_cls": "histogram"}
 
 
@@ -101,7 +103,8 @@ def upstream() -> dict[str, object]:
     """Metric definitions, bucket families and finish reasons of vLLM 0.32, parsed from the wheel."""
     with zipfile.ZipFile(vllm_wheel()) as zf:
         src = {p: zf.read(p).decode() for p in ("vllm/v1/metrics/loggers.py", "vllm/v1/metrics/buckets.py",
-                                                 "vllm/v1/spec_decode/metrics.py", "vllm/v1/engine/__init__.py")}
+                                                 "vllm/v1/spec_decode/metrics.py", "vllm/v1/engine/__init__.py",
+                                                 OFFLOAD_METRICS)}
     loggers = ast.parse(src["vllm/v1/metrics/loggers.py"])
     env = _assignments(loggers)
     base = tuple(ast.literal_eval(env["labelnames"]))
@@ -130,6 +133,19 @@ def upstream() -> dict[str, object]:
             name = kw["name"].value
             metrics[name] = UpstreamMetric(name, _KIND[call.func.attr], _labels(kw.get("labelnames"), spec_env, base),
                                            None)
+    # The offloading connector's transfer counters: ``_TransferMetricName`` constants, registered as
+    # OffloadingCounterMetadata with the stat logger's labelnames (OffloadPromMetrics).
+    offload = ast.parse(src[OFFLOAD_METRICS])
+    transfer = next(n for n in ast.walk(offload) if isinstance(n, ast.ClassDef) and n.name == "_TransferMetricName")
+    names = {a.targets[0].id: a.value.value for a in transfer.body if isinstance(a, ast.Assign)}
+    definitions = next(n for n in ast.walk(offload) if isinstance(n, ast.FunctionDef)
+                       and n.name == "get_connector_metric_definitions")
+    for node in ast.walk(definitions):
+        if isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values):
+                if (isinstance(key, ast.Attribute) and key.attr in names and isinstance(value, ast.Call)
+                        and getattr(value.func, "id", "") == "OffloadingCounterMetadata"):
+                    metrics[names[key.attr]] = UpstreamMetric(names[key.attr], "counter", base, None)
     buckets_tree = ast.parse(src["vllm/v1/metrics/buckets.py"])
     benv = _assignments(buckets_tree)
     families = {fam: tuple(float(x) for x in ast.literal_eval(benv[var.id]))
@@ -194,11 +210,12 @@ def test_buckets_and_finish_reasons_match_vllm(upstream):
     assert vm.INTER_TOKEN_LATENCY_BUCKETS[:3] == (0.01, 0.025, 0.05) and vm.INTER_TOKEN_LATENCY_BUCKETS[-1] == 80.0
 
 
-def _scrape(dp: int, k: int) -> str:
+def _scrape(dp: int, k: int, offload_gib: int = 0) -> str:
     async def main() -> str:
         shape = EngineShape(strategy="dep" if dp > 1 else "tp", tensor_parallel_size=1 if dp > 1 else 8,
                             data_parallel_size=dp, expert_parallel=dp > 1,
-                            spec_method="dspark" if k else "none", num_speculative_tokens=k)
+                            spec_method="dspark" if k else "none", num_speculative_tokens=k,
+                            kv_offload_gib=offload_gib)
         engine = SimEngine(EngineConfig(shape=shape, seed=3))
         await engine.start()
         try:
@@ -217,7 +234,7 @@ def _scrape(dp: int, k: int) -> str:
 
 @pytest.mark.tier("process")  # upstream: pip downloads the wheel once
 def test_metrics_text_parses_and_carries_vllm_names_labels_buckets(upstream):
-    text = _scrape(dp=4, k=7)
+    text = _scrape(dp=4, k=7, offload_gib=64)
     families = {f.name: f for f in text_string_to_metric_families(text)}
     metrics = upstream["metrics"]
     for m in vm.METRICS:
@@ -244,3 +261,20 @@ def test_no_spec_decode_series_without_speculative_decoding():
     families = {f.name for f in text_string_to_metric_families(_scrape(dp=1, k=0))}
     assert "vllm:inter_token_latency_seconds" in families
     assert not any(name.startswith("vllm:spec_decode") for name in families)
+    assert not any(name.startswith("vllm:kv_offload") for name in families)  # no connector, no series
+    assert "vllm:external_prefix_cache_queries" in families  # vLLM's stat logger has these always
+
+
+@pytest.mark.parametrize("offload_gib,size,backend", [(0, "None", "native"), (1000, "1000.0", "native")])
+def test_cache_config_info_carries_the_block_size_and_gpu_blocks_the_picker_reads(offload_gib, size, backend):
+    """GAIE v1.2.1's metrics client reads ``block_size`` and ``num_gpu_blocks`` off this info gauge
+    (``CacheConfigBlockSizeInfoMetricName``, ``CacheConfigNumGPUBlocksMetricName``): TP8's 1024-token
+    blocks, 896 of them on the GPUs whatever the host tier holds."""
+    (info,) = [f for f in text_string_to_metric_families(_scrape(dp=1, k=0, offload_gib=offload_gib))
+               if f.name == vm.CACHE_CONFIG_INFO]
+    (sample,) = info.samples
+    assert sample.value == 1.0
+    assert {k: sample.labels[k] for k in ("block_size", "num_gpu_blocks", "engine", "enable_prefix_caching",
+                                          "kv_offloading_size", "kv_offloading_backend")} == {
+        "block_size": "1024", "num_gpu_blocks": "896", "engine": "0", "enable_prefix_caching": "True",
+        "kv_offloading_size": size, "kv_offloading_backend": backend}

@@ -7,7 +7,7 @@ import pytest
 
 from kimik3.autoscaler import perfmodel as pm
 from kimik3_dev.sim.engine import WORDS, token_ids
-from kimik3_dev.sim.prefixcache import PrefixCache, block_hashes
+from kimik3_dev.sim.prefixcache import HostTier, PrefixCache, block_hashes
 
 
 def test_block_hashes_chain_full_blocks_only():
@@ -64,3 +64,31 @@ def test_blocks_per_engine_from_the_perf_model(tp, k, block_size, blocks):
     kv = pm.kv_cache_blocks(pm.perf_params(shape))
     assert (kv.block_size, kv.blocks) == (block_size, blocks)
     assert kv.block_bytes == 93 * block_size * 576 and kv.tokens == blocks * block_size
+
+
+def test_host_tier_is_written_through_lru_and_matched_after_the_gpu_hits():
+    host = HostTier(capacity=3)
+    a, b, c, d = (bytes([i]) * 32 for i in range(4))
+    assert host.store([a, b]) == 2 and host.store([b, c]) == 1  # b held: only marked used
+    assert host.match([a, b, c], 0, 3) == 3
+    assert host.match([a, b, c], 1, 3) == 2  # asked from the GPU's hits on
+    assert host.match([a, b, c], 0, 2) == 2  # never up to the prompt's last token
+    host.match([a], 0, 1)  # used last to first: a, b, c, so c is the least recently used
+    assert host.store([d]) == 1 and c not in host and {a, b, d} == {h for h in (a, b, c, d) if h in host}
+    assert host.match([a, b, c], 0, 3) == 2  # the run stops at the first block not held
+    assert HostTier(0).store([a]) == 0 and len(HostTier(0)) == 0
+    with pytest.raises(ValueError):
+        HostTier(-1)
+
+
+def test_perf_model_sizes_the_host_tier_over_every_rank():
+    """GB300 TP8: a block is 54.9 MB on each of the 8 GPUs, so a 1000 GiB tier holds
+    1000 x 2**30 / (8 x 54.85 MB) = 2446 blocks (~2.5M tokens) beside the GPUs' 896; one block
+    comes back over NVLink-C2C (225 GB/s per GPU) in 0.24 ms where its prefill takes ~14 ms."""
+    params = pm.perf_params(pm.EngineShape(kv_offload_gib=1000))
+    kv = pm.kv_cache_blocks(params)
+    assert (kv.block_size, kv.blocks, kv.host_blocks) == (1024, 896, 2446)
+    assert kv.host_tokens == 2446 * 1024
+    assert pm.host_tier_load_s(params, 1) == pytest.approx(kv.block_bytes / 225e9) == pytest.approx(2.44e-4, rel=0.01)
+    assert pm.prefill_time(params, 1024) > 50 * pm.host_tier_load_s(params, 1)
+    assert pm.kv_cache_blocks(pm.perf_params(pm.EngineShape())).host_blocks == 0

@@ -205,6 +205,7 @@ def test_engines_follow_groups_at_their_pod_ips_behind_the_service(admin_api, na
             assert http(service + "/v1/completions", {"prompt": "x", "max_tokens": 2})[0] == 200
         spread = [after - was for after, was in zip(served(), before)]
         assert sum(spread) == 20 and min(spread) >= 1, spread  # all on one of two: p = 2 x 2^-20
+        finished = sum(served())  # every completion of this test: none comes after
 
         # scale-down: group 1's pods go; nothing listens at its IP, its engine drains through the preStop (8 s)
         delete_pods(core, namespace, group1)
@@ -255,6 +256,12 @@ def test_engines_follow_groups_at_their_pod_ips_behind_the_service(admin_api, na
         core.delete_namespaced_service("k3-latency", namespace)
         wait_for(lambda: not mine() and service_url(tmp_path, namespace) is None, what="all gone")
     assert read(tmp_path / "sim" / "services.json") == {}  # stopping empties the file
+    # usage.json: every engine run for the namespace (4: two groups, group 0 twice recreated) with its
+    # final counts, those of engines stopped long before included
+    rows = [r for r in read(tmp_path / "sim" / "usage.json") if r["namespace"] == namespace]
+    assert sum(r["engines"] for r in rows) == 4
+    assert sum(r["counters"]['vllm:request_success_total{finished_reason="length"}'] for r in rows) == finished
+    assert sum(r["counters"]["vllm:generation_tokens_total"] for r in rows) == (finished - 22) * 1 + 3 + 9 + 20 * 2
 
 
 def test_api_key_from_the_leaders_secret_as_a_kubelet_reads_it(admin_api, namespace, pod_ips, tmp_path, caplog):

@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kimik3.cli import RULES_FILE, main
 from kimik3.controller.metrics import GpuTime
-from kimik3.kube.groups import HELD, SERVING, gpus_by_revision, groups_of
+from kimik3.kube.groups import BURST, HELD, RESERVED, SERVING, gpus_by_revision, groups_of
 from kimik3.kube.labels import GPU_RESOURCE, LWS_GROUP_INDEX_LABEL, LWS_NAME_LABEL, LWS_REVISION_LABEL, \
     LWS_WORKER_INDEX_LABEL
 from kimik3.usage import report
@@ -49,10 +49,17 @@ def test_gpus_held_count_every_bound_pod_and_serving_only_those_of_ready_groups(
             pod(1, 0, "b"), pod(1, 1, "b", ready=False),         # group 1: loading, 8 GPUs of b held
             pod(2, 0, "b", node="", ready=False), pod(2, 1, "b", node="", ready=False),  # group 2: waiting for trays: none held
             pod(3, 0, "b", ready=False, phase="Failed"), pod(3, 1, "b")]  # group 3: a finished pod frees its GPUs
-    assert gpus_by_revision(groups_of(pods, 2).values()) == {("a", HELD): 8, ("a", SERVING): 8, ("b", HELD): 12,
-                                                             ("b", SERVING): 0}
+    def reserved(index: int) -> str:
+        return RESERVED
+    assert gpus_by_revision(groups_of(pods, 2).values(), reserved) == {
+        ("a", HELD, RESERVED): 8, ("a", SERVING, RESERVED): 8, ("b", HELD, RESERVED): 12, ("b", SERVING, RESERVED): 0}
     # a revision whose pods wait for trays is there at 0: its counter starts from a scraped zero
-    assert gpus_by_revision(groups_of(pods[4:6], 2).values()) == {("b", HELD): 0, ("b", SERVING): 0}
+    assert gpus_by_revision(groups_of(pods[4:6], 2).values(), reserved) == {("b", HELD, RESERVED): 0,
+                                                                            ("b", SERVING, RESERVED): 0}
+    # groups 2 and 3 burst (above minReplicas 2): their GPUs are told apart
+    assert gpus_by_revision(groups_of(pods, 2).values(), lambda i: RESERVED if i < 2 else BURST) == {
+        ("a", HELD, RESERVED): 8, ("a", SERVING, RESERVED): 8, ("b", HELD, RESERVED): 8, ("b", SERVING, RESERVED): 0,
+        ("b", HELD, BURST): 4, ("b", SERVING, BURST): 0}
 
 
 def exported(collector: GpuTime) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -62,23 +69,24 @@ def exported(collector: GpuTime) -> dict[tuple[str, tuple[tuple[str, str], ...]]
             for f in text_string_to_metric_families(generate_latest(registry).decode()) for s in f.samples}
 
 
-def labels(revision: str, state: str) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted({"namespace": "t", "deployment": "k3", "revision": revision, "state": state}.items()))
+def labels(revision: str, state: str, capacity: str = RESERVED) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted({"namespace": "t", "deployment": "k3", "revision": revision, "state": state,
+                         "capacity": capacity}.items()))
 
 
 def test_gpu_seconds_integrate_the_gpus_held_between_changes_and_scrapes():
     now = [0.0]
     gpu = GpuTime(clock=lambda: now[0])
-    gpu.set("t", "k3", {("a", HELD): 8})
+    gpu.set("t", "k3", {("a", HELD, RESERVED): 8})
     now[0] = 100.0
-    gpu.set("t", "k3", {("a", HELD): 8, ("a", SERVING): 8, ("b", HELD): 16})
+    gpu.set("t", "k3", {("a", HELD, RESERVED): 8, ("a", SERVING, RESERVED): 8, ("b", HELD, RESERVED): 16})
     now[0] = 250.0
     out = exported(gpu)
     assert out[("kimik3_gpu_seconds_total", labels("a", HELD))] == 8 * 250
     assert out[("kimik3_gpu_seconds_total", labels("a", SERVING))] == 8 * 150
     assert out[("kimik3_gpu_seconds_total", labels("b", HELD))] == 16 * 150
     assert out[("kimik3_gpus", labels("b", HELD))] == 16
-    gpu.set("t", "k3", {("a", HELD): 8})  # revision b retired at 250 s
+    gpu.set("t", "k3", {("a", HELD, RESERVED): 8})  # revision b retired at 250 s
     now[0] = 300.0
     out = exported(gpu)
     assert ("kimik3_gpus", labels("b", HELD)) not in out
@@ -103,7 +111,7 @@ def test_rules_are_named_level_metric_operations_and_the_chart_ships_them_as_wri
         "namespace_deployment_revision:vllm_generation_tokens:increase1h",
         "namespace_deployment_revision:vllm_prefix_cache_hits:increase1h",
         "namespace_deployment_revision_finished_reason:vllm_request_success:increase1h",
-        "namespace_deployment_revision_state:kimik3_gpu_seconds:increase1h",
+        "namespace_deployment_revision_state_capacity:kimik3_gpu_seconds:increase1h",
         "namespace_deployment_target:kimik3_latency_within_target:sum_over_time1h",
         "namespace_deployment_target:kimik3_latency_within_target:count_over_time1h"]
     assert RULES["requests"].expr() == \
@@ -141,9 +149,10 @@ def test_rows_add_revisions_and_turn_gpu_seconds_into_hours_and_minutes_into_att
         series(RULES["generation_tokens"].record(), {H0: 3000.6}, **T, revision="a"),
         series(RULES["requests"].record(), {H0: 9}, **T, revision="a", finished_reason="stop"),
         series(RULES["requests"].record(), {H0: 1}, **T, revision="a", finished_reason="error"),
-        series(RULES["gpu_seconds"].record(), {H0: 16 * 3600, h1: 16 * 1800}, **T, revision="a", state=HELD),
-        series(RULES["gpu_seconds"].record(), {H0: 8 * 3600}, **T, revision="a", state=SERVING),
-        series(RULES["gpu_seconds"].record(), {h1: 16 * 3600}, **T, revision="b", state=HELD),
+        series(RULES["gpu_seconds"].record(), {H0: 16 * 3600, h1: 16 * 1800}, **T, revision="a", state=HELD,
+               capacity=RESERVED),
+        series(RULES["gpu_seconds"].record(), {H0: 8 * 3600}, **T, revision="a", state=SERVING, capacity=RESERVED),
+        series(RULES["gpu_seconds"].record(), {h1: 16 * 3600}, **T, revision="b", state=HELD, capacity=BURST),
         series(slo_record(SLO_WITHIN), {H0: 45}, **T, target="latency"),
         series(slo_record(SLO_MEASURED), {H0: 60}, **T, target="latency"),
         series(RULES["generation_tokens"].record(), {H0: 7}, namespace="tenant-b", deployment="k3", revision="c"),
@@ -158,6 +167,10 @@ def test_rows_add_revisions_and_turn_gpu_seconds_into_hours_and_minutes_into_att
     assert first.ttft_attainment is None and first.ttft_minutes_measured is None  # no TTFT target
     assert second.prompt_tokens == pytest.approx(750.4) and second.revisions == {"a", "b"}
     assert (second.gpu_hours_held, second.gpu_hours_serving, second.serving_share) == (24, 0, 0)
+    # held GPU-hours split by capacity: revision b's groups were burst (above minReplicas)
+    assert (first.gpu_hours_reserved, first.gpu_hours_burst) == (16, 0)
+    assert (second.gpu_hours_reserved, second.gpu_hours_burst) == (8, 16)
+    assert (report.record(second)["gpu_hours_reserved"], report.record(second)["gpu_hours_burst"]) == (8, 16)
     assert second.latency_attainment is None  # no reading: not 0 % attained
     rec = report.record(first)
     assert list(rec) == list(report.COLUMNS)
@@ -235,6 +248,25 @@ def test_kimik3_usage_asks_each_rule_once_per_range_and_prints_csv_and_json():
         stand_in.shutdown()
 
 
+def test_kimik3_usage_rolling_reads_the_hours_ending_at_end_unrounded():
+    end = H0 + 3600 + 1234  # 11:20:34, not a whole hour
+    stand_in = StandIn(answers(series(RULES["generation_tokens"].record(), {end - 3600: 500}, **T, revision="a")))
+    try:
+        result = CliRunner().invoke(main, ["usage", "--prometheus", stand_in.url, "--rolling", "--hours", "1",
+                                           "--end", "2026-12-04T11:20:34Z", "--format", "json"])
+        assert result.exit_code == 0, result.output
+        out = json.loads(result.output)
+        assert (out["start"], out["end"]) == ("2026-12-04T10:20:34Z", "2026-12-04T11:20:34Z")
+        assert [(r["hour"], r["generation_tokens"]) for r in out["rows"]] == [("2026-12-04T10:20:34Z", 500)]
+        _, query = stand_in.asked[0]
+        assert (float(query["start"]), float(query["end"]), query["step"]) == (end, end, "3600")
+    finally:
+        stand_in.shutdown()
+    result = CliRunner().invoke(main, ["usage", "--prometheus", "http://127.0.0.1:9", "--rolling", "--start",
+                                       "2026-12-04T10:00:00Z"])
+    assert result.exit_code == 2 and "--rolling counts --hours back from --end: leave --start out" in result.output
+
+
 def test_kimik3_usage_names_an_unreachable_prometheus_and_a_bad_range():
     result = CliRunner().invoke(main, ["usage", "--prometheus", "http://127.0.0.1:9", "--hours", "2"])
     assert result.exit_code == 1 and "Prometheus at http://127.0.0.1:9: http://127.0.0.1:9: ConnectionError" \
@@ -283,7 +315,8 @@ def test_the_reconcile_exports_each_revisions_gpus_from_its_pods_and_drops_them_
     def gauges() -> dict[tuple[str, str], float]:
         rec.reconcile(namespace, name)
         return {(dict(k[1])["revision"], dict(k[1])["state"]): v for k, v in exported(metrics.GPU_TIME).items()
-                if k[0] == "kimik3_gpus" and dict(k[1])["namespace"] == namespace}
+                if k[0] == "kimik3_gpus" and dict(k[1])["namespace"] == namespace
+                and dict(k[1])["capacity"] == RESERVED}
 
     assert gauges() == {("r1", HELD): 0, ("r1", SERVING): 0}
     for n, pod in enumerate(pods):

@@ -21,7 +21,7 @@ from kimik3.api.documents import dump_yaml
 from kimik3.autoscaler.observation import MetricsUnavailable
 from kimik3.autoscaler.sources import PrometheusClient
 from kimik3.controller.metrics import GpuTime
-from kimik3.kube.groups import HELD, SERVING
+from kimik3.kube.groups import HELD, RESERVED, SERVING
 from kimik3.usage.rules import RULES, rule_groups
 from kimik3_dev.devcluster import prometheus
 from kimik3_dev.devcluster.processes import free_port
@@ -72,8 +72,8 @@ def drive(servers: list[MetricsServer], laws: list[Callable[[float], tuple[float
     """Set the stand-ins' pages from their laws every 20 ms; GPUs (its pods created before, at 0
     GPUs: ``gpus_by_revision``): revision a holds 8 from 0 s, serves from 10 s, released at 30 s
     (the deployment deleted mid-period)."""
-    gpu_steps = [(0.0, {("a", HELD): 8, ("a", SERVING): 0}), (10.0, {("a", HELD): 8, ("a", SERVING): 8}),
-                 (30.0, {})]
+    gpu_steps = [(0.0, {("a", HELD, RESERVED): 8, ("a", SERVING, RESERVED): 0}),
+                 (10.0, {("a", HELD, RESERVED): 8, ("a", SERVING, RESERVED): 8}), (30.0, {})]
     while not stop.is_set():
         t = time.time() - zero
         for server, law in zip(servers, laws):
@@ -101,7 +101,7 @@ def test_recorded_periods_add_up_to_what_was_counted_through_restart_gap_and_del
         server.text = engine_page(0)
     registry = CollectorRegistry()
     gpu = GpuTime()
-    gpu.set("tenant-a", "k3", {("a", HELD): 0, ("a", SERVING): 0})  # its pods exist, none bound yet
+    gpu.set("tenant-a", "k3", {("a", HELD, RESERVED): 0, ("a", SERVING, RESERVED): 0})  # its pods exist, none bound yet
     registry.register(gpu)
     operator_port = free_port()
     operator, _ = start_http_server(operator_port, addr="127.0.0.1", registry=registry)

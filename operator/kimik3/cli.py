@@ -232,12 +232,18 @@ def stage(filename: str | None, repo: str | None, revision: str, root: Path, wor
               help="Seconds the leader keeps writing after the start of its last renewal (< --lease-duration).")
 @click.option("--retry-period", default=2.0, show_default=True, type=float,
               help="Seconds between two attempts to acquire or renew the Lease.")
+@click.option("--wake-port", default=None, type=int,
+              help="Serve the wake endpoint (the activator) on this port: 503 + Retry-After, and a wake, for "
+                   "requests a gateway sends to a stopped deployment.")
+@click.option("--wake-service", default=None, metavar="NAMESPACE/SERVICE:PORT",
+              help="The Service in front of --wake-port; a stopped deployment's HTTPRoute points at it (with a "
+                   "ReferenceGrant in NAMESPACE). Unset: routes never change for idleness.")
 @click.option("-v", "--verbose", is_flag=True)
 def run(kubeconfig: str | None, namespaces: tuple[str, ...], health_port: int, health_host: str,
         compute_domains: bool, allowed_host_paths: tuple[str, ...], lease_namespace: str | None, lease_name: str,
         lease_duration: float, renew_deadline: float, retry_period: float, stager_image: str | None,
-        verbose: bool) -> None:
-    """Run the operator (health on /healthz, /readyz; metrics on /metrics)."""
+        wake_port: int | None, wake_service: str | None, verbose: bool) -> None:
+    """Run the operator (health on /healthz, /readyz; metrics on /metrics; with --wake-port the wake endpoint)."""
     from kimik3.admission import AdmissionPolicy
     from kimik3.controller.leadership import LeaseTimings
     from kimik3.controller.operator import OperatorConfig, run_operator
@@ -248,11 +254,16 @@ def run(kubeconfig: str | None, namespaces: tuple[str, ...], health_port: int, h
         timings = LeaseTimings(lease_duration, renew_deadline, retry_period)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--lease-duration/--renew-deadline/--retry-period") from None
+    from kimik3.render.wake import WakeEndpoint
+    try:
+        wake = WakeEndpoint.parse(wake_service) if wake_service else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--wake-service") from None
     cfg = OperatorConfig(kubeconfig=kubeconfig, namespaces=list(namespaces), health_port=health_port,
                          health_host=health_host, compute_domains=compute_domains,
                          policy=AdmissionPolicy(allowed_host_paths) if allowed_host_paths else AdmissionPolicy(),
                          lease_namespace=lease_namespace, lease_name=lease_name, lease_timings=timings,
-                         stager_image=stager_image or DEFAULT_STAGER_IMAGE)
+                         stager_image=stager_image or DEFAULT_STAGER_IMAGE, wake_port=wake_port, wake_service=wake)
     asyncio.run(run_operator(cfg))
 
 
@@ -312,13 +323,16 @@ def wake(name: str, namespace: str, kubeconfig: str | None) -> None:
               help="End (exclusive; rounded down to its hour). Default: the start of the current hour.")
 @click.option("--hours", type=click.IntRange(1, 24 * 62), default=24, show_default=True,
               help="Hours before --end, when --start is not given.")
+@click.option("--rolling", is_flag=True,
+              help="The --hours hours ending exactly at --end (default: now), not whole UTC hours: "
+                   "`--rolling --hours 1` is the past 60 minutes. Not with --start.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("-n", "--namespace", default=None, help="One tenant only.")
-def usage(prometheus_url: str, start: str | None, end: str | None, hours: int, fmt: str,
+def usage(prometheus_url: str, start: str | None, end: str | None, hours: int, rolling: bool, fmt: str,
           namespace: str | None) -> None:
-    """Usage per tenant (namespace), deployment and whole UTC hour: prompt, cached and generated
-    tokens, requests by outcome, GPU-hours held and serving, minutes within the latency (and
-    TTFT) target. Reads the recording rules of `kimik3 rules` from Prometheus."""
+    """Usage per tenant (namespace), deployment and whole UTC hour (or rolling hours): prompt,
+    cached and generated tokens, requests by outcome, GPU-hours held and serving, minutes within
+    the latency (and TTFT) target. Reads the recording rules of `kimik3 rules` from Prometheus."""
     import time
 
     from kimik3.autoscaler.observation import MetricsUnavailable
@@ -340,10 +354,12 @@ def usage(prometheus_url: str, start: str | None, end: str | None, hours: int, f
     if end_s > now:
         raise click.BadParameter(f"{rfc3339(end_s)} is in the future: give an end no later than now",
                                  param_hint="--end")
+    if rolling and start is not None:
+        raise click.BadParameter("--rolling counts --hours back from --end: leave --start out", param_hint="--start")
     start_s = end_s - end_s % report.HOUR_S - hours * report.HOUR_S if start is None else unix(start, "--start")
     if start_s >= end_s:
         raise click.BadParameter("--start must be before --end", param_hint="--start")
-    whole = report.hour_starts(start_s, end_s)
+    whole = report.rolling_hour_starts(end_s, hours) if rolling else report.hour_starts(start_s, end_s)
     if not whole:
         raise click.BadParameter("no whole UTC hour between --start and --end (both are rounded down to the hour)",
                                  param_hint="--start/--end")

@@ -76,13 +76,15 @@ def kimik3_argv() -> list[str]:
 
 class OperatorProcess:
     """``kimik3 <args>`` as its own process (what the chart's Deployment runs), with the health
-    server moved to a free loopback port and the given kubeconfig instead of the in-cluster one.
-    Its output goes to ``log_path``."""
+    server moved to a free loopback port, no wake endpoint (``--wake-port`` dropped) and the given
+    kubeconfig instead of the in-cluster one. Its output goes to ``log_path``."""
 
     def __init__(self, args: list[str], kubeconfig: Path, log_path: Path, ready_timeout_s: float = 45.0):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        kept = [a for a in args if not a.startswith("--health-port") and not a.startswith("--health-host")]
+        # No wake endpoint: nothing here sends it requests (the routes still move to the wake Service,
+        # --wake-service), and a port of its own for each of ten operators would be one more to race for.
+        kept = [a for a in args if not a.startswith(("--health-port", "--health-host", "--wake-port"))]
         self.argv = [*kimik3_argv(), *kept, f"--health-port={self.port}", "--health-host=127.0.0.1",
                      f"--kubeconfig={kubeconfig}"]
         self.log_path = log_path

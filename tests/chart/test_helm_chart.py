@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from kimik3.cli import CHART_CRD_DIR, CRD_FILE, POLICY_FILE
 from kimik3.controller import metrics
 from kimik3.controller.kube import ApiError, Forbidden, Kube
+from kimik3.usage.rules import rule_groups
 from kimik3_dev.devcluster import kueue
 from kimik3_dev.devcluster.rbac import request_token, write_token_kubeconfig
 
@@ -114,6 +115,8 @@ def test_rendered_crd_is_the_repository_crd_with_keep_policy(helm_offline):
 
 LEADER_ARGS = ["--leader-election-namespace=kimik3-system", "--leader-election-name=kimik3-operator",
                "--lease-duration=15", "--renew-deadline=10", "--retry-period=2"]
+WAKE_ARGS = ["--wake-port=8081", "--wake-service=kimik3-system/kimik3-operator-wake:8081"]
+"""The gateway wake (templates/wake.yaml): the activator's port and the Service in front of it."""
 
 
 def test_deployment_is_two_restricted_replicas_electing_a_leader_with_health_probes(helm_offline):
@@ -129,8 +132,10 @@ def test_deployment_is_two_restricted_replicas_electing_a_leader_with_health_pro
     assert c["securityContext"] == {"runAsNonRoot": True, "readOnlyRootFilesystem": True,
                                     "allowPrivilegeEscalation": False, "privileged": False,
                                     "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
-    assert c["args"] == ["run", "--health-port=8080", f"--stager-image={c['image']}", *LEADER_ARGS]  # Jobs: same image
-    assert c["ports"] == [{"name": "http-metrics", "containerPort": 8080, "protocol": "TCP"}]
+    assert c["args"] == ["run", "--health-port=8080", f"--stager-image={c['image']}", *LEADER_ARGS,  # Jobs: same image
+                         *WAKE_ARGS]
+    assert c["ports"] == [{"name": "http-metrics", "containerPort": 8080, "protocol": "TCP"},
+                          {"name": "http-wake", "containerPort": 8081, "protocol": "TCP"}]
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http-metrics"}
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http-metrics"}
     assert c["resources"] == {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}}
@@ -140,7 +145,7 @@ def test_deployment_is_two_restricted_replicas_electing_a_leader_with_health_pro
                                            "--set", "image.digest=sha256:" + "a" * 64))["Deployment"]
     (c,) = dep["spec"]["template"]["spec"]["containers"]
     assert c["args"] == ["run", "--health-port=8080", f"--stager-image={c['image']}", "--namespace=a", "--namespace=b",
-                         "--no-compute-domains", *LEADER_ARGS]
+                         "--no-compute-domains", *LEADER_ARGS, *WAKE_ARGS]
     assert c["image"] == "kimik3/kimik3-operator@sha256:" + "a" * 64
 
 
@@ -154,19 +159,21 @@ def test_rbac_has_no_wildcards_and_the_namespaced_install_no_cluster_scope(helm_
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kimik3-operator", "namespace": RELEASE_NAMESPACE}]
     namespaced = by_kind(helm_offline.template("--set", "watchNamespaces={team-a,team-b}"))
     assert "ClusterRole" not in namespaced and "ClusterRoleBinding" not in namespaced
-    election = "kimik3-operator-leader-election"  # its Lease's Role in the release namespace
-    roles = {r["metadata"]["namespace"]: r["rules"] for r in namespaced["Role"] if r["metadata"]["name"] != election}
+    own = ("kimik3-operator-leader-election", "kimik3-operator-wake")  # its Lease's and ReferenceGrants' Roles
+    roles = {r["metadata"]["namespace"]: r["rules"] for r in namespaced["Role"] if r["metadata"]["name"] not in own}
     assert sorted(roles) == ["team-a", "team-b"]
-    # The same rules as cluster-wide, less the node list (racks and free trays) and the ResourceSlice list
-    # (trays without the DRA driver's channel device): both cluster-scoped, so a namespace-scoped install
-    # goes without. Neither has any rule on CRDs (controller/lateapis.py).
+    # The same rules as cluster-wide, less the node list (racks and free trays), the WorkloadPriorityClass
+    # read (reserved and burst priorities) and the ResourceSlice list (trays without the DRA driver's
+    # channel device): all cluster-scoped, so a namespace-scoped install goes without. Neither has any
+    # rule on CRDs (controller/lateapis.py).
     cluster_only = [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
+                    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloadpriorityclasses"], "verbs": ["get"]},
                     {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["list"]}]
     assert not any("apiextensions.k8s.io" in r["apiGroups"] for r in role["rules"])
     assert roles["team-a"] == [r for r in role["rules"] if r not in cluster_only]
     assert all(r in role["rules"] for r in cluster_only)
     assert {b["metadata"]["namespace"] for b in namespaced["RoleBinding"]
-            if b["metadata"]["name"] != election} == {"team-a", "team-b"}
+            if b["metadata"]["name"] not in own} == {"team-a", "team-b"}
 
 
 def test_service_monitor_keeps_the_namespace_of_the_operators_series(helm_offline):
@@ -179,7 +186,6 @@ def test_service_monitor_keeps_the_namespace_of_the_operators_series(helm_offlin
 
 
 def test_prometheus_rule_ships_the_usage_rules_of_kimik3_rules(helm_offline):
-    from kimik3.usage.rules import rule_groups
     assert "PrometheusRule" not in by_kind(helm_offline.template())
     (rule,) = by_kind(helm_offline.template(*VARIANTS["everything-on"], "--set",
                                             "metrics.prometheusRule.labels.release=prom"))["PrometheusRule"]
@@ -195,7 +201,8 @@ def test_network_policy_allows_only_probes_dns_api_server_and_metrics(helm_offli
     assert spec["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "kimik3-operator",
                                                   "app.kubernetes.io/instance": RELEASE}
     assert spec["policyTypes"] == ["Ingress", "Egress"]
-    assert spec["ingress"] == [{"ports": [{"port": 8080, "protocol": "TCP"}]}]
+    assert spec["ingress"] == [{"ports": [{"port": 8080, "protocol": "TCP"}]},  # probes, metrics
+                               {"ports": [{"port": 8081, "protocol": "TCP"}]}]  # the wake endpoint (gateways)
     ports = [sorted((p["port"], p["protocol"]) for p in rule["ports"]) for rule in spec["egress"]]
     assert ports == [[(53, "TCP"), (53, "UDP")], [(443, "TCP"), (6443, "TCP")], [(8000, "TCP"), (9090, "TCP")]]
     assert spec["egress"][1]["to"] == [{"ipBlock": {"cidr": "10.0.0.1/32"}}]
@@ -218,15 +225,21 @@ def test_dashboard_uses_real_metric_names(helm_offline):
         if isinstance(metric, MetricWrapperBase):
             for family in metric.describe():
                 operator |= {family.name, family.name + "_total", family.name + "_bucket"}
-    unknown = used - vllm - operator
+    operator |= {n for family in metrics.GPU_TIME.collect() for n in (family.name, family.name + "_total")}
+    # The usage recording rules the chart ships (kimik3.usage.rules; loaded from the PrometheusRule).
+    recorded = {r["record"] for g in rule_groups()["groups"] for r in g["rules"]}
+    unknown = used - vllm - operator - recorded
     assert not unknown, f"dashboard queries series nobody exports: {sorted(unknown)}"
     titles = " | ".join(p["title"] for p in dashboard["panels"])
     for words in ("time per output token", "Tokens/s per user", "Acceptance length", "groups serving",
                   "Scale decisions", "Desired vs ready groups", "SLO attainment", "Reconciles", "Groups by revision",
-                  "Canary checks", "Groups per rack", "Kueue state"):
+                  "Canary checks", "Groups per rack", "Kueue state", "Tokens in the past hour", "by outcome",
+                  "GPU-hours in the past hour: held vs serving", "reserved vs burst", "minutes within target",
+                  "GPUs held and serving now"):
         assert words.lower() in titles.lower(), words
     assert {"vllm:inter_token_latency_seconds_bucket", "kimik3_reconciles_total", "kimik3_autoscaler_decisions_total",
-            "kimik3_autoscaler_desired_groups", "kimik3_canary_checks_total", "kimik3_placement_groups"} <= used
+            "kimik3_autoscaler_desired_groups", "kimik3_canary_checks_total", "kimik3_placement_groups",
+            "kimik3_gpus"} | recorded <= used  # every recorded usage series has a panel
 
 
 def test_leader_election_role_pdb_and_single_replica_fallback(helm_offline):
@@ -249,6 +262,26 @@ def test_leader_election_role_pdb_and_single_replica_fallback(helm_offline):
     assert not any(a.startswith("--leader-election") for a in dep["spec"]["template"]["spec"]["containers"][0]["args"])
     assert "PodDisruptionBudget" not in single
     assert not [r for r in single.get("Role", []) if r["metadata"]["name"].endswith("leader-election")]
+
+
+def test_wake_service_and_its_role(helm_offline):
+    kinds = by_kind(helm_offline.template())
+    (service,) = [s for s in kinds["Service"] if s["metadata"]["name"] == "kimik3-operator-wake"]
+    (dep,) = kinds["Deployment"]
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    assert service["metadata"]["namespace"] == "kimik3-system"  # the namespace of --wake-service (WAKE_ARGS)
+    assert service["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]  # every replica answers
+    assert service["spec"]["ports"] == [{"name": "http-wake", "port": 8081, "targetPort": "http-wake", "protocol": "TCP"}]
+    assert {"name": "http-wake", "containerPort": 8081, "protocol": "TCP"} in container["ports"]
+    (role,) = [r for r in kinds["Role"] if r["metadata"]["name"] == "kimik3-operator-wake"]
+    assert (role["metadata"]["namespace"], role["rules"]) == ("kimik3-system", [  # server-side apply of the grants
+        {"apiGroups": ["gateway.networking.k8s.io"], "resources": ["referencegrants"], "verbs": ["create", "patch"]}])
+    (binding,) = [b for b in kinds["RoleBinding"] if b["metadata"]["name"] == "kimik3-operator-wake"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kimik3-operator", "namespace": "kimik3-system"}]
+    off = by_kind(helm_offline.template("--set", "wake.enabled=false"))
+    assert not [o for k in ("Service", "Role", "RoleBinding") for o in off.get(k, [])
+                if o["metadata"]["name"] == "kimik3-operator-wake"]
+    assert not any(a.startswith("--wake") for a in off["Deployment"][0]["spec"]["template"]["spec"]["containers"][0]["args"])
 
 
 def test_notes_name_the_release(helm):
@@ -316,7 +349,7 @@ def test_template_is_accepted_by_the_api_server_with_strict_validation(helm, kub
         "everything-on": {"ServiceAccount", "ConfigMap", "CustomResourceDefinition", "ClusterRole",
                           "ClusterRoleBinding", "Service", "Deployment", "ServiceMonitor", "NetworkPolicy",
                           "PrometheusRule"},
-        "no-crd-no-dashboard": {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment"},
+        "no-crd-no-dashboard": {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment"},
         "kueue": {"ServiceAccount", "ConfigMap", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
                   "Service", "Deployment", "Topology", "ResourceFlavor", "WorkloadPriorityClass", "ClusterQueue",
                   "LocalQueue"},
@@ -415,7 +448,7 @@ def test_install_then_operator_under_chart_rbac_reconciles_a_recipe_then_uninsta
                              .status.conditions or []), what="CRD Established")
         args = deployment_args(admin_api)
         assert args[:2] == ["run", "--health-port=8080"] and args[2].startswith("--stager-image=kimik3/kimik3-operator")
-        assert args[3:] == LEADER_ARGS
+        assert args[3:] == [*LEADER_ARGS, *WAKE_ARGS]
         with chart_cp.api_client("operator") as operator_api:
             # What the chart grants, seen by the operator's own token.
             assert _can(operator_api, "patch", "leaderworkersets", ns, "leaderworkerset.x-k8s.io")
@@ -469,7 +502,7 @@ def test_namespace_scoped_install_needs_no_cluster_rbac(helm, kube, admin_api, c
     try:
         args = deployment_args(admin_api)
         assert args[:2] == ["run", "--health-port=8080"] and args[2].startswith("--stager-image=kimik3/kimik3-operator")
-        assert args[3:] == [f"--namespace={watched}", "--no-compute-domains", *LEADER_ARGS]
+        assert args[3:] == [f"--namespace={watched}", "--no-compute-domains", *LEADER_ARGS, *WAKE_ARGS]
         with chart_cp.api_client("operator") as operator_api:
             assert _can(operator_api, "list", "kimik3deployments", watched, "inference.kimik3.io")
             assert not _can(operator_api, "list", "kimik3deployments", other, "inference.kimik3.io")

@@ -15,7 +15,8 @@ cluster-wide, as the chart installed it: the chart's ServiceAccount token and Cl
 
 The leader-election Role (the chart's Role for its Lease in the release namespace) is checked
 the same way: each namespaced identity gets a copy of it for a Lease of its own name (less the
-verb taken away), and its operator elects itself on that Lease.
+verb taken away), and its operator elects itself on that Lease. So is the wake Role (the
+ReferenceGrants in the release namespace), in the same copy.
 
 Scenario (one fresh namespace each run), in order:
   lead                 the operator holds its Lease and has renewed it once
@@ -38,6 +39,9 @@ Scenario (one fresh namespace each run), in order:
                        Event older than its bound: ComputeDomainReady=False PrepareFailed (F19 b)
   follow Workloads     (placement kueue) a group's Workload pending on quota shows as
                        ScalingLimited=True QuotaExhausted with Kueue's message
+  set group priority   (placement kueue, burstPriorityClass) the operator writes the reserved
+                       class's value, read from its WorkloadPriorityClass, into that Workload's
+                       spec.priority
   free block           the Workload now finds no rack: NoRackFits names the largest free block
                        of trays, counted from the nodes (a tray of this run's own)
   readmit split group  an admitted group whose pods are bound in two racks: the operator
@@ -51,6 +55,9 @@ Scenario (one fresh namespace each run), in order:
   gateway status       the route's Gateway is read: GatewayReady=False GatewayNotFound
   heal <Kind>          the picker's watched children come back when deleted
   remove routing       routing off: every one of them goes
+  wake route           spec.idle.stopAfter on that CR, no group serving: its HTTPRoute names the
+                       chart's wake Service, after the ReferenceGrant kimik3-wake-<namespace> in the
+                       release namespace (the chart's wake Role; checked like the Lease's Role)
   teardown <step>      deleting the CR deletes the LeaderWorkerSet, then the ComputeDomain, then
                        releases the CR
 The "late CRD" variant (cluster-wide, the chart's own identity) deletes the HTTPRoute CRD before
@@ -202,6 +209,8 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("nodes", "list"): "free block",
     ("resourceslices", "list"): "channel devices",
     ("workloads", "delete"): "readmit split group",
+    ("workloads", "patch"): "set group priority",
+    ("workloadpriorityclasses", "get"): "set group priority",
     **{(resource, verb): "stage weights" for resource, verbs in (
         ("persistentvolumeclaims", ("get", "create", "patch")), ("jobs", ("get", "create", "patch")),
         ("serviceaccounts", ("create", "patch")), ("roles", ("create", "patch")),
@@ -211,12 +220,21 @@ PREPARE_WINDOW_S = HEAL_WINDOW_S + 2 * PREPARE_POLL_S
 """The Event is past its bound when written, but a reconcile that listed the Events just before it
 looks again only after ``PREPARE_POLL_S``: 20 s missed once with ten operators starting at once."""
 LEASE_ROLE = f"{RELEASE}-leader-election"
+GRANT = ("gateway.networking.k8s.io/v1beta1", "ReferenceGrant")
 # (resource, verb) of the chart's leader-election Role -> the behaviour that breaks without it.
 LEASE_EXPECTED: dict[tuple[str, str], str] = {
     ("leases", "create"): "lead",
     ("leases", "get"): "lead",
     ("leases", "update"): "lead",
 }
+WAKE_ROLE = f"{RELEASE}-wake"
+# (resource, verb) of the chart's wake Role -> the behaviour that breaks without it.
+WAKE_EXPECTED: dict[tuple[str, str], str] = {
+    ("referencegrants", "create"): "wake route",
+    ("referencegrants", "patch"): "wake route",
+}
+NAMESPACED_EXPECTED = {**LEASE_EXPECTED, **WAKE_EXPECTED}
+"""The verbs of the identities' Role in the release namespace (a copy of both Roles)."""
 LEASE_RENEWED_S = 20.0
 """The Lease is created and renewed once this soon (retry period 2 s; 10 s missed once in CI with
 ten operators starting at once on 2 cores)."""
@@ -244,8 +262,26 @@ QUEUE = "tenant"
 def cr_body(namespace: str) -> dict[str, Any]:
     body = recipe(name=NAME, namespace=namespace, replicas=2, disruptionBudget={"minAvailable": 1})
     body["spec"]["service"] = {"httpRoute": {"parentRefs": [{"name": "gw"}]}}
-    body["spec"]["scheduling"] = {"placement": {"mode": "kueue", "queueName": QUEUE}}
+    body["spec"]["scheduling"] = {"placement": {"mode": "kueue", "queueName": QUEUE, "priorityClass": RESERVED_CLASS[0],
+                                                "burstPriorityClass": BURST_CLASS[0]}}
     return body
+
+
+RESERVED_CLASS, BURST_CLASS = ("rbac-reserved", 1000), ("rbac-burst", 100)
+"""The scenario's WorkloadPriorityClasses (name, value): its groups are all reserved (no autoscaling)."""
+
+
+def priority_classes(admin_api: client.ApiClient) -> None:
+    """Create the scenario's WorkloadPriorityClasses (cluster-scoped) unless another run did."""
+    api = client.CustomObjectsApi(admin_api)
+    for name, value in (RESERVED_CLASS, BURST_CLASS):
+        try:
+            api.create_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "workloadpriorityclasses", {
+                "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass", "metadata": {"name": name},
+                "value": value})
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
 
 
 QUOTA_MESSAGE = ("couldn't assign flavors to pod set leader: insufficient unused quota for nvidia.com/gpu in "
@@ -392,6 +428,8 @@ def scenario(kube: Kube, core: client.CoreV1Api, namespace: str, lease: str) -> 
     expect("follow Workloads", lambda: (lambda c: c.get("reason") == "QuotaExhausted" and QUOTA_MESSAGE in
                                         c.get("message", ""))(condition(get(*CR, namespace, NAME), "ScalingLimited")),
            HEAL_WINDOW_S)
+    expect("set group priority", lambda: (get("kueue.x-k8s.io/v1beta2", "Workload", namespace, f"{ENGINE}-1-quota")
+                                          or {}).get("spec", {}).get("priority") == RESERVED_CLASS[1], HEAL_WINDOW_S)
     tray = f"tray-{namespace}"
     core.create_node({"metadata": {"name": tray, "labels": {"nvidia.com/gpu.clique": namespace,
                                                            "nvidia.com/gpu.product": "NVIDIA-GB300"}}})
@@ -442,6 +480,11 @@ def scenario(kube: Kube, core: client.CoreV1Api, namespace: str, lease: str) -> 
     kube.patch_merge(*CR, namespace, ROUTED, {"spec": {"routing": {"enabled": False}}})
     expect("remove routing", lambda: all(get(api_version, kind, namespace, name) is None
                                          for (api_version, kind), name in ROUTING_CHILDREN), 8)
+    kube.patch_merge(*CR, namespace, ROUTED, {"spec": {"idle": {"stopAfter": "60m"},
+                                                       "autoscaling": {"metricsSource": {"type": "podScrape"}}}})
+    expect("wake route", lambda: get(*GRANT, RELEASE_NAMESPACE, f"kimik3-wake-{namespace}") and [
+        b["name"] for r in get("gateway.networking.k8s.io/v1", "HTTPRoute", namespace, ROUTED)["spec"]["rules"]
+        for b in r["backendRefs"]] == [WAKE_ROLE], 8)  # the wake Service is named like its Role
 
     kube.delete(*CR, namespace, NAME)
     expect("teardown LeaderWorkerSet deleted", lambda: not deployment_lwss(), 8)
@@ -687,9 +730,10 @@ def results(helm: Helm, chart_cp: ControlPlane, admin_api: client.ApiClient,
     kube = Kube(admin_api)
     uninstall_if_present(helm)
     helm.run("install", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE)
+    priority_classes(admin_api)
     rules = clusterrole_rules(admin_api)
-    lease_rules = [admin_api.sanitize_for_serialization(r) for r in
-                   client.RbacAuthorizationV1Api(admin_api).read_namespaced_role(LEASE_ROLE, RELEASE_NAMESPACE).rules]
+    lease_rules = [admin_api.sanitize_for_serialization(r) for role in (LEASE_ROLE, WAKE_ROLE) for r in
+                   client.RbacAuthorizationV1Api(admin_api).read_namespaced_role(role, RELEASE_NAMESPACE).rules]
     args = deployment_args(admin_api)
     directory = tmp_path_factory.mktemp("rbac-minimal")
     warm_watch_caches(kube)
@@ -698,7 +742,7 @@ def results(helm: Helm, chart_cp: ControlPlane, admin_api: client.ApiClient,
     def namespaced(index: int, job: Job) -> tuple[str | None, str]:
         try:
             taken = job or (None, None)
-            lease_job = (taken[0], taken[1]) in LEASE_EXPECTED
+            lease_job = (taken[0], taken[1]) in NAMESPACED_EXPECTED
             identity = mint_identity(chart_cp, admin_api, f"rbac-{index}", rules if lease_job else without(rules, *taken),
                                      without(lease_rules, *taken) if lease_job else lease_rules, directory)
             try:
@@ -716,7 +760,7 @@ def results(helm: Helm, chart_cp: ControlPlane, admin_api: client.ApiClient,
             return HARNESS_ERROR, traceback.format_exc()
 
     try:
-        jobs: list[Job] = [None, *sorted(EXPECTED), *sorted(LEASE_EXPECTED)]
+        jobs: list[Job] = [None, *sorted(EXPECTED), *sorted(NAMESPACED_EXPECTED)]
         with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
             futures = {job: pool.submit(namespaced, i, job) for i, job in enumerate(jobs)}
             for job, future in futures.items():
@@ -732,8 +776,9 @@ def results(helm: Helm, chart_cp: ControlPlane, admin_api: client.ApiClient,
         uninstall_if_present(helm)
 
 
-@pytest.mark.parametrize("kind, name, expected", [("ClusterRole", RELEASE, EXPECTED), ("Role", LEASE_ROLE, LEASE_EXPECTED)],
-                         ids=["clusterrole", "leader-election-role"])
+@pytest.mark.parametrize("kind, name, expected", [("ClusterRole", RELEASE, EXPECTED), ("Role", LEASE_ROLE, LEASE_EXPECTED),
+                                                  ("Role", WAKE_ROLE, WAKE_EXPECTED)],
+                         ids=["clusterrole", "leader-election-role", "wake-role"])
 def test_every_rule_has_a_named_behaviour(helm_offline, kind, name, expected):
     (role,) = [d for d in helm_offline.template() if d["kind"] == kind and d["metadata"]["name"] == name]
     granted = {(r["resources"][0], v) for r in role["rules"] for v in r["verbs"]}
@@ -751,10 +796,10 @@ def test_baseline_every_behaviour_happens_under_the_chart_rbac(results, late_crd
     assert broken is None, log
 
 
-@pytest.mark.parametrize("resource,verb", sorted({**EXPECTED, **LEASE_EXPECTED}),
-                         ids=[f"{r}-{v}" for r, v in sorted({**EXPECTED, **LEASE_EXPECTED})])
+@pytest.mark.parametrize("resource,verb", sorted({**EXPECTED, **NAMESPACED_EXPECTED}),
+                         ids=[f"{r}-{v}" for r, v in sorted({**EXPECTED, **NAMESPACED_EXPECTED})])
 def test_removing_one_verb_breaks_its_behaviour(results, resource, verb):
     broken, log = results[((resource, verb), False)]
     assert broken != HARNESS_ERROR, log
     assert broken is not None, f"nothing broke without {verb} on {resource}: the rule should go"
-    assert broken == {**EXPECTED, **LEASE_EXPECTED}[(resource, verb)], log
+    assert broken == {**EXPECTED, **NAMESPACED_EXPECTED}[(resource, verb)], log

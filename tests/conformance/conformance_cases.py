@@ -142,6 +142,8 @@ def _draw(rng: random.Random) -> dict[str, Any]:
         if value is not None:
             engine[key] = value
     engine["enforceEager"] = rng.random() < 0.1
+    if rng.random() < 0.25:
+        engine["kvOffload"] = {"size": rng.choice(["64Gi", "350Gi", "1Ti"])}
     source = rng.choice([{"pvc": {"claimName": "w"}}, {"pvc": {"claimName": "w", "subPath": "k3/mxfp4"}},
                          {"hostPath": {"path": "/data/k3"}}, {"hub": {}},
                          {"cache": {"claimName": "w", "declaredReady": True}}])
@@ -263,6 +265,11 @@ def field_expectations(case: Case, defaults: dict[str, Any]) -> dict[str, tuple[
         "enable_prefix_caching": ("--enable-prefix-caching", f.prefix_caching),
         "language_model_only": ("--language-model-only", f.language_model_only),
         "speculative_config": ("--speculative-config", expected_speculative_config(case)),
+        # vLLM 0.33's CacheConfig: the host tier in GiB, over all ranks of an engine, and its backend
+        "kv_offloading_size": ("--kv-offloading-size", None if e.kv_offload is None else
+                               float(int(e.kv_offload.size[:-2]) * (1024 if e.kv_offload.size.endswith("Ti") else 1))),
+        "kv_offloading_backend": ("--kv-offloading-backend", d["kv_offloading_backend"] if e.kv_offload is None
+                                  else e.kv_offload.backend),
         # vLLM 0.33's VllmConfig.shutdown_timeout (whole seconds): the drain of probes.drainTimeout
         "shutdown_timeout": ("--shutdown-timeout", math.ceil(Seconds.of(spec).drain_timeout)),
     }

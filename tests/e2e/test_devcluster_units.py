@@ -419,3 +419,32 @@ def test_kwok_leaves_probed_pods_unready_only_with_readiness_probes(tmp_path: Pa
     assert probed.count('status: {{ if $probed }}"False"{{ else }}"True"{{ end }}') == 2
     assert "ready: {{ if $probed }}false{{ else }}true{{ end }}" in probed
     assert probed.replace(kwok._PROBED + "\n", "").count('status: "True"') == 2  # Initialized and readiness gates
+
+
+def test_pod_history_integrates_the_gpus_held_between_the_changes_seen():
+    from kimik3_dev.devcluster.usagecheck import PodHistory, checks, error_pct, failures
+    history = PodHistory(None, "t", "k3")  # not entered: no watch, changes given by hand
+    history.changes = [(100.0, "a", 8), (100.0, "b", 8), (130.0, "a", 0),  # a crashes at 130 s
+                       (135.0, "c", 8), (160.0, "b", 0), (170.0, "a", 0)]   # c replaces it; b deleted
+    assert history.held_gpu_seconds(100.0) == 0.0
+    assert history.held_gpu_seconds(120.0) == 16 * 20
+    # a: 30 s, b: 60 s, c: 35 s up to 170 s, each 8 GPUs
+    assert history.held_gpu_seconds(170.0) == 8 * (30 + 60 + 35)
+    assert history.held_gpu_seconds(200.0) == 8 * (30 + 60 + 65)
+    assert (error_pct(101.0, 100.0), error_pct(0.0, 0.0)) == (1.0, None)
+    row = {"prompt_tokens": 2020, "generation_tokens": 1000, "cached_prompt_tokens": 0, "requests": 10,
+           "gpu_hours_held": 0.347}
+    counts = {"vllm:prompt_tokens_total": 2000.0, "vllm:generation_tokens_total": 1000.0,
+              'vllm:request_success_total{finished_reason="length"}': 9.0,
+              'vllm:request_success_total{finished_reason="abort"}': 1.0, "vllm:prefix_cache_queries_total": 2000.0}
+    assert checks(row, counts, history.held_gpu_seconds(200.0)) == {
+        "prompt_tokens": {"report": 2020, "truth": 2000, "error_pct": 1.0},
+        "generation_tokens": {"report": 1000, "truth": 1000, "error_pct": 0.0},
+        "cached_prompt_tokens": {"report": 0, "truth": 0, "error_pct": None},
+        "requests": {"report": 10, "truth": 10, "error_pct": 0.0},
+        "gpu_hours_held": {"report": 0.347, "truth": 0.3444, "error_pct": 0.742}}  # 1240 GPU-s
+    result = {"checks": {"generation_tokens": {"report": 1012, "truth": 1000, "error_pct": 1.2},
+                         "requests": {"report": 99, "truth": 100, "error_pct": -1.0},
+                         "cached_prompt_tokens": {"report": 3, "truth": 0, "error_pct": None}}}
+    assert failures(result) == ["generation_tokens: report 1012 vs truth 1000 (1.2 %)",
+                                "cached_prompt_tokens: report 3 vs truth 0 (None %)"]

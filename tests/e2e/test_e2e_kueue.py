@@ -11,6 +11,11 @@ GB300 trays (144 GPUs), as a real GB300 NVL72 pair of racks looks to Kubernetes.
 - Priority: ``dev up --tenant low=72:100 --tenant high=72:1000``; low fills both racks (borrowing
   high's idle quota through their Cohort); high's new group preempts one of low's groups (both CRs
   and their Events say so); the preempted group comes back once high's group is gone.
+- Reserved and burst (``placement.burstPriorityClass``): low fills both racks with 9 reserved and
+  9 burst groups (its 72 GPUs of quota and high's idle 72); high's reserved group preempts one of
+  low's burst groups, never a reserved one (each Workload's priority written by the operator; the
+  ClusterQueues reclaim ``LowerPriority`` only); both CRs, their Events and the operator's GPU series
+  by capacity say so.
 - Two modes on one pool: an exclusive deployment beside a kueue one is named on both CRs
   (``PlacementConflict``).
 - No silent fallback: with Kueue's mutating webhooks unregistered, a deployment whose LocalQueue
@@ -32,11 +37,13 @@ from devenv import DevEnv, dev_cluster
 from kimik3.controller.kube import ApiError
 from kimik3.kube import pods as kpods
 from kimik3.kube.labels import KUEUE_WORKLOAD_INDEX_ANNOTATION
+from kimik3.render.meta import engine_set_name
 from kimik3_dev.devcluster import kueue
 from kimik3_dev.devcluster.cluster import UpOptions
 from kimik3_dev.devcluster.kueue import Tenant
 from kimik3_dev.devcluster.racks import RackShape
 from kimik3_dev.devcluster.rollout import Recorder
+from support.cluster import metric, metric_samples
 from support.waiting import wait_for
 
 RACKS, TRAYS = 2, 18
@@ -275,6 +282,85 @@ def test_a_high_priority_tenants_group_preempts_a_low_priority_group_that_comes_
                    for e in env.events("low"))
     finally:
         env.delete_deployment("low", WAIT_S)
+
+
+NAME = "k3-capacity"
+CAPACITY_CLASSES = (("reserved", 1000), ("burst", 100))
+"""Every tenant's reserved groups at one value, burst groups below it (docs/billing.md)."""
+
+
+def capacity_of_workloads(env: DevEnv, namespace: str) -> dict[int, tuple[int | None, bool]]:
+    """Group index -> (its Workload's spec.priority, admitted) of deployment ``NAME`` in ``namespace``."""
+    return {int(w["metadata"]["annotations"][KUEUE_WORKLOAD_INDEX_ANNOTATION]): (w["spec"].get("priority"), admitted(w))
+            for w in env.rest.items(f"/apis/{kueue.API_VERSION}/namespaces/{namespace}/workloads")
+            if not w["metadata"].get("deletionTimestamp")
+            and any(o["name"] == engine_set_name(NAME) for o in w["metadata"].get("ownerReferences") or [])}
+
+
+def test_a_tenants_reserved_group_preempts_a_burst_group_of_another_never_a_reserved_one(kueue_env: DevEnv) -> None:
+    """Both racks full: low's 9 reserved and 9 burst groups (72 GPUs of its own quota, 72 borrowed from
+    high); high's reserved group preempts a burst group of low, and no reserved group of low ever
+    leaves Admitted. Deployments named ``NAME``, apart from the other tests' in these namespaces."""
+    env, full = kueue_env, RACKS * TRAYS // 2  # TP8 groups (2 trays each) on every tray of both racks
+    half = full // 2  # low's reserved groups: 72 GPUs, its nominal quota
+    for name, value in CAPACITY_CLASSES:
+        obj = kueue.workload_priority_class(name, value)
+        env.rest.apply(kueue.object_path(obj), obj)
+    placement = {"mode": "kueue", "queueName": kueue.LOCAL_QUEUE, "priorityClass": "reserved",
+                 "burstPriorityClass": "burst"}
+    low = env.deployment("low", NAME, replicas=full)
+    low["spec"]["scheduling"] = {"placement": placement}
+    low["spec"]["autoscaling"] = {"enabled": True, "minReplicas": half, "maxReplicas": full,
+                                  "metricsSource": {"type": "podScrape"}}  # no engine answers: the groups held
+    env.apply(low)
+    try:
+        wait_for(lambda: env.ready_groups("low", 2, full, NAME), WAIT_S,
+                 "18 TP8 groups of low Ready on every tray of both racks (9 reserved, 9 burst)")
+        expected = {i: (1000 if i < half else 100, True) for i in range(full)}
+        wait_for(lambda: capacity_of_workloads(env, "low") == expected, 30.0,
+                 "the operator raised low's 9 reserved groups' Workloads to 1000, the burst ones at 100")
+        high = env.deployment("high", NAME, replicas=1)
+        high["spec"]["scheduling"] = {"placement": placement}
+        with Recorder(lambda: frozenset(i for i, (_, ok) in capacity_of_workloads(env, "low").items()
+                                        if i < half and not ok), period_s=0.2) as unadmitted:
+            env.apply(high)
+            wait_for(lambda: env.ready_groups("high", 2, 1, NAME), WAIT_S,
+                     "high's reserved group Ready on the trays of a preempted burst group")
+            groups = wait_for(lambda: (g := env.get_cr("low", NAME)["status"]["groups"])
+                              and any(x["kueue"] == "Preempted" for x in g) and g, WAIT_S,
+                              "a Preempted group on low's CR")
+            high_groups = wait_for(lambda: (g := env.get_cr("high", NAME)["status"]["groups"])
+                                   and g[0].get("kueue") == "Admitted" and g, WAIT_S, "high's group Admitted")
+        assert unadmitted.values == [frozenset()], f"a reserved group of low left Admitted: {unadmitted.values}"
+        preempted = [g for g in groups if g["kueue"] == "Preempted"]
+        assert [(g["capacity"], g["index"] >= half) for g in preempted] == [("burst", True)], preempted
+        assert {g["index"]: (g["capacity"], g["kueue"]) for g in groups if g["index"] < half} == {
+            i: ("reserved", "Admitted") for i in range(half)}
+        assert "Preempted to accommodate a workload" in preempted[0]["message"]
+        index = preempted[0]["index"]
+        wait_for(lambda: [e for e in env.events("low", NAME) if e["reason"] == "GroupPreempted"
+                          and e["message"].startswith(f"group {index} (burst) preempted by Kueue (was Admitted)")],
+                 30.0, "low's GroupPreempted Event")
+        assert [(g["index"], g["capacity"], g["kueue"]) for g in high_groups] == [(0, "reserved", "Admitted")]
+        assert capacity_of_workloads(env, "high") == {0: (1000, True)}
+        # once per Workload Kueue made for the group (the operator deletes one Kueue set aside before the
+        # ComputeDomain's claim template existed, controller.readmit, and raises the fresh one too)
+        raised = {e["message"] for e in env.events("high", NAME) if e["reason"] == "GroupCapacity"}
+        assert raised == {f"group 0 of LeaderWorkerSet {engine_set_name(NAME)} is reserved capacity: its Workload's "
+                          "priority set to 1000 (WorkloadPriorityClass reserved, was 100), never preempted for "
+                          "another tenant's burst"}
+        # the operator's GPU series (what the usage rules sum): low holds 9 reserved and 8 burst groups' GPUs
+        operator = env.state["urls"]["operator"]
+
+        def held(namespace: str, capacity: str) -> float:
+            return metric(metric_samples(operator), "kimik3_gpus", namespace=namespace, state="held",
+                          capacity=capacity)
+        want = (8 * half, 8 * (half - 1), 8, 0)  # 8 GPUs a group: low's 9 reserved and 8 burst, high's one reserved
+        wait_for(lambda: (held("low", "reserved"), held("low", "burst"), held("high", "reserved"),
+                          held("high", "burst")) == want, 30.0, f"the GPUs held by capacity {want}")
+    finally:
+        env.delete_deployment("high", WAIT_S, NAME)
+        env.delete_deployment("low", WAIT_S, NAME)
 
 
 def test_an_exclusive_deployment_beside_a_kueue_one_is_named_on_both_crs(kueue_env: DevEnv, tenant: str) -> None:

@@ -50,8 +50,8 @@ def _keeps(job: dict) -> dict[tuple[str, ...], str]:
 
 def test_prometheus_runs_the_operators_generated_config_and_scrapes_the_operator(dev_env: DevEnv) -> None:
     """The file Prometheus runs is the Prometheus Operator's Secret, decompressed; the operator's
-    /metrics comes through additionalScrapeConfigs (job kimik3-operator) at the Prometheus
-    resource's 5 s."""
+    /metrics comes through additionalScrapeConfigs (job kimik3-operator) every second, its own
+    interval (``promoperator.OPERATOR_SCRAPE_INTERVAL``), not the Prometheus resource's 5 s."""
     secret = dev_env.rest.get(f"/api/v1/namespaces/{promoperator.NAMESPACE}/secrets/{promoperator.CONFIG_SECRET}")
     generated = promoperator.read_config(secret)
     assert generated is not None
@@ -62,7 +62,7 @@ def test_prometheus_runs_the_operators_generated_config_and_scrapes_the_operator
     assert config.read_text() == promoperator.expand(generated).replace(promoperator.CONTAINER_RULES_DIR,
                                                                         f"{promoperator.rules_dir(config)}/")
     job = _loaded_job(dev_env, promoperator.OPERATOR_JOB)
-    assert job is not None and job["scrape_interval"] == "5s"
+    assert job is not None and job["scrape_interval"] == "1s"
     target = wait_for(lambda: next(
         (t for t in _targets(dev_env) if t["labels"]["job"] == "kimik3-operator" and t["health"] == "up"), None),
         60.0, "the operator target to be up")
@@ -197,7 +197,7 @@ def test_the_usage_rules_are_loaded_by_the_prometheus_operator_and_record_gpu_ti
     cr = dev_env.deployment(ns, replicas=1)
     cr["metadata"]["annotations"] = {"inference.kimik3.io/sim-load-time": "1s"}  # simulator-only override
     dev_env.apply(cr)
-    query = 'sum(namespace_deployment_revision_state:kimik3_gpu_seconds:increase1h{namespace="%s",state="held"})' % ns
+    query = 'sum(namespace_deployment_revision_state_capacity:kimik3_gpu_seconds:increase1h{namespace="%s",state="held"})' % ns
 
     def gpu_seconds() -> float | None:
         status, raw = http_get(dev_env.state["urls"]["prometheus"] + "/api/v1/query?" + urllib.parse.urlencode(

@@ -125,11 +125,13 @@ create (seen here: "cannot create resource computedomains"); nothing is ever upd
   resources: ["gateways"]
   verbs: ["get"]
 # Kueue placement: each group's Workload, listed for why a group waits (QuotaExhausted, NoRackFits,
-# Preempted in ScalingLimited) and deleted when Kueue split its group across racks or lists a failed
-# tray, for Kueue to create it again and admit the group whole (kueue#6957, controller/readmit.py).
+# Preempted in ScalingLimited), deleted when Kueue split its group across racks or lists a failed
+# tray, for Kueue to create it again and admit the group whole (kueue#6957, controller/readmit.py),
+# and with placement.burstPriorityClass patched: spec.priority of reserved and burst groups
+# (controller/capacity.py).
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads"]
-  verbs: ["list", "delete"]
+  verbs: ["list", "patch", "delete"]
 # Kueue placement: the deployment's LocalQueue, read before a group is created; no group while it
 # is missing, its ClusterQueue missing or inactive, or Kueue not installed (controller/queues.py).
 - apiGroups: ["kueue.x-k8s.io"]
@@ -175,6 +177,11 @@ look-up, and one whose CRD is deleted is waited out (controller/lateapis.py).
 - apiGroups: [""]
   resources: ["nodes"]
   verbs: ["list"]
+# Placement kueue with burstPriorityClass: the values of the reserved and burst WorkloadPriorityClasses
+# (cluster-scoped; a namespaced install cannot read them: PriorityClassUnreadable, controller/capacity.py).
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloadpriorityclasses"]
+  verbs: ["get"]
 # With ComputeDomains: the trays where engine pods run and the DRA driver publishes no channel
 # device (no ResourceSlice) are named in ComputeDomainReady=False ResourceSliceMissing.
 - apiGroups: ["resource.k8s.io"]

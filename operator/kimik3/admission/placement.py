@@ -1,5 +1,5 @@
 """Placement: Kueue mode names the LocalQueue its groups are submitted to; exclusive mode takes
-no Kueue settings (they would be silently ignored)."""
+no Kueue settings (they would be silently ignored); burst groups need a reserved class above them."""
 
 from __future__ import annotations
 
@@ -19,7 +19,20 @@ def kueue_needs_queue(c: Candidate) -> list[SpecError]:
     return []
 
 
+def burst_needs_priority_class(c: Candidate) -> list[SpecError]:
+    p = c.spec.scheduling.placement
+    if p.burst_priority_class and (not p.priority_class or p.priority_class == p.burst_priority_class):
+        return [SpecError("spec.scheduling.placement.burstPriorityClass",
+                          "burstPriorityClass needs priorityClass, a different WorkloadPriorityClass of a higher value "
+                          "for the reserved groups (those up to autoscaling.minReplicas): set priorityClass, or remove "
+                          "burstPriorityClass")]
+    return []
+
+
 PLACEMENT = Table("placement", (
     Rule(kueue_needs_queue, example(scheduling={"placement": {"mode": "kueue"}}),
          cel=("placement-kueue-needs-queue",)),
+    Rule(burst_needs_priority_class, example(scheduling={"placement": {
+        "mode": "kueue", "queueName": "default", "burstPriorityClass": "burst"}}),
+         cel=("placement-burst-needs-priority-class",)),
 ))

@@ -369,6 +369,14 @@ class EventReason(StrEnum):
     """Warning: Kueue preempted a group for a higher-priority Workload."""
     GROUP_EVICTED = "GroupEvicted"
     """Warning: Kueue evicted a group for another reason (e.g. NodeFailures)."""
+    GROUP_CAPACITY = "GroupCapacity"
+    """Normal: with placement.burstPriorityClass, the operator set a group's Workload priority to its
+    capacity's class: reserved (raised) or burst (lowered) (controller.capacity)."""
+    PRIORITY_NOT_SET = "PriorityNotSet"
+    """Warning: the API server refused the patch of a group's Workload priority (its answer quoted; controller.capacity)."""
+    PRIORITY_CLASS_UNREADABLE = "PriorityClassUnreadable"
+    """Warning: a WorkloadPriorityClass of placement.priorityClass or burstPriorityClass cannot be
+    read; the reserved groups stay at the burst priority Kueue gave them (controller.capacity)."""
     GROUP_SPLIT_ACROSS_RACKS = Reason.GROUP_SPLIT_ACROSS_RACKS.value
     """Warning: a group's pods landed in two racks: ScalingLimited=True GroupSplitAcrossRacks (the
     group, its racks, the fix), and under placement kueue its Workload is deleted to re-admit it
@@ -427,6 +435,9 @@ class EventReason(StrEnum):
     """Normal: a stopped deployment wakes (what woke it, the groups asked for, the wake estimate)."""
     WAKE_REQUEST_INVALID = "WakeRequestInvalid"
     """Warning: the wake-requested-at annotation is not an RFC 3339 time; it wakes nothing."""
+    WAKE_ROUTE_REFUSED = "WakeRouteRefused"
+    """Warning: the ReferenceGrant that lets the HTTPRoute name the operator's wake Service could not be
+    applied; the route stays on its backend, and requests through the gateway wake nothing."""
 
 
 EventType = Literal["Normal", "Warning"]

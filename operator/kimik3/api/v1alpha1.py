@@ -240,7 +240,7 @@ class Resources(Model):
     cpu: str | None = Field(default=None, pattern=r"^[0-9]+(\.[0-9]+)?m?$")
     """CPU request and limit, e.g. "64"."""
     memory: str | None = Field(default=None, pattern=r"^[0-9]+(Ki|Mi|Gi|Ti)?$")
-    """Memory request and limit, e.g. "800Gi"."""
+    """Memory request and limit, e.g. "800Gi"; engine.kvOffload adds its per-pod share (unset: the pod requests that share alone, with no limit)."""
 
 
 class CompileCacheSpec(Model):
@@ -252,6 +252,15 @@ class CompileCacheSpec(Model):
     """StorageClass of the claims (unset: the cluster's default)."""
     access_mode: Literal["ReadWriteMany", "ReadWriteOnce"] = "ReadWriteMany"
     """Every rank of a multi-node group writes its own subfolder from its own node: ReadWriteMany unless groups are one node."""
+
+
+class KVOffloadSpec(Model):
+    """A second KV-cache tier in the pods' host memory (vLLM 0.33's native CPU offloading, ``--kv-offloading-size`` and ``--kv-offloading-backend``): cache blocks the GPUs evict are kept in CPU memory and copied back when a prompt needs them (on GB300 over NVLink-C2C) instead of being prefilled again."""
+
+    size: str = Field(pattern=r"^[0-9]+(Gi|Ti)$", max_length=16)
+    """Host memory of each engine's tier, summed over its ranks (vLLM's --kv-offloading-size: "the total buffer size summed across all TP ranks"), e.g. 700Gi for a GB300 TP8 group puts 350Gi on each of its 2 trays. Each pod's memory request grows by its ranks' share and its /dev/shm by the tier (vLLM maps it from /dev/shm); the pod must still fit a node's memory."""
+    backend: Literal["native"] = "native"
+    """native: vLLM's own CPU offloading (its OffloadingConnector, which handles K3's hybrid KDA/MLA cache). lmcache is not offered: vLLM 0.33 runs it in multi-process mode, against an LMCache server the operator does not deploy, and does not pass it the size."""
 
 
 class EngineSpec(Model):
@@ -328,7 +337,9 @@ class EngineSpec(Model):
     compile_cache: CompileCacheSpec | None = None
     """Keep vLLM's torch.compile / Inductor / Triton / DeepGEMM JIT / FlashInfer autotune caches on a claim per engine image and group plan (VLLM_CACHE_ROOT), never shared across namespaces. Unset: every start compiles again."""
     shm_size: str = Field(default="200Gi", pattern=r"^[0-9]+(Mi|Gi)$")
-    """Size of the in-memory /dev/shm volume (NCCL and vLLM IPC; Dynamo's GB300 manifests use 200Gi)."""
+    """Size of the in-memory /dev/shm volume (NCCL and vLLM IPC; Dynamo's GB300 manifests use 200Gi). kvOffload's tier is added to it."""
+    kv_offload: KVOffloadSpec | None = None
+    """Keep the KV-cache blocks the GPUs evict in host memory, a second prefix-cache tier (unset: GPU memory only)."""
 
 
 # ---------------------------------------------------------------- speculative decoding -----
@@ -604,6 +615,11 @@ class PlacementSpec(Model):
       the LocalQueue ``queueName``; Kueue admits each group whole (gang) within the tenant's GPU
       quota and packs it best-fit into one ``topologyKey`` domain with other groups (9 TP8 groups
       of GB300 fill one rack), and preempts by ``priorityClass``.
+
+    Reserved and burst capacity (``burstPriorityClass``): the groups up to
+    ``spec.autoscaling.minReplicas`` (every group when autoscaling is off) are reserved, admitted
+    at ``priorityClass``; the groups above them are burst, admitted at ``burstPriorityClass``, a
+    lower class that another tenant's reserved groups preempt first (``controller.capacity``).
     """
 
     model_config = validated_by(
@@ -611,13 +627,20 @@ class PlacementSpec(Model):
              "self.mode == 'kueue' ? has(self.queueName) : !has(self.queueName) && !has(self.priorityClass)",
              "mode kueue needs queueName (a LocalQueue of this namespace); queueName and priorityClass apply "
              "to mode kueue only", ".queueName"),
+        rule("placement-burst-needs-priority-class",
+             "!has(self.burstPriorityClass) || has(self.priorityClass) && self.burstPriorityClass != self.priorityClass",
+             "burstPriorityClass needs priorityClass, a different WorkloadPriorityClass of a higher value for the "
+             "reserved groups (those up to autoscaling.minReplicas): set priorityClass, or remove burstPriorityClass",
+             ".burstPriorityClass"),
     )
     mode: Literal["exclusive", "kueue"] = "exclusive"
     """exclusive: each group alone in one rack (LeaderWorkerSet exclusive topology); kueue: Kueue admits and packs groups."""
     queue_name: str | None = Field(default=None, min_length=1, max_length=63, pattern=DNS_LABEL_PATTERN)
     """The LocalQueue (in this namespace) the groups are submitted to; label kueue.x-k8s.io/queue-name. Kueue refuses a change while any group is Ready (v0.18+; always in v0.17)."""
     priority_class: str | None = Field(default=None, min_length=1, max_length=253)
-    """A WorkloadPriorityClass (kueue.x-k8s.io/v1beta2) for the groups' Workloads: a higher one may preempt lower ones when quota or racks run out."""
+    """A WorkloadPriorityClass (kueue.x-k8s.io/v1beta2) for the groups' Workloads: a higher one may preempt lower ones when quota or racks run out. With burstPriorityClass: the reserved groups' class."""
+    burst_priority_class: str | None = Field(default=None, min_length=1, max_length=253)
+    """A lower WorkloadPriorityClass for the burst groups (those above autoscaling.minReplicas): another tenant's reserved groups preempt them, never the reserved ones, when the ClusterQueues preempt LowerPriority only (docs/billing.md). Unset: every group at priorityClass."""
 
 
 class SchedulingSpec(Model):
@@ -1134,6 +1157,8 @@ class GroupStatus(Model):
     """Placement kueue: the state of the group's Workload (Admitted; Pending: waits for quota or a rack; Preempted: evicted for a higher-priority Workload, it comes back when room returns; Evicted: for another reason, e.g. NodeFailures)."""
     message: str | None = None
     """Why the group waits: Kueue's own message when not Admitted, else the scheduler's for an Unschedulable pod."""
+    capacity: Literal["reserved", "burst"] | None = None
+    """With placement.burstPriorityClass: reserved (index below autoscaling.minReplicas, admitted at priorityClass, never preempted for another tenant's burst) or burst (admitted at burstPriorityClass, preemptible)."""
     ready: bool = False
     """Every pod of the group exists and is Ready, and the group is inside one NVLink domain."""
 

@@ -92,21 +92,17 @@ KDA_CONV_KERNEL          4            assumption: KDA's short convolution kernel
 KV_BLOCK_ALIGNMENT       128 tokens   vLLM 0.33.0 ``Platform._align_hybrid_block_size``: a hybrid MLA model's
                                       block size is a multiple of 128 (TRTLLM/FlashInfer MLA decode kernels);
                                       the K3 recipe's prefix-match unit on Blackwell (gateway-and-routing.md)
+HOST_TO_GPU_BYTES_PER_S  225e9 B/s    GB300/GB200: NVLink-C2C, 900 GB/s bidirectional per Grace CPU, its 2 GPUs
+                                      sharing 450 GB/s host-to-GPU; 64e9 (PCIe Gen5 x16) on HGX nodes
+                                      (``kimik3.engine.kvcache``: a host-tier block's load instead of its prefill)
 ======================== ============ ===================================================================
 
 The prefix cache (``kv_cache_blocks``)
 ======================================
-With ``--enable-prefix-caching`` vLLM caches a hybrid model like K3 in ``mamba_cache_mode="align"``
-(read in the vLLM 0.33.0 wheel: ``Platform._align_hybrid_block_size`` in ``vllm/platforms/interface.py``,
-the KDA state from ``MambaStateShapeCalculator.kda_state_shape``/``kda_state_dtype`` in
-``vllm/model_executor/layers/mamba/mamba_utils.py``; not seen on a GPU, where vLLM logs "Setting
-attention block size to N tokens"): every layer gets pages of one size, the attention block size
-is raised until one attention page holds a KDA layer's whole state,
-``block = alignment x ceil(kda_page / (alignment x mla_page_per_token))``, and the KDA state is
-kept at each block boundary (``mamba_block_size = block_size``). So a cached
-block of ``block`` tokens costs one page in each of the 93 layers: the MLA layers' latent cache of
-its tokens and the KDA layers' state at its end (padded to the page). vLLM's allocator groups the
-layers into equal-sized groups (24 + 69 -> 4 groups of 24, one padded slot): ignored here.
+How vLLM 0.33 lays K3's prefix cache out in blocks, on the GPUs and in the host tier of
+``spec.engine.kvOffload``, is ``kimik3.engine.kvcache`` (``kv_blocks``): the render of the endpoint
+picker's configuration reads the same figures. A block found in the host tier costs its copy back
+(``kvcache.host_load_s``, NVLink-C2C on GB300) instead of its prefill.
 
 Shapes without a published figure (TP other than 8/16, PP > 1, DEP, TP-DP, other accelerators)
 use the nearest TP figure by GPU count (log-interpolated between 8 and 16 GPUs, clamped outside),
@@ -120,7 +116,9 @@ import random
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kimik3.engine.kvcache import KV_BLOCK_ALIGNMENT
+from kimik3.engine import kvcache
+from kimik3.engine.kvcache import (KDA_HEAD_DIM, KDA_HEADS, KDA_LAYERS, MLA_BYTES_PER_TOKEN_LAYER,
+                                   MLA_LAYERS, NUM_LAYERS, KVBlocks, host_load_s)
 
 # ------------------------------------------------------------------ published figures -------
 TOKS_STOCK_NOSPEC: dict[int, float] = {8: 111.0, 16: 118.0}
@@ -138,7 +136,6 @@ LAYER_US_STOCK = 130.0
 """Microseconds per decoder layer, stock decode path (kimi-k3-and-vllm.md)."""
 LAYER_US_MK = 69.0
 """Microseconds per decoder layer, specialised (megakernel) decode path."""
-NUM_LAYERS = 93
 ROUTED_EXPERTS = 896
 EXPERTS_PER_TOKEN = 16
 ACTIVE_PARAMS = 104e9
@@ -169,7 +166,6 @@ DEFAULT_WORKLOAD = "chat"
 # ------------------------------------------------------------------ hardware & assumptions --
 ROUTED_EXPERT_BYTES = 1.4e12
 HBM_BYTES_PER_S: dict[str, float] = {"gb300": 8e12, "gb200": 8e12, "b300": 8e12, "b200": 8e12, "h200": 4.8e12}
-HBM_GB: dict[str, float] = {"gb300": 288, "gb200": 186, "b300": 288, "b200": 180, "h200": 141}
 BW_EFFICIENCY = 0.75
 DECODE_TOKENS_PER_GPU_S = 10_100 * 37 / 104
 PREFILL_TOKENS_PER_GPU_S = 26_200 * 37 / 104
@@ -177,17 +173,8 @@ COMPUTE_FACTOR: dict[str, float] = {"gb300": 1.0, "gb200": 1.0, "b300": 1.0, "b2
 LATENCY_FACTOR: dict[str, float] = {"gb300": 1.0, "gb200": 1.0, "b300": 1.0, "b200": 1.0, "h200": 1.3}
 DP_EP_LATENCY_FACTOR = 1.2
 P_OTHER_METHODS: dict[str, float] = {"eagle3": 0.70, "mtp": 0.80, "ngram": 0.50}
-MLA_LAYERS = 24
-KDA_LAYERS = 69
-MLA_BYTES_PER_TOKEN_LAYER = (512 + 64) * 1
-"""One MLA layer's cache of one token: 512 latent + 64 rope values, 1 byte each (FP8 KV cache)."""
 KV_BYTES_PER_TOKEN = MLA_LAYERS * MLA_BYTES_PER_TOKEN_LAYER
-KDA_HEADS = 64
-KDA_HEAD_DIM = 128
-KDA_CONV_KERNEL = 4
 KDA_STATE_BYTES_PER_SEQ = KDA_LAYERS * KDA_HEADS * KDA_HEAD_DIM * KDA_HEAD_DIM * 4
-MODEL_WEIGHT_GB: dict[str, float] = {"mxfp4": 1680.0, "nvfp4": 1650.0}
-"""GPU memory one copy of the weights takes (recipes' floor, kimi-k3-and-vllm.md)."""
 
 
 # ------------------------------------------------------------------ shapes -------------------
@@ -210,6 +197,8 @@ class EngineShape:
     num_speculative_tokens: int = 0
     gpu_memory_utilization: float = 0.9
     variant: str = "mxfp4"
+    kv_offload_gib: int = 0
+    """Host KV tier of each engine, GiB over its ranks (``spec.engine.kvOffload``; 0: none)."""
 
     @property
     def speculative(self) -> bool:
@@ -245,6 +234,7 @@ class EngineShape:
             num_speculative_tokens=(sd.num_speculative_tokens or 0) if sd.method != "none" else 0,
             gpu_memory_utilization=spec.engine.gpu_memory_utilization,
             variant=spec.model.variant,
+            kv_offload_gib=kvcache.offload_gib(spec),
         )
 
 
@@ -416,8 +406,8 @@ def perf_params(shape: EngineShape) -> PerfParams:
         notes.append(f"{accel}: scaled from GB300 figures (bandwidth, compute, latency factors)")
 
     # KV cache: free HBM per GPU after one share of the weights; MLA latent cache replicated per TP rank.
-    weight_gb_per_gpu = MODEL_WEIGHT_GB.get(shape.variant, 1680.0) / (gpus if ep else shape.gpus_per_engine)
-    free_per_gpu = max(0.0, HBM_GB[accel] * shape.gpu_memory_utilization - weight_gb_per_gpu) * 1e9
+    free_per_gpu = kvcache.free_bytes_per_gpu(accel, shape.variant, shape.gpu_memory_utilization,
+                                              gpus if ep else shape.gpus_per_engine)
     ranks_holding_cache = shape.data_parallel_size if ep else 1
     kv_free = free_per_gpu * ranks_holding_cache
     kda_per_seq = KDA_STATE_BYTES_PER_SEQ / max(1, shape.tensor_parallel_size)
@@ -438,44 +428,18 @@ def perf_params(shape: EngineShape) -> PerfParams:
     )
 
 
-@dataclass(frozen=True)
-class KVBlocks:
-    """The prefix cache of one engine (one DP rank) as vLLM lays it out (module docstring)."""
-
-    block_size: int
-    """Tokens per block: the unit prompt blocks are hashed and cached in."""
-    block_bytes: int
-    """Bytes one cached block takes on each GPU of the engine (a page in each of the 93 layers)."""
-    blocks: int
-    """Blocks the engine holds: its free KV memory per GPU / ``block_bytes``."""
-
-    @property
-    def tokens(self) -> int:
-        return self.blocks * self.block_size
-
-
 def kv_cache_blocks(params: PerfParams) -> KVBlocks:
-    """The prefix cache of each engine of a group with these coefficients.
+    """The prefix cache of each engine of a group with these coefficients (``kvcache.kv_blocks``),
+    its host tier included (``EngineShape.kv_offload_gib``)."""
+    s = params.shape
+    return kvcache.kv_blocks(s.accelerator, s.variant, s.gpu_memory_utilization, s.tensor_parallel_size,
+                             s.pipeline_parallel_size, params.gpus_per_unit, s.k, s.kv_offload_gib)
 
-    Per GPU (every TP rank holds the whole MLA latent cache and 1/TP of each KDA state):
-    ``kda_page = 64/TP heads x 128 x 128 x 4 B (FP32 recurrent state) + 3 (q, k, v) x 64/TP x 128
-    channels x (KDA_CONV_KERNEL - 1 + k) x 2 B (BF16 conv state, k = speculative tokens)``;
-    ``mla_page_per_token = 576 B`` (FP8);
-    ``block_size = KV_BLOCK_ALIGNMENT x ceil(kda_page / (KV_BLOCK_ALIGNMENT x 576))`` (vLLM's align
-    mode); ``block_bytes = 93 layers x block_size x 576``; ``blocks = free KV bytes per GPU //
-    block_bytes``, the free bytes being ``PerfParams.kv_free_bytes`` over the unit's engines (HBM x
-    gpu_memory_utilization - the GPU's share of the weights). GB300 TP8 mxfp4 at 0.9: 1024-token
-    blocks of 54.9 MB, 896 of them (~0.92M tokens), with or without DSpark's 7 drafts; TP16:
-    512-token blocks."""
-    tp = max(1, params.shape.tensor_parallel_size)
-    heads = max(1, KDA_HEADS // tp)
-    conv_columns = KDA_CONV_KERNEL - 1 + params.shape.k
-    kda_page = heads * KDA_HEAD_DIM * KDA_HEAD_DIM * 4 + 3 * heads * KDA_HEAD_DIM * conv_columns * 2
-    unit = KV_BLOCK_ALIGNMENT * MLA_BYTES_PER_TOKEN_LAYER
-    block_size = KV_BLOCK_ALIGNMENT * -(-kda_page // unit)
-    block_bytes = NUM_LAYERS * block_size * MLA_BYTES_PER_TOKEN_LAYER
-    free_per_engine = params.kv_free_bytes / max(1, params.engines_per_unit)
-    return KVBlocks(block_size, block_bytes, int(free_per_engine // block_bytes))
+
+def host_tier_load_s(params: PerfParams, blocks: int) -> float:
+    """Seconds to load ``blocks`` blocks of the host tier back onto the engine's GPUs
+    (``kvcache.host_load_s``): what a block found there costs instead of its prefill."""
+    return host_load_s(params.shape.accelerator, kv_cache_blocks(params), blocks)
 
 
 def step_time(params: PerfParams, decode_seqs: int, prefill_tokens: int = 0) -> float:

@@ -21,6 +21,7 @@ from typing import Any
 
 from kimik3.api.conditions import Event, EventReason, EventType
 from kimik3.api.v1alpha1 import GroupStatus
+from kimik3.controller.capacity import capacity_of
 from kimik3.controller.fleet import EngineSet
 from kimik3.kube import pods as kpods
 from kimik3.kube import workloads as kworkloads
@@ -48,11 +49,13 @@ def split_message(group: Group) -> str:
 
 
 def group_statuses(groups: Mapping[GroupKey, Group], workloads: list[dict[str, Any]] | None,
-                   sets: list[EngineSet], target: EngineSet | None, desired_groups: int) -> list[GroupStatus]:
+                   sets: list[EngineSet], target: EngineSet | None, desired_groups: int,
+                   reserved: int | None = None) -> list[GroupStatus]:
     """One entry per group that has pods (``groups``, ``kube.groups.groups_of`` with the trays'
     racks) or a Workload, and per desired group of the ``target`` LeaderWorkerSet
     (``0..desired_groups-1``), sorted by LeaderWorkerSet (old sets first, as in ``sets``) and
-    index. ``workloads`` is None outside placement kueue (no Kueue state)."""
+    index. ``workloads`` is None outside placement kueue (no Kueue state); ``reserved``: the
+    reserved groups of each set (``controller.capacity.reserved_groups``; None: no capacity said)."""
     names = {s.lws["metadata"].get("uid"): s.name for s in sets}
     states: dict[tuple[str, int], tuple[KueueState, str]] = {}
     for workload in workloads or []:
@@ -75,7 +78,7 @@ def group_statuses(groups: Mapping[GroupKey, Group], workloads: list[dict[str, A
         out.append(GroupStatus(
             leader_worker_set=lws, index=index, rack=racks[0] if len(racks) == 1 else None, racks=racks,
             trays=[kpods.node_name(p) for p in group if kpods.node_name(p)],
-            kueue=state, message=message[:GROUP_MESSAGE_LIMIT] or None,
+            kueue=state, message=message[:GROUP_MESSAGE_LIMIT] or None, capacity=capacity_of(reserved, index),
             ready=found is not None and found.serving))
     return out
 
@@ -98,13 +101,14 @@ def kueue_changes(before: list[GroupStatus], after: list[GroupStatus]) -> list[E
             continue
         type_: EventType = "Normal" if g.kueue == "Admitted" else "Warning"
         reason = KUEUE_EVENTS[g.kueue]
+        group = f"group {g.index}" + (f" ({g.capacity})" if g.capacity else "")
         if g.kueue == "Admitted":
             where = f" into rack {g.rack}" if g.rack else ""
-            text = f"group {g.index} admitted by Kueue{where} (quota reserved, every pod of the group placed together)"
+            text = f"{group} admitted by Kueue{where} (quota reserved, every pod of the group placed together)"
         else:
             what = {"Pending": "waits for Kueue", "Preempted": "preempted by Kueue",
                     "Evicted": "evicted by Kueue"}[g.kueue]
-            text = f"group {g.index} {what}{f' (was {was})' if was else ''}: {g.message or 'no message from Kueue'}"
+            text = f"{group} {what}{f' (was {was})' if was else ''}: {g.message or 'no message from Kueue'}"
             if g.kueue == "Preempted":
                 text += "; it comes back when room returns"
         events.append(Event(type_, reason, text, once=False))  # each change is news

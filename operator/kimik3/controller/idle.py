@@ -87,16 +87,30 @@ def estimate_text(seconds: float | None) -> str:
             else "no load time was measured before the stop: a wake takes up to probes.loadTimeout")
 
 
-def request_wake(kube: Kube, namespace: str, name: str, now: float | None = None) -> IdleStatus:
+def request_wake(kube: Kube, namespace: str, name: str, now: float | None = None, uid: str | None = None) -> IdleStatus:
     """Ask the operator to wake the KimiK3Deployment ``namespace/name``: its
     ``WAKE_REQUESTED_ANNOTATION`` set to ``now`` (unix seconds; None: the current time), which
-    wakes it when stopped and restarts its idle clock otherwise. What ``kimik3 wake`` runs (and a
-    gateway may, on a request for a stopped deployment). Returns status.idle as the CR holds it
-    (``stoppedAt`` set: it was stopped, ``wakeEstimateSeconds`` the time to serve). Raises
-    ``controller.kube.NotFound`` when no such deployment exists."""
-    patched = kube.patch_merge(*KIMIK3_DEPLOYMENT.type_meta, namespace, name,
-                               {"metadata": {"annotations": {WAKE_REQUESTED_ANNOTATION: rfc3339(now)}}})
+    wakes it when stopped and restarts its idle clock otherwise. What ``kimik3 wake`` runs, and
+    the activator on a request through the gateway (``controller.activator``), which passes the
+    ``uid`` its route named: the API server then refuses the patch unless the object has that
+    ``metadata.uid`` (a precondition). Returns status.idle as the CR holds it (``stoppedAt`` set:
+    it was stopped, ``wakeEstimateSeconds`` the time to serve). Raises ``controller.kube.NotFound``
+    when no such deployment exists, ``controller.kube.Invalid`` naming ``metadata.uid`` (immutable)
+    when its uid is not ``uid``."""
+    meta: dict[str, Any] = {"annotations": {WAKE_REQUESTED_ANNOTATION: rfc3339(now)}}
+    if uid is not None:
+        meta["uid"] = uid
+    patched = kube.patch_merge(*KIMIK3_DEPLOYMENT.type_meta, namespace, name, {"metadata": meta})
     return IdleStatus.model_validate((patched.get("status") or {}).get("idle") or {})
+
+
+def sleeps(admitted: Admitted, step: IdleStep, sets: list[EngineSet]) -> bool:
+    """Whether the deployment's requests go to the wake endpoint (``render.wake``): spec.idle.stopAfter
+    is set and no group serves, because it is stopped (``step``) or because its groups are still
+    loading (after a wake, or before the first group ever served): no live LeaderWorkerSet counts a
+    Ready group (``status.readyReplicas``, as status.readyReplicas and the autoscaler count them)."""
+    ready = sum(int((s.lws.get("status") or {}).get("readyReplicas") or 0) for s in sets if not s.deleting)
+    return admitted.seconds.idle_stop_after is not None and (step.stopped or ready == 0)
 
 
 def stopped_verdict(obj: dict[str, Any], admitted: Admitted, idle: IdleStatus) -> Verdict:

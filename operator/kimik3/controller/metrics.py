@@ -58,16 +58,17 @@ LEADER = Gauge("kimik3_operator_leader", "1 while this replica holds the operato
 LEADER_TRANSITIONS = Counter("kimik3_operator_leader_transitions", "Times this replica became the leader")
 
 
-GpuKey = tuple[str, str, str, str]
-"""(namespace, deployment, revision, state): one series of ``kimik3_gpus`` and ``kimik3_gpu_seconds_total``."""
+GpuKey = tuple[str, str, str, str, str]
+"""(namespace, deployment, revision, state, capacity): one series of ``kimik3_gpus`` and ``kimik3_gpu_seconds_total``."""
 
 
 class GpuTime:
     """``kimik3_gpus`` (gauge) and ``kimik3_gpu_seconds_total`` (counter): the GPUs of each
-    deployment's pods by revision (the pods' ``leaderworkerset.sigs.k8s.io/template-revision-hash``)
-    and state (``held``: bound to a node and not finished, loading and terminating included;
-    ``serving``: of a Ready group, ``kube.groups.gpus_by_revision``), and their integral over time
-    in GPU-seconds.
+    deployment's pods by revision (the pods' ``leaderworkerset.sigs.k8s.io/template-revision-hash``),
+    state (``held``: bound to a node and not finished, loading and terminating included;
+    ``serving``: of a Ready group, ``kube.groups.gpus_by_revision``) and capacity (``reserved``, or
+    ``burst``: a group above autoscaling.minReplicas with placement.burstPriorityClass,
+    ``controller.capacity``), and their integral over time in GPU-seconds.
 
     The counter is what billing reads (recording rules of ``kimik3.usage.rules``): the operator
     adds ``GPUs x seconds`` since the last change or scrape each time a value is set and each time
@@ -91,17 +92,17 @@ class GpuTime:
             self._seconds[key] = self._seconds.get(key, 0.0) + gpus * (now - self._since[key])
             self._since[key] = now
 
-    def set(self, namespace: str, deployment: str, counts: dict[tuple[str, str], int]) -> None:
-        """The deployment's GPUs now: (revision, state) -> GPUs. Pairs set before and absent from
-        ``counts`` are removed (``remove``)."""
+    def set(self, namespace: str, deployment: str, counts: dict[tuple[str, str, str], int]) -> None:
+        """The deployment's GPUs now: (revision, state, capacity) -> GPUs. Keys set before and absent
+        from ``counts`` are removed (``remove``)."""
         with self._lock:
             now = self.clock()
             self._accrue(now)
             for key in [k for k in self._gpus if k[:2] == (namespace, deployment) and k[2:] not in counts]:
                 del self._gpus[key], self._since[key]
                 self._removed[key] = now
-            for (revision, state), gpus in counts.items():
-                key = (namespace, deployment, revision, state)
+            for (revision, state, capacity), gpus in counts.items():
+                key = (namespace, deployment, revision, state, capacity)
                 self._gpus[key], self._since[key] = gpus, now
                 self._removed.pop(key, None)
 
@@ -118,12 +119,13 @@ class GpuTime:
             self.remove(namespace, deployment)
 
     def collect(self) -> Iterator[Metric]:
-        labels = ["namespace", "deployment", "revision", "state"]
-        gauge = GaugeMetricFamily("kimik3_gpus", "GPUs of each KimiK3Deployment's pods by revision and state: held "
-                                  "(bound to a node, not finished: loading and terminating included) and serving "
-                                  "(of a Ready group)", labels=labels)
+        labels = ["namespace", "deployment", "revision", "state", "capacity"]
+        gauge = GaugeMetricFamily("kimik3_gpus", "GPUs of each KimiK3Deployment's pods by revision, state (held: "
+                                  "bound to a node, not finished: loading and terminating included; serving: of a "
+                                  "Ready group) and capacity (reserved; burst: a group above minReplicas with "
+                                  "placement.burstPriorityClass)", labels=labels)
         counter = CounterMetricFamily("kimik3_gpu_seconds", "Integral of kimik3_gpus over time, GPU-seconds "
-                                      "(billing: GPU-hours held and serving)", labels=labels)
+                                      "(billing: GPU-hours held and serving, reserved and burst)", labels=labels)
         with self._lock:
             now = self.clock()
             self._accrue(now)

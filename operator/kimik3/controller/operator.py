@@ -12,6 +12,10 @@ Health server (aiohttp, one port, on every replica): ``/healthz`` fails when the
 leader has not made progress within ``stall_after_s`` while work is due, or the watch layer is
 down (a standby's queue waits by design); ``/readyz`` is 200 once kopf is ready; ``/metrics``
 serves the operator's Prometheus metrics (``kimik3_operator_leader``: who leads).
+
+Wake endpoint (``wake_port``, every replica): the activator (``controller.activator``) that a
+sleeping deployment's HTTPRoute points at (``wake_service``, ``render.wake``). Any replica may
+answer: a wake is an annotation patch, not a reconcile, so it is not fenced by the Lease.
 """
 
 from __future__ import annotations
@@ -33,8 +37,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from kimik3.kube.kinds import CHILD_KINDS, KIMIK3_DEPLOYMENT, POD, Kind
 from kimik3.admission import AdmissionPolicy
 from kimik3.controller import metrics
+from kimik3.controller.activator import Activator, activator_app
 from kimik3.controller.cache import ObjectCache
 from kimik3.controller.crashes import CrashReporter
+from kimik3.controller.idle import request_wake
 from kimik3.controller.kopfadapter import Insights
 from kimik3.controller.kube import Kube, NotLeading, api_client_from_kubeconfig
 from kimik3.controller.lateapis import tolerate_unserved_kinds, watch_late_apis
@@ -43,6 +49,7 @@ from kimik3.controller.reconcile import Reconciler
 from kimik3.controller.recreation import GroupFailures
 from kimik3.controller.staging import DEFAULT_STAGER_IMAGE
 from kimik3.kube.labels import DEPLOYMENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL
+from kimik3.render.wake import WakeEndpoint
 
 log = logging.getLogger("kimik3.operator")
 
@@ -168,6 +175,11 @@ class OperatorConfig:
     identity: str = field(default_factory=default_identity)
     """This replica's ``holderIdentity`` in the Lease."""
     lease_timings: LeaseTimings = field(default_factory=LeaseTimings)
+    wake_port: int | None = None
+    """Port of the activator (on ``health_host``); None: not served."""
+    wake_service: WakeEndpoint | None = None
+    """The Service in front of the activator, where sleeping deployments' HTTPRoutes go; None: routes never
+    change for idleness (requests through the gateway to a stopped deployment find no engine)."""
 
 
 def kind_served(cache: ObjectCache, queue: WorkQueue, kind: Kind) -> None:
@@ -315,9 +327,16 @@ async def run_operator(cfg: OperatorConfig, stop: threading.Event | asyncio.Even
     insights = Insights()  # what kopf resolved and watches; shared with controller/lateapis.py
     registry = build_registry(cfg, queue, cache, CrashReporter(kube, failures), insights)
     reconciler = Reconciler(kube, compute_domains=cfg.compute_domains, cache=cache, policy=cfg.policy,
-                            failures=failures, stager_image=cfg.stager_image)
+                            failures=failures, stager_image=cfg.stager_image, wake=cfg.wake_service)
     kopf_ready = asyncio.Event()
     runner = await _health_server(cfg, queue, kopf_ready)
+    waker = None
+    if cfg.wake_port is not None:
+        unfenced = Kube(api)  # a wake is the client's request, as `kimik3 wake` is: any replica writes it
+        waker = web.AppRunner(activator_app(Activator(lambda ns, name, uid: request_wake(unfenced, ns, name, uid=uid))),
+                              access_log=None)
+        await waker.setup()
+        await web.TCPSite(waker, cfg.health_host, cfg.wake_port).start()
     workers = [asyncio.create_task(queue.worker(reconciler, election)) for _ in range(cfg.workers)]
     if election is not None:
         workers.append(asyncio.create_task(election.run()))
@@ -337,3 +356,5 @@ async def run_operator(cfg: OperatorConfig, stop: threading.Event | asyncio.Even
             task.cancel()
         await asyncio.gather(*workers, marker, return_exceptions=True)
         await runner.cleanup()
+        if waker is not None:
+            await waker.cleanup()

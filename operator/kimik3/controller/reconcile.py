@@ -31,8 +31,10 @@ from kimik3.api.v1alpha1 import GroupStatus, KimiK3DeploymentStatus
 from kimik3.controller import metrics, steps
 from kimik3.controller.autoscaling import Autoscaling
 from kimik3.controller.cache import ObjectCache, desired_hash
+from kimik3.controller.capacity import Reprioritize, capacity_of, reserved_groups
 from kimik3.controller.canary import Analysis
-from kimik3.controller.idle import Idle
+from kimik3.controller.fleet import EngineSet
+from kimik3.controller.idle import Idle, IdleStep, sleeps
 from kimik3.controller.kube import ApiError, Kube, NotLeading
 from kimik3.controller.nodes import Nodes
 from kimik3.controller.placementmix import Placements
@@ -44,12 +46,13 @@ from kimik3.controller.staging import DEFAULT_STAGER_IMAGE, Staging
 from kimik3.controller.status import Observed, invalid_status, lws_selector, merge_patch, status_patch, stored_conditions
 from kimik3.controller.steps import Deletion, Outcome
 from kimik3.kube.kinds import (CHILD_KINDS, CHILD_NEEDS, COMPUTE_DOMAIN, CONFIG_MAP, GROUP, HTTP_ROUTE, INFERENCE_POOL,
-                               KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, POD, POD_MONITOR, SERVED_BY, Kind, kind_of)
-from kimik3.kube.groups import gpus_by_revision
+                               KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, POD, POD_MONITOR, SERVED_BY, WORKLOAD, Kind, kind_of)
+from kimik3.kube.groups import RESERVED, gpus_by_revision
 from kimik3.kube.labels import DEPLOYMENT_LABEL
 from kimik3.kube.objects import is_deleting
 from kimik3.render.children import COMPUTE_DOMAIN_SKIPPED
 from kimik3.render.meta import Owner
+from kimik3.render.wake import WakeEndpoint, reference_grant
 
 FINALIZER = f"{GROUP}/teardown"
 TEARDOWN_POLL_S = 3.0
@@ -101,8 +104,14 @@ class Reconciler:
 
     def __init__(self, kube: Kube, compute_domains: bool = True, cache: ObjectCache | None = None,
                  policy: AdmissionPolicy = AdmissionPolicy(), autoscaling: Autoscaling | None = None,
-                 failures: GroupFailures | None = None, stager_image: str = DEFAULT_STAGER_IMAGE):
+                 failures: GroupFailures | None = None, stager_image: str = DEFAULT_STAGER_IMAGE,
+                 wake: WakeEndpoint | None = None):
         self.kube = kube
+        self.wake = wake
+        """The operator's wake Service (``kimik3 run --wake-service``): the HTTPRoute of a sleeping
+        deployment goes there (``render.wake``); None: routes never change for idleness."""
+        self._granted: set[str] = set()
+        """Namespaces whose ReferenceGrant to the wake Service this process applied."""
         self.failures = failures or GroupFailures()
         """Engine failures the pod watch saw (bounded recreation: Degraded and a start back-off)."""
         self.staging = Staging(kube, stager_image)
@@ -168,7 +177,8 @@ class Reconciler:
         idle = out.add(steps.idle(snap, admitted, self.idle)).value
         scaled = out.add(steps.scale(snap, admitted, self.autoscaling, idle.stopped)).value
         replicas = idle.replicas(None if scaled is None else scaled.replicas)
-        rendered = out.add(steps.render_children(snap, admitted, replicas, crashes, self.compute_domains)).value
+        asleep = self._wake_endpoint(obj, admitted, snap.sets, idle)
+        rendered = out.add(steps.render_children(snap, admitted, replicas, crashes, self.compute_domains, asleep)).value
         rolled = out.add(steps.roll(snap, admitted, rendered, self.rollouts))
         new_groups = creating(snap.sets, rolled.apply) if admitted.spec.scheduling.placement.mode == "kueue" else None
         queue = reader.local_queue(admitted, snap.owner, new_groups) if new_groups is not None else None
@@ -181,7 +191,9 @@ class Reconciler:
         snap = reader.refresh(snap, admitted, has_domain)
         self._delete(obj, out.add(steps.prune(snap, rendered, not failed)).delete)
         now = dt.datetime.now(dt.timezone.utc)
-        self._delete(obj, out.add(steps.place(snap, now)).delete)
+        placed = out.add(steps.place(snap, admitted, now))
+        self._delete(obj, placed.delete)
+        self._reprioritize(obj, placed.value)
         prepare = out.add(steps.observe(snap, has_domain, now)).value
         routing = out.add(steps.route(snap, admitted)).value
         wake = tuple(out.add(steps.collide(snap, admitted, self.placements)).value)
@@ -204,12 +216,37 @@ class Reconciler:
         self._write_status(obj, status)
         self._readiness_changed(obj, status, desired)
         self._placement_changed(snap.owner.namespace, snap.owner.name, status.groups or [])
-        metrics.GPU_TIME.set(snap.owner.namespace, snap.owner.name, gpus_by_revision(snap.groups.values()))
+        reserved = reserved_groups(admitted.spec)
+        metrics.GPU_TIME.set(snap.owner.namespace, snap.owner.name, gpus_by_revision(
+            snap.groups.values(), lambda index: capacity_of(reserved, index) or RESERVED))
         if apply_error:
             log.warning("reconcile of %s/%s: %s; retrying with back-off", snap.owner.namespace, snap.owner.name,
                         apply_error[:300])
             return Result("apply-failed", None, retry=True, wake=wake)
         return Result("applied", out.requeue_after, wake=wake)
+
+    def _wake_endpoint(self, obj: dict[str, Any], admitted: Admitted, sets: list[EngineSet],
+                       step: IdleStep) -> WakeEndpoint | None:
+        """Where the HTTPRoute goes while the deployment sleeps (``controller.idle.sleeps``): the wake
+        Service, once the ReferenceGrant in its namespace lets the route's namespace name it (applied
+        once per namespace by this process); None when awake, without a route or a wake Service, or
+        when the grant could not be applied (a Warning Event says why: the route stays where it was)."""
+        if self.wake is None or admitted.spec.service.http_route is None or not sleeps(admitted, step, sets):
+            return None
+        namespace = obj["metadata"]["namespace"]
+        if self.wake.namespace != namespace and namespace not in self._granted:
+            grant = reference_grant(self.wake, namespace)
+            try:
+                self.kube.apply(grant)
+            except ApiError as exc:
+                self._post(obj, [Event("Warning", EventReason.WAKE_ROUTE_REFUSED, (
+                    f"ReferenceGrant {self.wake.namespace}/{grant['metadata']['name']} could not be applied ({exc}): "
+                    f"the HTTPRoute may not name the wake Service {self.wake}, so it stays on its backend and a "
+                    "request through the gateway wakes nothing; install the Gateway API CRDs (ReferenceGrant) and "
+                    f"let the operator apply ReferenceGrants in namespace {self.wake.namespace} (the chart's Role)"))])
+                return None
+            self._granted.add(namespace)
+        return self.wake
 
     def _admit(self, obj: dict[str, Any]) -> Admitted | None:
         """The admitted spec; None when refused (the status and an Event name every problem)."""
@@ -287,6 +324,22 @@ class Reconciler:
                                               "metadata": {"name": d.name, "namespace": namespace}})
             if gone and d.event is not None:
                 self._post(obj, [d.event])
+
+    def _reprioritize(self, obj: dict[str, Any], changes: list[Reprioritize]) -> None:
+        """Merge-patch each Workload's priority and capacity annotation (its UID in the patch: a
+        fresh Workload of the same name is left alone); post its Event once written. A failed
+        patch is a Warning Event, and the rest of the reconcile goes on."""
+        namespace = obj["metadata"]["namespace"]
+        for change in changes:
+            try:
+                self.kube.patch_merge(*WORKLOAD.type_meta, namespace, change.workload, change.patch())
+            except ApiError as exc:
+                self._post(obj, [Event("Warning", EventReason.PRIORITY_NOT_SET, f"Workload {change.workload}: priority "
+                                       f"not set to {change.priority} ({change.capacity}): {exc.status} {exc.reason}: "
+                                       f"{exc.message}")])
+                continue
+            if change.event is not None:
+                self._post(obj, [change.event])
 
     def _ensure_finalizer(self, obj: dict[str, Any]) -> dict[str, Any]:
         finalizers = obj["metadata"].get("finalizers", [])

@@ -28,6 +28,7 @@ from typing import Any
 
 from kimik3.admission import Admitted
 from kimik3.controller.cache import ObjectCache
+from kimik3.controller.capacity import Priorities, reserved_groups
 from kimik3.controller.computedomains import PREPARE_EVENTS, SLICES_OF_DRIVER, unprepared_pods
 from kimik3.controller.fleet import EngineSet, engine_sets
 from kimik3.controller.kube import ApiError, Forbidden, Kube
@@ -39,7 +40,7 @@ from kimik3.kube import pods as kpods
 from kimik3.kube.groups import Group, GroupKey, groups_of
 from kimik3.kube.kinds import (COMPUTE_DOMAIN, CONFIG_MAP, DEPLOYMENT, EVENT, GATEWAY, INFERENCE_OBJECTIVE, INFERENCE_POOL,
                                KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, LOCAL_QUEUE, NODE, POD, RESOURCE_SLICE, WORKLOAD,
-                               Kind)
+                               WORKLOAD_PRIORITY_CLASS, Kind)
 from kimik3.kube.labels import DEPLOYMENT_LABEL, KUEUE_JOB_UID_LABEL, LWS_NAME_LABEL, PRODUCT_LABEL
 from kimik3.kube.objects import condition
 from kimik3.kube.workloads import waiting
@@ -95,6 +96,9 @@ class Snapshot:
     deployments: list[dict[str, Any]] | None = None
     """After the applies: every KimiK3Deployment the operator sees, this one included (for
     ``controller.placementmix``; None: not readable)."""
+    priorities: Priorities | str | None = None
+    """After the applies, with ``placement.burstPriorityClass`` and Workloads: the values of the
+    reserved and burst WorkloadPriorityClasses, or why they cannot be read (``controller.capacity``)."""
 
     @property
     def set_uids(self) -> dict[str, str]:
@@ -275,7 +279,27 @@ class Reader:
                         deployments=self.deployments(), pools_served=snap.pools_served,
                         pool=self.child(INFERENCE_POOL, owner) if routed else None, picker=picker,
                         gateways=self.gateways(admitted, owner),
-                        objectives_served=self.served(INFERENCE_OBJECTIVE) if waiting else True)
+                        objectives_served=self.served(INFERENCE_OBJECTIVE) if waiting else True,
+                        priorities=self.priorities(admitted, workloads))
+
+    def priorities(self, admitted: Admitted, workloads: list[dict[str, Any]] | None) -> Priorities | str | None:
+        """With ``placement.burstPriorityClass`` and Workloads to set: the two WorkloadPriorityClasses'
+        values, or why they cannot be read (not found, or refused: a namespaced install lacks the
+        cluster-wide read); None otherwise."""
+        placement = admitted.spec.scheduling.placement
+        if reserved_groups(admitted.spec) is None or not workloads:
+            return None
+        values: list[int] = []
+        for name in (placement.priority_class, placement.burst_priority_class):
+            self._count(WORKLOAD_PRIORITY_CLASS)
+            try:
+                found = self.kube.get(*WORKLOAD_PRIORITY_CLASS.type_meta, "", name or "")
+            except ApiError as exc:
+                return f"WorkloadPriorityClass {name} cannot be read: {exc.status} {exc.reason}"
+            if found is None or not isinstance(found.get("value"), int):
+                return f"WorkloadPriorityClass {name} not found (kubectl get workloadpriorityclasses)"
+            values.append(found["value"])
+        return Priorities(*values)
 
     def deployments(self) -> list[dict[str, Any]] | None:
         """Every KimiK3Deployment the operator sees: through the watch cache (the namespaces it

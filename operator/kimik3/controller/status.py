@@ -21,6 +21,7 @@ from kimik3.api.conditions import QUEUE_NOT_SERVED, ConditionStatus, ConditionTy
 from kimik3.api.v1alpha1 import (Condition, DecodeStatus, IdleStatus, KimiK3DeploymentStatus, PlanStatus,
                                  RolloutStatus, RoutingStatus, ScaleEvent)
 from kimik3.controller.fleet import EngineSet
+from kimik3.controller.capacity import reserved_groups
 from kimik3.controller.groups import group_statuses, split_message
 from kimik3.controller.snapshot import Snapshot
 from kimik3.controller.rollout import RolloutStep, rollout_status, surge_blocked
@@ -448,7 +449,8 @@ def compute_status(snap: Snapshot, admitted: Admitted, observed: Observed) -> Ki
         decode=autoscaled.decode if autoscaled else None,
         last_scale=autoscaled.last_scale if autoscaled else None,
         idle=observed.idle,
-        groups=group_statuses(snap.groups, snap.workloads, snap.sets, observed.target, observed.desired),
+        groups=group_statuses(snap.groups, snap.workloads, snap.sets, observed.target, observed.desired,
+                              reserved_groups(admitted.spec)),
         rollout=rollout,
         routing=observed.routing,
         engine_overrides=list(admitted.overrides),

@@ -18,7 +18,8 @@ writes: the applies between ``roll`` and ``retire``, the deletions, the status a
     retire   the LeaderWorkerSets the rollout is done with (``controller.fleet``)
     -- the reconciler reads the snapshot again (``Reader.refresh``) --
     prune    children the spec no longer needs, launcher ConfigMaps no revision mounts
-    place    Kueue groups split across racks or on a failed tray, admitted again (``controller.readmit``)
+    place    Kueue groups split across racks or on a failed tray, admitted again (``controller.readmit``);
+             reserved and burst groups' Workload priorities (``controller.capacity``)
     observe  the ComputeDomain (``controller.computedomains``)
     route    the endpoint picker, the InferencePool's gateways, the route's Gateways (``controller.routing``)
     report   the status and its Events (``controller.status``)
@@ -35,6 +36,7 @@ from kimik3.api.conditions import ConditionType, Event, EventReason, Reason, Ver
 from kimik3.api.v1alpha1 import KimiK3DeploymentStatus, RoutingStatus
 from kimik3.controller import launchers
 from kimik3.controller.autoscaling import Autoscaling, Scaled
+from kimik3.controller.capacity import RECHECK_S, Priorities, Reprioritize, missing_reserved, reprioritizations
 from kimik3.controller.computedomains import (SLICES_POLL_S, PrepareFailure, compute_domain_verdict, prepare_failures,
                                               unprepared_pods, verdict_event, with_prepare_failures)
 from kimik3.controller.fleet import fleet_replicas
@@ -56,6 +58,7 @@ from kimik3.kube.objects import is_deleting
 from kimik3.render.children import Rendered, render
 from kimik3.render.disruption import fleet_pods, over_fleet
 from kimik3.render.revision import TEMPLATE_HASH_ANNOTATION
+from kimik3.render.wake import WakeEndpoint
 
 T = TypeVar("T")
 
@@ -165,19 +168,19 @@ def scale(snap: Snapshot, admitted: Admitted, autoscaling: Autoscaling, stopped:
 
 
 def render_children(snap: Snapshot, admitted: Admitted, replicas: int | None, crashes: Crashes,
-                    compute_domains: bool) -> StepResult[Rendered]:
+                    compute_domains: bool, wake: WakeEndpoint | None = None) -> StepResult[Rendered]:
     """The children of the spec at ``replicas`` (the autoscaler's or the idle step's; None:
-    spec.replicas); render's warnings as Events. The launcher carries the start back-off its own
-    templates' groups earned (the LeaderWorkerSets of the rendered template hash): a new revision
-    starts clean."""
+    spec.replicas), the HTTPRoute to ``wake`` when given (the deployment sleeps); render's warnings
+    as Events. The launcher carries the start back-off its own templates' groups earned (the
+    LeaderWorkerSets of the rendered template hash): a new revision starts clean."""
     rendered = render(admitted, snap.owner, replicas=replicas, compute_domains=compute_domains,
-                      inference_pools=snap.pools_served)
+                      inference_pools=snap.pools_served, wake=wake)
     lws = next(c for c in rendered.objects if c["kind"] == LEADER_WORKER_SET.kind)
     want = lws["metadata"]["annotations"].get(TEMPLATE_HASH_ANNOTATION)
     delay = crashes.start_delay_s(s.name for s in snap.sets if s.template_hash == want and not s.deleting)
     if delay > 0:
         rendered = render(admitted, snap.owner, replicas=replicas, compute_domains=compute_domains, start_delay_s=delay,
-                          inference_pools=snap.pools_served)
+                          inference_pools=snap.pools_served, wake=wake)
     return StepResult(rendered, events=list(rendered.warnings))
 
 
@@ -252,19 +255,32 @@ def prune(snap: Snapshot, rendered: Rendered, applied_all: bool) -> StepResult[N
     return out
 
 
-def place(snap: Snapshot, now: dt.datetime) -> StepResult[None]:
+def place(snap: Snapshot, admitted: Admitted, now: dt.datetime) -> StepResult[list[Reprioritize]]:
     """Placement kueue: the Workload of each group Kueue split across racks or whose tray failed is
     deleted, for Kueue to admit the group again whole, and so is one Kueue set aside for a
-    ResourceClaimTemplate not yet made (``controller.readmit``); look again soon while that goes
-    on, an admitted group has a pod not yet on a tray, or a Workload is set aside (Workloads are
-    not watched)."""
+    ResourceClaimTemplate not yet made (``controller.readmit``); with burst capacity, the value is
+    the Workloads whose priority is to be set to their capacity's (``controller.capacity``). Look
+    again soon while that goes on, an admitted group has a pod not yet on a tray, a Workload is set
+    aside, or a reserved group's Workload is not made yet (Workloads are not watched); with burst
+    capacity every ``capacity.RECHECK_S`` all the same (Kueue may set a raised priority back)."""
     workloads, names = snap.workloads or [], snap.set_uids
     steps = readmissions(workloads, snap.groups, names, now)
-    out: StepResult[None] = StepResult(None, delete=[
-        Deletion(WORKLOAD, s.workload, s.uid, s.event) for s in steps])
+    gone = {s.workload for s in steps}
+    priorities = snap.priorities
+    out: StepResult[list[Reprioritize]] = StepResult(
+        [r for r in reprioritizations(admitted.spec, workloads, names, priorities) if r.workload not in gone]
+        if isinstance(priorities, Priorities) else [],
+        delete=[Deletion(WORKLOAD, s.workload, s.uid, s.event) for s in steps])
+    if isinstance(priorities, str):
+        out.events.append(Event("Warning", EventReason.PRIORITY_CLASS_UNREADABLE,
+                                f"{priorities}: the reserved groups keep the burst priority Kueue gave them "
+                                "until it can be read"))
     aside = any(stranded(w, now + dt.timedelta(seconds=STRANDED_AFTER_S)) for w in workloads)
-    if steps or aside or awaits_kueue(workloads, snap.pods, names):
+    if steps or aside or awaits_kueue(workloads, snap.pods, names) or \
+            (snap.workloads is not None and missing_reserved(admitted.spec, workloads, snap.sets)):
         out.requeue_after = REPLACE_POLL_S
+    elif priorities is not None:
+        out.requeue_after = RECHECK_S
     return out
 
 

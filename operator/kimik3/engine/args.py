@@ -20,6 +20,7 @@ import math
 from typing import Any
 
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec, duration_seconds
+from kimik3.engine.kvcache import offload_gib
 from kimik3.engine.weights import drafter_path, model_path, offline
 from kimik3.topology.plan import GroupPlan
 
@@ -44,6 +45,7 @@ OWNED_FLAGS = frozenset({
     "--moe-backend", "--all2all-backend", "--load-format", "--enforce-eager", "--compilation-config", "-cc",
     "--enable-prefix-caching", "--no-enable-prefix-caching", "--tool-call-parser", "--enable-auto-tool-choice",
     "--reasoning-parser", "--language-model-only", "--shutdown-timeout",
+    "--kv-offloading-size", "--kv-offloading-backend",
 })
 """Flags the operator derives from typed fields; ``spec.engine.extraArgs`` may not set them
 (kimik3.admission.extra_args refuses them)."""
@@ -156,6 +158,8 @@ def common_args(spec: KimiK3DeploymentSpec) -> list[str]:
     args.append("--enable-prefix-caching" if f.prefix_caching else "--no-enable-prefix-caching")
     if f.language_model_only:
         args.append("--language-model-only")
+    if e.kv_offload is not None:  # vLLM 0.33 sets its OffloadingConnector up from these two
+        args += ["--kv-offloading-size", str(offload_gib(spec)), "--kv-offloading-backend", e.kv_offload.backend]
     sc = speculative_config(spec)
     if sc is not None:
         args += ["--speculative-config", _json(sc)]

@@ -7,6 +7,10 @@ Sources (see ../shared/reference/gb300-on-kubernetes.md and kimi-k3-and-vllm.md)
 - B300 / B200 / H200 HGX: 8-GPU x86 nodes (288 / 180 / 141 GB) whose NVLink domain ends at the node.
 - vLLM 0.33.0 runs the megakernel ("latency_specialized") decode path only on the SM100/SM103
   family (B200, B300, GB200, GB300), not on H200 (SM90).
+- Host memory per node (``host_memory``, the node's memory capacity): a GB300/GB200 NVL72 tray
+  has 2 Grace CPUs with up to 480 GB LPDDR5X each, 960 GB (NVIDIA GB300 NVL72 spec: 36 Grace CPUs,
+  up to 17 TB LPDDR5X per rack; the Grace CPU Superchip: up to 960 GB); an 8-GPU HGX/DGX node
+  2 TiB (NVIDIA DGX H200/B200/B300 specs: 2 TB system memory).
 """
 
 from __future__ import annotations
@@ -35,16 +39,18 @@ class AcceleratorProfile:
     """Nodes in one NVLink domain: 18 trays for NVL72, 1 for an HGX node."""
     megakernel_capable: bool
     """SM100/SM103 family: vLLM 0.33's specialised decode path can run here."""
+    host_memory: str
+    """CPU memory of one node, a Kubernetes quantity (the node's ``memory`` capacity)."""
 
 
 PROFILES: dict[str, AcceleratorProfile] = {
     p.name: p
     for p in (
-        AcceleratorProfile("gb300", 4, 288, "NVIDIA-GB300", "arm64", True, 18, True),
-        AcceleratorProfile("gb200", 4, 186, "NVIDIA-GB200", "arm64", True, 18, True),
-        AcceleratorProfile("b300", 8, 288, "NVIDIA-B300", "amd64", False, 1, True),
-        AcceleratorProfile("b200", 8, 180, "NVIDIA-B200", "amd64", False, 1, True),
-        AcceleratorProfile("h200", 8, 141, "NVIDIA-H200", "amd64", False, 1, False),
+        AcceleratorProfile("gb300", 4, 288, "NVIDIA-GB300", "arm64", True, 18, True, "960G"),
+        AcceleratorProfile("gb200", 4, 186, "NVIDIA-GB200", "arm64", True, 18, True, "960G"),
+        AcceleratorProfile("b300", 8, 288, "NVIDIA-B300", "amd64", False, 1, True, "2Ti"),
+        AcceleratorProfile("b200", 8, 180, "NVIDIA-B200", "amd64", False, 1, True, "2Ti"),
+        AcceleratorProfile("h200", 8, 141, "NVIDIA-H200", "amd64", False, 1, False, "2Ti"),
     )
 }
 

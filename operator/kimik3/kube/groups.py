@@ -15,9 +15,9 @@ a tray relabelled after binding). Such a group is never ``serving`` nor ``live_r
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from kimik3.kube import pods as kpods
 from kimik3.kube.labels import LWS_REVISION_LABEL
@@ -93,22 +93,28 @@ def groups_of(pods: Iterable[dict[str, Any]], nodes_per_group: int,
 
 HELD, SERVING = "held", "serving"
 """States of ``gpus_by_revision``."""
+RESERVED: Literal["reserved"] = "reserved"
+BURST: Literal["burst"] = "burst"
+"""Capacities of ``gpus_by_revision``: a reserved group (up to autoscaling.minReplicas, never
+preempted for another tenant's burst) or a burst one (``controller.capacity``)."""
 
 
-def gpus_by_revision(groups: Iterable[Group]) -> dict[tuple[str, str], int]:
-    """(revision, state) -> GPUs (``kube.pods.gpu_request``) of the groups' pods: ``HELD`` by each
+def gpus_by_revision(groups: Iterable[Group], capacity: Callable[[int], str]) -> dict[tuple[str, str, str], int]:
+    """(revision, state, capacity) -> GPUs (``kube.pods.gpu_request``) of the groups' pods: ``HELD`` by each
     pod bound to a node and not finished (``kube.pods.holds_node``: from binding to deletion,
     loading and terminating included; a pod waiting for a node holds none), ``SERVING`` by those
     of a Ready group (``Group.ready``). The revision is each pod's own
-    ``leaderworkerset.sigs.k8s.io/template-revision-hash`` ("" when missing); each revision is
-    there with 0 for both states from its first pod on, bound or not: a counter integrating these
-    (``controller.metrics.GpuTime``) is then scraped at zero before it grows, and Prometheus'
-    ``increase()`` counts its first GPU-seconds too."""
-    out: dict[tuple[str, str], int] = {}
+    ``leaderworkerset.sigs.k8s.io/template-revision-hash`` ("" when missing); the capacity is
+    ``capacity(group index)`` (``controller.capacity``: reserved or burst). Each (revision,
+    capacity) is there with 0 for both states from its first pod on, bound or not: a counter
+    integrating these (``controller.metrics.GpuTime``) is then scraped at zero before it grows,
+    and Prometheus' ``increase()`` counts its first GPU-seconds too."""
+    out: dict[tuple[str, str, str], int] = {}
     for group in groups:
+        kind = capacity(group.index)
         for pod in group.pods:
             revision = kpods.labels(pod).get(LWS_REVISION_LABEL, "")
             gpus = kpods.gpu_request(pod) if kpods.holds_node(pod) else 0
-            out[(revision, HELD)] = out.get((revision, HELD), 0) + gpus
-            out[(revision, SERVING)] = out.get((revision, SERVING), 0) + (gpus if group.ready else 0)
+            out[(revision, HELD, kind)] = out.get((revision, HELD, kind), 0) + gpus
+            out[(revision, SERVING, kind)] = out.get((revision, SERVING, kind), 0) + (gpus if group.ready else 0)
     return out

@@ -53,6 +53,9 @@ HTTP_ROUTE = Kind("gateway.networking.k8s.io", "v1", "HTTPRoute", "httproutes")
 POD_DISRUPTION_BUDGET = Kind("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets")
 GATEWAY = Kind("gateway.networking.k8s.io", "v1", "Gateway", "gateways")
 """The Gateway an HTTPRoute names (read, never written: ``controller.routing`` checks it admits the route)."""
+REFERENCE_GRANT = Kind("gateway.networking.k8s.io", "v1beta1", "ReferenceGrant", "referencegrants")
+"""Lets the HTTPRoutes of a tenant's namespace name the operator's wake Service in its own namespace
+(``render.wake``; v1beta1: served by every Gateway API release since v0.6, v1 only since v1.5)."""
 INFERENCE_POOL = Kind("inference.networking.k8s.io", "v1", "InferencePool", "inferencepools")
 """Gateway API Inference Extension: the group leaders as one backend, scored by an endpoint picker."""
 INFERENCE_OBJECTIVE = Kind("inference.networking.x-k8s.io", "v1alpha2", "InferenceObjective", "inferenceobjectives")
@@ -61,7 +64,11 @@ discovery whether it is served (the picker v1.2.1 cannot start without it)."""
 DEPLOYMENT = Kind("apps", "v1", "Deployment", "deployments")
 """The endpoint picker (``render.routing``)."""
 WORKLOAD = Kind("kueue.x-k8s.io", "v1beta2", "Workload", "workloads")
-"""Kueue: one per group of a LeaderWorkerSet it manages (placement ``kueue``); read, never written."""
+"""Kueue: one per group of a LeaderWorkerSet it manages (placement ``kueue``); read, deleted to
+re-admit a group (``controller.readmit``), its ``spec.priority`` patched for reserved and burst
+capacity (``controller.capacity``)."""
+WORKLOAD_PRIORITY_CLASS = Kind("kueue.x-k8s.io", "v1beta2", "WorkloadPriorityClass", "workloadpriorityclasses")
+"""Kueue, cluster-scoped: the values of ``placement.priorityClass`` and ``burstPriorityClass``, read (``controller.capacity``)."""
 LOCAL_QUEUE = Kind("kueue.x-k8s.io", "v1beta2", "LocalQueue", "localqueues")
 """Kueue: the queue a ``kueue`` deployment submits its groups to (``queueName``); read before a group is created."""
 CONFIG_MAP = Kind("", "v1", "ConfigMap", "configmaps")
@@ -82,9 +89,9 @@ NODE = Kind("", "v1", "Node", "nodes")
 """Cluster-scoped (``path()`` with no namespace); read by the dev kit's views, not by the operator."""
 
 KINDS: tuple[Kind, ...] = (KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, COMPUTE_DOMAIN, POD_MONITOR, HTTP_ROUTE, GATEWAY,
-                           INFERENCE_POOL, DEPLOYMENT,
+                           REFERENCE_GRANT, INFERENCE_POOL, DEPLOYMENT,
                            POD_DISRUPTION_BUDGET, CONFIG_MAP, SERVICE, POD, EVENT, LEASE, NODE, RESOURCE_SLICE, WORKLOAD,
-                           LOCAL_QUEUE,
+                           WORKLOAD_PRIORITY_CLASS, LOCAL_QUEUE,
                            JOB, PERSISTENT_VOLUME_CLAIM, SERVICE_ACCOUNT, ROLE, ROLE_BINDING)
 
 CHILD_KINDS: tuple[Kind, ...] = (COMPUTE_DOMAIN, CONFIG_MAP, LEADER_WORKER_SET, SERVICE, POD_DISRUPTION_BUDGET,

@@ -33,10 +33,10 @@ GPU_RESOURCE = "nvidia.com/gpu"
 KUEUE_QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 """On the LeaderWorkerSet: the LocalQueue its groups are submitted to (Kueue refuses a change while a group is Ready)."""
 KUEUE_PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+"""On the LeaderWorkerSet: the WorkloadPriorityClass of its groups' Workloads."""
 KUEUE_SUSPENDING_PARENT_ANNOTATION = "kueue.x-k8s.io/pod-suspending-parent"
 """On a LeaderWorkerSet's pod templates: written by Kueue's LeaderWorkerSet webhook when Kueue manages
 the set (v0.17.0 to v0.19.2, ``leaderworkerset_webhook.go``); Kueue's pod webhook gates pods that carry it."""
-"""On the LeaderWorkerSet: the WorkloadPriorityClass of its groups' Workloads."""
 KUEUE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 """Pod template annotation: every pod of the podset inside one domain of this node label."""
 KUEUE_PODSET_GROUP = "kueue.x-k8s.io/podset-group-name"
@@ -45,6 +45,9 @@ KUEUE_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 """On each Workload: the uid of the LeaderWorkerSet it belongs to."""
 KUEUE_WORKLOAD_INDEX_ANNOTATION = "kueue.x-k8s.io/component-workload-index"
 """On each Workload of a LeaderWorkerSet: the group index it admits."""
+CAPACITY_ANNOTATION = f"{GROUP}/capacity"
+"""On each Workload of a deployment with ``placement.burstPriorityClass``: ``reserved`` or ``burst``,
+written by the operator with the Workload's ``spec.priority`` (``controller.capacity``)."""
 
 WAKE_REQUESTED_ANNOTATION = f"{GROUP}/wake-requested-at"
 """On a KimiK3Deployment: an RFC 3339 time; a deployment stopped for idleness before it wakes

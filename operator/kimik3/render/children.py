@@ -26,6 +26,7 @@ from kimik3.render.leaderworkerset import leader_worker_set
 from kimik3.render.meta import Owner
 from kimik3.render.podmonitor import pod_monitor
 from kimik3.render.routing import endpoint_picker, inference_pool
+from kimik3.render.wake import WakeEndpoint
 from kimik3.render.service import client_service
 
 
@@ -52,13 +53,14 @@ COMPUTE_DOMAIN_SKIPPED = ("no ComputeDomain: the operator runs with --no-compute
 
 
 def render(admitted: Admitted, owner: Owner, replicas: int | None = None, compute_domains: bool = True,
-           start_delay_s: float = 0.0, inference_pools: bool = True) -> Rendered:
+           start_delay_s: float = 0.0, inference_pools: bool = True, wake: WakeEndpoint | None = None) -> Rendered:
     """Children of the deployment ``owner`` names; ``replicas`` overrides spec.replicas (the
     autoscaler's choice); ``compute_domains=False`` renders no ComputeDomain and no channel claims
     (clusters without the DRA driver) and says so in ``warnings``; ``start_delay_s`` is the
     launcher's start back-off (seconds; kimik3.controller.recreation); ``inference_pools=False``
     (a cluster that does not serve InferencePool) renders ``spec.routing`` as the Service path:
-    no pool, no picker, the HTTPRoute to the Service (the RoutingReady condition says so)."""
+    no pool, no picker, the HTTPRoute to the Service (the RoutingReady condition says so); ``wake``:
+    the HTTPRoute goes to the operator's wake Service instead (the deployment sleeps, ``render.wake``)."""
     spec, plan = admitted.spec, admitted.plan
     groups = spec.replicas if replicas is None else replicas
     objects: list[dict[str, Any]] = []
@@ -95,7 +97,7 @@ def render(admitted: Admitted, owner: Owner, replicas: int | None = None, comput
         absent += [Absent(kind_of(o["apiVersion"], o["kind"]), o["metadata"]["name"]) for o in routing
                    if inference_pools or o["kind"] != INFERENCE_POOL.kind]
     if spec.service.http_route is not None:
-        objects.append(http_route(owner, spec, to_pool))
+        objects.append(http_route(owner, spec, to_pool, wake))
     else:
         absent.append(Absent(HTTP_ROUTE, owner.name))
     return Rendered(objects, absent, warnings)

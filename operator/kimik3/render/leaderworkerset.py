@@ -9,7 +9,8 @@ sources (gb300-on-kubernetes.md, failure-cases.md):
 - placement ``exclusive``: the ``exclusive-topology`` annotation on ``nvidia.com/gpu.clique`` puts
   each group alone in one NVL72 rack; placement ``kueue``: the queue (and priority) label on the
   LeaderWorkerSet and, on both templates, Kueue's required-topology annotation on the clique and
-  one podset group name, so Kueue admits a group whole and packs it into one rack (kueue.md);
+  one podset group name, so Kueue admits a group whole and packs it into one rack (kueue.md); with
+  ``burstPriorityClass`` the priority label names that class (``controller.capacity``);
 - the leader's startup probe allows ``probes.loadTimeout`` for the ~1.5 TB load (F12); workers
   get no HTTP probes (headless ranks serve no HTTP);
 - drained exits: a pod that goes runs the launcher's ``drain`` as its preStop hook
@@ -34,8 +35,10 @@ from kimik3.engine.args import (
     engine_env,
     shutdown_timeout_s,
 )
+from kimik3.engine.kvcache import offload_bytes_per_pod, offload_shm_bytes
 from kimik3.engine.weights import MODEL_MOUNT
 from kimik3.kube.kinds import LEADER_WORKER_SET
+from kimik3.kube.quantities import gibibytes, quantity_bytes
 from kimik3.kube.labels import (
     GPU_RESOURCE,
     KUEUE_PODSET_GROUP,
@@ -88,11 +91,17 @@ def _engine_env(admitted: Admitted) -> dict[str, str]:
     return engine_env(admitted.spec, admitted.plan, admitted.seconds.load_timeout)
 
 
+def _shm_size(admitted: Admitted) -> str:
+    """``engine.shmSize``, plus what the host KV tier needs in /dev/shm (``kvcache.offload_shm_bytes``)."""
+    shm, extra = admitted.spec.engine.shm_size, offload_shm_bytes(admitted.spec)
+    return gibibytes(quantity_bytes(shm) + extra) if extra else shm
+
+
 def _volumes(owner: Owner, admitted: Admitted) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     spec = admitted.spec
     src = spec.model.source
     volumes: list[dict[str, Any]] = [
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.engine.shm_size}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _shm_size(admitted)}},
         {"name": configmap.VOLUME, "configMap": {"name": configmap.configmap_name(owner, admitted),
                                                  "defaultMode": 0o444}},
     ]
@@ -150,9 +159,13 @@ def pod_template(owner: Owner, admitted: Admitted, serves_api: bool, channel_cla
     limits: dict[str, Any] = {GPU_RESOURCE: plan.gpus_per_node}
     if spec.engine.resources.cpu:
         limits["cpu"] = spec.engine.resources.cpu
+    tier = offload_bytes_per_pod(spec)
     if spec.engine.resources.memory:
-        limits["memory"] = spec.engine.resources.memory
+        limits["memory"] = gibibytes(quantity_bytes(spec.engine.resources.memory) + tier) if tier else \
+            spec.engine.resources.memory
     resources: dict[str, Any] = {"limits": limits, "requests": dict(limits)}
+    if tier and not spec.engine.resources.memory:  # no limit to raise: request the tier alone
+        resources["requests"]["memory"] = gibibytes(tier)
     if claims:
         resources["claims"] = [{"name": computedomain.CLAIM_NAME}]
     container: dict[str, Any] = {
@@ -221,8 +234,11 @@ def leader_worker_set(owner: Owner, admitted: Admitted, replicas: int, channel_c
     meta = owner.metadata(engine_set_name(owner.name))
     if placement.mode == "kueue":
         meta["labels"][KUEUE_QUEUE_NAME_LABEL] = placement.queue_name
-        if placement.priority_class:
-            meta["labels"][KUEUE_PRIORITY_CLASS_LABEL] = placement.priority_class
+        # With burst capacity every Workload starts at the burst class; the operator raises the
+        # reserved groups' (controller.capacity): one template cannot tell groups apart.
+        priority_class = placement.burst_priority_class or placement.priority_class
+        if priority_class:
+            meta["labels"][KUEUE_PRIORITY_CLASS_LABEL] = priority_class
         if plan.clique_placement:
             # Kueue TAS (kueue.md): both podsets of a group in one domain of the topology key.
             # Kueue ignores pod (anti-)affinity, so no exclusive-topology annotation beside it.

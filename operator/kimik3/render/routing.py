@@ -11,7 +11,9 @@ Service, ConfigMap, ServiceAccount, Role and RoleBinding are laid out as the rel
 - the pool selects the group leaders only (worker index 0: the workers of a multi-node group
   serve no HTTP), on the engine's port (``spec.service.port``);
 - the prefix scorer is configured for Kimi K3 (``PREFIX_BLOCK_CHARACTERS``, ``max_prefix_blocks``)
-  instead of the defaults, which assume a 16-token vLLM block and 16K characters of prefix;
+  instead of the defaults, which assume a 16-token vLLM block and 16K characters of prefix, and
+  with a host KV tier (``spec.engine.kvOffload``) its index holds what each leader's engines hold
+  in GPU and host memory (``prefix_scorer``);
 - the KV-cache metric is vLLM 0.33's name (the picker's default is the pre-0.10 name);
 - the Role reads only this deployment's InferencePool by name (the picker watches it with a
   ``metadata.name`` field selector), the pods and the InferenceObjectives of the namespace, and
@@ -29,12 +31,13 @@ from typing import Any
 
 from kimik3.api.documents import dump_yaml
 from kimik3.api.v1alpha1 import K3_CONTEXT_TOKENS, KimiK3DeploymentSpec
-from kimik3.engine.kvcache import KV_BLOCK_ALIGNMENT
+from kimik3.engine.kvcache import KV_BLOCK_ALIGNMENT, spec_kv_blocks
 from kimik3.engine.metrics import KV_USAGE
 from kimik3.kube.kinds import (CONFIG_MAP, DEPLOYMENT, INFERENCE_OBJECTIVE, INFERENCE_POOL, POD, ROLE, ROLE_BINDING,
                                SERVICE, SERVICE_ACCOUNT, Kind)
 from kimik3.render.meta import Owner
 from kimik3.render.service import leader_selector
+from kimik3.topology.plan import data_parallel_size
 
 GRPC_PORT = 9002
 """The picker's ext_proc port, the one the InferencePool names (EPP ``--grpc-port`` default)."""
@@ -80,11 +83,29 @@ def max_prefix_blocks(spec: KimiK3DeploymentSpec) -> int:
     return -(-(spec.model.max_model_len or K3_CONTEXT_TOKENS) // KV_BLOCK_ALIGNMENT)
 
 
+def prefix_scorer(spec: KimiK3DeploymentSpec) -> dict[str, Any]:
+    """The prefix-cache scorer's parameters (v1.2.1 ``prefix.Config``). Without a host tier:
+    ``autoTune``, so the picker hashes in the engines' block and sizes its index per leader
+    (``lruCapacityPerServer``) from the ``num_gpu_blocks`` they report, with
+    ``PREFIX_BLOCK_CHARACTERS`` until they do. With ``engine.kvOffload`` the engines hold more than
+    their GPU blocks, and ``autoTune`` would size the index to those alone (``PreRequest`` takes
+    ``CacheNumGPUBlocks`` over the configured capacity) and forget prefixes the host tier still
+    serves: ``autoTune`` off, the block given as the engines cache in (``kvcache.spec_kv_blocks``:
+    1024 tokens x 4 characters at GB300 TP8) and the capacity as the GPU and host blocks of every
+    engine behind a leader (896 + 2446 at TP8 with a 1000Gi tier)."""
+    prefix: dict[str, Any] = {"autoTune": True, "blockSize": PREFIX_BLOCK_CHARACTERS,
+                              "maxPrefixBlocksToMatch": max_prefix_blocks(spec)}
+    if spec.engine.kv_offload is not None:
+        kv = spec_kv_blocks(spec)
+        prefix |= {"autoTune": False, "blockSize": kv.block_size * CHARACTERS_PER_TOKEN,
+                   "lruCapacityPerServer": (kv.blocks + kv.host_blocks) * data_parallel_size(spec.topology)}
+    return prefix
+
+
 def picker_config(spec: KimiK3DeploymentSpec) -> dict[str, Any]:
     """The ``EndpointPickerConfig`` (v1.2.1 ``apix/config/v1alpha1``): the three scorers and the picker,
-    one scheduling profile; the prefix scorer's block and reach as ``PREFIX_BLOCK_CHARACTERS`` and
-    ``max_prefix_blocks`` say."""
-    prefix = {"autoTune": True, "blockSize": PREFIX_BLOCK_CHARACTERS, "maxPrefixBlocksToMatch": max_prefix_blocks(spec)}
+    one scheduling profile; the prefix scorer's parameters as ``prefix_scorer`` says."""
+    prefix = prefix_scorer(spec)
     plugins: list[dict[str, Any]] = [{"type": kind} for kind in SCORER_WEIGHTS]
     for plugin in plugins:
         if plugin["type"] == "prefix-cache-scorer":

@@ -8,7 +8,7 @@ is what the rule summed over the hour ending there), and ``rows`` turns those an
 
 Units: tokens and requests are counts (``increase()`` extrapolates to the hour's edges, so a
 value may be fractional: printed rounded); GPU-hours are ``kimik3_gpu_seconds_total``'s increase
-/ 3600; SLO minutes are one-minute readings of ``kimik3_latency_within_target`` (the autoscaler's
+/ 3600, held ones split into reserved and burst by its ``capacity`` label; SLO minutes are one-minute readings of ``kimik3_latency_within_target`` (the autoscaler's
 verdict on its last window with traffic), ``*_minutes_measured`` those with a reading at all.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 from kimik3.api.conditions import Reason
 from kimik3.autoscaler.observation import FINISHED_REASONS, MetricsUnavailable
 from kimik3.autoscaler.sources import PrometheusClient
-from kimik3.kube.groups import HELD, SERVING
+from kimik3.kube.groups import BURST, HELD, SERVING
 from kimik3.kube.times import rfc3339
 from kimik3.usage.rules import RULES, SLO_MEASURED, SLO_WITHIN, slo_record
 
@@ -52,11 +52,19 @@ class Usage:
     """Finished requests by outcome (vLLM's ``finished_reason``)."""
     gpu_hours_held: float = 0.0
     gpu_hours_serving: float = 0.0
+    gpu_hours_burst: float = 0.0
+    """Of ``gpu_hours_held``, those of burst groups (above autoscaling.minReplicas with
+    placement.burstPriorityClass: preemptible); the rest are reserved (``gpu_hours_reserved``)."""
     latency_minutes_within: float | None = None
     latency_minutes_measured: float | None = None
     ttft_minutes_within: float | None = None
     """None where no TTFT target is set (no reading)."""
     ttft_minutes_measured: float | None = None
+
+    @property
+    def gpu_hours_reserved(self) -> float:
+        """GPU-hours held by reserved groups (every group of a deployment without burst capacity)."""
+        return self.gpu_hours_held - self.gpu_hours_burst
 
     @property
     def serving_share(self) -> float | None:
@@ -82,6 +90,13 @@ def hour_starts(start: float, end: float) -> list[float]:
     (rounded down: an hour not over by ``end`` is left out)."""
     first, last = start - start % HOUR_S, end - end % HOUR_S
     return [float(h) for h in range(int(first), int(last), HOUR_S)]
+
+
+def rolling_hour_starts(end: float, hours: int) -> list[float]:
+    """Starts of the ``hours`` consecutive hours ending exactly at ``end`` (unix seconds, not
+    rounded: ``hours=1`` is the past 60 minutes up to ``end``); each recorded value read at an
+    hour's end holds the hour before it, whatever the clock says."""
+    return [end - (hours - i) * HOUR_S for i in range(hours)]
 
 
 def _points(matrix: Matrix) -> Iterable[tuple[dict[str, str], float, float]]:
@@ -122,6 +137,8 @@ def rows(answers: Mapping[str, Matrix]) -> list[Usage]:
         state = labels.get("state")
         if state == HELD:
             usage.gpu_hours_held += value / HOUR_S
+            if labels.get("capacity") == BURST:
+                usage.gpu_hours_burst += value / HOUR_S
         elif state == SERVING:
             usage.gpu_hours_serving += value / HOUR_S
         usage.revisions.add(labels.get("revision", ""))
@@ -151,7 +168,7 @@ def read(client: PrometheusClient, hours: list[float], namespace: str | None = N
 
 COLUMNS = ("hour", "namespace", "deployment", "revisions", "prompt_tokens", "cached_prompt_tokens",
            "generation_tokens", "requests", *(f"requests_{r}" for r in FINISHED_REASONS), "gpu_hours_held",
-           "gpu_hours_serving", "serving_share", "latency_minutes_within", "latency_minutes_measured",
+           "gpu_hours_serving", "gpu_hours_reserved", "gpu_hours_burst", "serving_share", "latency_minutes_within", "latency_minutes_measured",
            "latency_attainment", "ttft_minutes_within", "ttft_minutes_measured", "ttft_attainment")
 """Columns of every format, in order (``requests``: every outcome, unknown ones included)."""
 
@@ -168,6 +185,7 @@ def record(usage: Usage) -> dict[str, Any]:
         "generation_tokens": round(usage.generation_tokens), "requests": round(sum(usage.requests.values())),
         **{f"requests_{r}": round(usage.requests.get(r, 0.0)) for r in FINISHED_REASONS},
         "gpu_hours_held": round(usage.gpu_hours_held, 3), "gpu_hours_serving": round(usage.gpu_hours_serving, 3),
+        "gpu_hours_reserved": round(usage.gpu_hours_reserved, 3), "gpu_hours_burst": round(usage.gpu_hours_burst, 3),
         "serving_share": maybe(usage.serving_share, 4),
         "latency_minutes_within": maybe(usage.latency_minutes_within, 0),
         "latency_minutes_measured": maybe(usage.latency_minutes_measured, 0),

@@ -16,7 +16,7 @@ at the end of an hour, a series holds what was counted in that hour:
 
 Sources: vLLM 0.33's counters as the PodMonitor relabels them (``render.podmonitor``: labels
 ``namespace``, ``deployment``, ``group``, ``revision``), and the operator's own series (labels
-``namespace``, ``deployment``, ``revision``; the chart's ServiceMonitor keeps them with
+``namespace``, ``deployment``, ``revision``, and for GPU time ``state`` and ``capacity``; the chart's ServiceMonitor keeps them with
 ``honorLabels``). ``prometheus_rule`` wraps the groups as a PrometheusRule (the Helm chart ships
 it, ``kimik3 usage-rules`` writes it, the dev cluster applies it); ``kimik3.usage.report`` reads
 the recorded series back.
@@ -66,8 +66,9 @@ USAGE_RULES = (
               help="prompt tokens served from the prefix cache (vllm:prefix_cache_hits, present in 0.32 and 0.33)"),
     UsageRule("requests", f"{REQUEST_SUCCESS}_total", ("finished_reason",),
               help="finished requests by outcome (vLLM's finished_reason: stop, length, abort, error, repetition)"),
-    UsageRule("gpu_seconds", "kimik3_gpu_seconds_total", ("state",),
-              help="GPU-seconds held (bound pods, loading included) and serving (Ready groups)"),
+    UsageRule("gpu_seconds", "kimik3_gpu_seconds_total", ("state", "capacity"),
+              help="GPU-seconds held (bound pods, loading included) and serving (Ready groups), of reserved "
+                   "and burst groups"),
 )
 """What is billed, by report key."""
 RULES = {rule.key: rule for rule in USAGE_RULES}

@@ -195,19 +195,34 @@ def stagers(state_dir: str, kubeconfig: str) -> None:
 @_state_dir_option
 @click.option("--kubeconfig", required=True, type=click.Path(exists=True, dir_okay=False),
               help="An admin kubeconfig of the dev cluster (with the CA's file).")
-def gateways(state_dir: str, kubeconfig: str) -> None:
+@click.option("--wake-service", default=None, metavar="NAMESPACE/SERVICE:PORT",
+              help="The operator's wake Service (its `kimik3 run --wake-service`): a route naming it goes to --wake-address.")
+@click.option("--wake-address", default=None, metavar="IP:PORT", help="Where the operator's activator listens.")
+def gateways(state_dir: str, kubeconfig: str, wake_service: str | None, wake_address: str | None) -> None:
     """Run the endpoint picker and Envoy for every InferencePool the operator renders, as the
-    rendered picker Deployment says (kimik3_dev.devcluster.gatewaywatch; started by `dev up`)."""
+    rendered picker Deployment says, following each pool's HTTPRoute to the operator's wake
+    endpoint and back (kimik3_dev.devcluster.gatewaywatch; started by `dev up`)."""
     import logging
 
     import yaml
     from kubernetes import config as k8s_config
 
+    from kimik3.render.wake import WakeEndpoint
     from kimik3_dev.devcluster.gatewaywatch import GatewayWatcher
+    if (wake_service is None) != (wake_address is None):
+        raise click.UsageError("--wake-service and --wake-address go together")
+    wake = None
+    if wake_service is not None and wake_address is not None:
+        host, _, port = wake_address.rpartition(":")
+        try:
+            wake = (WakeEndpoint.parse(wake_service), (host, int(port)))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--wake-service/--wake-address") from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cluster = yaml.safe_load(Path(kubeconfig).read_text())["clusters"][0]["cluster"]
     api = k8s_config.new_client_from_config(config_file=kubeconfig)
-    GatewayWatcher(api, Path(state_dir).resolve(), cluster["server"], Path(cluster["certificate-authority"])).run_forever()
+    GatewayWatcher(api, Path(state_dir).resolve(), cluster["server"], Path(cluster["certificate-authority"]),
+                   wake=wake).run_forever()
 
 
 @dev.command("config-reloader")

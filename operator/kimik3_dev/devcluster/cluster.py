@@ -22,11 +22,13 @@ pidfile (``<state>/pids/``) and a log (``<state>/logs/``, etcd and kube-apiserve
    daemons, status); the real scheduler allocates the claims;
 6. the operator: ``kimik3 run`` (``--no-compute-domains`` when no driver runs), as the chart's
    ServiceAccount ``kimik3-system/kimik3-operator`` with the chart's RBAC (``rbac``), recorded in
-   ``cluster.json``'s ``operator_identity``;
+   ``cluster.json``'s ``operator_identity``; its wake endpoint (the activator) on a port of its own,
+   named as the chart's wake Service (``WAKE_SERVICE``; ``urls.wake``);
 6b. ``kimik3 dev stagers``: staging-Job pods run as local processes, model-cache claims
    provisioned on host folders (``stagers``);
 6c. ``kimik3 dev gateways``: the endpoint picker and Envoy for every InferencePool the operator
-   renders, run as the rendered picker Deployment says (``gatewaywatch``), listeners in
+   renders, run as the rendered picker Deployment says (``gatewaywatch``), following each pool's
+   HTTPRoute to the wake endpoint and back, listeners in
    ``<state>/gateway/gateways.json``;
 7. the Prometheus Operator (out of cluster, ``promoperator``), a ``Prometheus`` object for it, the
    kit's config-reloader (``kimik3 dev config-reloader``: the operator's generated configuration ->
@@ -59,6 +61,7 @@ from kimik3.controller.kube import ApiError
 from kimik3.kube import nodes as knodes
 from kimik3.kube.accelerators import PROFILES
 from kimik3.kube.times import rfc3339
+from kimik3.render.wake import WakeEndpoint
 from kimik3_dev import command
 from kimik3_dev.devcluster import (gateway, kubecomponents, kueue, kwok, lws, podnet, processes, prometheus,
                                    promoperator, rbac)
@@ -103,6 +106,9 @@ BUILD_TIMEOUT_S = 3600.0
 """Bound on building missing binaries (a cold kube-apiserver compile took 189 s here, plus
 ~2 min of module downloads)."""
 SIM_HELP_TIMEOUT_S = 60.0
+WAKE_SERVICE = WakeEndpoint(rbac.RELEASE_NAMESPACE, f"{rbac.RELEASE}-wake", 8081)
+"""The wake Service as the chart names it (templates/wake.yaml): stopped deployments' HTTPRoutes name it
+(``kimik3 run --wake-service``) and ``dev gateways`` sends what they route there to the operator's activator."""
 OPERATOR_KUBECONFIG = "operator-sa.kubeconfig"
 """The operator's kubeconfig in the state dir: a TokenRequest token of the chart's ServiceAccount
 (``rbac.install_operator_identity``). ``operator.kubeconfig`` is ControlPlane's static-token one."""
@@ -377,13 +383,15 @@ class DevCluster:
             state["operator_identity"] = identity.as_state()
             out.note(f"identity {identity.user} (chart RBAC: {', '.join(identity.objects)}; "
                      f"token until {identity.expires}); kubeconfig {identity.kubeconfig}")
-            op_port = free_port()
+            op_port, wake_port = free_port(), free_port()
             record = self._spawn("operator", _cli("run", "--kubeconfig", str(identity.kubeconfig),
                                                   *([] if domains else ["--no-compute-domains"]),
-                                                  "--health-port", str(op_port), "--health-host", "127.0.0.1"),
+                                                  "--health-port", str(op_port), "--health-host", "127.0.0.1",
+                                                  "--wake-port", str(wake_port), "--wake-service", str(WAKE_SERVICE)),
                                  env=_cli_env())
             self._wait_http("operator", f"http://127.0.0.1:{op_port}/readyz", record, timeout, out)
             state["urls"]["operator"] = f"http://127.0.0.1:{op_port}"
+            state["urls"]["wake"] = f"http://127.0.0.1:{wake_port}"
         with out.step("starting the staging-Job runner (kimik3 dev stagers)"):
             record = self._spawn("stagers", _cli("dev", "stagers", "--state-dir", str(self.state_dir),
                                                  "--kubeconfig", str(self.kubeconfig)), env=_cli_env())
@@ -394,7 +402,9 @@ class DevCluster:
                 raise ComponentError("stagers", "exited during start", record.log, self._retry)
         with out.step("starting the gateway watcher (kimik3 dev gateways)"):
             record = self._spawn("gateways", _cli("dev", "gateways", "--state-dir", str(self.state_dir),
-                                                  "--kubeconfig", str(self.kubeconfig)), env=_cli_env())
+                                                  "--kubeconfig", str(self.kubeconfig),
+                                                  "--wake-service", str(WAKE_SERVICE),
+                                                  "--wake-address", f"127.0.0.1:{wake_port}"), env=_cli_env())
             deadline = time.monotonic() + 2.0
             while time.monotonic() < deadline and record.alive:
                 time.sleep(0.1)

@@ -58,7 +58,7 @@ from typing import Any
 from kimik3.api.v1alpha1 import KimiK3DeploymentSpec
 from kimik3.kube import pods as kpods
 from kimik3.kube.kinds import CONFIG_MAP, DEPLOYMENT, KIMIK3_DEPLOYMENT, POD
-from kimik3.kube.labels import DEPLOYMENT_LABEL
+from kimik3.kube.labels import DEPLOYMENT_LABEL, LEADER_WORKER_INDEX, LWS_WORKER_INDEX_LABEL
 from kimik3.render.meta import Owner
 from kimik3.render.routing import endpoint_picker
 from kimik3_dev.devcluster import processes
@@ -69,9 +69,9 @@ from kimik3_dev.devcluster.rest import Rest
 from kimik3_dev.sim import podenv
 from kimik3_dev.versions import ENVOY_VERSION, INFERENCE_EXTENSION_VERSION
 
-__all__ = ["DESTINATION_HEADER", "SERVED_HEADER", "Gateway", "Picker", "envoy_config", "host_argv", "picker_for",
-           "picker_from",
-           "picker_health", "pool_endpoints", "pool_gauge", "pool_path", "start", "stop"]
+__all__ = ["DESTINATION_HEADER", "SERVED_HEADER", "Gateway", "Picker", "WakeRoute", "envoy_config", "host_argv",
+           "picker_for", "picker_from",
+           "picker_health", "pool_endpoints", "pool_gauge", "pool_path", "route_config", "start", "stop", "write_routes"]
 
 POOL_API = "/apis/inference.networking.k8s.io/v1"
 EPP_BINARY = f"epp-{INFERENCE_EXTENSION_VERSION}"
@@ -98,6 +98,27 @@ REQUEST_TIMEOUT_S = 86400
 def pool_path(namespace: str, name: str) -> str:
     """API path of InferencePool ``namespace/name``."""
     return f"{POOL_API}/namespaces/{namespace}/inferencepools/{name}"
+
+
+def pool_over_leaders(rest: Rest, namespace: str, deployment: str) -> dict[str, str]:
+    """Create InferencePool ``namespace/deployment`` by hand (FailClose, the picker ``<deployment>-epp``
+    at port 9002) over the deployment's leader pods at their engine port, for the benchmarks that put
+    a pool before a deployment without ``spec.routing``. Returns each leader's engine URL
+    (``http://<pod IP>:<port>``) by pod name. ``ValueError`` when the leaders do not share one port."""
+    pods = [p for p in rest.items(f"/api/v1/namespaces/{namespace}/pods", f"{DEPLOYMENT_LABEL}={deployment}")
+            if kpods.is_leader(p)]
+    ports = {c["containerPort"] for p in pods for c in p["spec"]["containers"][0]["ports"]}
+    if len(ports) != 1:
+        raise ValueError(f"{namespace}/{deployment}: its leaders' engine ports are {sorted(ports)}, not one port")
+    (port,) = ports
+    rest.create(f"{POOL_API}/namespaces/{namespace}/inferencepools", {
+        "apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool",
+        "metadata": {"name": deployment, "namespace": namespace},
+        "spec": {"selector": {"matchLabels": {DEPLOYMENT_LABEL: deployment,
+                                              LWS_WORKER_INDEX_LABEL: LEADER_WORKER_INDEX}},
+                 "targetPorts": [{"number": port}],
+                 "endpointPickerRef": {"name": f"{deployment}-epp", "port": {"number": 9002}}}})
+    return {p["metadata"]["name"]: f"http://{p['status']['podIP']}:{port}" for p in pods}
 
 
 def _component(kind: str, namespace: str, pool: str) -> str:
@@ -201,8 +222,60 @@ def _static_cluster(name: str, endpoints: list[tuple[str, int]], **fields: Any) 
                 {"lb_endpoints": [{"endpoint": {"address": _socket(ip, port)}} for ip, port in endpoints]}]}}
 
 
+@dataclass(frozen=True)
+class WakeRoute:
+    """An HTTPRoute whose backend is the operator's wake Service (``kimik3.render.wake``), as this
+    gateway follows it: every request goes to the activator at ``address`` (``ip:port``, no picker),
+    with the headers the rule's ``RequestHeaderModifier`` sets (name, value)."""
+
+    address: tuple[str, int]
+    headers: tuple[tuple[str, str], ...]
+
+
+ROUTE_CONFIG = "pool"
+"""Name of the listener's RouteConfiguration, served from ``ROUTES_FILE`` (``write_routes``)."""
+ROUTES_FILE = "routes.json"
+
+
+def route_config(mode: str, wake: WakeRoute | None = None) -> dict[str, Any]:
+    """The listener's RouteConfiguration: to the pool (the route that requires the picker's
+    ``DESTINATION_HEADER``, with ``FailOpen`` a fallback after it), or with ``wake`` every request to
+    the ``wake`` cluster with its headers set (``OVERWRITE_IF_EXISTS_OR_ADD``, as Gateway API's
+    ``set``) and the ext_proc filter disabled on the route: a sleeping deployment has no endpoint to pick.
+    Responses carry ``SERVED_HEADER``."""
+    route_action = {"timeout": f"{REQUEST_TIMEOUT_S}s", "idle_timeout": f"{REQUEST_TIMEOUT_S}s"}
+    routes: list[dict[str, Any]]
+    if wake is not None:
+        routes = [{"match": {"prefix": "/"}, "route": {"cluster": "wake", **route_action},
+                   "request_headers_to_add": [{"header": {"key": k, "value": v},
+                                               "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"} for k, v in wake.headers],
+                   "typed_per_filter_config": {"envoy.filters.http.ext_proc": {
+                       "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute",
+                       "disabled": True}}}]
+    else:
+        routes = [{"match": {"prefix": "/", "headers": [{"name": DESTINATION_HEADER, "present_match": True}]},
+                   "route": {"cluster": "pool", **route_action}}]
+        if mode == "FailOpen":
+            routes.append({"match": {"prefix": "/"}, "route": {"cluster": "pool-fallback", **route_action}})
+    return {"name": ROUTE_CONFIG, "virtual_hosts": [{
+        "name": "pool", "domains": ["*"], "routes": routes,
+        "response_headers_to_add": [{"header": {"key": SERVED_HEADER, "value": "%UPSTREAM_REMOTE_ADDRESS%"},
+                                     "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}]}]}
+
+
+def write_routes(path: Path, config: dict[str, Any], version: str) -> None:
+    """Write RouteConfiguration ``config`` as the xDS DiscoveryResponse Envoy reads from ``path``
+    (a filesystem RDS source watching its directory): to a file beside it, then renamed over it, so
+    Envoy never reads a half-written file and sees the move."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps({"version_info": version, "resources": [
+        {"@type": "type.googleapis.com/envoy.config.route.v3.RouteConfiguration", **config}]}))
+    os.replace(tmp, path)
+
+
 def envoy_config(listen_port: int, admin_port: int, epp_port: int, mode: str,
-                 fallback: list[tuple[str, int]]) -> dict[str, Any]:
+                 fallback: list[tuple[str, int]], routes_file: Path | None = None,
+                 wake: tuple[str, int] | None = None) -> dict[str, Any]:
     """Envoy's bootstrap for one InferencePool (see the module docstring).
 
     ``epp_port``: the picker's ext_proc gRPC port on 127.0.0.1 (TLS, certificate not verified, as
@@ -212,23 +285,21 @@ def envoy_config(listen_port: int, admin_port: int, epp_port: int, mode: str,
     Request flow: a ``header_mutation`` filter drops any client-sent ``DESTINATION_HEADER`` (only
     the picker chooses), ext_proc (headers, then the body streamed full-duplex, as upstream) lets the
     picker set it and clear the route cache, then the route that requires the header forwards to the
-    ``ORIGINAL_DST`` cluster reading it. Responses carry ``SERVED_HEADER``.
+    ``ORIGINAL_DST`` cluster reading it (``route_config``).
+
+    ``routes_file``: the routes are read from this file (``write_routes``) and followed when it
+    changes (the HTTPRoute moving to the wake endpoint and back), else ``route_config(mode)`` inline;
+    ``wake``: the activator's ``(ip, port)``, the ``wake`` cluster a ``WakeRoute`` sends to.
     """
     if mode not in FAILURE_MODES:
         raise ValueError(f"failure mode {mode!r} is not one of {', '.join(FAILURE_MODES)}")
     fail_open = mode == "FailOpen"
-    route_action = {"timeout": f"{REQUEST_TIMEOUT_S}s", "idle_timeout": f"{REQUEST_TIMEOUT_S}s"}
-    routes = [{"match": {"prefix": "/", "headers": [{"name": DESTINATION_HEADER, "present_match": True}]},
-               "route": {"cluster": "pool", **route_action}}]
-    if fail_open:
-        routes.append({"match": {"prefix": "/"}, "route": {"cluster": "pool-fallback", **route_action}})
+    routing: dict[str, Any] = {"route_config": route_config(mode)} if routes_file is None else {"rds": {
+        "route_config_name": ROUTE_CONFIG, "config_source": {"resource_api_version": "V3", "path_config_source": {
+            "path": str(routes_file), "watched_directory": {"path": str(routes_file.parent)}}}}}
     hcm = {
         "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
-        "stat_prefix": "pool",
-        "route_config": {"name": "pool", "virtual_hosts": [{
-            "name": "pool", "domains": ["*"], "routes": routes,
-            "response_headers_to_add": [{"header": {"key": SERVED_HEADER, "value": "%UPSTREAM_REMOTE_ADDRESS%"},
-                                         "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}]}]},
+        "stat_prefix": "pool", **routing,
         "http_filters": [
             {"name": "envoy.filters.http.header_mutation", "typed_config": {
                 "@type": "type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation",
@@ -268,7 +339,11 @@ def envoy_config(listen_port: int, admin_port: int, epp_port: int, mode: str,
     ]
     if fail_open:
         clusters.append(_static_cluster("pool-fallback", fallback, lb_policy="ROUND_ROBIN"))
+    if wake is not None:
+        clusters.append(_static_cluster("wake", [wake]))
     return {
+        # A filesystem xDS source needs the node's id and cluster (Envoy refuses the bootstrap without).
+        **({} if routes_file is None else {"node": {"id": routes_file.parent.name, "cluster": "kimik3-dev-gateway"}}),
         "admin": {"address": _socket("127.0.0.1", admin_port)},
         "static_resources": {
             "listeners": [{"name": "pool", "address": _socket("127.0.0.1", listen_port),
@@ -296,6 +371,8 @@ class Gateway:
     envoy: ProcessRecord
     start_s: dict[str, float] = field(default_factory=dict)
     """Seconds from spawn to ready: ``epp`` (the pool read), ``envoy`` (live, the picker healthy)."""
+    routes_file: Path | None = None
+    """Envoy's routes (``write_routes``): rewritten to follow the HTTPRoute (``gatewaywatch``)."""
 
 
 def pool_gauge(text: str, name: str, pool: str) -> float | None:
@@ -343,14 +420,16 @@ def picker_for(rest: Rest, pool: dict[str, Any]) -> Picker:
 
 
 def start(state_dir: Path, kubeconfig: Path, rest: Rest, namespace: str, pool: str, picker: Picker | None = None, *,
-          timeout_s: float = 60.0, die_with_parent: bool = False, binaries: Path | None = None) -> Gateway:
+          timeout_s: float = 60.0, die_with_parent: bool = False, binaries: Path | None = None,
+          wake: tuple[str, int] | None = None) -> Gateway:
     """Start the picker and Envoy for InferencePool ``namespace/pool`` (see the module docstring) and
     wait, at most ``timeout_s`` s each, until (1) the picker has read the pool (its
     ``inference_pool_ready_pods{name=<pool>}`` gauge exists), then (2) Envoy is live (admin
     ``/ready``) and (3) Envoy's health check reaches the picker over TLS gRPC (cluster ``epp``
     healthy). The picker runs as ``picker`` says (``host_argv``), else as ``picker_for`` reads it.
-    Raises ``ComponentError`` naming the process, its log and the unmet wait; ``ValueError`` for a
-    missing pool, picker or a bad failure mode."""
+    Envoy's routes go to the pool until ``write_routes`` rewrites its ``routes_file``; ``wake``: the
+    activator's ``(ip, port)`` a ``WakeRoute`` may send to. Raises ``ComponentError`` naming the
+    process, its log and the unmet wait; ``ValueError`` for a missing pool, picker or a bad failure mode."""
     directory = binaries or bin_dir()
     binary = {"epp": directory / EPP_BINARY, "envoy": directory / ENVOY_BINARY}
     missing = [name for name, path in binary.items() if not os.access(path, os.X_OK)]
@@ -389,7 +468,10 @@ def start(state_dir: Path, kubeconfig: Path, rest: Rest, namespace: str, pool: s
 
     listen_port, admin_port = free_port(), free_port()
     envoy_file = base / "envoy.json"
-    envoy_file.write_text(json.dumps(envoy_config(listen_port, admin_port, grpc_port, mode, fallback), indent=1))
+    routes_file = base / ROUTES_FILE
+    write_routes(routes_file, route_config(mode), "0")
+    envoy_file.write_text(json.dumps(envoy_config(listen_port, admin_port, grpc_port, mode, fallback, routes_file, wake),
+                                     indent=1))
     started = time.monotonic()
     envoy = processes.spawn(state_dir, _component("envoy", namespace, pool),
                             [str(binary["envoy"]), "-c", str(envoy_file), "--concurrency", "1",
@@ -408,7 +490,7 @@ def start(state_dir: Path, kubeconfig: Path, rest: Rest, namespace: str, pool: s
     wait_for(envoy.name, picker_healthy, timeout_s, process=envoy)
     start_s["envoy"] = time.monotonic() - started
     return Gateway(namespace, pool, mode, f"http://127.0.0.1:{listen_port}", admin_url, metrics_url, grpc_port,
-                   epp, envoy, start_s)
+                   epp, envoy, start_s, routes_file)
 
 
 def stop(state_dir: Path, gateway: Gateway, kill: bool = False) -> None:

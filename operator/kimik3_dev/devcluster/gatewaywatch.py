@@ -13,6 +13,11 @@ InferencePool labelled ``app.kubernetes.io/managed-by=kimik3-operator``:
   may read, as in a pod;
 - it restarts them when the rendered config file or args change (a spec change), or when either
   process died, and stops them when the pool goes (routing turned off, the deployment deleted);
+- it follows the pool's HTTPRoute (named like the pool, as the operator renders it): while its
+  backendRef is the operator's wake Service (``wake``: a stopped deployment, ``kimik3.render.wake``),
+  Envoy sends every request to the operator's activator with the headers the rule's
+  ``RequestHeaderModifier`` sets, and to the pool again once the route names the pool
+  (``gateway.write_routes``: Envoy reloads its routes, the listener and connections stay);
 - it keeps ``<state>/gateway/gateways.json`` (``kimik3_dev.sim.services.write_gateways``): each
   pool's Envoy listener, which ``dev status`` prints and ``dev load --via-gateway`` targets;
 - the picker's pod: kwok makes it Running and Ready at once, so the Deployment is available and
@@ -36,9 +41,10 @@ from kubernetes import client
 
 from kimik3.controller.kube import ApiError
 from kimik3.kube import pods as kpods
-from kimik3.kube.kinds import DEPLOYMENT, INFERENCE_POOL, POD
+from kimik3.kube.kinds import DEPLOYMENT, HTTP_ROUTE, INFERENCE_POOL, POD, SERVICE
 from kimik3.kube.labels import MANAGED_BY, MANAGED_BY_LABEL
 from kimik3.kube.times import rfc3339
+from kimik3.render.wake import WakeEndpoint
 from kimik3_dev.devcluster import gateway, processes
 from kimik3_dev.devcluster.rbac import request_token, write_token_kubeconfig
 from kimik3_dev.devcluster.readiness import ComponentError
@@ -61,16 +67,40 @@ class _Running:
     deployment: str
 
 
+def wake_route(route: dict[str, Any] | None, wake: WakeEndpoint, address: tuple[str, int]) -> gateway.WakeRoute | None:
+    """The ``WakeRoute`` to ``address`` (the activator) when a rule of HTTPRoute ``route`` has the
+    wake Service ``wake`` as its backendRef (its namespace, else the route's), with the headers its
+    ``RequestHeaderModifier`` filter sets; None otherwise (the route goes to the pool, or is absent)."""
+    if route is None:
+        return None
+    here = route["metadata"]["namespace"]
+    for rule in (route.get("spec") or {}).get("rules") or []:
+        for ref in rule.get("backendRefs") or []:
+            if (ref.get("group", SERVICE.group), ref.get("kind", SERVICE.kind)) == (SERVICE.group, SERVICE.kind) \
+                    and (ref.get("namespace") or here, ref.get("name"), ref.get("port")) \
+                    == (wake.namespace, wake.service, wake.port):
+                headers = tuple((h["name"], h["value"]) for f in rule.get("filters") or []
+                                if f.get("type") == "RequestHeaderModifier"
+                                for h in (f.get("requestHeaderModifier") or {}).get("set") or [])
+                return gateway.WakeRoute(address, headers)
+    return None
+
+
 class GatewayWatcher:
     """Runs a gateway for each operator-rendered InferencePool of the cluster behind ``api``
     (module docstring); ``server`` and ``ca_file``: the API server's URL and CA for the pickers'
-    kubeconfigs; ``binaries``: where the EPP and Envoy binaries are (default ``bin_dir()``)."""
+    kubeconfigs; ``binaries``: where the EPP and Envoy binaries are (default ``bin_dir()``);
+    ``wake``: the operator's wake Service (``kimik3 run --wake-service``) and the ``(ip, port)`` its
+    activator listens on (``--wake-port``), None: routes to the wake Service are not followed."""
 
     def __init__(self, api: client.ApiClient, state_dir: Path, server: str, ca_file: Path,
-                 binaries: Path | None = None) -> None:
+                 binaries: Path | None = None, wake: tuple[WakeEndpoint, tuple[str, int]] | None = None) -> None:
         self.api, self.rest = api, Rest(api)
         self.state_dir, self.server, self.ca_file, self.binaries = state_dir, server, ca_file, binaries
+        self.wake = wake
         self.running: dict[str, _Running] = {}
+        self.routes: dict[str, gateway.WakeRoute | None] = {}
+        """What each running gateway's Envoy routes to now (None: the pool)."""
         self.listeners: dict[str, str] | None = None
 
     def step(self) -> None:
@@ -83,11 +113,13 @@ class GatewayWatcher:
                 log.info("stopping the gateway of %s: %s", key, why)
                 gateway.stop(self.state_dir, run.started)
                 del self.running[key]
+                self.routes.pop(key, None)
         for key, pool in pools.items():
             if key not in self.running:
                 self._start(pool)
-        for run in self.running.values():
+        for key, run in self.running.items():
             self._probe(run)
+            self._follow_route(key, run)
         listeners = {key: run.started.url for key, run in self.running.items()}
         if listeners != self.listeners:
             services.write_gateways(self.state_dir, listeners)
@@ -121,7 +153,8 @@ class GatewayWatcher:
             kubeconfig = write_token_kubeconfig(self.state_dir / "gateway" / f"{namespace}-{name}" / "kubeconfig",
                                                 self.server, self.ca_file, f"{namespace}-{account}", token)
             started = gateway.start(self.state_dir, kubeconfig, self.rest, namespace, name, picker,
-                                    die_with_parent=True, binaries=self.binaries)
+                                    die_with_parent=True, binaries=self.binaries,
+                                    wake=None if self.wake is None else self.wake[1])
         except (ValueError, ApiError, ComponentError) as exc:
             log.warning("no gateway for InferencePool %s/%s yet: %s", namespace, name, exc)
             for kind in ("envoy", "epp"):  # what a failed start left running
@@ -130,6 +163,21 @@ class GatewayWatcher:
         log.info("InferencePool %s/%s: gateway %s (picker metrics %s, started in %s)", namespace, name,
                  started.url, started.epp_metrics_url, {k: round(v, 1) for k, v in started.start_s.items()})
         self.running[f"{namespace}/{name}"] = _Running(started, picker, deployment)
+
+    def _follow_route(self, key: str, run: _Running) -> None:
+        """Envoy's routes as the pool's HTTPRoute says (module docstring), rewritten when that changes."""
+        if self.wake is None or run.started.routes_file is None:
+            return
+        route = self.rest.get(HTTP_ROUTE.path(run.started.namespace, run.started.pool))
+        wanted = wake_route(route, *self.wake)
+        if key in self.routes and self.routes[key] == wanted:
+            return
+        version = str(int(time.time() * 1000))
+        gateway.write_routes(run.started.routes_file, gateway.route_config(run.started.failure_mode, wanted), version)
+        log.info("InferencePool %s: Envoy routes to %s (HTTPRoute %s)", key,
+                 "the pool" if wanted is None else f"the wake endpoint {self.wake[0]}", "absent" if route is None
+                 else "resource version " + str(route["metadata"].get("resourceVersion")))
+        self.routes[key] = wanted
 
     def _probe(self, run: _Running) -> None:
         """The picker's pods Ready while its gateway runs (module docstring)."""

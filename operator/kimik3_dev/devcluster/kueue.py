@@ -156,11 +156,15 @@ def resource_flavor(profile: AcceleratorProfile) -> dict[str, Any]:
 
 COHORT = "kimik3-tenants"
 """The Cohort every ``--tenant`` ClusterQueue of ``dev up`` joins: idle quota is lent among them."""
-TENANT_PREEMPTION = {"reclaimWithinCohort": "Any", "borrowWithinCohort": {"policy": "LowerPriority"},
+TENANT_PREEMPTION = {"reclaimWithinCohort": "LowerPriority", "borrowWithinCohort": {"policy": "LowerPriority"},
                      "withinClusterQueue": "LowerPriority"}
 """How a tenant's ClusterQueue gets room (``spec.preemption``, Kueue v1beta2): its nominal quota
-back from any tenant borrowing it; beyond that, by preempting lower-priority Workloads of tenants
-that borrow too or of its own queue."""
+back from tenants borrowing it, and beyond that room from tenants that borrow too or from its own
+queue, each time by preempting lower-priority Workloads only. ``LowerPriority`` rather than ``Any``
+for the reclaim: with reserved and burst capacity (``placement.burstPriorityClass``,
+``kimik3.controller.capacity``) a tenant's reserved group then preempts another tenant's burst group,
+never its reserved ones, even while that tenant borrows (with ``Any`` every Workload of a borrowing
+ClusterQueue is a candidate, whatever its priority)."""
 
 
 def cluster_queue(name: str, flavor: str, gpus: int, cpu: str = "100000", memory: str = "1000Ti",

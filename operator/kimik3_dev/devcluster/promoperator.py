@@ -202,10 +202,18 @@ def usage_rule() -> dict[str, Any]:
     return prometheus_rule(USAGE_RULE, NAMESPACE)
 
 
+OPERATOR_SCRAPE_INTERVAL = "1s"
+"""How often the dev Prometheus scrapes the kimik3 operator. ``increase()`` extrapolates the end of
+a range from its last sample at the range's average rate, so GPU-seconds recorded at an
+evaluation carry up to one interval of (average - current) GPUs: a check over minutes
+(``usagecheck``) needs it short; a provider's ServiceMonitor interval matters only at hour edges."""
+
+
 def operator_job(target: str) -> dict[str, Any]:
     """The scrape job (Prometheus' own format) of the kimik3 operator's /metrics at ``target``
-    (``127.0.0.1:<port>``), job ``OPERATOR_JOB``."""
-    return {"job_name": OPERATOR_JOB, "metrics_path": "/metrics", "static_configs": [{"targets": [target]}]}
+    (``127.0.0.1:<port>``), job ``OPERATOR_JOB``, every ``OPERATOR_SCRAPE_INTERVAL``."""
+    return {"job_name": OPERATOR_JOB, "metrics_path": "/metrics", "scrape_interval": OPERATOR_SCRAPE_INTERVAL,
+            "static_configs": [{"targets": [target]}]}
 
 
 def additional_scrape_configs(jobs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -8,11 +8,11 @@ Profiles without a multi-node NVLink domain (b300, b200, h200: 8-GPU x86 nodes) 
 label. Every node carries the annotation kwok manages (``kwok.x-k8s.io/node: fake``) and a
 display-only label ``dev.kimik3.io/rack``.
 
-Host CPU and memory per node (not in PROFILES; sources):
-- GB300/GB200 NVL72 tray: 2 Grace CPUs x 72 Neoverse V2 cores = 144 cores; 2 x 480 GB LPDDR5X
-  (NVIDIA GB300 NVL72 spec: 36 Grace CPUs, 2,592 cores, up to 17 TB LPDDR5X per rack).
-- HGX/DGX 8-GPU node: 2 x 56-core Xeon = 224 hardware threads, 2 TiB (NVIDIA DGX H200 spec:
-  112 cores, 2 TB system memory).
+Host memory per node is the profile's ``host_memory`` (``kimik3.kube.accelerators``, with its
+sources); host CPUs per node (not in PROFILES; sources):
+- GB300/GB200 NVL72 tray: 2 Grace CPUs x 72 Neoverse V2 cores = 144 cores (NVIDIA GB300 NVL72
+  spec: 36 Grace CPUs, 2,592 cores).
+- HGX/DGX 8-GPU node: 2 x 56-core Xeon = 224 hardware threads (NVIDIA DGX H200 spec: 112 cores).
 """
 
 from __future__ import annotations
@@ -40,13 +40,13 @@ GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
 MAX_PODS = 110
 """Pods per node (the kubelet's default ``maxPods``)."""
 
-_HOST: dict[str, tuple[str, str]] = {
-    # profile -> (cpu cores, memory) per node; see the module docstring for sources.
-    "gb300": ("144", "960G"),
-    "gb200": ("144", "960G"),
-    "b300": ("224", "2Ti"),
-    "b200": ("224", "2Ti"),
-    "h200": ("224", "2Ti"),
+_HOST_CPUS: dict[str, str] = {
+    # profile -> cpu cores per node; see the module docstring for sources.
+    "gb300": "144",
+    "gb200": "144",
+    "b300": "224",
+    "b200": "224",
+    "h200": "224",
 }
 
 
@@ -102,8 +102,7 @@ def node_manifests(shape: RackShape) -> list[dict[str, Any]]:
     server keeps a Node's status on create, and kwok's node-initialize stage keeps the given
     capacity, allocatable and architecture."""
     p = shape.accelerator
-    cpu, memory = _HOST[shape.profile]
-    resources = {"cpu": cpu, "memory": memory, "pods": str(MAX_PODS), GPU_RESOURCE: str(p.gpus_per_node)}
+    resources = {"cpu": _HOST_CPUS[shape.profile], "memory": p.host_memory, "pods": str(MAX_PODS), GPU_RESOURCE: str(p.gpus_per_node)}
     out: list[dict[str, Any]] = []
     for rack in range(shape.racks):
         for tray in range(shape.trays_per_rack):

@@ -88,6 +88,9 @@ _MODULE_CRDS: dict[str, _ModuleCRD] = {
     "HTTPRoute": _ModuleCRD(
         GATEWAY_API_MODULE, GATEWAY_API_VERSION, "config/crd/standard/gateway.networking.k8s.io_httproutes.yaml"
     ),
+    "ReferenceGrant": _ModuleCRD(
+        GATEWAY_API_MODULE, GATEWAY_API_VERSION, "config/crd/standard/gateway.networking.k8s.io_referencegrants.yaml"
+    ),
     "InferencePool": _ModuleCRD(
         INFERENCE_EXTENSION_MODULE,
         INFERENCE_EXTENSION_VERSION,
@@ -151,7 +154,7 @@ def thirdparty_crd_paths() -> dict[str, Path]:
     """Return the third-party CRD manifest files, keyed by the kind each defines.
 
     Kinds: LeaderWorkerSet, ComputeDomain, PodMonitor, ServiceMonitor, GatewayClass, Gateway,
-    HTTPRoute, InferencePool, InferenceObjective, at the versions of ``kimik3_dev.versions``. Raises
+    HTTPRoute, ReferenceGrant, InferencePool, InferenceObjective, at the versions of ``kimik3_dev.versions``. Raises
     ``ThirdPartyCRDError`` naming the module when one cannot be fetched or lacks the file.
     """
     paths: dict[str, Path] = {}

@@ -154,10 +154,12 @@ def config_checks(serve: Serve, argv: list[str], env: dict[str, str], sm100_fami
     except ImportError:
         ObservabilityConfig = None
     e = engine
+    offload = {k: getattr(e, k) for k in ("kv_offloading_size", "kv_offloading_backend") if hasattr(e, k)}
     cache = attempt("CacheConfig", lambda: CacheConfig(
         cache_dtype=e.kv_cache_dtype, gpu_memory_utilization=e.gpu_memory_utilization,
         mamba_cache_dtype=e.mamba_cache_dtype, mamba_ssm_cache_dtype=e.mamba_ssm_cache_dtype,
-        use_replayssm=getattr(e, "use_replayssm", False), enable_prefix_caching=bool(e.enable_prefix_caching)))
+        use_replayssm=getattr(e, "use_replayssm", False), enable_prefix_caching=bool(e.enable_prefix_caching),
+        **offload))
     if ObservabilityConfig is not None and getattr(e, "custom_histogram_buckets", None) is not None:
         attempt("ObservabilityConfig", lambda: ObservabilityConfig(custom_histogram_buckets=e.custom_histogram_buckets))
     scheduler_kwargs = {} if e.enable_chunked_prefill is None else {"enable_chunked_prefill": e.enable_chunked_prefill}

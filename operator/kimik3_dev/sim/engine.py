@@ -24,6 +24,16 @@ there are not prefilled (the step time counts only the rest); its blocks are cac
 prefill computes them and stay cached, least recently freed evicted first, once it ends. Like
 vLLM 0.33 (``KVCacheManager.record_prefix_cache_stats``), ``vllm:prefix_cache_queries`` counts the
 prompt tokens of each scheduled request and ``vllm:prefix_cache_hits`` the tokens found cached.
+With a host tier (``--kv-offloading-size``: ``perfmodel.kv_cache_blocks``' ``host_blocks``) each
+engine also holds a ``prefixcache.HostTier``: every block a prefill computes is stored there too;
+the blocks of a prompt found there after those the GPU cache holds are loaded back into it, the
+request waiting ``perfmodel.host_tier_load_s`` for them (not a step: others keep running, as
+vLLM 0.33 loads asynchronously) instead of prefilling them. Like vLLM 0.33 with its
+OffloadingConnector, ``vllm:external_prefix_cache_queries`` counts the prompt tokens the GPU cache
+did not hold and ``vllm:external_prefix_cache_hits`` those loaded; ``vllm:kv_offload_load_bytes`` and
+``vllm:kv_offload_store_bytes`` the bytes moved, every rank's pages. ``vllm:cache_config_info``
+carries the cache's ``block_size`` and ``num_gpu_blocks`` (what the endpoint picker's ``autoTune``
+reads) and the tier's settings.
 
 API key (``EngineConfig.api_keys``, from the pod's ``VLLM_API_KEY``: ``kimik3_dev.sim.podenv``): like
 vLLM 0.32's ``AuthenticationMiddleware`` (vllm/entrypoints/serve/middleware/authenticate.py; the
@@ -78,8 +88,9 @@ from aiohttp import web
 from kimik3.autoscaler import perfmodel
 from kimik3.autoscaler.observation import FAILED_REASON
 from kimik3.autoscaler.perfmodel import EngineShape, PerfParams
+from kimik3.engine.kvcache import KVBlocks
 from kimik3_dev.sim import divergence
-from kimik3_dev.sim.prefixcache import PrefixCache, block_hashes
+from kimik3_dev.sim.prefixcache import HostTier, PrefixCache, block_hashes
 from kimik3_dev.sim.vllm_metrics import EngineMetrics
 
 log = logging.getLogger(__name__)
@@ -204,6 +215,8 @@ class SimRequest:
     first_token_ts: float = 0.0
     last_token_ts: float = 0.0
     prefilled: int = 0
+    ready_at: float = 0.0
+    """When the blocks loaded from the host tier are on the GPUs (prefill waits until then)."""
     held_blocks: int = 0
     """Leading ``block_hashes`` pinned in the engine's prefix cache."""
     generated: int = 0
@@ -218,9 +231,10 @@ class SimRequest:
 class _EngineState:
     """One data-parallel engine: its queue and running batch."""
 
-    def __init__(self, index: int, cache: PrefixCache):
+    def __init__(self, index: int, cache: PrefixCache, host: HostTier | None = None):
         self.index = index
         self.cache = cache
+        self.host = host
         self.waiting: collections.deque[SimRequest] = collections.deque()
         self.running: list[SimRequest] = []
 
@@ -247,6 +261,18 @@ class _Unit:
         return any(e.waiting or e.running for e in self.engines)
 
 
+def cache_config_info(config: EngineConfig, kv: KVBlocks) -> dict[str, str]:
+    """The labels of the engine's ``vllm:cache_config_info`` (``vllm_metrics.CACHE_CONFIG_INFO``):
+    the CacheConfig fields the simulator knows, as vLLM 0.33 writes them (``str()`` of the value;
+    K3's align mode keeps the KDA state at every block, ``mamba_block_size = block_size``)."""
+    shape, caching = config.shape, config.enable_prefix_caching
+    return {"block_size": str(kv.block_size), "gpu_memory_utilization": str(shape.gpu_memory_utilization),
+            "enable_prefix_caching": str(caching), "mamba_block_size": str(kv.block_size) if caching else "None",
+            "mamba_cache_mode": "align" if caching else "none", "num_gpu_blocks": str(kv.blocks),
+            "kv_offloading_size": str(float(shape.kv_offload_gib)) if shape.kv_offload_gib else "None",
+            "kv_offloading_backend": "native"}
+
+
 class SimEngine:
     """A simulated vLLM server. ``await start(host, port)`` binds a loopback address (in the dev
     cluster its leader pod's IP and rendered port, as vLLM listens in the pod)."""
@@ -257,13 +283,19 @@ class SimEngine:
         shape = config.shape
         self.k = shape.k
         self.dp = max(1, shape.data_parallel_size)
+        self.kv_blocks = perfmodel.kv_cache_blocks(self.params)
+        offload = shape.kv_offload_gib > 0
         self.metrics = EngineMetrics(config.served_model_name, range(self.dp), config.max_model_len,
-                                     self.k, config.buckets_override)
+                                     self.k, config.buckets_override, kv_offload=offload,
+                                     cache_config=cache_config_info(config, self.kv_blocks))
         self.rng = random.Random(config.seed)
         self._default_p = perfmodel.acceptance_rate(shape.spec_method, shape.k, config.workload) if self.k else 0.0
-        self.kv_blocks = perfmodel.kv_cache_blocks(self.params)
         blocks = self.kv_blocks.blocks if config.enable_prefix_caching else 0
-        self.engines = [_EngineState(i, PrefixCache(blocks, self.kv_blocks.block_size)) for i in range(self.dp)]
+        host = self.kv_blocks.host_blocks if config.enable_prefix_caching else 0
+        self.block_load_s = perfmodel.host_tier_load_s(self.params, 1)
+        self.block_bytes_all_ranks = self.kv_blocks.block_bytes * shape.gpus_per_engine
+        self.engines = [_EngineState(i, PrefixCache(blocks, self.kv_blocks.block_size),
+                                     HostTier(host) if offload else None) for i in range(self.dp)]
         per = self.params.engines_per_unit
         self.units = [_Unit(self.engines[i:i + per]) for i in range(0, self.dp, per)]
         self._unit_of = {e.index: u for u in self.units for e in u.engines}
@@ -405,7 +437,7 @@ class SimEngine:
                 budget -= len(decode) * verified
                 chunks: list[tuple[SimRequest, int]] = []
                 for r in eng.running:
-                    if r.prefilled < r.prompt_tokens and budget > 0:
+                    if r.prefilled < r.prompt_tokens and budget > 0 and r.ready_at <= clock:
                         chunk = min(budget, r.prompt_tokens - r.prefilled)
                         chunks.append((r, chunk))
                         budget -= chunk
@@ -413,6 +445,12 @@ class SimEngine:
                 prefill_tokens += sum(c for _, c in chunks)
                 plan.append((eng, decode, chunks))
             self._set_gauges(unit)
+            if not decode_seqs and not prefill_tokens:  # only loads from the host tier in flight
+                loads = [r.ready_at for eng in unit.engines for r in eng.running if r.ready_at > clock]
+                if loads:
+                    clock = min(loads)
+                    await asyncio.sleep(max(0.0, clock - loop.time()))
+                    continue
             end = clock + perfmodel.step_time(params, decode_seqs, prefill_tokens) * self.config.step_slowdown
             delay = end - loop.time()
             if delay > 0:
@@ -424,13 +462,25 @@ class SimEngine:
 
     def _schedule(self, eng: _EngineState, r: SimRequest, clock: float) -> None:
         """Move a waiting request into the running batch; what the prefix cache holds of its
-        prompt counts as prefilled (vLLM's ``get_computed_blocks`` and its prefix-cache stats)."""
-        hits = eng.cache.match(r.block_hashes, r.prompt_tokens)
-        r.held_blocks = eng.cache.acquire(r.block_hashes[:hits])
-        r.prefilled = r.held_blocks * eng.cache.block_size  # found cached: not prefilled
-        self.metrics["prefix_cache_queries"][eng.index].inc(r.prompt_tokens)
-        self.metrics["prefix_cache_hits"][eng.index].inc(r.prefilled)
+        prompt counts as prefilled (vLLM's ``get_computed_blocks`` and its prefix-cache stats), and
+        so does what the host tier holds after it, once loaded (the connector's
+        ``get_num_new_matched_tokens`` and its stats)."""
+        m, e, size = self.metrics, eng.index, eng.cache.block_size
+        local = eng.cache.match(r.block_hashes, r.prompt_tokens)
+        found = 0
+        if eng.host is not None:
+            found = eng.host.match(r.block_hashes, local, max(0, r.prompt_tokens - 1) // size)
+        r.held_blocks = eng.cache.acquire(r.block_hashes[:local + found])
+        loaded = max(0, r.held_blocks - local)  # what the GPU cache had no room for is prefilled
+        r.prefilled = r.held_blocks * size  # found cached: not prefilled
         r.scheduled_ts = max(clock, r.arrival)
+        r.ready_at = r.scheduled_ts + loaded * self.block_load_s
+        m["prefix_cache_queries"][e].inc(r.prompt_tokens)
+        m["prefix_cache_hits"][e].inc(min(local, r.held_blocks) * size)
+        if eng.host is not None:
+            m["external_prefix_cache_queries"][e].inc(r.prompt_tokens - min(local, r.held_blocks) * size)
+            m["external_prefix_cache_hits"][e].inc(loaded * size)
+            m["kv_offload_load_bytes"][e].inc(loaded * self.block_bytes_all_ranks)
         eng.running.append(r)
 
     def _apply_step(self, eng: _EngineState, decode: list[SimRequest], chunks: list[tuple[SimRequest, int]],
@@ -453,13 +503,17 @@ class SimEngine:
             generated += n
             self._emit(r, n)
         prefilled = 0
+        size = eng.cache.block_size
         for r, chunk in chunks:
             if r.aborted:
                 continue
+            if eng.host is not None:  # written through: every block this chunk completes
+                stored = eng.host.store(r.block_hashes[r.prefilled // size:(r.prefilled + chunk) // size])
+                m["kv_offload_store_bytes"][e].inc(stored * self.block_bytes_all_ranks)
             r.prefilled += chunk
             prefilled += chunk
             if r.held_blocks < len(r.block_hashes):  # cache the blocks this chunk completed
-                computed = r.block_hashes[r.held_blocks:r.prefilled // eng.cache.block_size]
+                computed = r.block_hashes[r.held_blocks:r.prefilled // size]
                 r.held_blocks += eng.cache.acquire(computed)
             if r.prefilled >= r.prompt_tokens:
                 m["time_to_first_token_seconds"][e].observe(now - r.arrival)

@@ -35,6 +35,8 @@ argv                                   simulated engine (``EngineConfig``)
 ``--gpu-memory-utilization``           KV-cache capacity and prefix-cache blocks (perf model)
 ``--[no-]enable-prefix-caching``       ``enable_prefix_caching`` (on unless told, as vLLM 0.33
                                        has it for K3)
+``--kv-offloading-size``               ``EngineShape.kv_offload_gib``: the host tier of each
+                                       engine's prefix cache (GiB over its ranks, perf model)
 ``--tensor-parallel-size``,            the group's shape: step times and data-parallel engines
 ``--pipeline-parallel-size``,          (perf model); ``--data-parallel-size`` above 1 is
 ``--data-parallel-size``,              ``dep`` with TP 1 and expert parallelism, else ``tp-dp``
@@ -211,6 +213,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--speculative-config", "-sc", type=_json_object)
     p.add_argument("--custom-histogram-buckets", type=_json_object)
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--kv-offloading-size", type=float)
     p.add_argument("--shutdown-timeout", type=int, default=0)
     return p
 
@@ -241,7 +244,8 @@ def engine_config(argv: list[str] | tuple[str, ...], accelerator: str, variant: 
         decode_backend=a.additional_config.get("decode_backend", "stock"),
         spec_method=sc.get("method", "none") if sc else "none",
         num_speculative_tokens=int(sc.get("num_speculative_tokens") or 0),
-        gpu_memory_utilization=a.gpu_memory_utilization, variant=variant)
+        gpu_memory_utilization=a.gpu_memory_utilization, variant=variant,
+        kv_offload_gib=int(a.kv_offloading_size or 0))
     values: dict[str, Any] = dict(shape=shape, model=a.model, served_model_name=a.served_model_name or a.model,
                                   enable_prefix_caching=a.enable_prefix_caching)
     for field_name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens"):

@@ -15,6 +15,17 @@ block queue). A lookup matches the longest run of leading hashes held; it never 
 prompt's last token (vLLM recomputes it for the logits: ``KVCacheManager.get_computed_blocks``,
 ``max_cache_hit_length = num_tokens - 1``).
 
+The host tier (``HostTier``, ``spec.engine.kvOffload``: vLLM 0.33's ``OffloadingConnector`` with
+its native CPU backend, read in the wheel: ``distributed/kv_transfer/kv_connector/v1/offloading/``,
+``v1/kv_offload/cpu/``) holds ``capacity`` blocks by hash in host memory, least recently used
+evicted first (the CPU manager's default ``eviction_policy: lru``). It is written through, not
+filled by evictions: the connector stores every full prompt block as soon as a step has computed
+it (``build_connector_meta`` offers the request's new blocks to ``prepare_store``; a block already
+held is not stored again), so it holds what the GPU cache holds as well as what the GPU evicted.
+A request's lookup there starts after the blocks the GPU cache holds
+(``get_num_new_matched_tokens`` is asked from the local hit on) and takes the leading run found, at
+most up to the prompt's last token; those blocks are loaded back into the GPU cache.
+
 Simplifications (not vLLM): only prompt blocks are cached (vLLM also caches blocks that generated
 tokens fill); the capacity counts cached full blocks only, not a running request's partial block
 or its decode tokens; and when every block is pinned, a new block is simply not cached (vLLM
@@ -94,3 +105,45 @@ class PrefixCache:
             else:
                 del self._pinned[block]
                 self._free[block] = None
+
+
+class HostTier:
+    """The host-memory tier of one engine: block hashes, least recently used first (module docstring)."""
+
+    def __init__(self, capacity: int):
+        if capacity < 0:
+            raise ValueError(f"capacity must be >= 0 blocks (got {capacity})")
+        self.capacity = capacity
+        self._blocks: collections.OrderedDict[bytes, None] = collections.OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def __contains__(self, block: bytes) -> bool:
+        return block in self._blocks
+
+    def match(self, hashes: Sequence[bytes], start: int, limit: int) -> int:
+        """Blocks held from ``hashes[start]`` on: the leading run, ending before index ``limit``
+        (a prompt's last token is always computed: ``PrefixCache.match``'s limit). The blocks found
+        become the most recently used."""
+        found = start
+        while found < min(limit, len(hashes)) and hashes[found] in self._blocks:
+            self._blocks.move_to_end(hashes[found])
+            found += 1
+        return found - start
+
+    def store(self, hashes: Sequence[bytes]) -> int:
+        """Store ``hashes`` (blocks a step computed), evicting the least recently used beyond the
+        capacity; a block held already is only marked used. Returns how many were new."""
+        new = 0
+        for block in hashes:
+            if block in self._blocks:
+                self._blocks.move_to_end(block)
+                continue
+            if self.capacity == 0:
+                return new
+            if len(self._blocks) >= self.capacity:
+                self._blocks.popitem(last=False)
+            self._blocks[block] = None
+            new += 1
+        return new

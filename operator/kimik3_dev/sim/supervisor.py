@@ -21,7 +21,9 @@ load time. kwok may give a new pod the address of a deleted one whose engine sti
 new engine then starts once that drain ends (a kubelet would not reuse an address so soon).
 
 It writes, atomically (temp file + rename), under ``<state-dir>/sim/``,
-``services.json``: where each Service's stand-in listens (``kimik3_dev.sim.services``).
+``services.json``: where each Service's stand-in listens (``kimik3_dev.sim.services``), and
+``usage.json``: the engines' own counts (``USAGE_FILE``, ``Supervisor.usage``), which a Prometheus
+scraping them can be checked against (``kimik3_dev.devcluster.usagecheck``).
 Prometheus finds the engines itself, as on a cluster: Kubernetes service discovery of the leader
 pods through the PodMonitor the operator renders (``kimik3_dev.devcluster.promoperator``).
 
@@ -129,6 +131,13 @@ RELEASE_ENV = {"KIMIK3_SIM_SLOWDOWN": "step_slowdown", "KIMIK3_SIM_LOAD_TIME": "
 """The engine env of a simulated bad release -> the ``EngineConfig`` field it sets (module docstring)."""
 RATE_FIELDS = frozenset({"error_rate", "corrupt_rate", "benign_divergence"})
 """The ``RELEASE_ENV`` fields that are shares, in [0, 1]."""
+USAGE_FILE = "usage.json"
+"""``[{"namespace", "deployment", "revision", "engines", "counters": {name: value}}, ...]``: every
+counter of every engine the supervisor ran for each (namespace, deployment, LeaderWorkerSet
+revision), summed over its engines, those stopped (a group deleted, a crashed pod's group
+recreated: its final count) and those running (their count now); names as exposed
+(``vllm:generation_tokens_total``, ``vllm:request_success_total{finished_reason="stop"}``:
+``EngineMetrics.counter_totals``). Rewritten each poll when it changed."""
 EXIT_CODE_ENV = "KIMIK3_SIM_EXIT_CODE"
 """Engine env: the engine exits with this code at start (module docstring)."""
 
@@ -179,6 +188,11 @@ class _Group:
     """The leader pod's LeaderWorkerSet revision label (the PodMonitor's ``revision`` label)."""
     on_delete: launch.Exit = launch.Exit()
     """How the engine ends when its leader pod is deleted."""
+
+    @property
+    def usage_key(self) -> tuple[str, str, str]:
+        """(namespace, deployment, revision): where ``usage.json`` counts the engine."""
+        return self.namespace, self.deployment, self.revision
 
 
 @dataclass(frozen=True)
@@ -246,6 +260,7 @@ class Supervisor:
         self.kube = Kube(api_client, timeout_s=API_TIMEOUT_S)
         self.sim_dir = Path(state_dir) / "sim"
         self.services_path = self.sim_dir / services.FILE
+        self.usage_path = self.sim_dir / USAGE_FILE
         self.load_time_s = load_time_s
         self.poll_interval_s = poll_interval_s
         self.workload = workload
@@ -254,6 +269,10 @@ class Supervisor:
         self._draining: dict[asyncio.Task, SimEngine] = {}
         """The engines of groups that went, each draining in its task."""
         self.groups: dict[tuple[str, str, str], _Group] = {}
+        self._stopped: dict[tuple[str, str, str], tuple[int, dict[str, float]]] = {}
+        """(namespace, deployment, revision) -> (engines stopped, their final counts summed)."""
+        self._counted: dict[asyncio.Task, tuple[str, str, str]] = {}
+        """The usage key of each draining engine."""
         self.services: dict[tuple[str, str, int], services.ServicePort] = {}
         """The stand-in of each (namespace, Service, port) kube-proxy would program."""
         self.probed: dict[str, bool] = {}
@@ -269,12 +288,12 @@ class Supervisor:
         self._exits: dict[str, asyncio.Task] = {}
         """Per leader pod UID of a release that crashes at start (``EXIT_CODE_ENV``): its exit, pending."""
         self._last_written: str | None = None
+        self._usage_written: str | None = None
         self.polls = 0
 
     # ---------------------------------------------------------------- main loop
     async def run(self, stop: asyncio.Event | None = None) -> None:
-        """Poll until ``stop`` is set (or the task is cancelled), then stop every engine and write
-        empty files."""
+        """Poll until ``stop`` is set (or the task is cancelled), then stop every engine (``close``)."""
         stop = stop or asyncio.Event()
         self._write_files(force=True)
         try:
@@ -290,16 +309,18 @@ class Supervisor:
 
     async def close(self) -> None:
         """Stop every engine (a draining one too: the simulator goes, not a pod) and Service
-        stand-in; write empty target and service files."""
+        stand-in; write an empty service file and the final usage."""
         for port in list(self.services.values()):
             await port.stop()
         self.services.clear()
-        engines = [self.groups.pop(key).engine for key in list(self.groups)] + list(self._draining.values())
+        engines = [(g.usage_key, g.engine) for g in [self.groups.pop(key) for key in list(self.groups)]]
+        engines += [(self._counted.pop(task), engine) for task, engine in list(self._draining.items())]
         for task in [*self._draining, *self._exits.values()]:
             task.cancel()
         await asyncio.gather(*self._draining, *self._exits.values(), return_exceptions=True)
-        for engine in engines:
+        for usage_key, engine in engines:
             await engine.stop()
+            self._count_stopped(usage_key, engine)
         self._exits.clear()
         if self._session is not None:
             await self._session.close()
@@ -519,7 +540,35 @@ class Supervisor:
         end = group.on_delete
         task = asyncio.create_task(group.engine.drain(end.deregister_s, end.shutdown_timeout_s, end.grace_s))
         self._draining[task] = group.engine
-        task.add_done_callback(lambda done: self._draining.pop(done, None))
+        self._counted[task] = group.usage_key
+
+        def drained(done: asyncio.Task) -> None:
+            engine = self._draining.pop(done, None)
+            usage_key = self._counted.pop(done, None)
+            if engine is not None and usage_key is not None:
+                self._count_stopped(usage_key, engine)
+        task.add_done_callback(drained)
+
+    def _count_stopped(self, usage_key: tuple[str, str, str], engine: SimEngine) -> None:
+        """Add a stopped engine's final counts to its deployment revision's."""
+        engines, counts = self._stopped.get(usage_key, (0, {}))
+        for name, value in engine.metrics.counter_totals().items():
+            counts[name] = counts.get(name, 0.0) + value
+        self._stopped[usage_key] = (engines + 1, counts)
+
+    def usage(self) -> list[dict[str, Any]]:
+        """``usage.json`` (``USAGE_FILE``): the counts of every engine run, stopped or not."""
+        out: dict[tuple[str, str, str], tuple[int, dict[str, float]]] = {
+            k: (n, dict(c)) for k, (n, c) in self._stopped.items()}
+        live = [(g.usage_key, g.engine) for g in self.groups.values()]
+        live += [(self._counted[t], e) for t, e in self._draining.items() if t in self._counted]
+        for usage_key, engine in live:
+            engines, counts = out.get(usage_key, (0, {}))
+            for name, value in engine.metrics.counter_totals().items():
+                counts[name] = counts.get(name, 0.0) + value
+            out[usage_key] = (engines + 1, counts)
+        return [{"namespace": ns, "deployment": dep, "revision": rev, "engines": n, "counters": counts}
+                for (ns, dep, rev), (n, counts) in sorted(out.items())]
 
     # ---------------------------------------------------------------- the kubelet's readiness prober
     async def _probe(self, wanted: dict[tuple[str, str, str], _Wanted]) -> None:
@@ -623,10 +672,14 @@ class Supervisor:
     def _write_files(self, force: bool = False) -> None:
         addresses = self.service_addresses()
         key = json.dumps(addresses, sort_keys=True)
-        if not force and key == self._last_written:
-            return
-        write_json_atomic(self.services_path, addresses)
-        self._last_written = key
+        if force or key != self._last_written:
+            write_json_atomic(self.services_path, addresses)
+            self._last_written = key
+        usage = self.usage()
+        key = json.dumps(usage, sort_keys=True)
+        if force or key != self._usage_written:
+            write_json_atomic(self.usage_path, usage)
+            self._usage_written = key
 
 
 async def run_supervisor(kubeconfig: str, state_dir: Path | str, *, load_time_s: float,

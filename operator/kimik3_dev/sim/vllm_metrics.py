@@ -75,6 +75,9 @@ class MetricDef:
     help: str = ""
     spec_decode: bool = False
     """Only present when speculative decoding is on."""
+    kv_offload: bool = False
+    """Only present with a host KV tier: the offloading connector's own (vLLM 0.33
+    ``distributed/kv_transfer/kv_connector/v1/offloading/metrics.py``, ``_TransferMetricName``)."""
 
 
 METRICS: tuple[MetricDef, ...] = (
@@ -83,6 +86,14 @@ METRICS: tuple[MetricDef, ...] = (
     MetricDef("vllm:kv_cache_usage_perc", "gauge", LABELS, help="Share of the KV cache in use (1 = full)."),
     MetricDef("vllm:prefix_cache_queries", "counter", LABELS, help="Prompt tokens looked up in the prefix cache."),
     MetricDef("vllm:prefix_cache_hits", "counter", LABELS, help="Prompt tokens found in the prefix cache."),
+    MetricDef("vllm:external_prefix_cache_queries", "counter", LABELS,
+              help="Prompt tokens looked up through the KV connector (those the GPU cache did not hold)."),
+    MetricDef("vllm:external_prefix_cache_hits", "counter", LABELS,
+              help="Prompt tokens the KV connector found (loaded from the host tier)."),
+    MetricDef("vllm:kv_offload_load_bytes", "counter", LABELS, help="Bytes loaded from the host tier to the GPUs.",
+              kv_offload=True),
+    MetricDef("vllm:kv_offload_store_bytes", "counter", LABELS, help="Bytes stored from the GPUs to the host tier.",
+              kv_offload=True),
     MetricDef("vllm:num_preemptions", "counter", LABELS, help="Preemptions."),
     MetricDef("vllm:prompt_tokens", "counter", LABELS, help="Prompt tokens prefilled."),
     MetricDef("vllm:generation_tokens", "counter", LABELS, help="Tokens generated."),
@@ -118,6 +129,11 @@ METRICS: tuple[MetricDef, ...] = (
               help="Accepted draft tokens by draft position.", spec_decode=True),
 )
 BY_NAME = {m.name: m for m in METRICS}
+CACHE_CONFIG_INFO = "vllm:cache_config_info"
+"""vLLM's info gauge of its CacheConfig (``PrometheusStatLogger.log_metrics_info``): value 1, one
+label per CacheConfig field (``CacheConfig.metrics_info``, every field as a string) and ``engine``.
+The endpoint picker reads its ``block_size`` and ``num_gpu_blocks`` (GAIE v1.2.1
+``pkg/epp/backend/metrics``). ``EngineMetrics`` writes the fields it is given (``cache_config``)."""
 
 
 def buckets_for(family: str, max_model_len: int) -> tuple[float, ...]:
@@ -155,7 +171,8 @@ class EngineMetrics:
     (``self.series["inter_token_latency_seconds"][0].observe(0.012)``)."""
 
     def __init__(self, model_name: str, engines: Iterable[int] = (0,), max_model_len: int = 1048576,
-                 num_speculative_tokens: int = 0, buckets_override: dict[str, tuple[float, ...]] | None = None):
+                 num_speculative_tokens: int = 0, buckets_override: dict[str, tuple[float, ...]] | None = None,
+                 kv_offload: bool = False, cache_config: Mapping[str, str] | None = None):
         self.registry = CollectorRegistry(auto_describe=True)
         self.model_name = model_name
         self.engines = list(engines)
@@ -165,7 +182,7 @@ class EngineMetrics:
         self.by_reason: dict[str, dict[int, Any]] = {}
         self.per_pos: dict[int, list[Any]] = {}
         for m in METRICS:
-            if m.spec_decode and self.k <= 0:
+            if (m.spec_decode and self.k <= 0) or (m.kv_offload and not kv_offload):
                 continue
             short = m.name.removeprefix("vllm:")
             fam: Counter | Gauge | Histogram
@@ -187,8 +204,30 @@ class EngineMetrics:
             else:
                 self.series[short] = {e: fam.labels(model_name, str(e)) for e in self.engines}
 
+        if cache_config is not None:
+            info = Gauge(CACHE_CONFIG_INFO, "Information of the LLMEngine CacheConfig",
+                         labelnames=(*cache_config, "engine"), registry=self.registry)
+            for e in self.engines:
+                info.labels(*cache_config.values(), str(e)).set(1)
+
     def __getitem__(self, short_name: str) -> dict[int, Any]:
         return self.series[short_name]
+
+    def counter_totals(self) -> dict[str, float]:
+        """Every counter summed over the engines: exposed name (``vllm:prompt_tokens_total``) ->
+        value, a labelled one keyed by its other labels too
+        (``vllm:request_success_total{finished_reason="stop"}``)."""
+        out: dict[str, float] = {}
+        for family in self.registry.collect():
+            if family.type != "counter":
+                continue
+            for sample in family.samples:
+                if not sample.name.endswith("_total"):
+                    continue
+                extra = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()) if k not in LABELS)
+                key = sample.name + (f"{{{extra}}}" if extra else "")
+                out[key] = out.get(key, 0.0) + sample.value
+        return out
 
     def render(self, accept: str | None = None) -> tuple[bytes, str]:
         """The exposition (body, content type), format chosen from an HTTP Accept header as

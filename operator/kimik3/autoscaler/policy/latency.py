@@ -18,7 +18,8 @@ decision, in order:
 3. Sizing (below), then reaction.py: one more group over either target (the TTFT one only when
    more groups can meet it: ttft.py), the scale-down anchored on the observed quantile.
 4. stabilization.py: bounded, recorded, the windows' levels; bursts.py: the burst hold raises
-   the scale-down level.
+   the scale-down level to what the bursts measured they need (what a window of a burst's
+   readings agreed on while the targets held).
 5. The verdict: scale up (not while groups cannot be placed: they are not capacity, and adding
    more cannot help: the policy holds and says so), hold while groups load (F10: they are
    neither added to on latency nor cancelled), hold while the quantile is over the scale-down
@@ -122,7 +123,12 @@ class LatencyPolicy:
             rec_down = max(rec_down, fleet.current)
         rec, _ = self.stabilization.record(now, rec, rec_down, obs.window_s)
         demand = self.reading.demand if self.reading is not None else None
-        self.bursts.follow(now, arrived, rec, fleet.loading, demand,
+        held = (latency is None or latency <= tolerated(s.target_s)) and (
+            ttft is None or s.ttft_target_s is None or ttft <= tolerated(s.ttft_target_s))
+        # A burst needs what a whole window of its readings agreed on while the targets held
+        # (bursts.py), each reading's recommendation where they broke.
+        agreed = self.stabilization.sustained(now, obs.window_s, self.interval_s)
+        self.bursts.follow(now, arrived, agreed if held and agreed is not None else rec, fleet.loading, demand,
                            self.forecast.shift_at == now and shifted != now, self.forecast.shift_up, self.lead_s)
         if not obs.has_traffic:
             self.bursts.end()
@@ -130,9 +136,8 @@ class LatencyPolicy:
         up, down = self.stabilization.levels(now)
         if bursty:
             down = max(down, min(self.bursts.level(now, self.lead_s), s.max_replicas))
-        ttft_held = ttft is None or s.ttft_target_s is None or ttft <= tolerated(s.ttft_target_s)
-        if up == fleet.current + 1 and (latency is None or latency <= tolerated(s.target_s)) and ttft_held \
-                and not self.stabilization.agreed(now, fleet.current, obs.window_s, self.interval_s):
+        if up == fleet.current + 1 and held and not self.stabilization.agreed(now, fleet.current, obs.window_s,
+                                                                             self.interval_s):
             # One group more while the target holds (within the reaction's tolerance: a forecast,
             # or noise) costs a load time of GPU-hours: it waits until the readings of a whole
             # window agree. A surge (several groups) or a broken target does not wait.

@@ -6,7 +6,8 @@ the policy has a whole window of history (nothing scales down on an operator res
 while the observed quantile is over that level (latency.py), and never to a count the observed
 quantile says passes it (reaction.py); bounded by min/max. One group more while the target holds
 (within the reaction's tolerance) waits until the recommendations of a whole window agree (a
-group costs a load time of GPU-hours); a surge does not wait.
+group costs a load time of GPU-hours); a surge does not wait. What a whole window agreed on
+(``sustained``) is also what a burst measures as its need (bursts.py).
 
 No reading -> hold (never scale down). "No traffic" is a reading: with ``min_replicas = 0`` the
 fleet goes to zero once the whole scale-down window saw none (F11).
@@ -73,12 +74,19 @@ class Stabilization:
         down = max(r for _, r in self._recommendations.since(now - self.down_window_s))
         return up, down
 
+    def sustained(self, now: float, window_s: float, interval_s: float) -> int | None:
+        """The most groups the scale-up recommendations of a whole observation window (``window_s``,
+        less one ``interval_s`` between decisions, back from ``now``) all asked for: their lowest,
+        from the newest one at or before that window's start on. None while the history is
+        shorter than that window."""
+        start = now - (window_s - interval_s) + 1e-6
+        base = self._recommendations.base(start)
+        if base is None or base[0] > start:
+            return None
+        return min(r for t, (r, _) in self._recommendations if t >= base[0])
+
     def agreed(self, now: float, current: int, window_s: float, interval_s: float) -> bool:
         """The recommendations have asked for more than ``current`` groups for a whole
-        observation window (``window_s``, less one ``interval_s`` between decisions)."""
-        agreeing = now
-        for t, (r, _) in reversed(self._recommendations):
-            if r <= current:
-                break
-            agreeing = t
-        return now - agreeing >= window_s - interval_s - 1e-6
+        observation window (``sustained``)."""
+        level = self.sustained(now, window_s, interval_s)
+        return level is not None and level > current
