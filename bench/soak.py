@@ -24,9 +24,14 @@
    - ``operator-restart``: the operator SIGKILLed (``stop_component(kill=True)``),
      a CR scaled while it is down, started again;
    - ``lws-manager-down``: the LeaderWorkerSet manager (and its webhooks) down ``LWS_DOWN_S`` s,
-     a CR scaled meanwhile, started again.
+     a CR scaled meanwhile, started again;
+   - ``apiserver-restart``: a CR scaled, then kube-apiserver SIGKILLed before the operator has
+     acted on it and started again on the same port, etcd and certificates
+     (``DevCluster.restart_apiserver``);
+   - ``kueue-manager-down`` (``--placement kueue`` only): the Kueue manager (and its webhooks)
+     SIGKILLed, a CR scaled meanwhile, started again ``KUEUE_DOWN_S`` s later.
    Recovery is timed from the end of the fault (the injection for instant faults, the component
-   started again for the two stops) until converged; for ``tray-not-ready`` from the tray going
+   started again for the stops, the API server ready again for its restart) until converged; for ``tray-not-ready`` from the tray going
    down until converged with its groups on healthy trays, while it is still down (a group still
    waiting for the tray when it returns is a failure). Converged: every CR has
    ``status.observedGeneration == metadata.generation``, Ready=True, Degraded not True,
@@ -45,13 +50,15 @@
    ``kimik3_ready_lost_total``; counters summed across operator restarts). The operator process
    gone or restarted by anything but the soak is an invariant violation too.
 
-Prints a table per fault kind and writes ``bench/results/soak.json``: ``{minutes, seed, racks,
+Prints a table per fault kind and writes ``bench/results/soak.json``: ``{date, commit (HEAD at the
+start, ``+dirty`` when the work tree differed), minutes, seed, racks,
 deployments, placement, kinds, faults: {kind: {count, recovery_s_p50, recovery_s_max, failures}},
 invariant_violations, transient_overlaps, operator_rss_mb: {start, end, max}, reconciles,
 apply_errors, apply_errors_by_kind, ready_lost, initial_converge_s, stopped_early, log}``; ``log``
 has one entry per fault: time, kind, where the groups were (rack of each), target, recovery, and
-for a failure the reason, the trace of reasons it was not converged, a snapshot of the CRs, pods
-and trays, and the repair. Exit status 1 on any failure or invariant violation.
+for a failure the reason, the trace of reasons it was not converged, a snapshot of the CRs (whole
+condition messages), pods and trays (a failed tray fault: also ``snapshot_while_down``, taken
+before the tray comes back), and the repair. Exit status 1 on any failure or invariant violation.
 ``tests/e2e/test_soak_smoke.py`` runs the quick fault kinds once on the e2e dev cluster.
 """
 
@@ -62,6 +69,7 @@ import json
 import random
 import signal
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -72,6 +80,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import urllib3
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -81,6 +90,7 @@ from kimik3.kube import nodes as knodes
 from kimik3.kube import pods as kpods
 from kimik3.kube.kinds import CONFIG_MAP, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, NODE, POD, SERVICE
 from kimik3.kube.objects import condition, is_deleting
+from kimik3.kube.times import rfc3339
 from kimik3.render.configmap import configmap_name
 from kimik3.render.meta import Owner, engine_set_name
 from kimik3.controller.kube import ApiError
@@ -105,6 +115,7 @@ Ready on healthy trays (then the fault is a failure)."""
 AFTER_FAILED_TRAY_S = 120.0
 """Bound on the wait for convergence after such a failed tray fault returns, s."""
 LWS_DOWN_S = 30.0
+KUEUE_DOWN_S = 30.0
 CHECK_PERIOD_S = 1.0
 SAMPLE_PERIOD_S = 5.0
 POLL_S = 0.5
@@ -114,7 +125,9 @@ SETTLE_S = 3.0
 OVERLAP_GRACE_S = 5.0
 NODE_HEALTH_TIMEOUT_S = 120.0
 KINDS = ("scale", "delete-child", "delete-pod", "crash-pod", "tray-not-ready", "operator-restart",
-         "lws-manager-down")
+         "lws-manager-down", "apiserver-restart", "kueue-manager-down")
+KUEUE_ONLY = ("kueue-manager-down",)
+"""Kinds that only mean something under ``--placement kueue`` (left out of exclusive runs)."""
 CHILD_KINDS = ("Service", "LeaderWorkerSet", "ConfigMap")
 
 
@@ -338,6 +351,8 @@ class Soak:
                 why = self.why_not_converged() if seen else f"the fault has not shown: {pending}"
             except ApiError as exc:  # a failed read is not convergence
                 why = f"API error {exc.status} {exc.reason}"
+            except (urllib3.exceptions.HTTPError, OSError) as exc:  # nor is a connection the API server dropped
+                why = f"API unreachable: {type(exc).__name__}"
             if why is None:
                 return time.monotonic() - start, ""
             if why != last:
@@ -358,7 +373,7 @@ class Soak:
                 "generation": cr.get("metadata", {}).get("generation"),
                 "status": {k: v for k, v in (cr.get("status") or {}).items() if k != "conditions"
                            and k in ("observedGeneration", "replicas", "readyReplicas")},
-                "conditions": [f"{c['type']}={c['status']} {c.get('reason')}: {c.get('message', '')[:200]}"
+                "conditions": [f"{c['type']}={c['status']} {c.get('reason')}: {c.get('message', '')}"
                                for c in (cr.get("status") or {}).get("conditions", [])],
                 "lws": {"uid": lws.get("metadata", {}).get("uid"), "replicas": lws.get("spec", {}).get("replicas"),
                         "status": {k: v for k, v in (lws.get("status") or {}).items() if k != "conditions"}},
@@ -375,6 +390,13 @@ class Soak:
             for n in self.rest.items(NODE.path())
             if n["spec"].get("taints") or not knodes.is_ready(n)}
         return out
+
+    def _safe_snapshot(self) -> dict[str, Any] | str:
+        """``snapshot()``, or the error that prevented it."""
+        try:
+            return self.snapshot()
+        except Exception as exc:  # noqa: BLE001 - a record of the failure, whatever the cluster does
+            return f"{type(exc).__name__}: {exc}"
 
     def wait_trays_healthy(self) -> str | None:
         """Wait until every tray is Ready and untainted; the last problem on timeout."""
@@ -601,6 +623,8 @@ class Soak:
                 except ApiError:
                     pass
                 time.sleep(POLL_S)
+            # a failure: what the groups, the CRs and the trays look like while the tray is still down
+            stuck = self._safe_snapshot() if moved is None else None
         finally:
             faults.tray_ready(self.rest, tray)
         lasted = time.monotonic() - start
@@ -612,14 +636,16 @@ class Soak:
                      recovery_s=moved, failure=None if moved is not None else
                      f"the groups of tray {tray} not back on healthy trays within {TRAY_MAX_DOWN_S:.0f} s of it "
                      f"going NotReady (last: {self.trace[-1][1] if self.trace else '?'})",
-                     extra={"not_ready_s": None if not_ready is None else round(not_ready, 1)})
+                     extra={"not_ready_s": None if not_ready is None else round(not_ready, 1),
+                            **({"snapshot_while_down": stuck} if stuck is not None else {})})
 
-    def _component_down(self, component: str, down_s: float) -> Fault:
+    def _component_down(self, component: str, down_s: float, kill: bool = False) -> Fault:
+        """``component`` stopped (``kill``: SIGKILL), a CR scaled, started again ``down_s`` s after the stop."""
         if component == "operator":
             self.sample()  # the counters up to now (they restart from zero)
             self.operator_stopped = True
         start = time.monotonic()
-        self.cluster.stop_component(component, kill=component == "operator")  # the operator: SIGKILL
+        self.cluster.stop_component(component, kill=kill)
         stopped = time.monotonic() - start
         try:
             edit = self.scale_any()
@@ -629,10 +655,18 @@ class Soak:
         return Fault(f"{component} stopped in {stopped:.1f} s, {edit} meanwhile", time.monotonic() - start)
 
     def fault_operator_restart(self) -> Fault:
-        return self._component_down("operator", 0.0)
+        return self._component_down("operator", 0.0, kill=True)
 
     def fault_lws_manager_down(self) -> Fault:
         return self._component_down("lws-manager", LWS_DOWN_S)
+
+    def fault_kueue_manager_down(self) -> Fault:
+        return self._component_down("kueue-manager", KUEUE_DOWN_S, kill=True)
+
+    def fault_apiserver_restart(self) -> Fault:
+        edit = self.scale_any()
+        down_s = self.cluster.restart_apiserver()
+        return Fault(f"kube-apiserver SIGKILLed right after {edit}, ready again in {down_s:.1f} s", down_s)
 
     # -- the schedule ------------------------------------------------------------------------------
     def schedule(self) -> Any:
@@ -681,10 +715,7 @@ class Soak:
         if not entry["ok"] or kind == "tray-not-ready":
             entry["trace"] = self.trace  # tray faults: from the tray going down, then from its return
         if not entry["ok"]:
-            try:
-                entry["snapshot"] = self.snapshot()
-            except Exception as exc:  # noqa: BLE001
-                entry["snapshot"] = f"{type(exc).__name__}: {exc}"
+            entry["snapshot"] = self._safe_snapshot()
         if kind in ("delete-pod", "crash-pod") and recovery is not None:
             after = self._leaders()
             other = sorted(g for g, uid in leaders.items() if g != self.victim and after.get(g) != uid)
@@ -721,9 +752,10 @@ class Soak:
         return f"deleted not-Ready pods {deleted}; converged {took:.1f} s later"
 
     # -- results -----------------------------------------------------------------------------------
-    def summary(self) -> dict[str, dict[str, Any]]:
+    def summary(self, kinds: tuple[str, ...] = KINDS) -> dict[str, dict[str, Any]]:
+        """Per kind of ``kinds``: count, recovery p50 and max (s, of the recovered faults), failures."""
         out = {}
-        for kind in KINDS:
+        for kind in kinds:
             entries = [e for e in self.entries if e["kind"] == kind]
             times = [e["recovery_s"] for e in entries if e["ok"]]
             out[kind] = {"count": len(entries),
@@ -743,6 +775,13 @@ def table(summary: dict[str, dict[str, Any]]) -> str:
                      for r in rows)
 
 
+def _commit() -> str:
+    """The repository's HEAD commit, ``+dirty`` when the work tree differs from it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    return git("rev-parse", "--short", "HEAD") + ("+dirty" if git("status", "--porcelain") else "")
+
+
 def _terminate(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -758,19 +797,23 @@ def _terminate(signum: int, frame: Any) -> None:
               default=REPO / "bench" / "results" / "soak.json", show_default=True)
 @click.option("--timeout", "timeout_s", type=float, default=420.0, show_default=True,
               help="Bound on each wait for convergence, s (a timeout is a failure).")
-@click.option("--kinds", default=",".join(KINDS), show_default=True, help="Fault kinds to inject (comma-separated).")
+@click.option("--kinds", help=f"Fault kinds to inject (comma-separated) [default: all of {', '.join(KINDS)}; "
+              f"{', '.join(KUEUE_ONLY)} only with --placement kueue].")
 @click.option("--placement", type=click.Choice(["exclusive", "kueue"]), default="exclusive", show_default=True,
               help="spec.scheduling.placement.mode of the deployments.")
 def main(minutes: float, seed: int, racks: int, deployments: int, state_dir: Path, out: Path, timeout_s: float,
-         kinds: str, placement: str) -> None:
-    wanted = tuple(k.strip() for k in kinds.split(",") if k.strip())
-    unknown = set(wanted) - set(KINDS)
+         kinds: str | None, placement: str) -> None:
+    allowed = KINDS if placement == "kueue" else tuple(k for k in KINDS if k not in KUEUE_ONLY)
+    wanted = allowed if kinds is None else tuple(k.strip() for k in kinds.split(",") if k.strip())
+    unknown = set(wanted) - set(allowed)
     if unknown:
-        raise click.BadParameter(f"unknown kinds {sorted(unknown)}; known: {', '.join(KINDS)}", param_hint="--kinds")
+        raise click.BadParameter(f"unknown kinds {sorted(unknown)} for --placement {placement}; known: "
+                                 f"{', '.join(allowed)}", param_hint="--kinds")
     if deployments >= racks:
         raise click.BadParameter(f"{deployments} deployments need at least {deployments + 1} racks "
                                  "(one group per rack, and a free rack to scale into)", param_hint="--racks")
     signal.signal(signal.SIGTERM, _terminate)
+    started = {"date": rfc3339(), "commit": _commit()}
     cluster = DevCluster(state_dir)
     t_up = time.monotonic()
     print(f"dev up: {racks} GB300 racks x {TRAYS_PER_RACK} trays in {cluster.state_dir}", flush=True)
@@ -810,8 +853,9 @@ def main(minutes: float, seed: int, racks: int, deployments: int, state_dir: Pat
         if soak:
             soak.stop_checker()
         cluster.down()
-    summary = soak.summary()
+    summary = soak.summary(wanted)
     result = {
+        **started,
         "minutes": minutes, "seed": seed, "racks": racks, "deployments": deployments, "placement": placement,
         "kinds": list(wanted),
         "faults": summary,

@@ -281,6 +281,48 @@ def test_compute_status_sets_and_clears_scaling_limited() -> None:
     assert limited2.last_transition_time != limited.last_transition_time
 
 
+def test_a_worker_that_cannot_follow_its_bound_leader_names_the_leader_and_placement_kueue() -> None:
+    """Placement exclusive, no gang scheduling: group 1's leader is bound in a rack with no free tray
+    for its worker. The message says why, which pod to delete, and placement kueue as the fix; with
+    the old group's pod still terminating on its tray (what ties the group to that rack, as the
+    soak saw after a tray failure), that pod and the wait for the tray instead; nothing of it while
+    the leader is unbound too (no rack had room for the group at all)."""
+    cr = _cr()
+    admitted = admit(cr["spec"])
+    assert admitted.spec.scheduling.placement.mode == "exclusive" and admitted.plan.clique_placement
+    leader = _pod("k3-latency-engine-1", "1", "0", None)
+    leader["spec"] = {"nodeName": "gb300-r0-t01"}
+    worker = _pod("k3-latency-engine-1-1", "1", "1", UNSCHEDULABLE)
+    for p in (leader, worker):
+        p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/name"] = "k3-latency-engine"
+    limited = _status(cr, admitted, {"replicas": 2, "readyReplicas": 1}, [leader, worker], 2).condition("ScalingLimited")
+    assert limited is not None and (limited.status, limited.reason) == ("True", "Unschedulable")
+    assert limited.message == (
+        "group 1 cannot be placed now (no rack or node has room); group 1: pod k3-latency-engine-1-1 is "
+        f"Unschedulable: {UNSCHEDULABLE['message']}; placement exclusive has no gang scheduling: the leader "
+        "k3-latency-engine-1 was bound first and its workers may only join it in its rack, which has no free tray "
+        "for them, so the group waits there even while another rack has room for it. Deleting pod "
+        "k3-latency-engine-1 recreates the whole group (its new leader may land in a rack with room); placement "
+        "kueue admits each group whole into a rack with room")
+    # the old group's worker still terminating on its failed tray pins the recreated group to that rack
+    old = _pod("k3-latency-engine-1-1", "1", "1", None)
+    old["metadata"].update(deletionTimestamp="2026-12-05T04:41:20Z", uid="old")
+    old["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/name"] = "k3-latency-engine"
+    old["spec"] = {"nodeName": "gb300-r0-t02"}
+    limited = _status(cr, admitted, {"replicas": 2, "readyReplicas": 1}, [leader, worker, old], 2
+                      ).condition("ScalingLimited")
+    assert limited is not None and limited.message.endswith(
+        "; placement exclusive has no gang scheduling, and LeaderWorkerSet's exclusive affinity ties a recreated "
+        "group to the rack of its old pods (the group keeps its key): k3-latency-engine-1-1 on gb300-r0-t02 still "
+        "terminating (a tray that does not answer keeps its pods until it is back, or until its node is tainted "
+        "node.kubernetes.io/out-of-service or deleted), so the leader k3-latency-engine-1 was bound in that rack and "
+        "its workers find no free tray there, even while another rack has room for the group: it waits for the "
+        "tray. Placement kueue admits each group whole into a rack with room"), limited.message
+    unbound = {**leader, "spec": {}, "status": {**leader["status"], "conditions": [UNSCHEDULABLE]}}
+    limited = _status(cr, admitted, {"replicas": 2, "readyReplicas": 1}, [unbound, worker], 2).condition("ScalingLimited")
+    assert limited is not None and limited.reason == "Unschedulable" and "placement kueue" not in limited.message
+
+
 def test_ready_message_names_a_crashed_engine_a_terminating_pod_or_a_missing_group() -> None:
     cr = _cr()
     admitted = admit(cr["spec"])

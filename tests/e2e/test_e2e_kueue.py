@@ -21,6 +21,8 @@ GB300 trays (144 GPUs), as a real GB300 NVL72 pair of racks looks to Kubernetes.
 - No silent fallback: with Kueue's mutating webhooks unregistered, a deployment whose LocalQueue
   Kueue reports active creates no group and says ``KueueWebhookMissing``; once they are back, its
   groups are admitted and placed by Kueue.
+- Failure case: the Kueue manager SIGKILLed while it admits a deployment's groups and started again
+  loses no group and duplicates none.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from collections.abc import Iterator
 import pytest
 from devenv import DevEnv, dev_cluster
 
+from kimik3.controller.kube import ApiError
 from kimik3.kube import pods as kpods
 from kimik3.kube.labels import KUEUE_WORKLOAD_INDEX_ANNOTATION
 from kimik3.render.meta import engine_set_name
@@ -421,3 +424,62 @@ def test_without_kueues_webhooks_no_group_is_created_and_the_cr_says_why(kueue_e
              "ScalingLimited=False AllGroupsPlaced")
     workloads = env.rest.items(f"/apis/{kueue.API_VERSION}/namespaces/{tenant}/workloads")
     assert len(workloads) == 2 and all(admitted(w) for w in workloads)
+
+
+KILLED_S = 3.0
+"""How long the Kueue manager stays down, s (its webhooks too: LWS's pod creations fail meanwhile)."""
+
+
+def test_a_kueue_manager_restarted_mid_admission_loses_no_group(kueue_env: DevEnv, tenant: str) -> None:
+    """6 TP8 groups on a ClusterQueue of 24 GPUs (3 groups): Kueue's manager SIGKILLed as soon as it
+    has admitted the first group (the others being admitted, pending on quota, or their Workloads
+    not yet made), started again ``KILLED_S`` later, then the quota raised to 48 GPUs. Every group
+    ends admitted by exactly one Workload, bound whole in one rack and listed once in
+    ``status.groups``; at no time is a pod bound in a group Kueue had not admitted."""
+    env = kueue_env
+    replicas, per_group = 6, 8
+    workloads = f"/apis/{kueue.API_VERSION}/namespaces/{tenant}/workloads"
+    queue = kueue.cluster_queue(f"{tenant}-cq", "gb300", gpus=replicas // 2 * per_group, namespaces=[tenant])
+    env.rest.apply(kueue.object_path(queue), queue)
+    try:
+        local = kueue.local_queue(tenant, queue["metadata"]["name"], "own")
+        env.rest.apply(kueue.object_path(local), local)
+        with Recorder(lambda: group_binding(env, tenant), period_s=0.2) as binding:
+            env.apply(packed(env, tenant, replicas=replicas, queue="own"))
+            wait_for(lambda: any(admitted(w) for w in env.rest.items(workloads)), WAIT_S,
+                     "Kueue admits a first group", interval=0.05)
+            env.cluster.stop_component("kueue-manager", kill=True)  # `kimik3 dev fault stop --kill`
+            try:
+                at_kill = env.rest.items(workloads)
+                time.sleep(KILLED_S)
+            finally:
+                env.cluster.start_component("kueue-manager")
+            print(f"at the kill: {len(at_kill)} Workloads, {sum(map(admitted, at_kill))} admitted, of {replicas} groups")
+            assert 1 <= sum(map(admitted, at_kill)) <= replicas // 2  # mid-admission, within the quota
+            raised = copy.deepcopy(queue)
+            raised["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2]["nominalQuota"] = replicas * per_group
+            wait_for(lambda: env.rest.apply(kueue.object_path(raised), raised), WAIT_S,
+                     "the quota raised (Kueue's webhooks back)", retry_on=(ApiError,))
+            groups = wait_for(lambda: env.ready_groups(tenant, 2, replicas), WAIT_S,
+                              f"{replicas} groups Ready after Kueue's restart and the quota raise")
+        assert [s[2] for s in binding.values if s[2]] == []  # no pod bound before its group was admitted
+        racks = {i: env.cliques(pods) for i, pods in groups.items()}
+        assert all(len(r) == 1 and None not in r for r in racks.values()), f"a group spans racks: {racks}"
+        pods = env.pods(tenant)
+        assert len(pods) == 2 * replicas  # no group duplicated, no stray pod
+        assert all(p["spec"].get("nodeName") and not p["spec"].get("schedulingGates") for p in pods)
+        after = env.rest.items(workloads)
+        indices = sorted(int(w["metadata"]["annotations"][KUEUE_WORKLOAD_INDEX_ANNOTATION]) for w in after)
+        assert indices == list(range(replicas)) and all(admitted(w) for w in after), indices  # one per group
+        status = wait_for(lambda: (cr := env.get_cr(tenant)) and len((cr.get("status") or {}).get("groups") or [])
+                          == replicas and all(g["ready"] for g in cr["status"]["groups"]) and cr["status"], WAIT_S,
+                          f"status.groups with {replicas} ready groups")
+        assert sorted(g["index"] for g in status["groups"]) == list(range(replicas))
+        for g in status["groups"]:
+            members = sorted(groups[g["index"]], key=kpods.worker_index)
+            assert (g["kueue"], g["rack"], g["trays"]) == ("Admitted", *racks[g["index"]],
+                                                          [p["spec"]["nodeName"] for p in members])
+        wait_for(lambda: (env.condition(tenant, "ScalingLimited") or {}).get("reason") == "AllGroupsPlaced", WAIT_S,
+                 "ScalingLimited=False AllGroupsPlaced")
+    finally:
+        env.rest.delete(kueue.object_path(queue))

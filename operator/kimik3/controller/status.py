@@ -119,11 +119,41 @@ def unschedulable_groups(pods: list[dict[str, Any]]) -> dict[str, tuple[str, str
     return dict(sorted(out.items(), key=lambda kv: _group_order(kv[0])))
 
 
-def scaling_limited_message(unplaced: dict[str, tuple[str, str]], kueue_admitted: bool = False) -> str:
+@dataclass(frozen=True)
+class LeaderWithoutRoom:
+    """A group whose leader is bound to a tray while a worker of it cannot follow into its rack
+    (``leader_without_room``)."""
+
+    leader: str
+    """The leader pod's name."""
+    old_pods: tuple[str, ...]
+    """``"<pod> on <tray>"`` for each pod of the group still terminating on a tray. LeaderWorkerSet's
+    exclusive affinity ties a group's pods to the rack of the pods with its key, and a recreated
+    group keeps its key (a hash of the leader's namespace and name), so these pin it to their rack."""
+
+
+def leader_without_room(groups: Iterable[Group]) -> LeaderWithoutRoom | None:
+    """The first group whose leader is bound to a tray while a worker of it is Unschedulable (under
+    LeaderWorkerSet's exclusive topology the workers may only follow their leader into its rack:
+    the rack the leader took has no room for them); None when no group is so."""
+    for group in sorted(groups, key=lambda g: g.key):
+        leader = group.live[0] if group.live and kpods.is_leader(group.live[0]) else None
+        if leader is not None and kpods.node_name(leader) and any(map(is_unschedulable, group.live[1:])):
+            old = tuple(f"{p['metadata']['name']} on {kpods.node_name(p)}" for p in group.pods
+                        if kpods.is_terminating(p) and kpods.node_name(p))
+            return LeaderWithoutRoom(str(leader["metadata"]["name"]), old)
+    return None
+
+
+def scaling_limited_message(unplaced: dict[str, tuple[str, str]], kueue_admitted: bool = False,
+                            leader_first: LeaderWithoutRoom | None = None) -> str:
     """``ScalingLimited`` message for ``unschedulable_groups(...)`` (non-empty): the groups named
     once, the scheduler's message of the first quoted once (status.groups has each group's).
     ``kueue_admitted``: Kueue admitted these groups into a rack, yet the scheduler cannot bind
-    them there (a deployment with placement exclusive repels every group from its rack)."""
+    them there (a deployment with placement exclusive repels every group from its rack).
+    ``leader_first``: placement exclusive, the leader pod of a group whose workers cannot follow
+    it into its rack (``leader_without_room``): why (no gang scheduling), what repairs it once,
+    and placement kueue as the fix."""
     groups = ", ".join(unplaced)
     first, (pod, msg) = next(iter(unplaced.items()))
     noun = "group" if len(unplaced) == 1 else "groups"
@@ -134,6 +164,20 @@ def scaling_limited_message(unplaced: dict[str, tuple[str, str]], kueue_admitted
     if kueue_admitted:
         text += ("; Kueue does not see pod anti-affinity: a deployment with placement exclusive repels every "
                  "other group from its rack, so use placement kueue for every deployment on these racks")
+    elif leader_first is not None and leader_first.old_pods:
+        text += ("; placement exclusive has no gang scheduling, and LeaderWorkerSet's exclusive affinity ties a "
+                 "recreated group to the rack of its old pods (the group keeps its key): "
+                 f"{', '.join(leader_first.old_pods)} still terminating (a tray that does not answer keeps its pods "
+                 "until it is back, or until its node is tainted node.kubernetes.io/out-of-service or deleted), so "
+                 f"the leader {leader_first.leader} was bound in that rack and its workers find no free tray there, "
+                 "even while another rack has room for the group: it waits for the tray. Placement kueue admits each "
+                 "group whole into a rack with room")
+    elif leader_first is not None:
+        text += (f"; placement exclusive has no gang scheduling: the leader {leader_first.leader} was bound first "
+                 "and its workers may only join it in its rack, which has no free tray for them, so the group waits "
+                 "there even while another rack has room for it. Deleting pod "
+                 f"{leader_first.leader} recreates the whole group (its new leader may land in a rack with room); "
+                 "placement kueue admits each group whole into a rack with room")
     return text
 
 
@@ -318,7 +362,9 @@ def _scaling_limited(snap: Snapshot, admitted: Admitted, observed: Observed,
         return kueue_wait
     unplaced = unschedulable_groups(snap.pods)
     if unplaced:
-        return Verdict("True", Reason.UNSCHEDULABLE, scaling_limited_message(unplaced, bool(snap.workloads)))
+        exclusive = admitted.spec.scheduling.placement.mode == "exclusive" and admitted.plan.clique_placement
+        return Verdict("True", Reason.UNSCHEDULABLE, scaling_limited_message(
+            unplaced, bool(snap.workloads), leader_without_room(snap.groups.values()) if exclusive else None))
     if previous is not None and previous.reason not in PLACEMENT_REASONS:
         return None
     live = {s.name: s.replicas for s in snap.sets if not s.deleting}

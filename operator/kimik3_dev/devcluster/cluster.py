@@ -179,6 +179,7 @@ class DevCluster:
         self.state_file = self.state_dir / "cluster.json"
         self.kubeconfig = self.state_dir / "admin.kubeconfig"
         self._die_with_parent = False
+        self._control_plane: ControlPlane | None = None  # set by up(): restart_apiserver needs it
         self._retry = f"{command()} dev up --state-dir {self.state_dir}  (a failed up already stopped what it started)"
 
     # -- queries -----------------------------------------------------------------------------
@@ -261,9 +262,8 @@ class DevCluster:
                 cp.start()
             except ControlPlaneError as exc:
                 raise ComponentError("etcd/kube-apiserver", str(exc), retry=self._retry) from exc
-            for name, pid in cp.pids.items():
-                log = cp.etcd_log if name == "etcd" else cp.apiserver_log
-                processes.write_record(self.state_dir, ProcessRecord(name, pid, 0, [name], str(log)))
+            self._control_plane = cp
+            self._record_control_plane(cp)
             state["server"] = cp.server
             out.note(f"API server {cp.server}; kubectl --kubeconfig {self.kubeconfig}")
         ca = cp.ca_file
@@ -553,6 +553,24 @@ class DevCluster:
         processes.stop(self.state_dir, name, kill=kill)
         processes.write_record(self.state_dir / "stopped", record)
         return record
+
+    def restart_apiserver(self) -> float:
+        """SIGKILL kube-apiserver and start it again on the same port with the same etcd and
+        certificates (``ControlPlane.restart_apiserver``), its pidfile rewritten; returns once
+        /readyz is ok, the seconds it was unavailable. Only in the process that ran ``up``: the
+        control plane is not started again from a recorded command line."""
+        if self._control_plane is None:
+            raise ComponentError("kube-apiserver", "was not started by this process: only the process that ran "
+                                 "`dev up` can restart it (the chaos suite covers its faults, tests/chaos)")
+        down_s = self._control_plane.restart_apiserver()
+        self._record_control_plane(self._control_plane)
+        return down_s
+
+    def _record_control_plane(self, cp: ControlPlane) -> None:
+        """The pidfiles of etcd and kube-apiserver (``components``, ``down``)."""
+        for name, pid in cp.pids.items():
+            log = cp.etcd_log if name == "etcd" else cp.apiserver_log
+            processes.write_record(self.state_dir, ProcessRecord(name, pid, 0, [name], str(log)))
 
     def start_component(self, name: str) -> ProcessRecord:
         """Start again, with the same command line, a component ``stop_component`` stopped."""
