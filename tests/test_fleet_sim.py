@@ -6,8 +6,10 @@ import json
 from dataclasses import replace
 
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from kimik3.admission import admit
 from kimik3.autoscaler.histogram import Histogram, quantile
 from kimik3.autoscaler.observation import (ACCEPTED, DRAFTS, GENERATION_TOKENS, ITL, PREFIX_CACHE_HITS, PROMPT_TOKENS,
                                            RUNNING, TTFT, DecodeObservation)
@@ -18,7 +20,7 @@ from kimik3_dev.benchmark import simulate as benchmark, traces
 from kimik3_dev.benchmark import peers
 from kimik3_dev.benchmark.baselines import (ConstantNext, HPAPolicy, KalmanTrend, KEDASLOPolicy, KPAPolicy,
                                             OptimalPolicy, StaticPolicy, provisioning_schedule)
-from kimik3_dev.benchmark.fleet import FleetSim, GatewayReading, GroupModel
+from kimik3_dev.benchmark.fleet import FleetConfig, FleetSim, GatewayReading, GroupModel
 from kimik3_dev.sim.vllm_metrics import BY_NAME
 
 RECIPE = "recipes/gb300-tp8-megakernel-dspark.yaml"
@@ -54,6 +56,22 @@ def test_recipe_fleet_config(setup):
     assert (cfg.shape.tensor_parallel_size, cfg.shape.decode_backend, cfg.shape.spec_method) == (8, "latency_specialized", "dspark")
     assert (cfg.max_num_seqs, cfg.trays_per_group, cfg.gpus_per_group, cfg.capacity_groups) == (64, 2, 8, 18)
     assert cfg.load_time_s == 900.0
+    assert not cfg.exclusive  # the benchmark deploys the recipe with its Kueue block (simulate.BENCH_PLACEMENT)
+
+
+def test_the_recipes_own_exclusive_placement_takes_a_rack_per_group(setup):
+    """The recipe as shipped (placement exclusive): 2 racks hold 2 groups, the 3rd waits unplaceable."""
+    with open(RECIPE, encoding="utf-8") as fh:
+        doc = next(d for d in yaml.safe_load_all(fh) if d and d.get("kind") == "KimiK3Deployment")
+    cfg = FleetConfig.from_admitted(admit(doc["spec"]))
+    assert (cfg.exclusive, cfg.trays_taken, cfg.capacity_groups) == (True, 18, 2)
+    cfg = replace(cfg, load_time_s=60.0)
+    policy = Scripted({30: 3})
+    res = _sim(setup, policy, [], 300, 1, cfg=cfg)
+    states = {now: fleet for now, _, fleet in policy.seen}
+    assert states[120.0] == FleetState(current=3, ready=2, loading=0, unplaceable=1, serving=frozenset({"0", "1"}),
+                                       load_time_s=60.0)
+    assert res.gpu_hours == pytest.approx((300 + 270) * 8 / 3600)  # the waiting group holds no GPUs
 
 
 def test_a_static_group_at_a_known_batch_has_the_perf_models_latency(setup):

@@ -29,11 +29,13 @@ What is simulated
   ~1.5 TB of weights, see ``DEFAULT_LOAD_TIME_S``), then serves. The groups a run starts with
   were created one load time before it and serve from t = 0; ``FleetState.load_time_s`` is the
   serving groups' shortest creation-to-ready time, as the controller reads it from the pods.
-- **Capacity**: ``racks x trays_per_rack`` trays, placed as Kueue places them (the core's
+- **Capacity**: ``racks x trays_per_rack`` trays, placed as the spec's placement asks
+  (``FleetConfig.exclusive``): placement ``kueue`` as Kueue places them (the core's
   ``kimik3.topology.capacity.Pool``, the operator's capacity model: best fit per rack, a group's
-  ``trays_per_group`` trays in ONE rack, the tenant's ClusterQueue quota ``quota_gpus``). Groups
-  Kueue would not admit stay pending (``FleetState.unplaceable``) and are placed, then load, when
-  a group is removed.
+  ``trays_per_group`` trays in ONE rack, the tenant's ClusterQueue quota ``quota_gpus``);
+  placement ``exclusive`` (LeaderWorkerSet's exclusive topology) each group alone in a rack, its
+  other trays left idle. Groups that do not fit stay pending (``FleetState.unplaceable``) and are
+  placed, then load, when a group is removed.
 - **Scale-down** removes the newest groups first (a LeaderWorkerSet deletes the highest indexes):
   pending ones go at once, loading ones release their GPUs at once, ready ones stop taking
   requests, hand their queue back to the router and drain their running requests (holding GPUs
@@ -130,6 +132,8 @@ class FleetConfig:
     """GB300 NVL72: 18 compute trays of 4 GPUs per rack."""
     quota_gpus: int | None = None
     """The deployment's ClusterQueue nominal nvidia.com/gpu quota (None: the racks are the limit)."""
+    exclusive: bool = False
+    """Placement ``exclusive`` (each group takes a whole rack), else ``kueue`` (groups packed)."""
     load_time_s: float = DEFAULT_LOAD_TIME_S
     load_timeout_s: float = 5400.0
     """probes.loadTimeout of the recipe (90 min): a group loading longer is not counted as coming."""
@@ -148,9 +152,14 @@ class FleetConfig:
         return Pool.of_racks(self.racks, self.trays_per_rack, {TENANT: self.quota_gpus} if self.quota_gpus else {})
 
     @property
+    def trays_taken(self) -> int:
+        """Trays of its rack one group keeps from other groups: its own, or the whole rack when exclusive."""
+        return self.trays_per_rack if self.exclusive else self.trays_per_group
+
+    @property
     def capacity_groups(self) -> int:
-        """Groups Kueue would admit into the empty racks within the quota (a group never spans racks)."""
-        return self.pool().groups_that_fit(TENANT, self.trays_per_group, self.gpus_per_group)
+        """Groups that fit the empty racks within the quota (a group never spans racks)."""
+        return self.pool().groups_that_fit(TENANT, self.trays_taken, self.gpus_per_group)
 
     @classmethod
     def from_admitted(cls, admitted: Admitted, **overrides: Any) -> FleetConfig:
@@ -159,7 +168,7 @@ class FleetConfig:
         return cls(shape=EngineShape.from_spec(spec, plan), max_num_seqs=spec.engine.max_num_seqs,
                    max_num_batched_tokens=spec.engine.max_num_batched_tokens,
                    trays_per_group=plan.nodes_per_group, served_model_name=spec.model.served_model_name,
-                   **overrides)
+                   exclusive=spec.scheduling.placement.mode == "exclusive", **overrides)
 
 
 class GroupModel:
@@ -371,7 +380,7 @@ class FleetSim:
         return g
 
     def _place(self, g: _Group, now: float) -> None:
-        rack = self._pool.admit(TENANT, self.cfg.trays_per_group, self.cfg.gpus_per_group)
+        rack = self._pool.admit(TENANT, self.cfg.trays_taken, self.cfg.gpus_per_group)
         if rack is None:
             g.state = PENDING
             return
@@ -381,7 +390,7 @@ class FleetSim:
     def _release(self, g: _Group, now: float) -> None:
         self._account(now)
         if g.rack is not None:
-            self._pool.release(TENANT, g.rack, self.cfg.trays_per_group, self.cfg.gpus_per_group)
+            self._pool.release(TENANT, g.rack, self.cfg.trays_taken, self.cfg.gpus_per_group)
             g.rack = None
         g.state = GONE
         self._gone_at[g.gid] = now
