@@ -29,7 +29,9 @@ def test_identity_is_the_chart_service_account_with_exactly_the_rendered_rbac(ad
     assert operator_identity.objects == ("ServiceAccount/kimik3-system/kimik3-operator",
                                          "ClusterRole/kimik3-operator", "ClusterRoleBinding/kimik3-operator",
                                          "Role/kimik3-system/kimik3-operator-leader-election",
-                                         "RoleBinding/kimik3-system/kimik3-operator-leader-election")
+                                         "Role/kimik3-system/kimik3-operator-wake",
+                                         "RoleBinding/kimik3-system/kimik3-operator-leader-election",
+                                         "RoleBinding/kimik3-system/kimik3-operator-wake")
     rendered = {d["kind"]: d for d in chart_rbac()}
     role = Kube(admin_api).request("GET", f"{RBAC}/clusterroles/{RELEASE}")
     assert role["rules"] == rendered["ClusterRole"]["rules"]

@@ -96,7 +96,9 @@ def test_envoy_forwards_to_the_leader_the_picker_chooses_and_honours_its_failure
                 served.append(resp.headers[gateway.SERVED_HEADER])
             assert set(served) <= endpoints, (served, endpoints)
             # The prefix-cache scorer (weight 3 of 7): a long prompt sent again goes where it went first.
-            shared = f"{gw.pool}: a long system prompt and tool schemas shared by every turn. " * 40
+            # Longer than two of the picker's blocks: autoTune reads the engines' 1024-token blocks from
+            # vllm:cache_config_info, 4096 characters each (~80 x 120 = ~9,600 characters here).
+            shared = f"{gw.pool}: a long system prompt and tool schemas shared by every turn. " * 120
             again = {_complete(gw, model, shared).headers[gateway.SERVED_HEADER] for _ in range(6)}
             assert len(again) == 1 and again <= endpoints, again
             counted = sum(v for labels, v in _samples(_metrics(gw), "inference_objective_request_total")

@@ -93,7 +93,9 @@ def test_dev_up_runs_the_operator_as_the_chart_service_account(dev_env: DevEnv) 
     assert identity["rbac"] == ["ServiceAccount/kimik3-system/kimik3-operator", "ClusterRole/kimik3-operator",
                                 "ClusterRoleBinding/kimik3-operator",
                                 "Role/kimik3-system/kimik3-operator-leader-election",
-                                "RoleBinding/kimik3-system/kimik3-operator-leader-election"]
+                                "Role/kimik3-system/kimik3-operator-wake",
+                                "RoleBinding/kimik3-system/kimik3-operator-leader-election",
+                                "RoleBinding/kimik3-system/kimik3-operator-wake"]
     # The running operator process uses that kubeconfig, not the admin one.
     (operator,) = [r for r in dev_env.cluster.running() if r.name == "operator"]
     assert operator.argv[operator.argv.index("--kubeconfig") + 1] == identity["kubeconfig"]
