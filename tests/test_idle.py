@@ -113,3 +113,19 @@ def test_admission_names_the_field_and_the_fix():
     admitted = admit(spec(idle={"stopAfter": "1m"}, autoscaling={"metricsSource": {"type": "podScrape"}}))
     assert admitted.seconds.idle_stop_after == 60.0
     assert admit(spec()).seconds.idle_stop_after is None
+
+
+def test_kimik3_wake_without_a_cluster_to_talk_to_says_what_to_pass(tmp_path, monkeypatch):
+    """No --kubeconfig, no KUBECONFIG, not in a pod and no ~/.kube/config: a one-line error, no
+    traceback (a new user's first try, 2026-12-05)."""
+    from click.testing import CliRunner
+
+    from kimik3.cli import main
+
+    for var in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    out = CliRunner().invoke(main, ["wake", "k3", "-n", "tenant-a"])
+    assert out.exit_code == 1, out.output
+    assert out.output.strip() == ("Error: no cluster to talk to: not in a pod (no in-cluster service account) and no "
+                                  "~/.kube/config; pass --kubeconfig or set KUBECONFIG")

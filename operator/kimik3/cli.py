@@ -289,16 +289,19 @@ def rules(output: Path | None) -> None:
 @main.command()
 @click.argument("name")
 @click.option("-n", "--namespace", required=True, help="The deployment's namespace.")
-@click.option("--kubeconfig", default=None, envvar="KUBECONFIG", help="Kubeconfig; default in-cluster.")
+@click.option("--kubeconfig", default=None, envvar="KUBECONFIG",
+              help="Kubeconfig; default: in a pod its service account, else ~/.kube/config.")
 def wake(name: str, namespace: str, kubeconfig: str | None) -> None:
     """Wake a KimiK3Deployment stopped after spec.idle.stopAfter without requests (sets the
     inference.kimik3.io/wake-requested-at annotation; the operator brings its groups back). On a
     running deployment it restarts the idle clock."""
     from kimik3.controller.idle import request_wake
-    from kimik3.controller.kube import ApiError, Kube, NotFound, api_client_from_kubeconfig
+    from kimik3.controller.kube import ApiError, Kube, NoCluster, NotFound, api_client_from_kubeconfig
 
     try:
         idle = request_wake(Kube(api_client_from_kubeconfig(kubeconfig)), namespace, name)
+    except NoCluster as exc:
+        raise click.ClickException(str(exc)) from None
     except NotFound:
         raise click.ClickException(f"no KimiK3Deployment {name} in namespace {namespace} "
                                    "(kubectl get kimik3deployments -n NAMESPACE lists them)") from None

@@ -16,6 +16,7 @@ import builtins
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, TypedDict, cast
 
 from kubernetes import client, config
@@ -113,12 +114,30 @@ def _path(api_version: str, kind: str, namespace: str, name: str | None = None) 
     return kind_of(api_version, kind).path(namespace, name)
 
 
+DEFAULT_KUBECONFIG = "~/.kube/config"
+"""kubectl's kubeconfig when none is named (``KUBECONFIG`` unset)."""
+
+
+class NoCluster(Exception):
+    """No kubeconfig named, not in a pod, and no ``DEFAULT_KUBECONFIG``: nothing to talk to."""
+
+
 def api_client_from_kubeconfig(path: str | None) -> client.ApiClient:
-    """An ApiClient for a kubeconfig file, or the in-cluster service account when ``path`` is None."""
+    """An ApiClient for a kubeconfig file; when ``path`` is None, the in-cluster service account
+    (in a pod), else kubectl's ``DEFAULT_KUBECONFIG`` when it exists. ``NoCluster``, saying what to
+    pass, when there is none of them."""
     if path:
         return cast(client.ApiClient, config.new_client_from_config(config_file=path))
     cfg = client.Configuration()
-    config.load_incluster_config(client_configuration=cfg)
+    try:
+        config.load_incluster_config(client_configuration=cfg)
+    except config.ConfigException:
+        default = Path(DEFAULT_KUBECONFIG).expanduser()
+        if default.is_file():
+            return cast(client.ApiClient, config.new_client_from_config(config_file=str(default)))
+        raise NoCluster(
+            f"no cluster to talk to: not in a pod (no in-cluster service account) and no {DEFAULT_KUBECONFIG}; "
+            "pass --kubeconfig or set KUBECONFIG") from None
     return client.ApiClient(cfg)
 
 
