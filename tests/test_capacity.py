@@ -73,7 +73,7 @@ def test_a_burst_class_needs_a_different_priority_class_and_the_error_names_the_
         admit(body["spec"])
     (problem,) = [e for e in err.value.errors if "burstPriorityClass" in e.path]
     assert problem.path == "spec.scheduling.placement.burstPriorityClass"
-    assert "set priorityClass, or remove burstPriorityClass" in str(problem)
+    assert "set priorityClass to that class (not burstPriorityClass's), or remove burstPriorityClass" in str(problem)
 
 
 def test_the_reserved_group_is_raised_a_burst_one_only_annotated_and_one_no_longer_reserved_lowered():

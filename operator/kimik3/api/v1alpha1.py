@@ -623,15 +623,17 @@ class PlacementSpec(Model):
     """
 
     model_config = validated_by(
-        rule("placement-kueue-needs-queue",
-             "self.mode == 'kueue' ? has(self.queueName) : !has(self.queueName) && !has(self.priorityClass)",
-             "mode kueue needs queueName (a LocalQueue of this namespace); queueName and priorityClass apply "
-             "to mode kueue only", ".queueName"),
+        rule("placement-kueue-needs-queue", "self.mode != 'kueue' || has(self.queueName)",
+             "mode kueue needs queueName (a LocalQueue of this namespace)", ".queueName"),
+        rule("placement-exclusive-takes-no-kueue-settings",
+             "self.mode == 'kueue' || !has(self.queueName) && !has(self.priorityClass) && !has(self.burstPriorityClass)",
+             "queueName, priorityClass and burstPriorityClass apply to mode kueue only: set mode kueue, or remove them",
+             ".mode"),
         rule("placement-burst-needs-priority-class",
              "!has(self.burstPriorityClass) || has(self.priorityClass) && self.burstPriorityClass != self.priorityClass",
-             "burstPriorityClass needs priorityClass, a different WorkloadPriorityClass of a higher value for the "
-             "reserved groups (those up to autoscaling.minReplicas): set priorityClass, or remove burstPriorityClass",
-             ".burstPriorityClass"),
+             "burstPriorityClass needs priorityClass, another WorkloadPriorityClass of a higher value for the "
+             "reserved groups (those up to autoscaling.minReplicas): set priorityClass to that class (not "
+             "burstPriorityClass's), or remove burstPriorityClass", ".burstPriorityClass"),
     )
     mode: Literal["exclusive", "kueue"] = "exclusive"
     """exclusive: each group alone in one rack (LeaderWorkerSet exclusive topology); kueue: Kueue admits and packs groups."""
