@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import subprocess
 import sys
 import tempfile
 import uuid
@@ -29,6 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "operator"))
 sys.path.insert(0, str(REPO / "tests"))
 
+from kimik3_dev.benchmark.simulate import checkout_commit  # noqa: E402
 from kimik3_dev.devcluster import usagecheck  # noqa: E402
 from kimik3_dev.devcluster.cluster import DevCluster, UpOptions  # noqa: E402
 from kimik3_dev.devcluster.racks import RackShape  # noqa: E402
@@ -37,13 +37,6 @@ from kimik3_dev.devcluster.workloads import ensure_namespace  # noqa: E402
 from support.recipes import recipe  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "usage-accuracy.json"
-
-
-def commit() -> str:
-    """The repository's HEAD commit (with ``+dirty`` when the work tree differs)."""
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
-    dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True).stdout
-    return head.strip() + ("+dirty" if dirty.strip() else "")
 
 
 def main() -> None:
@@ -70,7 +63,7 @@ def main() -> None:
         print(f"{column:<22} {check['report']:>12} {check['truth']:>12} {str(check['error_pct']):>8}")
     failed = usagecheck.failures(result)
     RESULTS.write_text(json.dumps({"date": started.strftime("%Y-%m-%d"), "started": started.strftime("%H:%M:%SZ"),
-                                   "commit": commit(), "args": vars(args), "passed": not failed,
+                                   "commit": checkout_commit(REPO), "args": vars(args), "passed": not failed,
                                    "failures": failed, **result}, indent=2) + "\n")
     print(f"wrote {RESULTS.relative_to(REPO)}")
     if failed:

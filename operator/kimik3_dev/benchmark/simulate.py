@@ -490,7 +490,7 @@ def run_all(recipe: str = RECIPE, out_dir: Path = Path("bench/results"), traces:
     """Every policy on every trace and seed; prints the table and the goals missed, writes
     ``out_dir/autoscaler.json`` and the PNGs (time series of the first seed per trace, and the
     spread over seeds). ``jobs`` > 1 runs (trace, seed) pairs in that many processes."""
-    t0, c0, commit = time.monotonic(), time.process_time(), _commit()
+    t0, c0, commit = time.monotonic(), time.process_time(), checkout_commit()
     s = setup(recipe)
     # Seed by seed, the JSON rewritten after each pair that finishes: a run cut short keeps what it did.
     pairs = [(trace, seed) for seed in seeds for trace in traces or benchmark_traces()]
@@ -550,7 +550,7 @@ def tune_peers(recipe: str = RECIPE, out_dir: Path = Path("bench/results"), jobs
     """Every ``peers.GRID`` setting on ``peers.TUNE_TRACE`` seed ``peers.TUNE_SEED``, each peer's
     pick (``peers.choose``); writes ``out_dir/peers-grid.json``. The benchmark itself runs
     ``peers.CHOSEN``: copy the picks there (a user's configuration, fixed before the runs)."""
-    s, commit = setup(recipe), _commit()
+    s, commit = setup(recipe), checkout_commit()
     trace = next(t for t in all_traces() if t.name == peers.TUNE_TRACE)
     ready = hindsight_ready(s, trace, trace.requests(peers.TUNE_SEED))
     start = provisioning_schedule(ready, math.ceil(s.cfg.load_time_s / 60))[0]
@@ -583,11 +583,13 @@ def _meta(s: Setup, recipe: str, seeds: tuple[int, ...], jobs: int, t0: float, c
     return meta
 
 
-def _commit() -> str | None:
-    """The checkout's commit (``git describe --always --dirty``), None outside a git checkout."""
+def checkout_commit(cwd: str | Path | None = None) -> str | None:
+    """The commit of the checkout at ``cwd`` (None: the current folder) as ``git describe --always
+    --dirty`` names it (``-dirty`` when the work tree differs), None outside a git checkout. What the
+    benchmarks write beside their figures."""
     try:
         out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
-                             timeout=10, check=True)
+                             timeout=10, check=True, cwd=cwd)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None
