@@ -330,7 +330,7 @@ def test_goal_misses_name_the_trace_seed_and_figures(setup):
     assert benchmark.goal_misses([met]) == []
     missed = run(3, {"slo_attainment": 0.98, "gpu_hours": 11.5}, {"slo_attainment": 0.99, "gpu_hours": 11.0})
     assert benchmark.goal_misses([met, missed]) == [
-        "steady seed 3: kimik3 missed SLO in 98.0% of minutes, 1.0 points under the goal (>= 99%); GPU-hours 1.15x "
+        "steady seed 3: kimik3 missed the goal: SLO met in 98.0% of minutes, 1.0 points under the goal (>= 99%); GPU-hours 1.15x "
         "the optimum's, over the goal (<= 1.10x) by 0.05x",
         "steady seed 3: hpa beats kimik3 on both (99.0% at 11.0 GPU-h against 98.0% at 11.5)"]
 
@@ -344,7 +344,8 @@ def test_goals_hold_on_every_trace_recorded_ones_included(setup):
     for m in summary.values():
         m["gpu_hours_x_optimum"] = m["gpu_hours"] / 10.0
     assert benchmark.goal_misses([benchmark.TraceRun(trace, 0, [], {}, summary, 0.0)]) == [
-        "azure_conv seed 0: kimik3 missed SLO in 67.8% of minutes, 31.2 points under the goal (>= 99%) (met: 0.96x)"]
+        "azure_conv seed 0: kimik3 missed the goal: SLO met in 67.8% of minutes, 31.2 points under the goal (>= 99%) "
+        "(met: GPU-hours 0.96x)"]
 
 
 def test_a_partial_rerun_keeps_the_other_policies_figures_per_trace_and_seed():

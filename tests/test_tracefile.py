@@ -128,9 +128,9 @@ def test_simulate_replays_a_jsonl_trace_and_checks_the_goals_on_it(tmp_path: Pat
     # 43% share of a group's time (policy/model.py), adds a third and keeps the SLO in every minute
     # at 1.46x its GPU-hours: the goal check, run on this recorded trace, says what it missed.
     assert (ours["slo_attainment"], ours["gpu_hours_x_optimum"], ours["scale_events"]) == (1.0, 1.4563, 1)
-    assert data["goal_misses"] == ["agent seed 0: kimik3 missed GPU-hours 1.46x the optimum's, over the goal "
+    assert data["goal_misses"] == ["agent seed 0: kimik3 missed the goal: GPU-hours 1.46x the optimum's, over the goal "
                                    "(<= 1.10x) by 0.36x (met: SLO 100.0%)"]
-    assert "goals missed:\n  agent seed 0: kimik3 missed GPU-hours 1.46x" in result.output
+    assert "goals missed:\n  agent seed 0: kimik3 missed the goal: GPU-hours 1.46x" in result.output
 
 
 PREFIXED = """{"timestamp": 1000, "input_length": 1800, "output_length": 3, "hash_ids": [1, 2, 3, 7]}

@@ -313,14 +313,14 @@ def goal_misses(runs: list[TraceRun], ours: str = "kimik3") -> list[str]:
         where = f"{run.trace.name} seed {run.seed}"
         ratio = mine["gpu_hours_x_optimum"]
         slo = mine["slo_attainment"]
-        missed = ([f"SLO in {slo * 100:.1f}% of minutes, {(SLO_GOAL - slo) * 100:.1f} points under the goal "
+        missed = ([f"SLO met in {slo * 100:.1f}% of minutes, {(SLO_GOAL - slo) * 100:.1f} points under the goal "
                    f"(>= {SLO_GOAL * 100:g}%)"] * (slo < SLO_GOAL)
                   + [f"GPU-hours {ratio:.2f}x the optimum's, over the goal (<= {GPU_GOAL:.2f}x) by "
                      f"{ratio - GPU_GOAL:.2f}x"] * (ratio is not None and ratio > GPU_GOAL))
         if missed:
-            met = [f"SLO {slo * 100:.1f}%"] * (slo >= SLO_GOAL) + [f"{ratio:.2f}x"] * (
+            met = [f"SLO {slo * 100:.1f}%"] * (slo >= SLO_GOAL) + [f"GPU-hours {ratio:.2f}x"] * (
                 ratio is not None and ratio <= GPU_GOAL)
-            misses.append(f"{where}: {ours} missed " + "; ".join(missed) + (f" (met: {', '.join(met)})" if met else ""))
+            misses.append(f"{where}: {ours} missed the goal: " + "; ".join(missed) + (f" (met: {', '.join(met)})" if met else ""))
         for name, m in run.summary.items():
             if name in (ours, "optimal"):
                 continue

@@ -15,6 +15,13 @@ group more than the rest is that same noise; kept, it is a group held for the wh
 (bursts seed 3: 12 groups kept for 82 minutes where each burst's readings agreed on 11, 8.4
 GPU-h). A reading over the target (or the TTFT target) counts at face value: the held groups
 were too few, as measured.
+
+The first ask is a burst's need the same way: what the readings over the target agreed on (of
+those of the last ``agree_s``, the lowest; a burst shorter than that, all its readings), the most
+such a level since the ask, at most what was asked. A surge does not wait for a window to agree
+(stabilization.py), so it may ask on one reading of a saturated fleet's running gauge: bursts
+seeds 2 and 3 asked 12 groups on one reading at the first burst's peak where the readings of the
+rest of it agreed on 11, and the hold kept the 12th group until a later burst was measured.
 """
 
 from __future__ import annotations
@@ -48,6 +55,9 @@ class BurstHold:
 
     hold_loads: float
     """Load times the hold lasts (``LatencyPolicySettings.burst_hold_loads``; 0 disables)."""
+    agree_s: float = 90.0
+    """Seconds of readings that agree on a need: an observation window less one decision interval
+    (``Stabilization.sustained``'s span; 120 s and 30 s by default)."""
     until: float | None = None
     """Until then scale-down keeps ``level`` groups (None: not bursty)."""
     first_ask: int = 0
@@ -58,6 +68,12 @@ class BurstHold:
     """The need (groups) of each burst the held groups served, at its end (seconds), within the hold."""
     _calm: float | None = None
     """The previous decision's demand."""
+    _over: Samples[int] = field(default_factory=Samples)
+    """The recommendations of the readings over a target, kept for two lead times (a scale-up
+    serves about one lead time after its ask)."""
+    _over_agreed: Samples[int] = field(default_factory=Samples)
+    """At each reading over a target: what the readings over a target of the ``agree_s`` before
+    it agreed on (their lowest recommendation), kept as ``_over``."""
 
     def hold_s(self, lead_s: float) -> float:
         """Seconds the hold lasts, for a policy looking ``lead_s`` ahead (a load time and an interval)."""
@@ -71,11 +87,11 @@ class BurstHold:
         """No traffic is no burst to come (F11 may scale to zero)."""
         self.until = None
 
-    def follow(self, now: float, arrived: list[ScaleUp], rec: int, loading: int, demand: float | None,
-               new_shift: bool, shift_up: bool, lead_s: float) -> None:
+    def follow(self, now: float, arrived: list[ScaleUp], rec: int, over: bool, loading: int,
+               demand: float | None, new_shift: bool, shift_up: bool, lead_s: float) -> None:
         """One decision (module docstring): ``arrived``, the scale-ups whose groups began serving;
         ``rec``, the groups it measures the burst needs (the window's agreed recommendation, or
-        its own when a target broke); ``loading``, groups loading; ``demand``, the last
+        its own when a target broke: ``over``); ``loading``, groups loading; ``demand``, the last
         demand read (None: none yet); ``new_shift``, a level shift of the demand at this
         decision, ``shift_up`` its direction. A burst ends at the demand's downward shift, or at
         the next upward one, and counts if its demand rose ``BURST_DROP`` times over the one
@@ -83,7 +99,12 @@ class BurstHold:
         loading."""
         if self.hold_loads <= 0:
             return
-        late = [up.target for up in arrived if demand is not None and demand * BURST_DROP < up.demand]
+        if over:
+            self._over.add(now, rec)
+            self._over_agreed.add(now, min(self._over.since(now - self.agree_s)))
+        self._over.forget_before(now - 2 * lead_s)
+        self._over_agreed.forget_before(now - 2 * lead_s)
+        late = [self._agreed_ask(up) for up in arrived if demand is not None and demand * BURST_DROP < up.demand]
         calm, self._calm = self._calm, demand
         hold_s = self.hold_s(lead_s)
         if late:
@@ -106,6 +127,11 @@ class BurstHold:
         if self.open is not None and loading == 0:
             self.open = OpenBurst(self.open.before, max(self.open.top, demand or 0.0), max(self.open.need, rec))
         self.peaks.forget_before(now - hold_s)
+
+    def _agreed_ask(self, up: ScaleUp) -> int:
+        """What the burst that asked for ``up`` needs, as its readings over the target since the
+        ask agreed (module docstring), at most ``up.target``; ``up.target`` without such a reading."""
+        return min(up.target, max(self._over_agreed.since(up.at), default=up.target))
 
     def level(self, now: float, lead_s: float) -> int:
         """Groups scale-down keeps while the load is bursty: the highest need of the bursts the

@@ -74,7 +74,7 @@ class LatencyPolicy:
     def __post_init__(self) -> None:
         s = self.settings
         self.forecast = DemandForecast(s.trend_window_s, s.trend_shrink, s.interval_s, Shortfall(s.correct_gain))
-        self.bursts = BurstHold(s.burst_hold_loads)
+        self.bursts = BurstHold(s.burst_hold_loads, s.window_s - s.interval_s)
         self.stabilization = Stabilization(s.min_replicas, s.max_replicas, s.scale_up_window_s,
                                            s.scale_down_window_s)
 
@@ -128,7 +128,7 @@ class LatencyPolicy:
         # A burst needs what a whole window of its readings agreed on while the targets held
         # (bursts.py), each reading's recommendation where they broke.
         agreed = self.stabilization.sustained(now, obs.window_s, self.interval_s)
-        self.bursts.follow(now, arrived, agreed if held and agreed is not None else rec, fleet.loading, demand,
+        self.bursts.follow(now, arrived, agreed if held and agreed is not None else rec, not held, fleet.loading, demand,
                            self.forecast.shift_at == now and shifted != now, self.forecast.shift_up, self.lead_s)
         if not obs.has_traffic:
             self.bursts.end()
