@@ -200,6 +200,7 @@ def main() -> None:
                   f"{r['failed_requests']:>6} {r['seconds'] / base:>15.2f}x")
     out = REPO / "bench" / "results" / "rollout.json"
     out.write_text(json.dumps({"load_time_s": args.load_time, "measured": time.strftime("%Y-%m-%d"),
+                               "commit": checkout_commit(REPO),
                                "results": results}, indent=2) + "\n")
     print(f"wrote {out.relative_to(REPO)}")
 
