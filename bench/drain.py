@@ -16,7 +16,6 @@ was back Ready and when the second eviction was granted (s after the drains star
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +33,7 @@ from kimik3_dev.devcluster.racks import RackShape  # noqa: E402
 from kimik3_dev.devcluster.rest import Rest  # noqa: E402
 from kimik3_dev.devcluster.rollout import cr_path, sample, wait  # noqa: E402
 from kimik3_dev.devcluster.workloads import apply_deployment, ensure_namespace  # noqa: E402
+from kimik3_dev.benchmark.provenance import checkout_commit  # noqa: E402
 from support.recipes import recipe  # noqa: E402
 
 GROUPS, SIZE = 3, 2
@@ -89,8 +89,7 @@ def main() -> None:
                     print(f"round {i + 1}: {rounds[-1]}", flush=True)
         finally:
             cluster.down()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                            text=True).stdout.strip()
+    commit = checkout_commit(REPO)
     out = REPO / "bench" / "results" / "drain.json"
     out.write_text(json.dumps({"measured": time.strftime("%Y-%m-%d"), "commit": commit, "groups": GROUPS,
                                "trays_per_group": SIZE, "groups_that_may_go": 1, "load_time_s": args.load_time,

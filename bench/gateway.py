@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,6 +42,7 @@ from kimik3_dev.devcluster.racks import RackShape  # noqa: E402
 from kimik3_dev.devcluster.rest import Rest  # noqa: E402
 from kimik3_dev.devcluster.rollout import serving  # noqa: E402
 from kimik3_dev.devcluster.workloads import apply_deployment, ensure_namespace  # noqa: E402
+from kimik3_dev.benchmark.provenance import checkout_commit  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "gb300-tp8-megakernel-dspark.yaml"
@@ -105,8 +105,7 @@ def main(groups: int, starts: int, count: int) -> None:
         finally:
             cluster.down()
     service, through = _summary(latencies["service"]), _summary(latencies["gateway"])
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                            check=False).stdout.strip()
+    commit = checkout_commit(REPO)
     result = {
         "what": "the dev cluster's inference gateway (EPP v1.2.1 + Envoy 1.40.0) before an InferencePool of "
                 f"{groups} TP8 leader(s): start times, added latency per completion, memory",

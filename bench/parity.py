@@ -18,7 +18,6 @@ that pass (a corrupting release let through at one check).
 import argparse
 import hashlib
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,6 +30,7 @@ from kimik3.controller.completions import Completion  # noqa: E402
 from kimik3.controller.parity import GOLDEN_PROMPTS, judge  # noqa: E402
 from kimik3_dev.sim.divergence import BENIGN_DIVERGENCE, diverges_at  # noqa: E402
 from kimik3_dev.sim.engine import token_id  # noqa: E402
+from kimik3_dev.benchmark.provenance import checkout_commit  # noqa: E402
 
 
 def answer(prompt: str, group: str, corrupt: float) -> Completion:
@@ -61,8 +61,7 @@ def main() -> None:
     for rate in args.corrupt:
         differ, failed = rounds(args.pairs, rate)
         corrupt[f"{rate:g}"] = {"prompts_differing": round(differ, 4), "rounds_passed": round(1 - failed, 4)}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                            text=True).stdout.strip()
+    commit = checkout_commit(REPO)
     result = {"measured": time.strftime("%Y-%m-%d"), "commit": commit, "pairs": args.pairs,
               "prompts": len(GOLDEN_PROMPTS), "max_tokens": PARITY_MAX_TOKENS_DEFAULT,
               "benign_divergence_per_group": BENIGN_DIVERGENCE,

@@ -19,7 +19,8 @@ LeaderWorkerSet and Kueue managers at their pinned versions), ``exclusive`` agai
    the Workload's admission and the pods' ungating.
 
 Prints both modes and the ratios kueue / exclusive; writes ``bench/results/placement.json``:
-``{groups, racks, step, modes: {mode: {placed, per_rack: {rack: groups}, groups_per_rack,
+``{measured, commit, versions: {leaderworkerset, kueue}, groups, racks, step, modes: {mode: {placed,
+per_rack: {rack: groups}, groups_per_rack,
 bind_s: {p50, p90, max}, wall_s}}, ratios: {groups_per_rack, bind_p50, bind_p90}}``.
 Not part of the test suite (a run takes ~3-5 min on the 2-core project machine).
 """
@@ -39,11 +40,13 @@ import yaml
 from kimik3.kube import pods as kpods
 from kimik3.kube.kinds import GROUP, PLURAL, VERSION
 from kimik3.kube.labels import CLIQUE_LABEL
+from kimik3_dev.benchmark.provenance import checkout_commit
 from kimik3_dev.devcluster import kueue
 from kimik3_dev.devcluster.cluster import DevCluster, UpOptions
 from kimik3_dev.devcluster.racks import RackShape
 from kimik3_dev.devcluster.rest import Rest
 from kimik3_dev.devcluster.workloads import apply_deployment
+from kimik3_dev.versions import KUEUE_VERSION, LWS_VERSION
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "gb300-tp8-megakernel-dspark.yaml"
@@ -156,7 +159,9 @@ def main(groups: int, racks: int, step: int, timeout_s: float, state_dir: Path, 
     ratios = {"groups_per_rack": round(ku["groups_per_rack"] / ex["groups_per_rack"], 2),
               "bind_p50": round(ku["bind_s"]["p50"] / ex["bind_s"]["p50"], 2),
               "bind_p90": round(ku["bind_s"]["p90"] / ex["bind_s"]["p90"], 2)}
-    result = {"groups": groups, "racks": racks, "step": step, "modes": modes, "ratios": ratios}
+    result = {"measured": time.strftime("%Y-%m-%d", time.gmtime()), "commit": checkout_commit(REPO),
+              "versions": {"leaderworkerset": LWS_VERSION, "kueue": KUEUE_VERSION},
+              "groups": groups, "racks": racks, "step": step, "modes": modes, "ratios": ratios}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print()

@@ -28,7 +28,6 @@ alone, the requests the bad revision's engines finished, and the users' failed r
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,6 +43,7 @@ from kimik3_dev.devcluster.cluster import DevCluster, UpOptions  # noqa: E402
 from kimik3_dev.devcluster.racks import RackShape  # noqa: E402
 from kimik3_dev.devcluster.rest import Rest  # noqa: E402
 from kimik3_dev.devcluster.rollout import cr_path, measure_release, measure_rollout, wait  # noqa: E402
+from kimik3_dev.benchmark.provenance import checkout_commit  # noqa: E402
 from support.recipes import recipe  # noqa: E402
 
 STRATEGIES = {"surge": {}, "maxUnavailable 1": {"maxSurge": 0, "maxUnavailable": 1}}
@@ -143,18 +143,11 @@ def bad_releases(args: argparse.Namespace) -> None:
                       f"{str(r['took_over_s']):>11} {r['served_by_bad']:>13} "
                       f"{str(r['failed_requests']) + ' of ' + str(r['requests']):>12}")
     out = REPO / "bench" / "results" / "rollout-bad.json"
-    out.write_text(json.dumps({"measured": rfc3339(), "commit": commit(),
+    out.write_text(json.dumps({"measured": rfc3339(), "commit": checkout_commit(REPO),
                                "args": vars(args), "load_time_s": args.load_time, "window_s": args.window,
                                "releases": {k: BAD_RELEASES[k] for k in releases}, "new_image": NEW_IMAGE,
                                "load_timeout": LOAD_TIMEOUT, "results": results}, indent=2) + "\n")
     print(f"wrote {out.relative_to(REPO)}")
-
-
-def commit() -> str:
-    """The repository's HEAD commit (with ``+dirty`` when the work tree differs)."""
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
-    dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True).stdout
-    return head.strip() + ("+dirty" if dirty.strip() else "")
 
 
 def main() -> None:
@@ -207,6 +200,7 @@ def main() -> None:
                   f"{r['failed_requests']:>6} {r['seconds'] / base:>15.2f}x")
     out = REPO / "bench" / "results" / "rollout.json"
     out.write_text(json.dumps({"load_time_s": args.load_time, "measured": time.strftime("%Y-%m-%d"),
+                               "commit": checkout_commit(REPO),
                                "results": results}, indent=2) + "\n")
     print(f"wrote {out.relative_to(REPO)}")
 

@@ -45,7 +45,6 @@ import asyncio
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -71,6 +70,7 @@ from kimik3_dev.devcluster.rest import Rest  # noqa: E402
 from kimik3_dev.devcluster.rollout import serving  # noqa: E402
 from kimik3_dev.devcluster.workloads import apply_deployment, ensure_namespace  # noqa: E402
 from kimik3_dev.sim import load, tracefile  # noqa: E402
+from kimik3_dev.benchmark.provenance import checkout_commit  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "gb300-tp8-megakernel-dspark.yaml"
@@ -182,8 +182,7 @@ def main(groups: int, compression: float, kv_offload: str, trace_file: str, firs
         raise click.UsageError("the plots need matplotlib, the [bench] extra: pip install -e '.[bench]' "
                                "(or --no-plots)")
     load_before = os.getloadavg()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                            check=False).stdout.strip()
+    commit = checkout_commit(REPO)
     replay = [r for r in tracefile.read(REPO / trace_file, compression)
               if first_s is None or r.arrival_s * compression < first_s]
     span_s = max(r.arrival_s for r in replay)

@@ -69,7 +69,6 @@ import json
 import random
 import signal
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -95,6 +94,7 @@ from kimik3.render.configmap import configmap_name
 from kimik3.render.meta import Owner, engine_set_name
 from kimik3.controller.kube import ApiError
 from kimik3.controller.reconcile import FINALIZER
+from kimik3_dev.benchmark.provenance import checkout_commit
 from kimik3_dev.devcluster import faults
 from kimik3_dev.devcluster.cluster import DevCluster, UpOptions
 from kimik3_dev.devcluster.kueue import LOCAL_QUEUE
@@ -775,13 +775,6 @@ def table(summary: dict[str, dict[str, Any]]) -> str:
                      for r in rows)
 
 
-def _commit() -> str:
-    """The repository's HEAD commit, ``+dirty`` when the work tree differs from it."""
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    return git("rev-parse", "--short", "HEAD") + ("+dirty" if git("status", "--porcelain") else "")
-
-
 def _terminate(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -813,7 +806,7 @@ def main(minutes: float, seed: int, racks: int, deployments: int, state_dir: Pat
         raise click.BadParameter(f"{deployments} deployments need at least {deployments + 1} racks "
                                  "(one group per rack, and a free rack to scale into)", param_hint="--racks")
     signal.signal(signal.SIGTERM, _terminate)
-    started = {"date": rfc3339(), "commit": _commit()}
+    started = {"date": rfc3339(), "commit": checkout_commit(REPO)}
     cluster = DevCluster(state_dir)
     t_up = time.monotonic()
     print(f"dev up: {racks} GB300 racks x {TRAYS_PER_RACK} trays in {cluster.state_dir}", flush=True)

@@ -36,6 +36,7 @@ from kimik3.usage.report import HOUR_S  # noqa: E402
 from kimik3.usage.rules import RULES, SLO_MEASURED, SLO_WITHIN, slo_record  # noqa: E402
 from kimik3_dev.devcluster import prometheus  # noqa: E402
 from kimik3_dev.devcluster.processes import free_port  # noqa: E402
+from kimik3_dev.benchmark.provenance import checkout_commit  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "usage.json"
 
@@ -137,7 +138,7 @@ def main() -> None:
                 f["requests_error"], f["held_s"] / 3600, f["serving_s"] / 3600, f["within"], f["measured"])
         if got != want:
             wrong.append({"row": row, "want": want})
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = checkout_commit(REPO)
     result = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d"), "commit": commit,
               "tenants": args.tenants, "hours": args.hours, "rows": len(rows), "rows_expected": args.tenants * args.hours,
               "rows_wrong": len(wrong), "wall_s": [round(w, 3) for w in walls], "best_wall_s": round(min(walls), 3),

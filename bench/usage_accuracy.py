@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "operator"))
 sys.path.insert(0, str(REPO / "tests"))
 
-from kimik3_dev.benchmark.simulate import checkout_commit  # noqa: E402
+from kimik3_dev.benchmark.provenance import checkout_commit  # noqa: E402
 from kimik3_dev.devcluster import usagecheck  # noqa: E402
 from kimik3_dev.devcluster.cluster import DevCluster, UpOptions  # noqa: E402
 from kimik3_dev.devcluster.racks import RackShape  # noqa: E402

@@ -217,6 +217,14 @@ def test_kimik3_wake_from_the_cli(env):
     assert e["kube"].get(*LWS, e["ns"], SET)["spec"]["replicas"] == 2
     missing = CliRunner().invoke(main, ["wake", "nope", "-n", e["ns"], "--kubeconfig", str(e["cp"].admin_kubeconfig)])
     assert missing.exit_code == 1 and f"no KimiK3Deployment nope in namespace {e['ns']}" in missing.output
+    # Without spec.idle.stopAfter there is no idle clock: said so, nothing annotated
+    e["kube"].patch_merge(*CR, e["ns"], NAME, {"metadata": {"annotations": {WAKE_REQUESTED_ANNOTATION: None}},
+                                               "spec": {"idle": None, "autoscaling": None}})
+    plain = CliRunner().invoke(main, ["wake", NAME, "-n", e["ns"], "--kubeconfig", str(e["cp"].admin_kubeconfig)])
+    assert plain.exit_code == 0, plain.output
+    assert plain.output == (f"{e['ns']}/{NAME}: no spec.idle.stopAfter, so it never stops when idle and there is "
+                            "nothing to wake (its groups follow spec.replicas or spec.autoscaling); left as it is\n")
+    assert WAKE_REQUESTED_ANNOTATION not in e["kube"].get(*CR, e["ns"], NAME)["metadata"].get("annotations", {})
 
 
 def test_scaling_through_the_scale_subresource_wakes_it(env):

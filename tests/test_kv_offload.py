@@ -95,5 +95,11 @@ def test_a_tier_no_tray_can_hold_is_refused_naming_the_field_and_the_largest_tha
     assert "1024Gi on each pod" in err.message and "gb300 node's 960G" in err.message
     assert "<= 1788Gi" in err.message  # 960e9 B x 8 GPUs / 4 per tray = 1788 GiB
     admit(recipe(LATENCY, engine={"kvOffload": {"size": "1788Gi"}})["spec"])
+    # Just over: the pod's share as the pod's memory request renders it (rounded up), the node's
+    # memory in the same unit (a new user read "894Gi" against "960G" as fitting, 2026-12-05)
+    with pytest.raises(SpecErrors) as over:
+        admit(recipe(LATENCY, engine={"kvOffload": {"size": "1789Gi"}})["spec"])
+    assert "puts 895Gi on each pod" in over.value.errors[0].message
+    assert "gb300 node's 960G (894.07Gi) of memory; use kvOffload.size <= 1788Gi" in over.value.errors[0].message
     with pytest.raises(SpecErrors, match=r"plus engine.resources.memory 400Gi.*<= 988Gi or lower"):
         admit(recipe(LATENCY, engine={"kvOffload": {"size": "1Ti"}, "resources": {"memory": "400Gi"}})["spec"])

@@ -333,6 +333,27 @@ def test_recipe_is_applied_and_reconciled(operator, kube, admin_api, namespace, 
         wait_for(lambda: kube.get(*ROUTE, namespace, name) is None, 20, "HTTPRoute deleted")
 
 
+@pytest.mark.parametrize("spec,path", [
+    ({"idle": {"stopAfter": "soon"}, "autoscaling": {"metricsSource": {"type": "podScrape"}}}, "spec.idle.stopAfter"),
+    ({"autoscaling": {"ttftTarget": {"value": "fast"}}}, "spec.autoscaling.ttftTarget.value"),
+    ({"rollout": {"progressDeadline": "later"}}, "spec.rollout.progressDeadline"),
+    ({"rollout": {"progressDeadline": "2h"}, "probes": {"loadTimeout": "long"}}, "spec.probes.loadTimeout"),
+])
+def test_a_bad_duration_gets_the_patterns_error_alone(kube, namespace, spec, path):
+    """A string that is no duration is refused with the pattern's error only; the CEL rules that
+    compare durations pass it instead of adding a type-conversion error (a new user's
+    ``idle.stopAfter: soon`` printed both, 2026-12-05)."""
+    cr = recipe("b300-tp8-single-node.yaml", name=f"bad-{uuid.uuid4().hex[:6]}", namespace=namespace)
+    for key, value in spec.items():
+        cr["spec"][key] = {**cr["spec"].get(key, {}), **value}
+    with pytest.raises(Invalid) as err:
+        kube.apply(cr, force=False)
+    assert err.value.status == 422, err.value.body
+    causes = json.loads(err.value.body)["details"]["causes"]
+    assert [(c["field"], c["message"].split(":")[0]) for c in causes] == [(path, "Invalid value")], causes
+    assert "should match" in causes[0]["message"]
+
+
 @pytest.mark.parametrize("field,value,path,words", [
     ("hostnames", ["Bad_Host"], "spec.service.httpRoute.hostnames[0]", "should match"),
     ("pathPrefixes", ["v1"], "spec.service.httpRoute.pathPrefixes[0]", "should match '^/'"),

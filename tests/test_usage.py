@@ -267,6 +267,27 @@ def test_kimik3_usage_rolling_reads_the_hours_ending_at_end_unrounded():
     assert result.exit_code == 2 and "--rolling counts --hours back from --end: leave --start out" in result.output
 
 
+def test_an_empty_report_says_so_and_points_at_rolling_hours_and_the_help_names_the_env_var():
+    """A new user's first `kimik3 usage` right after traffic reads whole UTC hours only: the table
+    is empty, and the CLI says which hours it read and how to read the past 60 minutes."""
+    stand_in = StandIn({})
+    try:
+        result = CliRunner().invoke(main, ["usage", "--prometheus", stand_in.url, "--start", "2026-12-04T10:00:00Z",
+                                           "--end", "2026-12-04T12:00:00Z", "-n", "tenant-a"])
+        assert result.exit_code == 0, result.output
+        assert result.stdout.split() == ["hour", "namespace", "deployment"] + result.stdout.split()[3:]
+        assert len(result.stdout.splitlines()) == 1  # the header only
+        assert result.stderr == ("no usage recorded for namespace tenant-a from 2026-12-04T10:00:00Z to "
+                                 "2026-12-04T12:00:00Z (whole UTC hours only: the hour under way is left out; "
+                                 "`--rolling --hours 1` reads the past 60 minutes)\n")
+        rolling = CliRunner().invoke(main, ["usage", "--prometheus", stand_in.url, "--rolling", "--hours", "1",
+                                            "--end", "2026-12-04T11:20:34Z"])
+        assert rolling.stderr == "no usage recorded from 2026-12-04T10:20:34Z to 2026-12-04T11:20:34Z\n"
+    finally:
+        stand_in.shutdown()
+    assert "[env var: KIMIK3_PROMETHEUS_URL" in CliRunner().invoke(main, ["usage", "--help"]).output
+
+
 def test_kimik3_usage_names_an_unreachable_prometheus_and_a_bad_range():
     result = CliRunner().invoke(main, ["usage", "--prometheus", "http://127.0.0.1:9", "--hours", "2"])
     assert result.exit_code == 1 and "Prometheus at http://127.0.0.1:9: http://127.0.0.1:9: ConnectionError" \

@@ -294,17 +294,27 @@ def rules(output: Path | None) -> None:
 def wake(name: str, namespace: str, kubeconfig: str | None) -> None:
     """Wake a KimiK3Deployment stopped after spec.idle.stopAfter without requests (sets the
     inference.kimik3.io/wake-requested-at annotation; the operator brings its groups back). On a
-    running deployment it restarts the idle clock."""
+    running deployment it restarts the idle clock; one without spec.idle.stopAfter is left as it is."""
     from kimik3.controller.idle import request_wake
     from kimik3.controller.kube import ApiError, Kube, NoCluster, NotFound, api_client_from_kubeconfig
+    from kimik3.kube.kinds import KIMIK3_DEPLOYMENT
 
+    missing = (f"no KimiK3Deployment {name} in namespace {namespace} "
+               "(kubectl get kimik3deployments -n NAMESPACE lists them)")
     try:
-        idle = request_wake(Kube(api_client_from_kubeconfig(kubeconfig)), namespace, name)
+        kube = Kube(api_client_from_kubeconfig(kubeconfig))
+        obj = kube.get(*KIMIK3_DEPLOYMENT.type_meta, namespace, name)
+        if obj is None:
+            raise click.ClickException(missing)
+        if not ((obj.get("spec") or {}).get("idle") or {}).get("stopAfter"):
+            click.echo(f"{namespace}/{name}: no spec.idle.stopAfter, so it never stops when idle and there is nothing "
+                       "to wake (its groups follow spec.replicas or spec.autoscaling); left as it is")
+            return
+        idle = request_wake(kube, namespace, name)
     except NoCluster as exc:
         raise click.ClickException(str(exc)) from None
     except NotFound:
-        raise click.ClickException(f"no KimiK3Deployment {name} in namespace {namespace} "
-                                   "(kubectl get kimik3deployments -n NAMESPACE lists them)") from None
+        raise click.ClickException(missing) from None
     except ApiError as exc:
         raise click.ClickException(f"KimiK3Deployment {namespace}/{name}: {exc.status} {exc.reason}: "
                                    f"{exc.message}") from None
@@ -317,7 +327,7 @@ def wake(name: str, namespace: str, kubeconfig: str | None) -> None:
 
 
 @main.command()
-@click.option("--prometheus", "prometheus_url", required=True, envvar="KIMIK3_PROMETHEUS_URL",
+@click.option("--prometheus", "prometheus_url", required=True, envvar="KIMIK3_PROMETHEUS_URL", show_envvar=True,
               help="Prometheus' base URL (e.g. http://prometheus.monitoring:9090), loading `kimik3 rules`.")
 @click.option("--start", default=None, metavar="TIME",
               help="First hour (RFC 3339, e.g. 2026-12-04T10:00:00Z; UTC without an offset; rounded down to its "
@@ -376,6 +386,12 @@ def usage(prometheus_url: str, start: str | None, end: str | None, hours: int, r
         click.echo(report.csv_text(usages), nl=False)
     else:
         click.echo(report.table(usages), nl=False)
+        if not usages:
+            span = f"{rfc3339(whole[0])} to {rfc3339(whole[-1] + report.HOUR_S)}"
+            hint = "" if rolling else (" (whole UTC hours only: the hour under way is left out; `--rolling --hours 1` "
+                                       "reads the past 60 minutes)")
+            click.echo(f"no usage recorded{f' for namespace {namespace}' if namespace else ''} from {span}{hint}",
+                       err=True)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from kimik3.admission.rules import Candidate, Rule, Table, example
 from kimik3.api.errors import SpecError
 from kimik3.engine.kvcache import offload_bytes_per_pod
 from kimik3.kube.accelerators import MODEL_MEMORY_FLOOR_GB
-from kimik3.kube.quantities import GIB, quantity_bytes
+from kimik3.kube.quantities import GIB, gibibytes, quantity_bytes
 from kimik3.topology.plan import (fewest_gpus_per_model_copy, gpus_per_model_copy, gpus_per_node, profile,
                                   tensor_parallel_size)
 
@@ -55,9 +55,10 @@ def host_tier_fits_node(c: Candidate) -> list[SpecError]:
     mine = f" plus engine.resources.memory {spec.engine.resources.memory}" if own else ""
     return [SpecError(
         "spec.engine.kvOffload.size",
-        f"the host KV tier of {tier.size} per engine puts {share / GIB:.0f}Gi on each pod (its {gpus} of the "
-        f"engine's {ranks} GPUs){mine}: more than one {topo.accelerator} node's {node_profile.host_memory} of "
-        f"memory; use kvOffload.size <= {most}Gi" + (" or lower engine.resources.memory" if own else ""))]
+        f"the host KV tier of {tier.size} per engine puts {gibibytes(share)} on each pod (its {gpus} of the "
+        f"engine's {ranks} GPUs){mine}: more than one {topo.accelerator} node's {node_profile.host_memory} "
+        f"({node / GIB:.2f}Gi) of memory; use kvOffload.size <= {most}Gi"
+        + (" or lower engine.resources.memory" if own else ""))]
 
 
 MEMORY = Table("memory", (

@@ -39,6 +39,14 @@ def duration_seconds(value: str) -> float:
     return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(value))
 
 
+def cel_not_duration(path: str) -> str:
+    """CEL: the string at ``path`` is not a duration of ``DURATION_PATTERN``. A rule that reads a
+    duration passes such a string (``!has(x) || <this> || duration(x) ...``): the pattern already
+    refuses it with its own error, and ``duration()`` on it would add the API server's
+    type-conversion error beside that one (``idle.stopAfter: soon`` printed both, 2026-12-05)."""
+    return f"!{path}.matches(r'{DURATION_PATTERN}')"
+
+
 def _cel_map(values: dict[str, int]) -> str:
     return "{" + ", ".join(f"'{k}': {v}" for k, v in values.items()) + "}"
 
@@ -547,7 +555,8 @@ class AutoscalingSpec(Model):
     model_config = validated_by(
         rule("autoscaling-min-le-max", "self.minReplicas <= self.maxReplicas", "minReplicas must be <= maxReplicas",
              ".minReplicas"),
-        rule("ttft-target-positive", "!has(self.ttftTarget) || duration(self.ttftTarget.value) > duration('0s')",
+        rule("ttft-target-positive", "!has(self.ttftTarget) || " + cel_not_duration("self.ttftTarget.value")
+             + " || duration(self.ttftTarget.value) > duration('0s')",
              "ttftTarget.value must be above 0 (e.g. 2s)", ".ttftTarget.value"),
     )
     enabled: bool = False
@@ -576,7 +585,8 @@ class IdleSpec(Model):
     """Idle stop: the deployment's engine groups go after a time without requests; it wakes on an explicit request."""
 
     model_config = validated_by(
-        rule("idle-stop-after-minimum", "!has(self.stopAfter) || duration(self.stopAfter) >= duration('1m')",
+        rule("idle-stop-after-minimum", "!has(self.stopAfter) || " + cel_not_duration("self.stopAfter")
+             + " || duration(self.stopAfter) >= duration('1m')",
              "idle.stopAfter must be at least 1m (e.g. 60m), or unset to never stop", ".stopAfter"),
     )
     stop_after: Duration | None = None
@@ -888,7 +898,9 @@ class RolloutSpec(Model):
 _SPEC_RULES = [
     rule(
         "rollout-deadline-covers-load",
-        "!has(self.rollout) || !has(self.rollout.progressDeadline) || duration(self.rollout.progressDeadline) >= "
+        "!has(self.rollout) || !has(self.rollout.progressDeadline) || "
+        + cel_not_duration("self.rollout.progressDeadline") + " || (has(self.probes) && has(self.probes.loadTimeout) && "
+        + cel_not_duration("self.probes.loadTimeout") + ") || duration(self.rollout.progressDeadline) >= "
         "duration(has(self.probes) && has(self.probes.loadTimeout) ? self.probes.loadTimeout : '90m')",
         "rollout.progressDeadline is shorter than probes.loadTimeout: a healthy group that takes its whole load "
         "budget would be rolled back; raise progressDeadline to at least loadTimeout, or leave it unset",

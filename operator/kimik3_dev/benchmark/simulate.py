@@ -49,7 +49,6 @@ import dataclasses
 import json
 import math
 import resource
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -66,6 +65,7 @@ from kimik3_dev.benchmark.baselines import (DynamoPlannerPolicy, KPAPolicy, Opti
                                             provisioning_schedule)
 from kimik3_dev.benchmark.fleet import FleetConfig, FleetSim, GroupModel, RunResult
 from kimik3_dev.benchmark import peers
+from kimik3_dev.benchmark.provenance import checkout_commit
 from kimik3_dev.benchmark.traces import Request, Trace, all_traces, recorded
 from kimik3_dev.sim.tracefile import MOONCAKE_BLOCK_TOKENS, TraceFileError, reuse_ceiling
 
@@ -581,18 +581,6 @@ def _meta(s: Setup, recipe: str, seeds: tuple[int, ...], jobs: int, t0: float, c
     if kept:
         meta["kept"] = kept
     return meta
-
-
-def checkout_commit(cwd: str | Path | None = None) -> str | None:
-    """The commit of the checkout at ``cwd`` (None: the current folder) as ``git describe --always
-    --dirty`` names it (``-dirty`` when the work tree differs), None outside a git checkout. What the
-    benchmarks write beside their figures."""
-    try:
-        out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
-                             timeout=10, check=True, cwd=cwd)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:
