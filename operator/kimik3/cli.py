@@ -28,7 +28,7 @@ from importlib.util import find_spec
 
 import click
 
-from kimik3.api.documents import NoDeployment, dump_yaml, dump_yaml_all, load_deployments
+from kimik3.api.documents import BadManifest, dump_yaml, dump_yaml_all, load_deployments
 from kimik3.api.errors import SpecErrors
 
 CRD_FILE = "inference.kimik3.io_kimik3deployments.yaml"
@@ -40,7 +40,7 @@ CHART_CRD_DIR = Path("charts/kimik3-operator/files/crds")
 def _deployments(path: str) -> list[dict[str, Any]]:
     try:
         return load_deployments(path)
-    except NoDeployment as exc:
+    except BadManifest as exc:
         raise click.ClickException(str(exc)) from None
 
 
@@ -295,6 +295,8 @@ def wake(name: str, namespace: str, kubeconfig: str | None) -> None:
     """Wake a KimiK3Deployment stopped after spec.idle.stopAfter without requests (sets the
     inference.kimik3.io/wake-requested-at annotation; the operator brings its groups back). On a
     running deployment it restarts the idle clock; one without spec.idle.stopAfter is left as it is."""
+    from urllib3.exceptions import HTTPError, MaxRetryError
+
     from kimik3.controller.idle import request_wake
     from kimik3.controller.kube import ApiError, Kube, NoCluster, NotFound, api_client_from_kubeconfig
     from kimik3.kube.kinds import KIMIK3_DEPLOYMENT
@@ -303,6 +305,9 @@ def wake(name: str, namespace: str, kubeconfig: str | None) -> None:
                "(kubectl get kimik3deployments -n NAMESPACE lists them)")
     try:
         kube = Kube(api_client_from_kubeconfig(kubeconfig))
+    except NoCluster as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
         obj = kube.get(*KIMIK3_DEPLOYMENT.type_meta, namespace, name)
         if obj is None:
             raise click.ClickException(missing)
@@ -311,8 +316,11 @@ def wake(name: str, namespace: str, kubeconfig: str | None) -> None:
                        "to wake (its groups follow spec.replicas or spec.autoscaling); left as it is")
             return
         idle = request_wake(kube, namespace, name)
-    except NoCluster as exc:
-        raise click.ClickException(str(exc)) from None
+    except (HTTPError, OSError) as exc:  # no answer at all (kube.py lets connection failures pass)
+        reason = exc.reason if isinstance(exc, MaxRetryError) else exc
+        raise click.ClickException(
+            f"cannot reach the Kubernetes API server at {kube.api.configuration.host}: {reason}; is the cluster up "
+            "and the kubeconfig the right one (`kubectl get nodes` with it)?") from None
     except NotFound:
         raise click.ClickException(missing) from None
     except ApiError as exc:
@@ -326,8 +334,16 @@ def wake(name: str, namespace: str, kubeconfig: str | None) -> None:
         click.echo(f"{namespace}/{name}: wake requested (stopped since {idle.stopped_at}); {estimate}")
 
 
+def _http_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """An option's value, refused unless it is an http:// or https:// URL."""
+    if value is not None and not value.startswith(("http://", "https://")):
+        raise click.BadParameter(f"{value!r} is not an http:// or https:// URL (e.g. http://prometheus.monitoring:9090)")
+    return value
+
+
 @main.command()
 @click.option("--prometheus", "prometheus_url", required=True, envvar="KIMIK3_PROMETHEUS_URL", show_envvar=True,
+              callback=_http_url,
               help="Prometheus' base URL (e.g. http://prometheus.monitoring:9090), loading `kimik3 rules`.")
 @click.option("--start", default=None, metavar="TIME",
               help="First hour (RFC 3339, e.g. 2026-12-04T10:00:00Z; UTC without an offset; rounded down to its "

@@ -39,6 +39,17 @@ def duration_seconds(value: str) -> float:
     return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(value))
 
 
+SIZE_PATTERN = r"^[0-9]+(Gi|Ti)$"
+"""A storage or memory size in whole GiB or TiB, e.g. ``200Gi``, ``2Ti``."""
+
+PATTERN_MEANINGS: dict[str, str] = {
+    DURATION_PATTERN: "a duration: numbers with units ms, s, m or h, e.g. 500ms, 90s, 60m or 1h30m",
+    SIZE_PATTERN: "a size in whole Gi or Ti, e.g. 200Gi or 2Ti",
+}
+"""What a string of each shared pattern is, with examples: ``kimik3 validate`` says this where
+pydantic would quote the regular expression (``api.errors.from_validation_error``)."""
+
+
 def cel_not_duration(path: str) -> str:
     """CEL: the string at ``path`` is not a duration of ``DURATION_PATTERN``. A rule that reads a
     duration passes such a string (``!has(x) || <this> || duration(x) ...``): the pattern already
@@ -133,7 +144,7 @@ class HubSource(Model):
 
     token_secret: SecretKeyRef | None = None
     """Secret key holding an HF token, passed to the engine as HF_TOKEN."""
-    cache_size: str = Field(default="2Ti", pattern=r"^[0-9]+(Gi|Ti)$")
+    cache_size: str = Field(default="2Ti", pattern=SIZE_PATTERN)
     """Size of the emptyDir that caches the download on each node."""
 
 
@@ -142,7 +153,7 @@ class VolumeClaimCreate(Model):
 
     storage_class_name: str | None = Field(default=None, max_length=253)
     """StorageClass of the claim (unset: the cluster's default class)."""
-    size: str = Field(default="2Ti", pattern=r"^[0-9]+(Gi|Ti)$")
+    size: str = Field(default="2Ti", pattern=SIZE_PATTERN)
     """Requested capacity: the target (~1.5 TB for Kimi K3) plus its drafter, plus room for one more revision of each."""
     access_mode: Literal["ReadWriteMany", "ReadOnlyMany", "ReadWriteOnce", "ReadWriteOncePod"] = "ReadWriteMany"
     """Access mode. Groups span trays (nodes), so every engine pod mounts it read-only from its own node: ReadWriteMany (or ReadOnlyMany once staged) unless the group is one node."""
@@ -254,7 +265,7 @@ class Resources(Model):
 class CompileCacheSpec(Model):
     """vLLM's compile caches on a PersistentVolumeClaim of the namespace (one per engine image and group plan), so a second start of the same engine skips compilation."""
 
-    size: str = Field(default="200Gi", pattern=r"^[0-9]+(Gi|Ti)$")
+    size: str = Field(default="200Gi", pattern=SIZE_PATTERN)
     """Capacity of each cache claim."""
     storage_class_name: str | None = Field(default=None, max_length=253)
     """StorageClass of the claims (unset: the cluster's default)."""
@@ -265,7 +276,7 @@ class CompileCacheSpec(Model):
 class KVOffloadSpec(Model):
     """A second KV-cache tier in the pods' host memory (vLLM 0.33's native CPU offloading, ``--kv-offloading-size`` and ``--kv-offloading-backend``): cache blocks the GPUs evict are kept in CPU memory and copied back when a prompt needs them (on GB300 over NVLink-C2C) instead of being prefilled again."""
 
-    size: str = Field(pattern=r"^[0-9]+(Gi|Ti)$", max_length=16)
+    size: str = Field(pattern=SIZE_PATTERN, max_length=16)
     """Host memory of each engine's tier, summed over its ranks (vLLM's --kv-offloading-size: "the total buffer size summed across all TP ranks"), e.g. 700Gi for a GB300 TP8 group puts 350Gi on each of its 2 trays. Each pod's memory request grows by its ranks' share and its /dev/shm by the tier (vLLM maps it from /dev/shm); the pod must still fit a node's memory."""
     backend: Literal["native"] = "native"
     """native: vLLM's own CPU offloading (its OffloadingConnector, which handles K3's hybrid KDA/MLA cache). lmcache is not offered: vLLM 0.33 runs it in multi-process mode, against an LMCache server the operator does not deploy, and does not pass it the size."""

@@ -179,10 +179,10 @@ def _click_command():
         or a rejected argument list."""
         import sys
 
-        from kimik3.api.documents import NoDeployment, load_deployments
+        from kimik3.api.documents import BadManifest, load_deployments
         try:
             docs = load_deployments(filename)
-        except NoDeployment as exc:
+        except BadManifest as exc:
             raise click.ClickException(str(exc)) from None
         lines, ok = doctor_report(docs, check=check, version=vllm_version)
         click.echo("\n".join(lines))
