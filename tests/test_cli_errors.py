@@ -1,0 +1,112 @@
+"""What a new user's mistakes on the command line give: one line naming the file or field and the
+fix, exit 1, never a traceback (a new user's trial of `kimik3`, 2026-12-05: each case below printed
+a Python traceback or a regular expression before)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from kimik3.admission import admit
+from kimik3.api.errors import SpecErrors
+from kimik3.cli import main
+from kimik3_dev.benchmark.simulate import benchmark_traces, simulate_command
+
+REPO = Path(__file__).resolve().parents[1]
+RECIPE = REPO / "recipes" / "gb300-tp8-megakernel-dspark.yaml"
+
+
+def run(args: list[str], stdin: str | None = None) -> str:
+    """The command's output; asserts it failed with a click error, not an exception."""
+    result = CliRunner().invoke(main, args, input=stdin)
+    assert result.exit_code in (1, 2) and isinstance(result.exception, SystemExit), result.output
+    return result.output.strip()
+
+
+@pytest.mark.parametrize("verb", ["validate", "render", "doctor"])
+def test_a_recipe_that_is_missing_not_yaml_or_not_an_object_is_named_with_the_fix(verb, tmp_path):
+    missing = tmp_path / "nope.yaml"
+    assert run([verb, "-f", str(missing)]) == f"Error: {missing}: cannot read it: No such file or directory"
+    assert run([verb, "-f", "-"], "spec: [\n") == (
+        "Error: -: not valid YAML: while parsing a flow node expected the node content, but found '<stream end>' "
+        'in "<stdin>", line 2, column 1')
+    assert run([verb, "-f", "-"], "kind: KimiK3Deployment\n---\n- a\n") == (
+        "Error: -: document 2 is not a Kubernetes object (a mapping with apiVersion, kind, metadata and spec) "
+        "but \"['a']\"")
+
+
+def test_simulate_checks_its_recipe_before_it_runs():
+    result = CliRunner().invoke(simulate_command, ["-f", "/nonexistent.yaml", "--trace", "steady"])
+    assert (result.exit_code, result.output.strip()) == (
+        1, "Error: /nonexistent.yaml: cannot read it: No such file or directory")
+    bad = yaml.safe_load(RECIPE.read_text())
+    bad["spec"]["topology"]["tensorParallelSize"] = 6
+    result = CliRunner().invoke(simulate_command, ["-f", "-", "--trace", "steady"], input=yaml.safe_dump(bad))
+    assert result.exit_code == 1 and result.output.startswith(
+        "Error: -: spec.topology.tensorParallelSize: TP x PP = 6 GPUs neither fits"), result.output
+
+
+def test_simulate_names_every_trace_it_has():
+    result = CliRunner().invoke(simulate_command, ["--trace", "nope"])
+    names = [t.name for t in benchmark_traces()]
+    assert result.exit_code == 2
+    assert f"Invalid value for --trace: no trace named nope: the traces are {', '.join(names)}" in result.output
+    trace_help = next(p for p in simulate_command.params if p.name == "trace_names").help
+    assert trace_help == f"Only these traces (repeatable): {', '.join(names)}."
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    (("idle", "stopAfter"), "soon",
+     "'soon' is not a duration: numbers with units ms, s, m or h, e.g. 500ms, 90s, 60m or 1h30m"),
+    (("probes", "loadTimeout"), "90 minutes",
+     "'90 minutes' is not a duration: numbers with units ms, s, m or h, e.g. 500ms, 90s, 60m or 1h30m"),
+    (("engine", "kvOffload", "size"), "lots", "'lots' is not a size in whole Gi or Ti, e.g. 200Gi or 2Ti"),
+])
+def test_a_bad_duration_or_size_is_explained_not_quoted_as_a_regex(field, value, message):
+    spec = yaml.safe_load(RECIPE.read_text())["spec"]
+    spec.setdefault("autoscaling", {})["metricsSource"] = {"type": "podScrape"}  # what idle reads
+    at = spec
+    for key in field[:-1]:
+        at = at.setdefault(key, {})
+    at[field[-1]] = value
+    with pytest.raises(SpecErrors) as refused:
+        admit(spec)
+    assert [(e.path, e.message) for e in refused.value.errors] == [("spec." + ".".join(field), message)]
+
+
+def test_usage_refuses_a_prometheus_that_is_not_a_url():
+    out = run(["usage", "--prometheus", "prometheus:9090"])
+    assert out.endswith("Error: Invalid value for '--prometheus' (env var: 'KIMIK3_PROMETHEUS_URL'): "
+                        "'prometheus:9090' is not an http:// or https:// URL (e.g. http://prometheus.monitoring:9090)")
+
+
+def test_wake_with_a_missing_or_empty_kubeconfig_names_it(tmp_path):
+    missing = tmp_path / "missing"
+    assert run(["wake", "k3", "-n", "a", "--kubeconfig", str(missing)]) == (
+        f"Error: kubeconfig {missing}: no such file; pass --kubeconfig (or set KUBECONFIG) to a kubeconfig file "
+        "with a current context")
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    out = run(["wake", "k3", "-n", "a", "--kubeconfig", str(empty)])
+    assert out.startswith(f"Error: kubeconfig {empty}: Invalid kube-config. "), out
+    assert out.endswith("is empty; pass --kubeconfig (or set KUBECONFIG) to a kubeconfig file with a current context")
+
+
+def test_wake_with_no_api_server_listening_says_so(tmp_path):
+    with socket.socket() as s:  # a loopback port nothing listens on (bound, never listened)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "c",
+            "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{port}"}}],
+            "users": [{"name": "u", "user": {"token": "t"}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+        out = run(["wake", "k3", "-n", "a", "--kubeconfig", str(kubeconfig)])
+    assert out.startswith(f"Error: cannot reach the Kubernetes API server at https://127.0.0.1:{port}: "), out
+    assert "Connection refused" in out
+    assert out.endswith("is the cluster up and the kubeconfig the right one (`kubectl get nodes` with it)?")
