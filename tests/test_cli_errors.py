@@ -110,3 +110,18 @@ def test_wake_with_no_api_server_listening_says_so(tmp_path):
     assert out.startswith(f"Error: cannot reach the Kubernetes API server at https://127.0.0.1:{port}: "), out
     assert "Connection refused" in out
     assert out.endswith("is the cluster up and the kubeconfig the right one (`kubectl get nodes` with it)?")
+
+
+@pytest.mark.parametrize(("placement", "message"), [
+    ({"queueName": "inference"},
+     "queueName applies to mode kueue only (the mode is exclusive, the default): set mode kueue, or remove it"),
+    ({"mode": "exclusive", "priorityClass": "high", "burstPriorityClass": "low"},
+     "priorityClass, burstPriorityClass apply to mode kueue only (the mode is exclusive, the default): set mode "
+     "kueue, or remove them"),
+])
+def test_kueue_settings_under_exclusive_placement_say_which_mode_is_set(placement, message):
+    spec = yaml.safe_load(RECIPE.read_text())["spec"]
+    spec["scheduling"] = {"placement": placement}
+    with pytest.raises(SpecErrors) as refused:
+        admit(spec)
+    assert [e.message for e in refused.value.errors] == [message]
