@@ -125,3 +125,14 @@ def test_kueue_settings_under_exclusive_placement_say_which_mode_is_set(placemen
     with pytest.raises(SpecErrors) as refused:
         admit(spec)
     assert [e.message for e in refused.value.errors] == [message]
+
+
+def test_render_refuses_a_spec_as_validate_does():
+    """render printed the problems bare ("Error: spec.x: ...\\nspec.y: ..."), without the deployment
+    or the count validate gives."""
+    bad = yaml.safe_load(RECIPE.read_text())
+    bad["spec"]["topology"]["tensorParallelSize"] = 6
+    text = yaml.safe_dump(bad)
+    validated = CliRunner().invoke(main, ["validate", "-f", "-"], input=text).output.strip()
+    assert validated.startswith("k3-latency: 2 problem(s)\n  spec.topology.tensorParallelSize: "), validated
+    assert run(["render", "-f", "-"], text) == "Error: " + validated

@@ -44,6 +44,13 @@ def _deployments(path: str) -> list[dict[str, Any]]:
         raise click.ClickException(str(exc)) from None
 
 
+def _refusal(doc: dict[str, Any], exc: SpecErrors) -> str:
+    """Every problem of a refused deployment, as ``kimik3 validate`` prints them: its name and
+    count, then one indented ``field path: message`` line each."""
+    return "\n".join([f"{doc['metadata'].get('name', '?')}: {len(exc.errors)} problem(s)",
+                      *(f"  {err.path}: {err.message}" for err in exc.errors)])
+
+
 PLUGIN_GROUP = "kimik3.commands"
 """Entry-point group other distributions (the development kit) add ``kimik3`` verbs through."""
 
@@ -123,9 +130,7 @@ def validate(filename: str) -> None:
             admitted = admit(doc.get("spec") or {})
         except SpecErrors as exc:
             bad += 1
-            click.echo(f"{name}: {len(exc.errors)} problem(s)")
-            for err in exc.errors:
-                click.echo(f"  {err.path}: {err.message}")
+            click.echo(_refusal(doc, exc))
             continue
         plan = admitted.plan
         click.echo(f"{name}: valid: {plan.nodes_per_group} node(s) x {plan.gpus_per_node} {plan.profile.name} "
@@ -148,7 +153,7 @@ def render(filename: str) -> None:
         try:
             rendered = render_children(admit(doc.get("spec") or {}), Owner.from_object(doc))
         except SpecErrors as exc:
-            raise click.ClickException("\n".join(map(str, exc.errors))) from None
+            raise click.ClickException(_refusal(doc, exc)) from None
         for warning in rendered.warnings:
             click.echo(f"# warning: {warning.message}", err=True)
         out += rendered.objects
@@ -186,7 +191,7 @@ def stage(filename: str | None, repo: str | None, revision: str, root: Path, wor
             try:
                 todo += artifacts(admit(doc.get("spec") or {}).spec)
             except SpecErrors as exc:
-                raise click.ClickException("\n".join(map(str, exc.errors))) from None
+                raise click.ClickException(_refusal(doc, exc)) from None
     if report_job is not None:
         from functools import partial
 
