@@ -136,3 +136,20 @@ def test_render_refuses_a_spec_as_validate_does():
     validated = CliRunner().invoke(main, ["validate", "-f", "-"], input=text).output.strip()
     assert validated.startswith("k3-latency: 2 problem(s)\n  spec.topology.tensorParallelSize: "), validated
     assert run(["render", "-f", "-"], text) == "Error: " + validated
+
+
+def test_doctor_says_what_it_waits_for_before_the_parser_starts(monkeypatch, tmp_path):
+    """`kimik3 doctor` sat ~10 s silent while vLLM's parser (a subprocess) read the arguments."""
+    import kimik3_dev.doctor as doctor
+
+    events: list[str] = []
+    venv = doctor.VllmVenv(doctor.VLLM_VERSION, tmp_path / "venv")
+    monkeypatch.setattr(doctor, "parser_venv", lambda version=None: venv)
+
+    def parse(argvs, v):
+        events.append(f"parsed {len(argvs)}")
+        return doctor.VLLM_VERSION, [{"ok": True}] * len(argvs)
+    monkeypatch.setattr(doctor, "parse_argvs", parse)
+    lines, ok = doctor.doctor_report([yaml.safe_load(RECIPE.read_text())], waiting=events.append)
+    assert ok and events == [f"# waiting for vLLM's own argument parser ({venv.path}) to read 2 rank(s)' arguments",
+                             "parsed 2"]
