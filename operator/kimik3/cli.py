@@ -369,6 +369,7 @@ def usage(prometheus_url: str, start: str | None, end: str | None, hours: int, r
     the latency (and TTFT) target. Reads the recording rules of `kimik3 rules` from Prometheus."""
     import time
 
+    from kimik3.api.conditions import Reason
     from kimik3.autoscaler.observation import MetricsUnavailable
     from kimik3.autoscaler.sources import PrometheusClient
     from kimik3.kube.times import rfc3339, rfc3339_seconds
@@ -399,8 +400,9 @@ def usage(prometheus_url: str, start: str | None, end: str | None, hours: int, r
                                  param_hint="--start/--end")
     try:
         usages = report.read(PrometheusClient(prometheus_url), whole, namespace)
-    except MetricsUnavailable as exc:
-        raise click.ClickException(f"Prometheus at {prometheus_url}: {exc.message}") from None
+    except MetricsUnavailable as exc:  # an unreachable one's message starts with the URL (PrometheusClient)
+        where = "" if exc.reason == Reason.PROMETHEUS_UNREACHABLE else f"{prometheus_url}: "
+        raise click.ClickException(f"Prometheus at {where}{exc.message}") from None
     if fmt == "json":
         click.echo(report.json_text(usages, whole))
     elif fmt == "csv":
