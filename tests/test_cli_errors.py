@@ -96,16 +96,21 @@ def test_wake_with_a_missing_or_empty_kubeconfig_names_it(tmp_path):
     assert out.endswith("is empty; pass --kubeconfig (or set KUBECONFIG) to a kubeconfig file with a current context")
 
 
+def closed_port_kubeconfig(path: Path, port: int) -> Path:
+    """A kubeconfig for an API server at 127.0.0.1:``port``."""
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{port}"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    return path
+
+
 def test_wake_with_no_api_server_listening_says_so(tmp_path):
     with socket.socket() as s:  # a loopback port nothing listens on (bound, never listened)
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "c",
-            "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{port}"}}],
-            "users": [{"name": "u", "user": {"token": "t"}}],
-            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+        kubeconfig = closed_port_kubeconfig(tmp_path / "kubeconfig", port)
         out = run(["wake", "k3", "-n", "a", "--kubeconfig", str(kubeconfig)])
     assert out.startswith(f"Error: cannot reach the Kubernetes API server at https://127.0.0.1:{port}: "), out
     assert "Connection refused" in out
@@ -153,3 +158,23 @@ def test_doctor_says_what_it_waits_for_before_the_parser_starts(monkeypatch, tmp
     lines, ok = doctor.doctor_report([yaml.safe_load(RECIPE.read_text())], waiting=events.append)
     assert ok and events == [f"# waiting for vLLM's own argument parser ({venv.path}) to read 2 rank(s)' arguments",
                              "parsed 2"]
+
+
+def test_dev_apply_and_load_after_dev_down_say_the_cluster_is_not_up(tmp_path, monkeypatch):
+    """After `kimik3 dev down` (the state dir and its kubeconfig stay) both printed urllib3's
+    MaxRetryError traceback."""
+    monkeypatch.delenv("KIMIK3_COMMAND", raising=False)  # the hints name `kimik3`, not tools/kimik3
+    state = tmp_path / "dev"
+    state.mkdir()
+    assert run(["dev", "apply", "-f", str(RECIPE), "--state-dir", str(state)]) == (
+        f"Error: no dev cluster in {state}: run `kimik3 dev up --state-dir {state}`")
+    assert run(["dev", "load", "k3-latency", "--state-dir", str(state)]) == (
+        f"Error: no kubeconfig {state}/admin.kubeconfig: is the dev cluster up (`kimik3 dev up --state-dir {state}`), "
+        "or give --kubeconfig")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        closed_port_kubeconfig(state / "admin.kubeconfig", port)
+        out = run(["dev", "load", "k3-latency", "--state-dir", str(state)])
+    assert out == (f"Error: the API server of {state}/admin.kubeconfig (https://127.0.0.1:{port}) is not answering: "
+                   f"is the dev cluster up (`kimik3 dev status --state-dir {state}`)?")
