@@ -178,3 +178,14 @@ def test_dev_apply_and_load_after_dev_down_say_the_cluster_is_not_up(tmp_path, m
         out = run(["dev", "load", "k3-latency", "--state-dir", str(state)])
     assert out == (f"Error: the API server of {state}/admin.kubeconfig (https://127.0.0.1:{port}) is not answering: "
                    f"is the dev cluster up (`kimik3 dev status --state-dir {state}`)?")
+
+
+def test_stage_names_the_hub_it_could_not_reach(tmp_path, monkeypatch):
+    """"moonshotai/Kimi-K3@main: ConnectError: ..." did not say which hub (--endpoint, HF_ENDPOINT
+    or huggingface.co) was tried."""
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        hub = f"http://127.0.0.1:{s.getsockname()[1]}"
+        out = run(["stage", "--repo", "a/b", "--to", str(tmp_path), "--endpoint", hub])
+    assert out.startswith(f"Error: a/b@main from {hub}: ConnectError: "), out

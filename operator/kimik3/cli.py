@@ -210,7 +210,9 @@ def stage(filename: str | None, repo: str | None, revision: str, root: Path, wor
             done = stage_artifact(artifact, root, endpoint=endpoint, token=os.environ.get("HF_TOKEN"),
                                   max_workers=workers, report=report)
         except StagingError as exc:
-            raise click.ClickException(f"{artifact.repo_id}@{artifact.revision}: {exc}") from None
+            from huggingface_hub.constants import ENDPOINT  # the hub when neither --endpoint nor HF_ENDPOINT
+            raise click.ClickException(f"{artifact.repo_id}@{artifact.revision} from {endpoint or ENDPOINT}: "
+                                       f"{exc}") from None
         click.echo(f"{root / artifact.folder}: {done.files_done} files, {done.bytes_total} bytes, commit "
                    f"{done.commit}, verified")
 
