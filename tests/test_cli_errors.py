@@ -188,4 +188,4 @@ def test_stage_names_the_hub_it_could_not_reach(tmp_path, monkeypatch):
         s.bind(("127.0.0.1", 0))
         hub = f"http://127.0.0.1:{s.getsockname()[1]}"
         out = run(["stage", "--repo", "a/b", "--to", str(tmp_path), "--endpoint", hub])
-    assert out.startswith(f"Error: a/b@main from {hub}: ConnectError: "), out
+    assert out.splitlines()[-1].startswith(f"Error: a/b@main from {hub}: ConnectError: "), out  # after progress
