@@ -647,10 +647,10 @@ def _seeds_option(ctx: click.Context, param: click.Parameter, value: tuple[str, 
 @click.option("-f", "--filename", default=RECIPE, show_default=True, help="Recipe whose groups are simulated.")
 @click.option("-o", "--output-dir", default="bench/results", show_default=True, type=click.Path(file_okay=False))
 @click.option("--trace", "trace_names", multiple=True,
-              help="Only these traces (repeatable): steady, diurnal, bursts, step, agentic, mooncake-conversation.")
+              help=f"Only these traces (repeatable): {', '.join([t.name for t in all_traces()] + list(RECORDED))}.")
 @click.option("--trace-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Replay a recorded trace instead: a CSV of arrival timestamp, prompt tokens, output tokens "
-                   "(Azure LLM inference or BurstGPT columns) or Mooncake JSON Lines; see sim/tracefile.py.")
+                   "(Azure LLM inference or BurstGPT columns) or Mooncake JSON Lines; see operator/kimik3_dev/sim/tracefile.py.")
 @click.option("--time-compression", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="With --trace-file: play the recording this many times faster.")
 @click.option("--copies", default=1, show_default=True, type=click.IntRange(min=1),
