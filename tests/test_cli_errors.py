@@ -189,3 +189,11 @@ def test_stage_names_the_hub_it_could_not_reach(tmp_path, monkeypatch):
         hub = f"http://127.0.0.1:{s.getsockname()[1]}"
         out = run(["stage", "--repo", "a/b", "--to", str(tmp_path), "--endpoint", hub])
     assert out.splitlines()[-1].startswith(f"Error: a/b@main from {hub}: ConnectError: "), out  # after progress
+
+
+def test_run_without_a_kubeconfig_names_it(tmp_path):
+    """`kimik3 run --kubeconfig` of a missing file ended in NoCluster's traceback."""
+    missing = tmp_path / "missing"
+    assert run(["run", "--kubeconfig", str(missing), "--health-port", "0"]) == (
+        f"Error: kubeconfig {missing}: no such file; pass --kubeconfig (or set KUBECONFIG) to a kubeconfig file "
+        "with a current context")

@@ -271,7 +271,11 @@ def run(kubeconfig: str | None, namespaces: tuple[str, ...], health_port: int, h
                          policy=AdmissionPolicy(allowed_host_paths) if allowed_host_paths else AdmissionPolicy(),
                          lease_namespace=lease_namespace, lease_name=lease_name, lease_timings=timings,
                          stager_image=stager_image or DEFAULT_STAGER_IMAGE, wake_port=wake_port, wake_service=wake)
-    asyncio.run(run_operator(cfg))
+    from kimik3.controller.kube import NoCluster
+    try:
+        asyncio.run(run_operator(cfg))
+    except NoCluster as exc:  # raised before anything starts: the first thing run_operator does
+        raise click.ClickException(str(exc)) from None
 
 
 RULES_FILE = Path("charts/kimik3-operator/files/rules/kimik3-usage.yaml")
