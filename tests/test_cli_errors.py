@@ -197,3 +197,11 @@ def test_run_without_a_kubeconfig_names_it(tmp_path):
     assert run(["run", "--kubeconfig", str(missing), "--health-port", "0"]) == (
         f"Error: kubeconfig {missing}: no such file; pass --kubeconfig (or set KUBECONFIG) to a kubeconfig file "
         "with a current context")
+
+
+def test_demo_with_a_missing_recipe_says_so_before_it_starts_anything(tmp_path):
+    state = tmp_path / "dev"
+    missing = tmp_path / "nope.yaml"
+    assert run(["demo", "-f", str(missing), "--state-dir", str(state)]) == (
+        f"Error: {missing}: cannot read it: No such file or directory")
+    assert not state.exists()
