@@ -205,3 +205,10 @@ def test_demo_with_a_missing_recipe_says_so_before_it_starts_anything(tmp_path):
     assert run(["demo", "-f", str(missing), "--state-dir", str(state)]) == (
         f"Error: {missing}: cannot read it: No such file or directory")
     assert not state.exists()
+
+
+def test_dev_apply_of_a_file_that_is_not_yaml_names_it(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("spec: [\n")
+    out = run(["dev", "apply", "-f", str(bad), "--state-dir", str(tmp_path)])
+    assert out.startswith(f"Error: {bad}: not valid YAML: while parsing a flow node"), out

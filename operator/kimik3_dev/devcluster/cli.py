@@ -152,13 +152,16 @@ def apply(state_dir: str, filename: str) -> None:
     """Apply the KimiK3Deployments of FILENAME to the dev cluster (creating the namespace and, for
     PVC weight sources, a stand-in PersistentVolume + claim: nothing mounts it here)."""
     import urllib3
-    import yaml
 
+    from kimik3.api.documents import BadManifest, load_documents
     from kimik3.controller.kube import ApiError
     from kimik3_dev.devcluster.cluster import DevCluster
     from kimik3_dev.devcluster.rest import Rest
     from kimik3_dev.devcluster.workloads import apply_deployment, deployments
-    docs = deployments(yaml.safe_load_all(Path(filename).read_text()))
+    try:
+        docs = deployments(load_documents(filename))
+    except BadManifest as exc:
+        raise click.ClickException(str(exc)) from None
     if not docs:
         raise click.ClickException(f"{filename}: no KimiK3Deployment in it")
     cluster = DevCluster(state_dir)
