@@ -114,7 +114,8 @@ class WakeGrants:
 
     def sweep(self) -> list[str]:
         """Release every grant of the operator (in the namespaces it watches) no longer needed;
-        returns the tenant namespaces whose grant was deleted."""
+        returns the tenant namespaces whose grant was deleted. Raises ``ApiError`` when the grants
+        cannot be listed; a grant that cannot be released is logged and the sweep goes on."""
         listed = self.kube.list(*REFERENCE_GRANT.type_meta, self.wake.namespace, f"{MANAGED_BY_LABEL}={MANAGED_BY}")
         released = []
         for grant in listed:
@@ -122,7 +123,7 @@ class WakeGrants:
             namespace = name.removeprefix(GRANT_PREFIX)
             if namespace == name or (self.namespaces and namespace not in self.namespaces):
                 continue
-            if self.release(namespace, "found by the sweep") is not None:
+            if self._release_logged(namespace, "found by the sweep") is not None:
                 released.append(namespace)
         return released
 
@@ -142,13 +143,14 @@ class WakeGrants:
             self._granted.discard(namespace)
             return why
 
-    def _release_logged(self, namespace: str, trigger: str) -> None:
+    def _release_logged(self, namespace: str, trigger: str) -> str | None:
         """``release``; a refusal is logged (the next sweep looks again), not raised into the reconcile."""
         try:
-            self.release(namespace, trigger)
+            return self.release(namespace, trigger)
         except ApiError as exc:
             log.warning("ReferenceGrant %s/%s%s not released (%s: %s); the sweep looks again within %.0f s",
                         self.wake.namespace, GRANT_PREFIX, namespace, trigger, exc, SWEEP_S)
+            return None
 
     def _unneeded(self, namespace: str) -> str | None:
         """Why tenant ``namespace`` needs no grant (read now from the API server); None while it does."""
