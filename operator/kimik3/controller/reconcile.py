@@ -1,9 +1,9 @@
 """Level-based reconcile of one KimiK3Deployment: admit, read one snapshot, run the named steps, write.
 
 ``Reconciler.reconcile(namespace, name)`` reads the CR and makes the world match it. It is
-idempotent and keeps no state between calls apart from which Events it already posted, so a
-restarted operator, a lost watch or a deleted child all converge by calling it again. It returns
-when to look again (``Result.requeue_after``, seconds). The spec is admitted once per reconcile
+idempotent and keeps no state between calls apart from which Events it already posted (and
+``controller.grants``' notes of when to look at a wake ReferenceGrant), so a restarted operator,
+a lost watch or a deleted child all converge by calling it again. It returns when to look again (``Result.requeue_after``, seconds). The spec is admitted once per reconcile
 (``kimik3.admission.admit``); every step takes that one value and one snapshot of the cluster
 (``controller.snapshot``), read before the applies and once more after them. The steps decide
 (``controller.steps``); this module only does the writes they ask for. The wake ReferenceGrants
