@@ -373,6 +373,33 @@ def test_a_partial_rerun_keeps_the_other_policies_figures_per_trace_and_seed():
     assert kept_again == kept
 
 
+def test_a_rerun_of_some_traces_carries_the_others_over_with_their_provenance():
+    """``--trace azure-code --keep-others``: a trace added to the benchmark runs alone; every other
+    (trace, seed) of the previous file keeps every policy's figures, named by the run that computed
+    them, so the file written, its table and its goals still cover every trace."""
+    previous = {"run": {"date": "2026-12-05T07:52:32Z", "commit": "55cb2ab",
+                        "kept": {"hpa": {"date": "2026-12-05T05:23:18Z", "commit": "ed58ba0", "seeds": {}}}},
+                "traces": {"steady": {
+                    "kimik3": {"seeds": {"0": {"slo_attainment": 1.0, "gpu_hours": 11.0, "gpu_hours_x_optimum": 1.1},
+                                         "1": {"slo_attainment": 0.98, "gpu_hours": 12.0, "gpu_hours_x_optimum": 1.2}}},
+                    "hpa": {"seeds": {"1": {"slo_attainment": 0.99, "gpu_hours": 11.5, "gpu_hours_x_optimum": 1.15}}},
+                    "optimal": {"seeds": {"0": {"slo_attainment": 1.0, "gpu_hours": 10.0, "gpu_hours_x_optimum": 1.0},
+                                          "1": {"slo_attainment": 1.0, "gpu_hours": 10.0, "gpu_hours_x_optimum": 1.0}}}},
+                    "azure-code": {"kimik3": {"seeds": {"0": {"slo_attainment": 0.5, "gpu_hours": 1.0}}}}}}
+    carried, kept = benchmark.carried_over(previous, {("azure-code", 0), ("steady", 0)})
+    assert [(r.trace.name, r.seed) for r in carried] == [("steady", 1)]
+    assert carried[0].summary["hpa"] == {"slo_attainment": 0.99, "gpu_hours": 11.5, "gpu_hours_x_optimum": 1.15}
+    assert kept == {"kimik3": {"date": "2026-12-05T07:52:32Z", "commit": "55cb2ab", "seeds": {"steady": [1]}},
+                    "hpa": {"date": "2026-12-05T05:23:18Z", "commit": "ed58ba0", "seeds": {"steady": [1]}},
+                    "optimal": {"date": "2026-12-05T07:52:32Z", "commit": "55cb2ab", "seeds": {"steady": [1]}}}
+    assert benchmark.by_trace(carried)["steady"]["kimik3"]["seeds"] == {"1": previous["traces"]["steady"]["kimik3"]["seeds"]["1"]}
+    assert benchmark.goal_misses(carried) == [
+        "steady seed 1: kimik3 missed the goal: SLO met in 98.0% of minutes, 1.0 points under the goal (>= 99%); "
+        "GPU-hours 1.20x the optimum's, over the goal (<= 1.10x) by 0.10x",
+        "steady seed 1: hpa beats kimik3 on both (99.0% at 11.5 GPU-h against 98.0% at 12.0)"]
+    assert benchmark.carried_over({}, set()) == ([], {})
+
+
 def test_seeds_are_read_as_numbers_ranges_and_lists():
     assert benchmark.parse_seeds("0-4") == (0, 1, 2, 3, 4)
     assert benchmark.parse_seeds("3") == (3,)

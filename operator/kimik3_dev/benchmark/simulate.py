@@ -78,9 +78,15 @@ prefill (perf model: ~75k prompt tokens/s per TP8 group) and its chunks' steps; 
 never come near it."""
 RECORDED: dict[str, tuple[str, float, int]] = {
     "mooncake-conversation": ("bench/traces/mooncake-conversation-20min.jsonl", 1.0, 5),
+    "mooncake-synthetic": ("bench/traces/mooncake-synthetic.jsonl", 1.0, 5),
+    "azure-code": ("bench/traces/azure-llm-code-2023.csv", 1.0, 20),
+    "azure-conversation": ("bench/traces/azure-llm-conv-2023.csv", 1.0, 6),
 }
 """Recorded traces the benchmark replays beside the synthetic ones: name -> (file, time
-compression, copies); bench/traces/README.md says where each comes from and how it was cut."""
+compression, copies); bench/traces/README.md says where each comes from and how it was cut.
+Copies: chosen on the hindsight optimum alone, before any policy ran on the trace, so that its
+busiest minute on seed 0 needs 10-12 groups, where the synthetic traces' busiest minutes are
+(steady 11, diurnal 10, bursts 12)."""
 MIN_REPLICAS = 1
 MAX_REPLICAS = 24
 POLICIES = ("kimik3", "hpa", "keda", "aibrix-kpa", "dynamo-planner", "static-peak", "optimal")
@@ -371,10 +377,37 @@ def keep_others(runs: list[TraceRun], doc: dict[str, Any]) -> dict[str, dict[str
             if name in run.summary or figures is None:
                 continue
             run.summary[name] = dict(figures, gpu_hours_x_optimum=round(figures["gpu_hours"] / opt, 4) if opt else None)
-            source = origin.get(name, when)
-            entry = kept.setdefault(name, {"date": source.get("date"), "commit": source.get("commit"), "seeds": {}})
-            entry["seeds"].setdefault(run.trace.name, []).append(run.seed)
+            _note_kept(kept, name, origin.get(name, when), run.trace.name, run.seed)
     return kept
+
+
+def carried_over(doc: dict[str, Any], planned: set[tuple[str, int]]
+                 ) -> tuple[list[TraceRun], dict[str, dict[str, Any]]]:
+    """A partial re-run (``--trace ... --keep-others``): each (trace, seed) in ``doc`` (a results
+    file) that is not ``planned`` keeps every policy's figures as ``doc`` has them, so that the
+    file written still holds every trace and seed (a trace added to the benchmark is run alone,
+    the others carried over). Returns those runs (figures only: no time series) and what was kept,
+    as ``keep_others`` names it."""
+    runs: list[TraceRun] = []
+    kept: dict[str, dict[str, Any]] = {}
+    when = doc.get("run", {})
+    origin = when.get("kept", {})
+    for name, policies in doc.get("traces", {}).items():
+        for seed in sorted({int(k) for e in policies.values() for k in e.get("seeds", {})}):
+            if (name, seed) in planned:
+                continue
+            summary = {p: dict(e["seeds"][str(seed)]) for p, e in policies.items() if str(seed) in e.get("seeds", {})}
+            runs.append(TraceRun(Trace(name, ()), seed, [], {}, summary, 0.0))
+            for policy in summary:
+                _note_kept(kept, policy, origin.get(policy, when), name, seed)
+    return runs, kept
+
+
+def _note_kept(kept: dict[str, dict[str, Any]], policy: str, source: dict[str, Any], trace: str, seed: int) -> None:
+    """Record in ``kept`` that ``policy``'s figures for (``trace``, ``seed``) come from the run ``source``
+    (a results file's ``run``: its date and commit)."""
+    entry = kept.setdefault(policy, {"date": source.get("date"), "commit": source.get("commit"), "seeds": {}})
+    entry["seeds"].setdefault(trace, []).append(seed)
 
 
 def write_json(runs: list[TraceRun], path: Path, meta: dict[str, Any] | None = None) -> None:
@@ -489,7 +522,9 @@ def run_all(recipe: str = RECIPE, out_dir: Path = Path("bench/results"), traces:
             jobs: int = 1, log: Callable[[str], None] = print, keep: bool = False) -> list[TraceRun]:
     """Every policy on every trace and seed; prints the table and the goals missed, writes
     ``out_dir/autoscaler.json`` and the PNGs (time series of the first seed per trace, and the
-    spread over seeds). ``jobs`` > 1 runs (trace, seed) pairs in that many processes."""
+    spread over seeds). ``jobs`` > 1 runs (trace, seed) pairs in that many processes. ``keep``:
+    what is not run keeps its figures from the existing file (``keep_others``, ``carried_over``);
+    the table, the goals and the file then cover both. Returns the runs made."""
     t0, c0, commit = time.monotonic(), time.process_time(), checkout_commit()
     s = setup(recipe)
     # Seed by seed, the JSON rewritten after each pair that finishes: a run cut short keeps what it did.
@@ -498,7 +533,9 @@ def run_all(recipe: str = RECIPE, out_dir: Path = Path("bench/results"), traces:
 
     path = out_dir / "autoscaler.json"
     previous = json.loads(path.read_text(encoding="utf-8")) if keep and path.exists() else {}
-    kept: dict[str, dict[str, Any]] = {}
+    # Kept: the policies not run (keep_others) and, with --keep-others, the pairs not run (carried_over).
+    carried, kept = carried_over(previous, {(t.name, seed) for t, seed in pairs})
+    every_seed = tuple(sorted(set(seeds) | {r.seed for r in carried}))
 
     def done(run: TraceRun) -> None:
         runs.append(run)
@@ -507,7 +544,7 @@ def run_all(recipe: str = RECIPE, out_dir: Path = Path("bench/results"), traces:
             for trace, got in entry["seeds"].items():
                 kept[name]["seeds"].setdefault(trace, []).extend(got)
         log(f"  {run.trace.name} seed {run.seed}: {run.seconds:.0f} s")
-        write_json(runs, path, _meta(s, recipe, seeds, jobs, t0, c0, commit, complete=False, kept=kept))
+        write_json(carried + runs, path, _meta(s, recipe, every_seed, jobs, t0, c0, commit, complete=False, kept=kept))
 
     if jobs > 1:
         from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -519,11 +556,11 @@ def run_all(recipe: str = RECIPE, out_dir: Path = Path("bench/results"), traces:
     else:
         for trace, seed in pairs:
             done(run_trace(s, trace, policies, seed, log))
-    log(table(runs, s.target_s))
-    misses = goal_misses(runs)
+    log(table(carried + runs, s.target_s))
+    misses = goal_misses(carried + runs)
     log("goals: all met" if not misses else "goals missed:\n  " + "\n  ".join(misses))
-    meta = _meta(s, recipe, seeds, jobs, t0, c0, commit, complete=True, kept=kept)
-    write_json(runs, path, meta)
+    meta = _meta(s, recipe, every_seed, jobs, t0, c0, commit, complete=True, kept=kept)
+    write_json(carried + runs, path, meta)
     log(f"wrote {out_dir / 'autoscaler.json'}")
     if plots:
         try:
@@ -628,7 +665,8 @@ def _seeds_option(ctx: click.Context, param: click.Parameter, value: tuple[str, 
 @click.option("--keep-others", "keep", is_flag=True,
               help="With --policy: the policies not run keep their figures per trace and seed from the existing "
                    "OUTPUT_DIR/autoscaler.json (their code and settings unchanged since), so the table and goals "
-                   "compare every policy.")
+                   "compare every policy; with --trace or --seed, the traces and seeds not run keep every policy's "
+                   "figures from it.")
 @click.option("--tune-peers", "tune", is_flag=True,
               help="Instead: run the peers' settings grid (benchmark/peers.py) on its one trace and seed.")
 def simulate_command(filename: str, output_dir: str, trace_names: tuple[str, ...], trace_file: Path | None,
