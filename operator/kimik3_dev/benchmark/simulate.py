@@ -78,9 +78,15 @@ prefill (perf model: ~75k prompt tokens/s per TP8 group) and its chunks' steps; 
 never come near it."""
 RECORDED: dict[str, tuple[str, float, int]] = {
     "mooncake-conversation": ("bench/traces/mooncake-conversation-20min.jsonl", 1.0, 5),
+    "mooncake-synthetic": ("bench/traces/mooncake-synthetic.jsonl", 1.0, 5),
+    "azure-code": ("bench/traces/azure-llm-code-2023.csv", 1.0, 20),
+    "azure-conversation": ("bench/traces/azure-llm-conv-2023.csv", 1.0, 6),
 }
 """Recorded traces the benchmark replays beside the synthetic ones: name -> (file, time
-compression, copies); bench/traces/README.md says where each comes from and how it was cut."""
+compression, copies); bench/traces/README.md says where each comes from and how it was cut.
+Copies: chosen on the hindsight optimum alone, before any policy ran on the trace, so that its
+busiest minute on seed 0 needs 10-12 groups, where the synthetic traces' busiest minutes are
+(steady 11, diurnal 10, bursts 12)."""
 MIN_REPLICAS = 1
 MAX_REPLICAS = 24
 POLICIES = ("kimik3", "hpa", "keda", "aibrix-kpa", "dynamo-planner", "static-peak", "optimal")
