@@ -28,8 +28,6 @@ from kimik3.kube.kinds import HTTP_ROUTE, REFERENCE_GRANT
 from kimik3.kube.labels import WAKE_REQUESTED_ANNOTATION
 from kimik3.kube.times import rfc3339, rfc3339_seconds
 from kimik3.render.wake import DEPLOYMENT_HEADER, UID_HEADER, WakeEndpoint
-from kimik3_dev.devcluster.controlplane import ControlPlane
-from kimik3_dev.devcluster.install import install_apis
 from support.cluster import CR, LWS, condition, events
 from support.recipes import recipe
 from support.reconciler import scraped_reconciler
@@ -41,19 +39,12 @@ ITL = "vllm:inter_token_latency_seconds"
 LOAD_S = 754.0
 """The load each group takes in this test: its leader's Ready transition after its creation."""
 
-pytestmark = pytest.mark.tier("apiserver")  # a ControlPlane of its own (cp)
-
-
-@pytest.fixture(scope="module")
-def cp(tmp_path_factory) -> Iterator[ControlPlane]:
-    with ControlPlane(tmp_path_factory.mktemp("idle-cp")) as plane:
-        install_apis(plane)
-        yield plane
+pytestmark = pytest.mark.tier("apiserver")  # a ControlPlane of its own (own_control_plane)
 
 
 @pytest.fixture
-def env(cp) -> Iterator[dict]:
-    with scraped_reconciler(cp, "idle") as e:
+def env(own_control_plane) -> Iterator[dict]:
+    with scraped_reconciler(own_control_plane, "idle") as e:
         yield e
 
 

@@ -103,6 +103,7 @@ from kimik3.render.wake import WakeEndpoint, reference_grant
 from kimik3.kube.times import rfc3339
 
 from support.cluster import CR, LWS, apply, condition, http_status, make_namespace, metric, metric_samples
+from support.kueue import create_priority_classes, put_workload
 from support.recipes import recipe
 from support.rendering import launcher_name
 from support.waiting import WaitTimeout, wait_for
@@ -282,19 +283,6 @@ RESERVED_CLASS, BURST_CLASS = ("rbac-reserved", 1000), ("rbac-burst", 100)
 """The scenario's WorkloadPriorityClasses (name, value): its groups are all reserved (no autoscaling)."""
 
 
-def priority_classes(admin_api: client.ApiClient) -> None:
-    """Create the scenario's WorkloadPriorityClasses (cluster-scoped) unless another run did."""
-    api = client.CustomObjectsApi(admin_api)
-    for name, value in (RESERVED_CLASS, BURST_CLASS):
-        try:
-            api.create_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "workloadpriorityclasses", {
-                "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass", "metadata": {"name": name},
-                "value": value})
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-
-
 QUOTA_MESSAGE = ("couldn't assign flavors to pod set leader: insufficient unused quota for nvidia.com/gpu in "
                  "flavor gb300, 8 more needed")
 
@@ -302,22 +290,11 @@ QUOTA_MESSAGE = ("couldn't assign flavors to pod set leader: insufficient unused
 NO_RACK_MESSAGE = 'couldn\'t assign flavors to pod set leader: topology "nvl72" doesn\'t allow to fit any of 2 pod(s)'
 
 
-def put_workload(kube: Kube, namespace: str, lws_uid: str, name: str, group: str, condition: dict[str, str]) -> None:
-    """A group's Workload as Kueue writes it (v0.17.0 to v0.19.2 alike; spec abridged, no Kueue runs here), with one condition."""
-    kube.apply({
-        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
-        "metadata": {"name": name, "namespace": namespace, "labels": {"kueue.x-k8s.io/job-uid": lws_uid},
-                     "annotations": {"kueue.x-k8s.io/component-workload-index": group}},
-        "spec": {"queueName": "tenant", "podSets": [{"name": "leader", "count": 1, "template": {
-            "spec": {"containers": [{"name": "engine", "image": "x"}]}}}]}})
-    kube.patch_merge("kueue.x-k8s.io/v1beta2", "Workload", namespace, name, {"status": {"conditions": [{
-        **condition, "lastTransitionTime": "2026-12-01T00:00:00Z"}]}}, subresource="status")
-
-
 def pending_workload(kube: Kube, namespace: str, lws_uid: str, message: str = QUOTA_MESSAGE) -> None:
     """Group 1 pending: its queue's quota (or no rack) cannot hold it."""
-    put_workload(kube, namespace, lws_uid, f"{ENGINE}-1-quota", "1",
-                 {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": message})
+    put_workload(kube, namespace, lws_uid, 1,
+                 {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": message},
+                 name=f"{ENGINE}-1-quota", queue=QUEUE)
 
 
 def split_group(kube: Kube, core: client.CoreV1Api, namespace: str, lws_uid: str) -> None:
@@ -327,8 +304,9 @@ def split_group(kube: Kube, core: client.CoreV1Api, namespace: str, lws_uid: str
     tray = f"tray-{namespace}-b"
     core.create_node({"metadata": {"name": tray, "labels": {"nvidia.com/gpu.clique": f"{namespace}-b",
                                                            "nvidia.com/gpu.product": "NVIDIA-GB300"}}})
-    put_workload(kube, namespace, lws_uid, f"{ENGINE}-0-split", "0",
-                 {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "The workload is admitted"})
+    put_workload(kube, namespace, lws_uid, 0,
+                 {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "The workload is admitted"},
+                 name=f"{ENGINE}-0-split", queue=QUEUE)
     for worker, node in (("0", f"tray-{namespace}"), ("1", tray)):
         core.create_namespaced_pod(namespace, {"metadata": {"name": f"{ENGINE}-0-{worker}", "labels": {
             "leaderworkerset.sigs.k8s.io/name": ENGINE, "leaderworkerset.sigs.k8s.io/group-index": "0",
@@ -752,7 +730,7 @@ def results(helm: Helm, chart_cp: ControlPlane, admin_api: client.ApiClient,
     kube = Kube(admin_api)
     uninstall_if_present(helm)
     helm.run("install", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE)
-    priority_classes(admin_api)
+    create_priority_classes(admin_api, RESERVED_CLASS, BURST_CLASS)
     rules = clusterrole_rules(admin_api)
     lease_rules = [admin_api.sanitize_for_serialization(r) for role in (LEASE_ROLE, WAKE_ROLE) for r in
                    client.RbacAuthorizationV1Api(admin_api).read_namespaced_role(role, RELEASE_NAMESPACE).rules]
