@@ -25,23 +25,17 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import click
 import requests
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operator"))
 
 from kimik3.kube.times import rfc3339  # noqa: E402
 from kimik3_dev.devcluster import gateway, processes  # noqa: E402
-from kimik3_dev.devcluster.cluster import DevCluster, UpOptions  # noqa: E402
-from kimik3_dev.devcluster.racks import RackShape  # noqa: E402
-from kimik3_dev.devcluster.rest import Rest  # noqa: E402
-from kimik3_dev.devcluster.rollout import serving  # noqa: E402
-from kimik3_dev.devcluster.workloads import apply_deployment, ensure_namespace  # noqa: E402
+from kimik3_dev.devcluster.scratch import NAME, recipe_deployment, serving_cluster  # noqa: E402
 from kimik3_dev.benchmark.provenance import checkout_commit  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -72,38 +66,25 @@ def _summary(values: list[float]) -> dict[str, float]:
 @click.option("--requests", "count", default=40, show_default=True)
 def main(groups: int, starts: int, count: int) -> None:
     load_before = os.getloadavg()
-    with tempfile.TemporaryDirectory(prefix="kimik3-bench-gateway-") as tmp:
-        cluster = DevCluster(Path(tmp) / "dev")
-        cluster.up(UpOptions(shape=RackShape(profile="gb300", racks=groups, trays_per_rack=2), prometheus=False,
-                             die_with_parent=True, wait_timeout_s=WAIT_S))
-        try:
-            with cluster.api_client() as api:
-                rest = Rest(api)
-                ensure_namespace(rest, NAMESPACE)
-                cr = yaml.safe_load(RECIPE.read_text())
-                cr["metadata"] = {"name": "k3", "namespace": NAMESPACE,
-                                  "annotations": {"inference.kimik3.io/sim-load-time": "1s"}}
-                cr["spec"]["replicas"] = groups
-                apply_deployment(rest, cr)
-                service_url, model = serving(rest, cluster.state_dir, NAMESPACE, "k3", groups, 2, WAIT_S)
-                gateway.pool_over_leaders(rest, NAMESPACE, "k3")
-                start_s: dict[str, list[float]] = {"epp": [], "envoy": []}
-                for i in range(starts):
-                    gw = cluster.start_gateway(NAMESPACE, "k3", timeout_s=WAIT_S)
-                    for key in start_s:
-                        start_s[key].append(round(gw.start_s[key], 2))
-                    print(f"start {i + 1}: picker {gw.start_s['epp']:.2f} s, Envoy {gw.start_s['envoy']:.2f} s",
-                          flush=True)
-                    if i < starts - 1:
-                        gateway.stop(cluster.state_dir, gw)
-                latencies: dict[str, list[float]] = {"service": [], "gateway": []}
-                for i in range(count):
-                    latencies["service"].append(_timed_post(service_url, model, f"service request {i}"))
-                    latencies["gateway"].append(_timed_post(gw.url, model, f"gateway request {i}"))
-                rss = {"epp": processes.tree_rss_bytes(gw.epp.pid), "envoy": processes.tree_rss_bytes(gw.envoy.pid)}
+    cr = recipe_deployment(RECIPE, NAMESPACE, groups)
+    with serving_cluster(cr, groups, WAIT_S, "kimik3-bench-gateway-") as served:
+        cluster, service_url, model = served.cluster, served.url, served.model
+        gateway.pool_over_leaders(served.rest, NAMESPACE, NAME)
+        start_s: dict[str, list[float]] = {"epp": [], "envoy": []}
+        for i in range(starts):
+            gw = cluster.start_gateway(NAMESPACE, NAME, timeout_s=WAIT_S)
+            for key in start_s:
+                start_s[key].append(round(gw.start_s[key], 2))
+            print(f"start {i + 1}: picker {gw.start_s['epp']:.2f} s, Envoy {gw.start_s['envoy']:.2f} s",
+                  flush=True)
+            if i < starts - 1:
                 gateway.stop(cluster.state_dir, gw)
-        finally:
-            cluster.down()
+        latencies: dict[str, list[float]] = {"service": [], "gateway": []}
+        for i in range(count):
+            latencies["service"].append(_timed_post(service_url, model, f"service request {i}"))
+            latencies["gateway"].append(_timed_post(gw.url, model, f"gateway request {i}"))
+        rss = {"epp": processes.tree_rss_bytes(gw.epp.pid), "envoy": processes.tree_rss_bytes(gw.envoy.pid)}
+        gateway.stop(cluster.state_dir, gw)
     service, through = _summary(latencies["service"]), _summary(latencies["gateway"])
     commit = checkout_commit(REPO)
     result = {

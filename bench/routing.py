@@ -46,14 +46,12 @@ import importlib.util
 import json
 import os
 import sys
-import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import click
 import requests
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operator"))
 
@@ -63,12 +61,8 @@ from kimik3.kube.times import rfc3339  # noqa: E402
 from kimik3_dev.benchmark import routing  # noqa: E402
 from kimik3_dev.benchmark.simulate import TARGET_S, TTFT_TARGET_S  # noqa: E402
 from kimik3_dev.devcluster import gateway  # noqa: E402
-from kimik3_dev.devcluster.cluster import DevCluster, UpOptions  # noqa: E402
-from kimik3_dev.devcluster.racks import RackShape  # noqa: E402
 from kimik3_dev.devcluster.readiness import wait_for  # noqa: E402
-from kimik3_dev.devcluster.rest import Rest  # noqa: E402
-from kimik3_dev.devcluster.rollout import serving  # noqa: E402
-from kimik3_dev.devcluster.workloads import apply_deployment, ensure_namespace  # noqa: E402
+from kimik3_dev.devcluster.scratch import NAME, recipe_deployment, serving_cluster  # noqa: E402
 from kimik3_dev.sim import load, tracefile  # noqa: E402
 from kimik3_dev.benchmark.provenance import checkout_commit  # noqa: E402
 
@@ -190,38 +184,25 @@ def main(groups: int, compression: float, kv_offload: str, trace_file: str, firs
     if ceiling is None:
         raise click.BadParameter(f"{trace_file} has no hash_ids: nothing to cache (want a Mooncake JSONL trace)",
                                  param_hint="--trace")
-    cr = yaml.safe_load(RECIPE.read_text())
-    cr["metadata"] = {"name": "k3", "namespace": NAMESPACE, "annotations": {"inference.kimik3.io/sim-load-time": "1s"}}
-    cr["spec"]["replicas"] = groups
+    cr = recipe_deployment(RECIPE, NAMESPACE, groups)
     if kv_offload != "none":
         cr["spec"]["engine"]["kvOffload"] = {"size": kv_offload}
     kv = spec_kv_blocks(admit(cr["spec"]).spec)  # refuses a tier no tray holds before anything starts
-    with tempfile.TemporaryDirectory(prefix="kimik3-bench-routing-") as tmp:
-        cluster = DevCluster(Path(tmp) / "dev")
-        cluster.up(UpOptions(shape=RackShape(profile="gb300", racks=groups, trays_per_rack=2), prometheus=False,
-                             die_with_parent=True, wait_timeout_s=WAIT_S))
-        try:
-            with cluster.api_client() as api:
-                rest = Rest(api)
-                ensure_namespace(rest, NAMESPACE)
-                apply_deployment(rest, cr)
-                service_url, model = serving(rest, cluster.state_dir, NAMESPACE, "k3", groups, 2, WAIT_S)
-                leaders = gateway.pool_over_leaders(rest, NAMESPACE, "k3")
-                gw = cluster.start_gateway(NAMESPACE, "k3", timeout_s=WAIT_S)
-                wait_for("endpoint picker", lambda: gateway.pool_gauge(
-                    requests.get(f"{gw.epp_metrics_url}/metrics", timeout=5).text, "inference_pool_ready_pods",
-                    gw.pool) == groups or f"not {groups} ready pods yet", WAIT_S)
-                stride = max((h for r in replay for h in r.hash_ids), default=-1) + 1
-                runs: dict[str, list[load.RequestResult]] = {}
-                per_path: dict[str, tuple[dict, float]] = {}
-                for i, (path, url) in enumerate((("service", service_url), ("picker", gw.url))):
-                    print(f"{path}: {len(replay)} requests over {span_s:.0f} s through {url}", flush=True)
-                    results, per, wall = _replay(url, model, _shifted(replay, i * stride), seed + i, leaders)
-                    runs[path], per_path[path] = results, (per, wall)
-                    print(load.format_summary(load.summarize(results)), flush=True)
-                gateway.stop(cluster.state_dir, gw)
-        finally:
-            cluster.down()
+    with serving_cluster(cr, groups, WAIT_S, "kimik3-bench-routing-") as served:
+        leaders = gateway.pool_over_leaders(served.rest, NAMESPACE, NAME)
+        gw = served.cluster.start_gateway(NAMESPACE, NAME, timeout_s=WAIT_S)
+        wait_for("endpoint picker", lambda: gateway.pool_gauge(
+            requests.get(f"{gw.epp_metrics_url}/metrics", timeout=5).text, "inference_pool_ready_pods",
+            gw.pool) == groups or f"not {groups} ready pods yet", WAIT_S)
+        stride = max((h for r in replay for h in r.hash_ids), default=-1) + 1
+        runs: dict[str, list[load.RequestResult]] = {}
+        per_path: dict[str, tuple[dict, float]] = {}
+        for i, (path, url) in enumerate((("service", served.url), ("picker", gw.url))):
+            print(f"{path}: {len(replay)} requests over {span_s:.0f} s through {url}", flush=True)
+            results, per, wall = _replay(url, served.model, _shifted(replay, i * stride), seed + i, leaders)
+            runs[path], per_path[path] = results, (per, wall)
+            print(load.format_summary(load.summarize(results)), flush=True)
+        gateway.stop(served.cluster.state_dir, gw)
     engine_ceiling = routing.cache_ceiling(replay, kv.block_size)
     capacity_ceiling = routing.cache_ceiling(replay, kv.block_size, groups * kv.blocks, groups * kv.host_blocks)
     gpu_capacity_ceiling = routing.cache_ceiling(replay, kv.block_size, groups * kv.blocks)

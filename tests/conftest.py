@@ -97,6 +97,16 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
         yield cp
 
 
+@pytest.fixture(scope="module")
+def own_control_plane(request: pytest.FixtureRequest,
+                      tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """A control plane of the requesting test module's own, set up as ``control_plane`` (every CRD
+    and the admission policy), stopped after the module: for tests that drive a ``Reconciler``
+    step by step and must meet no other module's operator or objects."""
+    with serving_control_plane(tmp_path_factory.mktemp(f"{request.module.__name__}-cp"), install_apis) as cp:
+        yield cp
+
+
 @pytest.fixture(scope="session")
 def admin_api(control_plane: ControlPlane) -> Iterator[client.ApiClient]:
     """ApiClient authenticated as the admin user (group system:masters)."""

@@ -27,7 +27,6 @@ from kimik3.controller.reconcile import Reconciler
 from kimik3_dev.devcluster import prometheus
 from kimik3_dev.devcluster.controlplane import ControlPlane
 from kimik3_dev.devcluster.processes import free_port
-from kimik3_dev.devcluster.install import install_apis
 from kimik3.kube.times import rfc3339
 from test_autoscaler_metrics import exposition
 from support.metrics_server import MetricsServer
@@ -39,19 +38,12 @@ ITL = "vllm:inter_token_latency_seconds"
 GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
 REVISION = "leaderworkerset.sigs.k8s.io/template-revision-hash"
 
-pytestmark = pytest.mark.tier("apiserver")  # a ControlPlane of its own (cp)
-
-
-@pytest.fixture(scope="module")
-def cp(tmp_path_factory) -> Iterator[ControlPlane]:
-    with ControlPlane(tmp_path_factory.mktemp("autoscaling-cp")) as plane:
-        install_apis(plane)
-        yield plane
+pytestmark = pytest.mark.tier("apiserver")  # a ControlPlane of its own (own_control_plane)
 
 
 @pytest.fixture
-def env(cp) -> Iterator[dict]:
-    with scraped_reconciler(cp, "as") as e:
+def env(own_control_plane) -> Iterator[dict]:
+    with scraped_reconciler(own_control_plane, "as") as e:
         yield e
 
 
@@ -315,8 +307,8 @@ class FourGroups:
 
 
 @pytest.fixture
-def four(cp) -> Iterator[FourGroups]:
-    f = FourGroups(cp, clock=[1_000_000.0])
+def four(own_control_plane) -> Iterator[FourGroups]:
+    f = FourGroups(own_control_plane, clock=[1_000_000.0])
     yield f
     f.close()
 
@@ -507,8 +499,8 @@ class ScrapedByPrometheus:
 
 
 @pytest.fixture
-def scraped(cp, tmp_path) -> Iterator[ScrapedByPrometheus]:
-    p = ScrapedByPrometheus(cp, tmp_path)
+def scraped(own_control_plane, tmp_path) -> Iterator[ScrapedByPrometheus]:
+    p = ScrapedByPrometheus(own_control_plane, tmp_path)
     yield p
     p.close()
 

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from kimik3.admission import admit
 from kimik3.api.errors import SpecErrors
@@ -20,6 +19,7 @@ from kimik3.controller.fleet import engine_sets
 from kimik3.controller.groups import group_statuses, kueue_changes
 from kimik3.kube.groups import BURST, RESERVED
 from kimik3.kube.labels import CAPACITY_ANNOTATION
+from support.kueue import create_priority_classes, put_workload
 from support.recipes import recipe
 from support.rendering import by_kind, render_cr
 
@@ -27,6 +27,8 @@ UID = "0b1c2d3e-0000-4000-8000-000000000001"
 PLACEMENT = {"mode": "kueue", "queueName": "default", "priorityClass": "tenant-reserved",
              "burstPriorityClass": "tenant-burst"}
 PRIORITIES = Priorities(reserved=1000, burst=100)
+BURST_CLASS = ("tenant-burst", 100)
+"""The class a set labelled burst has its Workloads created at (Kueue v0.19.2)."""
 SCRAPE = {"metricsSource": {"type": "podScrape"}}
 """Autoscaling reads the leaders' /metrics (none here: it holds the groups it has)."""
 
@@ -129,31 +131,10 @@ def test_status_groups_say_reserved_or_burst_and_the_preemption_event_names_it()
 # ------------------------------------------------------------------ on a real API server -----
 
 
-def put_workload(kube: Any, namespace: str, lws_uid: str, index: int) -> str:
-    """A group's Workload as Kueue v0.19.2 creates it for a set labelled with the burst class."""
-    name = f"leaderworkerset-k3-latency-engine-{index}-{lws_uid[:5]}"
-    kube.apply({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": {
-        "name": name, "namespace": namespace, "labels": {"kueue.x-k8s.io/job-uid": lws_uid},
-        "annotations": {"kueue.x-k8s.io/component-workload-index": str(index)}},
-        "spec": {"queueName": "default", "priority": 100, "priorityClassRef": {
-                     "group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": "tenant-burst"},
-                 "podSets": [{"name": "leader", "count": 1, "template": {
-                     "spec": {"containers": [{"name": "engine", "image": "x"}]}}}]}})
-    return name
-
-
 @pytest.fixture
 def priority_classes(admin_api: client.ApiClient, kueue_queue: str) -> None:
     """The tenant's two WorkloadPriorityClasses (cluster-scoped; left for later tests, made once)."""
-    api = client.CustomObjectsApi(admin_api)
-    for name, value in (("tenant-reserved", 1000), ("tenant-burst", 100)):
-        try:
-            api.create_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "workloadpriorityclasses", {
-                "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass", "metadata": {"name": name},
-                "value": value})
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
+    create_priority_classes(admin_api, ("tenant-reserved", 1000), BURST_CLASS)
 
 
 @pytest.mark.usefixtures("priority_classes")
@@ -172,7 +153,8 @@ def test_the_reconciler_raises_the_reserved_groups_workload_and_says_so(kube, ad
     assert lws["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "tenant-burst"
     # group 0's Workload not made yet (Kueue makes it a moment after the set): looked at again soon
     assert rec.reconcile(namespace, "k3-latency").requeue_after == REPLACE_POLL_S
-    names = [put_workload(kube, namespace, lws["metadata"]["uid"], i) for i in range(lws["spec"]["replicas"])]
+    names = [put_workload(kube, namespace, lws["metadata"]["uid"], i, priority_class=BURST_CLASS)
+             for i in range(lws["spec"]["replicas"])]
     rec.reconcile(namespace, "k3-latency")
     stored = [kube.get("kueue.x-k8s.io/v1beta2", "Workload", namespace, n) for n in names]
     assert [(w["spec"]["priority"], w["metadata"]["annotations"][CAPACITY_ANNOTATION]) for w in stored] == [
@@ -207,7 +189,7 @@ def test_a_missing_priority_class_is_named_and_no_priority_is_written(kube, admi
     for _ in range(3):  # the finalizer, WeightsReady announced, then the engines
         rec.reconcile(namespace, "k3-latency")
     lws = kube.get(*LWS, namespace, "k3-latency-engine")
-    name = put_workload(kube, namespace, lws["metadata"]["uid"], 0)
+    name = put_workload(kube, namespace, lws["metadata"]["uid"], 0, priority_class=BURST_CLASS)
     rec.reconcile(namespace, "k3-latency")
     assert kube.get("kueue.x-k8s.io/v1beta2", "Workload", namespace, name)["spec"]["priority"] == 100
     messages = [e.message for e in client.CoreV1Api(admin_api).list_namespaced_event(namespace).items

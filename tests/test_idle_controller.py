@@ -9,6 +9,8 @@ Ready after a load of LOAD_S seconds, removed when the set shrinks).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import uuid
 from collections.abc import Iterator
 
@@ -16,16 +18,16 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from click.testing import CliRunner
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from kimik3.cli import main
 from kimik3.controller.activator import Activator, activator_app
 from kimik3.controller.idle import request_wake
+from kimik3.controller.reconcile import Reconciler
 from kimik3.kube.kinds import HTTP_ROUTE, REFERENCE_GRANT
 from kimik3.kube.labels import WAKE_REQUESTED_ANNOTATION
 from kimik3.kube.times import rfc3339, rfc3339_seconds
 from kimik3.render.wake import DEPLOYMENT_HEADER, UID_HEADER, WakeEndpoint
-from kimik3_dev.devcluster.controlplane import ControlPlane
-from kimik3_dev.devcluster.install import install_apis
 from support.cluster import CR, LWS, condition, events
 from support.recipes import recipe
 from support.reconciler import scraped_reconciler
@@ -37,19 +39,12 @@ ITL = "vllm:inter_token_latency_seconds"
 LOAD_S = 754.0
 """The load each group takes in this test: its leader's Ready transition after its creation."""
 
-pytestmark = pytest.mark.tier("apiserver")  # a ControlPlane of its own (cp)
-
-
-@pytest.fixture(scope="module")
-def cp(tmp_path_factory) -> Iterator[ControlPlane]:
-    with ControlPlane(tmp_path_factory.mktemp("idle-cp")) as plane:
-        install_apis(plane)
-        yield plane
+pytestmark = pytest.mark.tier("apiserver")  # a ControlPlane of its own (own_control_plane)
 
 
 @pytest.fixture
-def env(cp) -> Iterator[dict]:
-    with scraped_reconciler(cp, "idle") as e:
+def env(own_control_plane) -> Iterator[dict]:
+    with scraped_reconciler(own_control_plane, "idle") as e:
         yield e
 
 
@@ -155,6 +150,16 @@ def test_stops_at_its_time_holds_no_group_and_wakes_on_request(env):
     assert rfc3339_seconds(obj["status"]["idle"]["stoppedAt"]) - woke_at == 120
 
 
+def with_wake(e: dict) -> WakeEndpoint:
+    """The operator's wake Service in a namespace of its own, and the test's Reconciler (``rec``)
+    made again with it, as ``kimik3 run --wake-service`` makes it (a fresh process: nothing in memory)."""
+    wake = WakeEndpoint(f"{e['ns']}-op", "kimik3-operator-wake", 8081)
+    with contextlib.suppress(ApiException):  # made by an earlier with_wake of this test
+        client.CoreV1Api(e["api"]).create_namespace({"metadata": {"name": wake.namespace}})
+    e["rec"] = Reconciler(e["kube"], autoscaling=e["rec"].autoscaling, wake=wake)
+    return wake
+
+
 def route_backend(e: dict) -> tuple[dict, list]:
     """The HTTPRoute's one rule: its backendRef and its filters."""
     (rule,) = e["kube"].get(*ROUTE, e["ns"], NAME)["spec"]["rules"]
@@ -165,9 +170,7 @@ def route_backend(e: dict) -> tuple[dict, list]:
 
 def test_a_stopped_deployments_route_goes_to_the_wake_endpoint_and_a_request_wakes_it(env):
     e = env
-    wake = WakeEndpoint(f"{e['ns']}-op", "kimik3-operator-wake", 8081)
-    client.CoreV1Api(e["api"]).create_namespace({"metadata": {"name": wake.namespace}})
-    e["rec"].wake = wake
+    wake = with_wake(e)
     started(e, service={"httpRoute": {"parentRefs": [{"name": "gw"}]}})
     service = {"group": "", "kind": "Service", "name": NAME, "port": 8000}
     assert route_backend(e) == (service, [])  # serving: the route goes to the engines
@@ -258,3 +261,73 @@ def test_the_clock_does_not_run_while_a_woken_group_loads(env):
         obj = tick(e, loaded=False)
     assert condition(obj, "Stopped")["reason"] == "Active"
     assert e["kube"].get(*LWS, e["ns"], SET)["spec"]["replicas"] == 2
+
+
+def sleeping(e: dict, name: str, namespace: str | None = None) -> None:
+    """A deployment with spec.idle.stopAfter and an HTTPRoute, no group ever Ready (its route goes to
+    the wake Service), reconciled once."""
+    ns = namespace or e["ns"]
+    e["kube"].apply(recipe(name=name, namespace=ns, replicas=1, idle={"stopAfter": "2m"},
+                           autoscaling={"metricsSource": {"type": "podScrape"}},
+                           service={"httpRoute": {"parentRefs": [{"name": "gw"}]}}), force=False)
+    assert e["rec"].reconcile(ns, name).outcome == "applied"
+
+
+def deleted(e: dict, name: str) -> None:
+    """Delete the CR and reconcile it (no LeaderWorkerSet controller or pods here: the teardown runs
+    through at once) until the reconcile finds it gone."""
+    e["kube"].delete(*CR, e["ns"], name)
+    outcomes = [e["rec"].reconcile(e["ns"], name).outcome for _ in range(6)]
+    assert "deleted" in outcomes and outcomes[-1] == "gone", outcomes
+
+
+def grant_of(e: dict, wake: WakeEndpoint, namespace: str | None = None) -> dict | None:
+    return e["kube"].get(*GRANT, wake.namespace, f"kimik3-wake-{namespace or e['ns']}")
+
+
+def test_the_grant_goes_with_the_last_deployment_that_needs_it(env, caplog):
+    e = env
+    wake = with_wake(e)
+    sleeping(e, NAME)
+    sleeping(e, "k3-second")
+    assert grant_of(e, wake) is not None
+    deleted(e, NAME)
+    assert grant_of(e, wake) is not None  # k3-second's route may still go to the wake Service
+    with caplog.at_level(logging.INFO, logger="kimik3.grants"):
+        deleted(e, "k3-second")
+    assert grant_of(e, wake) is None
+    [line] = [r.getMessage() for r in caplog.records if r.name == "kimik3.grants"]
+    assert line == (f"deleted ReferenceGrant {wake.namespace}/kimik3-wake-{e['ns']} (HTTPRoutes of namespace {e['ns']} "
+                    f"may no longer name the wake Service {wake}): {e['ns']}/k3-second was deleted; no "
+                    f"KimiK3Deployment in namespace {e['ns']} has spec.idle.stopAfter and spec.service.httpRoute any more")
+
+
+def test_a_deployment_edited_not_to_need_the_grant_releases_it(env):
+    e = env
+    wake = with_wake(e)
+    sleeping(e, NAME)
+    e["kube"].apply(recipe(namespace=e["ns"], replicas=1, service={}), force=False)  # no stopAfter, no route
+    assert "stopAfter" not in (e["kube"].get(*CR, e["ns"], NAME)["spec"].get("idle") or {})
+    e["rec"].reconcile(e["ns"], NAME)
+    assert grant_of(e, wake) is None
+    sleeping(e, NAME)  # needed again: applied again (this process had forgotten it)
+    assert grant_of(e, wake) is not None
+
+
+def test_a_restarted_operator_sweeps_the_grant_of_a_deleted_namespace(env, caplog):
+    e = env
+    wake = with_wake(e)
+    tenant = f"{e['ns']}-gone"
+    core = client.CoreV1Api(e["api"])
+    core.create_namespace({"metadata": {"name": tenant}})
+    sleeping(e, NAME)
+    sleeping(e, NAME, tenant)
+    assert grant_of(e, wake, tenant) is not None
+    core.delete_namespace(tenant)  # Terminating (no namespace controller here: its deployment stays)
+    with_wake(e)  # a restart: nothing in memory
+    with caplog.at_level(logging.INFO, logger="kimik3.grants"):
+        assert e["rec"].reconcile(e["ns"], "not-there").outcome == "gone"  # the first reconcile sweeps
+    assert grant_of(e, wake, tenant) is None
+    assert grant_of(e, wake) is not None  # e["ns"] still has a deployment that needs it
+    [line] = [r.getMessage() for r in caplog.records if r.name == "kimik3.grants"]
+    assert line.endswith(f": found by the sweep; namespace {tenant} is being deleted"), line

@@ -33,6 +33,7 @@ from kimik3.kube.workloads import state
 from kimik3.topology.capacity import Domain, Pool, best_fit, domains, largest_free_block
 from kimik3_dev.devcluster import kueue
 from support.cluster import CR, LWS, apply, condition, reconciled
+from support.kueue import put_workload
 from support.recipes import recipe
 from support.waiting import wait_for
 
@@ -199,19 +200,6 @@ def racks(admin_api: client.ApiClient) -> Iterator[str]:
     yield tag
     for name in names:
         core.delete_node(name)
-
-
-def put_workload(kube: Kube, namespace: str, lws_uid: str, index: int, *conditions: dict[str, Any]) -> None:
-    """A group's Workload as Kueue writes it (spec abridged), then its status conditions."""
-    name = f"leaderworkerset-k3-latency-engine-{index}-{lws_uid[:5]}"
-    kube.apply({"apiVersion": kueue.API_VERSION, "kind": "Workload", "metadata": {
-        "name": name, "namespace": namespace, "labels": {"kueue.x-k8s.io/job-uid": lws_uid},
-        "annotations": {"kueue.x-k8s.io/component-workload-index": str(index)}},
-        "spec": {"queueName": "default", "podSets": [{"name": "leader", "count": 1, "template": {
-            "spec": {"containers": [{"name": "engine", "image": "x"}]}}}]}})
-    stamped = [{**c, "lastTransitionTime": "2026-12-01T00:00:00Z"} for c in conditions]
-    kube.patch_merge(kueue.API_VERSION, "Workload", namespace, name, {"status": {"conditions": stamped}},
-                     subresource="status")
 
 
 def nudge(kube: Kube, namespace: str, ready: int) -> None:

@@ -11,7 +11,6 @@ import time
 
 import pytest
 import requests
-from kubernetes import client
 from prometheus_client import REGISTRY
 
 from kimik3.controller.lateapis import PERIOD_S
@@ -22,24 +21,18 @@ from kimik3_dev.devcluster.controlplane import ControlPlane
 from kimik3_dev.devcluster.install import own_manifests
 from kimik3_dev.devcluster.operator_thread import OperatorThread
 from kimik3_dev.devcluster.thirdparty import thirdparty_crd_paths
-from support.cluster import apply, fresh_namespace, reconciled
+from support.cluster import apply, delete_crd, fresh_namespace, reconciled, without_crd
 from support.recipes import recipe
 from support.waiting import wait_for
 
-CRD = f"{HTTP_ROUTE.plural}.{HTTP_ROUTE.group}"
 HEAL_S = 4 * PERIOD_S
 """A deleted HTTPRoute is back this soon: a discovery look-up, a watch start, one reconcile."""
 
 
 @pytest.fixture
 def without_httproute_crd(control_plane, admin_api):
-    ext = client.ApiextensionsV1Api(admin_api)
-    ext.delete_custom_resource_definition(CRD)
-    wait_for(lambda: CRD not in {c.metadata.name for c in ext.list_custom_resource_definition().items}, 30,
-             "HTTPRoute CRD deleted")
-    yield
-    if CRD not in {c.metadata.name for c in ext.list_custom_resource_definition().items}:
-        control_plane.apply_crds([thirdparty_crd_paths()["HTTPRoute"]])
+    with without_crd(control_plane, admin_api, HTTP_ROUTE):
+        yield
 
 
 def test_httproute_crd_installed_after_the_operator_is_watched(control_plane, kube, namespace,
@@ -85,14 +78,11 @@ def test_a_watched_kinds_crd_removed_is_waited_out_and_its_children_restored(con
     reconnected before that watch dropped the kind, as the chart's minimal-RBAC proof did in CI). The watch waits instead (lateapis.tolerate_unserved_kinds), the
     operator stays up and healthy, and once the CRD is back the HTTPRoute the removal took is
     applied again within a few look-ups, not at the next resync."""
-    ext = client.ApiextensionsV1Api(admin_api)
     control_plane.apply_crds([thirdparty_crd_paths()["HTTPRoute"]])
     with OperatorThread(str(control_plane.admin_kubeconfig), namespaces=[namespace]) as op:
         apply(kube, recipe(name="k3-route", service={"httpRoute": {"parentRefs": [{"name": "gw"}]}}), namespace)
         route = wait_for(lambda: kube.get(*HTTP_ROUTE.type_meta, namespace, "k3-route"), 30, "the HTTPRoute")
-        ext.delete_custom_resource_definition(CRD)
-        wait_for(lambda: CRD not in {c.metadata.name for c in ext.list_custom_resource_definition().items}, 30,
-                 "HTTPRoute CRD deleted")
+        delete_crd(admin_api, HTTP_ROUTE)
         time.sleep(3 * PERIOD_S)  # the watch meets 404s (without the wait: the operator exited within ~3 s)
         assert (op.running, op.error) == (True, None)
         assert requests.get(f"{op.health_url}/healthz", timeout=5).status_code == 200

@@ -79,6 +79,14 @@ def test_the_first_ask_is_what_the_bursts_readings_over_the_target_agreed_on():
     b.follow(150, [], 5, False, 7, BASE, False, False, LEAD)  # under it: no say
     b.follow(900, [ScaleUp(at=0, target=12, demand=BURST)], 5, False, 0, BASE, False, False, LEAD)
     assert (b.first_ask, b.level(1000, LEAD)) == (11, 11)
+    # A run's first reading agrees with nothing yet (azure-code seed 2: a one-minute spike of the
+    # trace's arrivals asked 12 on its first reading, 9 on the next three; the hold kept 12)
+    spike = BurstHold(hold_loads=2.0, agree_s=90)
+    for t, rec in ((0, 12), (30, 9), (60, 9), (90, 9)):
+        spike.follow(t, [], rec, True, 4, BURST, False, False, LEAD)
+    spike.follow(120, [], 7, False, 4, BASE, False, False, LEAD)
+    spike.follow(900, [ScaleUp(at=0, target=12, demand=BURST)], 7, False, 0, BASE, False, False, LEAD)
+    assert spike.first_ask == 9
     # A burst of one reading over the target: that reading is all there is to agree on
     short = BurstHold(hold_loads=2.0, agree_s=90)
     short.follow(0, [], 7, True, 5, BURST, False, False, LEAD)

@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from kimik3.controller.kube import Kube
 from kimik3.controller.lateapis import PERIOD_S
@@ -24,11 +23,10 @@ from kimik3.kube.kinds import (CONFIG_MAP, DEPLOYMENT, GATEWAY, HTTP_ROUTE, INFE
                                SERVICE_ACCOUNT)
 from kimik3.kube.times import rfc3339
 from kimik3_dev.devcluster.thirdparty import thirdparty_crd_paths
-from support.cluster import CR, apply, condition, fresh_namespace, reconciled
+from support.cluster import CR, apply, condition, fresh_namespace, reconciled, without_crd
 from support.recipes import recipe
 from support.waiting import wait_for
 
-POOL_CRD = f"{INFERENCE_POOL.plural}.{INFERENCE_POOL.group}"
 PICKER_KINDS = (SERVICE_ACCOUNT, ROLE, ROLE_BINDING, CONFIG_MAP, DEPLOYMENT, SERVICE)
 
 
@@ -133,13 +131,8 @@ def test_routing_on_creates_the_pool_and_the_picker_and_reports_why_traffic_does
 
 @pytest.fixture
 def without_pool_crd(control_plane, admin_api):
-    ext = client.ApiextensionsV1Api(admin_api)
-    ext.delete_custom_resource_definition(POOL_CRD)
-    wait_for(lambda: POOL_CRD not in {c.metadata.name for c in ext.list_custom_resource_definition().items}, 30,
-             "InferencePool CRD deleted")
-    yield
-    if POOL_CRD not in {c.metadata.name for c in ext.list_custom_resource_definition().items}:
-        control_plane.apply_crds([thirdparty_crd_paths()["InferencePool"]])
+    with without_crd(control_plane, admin_api, INFERENCE_POOL):
+        yield
 
 
 def test_without_the_pool_crd_the_service_path_and_a_condition_then_the_pool_once_installed(

@@ -275,10 +275,14 @@ def test_wake_service_and_its_role(helm_offline):
     assert {"name": "http-wake", "containerPort": 8081, "protocol": "TCP"} in container["ports"]
     (role,) = [r for r in kinds["Role"] if r["metadata"]["name"] == "kimik3-operator-wake"]
     assert (role["metadata"]["namespace"], role["rules"]) == ("kimik3-system", [  # server-side apply of the grants
-        {"apiGroups": ["gateway.networking.k8s.io"], "resources": ["referencegrants"], "verbs": ["create", "patch"]}])
+        {"apiGroups": ["gateway.networking.k8s.io"], "resources": ["referencegrants"],
+         "verbs": ["list", "create", "patch", "delete"]}])
     (binding,) = [b for b in kinds["RoleBinding"] if b["metadata"]["name"] == "kimik3-operator-wake"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kimik3-operator", "namespace": "kimik3-system"}]
+    namespaces = {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]}  # a tenant namespace gone
+    assert namespaces in kinds["ClusterRole"][0]["rules"]
     off = by_kind(helm_offline.template("--set", "wake.enabled=false"))
+    assert namespaces not in off["ClusterRole"][0]["rules"]
     assert not [o for k in ("Service", "Role", "RoleBinding") for o in off.get(k, [])
                 if o["metadata"]["name"] == "kimik3-operator-wake"]
     assert not any(a.startswith("--wake") for a in off["Deployment"][0]["spec"]["template"]["spec"]["containers"][0]["args"])

@@ -21,6 +21,9 @@ ReferenceGrants in the release namespace), in the same copy.
 Scenario (one fresh namespace each run), in order:
   lead                 the operator holds its Lease and has renewed it once
   reconcile            the CR gets the teardown finalizer
+  sweep stale grant    the namespace's wake ReferenceGrant, left before the operator started while
+                       no deployment there needs it, is deleted (the first reconcile's sweep,
+                       controller/grants.py: lists the grants, reads the namespace, deletes)
   apply <Kind>         each child exists (ComputeDomain, ConfigMap, LeaderWorkerSet, Service,
                        PodDisruptionBudget, PodMonitor, HTTPRoute; two groups, monitoring, a route;
                        placement kueue: the ComputeDomain and the groups only once the LocalQueue
@@ -58,6 +61,8 @@ Scenario (one fresh namespace each run), in order:
   wake route           spec.idle.stopAfter on that CR, no group serving: its HTTPRoute names the
                        chart's wake Service, after the ReferenceGrant kimik3-wake-<namespace> in the
                        release namespace (the chart's wake Role; checked like the Lease's Role)
+  release wake grant   spec.idle removed from that CR, the namespace's last one needing the grant:
+                       the ReferenceGrant is deleted
   teardown <step>      deleting the CR deletes the LeaderWorkerSet, then the ComputeDomain, then
                        releases the CR
 The "late CRD" variant (cluster-wide, the chart's own identity) deletes the HTTPRoute CRD before
@@ -94,9 +99,11 @@ from kimik3_dev.devcluster.controlplane import ControlPlane
 from kimik3_dev.devcluster.rbac import request_token, write_token_kubeconfig
 from kimik3_dev.devcluster.thirdparty import thirdparty_crd_paths
 from kimik3.render.meta import engine_set_name
+from kimik3.render.wake import WakeEndpoint, reference_grant
 from kimik3.kube.times import rfc3339
 
 from support.cluster import CR, LWS, apply, condition, http_status, make_namespace, metric, metric_samples
+from support.kueue import create_priority_classes, put_workload
 from support.recipes import recipe
 from support.rendering import launcher_name
 from support.waiting import WaitTimeout, wait_for
@@ -202,6 +209,7 @@ EXPECTED: dict[tuple[str, str], str] = {
         ("serviceaccounts", "ServiceAccount"), ("roles", "Role"), ("rolebindings", "RoleBinding"))
        for verb in ("list", "watch")},
     **{(resource, "delete"): "remove routing" for resource in ("serviceaccounts", "roles", "rolebindings")},
+    ("namespaces", "get"): "sweep stale grant",
     ("events", "create"): "event",
     ("events", "list"): "prepare failure",
     ("workloads", "list"): "follow Workloads",
@@ -232,9 +240,13 @@ WAKE_ROLE = f"{RELEASE}-wake"
 WAKE_EXPECTED: dict[tuple[str, str], str] = {
     ("referencegrants", "create"): "wake route",
     ("referencegrants", "patch"): "wake route",
+    ("referencegrants", "list"): "sweep stale grant",
+    ("referencegrants", "delete"): "sweep stale grant",
 }
 NAMESPACED_EXPECTED = {**LEASE_EXPECTED, **WAKE_EXPECTED}
 """The verbs of the identities' Role in the release namespace (a copy of both Roles)."""
+WAKE_PORT = 8081
+"""The chart's wake.port (its default)."""
 LEASE_RENEWED_S = 20.0
 """The Lease is created and renewed once this soon (retry period 2 s; 10 s missed once in CI with
 ten operators starting at once on 2 cores)."""
@@ -271,19 +283,6 @@ RESERVED_CLASS, BURST_CLASS = ("rbac-reserved", 1000), ("rbac-burst", 100)
 """The scenario's WorkloadPriorityClasses (name, value): its groups are all reserved (no autoscaling)."""
 
 
-def priority_classes(admin_api: client.ApiClient) -> None:
-    """Create the scenario's WorkloadPriorityClasses (cluster-scoped) unless another run did."""
-    api = client.CustomObjectsApi(admin_api)
-    for name, value in (RESERVED_CLASS, BURST_CLASS):
-        try:
-            api.create_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "workloadpriorityclasses", {
-                "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass", "metadata": {"name": name},
-                "value": value})
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-
-
 QUOTA_MESSAGE = ("couldn't assign flavors to pod set leader: insufficient unused quota for nvidia.com/gpu in "
                  "flavor gb300, 8 more needed")
 
@@ -291,22 +290,11 @@ QUOTA_MESSAGE = ("couldn't assign flavors to pod set leader: insufficient unused
 NO_RACK_MESSAGE = 'couldn\'t assign flavors to pod set leader: topology "nvl72" doesn\'t allow to fit any of 2 pod(s)'
 
 
-def put_workload(kube: Kube, namespace: str, lws_uid: str, name: str, group: str, condition: dict[str, str]) -> None:
-    """A group's Workload as Kueue writes it (v0.17.0 to v0.19.2 alike; spec abridged, no Kueue runs here), with one condition."""
-    kube.apply({
-        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
-        "metadata": {"name": name, "namespace": namespace, "labels": {"kueue.x-k8s.io/job-uid": lws_uid},
-                     "annotations": {"kueue.x-k8s.io/component-workload-index": group}},
-        "spec": {"queueName": "tenant", "podSets": [{"name": "leader", "count": 1, "template": {
-            "spec": {"containers": [{"name": "engine", "image": "x"}]}}}]}})
-    kube.patch_merge("kueue.x-k8s.io/v1beta2", "Workload", namespace, name, {"status": {"conditions": [{
-        **condition, "lastTransitionTime": "2026-12-01T00:00:00Z"}]}}, subresource="status")
-
-
 def pending_workload(kube: Kube, namespace: str, lws_uid: str, message: str = QUOTA_MESSAGE) -> None:
     """Group 1 pending: its queue's quota (or no rack) cannot hold it."""
-    put_workload(kube, namespace, lws_uid, f"{ENGINE}-1-quota", "1",
-                 {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": message})
+    put_workload(kube, namespace, lws_uid, 1,
+                 {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": message},
+                 name=f"{ENGINE}-1-quota", queue=QUEUE)
 
 
 def split_group(kube: Kube, core: client.CoreV1Api, namespace: str, lws_uid: str) -> None:
@@ -316,8 +304,9 @@ def split_group(kube: Kube, core: client.CoreV1Api, namespace: str, lws_uid: str
     tray = f"tray-{namespace}-b"
     core.create_node({"metadata": {"name": tray, "labels": {"nvidia.com/gpu.clique": f"{namespace}-b",
                                                            "nvidia.com/gpu.product": "NVIDIA-GB300"}}})
-    put_workload(kube, namespace, lws_uid, f"{ENGINE}-0-split", "0",
-                 {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "The workload is admitted"})
+    put_workload(kube, namespace, lws_uid, 0,
+                 {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "The workload is admitted"},
+                 name=f"{ENGINE}-0-split", queue=QUEUE)
     for worker, node in (("0", f"tray-{namespace}"), ("1", tray)):
         core.create_namespaced_pod(namespace, {"metadata": {"name": f"{ENGINE}-0-{worker}", "labels": {
             "leaderworkerset.sigs.k8s.io/name": ENGINE, "leaderworkerset.sigs.k8s.io/group-index": "0",
@@ -375,6 +364,7 @@ def scenario(kube: Kube, core: client.CoreV1Api, namespace: str, lease: str) -> 
     apply(kube, cr_body(namespace))
     expect("reconcile", lambda: "inference.kimik3.io/teardown" in (get(*CR, namespace, NAME)["metadata"]
                                                                       .get("finalizers") or []), 15)
+    expect("sweep stale grant", lambda: get(*GRANT, RELEASE_NAMESPACE, f"kimik3-wake-{namespace}") is None, 15)
     for (api_version, kind), name in CHILDREN:
         expect(f"apply {kind}", lambda: get(api_version, kind, namespace, name), 15)
     expect("status", lambda: (get(*CR, namespace, NAME).get("status") or {}).get("observedGeneration") == 1, 15)
@@ -485,6 +475,8 @@ def scenario(kube: Kube, core: client.CoreV1Api, namespace: str, lease: str) -> 
     expect("wake route", lambda: get(*GRANT, RELEASE_NAMESPACE, f"kimik3-wake-{namespace}") and [
         b["name"] for r in get("gateway.networking.k8s.io/v1", "HTTPRoute", namespace, ROUTED)["spec"]["rules"]
         for b in r["backendRefs"]] == [WAKE_ROLE], 8)  # the wake Service is named like its Role
+    kube.patch_merge(*CR, namespace, ROUTED, {"spec": {"idle": None}})  # the namespace's last user of the grant
+    expect("release wake grant", lambda: get(*GRANT, RELEASE_NAMESPACE, f"kimik3-wake-{namespace}") is None, 8)
 
     kube.delete(*CR, namespace, NAME)
     expect("teardown LeaderWorkerSet deleted", lambda: not deployment_lwss(), 8)
@@ -515,6 +507,13 @@ def plant_canaries(kube: Kube, core: client.CoreV1Api, namespace: str) -> None:
             "spec": {"containers": [{"name": "engine", "image": "x"}]}}}}})
     core.create_namespaced_pod(namespace, {"metadata": {"name": f"{CANARY_ENGINE}-0", "labels": CANARY_LABELS},
                                            "spec": {"containers": [{"name": "engine", "image": "x"}]}})
+    kube.apply(stale_grant(namespace))
+
+
+def stale_grant(namespace: str) -> dict[str, Any]:
+    """The namespace's wake ReferenceGrant as an operator that never deleted them (before
+    controller/grants.py) left it: no deployment of the namespace needs it."""
+    return reference_grant(WakeEndpoint(RELEASE_NAMESPACE, WAKE_ROLE, WAKE_PORT), namespace)
 
 
 def await_first_listings(op: OperatorProcess, timeout: float = 15.0) -> None:
@@ -538,6 +537,7 @@ def cleanup(kube: Kube, namespace: str) -> None:
             if obj["metadata"].get("finalizers"):
                 kube.patch_merge(*CR, namespace, name, {"metadata": {"finalizers": None}})
             kube.delete(*CR, namespace, name)
+    kube.delete(*GRANT, RELEASE_NAMESPACE, f"kimik3-wake-{namespace}")
     for configmap in kube.list("v1", "ConfigMap", namespace, "app.kubernetes.io/managed-by=kimik3-operator"):
         with contextlib.suppress(ApiError):
             kube.delete("v1", "ConfigMap", namespace, configmap["metadata"]["name"])
@@ -730,7 +730,7 @@ def results(helm: Helm, chart_cp: ControlPlane, admin_api: client.ApiClient,
     kube = Kube(admin_api)
     uninstall_if_present(helm)
     helm.run("install", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE)
-    priority_classes(admin_api)
+    create_priority_classes(admin_api, RESERVED_CLASS, BURST_CLASS)
     rules = clusterrole_rules(admin_api)
     lease_rules = [admin_api.sanitize_for_serialization(r) for role in (LEASE_ROLE, WAKE_ROLE) for r in
                    client.RbacAuthorizationV1Api(admin_api).read_namespaced_role(role, RELEASE_NAMESPACE).rules]

@@ -448,3 +448,18 @@ def test_pod_history_integrates_the_gpus_held_between_the_changes_seen():
                          "cached_prompt_tokens": {"report": 3, "truth": 0, "error_pct": None}}}
     assert failures(result) == ["generation_tokens: report 1012 vs truth 1000 (1.2 %)",
                                 "cached_prompt_tokens: report 3 vs truth 0 (None %)"]
+
+
+def test_a_rollout_and_a_release_tally_the_requests_their_users_saw() -> None:
+    from kimik3_dev.devcluster.rollout import Release, Rollout
+    from kimik3_dev.sim.load import RequestResult
+
+    results = [RequestResult("during", True, 0.0, ttft=0.1, e2e=0.2, output_tokens=3),
+               RequestResult("during", False, 0.1, error="HTTP 503"),
+               RequestResult("after", True, 0.2, ttft=0.1, e2e=0.2, output_tokens=3)]
+    rollout = Rollout(seconds=12.0, old_revision="old", results=results)
+    release = Release(window_s=60.0, rollback_s=None, took_over_s=None, rolled_back=None, canary=None,
+                      served_by_new=0, results=results)
+    assert (rollout.requests, rollout.failed) == (release.requests, release.failed) == (3, 1)
+    quiet = Rollout(seconds=1.0, old_revision="old")
+    assert (quiet.requests, quiet.failed) == (0, 0)

@@ -19,8 +19,9 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
 from kimik3.controller.kube import ApiError, Kube
-from kimik3.kube.kinds import COMPUTE_DOMAIN, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET
+from kimik3.kube.kinds import COMPUTE_DOMAIN, KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, Kind
 from kimik3_dev.devcluster.controlplane import ControlPlane
+from kimik3_dev.devcluster.thirdparty import thirdparty_crd_paths
 from support.rendering import launcher_name
 from support.waiting import wait_for
 
@@ -70,6 +71,30 @@ def fresh_namespace(api: client.ApiClient, prefix: str = "t") -> Iterator[str]:
     finally:
         with contextlib.suppress(*API_UNAVAILABLE):
             client.CoreV1Api(api).delete_namespace(name)
+
+
+def crd_name(kind: Kind) -> str:
+    """The name of ``kind``'s CustomResourceDefinition (``<plural>.<group>``)."""
+    return f"{kind.plural}.{kind.group}"
+
+
+def delete_crd(api: client.ApiClient, kind: Kind) -> None:
+    """Delete ``kind``'s CRD and wait (30 s at most) until the API server no longer lists it."""
+    ext = client.ApiextensionsV1Api(api)
+    ext.delete_custom_resource_definition(crd_name(kind))
+    wait_for(lambda: crd_name(kind) not in {c.metadata.name for c in ext.list_custom_resource_definition().items}, 30,
+             f"{kind.kind} CRD deleted")
+
+
+@contextlib.contextmanager
+def without_crd(cp: ControlPlane, api: client.ApiClient, kind: Kind) -> Iterator[None]:
+    """The third-party ``kind``'s CRD deleted (``delete_crd``) for the body; installed again
+    afterwards (``thirdparty_crd_paths``) unless the body did, so later tests find it."""
+    delete_crd(api, kind)
+    yield
+    ext = client.ApiextensionsV1Api(api)
+    if crd_name(kind) not in {c.metadata.name for c in ext.list_custom_resource_definition().items}:
+        cp.apply_crds([thirdparty_crd_paths()[kind.kind]])
 
 
 def apply(kube: Kube, body: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:

@@ -63,6 +63,7 @@ FIXTURE_TIERS = {
     "control_plane": "apiserver",   # tests/conftest.py; admin_api, operator_api, kube, namespace, operator build on it
     "admin_api": "apiserver",       # overridden in tests/chaos and tests/chart with their own control planes
     "operator_api": "apiserver",
+    "own_control_plane": "apiserver",  # tests/conftest.py: one test module's own
     "chaos_cp": "chaos",
     "chart_cp": "chart",
     "helm": "chart",

@@ -159,6 +159,13 @@ create (seen here: "cannot create resource computedomains"); nothing is ever upd
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["rolebindings"]
   verbs: ["list", "watch", "create", "patch", "delete"]
+{{- if .Values.wake.enabled }}
+# With the wake: a tenant namespace's wake ReferenceGrant goes once the namespace is gone or
+# terminating (controller/grants.py); a Role in a watched namespace grants get on that namespace.
+- apiGroups: [""]
+  resources: ["namespaces"]
+  verbs: ["get"]
+{{- end }}
 # Events on the CR (Applied, InvalidSpec, DisruptionBudgetSkipped, TeardownWaiting, ...); list:
 # the kubelet's FailedPrepareDynamicResources Events of a pod that cannot start (F19 b).
 - apiGroups: [""]

@@ -327,7 +327,8 @@ async def run_operator(cfg: OperatorConfig, stop: threading.Event | asyncio.Even
     insights = Insights()  # what kopf resolved and watches; shared with controller/lateapis.py
     registry = build_registry(cfg, queue, cache, CrashReporter(kube, failures), insights)
     reconciler = Reconciler(kube, compute_domains=cfg.compute_domains, cache=cache, policy=cfg.policy,
-                            failures=failures, stager_image=cfg.stager_image, wake=cfg.wake_service)
+                            failures=failures, stager_image=cfg.stager_image, wake=cfg.wake_service,
+                            namespaces=tuple(cfg.namespaces))
     kopf_ready = asyncio.Event()
     runner = await _health_server(cfg, queue, kopf_ready)
     waker = None

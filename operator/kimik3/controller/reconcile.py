@@ -1,12 +1,14 @@
 """Level-based reconcile of one KimiK3Deployment: admit, read one snapshot, run the named steps, write.
 
 ``Reconciler.reconcile(namespace, name)`` reads the CR and makes the world match it. It is
-idempotent and keeps no state between calls apart from which Events it already posted, so a
-restarted operator, a lost watch or a deleted child all converge by calling it again. It returns
-when to look again (``Result.requeue_after``, seconds). The spec is admitted once per reconcile
+idempotent and keeps no state between calls apart from which Events it already posted (and
+``controller.grants``' notes of when to look at a wake ReferenceGrant), so a restarted operator,
+a lost watch or a deleted child all converge by calling it again. It returns when to look again (``Result.requeue_after``, seconds). The spec is admitted once per reconcile
 (``kimik3.admission.admit``); every step takes that one value and one snapshot of the cluster
 (``controller.snapshot``), read before the applies and once more after them. The steps decide
-(``controller.steps``); this module only does the writes they ask for.
+(``controller.steps``); this module only does the writes they ask for. The wake ReferenceGrants
+outlive any one deployment: ``controller.grants`` decides when each goes, told by every reconcile
+what it found (a deployment gone, or no longer needing one) and sweeping them once in a while.
 
 Teardown order (failure case F4): the CR carries the finalizer ``inference.kimik3.io/teardown``;
 on deletion the LeaderWorkerSets go first, then, once no pod of the deployment is left holding
@@ -34,6 +36,7 @@ from kimik3.controller.cache import ObjectCache, desired_hash
 from kimik3.controller.capacity import Reprioritize, capacity_of, reserved_groups
 from kimik3.controller.canary import Analysis
 from kimik3.controller.fleet import EngineSet
+from kimik3.controller.grants import WakeGrants
 from kimik3.controller.idle import Idle, IdleStep, sleeps
 from kimik3.controller.kube import ApiError, Kube, NotLeading
 from kimik3.controller.nodes import Nodes
@@ -52,7 +55,7 @@ from kimik3.kube.labels import DEPLOYMENT_LABEL
 from kimik3.kube.objects import is_deleting
 from kimik3.render.children import COMPUTE_DOMAIN_SKIPPED
 from kimik3.render.meta import Owner
-from kimik3.render.wake import WakeEndpoint, reference_grant
+from kimik3.render.wake import GRANT_PREFIX, WakeEndpoint
 
 FINALIZER = f"{GROUP}/teardown"
 TEARDOWN_POLL_S = 3.0
@@ -105,13 +108,12 @@ class Reconciler:
     def __init__(self, kube: Kube, compute_domains: bool = True, cache: ObjectCache | None = None,
                  policy: AdmissionPolicy = AdmissionPolicy(), autoscaling: Autoscaling | None = None,
                  failures: GroupFailures | None = None, stager_image: str = DEFAULT_STAGER_IMAGE,
-                 wake: WakeEndpoint | None = None):
+                 wake: WakeEndpoint | None = None, namespaces: tuple[str, ...] = ()):
         self.kube = kube
-        self.wake = wake
-        """The operator's wake Service (``kimik3 run --wake-service``): the HTTPRoute of a sleeping
-        deployment goes there (``render.wake``); None: routes never change for idleness."""
-        self._granted: set[str] = set()
-        """Namespaces whose ReferenceGrant to the wake Service this process applied."""
+        self.grants = None if wake is None else WakeGrants(kube, wake, namespaces)
+        """The operator's wake Service (``kimik3 run --wake-service``; the HTTPRoute of a sleeping
+        deployment goes there, ``render.wake``) and its ReferenceGrants for the watched ``namespaces``
+        (all when empty; ``controller.grants``); None: routes never change for idleness."""
         self.failures = failures or GroupFailures()
         """Engine failures the pod watch saw (bounded recreation: Degraded and a start back-off)."""
         self.staging = Staging(kube, stager_image)
@@ -144,8 +146,12 @@ class Reconciler:
         start = time.monotonic()
         try:
             # Inside the try: a failed read (API server unreachable) is a reconcile error too.
+            if self.grants is not None:
+                self.grants.sweep_due()
             obj = self.kube.get(*KIMIK3_DEPLOYMENT.type_meta, namespace, name)
             if obj is None:
+                if self.grants is not None:
+                    self.grants.gone(namespace, name)
                 self._posted.pop((namespace, name), None)
                 self.idle.forget(namespace, name)
                 for state in ("desired", "ready"):
@@ -155,6 +161,8 @@ class Reconciler:
                 metrics.GPU_TIME.remove(namespace, name)
                 return Result("gone", None)
             result = self._teardown(obj) if is_deleting(obj) else self._apply(obj)
+            if self.grants is not None:
+                self.grants.seen(obj)
         except NotLeading:  # not an error: the replica that leads reconciles it
             raise
         except Exception:
@@ -228,25 +236,23 @@ class Reconciler:
     def _wake_endpoint(self, obj: dict[str, Any], admitted: Admitted, sets: list[EngineSet],
                        step: IdleStep) -> WakeEndpoint | None:
         """Where the HTTPRoute goes while the deployment sleeps (``controller.idle.sleeps``): the wake
-        Service, once the ReferenceGrant in its namespace lets the route's namespace name it (applied
-        once per namespace by this process); None when awake, without a route or a wake Service, or
-        when the grant could not be applied (a Warning Event says why: the route stays where it was)."""
-        if self.wake is None or admitted.spec.service.http_route is None or not sleeps(admitted, step, sets):
+        Service, once the ReferenceGrant in its namespace lets the route's namespace name it
+        (``controller.grants``); None when awake, without a route or a wake Service, or when the grant
+        could not be applied (a Warning Event says why: the route stays where it was)."""
+        if self.grants is None or admitted.spec.service.http_route is None or not sleeps(admitted, step, sets):
             return None
-        namespace = obj["metadata"]["namespace"]
-        if self.wake.namespace != namespace and namespace not in self._granted:
-            grant = reference_grant(self.wake, namespace)
+        wake, namespace = self.grants.wake, obj["metadata"]["namespace"]
+        if wake.namespace != namespace:
             try:
-                self.kube.apply(grant)
+                self.grants.grant(namespace)
             except ApiError as exc:
                 self._post(obj, [Event("Warning", EventReason.WAKE_ROUTE_REFUSED, (
-                    f"ReferenceGrant {self.wake.namespace}/{grant['metadata']['name']} could not be applied ({exc}): "
-                    f"the HTTPRoute may not name the wake Service {self.wake}, so it stays on its backend and a "
+                    f"ReferenceGrant {wake.namespace}/{GRANT_PREFIX}{namespace} could not be applied ({exc}): "
+                    f"the HTTPRoute may not name the wake Service {wake}, so it stays on its backend and a "
                     "request through the gateway wakes nothing; install the Gateway API CRDs (ReferenceGrant) and "
-                    f"let the operator apply ReferenceGrants in namespace {self.wake.namespace} (the chart's Role)"))])
+                    f"let the operator apply ReferenceGrants in namespace {wake.namespace} (the chart's Role)"))])
                 return None
-            self._granted.add(namespace)
-        return self.wake
+        return wake
 
     def _admit(self, obj: dict[str, Any]) -> Admitted | None:
         """The admitted spec; None when refused (the status and an Event name every problem)."""

@@ -87,11 +87,13 @@ RESOURCE_SLICE = Kind("resource.k8s.io", "v1", "ResourceSlice", "resourceslices"
 """Cluster-scoped; the ComputeDomain driver's devices on each tray (``controller.computedomains``)."""
 NODE = Kind("", "v1", "Node", "nodes")
 """Cluster-scoped (``path()`` with no namespace); read by the dev kit's views, not by the operator."""
+NAMESPACE = Kind("", "v1", "Namespace", "namespaces")
+"""Cluster-scoped; a tenant namespace gone or terminating releases its wake ReferenceGrant (``controller.grants``)."""
 
 KINDS: tuple[Kind, ...] = (KIMIK3_DEPLOYMENT, LEADER_WORKER_SET, COMPUTE_DOMAIN, POD_MONITOR, HTTP_ROUTE, GATEWAY,
                            REFERENCE_GRANT, INFERENCE_POOL, DEPLOYMENT,
                            POD_DISRUPTION_BUDGET, CONFIG_MAP, SERVICE, POD, EVENT, LEASE, NODE, RESOURCE_SLICE, WORKLOAD,
-                           WORKLOAD_PRIORITY_CLASS, LOCAL_QUEUE,
+                           WORKLOAD_PRIORITY_CLASS, LOCAL_QUEUE, NAMESPACE,
                            JOB, PERSISTENT_VOLUME_CLAIM, SERVICE_ACCOUNT, ROLE, ROLE_BINDING)
 
 CHILD_KINDS: tuple[Kind, ...] = (COMPUTE_DOMAIN, CONFIG_MAP, LEADER_WORKER_SET, SERVICE, POD_DISRUPTION_BUDGET,

@@ -139,8 +139,22 @@ class Recorder(_UntilTheBlockEnds):
         self._sample()
 
 
+class UsersSaw:
+    """The users' tally of their requests (``results``, each as one user saw it)."""
+
+    results: list[RequestResult]
+
+    @property
+    def failed(self) -> int:
+        return int(summarize(self.results)["total"]["errors"])
+
+    @property
+    def requests(self) -> int:
+        return int(summarize(self.results)["total"]["requests"])
+
+
 @dataclass
-class Rollout:
+class Rollout(UsersSaw):
     """What a rollout did, as the samples and the users saw it."""
 
     seconds: float
@@ -152,14 +166,6 @@ class Rollout:
     @property
     def fewest_ready(self) -> int:
         return min(sum(1 for g in s if g[3]) for s in self.samples)
-
-    @property
-    def failed(self) -> int:
-        return int(summarize(self.results)["total"]["errors"])
-
-    @property
-    def requests(self) -> int:
-        return int(summarize(self.results)["total"]["requests"])
 
 
 def serving(rest: Rest, state_dir: Path, namespace: str, name: str, groups: int, size: int,
@@ -224,7 +230,7 @@ def finished(rest: Rest, namespace: str, name: str, not_revision: str, port: int
 
 
 @dataclass
-class Release:
+class Release(UsersSaw):
     """What a bad release did in a fixed window under load, as the CR, the engines and the users saw it."""
 
     window_s: float
@@ -244,14 +250,6 @@ class Release:
     seen of each leader, polled every 0.5 s, so a request in the last poll before a pod went may be
     missed); the operator's own parity and probe requests to canary groups are among them."""
     results: list[RequestResult] = field(default_factory=list)
-
-    @property
-    def failed(self) -> int:
-        return int(summarize(self.results)["total"]["errors"])
-
-    @property
-    def requests(self) -> int:
-        return int(summarize(self.results)["total"]["requests"])
 
 
 def measure_release(rest: Rest, state_dir: Path, cr: dict[str, Any], change: dict[str, Any], *, window_s: float,

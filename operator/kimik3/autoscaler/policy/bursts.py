@@ -16,12 +16,15 @@ group more than the rest is that same noise; kept, it is a group held for the wh
 GPU-h). A reading over the target (or the TTFT target) counts at face value: the held groups
 were too few, as measured.
 
-The first ask is a burst's need the same way: what the readings over the target agreed on (of
-those of the last ``agree_s``, the lowest; a burst shorter than that, all its readings), the most
-such a level since the ask, at most what was asked. A surge does not wait for a window to agree
-(stabilization.py), so it may ask on one reading of a saturated fleet's running gauge: bursts
-seeds 2 and 3 asked 12 groups on one reading at the first burst's peak where the readings of the
-rest of it agreed on 11, and the hold kept the 12th group until a later burst was measured.
+The first ask is a burst's need the same way: what its run of readings over the target agreed
+on. Once the run spans ``agree_s``, each reading's level is the lowest recommendation of the
+run's last ``agree_s``; a run that ends shorter than that has one level, the lowest of all its
+readings; the first ask is the most such level since the ask, at most what was asked. A surge
+does not wait for a window to agree (stabilization.py), so it may ask on one reading of a
+saturated fleet's running gauge: bursts seeds 2 and 3 asked 12 groups on one reading at the
+first burst's peak where the rest of its readings agreed on 11; on azure-code seed 2 a one-minute
+spike of the trace's arrivals read over the target at 8 groups, asked 12 on its first reading
+and 9 on the next three, and the hold kept 12 for the rest of the trace.
 """
 
 from __future__ import annotations
@@ -68,12 +71,11 @@ class BurstHold:
     """The need (groups) of each burst the held groups served, at its end (seconds), within the hold."""
     _calm: float | None = None
     """The previous decision's demand."""
-    _over: Samples[int] = field(default_factory=Samples)
-    """The recommendations of the readings over a target, kept for two lead times (a scale-up
-    serves about one lead time after its ask)."""
+    _run: list[tuple[float, int]] = field(default_factory=list)
+    """The current run of consecutive readings over a target: (time, recommendation)."""
     _over_agreed: Samples[int] = field(default_factory=Samples)
-    """At each reading over a target: what the readings over a target of the ``agree_s`` before
-    it agreed on (their lowest recommendation), kept as ``_over``."""
+    """What runs of readings over a target agreed on (module docstring), at the reading that
+    settled it; kept for two lead times (a scale-up serves about one lead time after its ask)."""
 
     def hold_s(self, lead_s: float) -> float:
         """Seconds the hold lasts, for a policy looking ``lead_s`` ahead (a load time and an interval)."""
@@ -100,9 +102,9 @@ class BurstHold:
         if self.hold_loads <= 0:
             return
         if over:
-            self._over.add(now, rec)
-            self._over_agreed.add(now, min(self._over.since(now - self.agree_s)))
-        self._over.forget_before(now - 2 * lead_s)
+            self._join_run(now, rec)
+        if arrived or not over:  # an arrival closes the asks the run made
+            self._end_run()
         self._over_agreed.forget_before(now - 2 * lead_s)
         late = [self._agreed_ask(up) for up in arrived if demand is not None and demand * BURST_DROP < up.demand]
         calm, self._calm = self._calm, demand
@@ -127,6 +129,19 @@ class BurstHold:
         if self.open is not None and loading == 0:
             self.open = OpenBurst(self.open.before, max(self.open.top, demand or 0.0), max(self.open.need, rec))
         self.peaks.forget_before(now - hold_s)
+
+    def _join_run(self, now: float, rec: int) -> None:
+        """A reading over a target joins the run; once the run spans ``agree_s`` its level is the
+        lowest recommendation of the last ``agree_s``."""
+        self._run.append((now, rec))
+        if now - self._run[0][0] >= self.agree_s - 1e-6:
+            self._over_agreed.add(now, min(r for t, r in self._run if t >= now - self.agree_s - 1e-6))
+
+    def _end_run(self) -> None:
+        """The run is over: one shorter than ``agree_s`` agreed on the lowest of its readings."""
+        if self._run and self._run[-1][0] - self._run[0][0] < self.agree_s - 1e-6:
+            self._over_agreed.add(self._run[-1][0], min(r for _, r in self._run))
+        self._run = []
 
     def _agreed_ask(self, up: ScaleUp) -> int:
         """What the burst that asked for ``up`` needs, as its readings over the target since the
