@@ -65,6 +65,10 @@ def test_simulate_names_every_trace_it_has():
     (("probes", "loadTimeout"), "90 minutes",
      "'90 minutes' is not a duration: numbers with units ms, s, m or h, e.g. 500ms, 90s, 60m or 1h30m"),
     (("engine", "kvOffload", "size"), "lots", "'lots' is not a size in whole Gi or Ti, e.g. 200Gi or 2Ti"),
+    (("engine", "resources", "memory"), "800GB",
+     "'800GB' is not a memory quantity: bytes, or whole Ki, Mi, Gi or Ti, e.g. 800Gi"),
+    (("autoscaling", "metricsSource", "prometheusUrl"), "prometheus:9090",
+     "'prometheus:9090' is not an http:// or https:// URL, e.g. http://prometheus-operated.monitoring:9090"),
 ])
 def test_a_bad_duration_or_size_is_explained_not_quoted_as_a_regex(field, value, message):
     spec = yaml.safe_load(RECIPE.read_text())["spec"]
@@ -212,3 +216,22 @@ def test_dev_apply_of_a_file_that_is_not_yaml_names_it(tmp_path):
     bad.write_text("spec: [\n")
     out = run(["dev", "apply", "-f", str(bad), "--state-dir", str(tmp_path)])
     assert out.startswith(f"Error: {bad}: not valid YAML: while parsing a flow node"), out
+
+
+def test_every_pattern_of_the_spec_has_a_meaning():
+    """A string refused by a pattern is explained (``PATTERN_MEANINGS``), never answered with the
+    regular expression: each pattern of the generated CRD's spec schema has a meaning."""
+    from kimik3.api.crd import crd_manifest
+    from kimik3.api.v1alpha1 import PATTERN_MEANINGS
+
+    def patterns(node):
+        if isinstance(node, dict):
+            yield from ([node["pattern"]] if isinstance(node.get("pattern"), str) else [])
+            for value in node.values():
+                yield from patterns(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from patterns(value)
+    schema = crd_manifest()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    found = set(patterns(schema))
+    assert len(found) >= 10 and found - set(PATTERN_MEANINGS) == set()

@@ -41,13 +41,15 @@ def duration_seconds(value: str) -> float:
 
 SIZE_PATTERN = r"^[0-9]+(Gi|Ti)$"
 """A storage or memory size in whole GiB or TiB, e.g. ``200Gi``, ``2Ti``."""
-
-PATTERN_MEANINGS: dict[str, str] = {
-    DURATION_PATTERN: "a duration: numbers with units ms, s, m or h, e.g. 500ms, 90s, 60m or 1h30m",
-    SIZE_PATTERN: "a size in whole Gi or Ti, e.g. 200Gi or 2Ti",
-}
-"""What a string of each shared pattern is, with examples: ``kimik3 validate`` says this where
-pydantic would quote the regular expression (``api.errors.from_validation_error``)."""
+SHM_SIZE_PATTERN = r"^[0-9]+(Mi|Gi)$"
+CPU_PATTERN = r"^[0-9]+(\.[0-9]+)?m?$"
+MEMORY_PATTERN = r"^[0-9]+(Ki|Mi|Gi|Ti)?$"
+PERCENT_PATTERN = r"^[0-9]{1,3}%$"
+ABSOLUTE_PATH_PATTERN = r"^/.*"
+PATH_PREFIX_PATTERN = r"^/"
+HUB_URL_PATTERN = r"^https?://[^\s]+$"
+PROMETHEUS_URL_PATTERN = r"^https?://"
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
 def cel_not_duration(path: str) -> str:
@@ -135,7 +137,7 @@ class PVCSource(Model):
 class HostPathSource(Model):
     """Weights pre-staged on every GPU node's local disk."""
 
-    path: str = Field(pattern=r"^/.*", max_length=1024)
+    path: str = Field(pattern=ABSOLUTE_PATH_PATTERN, max_length=1024)
     """Absolute path of the checkpoint folder on the node."""
 
 
@@ -164,7 +166,7 @@ class CacheHubSource(Model):
 
     token_secret: SecretKeyRef | None = None
     """Secret key holding an HF token, given to the staging Job only (never to the engines) as HF_TOKEN."""
-    endpoint: str | None = Field(default=None, pattern=r"^https?://[^\s]+$", max_length=512)
+    endpoint: str | None = Field(default=None, pattern=HUB_URL_PATTERN, max_length=512)
     """Base URL of the hub (HF_ENDPOINT), e.g. a mirror inside the cluster. Unset: https://huggingface.co."""
 
 
@@ -247,7 +249,7 @@ ENGINE_IMAGE = "vllm/vllm-openai:v0.33.0"
 class EnvVar(Model):
     """A literal environment variable for the engine container."""
 
-    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=128)
+    name: str = Field(pattern=ENV_NAME_PATTERN, max_length=128)
     """Variable name."""
     value: str = Field(default="", max_length=4096)
     """Variable value."""
@@ -256,9 +258,9 @@ class EnvVar(Model):
 class Resources(Model):
     """CPU and memory of each engine pod (GPUs come from the topology)."""
 
-    cpu: str | None = Field(default=None, pattern=r"^[0-9]+(\.[0-9]+)?m?$")
+    cpu: str | None = Field(default=None, pattern=CPU_PATTERN)
     """CPU request and limit, e.g. "64"."""
-    memory: str | None = Field(default=None, pattern=r"^[0-9]+(Ki|Mi|Gi|Ti)?$")
+    memory: str | None = Field(default=None, pattern=MEMORY_PATTERN)
     """Memory request and limit, e.g. "800Gi"; engine.kvOffload adds its per-pod share (unset: the pod requests that share alone, with no limit)."""
 
 
@@ -355,7 +357,7 @@ class EngineSpec(Model):
     """CPU and memory per pod."""
     compile_cache: CompileCacheSpec | None = None
     """Keep vLLM's torch.compile / Inductor / Triton / DeepGEMM JIT / FlashInfer autotune caches on a claim per engine image and group plan (VLLM_CACHE_ROOT), never shared across namespaces. Unset: every start compiles again."""
-    shm_size: str = Field(default="200Gi", pattern=r"^[0-9]+(Mi|Gi)$")
+    shm_size: str = Field(default="200Gi", pattern=SHM_SIZE_PATTERN)
     """Size of the in-memory /dev/shm volume (NCCL and vLLM IPC; Dynamo's GB300 manifests use 200Gi). kvOffload's tier is added to it."""
     kv_offload: KVOffloadSpec | None = None
     """Keep the KV-cache blocks the GPUs evict in host memory, a second prefix-cache tier (unset: GPU memory only)."""
@@ -556,7 +558,7 @@ class MetricsSource(Model):
 
     type: Literal["prometheus", "podScrape"] = "prometheus"
     """prometheus: PromQL over HTTP; podScrape: the leader pods' /metrics."""
-    prometheus_url: str | None = Field(default=None, pattern=r"^https?://", max_length=512)
+    prometheus_url: str | None = Field(default=None, pattern=PROMETHEUS_URL_PATTERN, max_length=512)
     """Prometheus base URL, e.g. http://prometheus-operated.monitoring:9090."""
 
 
@@ -706,7 +708,7 @@ class HTTPRouteSpec(Model):
     hostnames: list[Annotated[str, Field(pattern=GATEWAY_HOSTNAME_PATTERN, max_length=253)]] = Field(
         default_factory=list, max_length=16)
     """Host names the route answers (empty: every host name of the listener)."""
-    path_prefixes: list[Annotated[str, Field(pattern=r"^/", max_length=1024)]] = Field(
+    path_prefixes: list[Annotated[str, Field(pattern=PATH_PREFIX_PATTERN, max_length=1024)]] = Field(
         default_factory=lambda: ["/v1"], min_length=1, max_length=16)
     """Path prefixes routed to the engines. Default /v1 only: vLLM checks the API key on /v1 but serves /health, /metrics, /tokenize, /pause and others without it."""
 
@@ -731,7 +733,7 @@ class DisruptionBudgetSpec(Model):
 
     enabled: bool = True
     """Create the budget (skipped, with a Warning event, while it would block every drain: replicas <= 1)."""
-    min_available: int | Annotated[str, Field(pattern=r"^[0-9]{1,3}%$")] = Field(
+    min_available: int | Annotated[str, Field(pattern=PERCENT_PATTERN)] = Field(
         default="75%",
         json_schema_extra={"x-kubernetes-validations": [rule(
             "min-available-count-or-percent",
@@ -1413,3 +1415,22 @@ class KimiK3DeploymentStatus(Model):
     def condition(self, type_: str) -> Condition | None:
         """The condition of this type, or None."""
         return next((c for c in self.conditions if c.type == type_), None)
+
+
+PATTERN_MEANINGS: dict[str, str] = {
+    DURATION_PATTERN: "a duration: numbers with units ms, s, m or h, e.g. 500ms, 90s, 60m or 1h30m",
+    SIZE_PATTERN: "a size in whole Gi or Ti, e.g. 200Gi or 2Ti",
+    SHM_SIZE_PATTERN: "a size in whole Mi or Gi, e.g. 200Gi",
+    CPU_PATTERN: "a CPU quantity: cores or millicores, e.g. 16 or 500m",
+    MEMORY_PATTERN: "a memory quantity: bytes, or whole Ki, Mi, Gi or Ti, e.g. 800Gi",
+    PERCENT_PATTERN: "a percentage, e.g. 50%",
+    ABSOLUTE_PATH_PATTERN: "an absolute path, starting with /",
+    PATH_PREFIX_PATTERN: "a path prefix starting with /, e.g. /v1",
+    HUB_URL_PATTERN: "an http:// or https:// URL without spaces, e.g. https://hf-mirror.example.com",
+    PROMETHEUS_URL_PATTERN: "an http:// or https:// URL, e.g. http://prometheus-operated.monitoring:9090",
+    ENV_NAME_PATTERN: "an environment variable name: letters, digits and _, not starting with a digit",
+    DNS_LABEL_PATTERN: "a DNS label: lowercase letters, digits and '-', starting and ending with a letter or digit",
+    GATEWAY_HOSTNAME_PATTERN: "a lowercase host name, optionally starting with '*.', e.g. acme.inference.example.com",
+}
+"""What a string of each pattern of the spec is, with examples: ``kimik3 validate`` says this where
+pydantic would quote the regular expression (``api.errors.from_validation_error``)."""
