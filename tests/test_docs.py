@@ -6,6 +6,7 @@
   claim that ``.ci/run`` runs exactly the test command (checked against ``.ci/run`` itself).
 - Every page under docs/ is linked from the README, so a newcomer can find it.
 - The refusal the README and docs/api.md show is what ``kimik3 validate`` prints for that spec.
+- The verbs the README says ``kimik3 --help`` lists are the ones it lists.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import click
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -139,3 +141,11 @@ def test_documented_refusal_is_what_validate_prints(tmp_path: Path) -> None:
         blocks = [b for b in FENCE.findall(page.read_text()) if b.lstrip().startswith("k3-latency: ")]
         assert len(blocks) == 1, page
         assert [line.strip() for line in blocks[0].strip().splitlines()] == printed, page
+
+
+def test_the_readme_lists_every_verb_of_kimik3_help() -> None:
+    """The README's sentence "`kimik3 --help` lists ..." names each verb once, and no other (it left
+    out `stage` and `wake`, 2026-12-05)."""
+    sentence = " ".join(README.read_text().split()).partition("`kimik3 --help` lists ")[2].partition(".")[0]
+    listed = CODE_SPAN.findall(sentence)
+    assert sorted(listed) == main.list_commands(click.Context(main)), sentence

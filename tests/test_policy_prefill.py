@@ -110,7 +110,7 @@ def test_the_ttft_target_is_admitted_into_the_policys_settings():
 
 @pytest.mark.parametrize("ttft,field,message", [
     ({"value": "0s"}, "spec.autoscaling.ttftTarget.value", "ttftTarget.value must be above 0"),
-    ({"value": "2 s"}, "spec.autoscaling.ttftTarget.value", "pattern"),
+    ({"value": "2 s"}, "spec.autoscaling.ttftTarget.value", "is not a duration"),
     ({"percentile": 100, "value": "2s"}, "spec.autoscaling.ttftTarget.percentile", "99"),
     ({"percentile": 90}, "spec.autoscaling.ttftTarget.value", "required"),
 ])

@@ -28,7 +28,7 @@ from importlib.util import find_spec
 
 import click
 
-from kimik3.api.documents import NoDeployment, dump_yaml, dump_yaml_all, load_deployments
+from kimik3.api.documents import BadManifest, dump_yaml, dump_yaml_all, load_deployments
 from kimik3.api.errors import SpecErrors
 
 CRD_FILE = "inference.kimik3.io_kimik3deployments.yaml"
@@ -40,8 +40,15 @@ CHART_CRD_DIR = Path("charts/kimik3-operator/files/crds")
 def _deployments(path: str) -> list[dict[str, Any]]:
     try:
         return load_deployments(path)
-    except NoDeployment as exc:
+    except BadManifest as exc:
         raise click.ClickException(str(exc)) from None
+
+
+def _refusal(doc: dict[str, Any], exc: SpecErrors) -> str:
+    """Every problem of a refused deployment, as ``kimik3 validate`` prints them: its name and
+    count, then one indented ``field path: message`` line each."""
+    return "\n".join([f"{doc['metadata'].get('name', '?')}: {len(exc.errors)} problem(s)",
+                      *(f"  {err.path}: {err.message}" for err in exc.errors)])
 
 
 PLUGIN_GROUP = "kimik3.commands"
@@ -123,9 +130,7 @@ def validate(filename: str) -> None:
             admitted = admit(doc.get("spec") or {})
         except SpecErrors as exc:
             bad += 1
-            click.echo(f"{name}: {len(exc.errors)} problem(s)")
-            for err in exc.errors:
-                click.echo(f"  {err.path}: {err.message}")
+            click.echo(_refusal(doc, exc))
             continue
         plan = admitted.plan
         click.echo(f"{name}: valid: {plan.nodes_per_group} node(s) x {plan.gpus_per_node} {plan.profile.name} "
@@ -148,7 +153,7 @@ def render(filename: str) -> None:
         try:
             rendered = render_children(admit(doc.get("spec") or {}), Owner.from_object(doc))
         except SpecErrors as exc:
-            raise click.ClickException("\n".join(map(str, exc.errors))) from None
+            raise click.ClickException(_refusal(doc, exc)) from None
         for warning in rendered.warnings:
             click.echo(f"# warning: {warning.message}", err=True)
         out += rendered.objects
@@ -186,7 +191,7 @@ def stage(filename: str | None, repo: str | None, revision: str, root: Path, wor
             try:
                 todo += artifacts(admit(doc.get("spec") or {}).spec)
             except SpecErrors as exc:
-                raise click.ClickException("\n".join(map(str, exc.errors))) from None
+                raise click.ClickException(_refusal(doc, exc)) from None
     if report_job is not None:
         from functools import partial
 
@@ -205,7 +210,9 @@ def stage(filename: str | None, repo: str | None, revision: str, root: Path, wor
             done = stage_artifact(artifact, root, endpoint=endpoint, token=os.environ.get("HF_TOKEN"),
                                   max_workers=workers, report=report)
         except StagingError as exc:
-            raise click.ClickException(f"{artifact.repo_id}@{artifact.revision}: {exc}") from None
+            from huggingface_hub.constants import ENDPOINT  # the hub when neither --endpoint nor HF_ENDPOINT
+            raise click.ClickException(f"{artifact.repo_id}@{artifact.revision} from {endpoint or ENDPOINT}: "
+                                       f"{exc}") from None
         click.echo(f"{root / artifact.folder}: {done.files_done} files, {done.bytes_total} bytes, commit "
                    f"{done.commit}, verified")
 
@@ -264,7 +271,11 @@ def run(kubeconfig: str | None, namespaces: tuple[str, ...], health_port: int, h
                          policy=AdmissionPolicy(allowed_host_paths) if allowed_host_paths else AdmissionPolicy(),
                          lease_namespace=lease_namespace, lease_name=lease_name, lease_timings=timings,
                          stager_image=stager_image or DEFAULT_STAGER_IMAGE, wake_port=wake_port, wake_service=wake)
-    asyncio.run(run_operator(cfg))
+    from kimik3.controller.kube import NoCluster
+    try:
+        asyncio.run(run_operator(cfg))
+    except NoCluster as exc:  # raised before anything starts: the first thing run_operator does
+        raise click.ClickException(str(exc)) from None
 
 
 RULES_FILE = Path("charts/kimik3-operator/files/rules/kimik3-usage.yaml")
@@ -295,6 +306,8 @@ def wake(name: str, namespace: str, kubeconfig: str | None) -> None:
     """Wake a KimiK3Deployment stopped after spec.idle.stopAfter without requests (sets the
     inference.kimik3.io/wake-requested-at annotation; the operator brings its groups back). On a
     running deployment it restarts the idle clock; one without spec.idle.stopAfter is left as it is."""
+    from urllib3.exceptions import HTTPError, MaxRetryError
+
     from kimik3.controller.idle import request_wake
     from kimik3.controller.kube import ApiError, Kube, NoCluster, NotFound, api_client_from_kubeconfig
     from kimik3.kube.kinds import KIMIK3_DEPLOYMENT
@@ -303,6 +316,9 @@ def wake(name: str, namespace: str, kubeconfig: str | None) -> None:
                "(kubectl get kimik3deployments -n NAMESPACE lists them)")
     try:
         kube = Kube(api_client_from_kubeconfig(kubeconfig))
+    except NoCluster as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
         obj = kube.get(*KIMIK3_DEPLOYMENT.type_meta, namespace, name)
         if obj is None:
             raise click.ClickException(missing)
@@ -311,8 +327,11 @@ def wake(name: str, namespace: str, kubeconfig: str | None) -> None:
                        "to wake (its groups follow spec.replicas or spec.autoscaling); left as it is")
             return
         idle = request_wake(kube, namespace, name)
-    except NoCluster as exc:
-        raise click.ClickException(str(exc)) from None
+    except (HTTPError, OSError) as exc:  # no answer at all (kube.py lets connection failures pass)
+        reason = exc.reason if isinstance(exc, MaxRetryError) else exc
+        raise click.ClickException(
+            f"cannot reach the Kubernetes API server at {kube.api.configuration.host}: {reason}; is the cluster up "
+            "and the kubeconfig the right one (`kubectl get nodes` with it)?") from None
     except NotFound:
         raise click.ClickException(missing) from None
     except ApiError as exc:
@@ -326,8 +345,16 @@ def wake(name: str, namespace: str, kubeconfig: str | None) -> None:
         click.echo(f"{namespace}/{name}: wake requested (stopped since {idle.stopped_at}); {estimate}")
 
 
+def _http_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """An option's value, refused unless it is an http:// or https:// URL."""
+    if value is not None and not value.startswith(("http://", "https://")):
+        raise click.BadParameter(f"{value!r} is not an http:// or https:// URL (e.g. http://prometheus.monitoring:9090)")
+    return value
+
+
 @main.command()
 @click.option("--prometheus", "prometheus_url", required=True, envvar="KIMIK3_PROMETHEUS_URL", show_envvar=True,
+              callback=_http_url,
               help="Prometheus' base URL (e.g. http://prometheus.monitoring:9090), loading `kimik3 rules`.")
 @click.option("--start", default=None, metavar="TIME",
               help="First hour (RFC 3339, e.g. 2026-12-04T10:00:00Z; UTC without an offset; rounded down to its "
@@ -348,6 +375,7 @@ def usage(prometheus_url: str, start: str | None, end: str | None, hours: int, r
     the latency (and TTFT) target. Reads the recording rules of `kimik3 rules` from Prometheus."""
     import time
 
+    from kimik3.api.conditions import Reason
     from kimik3.autoscaler.observation import MetricsUnavailable
     from kimik3.autoscaler.sources import PrometheusClient
     from kimik3.kube.times import rfc3339, rfc3339_seconds
@@ -378,8 +406,9 @@ def usage(prometheus_url: str, start: str | None, end: str | None, hours: int, r
                                  param_hint="--start/--end")
     try:
         usages = report.read(PrometheusClient(prometheus_url), whole, namespace)
-    except MetricsUnavailable as exc:
-        raise click.ClickException(f"Prometheus at {prometheus_url}: {exc.message}") from None
+    except MetricsUnavailable as exc:  # an unreachable one's message starts with the URL (PrometheusClient)
+        where = "" if exc.reason == Reason.PROMETHEUS_UNREACHABLE else f"{prometheus_url}: "
+        raise click.ClickException(f"Prometheus at {where}{exc.message}") from None
     if fmt == "json":
         click.echo(report.json_text(usages, whole))
     elif fmt == "csv":

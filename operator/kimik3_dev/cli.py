@@ -18,5 +18,10 @@ def demo(filename: str, state_dir: str, timeout: float) -> None:
     """The main job on this machine: `dev up` a simulated GB300 NVL72 cluster, apply FILENAME, wait
     until it is Ready, show where the groups landed, answer a completion and read its ITL series
     from Prometheus. The cluster stays up (`kimik3 dev down` stops it)."""
+    from kimik3.api.documents import BadManifest
     from kimik3_dev.devcluster.demo import run_demo
-    sys.exit(run_demo(Path(filename), Path(state_dir), timeout))
+    try:
+        code = run_demo(Path(filename), Path(state_dir), timeout)
+    except BadManifest as exc:  # read before anything starts
+        raise click.ClickException(str(exc)) from None
+    sys.exit(code)

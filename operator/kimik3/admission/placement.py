@@ -20,8 +20,10 @@ def exclusive_takes_no_kueue_settings(c: Candidate) -> list[SpecError]:
     given = [name for name, value in (("queueName", p.queue_name), ("priorityClass", p.priority_class),
                                       ("burstPriorityClass", p.burst_priority_class)) if value]
     if p.mode == "exclusive" and given:
-        return [SpecError(f"spec.scheduling.placement.{given[0]}", f"{', '.join(given)} apply to mode kueue only: set "
-                                                                   "mode kueue, or remove them")]
+        one = len(given) == 1
+        return [SpecError(f"spec.scheduling.placement.{given[0]}",
+                          f"{', '.join(given)} {'applies' if one else 'apply'} to mode kueue only (the mode is "
+                          f"exclusive, the default): set mode kueue, or remove {'it' if one else 'them'}")]
     return []
 
 

@@ -52,20 +52,38 @@ def dump_yaml_all(docs: Iterable[Any]) -> str:
     return yaml.dump_all(docs, Dumper=ManifestDumper, sort_keys=False, width=YAML_WIDTH)
 
 
-class NoDeployment(ValueError):
+class BadManifest(ValueError):
+    """The file cannot be read as Kubernetes manifests: missing, unreadable, not YAML, or a
+    document that is not a mapping (an object). The message names the file and what to fix."""
+
+
+class NoDeployment(BadManifest):
     """The file holds no KimiK3Deployment document."""
 
 
 def load_documents(path: str) -> list[dict[str, Any]]:
-    """Every non-empty YAML document of ``path`` (``-`` reads stdin). Raises OSError when the file
-    cannot be read and yaml.YAMLError on bad YAML."""
-    with open(path, encoding="utf-8") if path != "-" else sys.stdin as fh:
-        return [d for d in yaml.safe_load_all(fh) if d]
+    """Every non-empty YAML document of ``path`` (``-`` reads stdin). Raises BadManifest when the
+    file cannot be read, is not YAML, or holds a document that is not a mapping."""
+    try:
+        with open(path, encoding="utf-8") if path != "-" else sys.stdin as fh:
+            docs = [d for d in yaml.safe_load_all(fh) if d]
+    except OSError as exc:
+        raise BadManifest(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise BadManifest(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except yaml.YAMLError as exc:
+        raise BadManifest(f"{path}: not valid YAML: {' '.join(str(exc).split())}") from None
+    for i, doc in enumerate(docs):
+        if not isinstance(doc, dict):
+            raise BadManifest(f"{path}: document {i + 1} is not a Kubernetes object (a mapping with apiVersion, "
+                              f"kind, metadata and spec) but {str(doc)[:60]!r}")
+    return docs
 
 
 def load_deployments(path: str) -> list[dict[str, Any]]:
     """The KimiK3Deployment documents of ``path``, each with ``metadata.namespace`` (default
-    ``default``) and ``metadata.uid`` (``""``: not yet created) filled in. Raises NoDeployment."""
+    ``default``) and ``metadata.uid`` (``""``: not yet created) filled in. Raises BadManifest
+    (NoDeployment when the file holds none)."""
     docs = [d for d in load_documents(path) if d.get("kind") == KIND]
     if not docs:
         raise NoDeployment(f"{path}: no {KIND} document found")

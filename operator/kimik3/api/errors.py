@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
+from kimik3.api.v1alpha1 import PATTERN_MEANINGS
+
 
 @dataclass(frozen=True)
 class SpecError:
@@ -40,5 +42,7 @@ def from_validation_error(exc: ValidationError, prefix: str = "spec") -> list[Sp
         message = err["msg"]
         if err["type"] == "extra_forbidden":
             message = "unknown field (check its spelling and nesting; `kubectl explain kimik3deployment.spec` lists the fields)"
+        elif err["type"] == "string_pattern_mismatch" and err.get("ctx", {}).get("pattern") in PATTERN_MEANINGS:
+            message = f"{err['input']!r} is not {PATTERN_MEANINGS[err['ctx']['pattern']]}"
         out.append(SpecError(".".join(parts), message))
     return out

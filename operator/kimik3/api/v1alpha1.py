@@ -39,6 +39,19 @@ def duration_seconds(value: str) -> float:
     return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(value))
 
 
+SIZE_PATTERN = r"^[0-9]+(Gi|Ti)$"
+"""A storage or memory size in whole GiB or TiB, e.g. ``200Gi``, ``2Ti``."""
+SHM_SIZE_PATTERN = r"^[0-9]+(Mi|Gi)$"
+CPU_PATTERN = r"^[0-9]+(\.[0-9]+)?m?$"
+MEMORY_PATTERN = r"^[0-9]+(Ki|Mi|Gi|Ti)?$"
+PERCENT_PATTERN = r"^[0-9]{1,3}%$"
+ABSOLUTE_PATH_PATTERN = r"^/.*"
+PATH_PREFIX_PATTERN = r"^/"
+HUB_URL_PATTERN = r"^https?://[^\s]+$"
+PROMETHEUS_URL_PATTERN = r"^https?://"
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
 def cel_not_duration(path: str) -> str:
     """CEL: the string at ``path`` is not a duration of ``DURATION_PATTERN``. A rule that reads a
     duration passes such a string (``!has(x) || <this> || duration(x) ...``): the pattern already
@@ -124,7 +137,7 @@ class PVCSource(Model):
 class HostPathSource(Model):
     """Weights pre-staged on every GPU node's local disk."""
 
-    path: str = Field(pattern=r"^/.*", max_length=1024)
+    path: str = Field(pattern=ABSOLUTE_PATH_PATTERN, max_length=1024)
     """Absolute path of the checkpoint folder on the node."""
 
 
@@ -133,7 +146,7 @@ class HubSource(Model):
 
     token_secret: SecretKeyRef | None = None
     """Secret key holding an HF token, passed to the engine as HF_TOKEN."""
-    cache_size: str = Field(default="2Ti", pattern=r"^[0-9]+(Gi|Ti)$")
+    cache_size: str = Field(default="2Ti", pattern=SIZE_PATTERN)
     """Size of the emptyDir that caches the download on each node."""
 
 
@@ -142,7 +155,7 @@ class VolumeClaimCreate(Model):
 
     storage_class_name: str | None = Field(default=None, max_length=253)
     """StorageClass of the claim (unset: the cluster's default class)."""
-    size: str = Field(default="2Ti", pattern=r"^[0-9]+(Gi|Ti)$")
+    size: str = Field(default="2Ti", pattern=SIZE_PATTERN)
     """Requested capacity: the target (~1.5 TB for Kimi K3) plus its drafter, plus room for one more revision of each."""
     access_mode: Literal["ReadWriteMany", "ReadOnlyMany", "ReadWriteOnce", "ReadWriteOncePod"] = "ReadWriteMany"
     """Access mode. Groups span trays (nodes), so every engine pod mounts it read-only from its own node: ReadWriteMany (or ReadOnlyMany once staged) unless the group is one node."""
@@ -153,7 +166,7 @@ class CacheHubSource(Model):
 
     token_secret: SecretKeyRef | None = None
     """Secret key holding an HF token, given to the staging Job only (never to the engines) as HF_TOKEN."""
-    endpoint: str | None = Field(default=None, pattern=r"^https?://[^\s]+$", max_length=512)
+    endpoint: str | None = Field(default=None, pattern=HUB_URL_PATTERN, max_length=512)
     """Base URL of the hub (HF_ENDPOINT), e.g. a mirror inside the cluster. Unset: https://huggingface.co."""
 
 
@@ -236,7 +249,7 @@ ENGINE_IMAGE = "vllm/vllm-openai:v0.33.0"
 class EnvVar(Model):
     """A literal environment variable for the engine container."""
 
-    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=128)
+    name: str = Field(pattern=ENV_NAME_PATTERN, max_length=128)
     """Variable name."""
     value: str = Field(default="", max_length=4096)
     """Variable value."""
@@ -245,16 +258,16 @@ class EnvVar(Model):
 class Resources(Model):
     """CPU and memory of each engine pod (GPUs come from the topology)."""
 
-    cpu: str | None = Field(default=None, pattern=r"^[0-9]+(\.[0-9]+)?m?$")
+    cpu: str | None = Field(default=None, pattern=CPU_PATTERN)
     """CPU request and limit, e.g. "64"."""
-    memory: str | None = Field(default=None, pattern=r"^[0-9]+(Ki|Mi|Gi|Ti)?$")
+    memory: str | None = Field(default=None, pattern=MEMORY_PATTERN)
     """Memory request and limit, e.g. "800Gi"; engine.kvOffload adds its per-pod share (unset: the pod requests that share alone, with no limit)."""
 
 
 class CompileCacheSpec(Model):
     """vLLM's compile caches on a PersistentVolumeClaim of the namespace (one per engine image and group plan), so a second start of the same engine skips compilation."""
 
-    size: str = Field(default="200Gi", pattern=r"^[0-9]+(Gi|Ti)$")
+    size: str = Field(default="200Gi", pattern=SIZE_PATTERN)
     """Capacity of each cache claim."""
     storage_class_name: str | None = Field(default=None, max_length=253)
     """StorageClass of the claims (unset: the cluster's default)."""
@@ -265,7 +278,7 @@ class CompileCacheSpec(Model):
 class KVOffloadSpec(Model):
     """A second KV-cache tier in the pods' host memory (vLLM 0.33's native CPU offloading, ``--kv-offloading-size`` and ``--kv-offloading-backend``): cache blocks the GPUs evict are kept in CPU memory and copied back when a prompt needs them (on GB300 over NVLink-C2C) instead of being prefilled again."""
 
-    size: str = Field(pattern=r"^[0-9]+(Gi|Ti)$", max_length=16)
+    size: str = Field(pattern=SIZE_PATTERN, max_length=16)
     """Host memory of each engine's tier, summed over its ranks (vLLM's --kv-offloading-size: "the total buffer size summed across all TP ranks"), e.g. 700Gi for a GB300 TP8 group puts 350Gi on each of its 2 trays. Each pod's memory request grows by its ranks' share and its /dev/shm by the tier (vLLM maps it from /dev/shm); the pod must still fit a node's memory."""
     backend: Literal["native"] = "native"
     """native: vLLM's own CPU offloading (its OffloadingConnector, which handles K3's hybrid KDA/MLA cache). lmcache is not offered: vLLM 0.33 runs it in multi-process mode, against an LMCache server the operator does not deploy, and does not pass it the size."""
@@ -344,7 +357,7 @@ class EngineSpec(Model):
     """CPU and memory per pod."""
     compile_cache: CompileCacheSpec | None = None
     """Keep vLLM's torch.compile / Inductor / Triton / DeepGEMM JIT / FlashInfer autotune caches on a claim per engine image and group plan (VLLM_CACHE_ROOT), never shared across namespaces. Unset: every start compiles again."""
-    shm_size: str = Field(default="200Gi", pattern=r"^[0-9]+(Mi|Gi)$")
+    shm_size: str = Field(default="200Gi", pattern=SHM_SIZE_PATTERN)
     """Size of the in-memory /dev/shm volume (NCCL and vLLM IPC; Dynamo's GB300 manifests use 200Gi). kvOffload's tier is added to it."""
     kv_offload: KVOffloadSpec | None = None
     """Keep the KV-cache blocks the GPUs evict in host memory, a second prefix-cache tier (unset: GPU memory only)."""
@@ -545,7 +558,7 @@ class MetricsSource(Model):
 
     type: Literal["prometheus", "podScrape"] = "prometheus"
     """prometheus: PromQL over HTTP; podScrape: the leader pods' /metrics."""
-    prometheus_url: str | None = Field(default=None, pattern=r"^https?://", max_length=512)
+    prometheus_url: str | None = Field(default=None, pattern=PROMETHEUS_URL_PATTERN, max_length=512)
     """Prometheus base URL, e.g. http://prometheus-operated.monitoring:9090."""
 
 
@@ -695,7 +708,7 @@ class HTTPRouteSpec(Model):
     hostnames: list[Annotated[str, Field(pattern=GATEWAY_HOSTNAME_PATTERN, max_length=253)]] = Field(
         default_factory=list, max_length=16)
     """Host names the route answers (empty: every host name of the listener)."""
-    path_prefixes: list[Annotated[str, Field(pattern=r"^/", max_length=1024)]] = Field(
+    path_prefixes: list[Annotated[str, Field(pattern=PATH_PREFIX_PATTERN, max_length=1024)]] = Field(
         default_factory=lambda: ["/v1"], min_length=1, max_length=16)
     """Path prefixes routed to the engines. Default /v1 only: vLLM checks the API key on /v1 but serves /health, /metrics, /tokenize, /pause and others without it."""
 
@@ -720,7 +733,7 @@ class DisruptionBudgetSpec(Model):
 
     enabled: bool = True
     """Create the budget (skipped, with a Warning event, while it would block every drain: replicas <= 1)."""
-    min_available: int | Annotated[str, Field(pattern=r"^[0-9]{1,3}%$")] = Field(
+    min_available: int | Annotated[str, Field(pattern=PERCENT_PATTERN)] = Field(
         default="75%",
         json_schema_extra={"x-kubernetes-validations": [rule(
             "min-available-count-or-percent",
@@ -1402,3 +1415,22 @@ class KimiK3DeploymentStatus(Model):
     def condition(self, type_: str) -> Condition | None:
         """The condition of this type, or None."""
         return next((c for c in self.conditions if c.type == type_), None)
+
+
+PATTERN_MEANINGS: dict[str, str] = {
+    DURATION_PATTERN: "a duration: numbers with units ms, s, m or h, e.g. 500ms, 90s, 60m or 1h30m",
+    SIZE_PATTERN: "a size in whole Gi or Ti, e.g. 200Gi or 2Ti",
+    SHM_SIZE_PATTERN: "a size in whole Mi or Gi, e.g. 200Gi",
+    CPU_PATTERN: "a CPU quantity: cores or millicores, e.g. 16 or 500m",
+    MEMORY_PATTERN: "a memory quantity: bytes, or whole Ki, Mi, Gi or Ti, e.g. 800Gi",
+    PERCENT_PATTERN: "a percentage, e.g. 50%",
+    ABSOLUTE_PATH_PATTERN: "an absolute path, starting with /",
+    PATH_PREFIX_PATTERN: "a path prefix starting with /, e.g. /v1",
+    HUB_URL_PATTERN: "an http:// or https:// URL without spaces, e.g. https://hf-mirror.example.com",
+    PROMETHEUS_URL_PATTERN: "an http:// or https:// URL, e.g. http://prometheus-operated.monitoring:9090",
+    ENV_NAME_PATTERN: "an environment variable name: letters, digits and _, not starting with a digit",
+    DNS_LABEL_PATTERN: "a DNS label: lowercase letters, digits and '-', starting and ending with a letter or digit",
+    GATEWAY_HOSTNAME_PATTERN: "a lowercase host name, optionally starting with '*.', e.g. acme.inference.example.com",
+}
+"""What a string of each pattern of the spec is, with examples: ``kimik3 validate`` says this where
+pydantic would quote the regular expression (``api.errors.from_validation_error``)."""

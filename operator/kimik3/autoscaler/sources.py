@@ -366,8 +366,8 @@ def _counter_delta(new: Scrape, old: Scrape, name: str, label: tuple[str, str] |
 
 class PrometheusClient:
     """PromQL over Prometheus' HTTP API at ``url``: instant (``query``) and range (``query_range``)
-    queries; every failure raises ``MetricsUnavailable`` (reason PrometheusUnreachable or
-    PrometheusError). The autoscaler's ``PrometheusSource`` and ``kimik3 usage`` ask through it."""
+    queries; every failure raises ``MetricsUnavailable`` (reason PrometheusUnreachable, its
+    message starting with the URL, or PrometheusError). The autoscaler's ``PrometheusSource`` and ``kimik3 usage`` ask through it."""
 
     def __init__(self, url: str, session: requests.Session | None = None):
         self.url = url.rstrip("/")
@@ -390,6 +390,12 @@ class PrometheusClient:
             with self.session.get(f"{self.url}/api/v1/{endpoint}", params=params,
                                   timeout=HTTP_TIMEOUT_S, stream=True) as response:
                 body = response.raw.read(MAX_RESPONSE_BYTES + 1, decode_content=True)  # never more in memory
+        except requests.Timeout:
+            raise MetricsUnavailable(Reason.PROMETHEUS_UNREACHABLE,
+                                     f"{self.url}: no answer within {HTTP_TIMEOUT_S:g} s") from None
+        except requests.ConnectionError:
+            raise MetricsUnavailable(Reason.PROMETHEUS_UNREACHABLE,
+                                     f"{self.url}: cannot connect (nothing listens there, or the host is unknown)") from None
         except (requests.RequestException, OSError) as exc:
             raise MetricsUnavailable(Reason.PROMETHEUS_UNREACHABLE, f"{self.url}: {type(exc).__name__}") from None
         if len(body) > MAX_RESPONSE_BYTES:

@@ -119,15 +119,22 @@ DEFAULT_KUBECONFIG = "~/.kube/config"
 
 
 class NoCluster(Exception):
-    """No kubeconfig named, not in a pod, and no ``DEFAULT_KUBECONFIG``: nothing to talk to."""
+    """No kubeconfig named, not in a pod, and no ``DEFAULT_KUBECONFIG``, or the named kubeconfig is
+    missing or unusable: nothing to talk to."""
 
 
 def api_client_from_kubeconfig(path: str | None) -> client.ApiClient:
     """An ApiClient for a kubeconfig file; when ``path`` is None, the in-cluster service account
     (in a pod), else kubectl's ``DEFAULT_KUBECONFIG`` when it exists. ``NoCluster``, saying what to
-    pass, when there is none of them."""
+    pass, when there is none of them or the file named is missing or unusable."""
     if path:
-        return cast(client.ApiClient, config.new_client_from_config(config_file=path))
+        fix = "pass --kubeconfig (or set KUBECONFIG) to a kubeconfig file with a current context"
+        if not Path(path).expanduser().is_file():
+            raise NoCluster(f"kubeconfig {path}: no such file; {fix}")
+        try:
+            return cast(client.ApiClient, config.new_client_from_config(config_file=path))
+        except (config.ConfigException, OSError) as exc:
+            raise NoCluster(f"kubeconfig {path}: {str(exc).rstrip('.')}; {fix}") from None
     cfg = client.Configuration()
     try:
         config.load_incluster_config(client_configuration=cfg)

@@ -58,6 +58,8 @@ from typing import Any
 import click
 
 from kimik3.admission import Admitted, admit
+from kimik3.api.documents import BadManifest, load_deployments
+from kimik3.api.errors import SpecErrors
 from kimik3.autoscaler.factory import latency_policy
 from kimik3.autoscaler.policy import Policy
 from kimik3.kube.times import rfc3339
@@ -120,10 +122,7 @@ def setup(recipe: str = RECIPE, target_s: float = TARGET_S, ttft_target_s: float
           **cfg_overrides: Any) -> Setup:
     """The fleet config and the CR spec (with autoscaling on: the per-token target and, unless
     None, the TTFT one) of ``recipe``."""
-    import yaml
-
-    with open(recipe, encoding="utf-8") as fh:
-        doc = next(d for d in yaml.safe_load_all(fh) if d and d.get("kind") == "KimiK3Deployment")
+    doc = load_deployments(recipe)[0]
     spec_dict = dict(doc.get("spec") or {})
     spec_dict["scheduling"] = {**(spec_dict.get("scheduling") or {}), "placement": BENCH_PLACEMENT}
     spec_dict["autoscaling"] = {"enabled": True, "minReplicas": MIN_REPLICAS, "maxReplicas": MAX_REPLICAS,
@@ -647,10 +646,11 @@ def _seeds_option(ctx: click.Context, param: click.Parameter, value: tuple[str, 
 @click.command("simulate")
 @click.option("-f", "--filename", default=RECIPE, show_default=True, help="Recipe whose groups are simulated.")
 @click.option("-o", "--output-dir", default="bench/results", show_default=True, type=click.Path(file_okay=False))
-@click.option("--trace", "trace_names", multiple=True, help="Only these traces (steady, diurnal, bursts, step).")
+@click.option("--trace", "trace_names", multiple=True,
+              help=f"Only these traces (repeatable): {', '.join([t.name for t in all_traces()] + list(RECORDED))}.")
 @click.option("--trace-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Replay a recorded trace instead: a CSV of arrival timestamp, prompt tokens, output tokens "
-                   "(Azure LLM inference or BurstGPT columns) or Mooncake JSON Lines; see sim/tracefile.py.")
+                   "(Azure LLM inference or BurstGPT columns) or Mooncake JSON Lines; see operator/kimik3_dev/sim/tracefile.py.")
 @click.option("--time-compression", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="With --trace-file: play the recording this many times faster.")
 @click.option("--copies", default=1, show_default=True, type=click.IntRange(min=1),
@@ -675,6 +675,10 @@ def simulate_command(filename: str, output_dir: str, trace_names: tuple[str, ...
     """Run every autoscaling policy on every request trace and seed through a simulated fleet;
     print the table (min / mean over the seeds) and the goals missed, write
     OUTPUT_DIR/autoscaler.json and the PNGs."""
+    try:
+        setup(filename)
+    except (BadManifest, SpecErrors) as exc:
+        raise click.ClickException(f"{filename}: {exc}" if isinstance(exc, SpecErrors) else str(exc)) from None
     if tune:
         tune_peers(filename, Path(output_dir), jobs, log=click.echo)
         return
@@ -690,9 +694,12 @@ def simulate_command(filename: str, output_dir: str, trace_names: tuple[str, ...
             click.echo(f"{traces[0].name}: prefix reuse ceiling {ceiling:.1%} (share of its "
                        f"{MOONCAKE_BLOCK_TOKENS}-token blocks seen before in the trace)")
     else:
-        traces = [t for t in benchmark_traces() if not trace_names or t.name in trace_names]
-    if not traces:
-        raise click.ClickException(f"no trace named {', '.join(trace_names)}")
+        known = benchmark_traces()
+        unknown = [n for n in trace_names if n not in {t.name for t in known}]
+        if unknown:
+            raise click.BadParameter(f"no trace named {', '.join(unknown)}: the traces are "
+                                     f"{', '.join(t.name for t in known)}", param_hint="--trace")
+        traces = [t for t in known if not trace_names or t.name in trace_names]
     policies = tuple(p for p in POLICIES if not policy_names or p in policy_names or p == "optimal")
     run_all(filename, Path(output_dir), traces, policies, seeds=seeds, plots=not no_plots, jobs=jobs, log=click.echo,
             keep=keep)

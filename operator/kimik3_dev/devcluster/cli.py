@@ -151,20 +151,29 @@ def status(state_dir: str, as_json: bool) -> None:
 def apply(state_dir: str, filename: str) -> None:
     """Apply the KimiK3Deployments of FILENAME to the dev cluster (creating the namespace and, for
     PVC weight sources, a stand-in PersistentVolume + claim: nothing mounts it here)."""
-    import yaml
+    import urllib3
 
+    from kimik3.api.documents import BadManifest, load_documents
     from kimik3.controller.kube import ApiError
     from kimik3_dev.devcluster.cluster import DevCluster
     from kimik3_dev.devcluster.rest import Rest
     from kimik3_dev.devcluster.workloads import apply_deployment, deployments
-    docs = deployments(yaml.safe_load_all(Path(filename).read_text()))
+    try:
+        docs = deployments(load_documents(filename))
+    except BadManifest as exc:
+        raise click.ClickException(str(exc)) from None
     if not docs:
         raise click.ClickException(f"{filename}: no KimiK3Deployment in it")
     cluster = DevCluster(state_dir)
+    if cluster.state() is None:
+        raise click.ClickException(f"no dev cluster in {cluster.state_dir}: run `{command()} dev up --state-dir {state_dir}`")
     with cluster.api_client() as api:
         for cr in docs:
             try:
                 obj = apply_deployment(Rest(api), cr)
+            except (urllib3.exceptions.HTTPError, OSError):
+                raise click.ClickException(f"the dev cluster's API server ({api.configuration.host}) is not answering: "
+                                           f"`{command()} dev status --state-dir {state_dir}` shows what runs") from None
             except ApiError as exc:
                 # The API server's own message (what kubectl prints), not its Status JSON.
                 raise click.ClickException(f"{cr['metadata'].get('name')}: refused by the API server: "

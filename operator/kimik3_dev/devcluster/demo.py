@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import requests
-import yaml
 
 from kimik3.api.conditions import ConditionType
-from kimik3.api.documents import dump_yaml
+from kimik3.api.documents import dump_yaml, load_deployments
 from kimik3.kube.kinds import KIMIK3_DEPLOYMENT
 from kimik3.kube.objects import condition, is_true
 from kimik3.controller.kube import Kube
@@ -58,8 +57,10 @@ def _wait(what: str, fn: Any, timeout_s: float, poll_s: float = 1.0) -> Any:
 
 
 def run_demo(recipe: Path, state_dir: Path, timeout_s: float) -> int:
-    cr = next(d for d in yaml.safe_load_all(recipe.read_text()) if d and d.get("kind") == KIMIK3_DEPLOYMENT.kind)
-    ns, name = cr["metadata"].get("namespace", "default"), cr["metadata"]["name"]
+    """The demo's steps; its exit code. Raises BadManifest (a recipe that cannot be read, or holds
+    no KimiK3Deployment) before anything starts."""
+    cr = load_deployments(str(recipe))[0]
+    ns, name = cr["metadata"]["namespace"], cr["metadata"]["name"]
     _step("kimik3 dev up: control plane, simulated GB300 NVL72 racks, LWS, operator, Prometheus, simulator")
     dev_cli.dev.main(["up", "--state-dir", str(state_dir)], standalone_mode=False)
     _step(f"kimik3 dev apply -f {recipe}")

@@ -21,6 +21,7 @@ import json
 import os
 import shlex
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,9 +104,11 @@ def with_leader(args: list[str], address: str = SAMPLE_LEADER) -> list[str]:
     return [a.replace(LEADER_ADDRESS, address) for a in args]
 
 
-def doctor_report(docs: list[dict[str, Any]], check: bool = True, version: str | None = None) -> tuple[list[str], bool]:
+def doctor_report(docs: list[dict[str, Any]], check: bool = True, version: str | None = None,
+                  waiting: Callable[[str], None] = lambda line: None) -> tuple[list[str], bool]:
     """The report's lines for each KimiK3Deployment document, and whether all is well
-    (admitted, and every rank accepted by the parser when it ran)."""
+    (admitted, and every rank accepted by the parser when it ran). ``waiting`` is told, before
+    the parser's subprocess starts (several seconds), what the report waits for."""
     from kimik3.admission import admit
     from kimik3.api.errors import SpecErrors
     from kimik3.render.configmap import group_plan_document
@@ -130,6 +133,7 @@ def doctor_report(docs: list[dict[str, Any]], check: bool = True, version: str |
         try:
             venv = parser_venv(version)
             argvs = [with_leader(r["args"]) for _, _, d in planned for r in d["ranks"]]
+            waiting(f"# waiting for vLLM's own argument parser ({venv.path}) to read {len(argvs)} rank(s)' arguments")
             checked_with, results = parse_argvs(argvs, venv)
             it = iter(results)
             for i, (_, _, d) in enumerate(planned):
@@ -179,12 +183,13 @@ def _click_command():
         or a rejected argument list."""
         import sys
 
-        from kimik3.api.documents import NoDeployment, load_deployments
+        from kimik3.api.documents import BadManifest, load_deployments
         try:
             docs = load_deployments(filename)
-        except NoDeployment as exc:
+        except BadManifest as exc:
             raise click.ClickException(str(exc)) from None
-        lines, ok = doctor_report(docs, check=check, version=vllm_version)
+        lines, ok = doctor_report(docs, check=check, version=vllm_version,
+                                  waiting=lambda line: click.echo(line, err=True))
         click.echo("\n".join(lines))
         if not ok:
             sys.exit(1)

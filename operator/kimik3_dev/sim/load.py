@@ -141,6 +141,7 @@ def resolve_url(kubeconfig: str | Path, state_dir: str | Path, deployment: str, 
     endpoint picker chooses the leader of each request; the model name is still asked of the
     Service (the picker routes completions, not ``/v1/models``). Raises LookupError saying what is missing."""
     import requests
+    import urllib3
 
     from kimik3.controller.kube import Kube
     from kimik3.kube.kinds import KIMIK3_DEPLOYMENT
@@ -149,8 +150,15 @@ def resolve_url(kubeconfig: str | Path, state_dir: str | Path, deployment: str, 
 
     if "/" in deployment:
         namespace, deployment = deployment.split("/", 1)
+    if not Path(kubeconfig).is_file():
+        raise LookupError(f"no kubeconfig {kubeconfig}: is the dev cluster up (`{command()} dev up --state-dir "
+                          f"{state_dir}`), or give --kubeconfig")
     with k8s_config.new_client_from_config(config_file=str(kubeconfig)) as api:
-        crs = Kube(api).list(*KIMIK3_DEPLOYMENT.type_meta, namespace or "", "")
+        try:
+            crs = Kube(api).list(*KIMIK3_DEPLOYMENT.type_meta, namespace or "", "")
+        except (urllib3.exceptions.HTTPError, OSError):
+            raise LookupError(f"the API server of {kubeconfig} ({api.configuration.host}) is not answering: is the dev "
+                              f"cluster up (`{command()} dev status --state-dir {state_dir}`)?") from None
     matches = [c for c in crs if c["metadata"]["name"] == deployment]
     if len(matches) != 1:
         known = ", ".join(sorted(f"{c['metadata']['namespace']}/{c['metadata']['name']}" for c in crs)) or "none"
