@@ -361,7 +361,7 @@ def test_a_partial_rerun_keeps_the_other_policies_figures_per_trace_and_seed():
                                                               "gpu_hours_x_optimum": 1.2}}},
                                       "kimik3": {"seeds": {"3": {"slo_attainment": 0.5, "gpu_hours": 1.0}}}}}}
     kept = benchmark.keep_others([run], previous)
-    assert kept == {"hpa": {"date": "2026-12-01T16:28:51Z", "commit": "1e0c515", "seeds": {"steady": [3]}}}
+    assert kept == {"hpa": [{"date": "2026-12-01T16:28:51Z", "commit": "1e0c515", "seeds": {"steady": [3]}}]}
     assert run.summary["hpa"] == {"slo_attainment": 0.99, "gpu_hours": 11.0, "gpu_hours_x_optimum": 1.1}
     assert run.summary["kimik3"]["gpu_hours"] == 11.5  # what ran is not overwritten
     assert benchmark.goal_misses([run])[-1] == \
@@ -378,7 +378,8 @@ def test_a_rerun_of_some_traces_carries_the_others_over_with_their_provenance():
     (trace, seed) of the previous file keeps every policy's figures, named by the run that computed
     them, so the file written, its table and its goals still cover every trace."""
     previous = {"run": {"date": "2026-12-05T07:52:32Z", "commit": "55cb2ab",
-                        "kept": {"hpa": {"date": "2026-12-05T05:23:18Z", "commit": "ed58ba0", "seeds": {}}}},
+                        "kept": {"hpa": [{"date": "2026-12-05T05:23:18Z", "commit": "ed58ba0",
+                                          "seeds": {"steady": [1]}}]}},
                 "traces": {"steady": {
                     "kimik3": {"seeds": {"0": {"slo_attainment": 1.0, "gpu_hours": 11.0, "gpu_hours_x_optimum": 1.1},
                                          "1": {"slo_attainment": 0.98, "gpu_hours": 12.0, "gpu_hours_x_optimum": 1.2}}},
@@ -389,15 +390,21 @@ def test_a_rerun_of_some_traces_carries_the_others_over_with_their_provenance():
     carried, kept = benchmark.carried_over(previous, {("azure-code", 0), ("steady", 0)})
     assert [(r.trace.name, r.seed) for r in carried] == [("steady", 1)]
     assert carried[0].summary["hpa"] == {"slo_attainment": 0.99, "gpu_hours": 11.5, "gpu_hours_x_optimum": 1.15}
-    assert kept == {"kimik3": {"date": "2026-12-05T07:52:32Z", "commit": "55cb2ab", "seeds": {"steady": [1]}},
-                    "hpa": {"date": "2026-12-05T05:23:18Z", "commit": "ed58ba0", "seeds": {"steady": [1]}},
-                    "optimal": {"date": "2026-12-05T07:52:32Z", "commit": "55cb2ab", "seeds": {"steady": [1]}}}
+    assert kept == {"kimik3": [{"date": "2026-12-05T07:52:32Z", "commit": "55cb2ab", "seeds": {"steady": [1]}}],
+                    "hpa": [{"date": "2026-12-05T05:23:18Z", "commit": "ed58ba0", "seeds": {"steady": [1]}}],
+                    "optimal": [{"date": "2026-12-05T07:52:32Z", "commit": "55cb2ab", "seeds": {"steady": [1]}}]}
     assert benchmark.by_trace(carried)["steady"]["kimik3"]["seeds"] == {"1": previous["traces"]["steady"]["kimik3"]["seeds"]["1"]}
     assert benchmark.goal_misses(carried) == [
         "steady seed 1: kimik3 missed the goal: SLO met in 98.0% of minutes, 1.0 points under the goal (>= 99%); "
         "GPU-hours 1.20x the optimum's, over the goal (<= 1.10x) by 0.10x",
         "steady seed 1: hpa beats kimik3 on both (99.0% at 11.5 GPU-h against 98.0% at 12.0)"]
     assert benchmark.carried_over({}, set()) == ([], {})
+    # A policy kept from two runs (hpa of steady seed 1 from ed58ba0, of a trace the previous run
+    # computed itself from that run): each pair named by its own run, not the first one found
+    previous["traces"]["azure-code"]["hpa"] = {"seeds": {"0": {"slo_attainment": 1.0, "gpu_hours": 2.0}}}
+    _, mixed = benchmark.carried_over(previous, {("steady", 0)})
+    assert mixed["hpa"] == [{"date": "2026-12-05T05:23:18Z", "commit": "ed58ba0", "seeds": {"steady": [1]}},
+                            {"date": "2026-12-05T07:52:32Z", "commit": "55cb2ab", "seeds": {"azure-code": [0]}}]
 
 
 def test_seeds_are_read_as_numbers_ranges_and_lists():

@@ -358,17 +358,21 @@ def table(runs: list[TraceRun], target_s: float) -> str:
     return "\n".join(lines)
 
 
-def keep_others(runs: list[TraceRun], doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+Kept = dict[str, list[dict[str, Any]]]
+"""What a partial re-run kept, per policy: the runs that computed the figures kept,
+``[{"date", "commit", "seeds": {trace: [seed, ...]}}, ...]`` (a results file's ``run.kept``)."""
+
+
+def keep_others(runs: list[TraceRun], doc: dict[str, Any], kept: Kept | None = None) -> Kept:
     """A partial re-run (``--policy kimik3 --keep-others``): every policy of ``POLICIES`` not run
     this time takes its figures for the same trace and seed from ``doc`` (a results file, as
     ``write_json`` writes it), its ``gpu_hours_x_optimum`` recomputed against this run's optimum,
     so that the table and the goals compare every policy. Valid while the kept policies' code and
-    settings did not change since ``doc`` was written. Returns what was kept, per policy:
-    ``{"date", "commit", "seeds": {trace: [seed, ...]}}`` of the run that computed the figures
-    (``doc``'s, or the one ``doc`` itself kept them from)."""
-    kept: dict[str, dict[str, Any]] = {}
+    settings did not change since ``doc`` was written. Returns ``kept`` (a new one when None) with
+    what was kept noted: per policy, the run that computed the figures (``doc``'s, or the one
+    ``doc`` itself kept them from)."""
+    kept = {} if kept is None else kept
     old, when = doc.get("traces", {}), doc.get("run", {})
-    origin = when.get("kept", {})
     for run in runs:
         opt = run.summary.get("optimal", {}).get("gpu_hours")
         for name in POLICIES:
@@ -376,21 +380,20 @@ def keep_others(runs: list[TraceRun], doc: dict[str, Any]) -> dict[str, dict[str
             if name in run.summary or figures is None:
                 continue
             run.summary[name] = dict(figures, gpu_hours_x_optimum=round(figures["gpu_hours"] / opt, 4) if opt else None)
-            _note_kept(kept, name, origin.get(name, when), run.trace.name, run.seed)
+            _note_kept(kept, name, _origin(when, name, run.trace.name, run.seed), run.trace.name, run.seed)
     return kept
 
 
-def carried_over(doc: dict[str, Any], planned: set[tuple[str, int]]
-                 ) -> tuple[list[TraceRun], dict[str, dict[str, Any]]]:
+def carried_over(doc: dict[str, Any], planned: set[tuple[str, int]], kept: Kept | None = None
+                 ) -> tuple[list[TraceRun], Kept]:
     """A partial re-run (``--trace ... --keep-others``): each (trace, seed) in ``doc`` (a results
     file) that is not ``planned`` keeps every policy's figures as ``doc`` has them, so that the
     file written still holds every trace and seed (a trace added to the benchmark is run alone,
-    the others carried over). Returns those runs (figures only: no time series) and what was kept,
-    as ``keep_others`` names it."""
+    the others carried over). Returns those runs (figures only: no time series) and ``kept`` with
+    what was kept noted, as ``keep_others`` does."""
     runs: list[TraceRun] = []
-    kept: dict[str, dict[str, Any]] = {}
+    kept = {} if kept is None else kept
     when = doc.get("run", {})
-    origin = when.get("kept", {})
     for name, policies in doc.get("traces", {}).items():
         for seed in sorted({int(k) for e in policies.values() for k in e.get("seeds", {})}):
             if (name, seed) in planned:
@@ -398,14 +401,28 @@ def carried_over(doc: dict[str, Any], planned: set[tuple[str, int]]
             summary = {p: dict(e["seeds"][str(seed)]) for p, e in policies.items() if str(seed) in e.get("seeds", {})}
             runs.append(TraceRun(Trace(name, ()), seed, [], {}, summary, 0.0))
             for policy in summary:
-                _note_kept(kept, policy, origin.get(policy, when), name, seed)
+                _note_kept(kept, policy, _origin(when, policy, name, seed), name, seed)
     return runs, kept
 
 
-def _note_kept(kept: dict[str, dict[str, Any]], policy: str, source: dict[str, Any], trace: str, seed: int) -> None:
+def _origin(when: dict[str, Any], policy: str, trace: str, seed: int) -> dict[str, Any]:
+    """The run that computed ``policy``'s figures for (``trace``, ``seed``) in a results file whose
+    ``run`` is ``when``: the one its ``kept`` names for that pair, else ``when`` itself."""
+    entries = when.get("kept", {}).get(policy) or []
+    for entry in [entries] if isinstance(entries, dict) else entries:  # a dict: files before 2026-12-05
+        if seed in entry.get("seeds", {}).get(trace, []):
+            return entry
+    return when
+
+
+def _note_kept(kept: Kept, policy: str, source: dict[str, Any], trace: str, seed: int) -> None:
     """Record in ``kept`` that ``policy``'s figures for (``trace``, ``seed``) come from the run ``source``
     (a results file's ``run``: its date and commit)."""
-    entry = kept.setdefault(policy, {"date": source.get("date"), "commit": source.get("commit"), "seeds": {}})
+    runs = kept.setdefault(policy, [])
+    entry = next((e for e in runs if (e["date"], e["commit"]) == (source.get("date"), source.get("commit"))), None)
+    if entry is None:
+        entry = {"date": source.get("date"), "commit": source.get("commit"), "seeds": {}}
+        runs.append(entry)
     entry["seeds"].setdefault(trace, []).append(seed)
 
 
@@ -538,10 +555,7 @@ def run_all(recipe: str = RECIPE, out_dir: Path = Path("bench/results"), traces:
 
     def done(run: TraceRun) -> None:
         runs.append(run)
-        for name, entry in keep_others([run], previous).items():
-            kept.setdefault(name, {**entry, "seeds": {}})
-            for trace, got in entry["seeds"].items():
-                kept[name]["seeds"].setdefault(trace, []).extend(got)
+        keep_others([run], previous, kept)
         log(f"  {run.trace.name} seed {run.seed}: {run.seconds:.0f} s")
         write_json(carried + runs, path, _meta(s, recipe, every_seed, jobs, t0, c0, commit, complete=False, kept=kept))
 
@@ -604,7 +618,7 @@ def tune_peers(recipe: str = RECIPE, out_dir: Path = Path("bench/results"), jobs
 
 
 def _meta(s: Setup, recipe: str, seeds: tuple[int, ...], jobs: int, t0: float, c0: float, commit: str | None,
-          complete: bool, kept: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+          complete: bool, kept: Kept | None = None) -> dict[str, Any]:
     """The results file's ``run``: when, the commit it started on, the peers' settings, wall and
     CPU seconds so far (this process and its workers), whether every (trace, seed) pair is in, and
     the policies kept from the previous file (``keep_others``; absent when none)."""
