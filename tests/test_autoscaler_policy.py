@@ -286,7 +286,12 @@ def test_scale_down_is_anchored_on_the_observed_quantile():
     assert run(0.0034) == 3
 
 
-def test_one_more_group_waits_for_a_window_of_readings_but_a_surge_does_not():
+def test_more_groups_wait_for_a_window_of_readings_while_the_target_holds():
+    """Groups asked for while the target holds (a forecast, or noise) cost a load time each: only
+    as many as the readings of a whole window agree on (mooncake-synthetic seed 2: a forecast's
+    first line asked 16, then 17 groups for a rise that had ended, where 10-11 serve; agentic
+    seed 2: a surge at the upturn). A broken target gets one group more at once, and a saturated
+    fleet its panic estimate (the next tests)."""
     p = policy(max_replicas=12)
     p.model.prior_weight = 1e12  # hold the test line
     fleet = FleetState(current=2, ready=2)
@@ -295,8 +300,14 @@ def test_one_more_group_waits_for_a_window_of_readings_but_a_surge_does_not():
     assert [d.recommendation for d in got] == [3, 3, 3, 3]
     assert [d.desired for d in got] == [2, 2, 2, 3]  # four readings (30 s apart) span the window
     surge = policy(max_replicas=12)
-    d = surge.decide(0, obs(0, tok_s=40_000, running=60, latency=0.0046, window=120), fleet)
-    assert d.desired == 5 and d.reason == "ScaleUp"  # three more at once
+    got = [surge.decide(t, obs(t, tok_s=40_000 if t < 90 else 26_000, running=60, latency=0.0046, window=120), fleet)
+           for t in (0, 30, 60, 90)]
+    assert [d.recommendation for d in got] == [5, 5, 5, 3]
+    assert [d.desired for d in got] == [2, 2, 2, 3]  # the window agreed on 3, not the 5 of three readings
+    broken = policy(max_replicas=12)
+    broken.model.prior_weight = 1e12
+    d = broken.decide(0, obs(0, tok_s=40_000, running=60, latency=0.0062, window=120), fleet)
+    assert d.desired == 5 and d.reason == "ScaleUp"  # over the target: the need now, at once
 
 
 def test_panic_sizes_a_jump_from_the_requests_running_now():

@@ -9,7 +9,7 @@ groups serve is measured, and the hold keeps the most the bursts measured within
 
 A burst's need is the most groups a whole observation window of its readings asked for (each
 decision passes the lowest recommendation of the window it ends, ``Stabilization.sustained``),
-not the highest single recommendation: on the way up one group more than serve waits for a
+not the highest single recommendation: on the way up, while the target holds, groups wait for a
 window of readings to agree (stabilization.py), and one reading at a burst's peak asking a
 group more than the rest is that same noise; kept, it is a group held for the whole hold
 (bursts seed 3: 12 groups kept for 82 minutes where each burst's readings agreed on 11, 8.4
@@ -19,8 +19,8 @@ were too few, as measured.
 The first ask is a burst's need the same way: what its run of readings over the target agreed
 on. Once the run spans ``agree_s``, each reading's level is the lowest recommendation of the
 run's last ``agree_s``; a run that ends shorter than that has one level, the lowest of all its
-readings; the first ask is the most such level since the ask, at most what was asked. A surge
-does not wait for a window to agree (stabilization.py), so it may ask on one reading of a
+readings; the first ask is the most such level since the ask, at most what was asked. A surge on a
+broken target does not wait for a window to agree (stabilization.py), so it may ask on one reading of a
 saturated fleet's running gauge: bursts seeds 2 and 3 asked 12 groups on one reading at the
 first burst's peak where the rest of its readings agreed on 11; on azure-code seed 2 a one-minute
 spike of the trace's arrivals read over the target at 8 groups, asked 12 on its first reading

@@ -20,8 +20,9 @@ decision, in order:
 4. stabilization.py: bounded, recorded, the windows' levels; bursts.py: the burst hold raises
    the scale-down level to what the bursts measured they need (what a window of a burst's
    readings agreed on while the targets held).
-5. The verdict: scale up (not while groups cannot be placed: they are not capacity, and adding
-   more cannot help: the policy holds and says so), hold while groups load (F10: they are
+5. The verdict: scale up (while the target holds, or beyond the demand now, a forecast, only
+   as far as a whole window of recommendations agrees; not while groups cannot be placed: they
+   are not capacity, and adding more cannot help: the policy holds and says so), hold while groups load (F10: they are
    neither added to on latency nor cancelled), hold while the quantile is over the scale-down
    level (either target's), else scale down once warmed, and never on a partial reading
    (``decide``).
@@ -136,12 +137,13 @@ class LatencyPolicy:
         up, down = self.stabilization.levels(now)
         if bursty:
             down = max(down, min(self.bursts.level(now, self.lead_s), s.max_replicas))
-        if up == fleet.current + 1 and held and not self.stabilization.agreed(now, fleet.current, obs.window_s,
-                                                                             self.interval_s):
-            # One group more while the target holds (within the reaction's tolerance: a forecast,
-            # or noise) costs a load time of GPU-hours: it waits until the readings of a whole
-            # window agree. A surge (several groups) or a broken target does not wait.
-            up = fleet.current
+        if up > fleet.current and (held or why == "Predicted"):
+            # More groups while the target holds (within the reaction's tolerance: a forecast,
+            # or noise), or more than the demand now needs (a forecast), cost a load time of
+            # GPU-hours each: only as many as the readings of a whole window agree on; a broken
+            # target still gets one group more at once.
+            agreed_up = self.stabilization.sustained(now, obs.window_s, self.interval_s) or 0
+            up = max(fleet.current + (0 if held else 1), min(up, agreed_up))
         detail = _detail(obs, latency, ttft, s, rec, why)
         if up > fleet.current:
             if fleet.unplaceable > 0:

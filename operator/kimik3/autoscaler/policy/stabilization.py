@@ -4,10 +4,12 @@ Scale-up takes the highest recommendation of ``scale_up_window_s``, scale-down t
 ``scale_down_window_s`` (Kubernetes HPA semantics) at the ``scale_down_headroom`` level, only once
 the policy has a whole window of history (nothing scales down on an operator restart), never
 while the observed quantile is over that level (latency.py), and never to a count the observed
-quantile says passes it (reaction.py); bounded by min/max. One group more while the target holds
-(within the reaction's tolerance) waits until the recommendations of a whole window agree (a
-group costs a load time of GPU-hours); a surge does not wait. What a whole window agreed on
-(``sustained``) is also what a burst measures as its need (bursts.py).
+quantile says passes it (reaction.py); bounded by min/max. Groups asked for while the target
+holds (within the reaction's tolerance), or beyond what the demand now needs (a forecast), are
+added only as far as the recommendations of a whole window agree (``sustained``: a group costs a
+load time of GPU-hours); a broken target gets one group more at once, a saturated fleet its panic
+estimate (latency.py). What a whole window agreed on is also what a burst measures as its need
+(bursts.py).
 
 No reading -> hold (never scale down). "No traffic" is a reading: with ``min_replicas = 0`` the
 fleet goes to zero once the whole scale-down window saw none (F11).
