@@ -221,9 +221,9 @@ def test_dashboard_uses_real_metric_names(helm_offline):
             "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_accepted_tokens_per_pos_total"}
     # The operator's own, as prometheus_client exposes the metrics of kimik3.controller.metrics.
     operator: set[str] = set()
-    for metric in vars(metrics).values():
-        if isinstance(metric, MetricWrapperBase):
-            for family in metric.describe():
+    for wrapper in vars(metrics).values():
+        if isinstance(wrapper, MetricWrapperBase):
+            for family in wrapper.describe():
                 operator |= {family.name, family.name + "_total", family.name + "_bucket"}
     operator |= {n for family in metrics.GPU_TIME.collect() for n in (family.name, family.name + "_total")}
     # The usage recording rules the chart ships (kimik3.usage.rules; loaded from the PrometheusRule).
