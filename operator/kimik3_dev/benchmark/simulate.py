@@ -623,11 +623,11 @@ def _meta(s: Setup, recipe: str, seeds: tuple[int, ...], jobs: int, t0: float, c
     CPU seconds so far (this process and its workers), whether every (trace, seed) pair is in, and
     the policies kept from the previous file (``keep_others``; absent when none)."""
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    meta = {"date": rfc3339(),
-            "commit": commit, "seeds": list(seeds), "jobs": jobs, "recipe": recipe,
-            "target_s": s.target_s, "peers": peer_configurations(s), "complete": complete,
-            "wall_s": round(time.monotonic() - t0, 1),
-            "cpu_s": round(time.process_time() - c0 + children.ru_utime + children.ru_stime, 1)}
+    meta: dict[str, Any] = {"date": rfc3339(),
+                            "commit": commit, "seeds": list(seeds), "jobs": jobs, "recipe": recipe,
+                            "target_s": s.target_s, "peers": peer_configurations(s), "complete": complete,
+                            "wall_s": round(time.monotonic() - t0, 1),
+                            "cpu_s": round(time.process_time() - c0 + children.ru_utime + children.ru_stime, 1)}
     if kept:
         meta["kept"] = kept
     return meta
