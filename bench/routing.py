@@ -188,6 +188,14 @@ def main(groups: int, compression: float, kv_offload: str, trace_file: str, firs
     if kv_offload != "none":
         cr["spec"]["engine"]["kvOffload"] = {"size": kv_offload}
     kv = spec_kv_blocks(admit(cr["spec"]).spec)  # refuses a tier no tray holds before anything starts
+    engine_ceiling = routing.cache_ceiling(replay, kv.block_size)
+    capacity_ceiling = routing.cache_ceiling(replay, kv.block_size, groups * kv.blocks, groups * kv.host_blocks)
+    gpu_capacity_ceiling = routing.cache_ceiling(replay, kv.block_size, groups * kv.blocks)
+    if min(ceiling, engine_ceiling) <= 0:
+        span = "the whole trace" if first_s is None else f"the first {first_s:g} s"
+        raise click.BadParameter(f"the {len(replay)} requests of {span} reuse no prefix an engine can count "
+                                 f"(reuse ceiling {ceiling:.3f}, {kv.block_size}-token blocks {engine_ceiling:.3f}): "
+                                 "nothing to route by; give a longer --first-s", param_hint="--first-s")
     with serving_cluster(cr, groups, WAIT_S, "kimik3-bench-routing-") as served:
         leaders = gateway.pool_over_leaders(served.rest, NAMESPACE, NAME)
         gw = served.cluster.start_gateway(NAMESPACE, NAME, timeout_s=WAIT_S)
@@ -203,9 +211,6 @@ def main(groups: int, compression: float, kv_offload: str, trace_file: str, firs
             runs[path], per_path[path] = results, (per, wall)
             print(load.format_summary(load.summarize(results)), flush=True)
         gateway.stop(served.cluster.state_dir, gw)
-    engine_ceiling = routing.cache_ceiling(replay, kv.block_size)
-    capacity_ceiling = routing.cache_ceiling(replay, kv.block_size, groups * kv.blocks, groups * kv.host_blocks)
-    gpu_capacity_ceiling = routing.cache_ceiling(replay, kv.block_size, groups * kv.blocks)
     out = {
         "what": f"one Mooncake trace replayed through a deployment's Service (connection-level spread) and through "
                 f"the endpoint picker (EPP v1.2.1 + Envoy) on the same {groups} GB300 TP8 groups of one dev cluster",

@@ -53,6 +53,8 @@ def test_copies_superpose_shifted_replays_placed_by_the_seed(tmp_path: Path) -> 
                                     "timestamp, arrival, arrival_s, time (case and spaces ignored)"),
     ("arrival_s,prompt_tokens,output_tokens\n1,2,3\nsoon,2,3\n", "line 3: Invalid isoformat string: 'soon'"),
     ("arrival_s,prompt_tokens,output_tokens\n", "no requests after the header"),
+    ("arrival_s,prompt_tokens,output_tokens\n1,2,3\n2,-4,3\n", "line 3: prompt tokens -4 is negative"),
+    ('{"timestamp": 0, "input_length": 5, "output_length": -1}\n', "line 1: output tokens -1 is negative"),
 ])
 def test_a_bad_trace_file_names_the_problem(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "bad.csv"

@@ -165,9 +165,8 @@ def megakernel_step_width(spec: KimiK3DeploymentSpec, plan: GroupPlan) -> list[E
     return [EngineOverride(
         fields=[_e("decodeBackend"), _e("maxNumSeqs")] + ([_K] if q > 1 else []),
         vllm_uses=f"the megakernel for decode steps of up to {MEGAKERNEL_MAX_TOKENS} tokens, the stock decode above",
-        message=f"the megakernel decode path takes decode steps of at most {MEGAKERNEL_MAX_TOKENS} tokens"
-                f"{per_request}: steps of more than {fits} requests run the stock decode path, though maxNumSeqs "
-                f"is {e.max_num_seqs}",
+        message=f"decode steps of more than {fits} requests{per_request} run the stock decode path, though "
+                f"maxNumSeqs is {e.max_num_seqs}",
         avoid=f"lower engine.maxNumSeqs to {fits} to run every decode step on the megakernel (fewer requests "
               f"per group), or keep it and accept the stock decode under load")]
 

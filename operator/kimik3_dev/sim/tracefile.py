@@ -113,12 +113,21 @@ def _jsonl(path: Path) -> list[tuple[float, int, int, tuple[int, ...]]]:
                 hash_ids = row.get("hash_ids", [])
                 if not isinstance(hash_ids, list) or not all(isinstance(h, int) for h in hash_ids):
                     raise ValueError(f"hash_ids is {json.dumps(hash_ids)[:60]}, not a list of integers")
-                rows.append((float(row["timestamp"]) / 1000.0, int(row["input_length"]), int(row["output_length"]),
-                             tuple(hash_ids)))
+                rows.append((float(row["timestamp"]) / 1000.0, *_counts(int(row["input_length"]),
+                                                                         int(row["output_length"])), tuple(hash_ids)))
             except (TypeError, ValueError) as exc:
                 raise TraceFileError(f"{path}, line {line_num}: {exc} (want a JSON object with timestamp in ms, "
                                      "input_length, output_length and optionally hash_ids, a list of integers)") from None
     return rows
+
+
+def _counts(prompt: int, output: int) -> tuple[int, int]:
+    """(prompt tokens, output tokens) of one request; ValueError naming a negative count (a
+    recording holds none: the file is not what it claims to be)."""
+    for name, n in (("prompt", prompt), ("output", output)):
+        if n < 0:
+            raise ValueError(f"{name} tokens {n} is negative")
+    return prompt, output
 
 
 def _is_jsonl(path: Path) -> bool:
@@ -194,8 +203,8 @@ def _csv(path: Path) -> list[tuple[float, int, int, tuple[int, ...]]]:
         for row in reader:
             line = reader.line_num
             try:
-                rows.append((_seconds(row[cols["arrival"]]), int(float(row[cols["prompt"]])),
-                             int(float(row[cols["output"]])), ()))
+                rows.append((_seconds(row[cols["arrival"]]), *_counts(int(float(row[cols["prompt"]])),
+                                                                       int(float(row[cols["output"]]))), ()))
             except (TypeError, ValueError) as exc:
                 raise TraceFileError(f"{path}, line {line}: {exc} (want a timestamp, then whole token counts)") from None
     return rows
