@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import threading
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -553,4 +554,7 @@ def test_through_prometheus_a_join_a_gap_and_a_restart_at_steady_load_never_scal
     assert not events(f.api, f.ns, "ScaleDown")
     held = " / ".join(e.message for e in events(f.api, f.ns, "MetricsIncomplete"))
     assert "group(s) 2, 3 of 4 serving gave no metrics" in held, held
-    assert "the counters of group(s) 2, 3 of 4 serving do not cover" in held, held
+    # A hold on counters that do not cover the window says so too: which one (the first readings of
+    # the 3 groups, or groups 2 and 3 back from the gap) depends on when a reading asked for fewer
+    # groups than serve (a full CI run on a slow machine held on the first, 2026-12-05).
+    assert re.search(r"the counters of group\(s\) [0-9, ]+ of [34] serving do not cover", held), held
