@@ -7,9 +7,9 @@ against its own control plane; group leaders are stand-in /metrics pages on 127.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import threading
-import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
