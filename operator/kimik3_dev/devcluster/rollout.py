@@ -171,13 +171,15 @@ class Rollout(UsersSaw):
 def serving(rest: Rest, state_dir: Path, namespace: str, name: str, groups: int, size: int,
             timeout_s: float) -> tuple[str, str | None]:
     """(Service URL, served model) once ``groups`` groups are Ready and the deployment's Service
-    (``resolve_url``) answers /health."""
+    (``resolve_url``) answers /health and names its model (/health can answer a moment before
+    /v1/models does: a full CI run read no model, 2026-12-05)."""
     def answering() -> tuple[str, str | None] | None:
         if sum(1 for g in sample(rest, namespace, name, size) if g[3]) < groups:
             return None
         try:
             url, model = resolve_url(Path(state_dir) / "admin.kubeconfig", state_dir, name, namespace)
-            return (url, model) if requests.get(f"{url}/health", timeout=2).status_code == 200 else None
+            healthy = model is not None and requests.get(f"{url}/health", timeout=2).status_code == 200
+            return (url, model) if healthy else None
         except Exception:  # noqa: BLE001 - not there yet
             return None
     return wait(answering, timeout_s, f"{groups} Ready group(s) of {namespace}/{name} and its endpoint")
