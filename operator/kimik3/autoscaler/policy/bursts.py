@@ -72,7 +72,10 @@ class BurstHold:
     _calm: float | None = None
     """The previous decision's demand."""
     _run: list[tuple[float, int]] = field(default_factory=list)
-    """The current run of consecutive readings over a target: (time, recommendation)."""
+    """The current run of consecutive readings over a target, its last ``agree_s``: (time,
+    recommendation)."""
+    _run_start: float | None = None
+    """When the current run began (None: no run)."""
     _over_agreed: Samples[int] = field(default_factory=Samples)
     """What runs of readings over a target agreed on (module docstring), at the reading that
     settled it; kept for two lead times (a scale-up serves about one lead time after its ask)."""
@@ -133,15 +136,17 @@ class BurstHold:
     def _join_run(self, now: float, rec: int) -> None:
         """A reading over a target joins the run; once the run spans ``agree_s`` its level is the
         lowest recommendation of the last ``agree_s``."""
-        self._run.append((now, rec))
-        if now - self._run[0][0] >= self.agree_s - 1e-6:
-            self._over_agreed.add(now, min(r for t, r in self._run if t >= now - self.agree_s - 1e-6))
+        if self._run_start is None:
+            self._run_start = now
+        self._run = [(t, r) for t, r in self._run if t >= now - self.agree_s - 1e-6] + [(now, rec)]
+        if now - self._run_start >= self.agree_s - 1e-6:
+            self._over_agreed.add(now, min(r for _, r in self._run))
 
     def _end_run(self) -> None:
         """The run is over: one shorter than ``agree_s`` agreed on the lowest of its readings."""
-        if self._run and self._run[-1][0] - self._run[0][0] < self.agree_s - 1e-6:
+        if self._run and self._run_start is not None and self._run[-1][0] - self._run_start < self.agree_s - 1e-6:
             self._over_agreed.add(self._run[-1][0], min(r for _, r in self._run))
-        self._run = []
+        self._run, self._run_start = [], None
 
     def _agreed_ask(self, up: ScaleUp) -> int:
         """What the burst that asked for ``up`` needs, as its readings over the target since the
